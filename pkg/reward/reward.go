@@ -1,0 +1,165 @@
+// Package reward scores a final answer against its label: SQuAD-style exact
+// match and token F1 computed locally, or a remote reward server over HTTP.
+package reward
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"unicode"
+
+	"github.com/planact/planact/pkg/fail"
+)
+
+// Normalize lowers s, removes punctuation and the articles a, an and the,
+// and collapses white space, as the SQuAD evaluation script does.
+func Normalize(s string) string {
+	s = strings.ToLower(s)
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsPunct(r) || unicode.IsSymbol(r) {
+			continue
+		}
+		b.WriteRune(r)
+	}
+	words := strings.Fields(b.String())
+	out := words[:0]
+	for _, w := range words {
+		switch w {
+		case "a", "an", "the":
+			continue
+		}
+		out = append(out, w)
+	}
+	return strings.Join(out, " ")
+}
+
+// Answers splits a label into its accepted answers (separated by "|"),
+// dropping empty ones.
+func Answers(label string) []string {
+	var out []string
+	for _, a := range strings.Split(label, "|") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// ExactMatch is 1 when the normalized prediction equals one of the label's
+// normalized answers, else 0.
+func ExactMatch(pred, label string) float64 {
+	p := Normalize(pred)
+	for _, a := range Answers(label) {
+		if Normalize(a) == p {
+			return 1
+		}
+	}
+	return 0
+}
+
+// F1 is the best token-overlap F1 between the prediction and any of the
+// label's answers (SQuAD definition: bag of normalized words).
+func F1(pred, label string) float64 {
+	best := 0.0
+	for _, a := range Answers(label) {
+		best = max(best, f1(pred, a))
+	}
+	return best
+}
+
+func f1(pred, gold string) float64 {
+	pt := strings.Fields(Normalize(pred))
+	gt := strings.Fields(Normalize(gold))
+	if len(pt) == 0 || len(gt) == 0 {
+		if len(pt) == len(gt) {
+			return 1
+		}
+		return 0
+	}
+	count := make(map[string]int, len(gt))
+	for _, t := range gt {
+		count[t]++
+	}
+	common := 0
+	for _, t := range pt {
+		if count[t] > 0 {
+			count[t]--
+			common++
+		}
+	}
+	if common == 0 {
+		return 0
+	}
+	precision := float64(common) / float64(len(pt))
+	recall := float64(common) / float64(len(gt))
+	return 2 * precision * recall / (precision + recall)
+}
+
+// Remote asks a reward server for a score. The server receives
+// {"prompt","response","label"} as JSON and replies with a JSON number or
+// an object {"reward": x}.
+type Remote struct {
+	URL  string
+	HTTP *http.Client // nil means http.DefaultClient
+}
+
+// Score posts one scoring request. Connection errors, time-outs, 429 and 5xx
+// are transient; other 4xx and unreadable replies are permanent.
+func (r Remote) Score(ctx context.Context, prompt, response, label string) (float64, error) {
+	body, err := json.Marshal(map[string]string{"prompt": prompt, "response": response, "label": label})
+	if err != nil {
+		return 0, fail.E(fail.Invalid, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(body))
+	if err != nil {
+		return 0, fail.Permanentf("reward: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	hc := r.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("reward: %w", ctx.Err())
+		}
+		return 0, fail.Transientf("reward: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, fail.Transientf("reward: read reply: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		err := fmt.Errorf("reward: %s: %s", resp.Status, bytes.TrimSpace(data))
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+			return 0, fail.E(fail.Transient, err)
+		}
+		return 0, fail.E(fail.Permanent, err)
+	}
+	return decodeScore(data)
+}
+
+func decodeScore(data []byte) (float64, error) {
+	var x float64
+	if err := json.Unmarshal(data, &x); err == nil {
+		return x, nil
+	}
+	var obj struct {
+		Reward *float64 `json:"reward"`
+	}
+	if err := json.Unmarshal(data, &obj); err != nil || obj.Reward == nil {
+		if err == nil {
+			err = errors.New(`no "reward" field`)
+		}
+		return 0, fail.Permanentf("reward: decode reply %.100q: %w", data, err)
+	}
+	return *obj.Reward, nil
+}

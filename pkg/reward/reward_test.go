@@ -1,0 +1,101 @@
+package reward
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/planact/planact/pkg/fail"
+)
+
+func TestNormalize(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"The Eiffel Tower!", "eiffel tower"},
+		{"  a  b   c ", "b c"},
+		{"Washington, D.C.", "washington dc"},
+		{"An apple", "apple"},
+		{"", ""},
+		{"2.1 million", "21 million"},
+	} {
+		if got := Normalize(tc.in); got != tc.want {
+			t.Errorf("Normalize(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestExactMatchAndF1(t *testing.T) {
+	for _, tc := range []struct {
+		pred, label string
+		em, f1      float64
+	}{
+		{"Paris", "Paris", 1, 1},
+		{"paris.", "Paris", 1, 1},
+		{"the city of Paris", "Paris", 0, 0.5},
+		{"Lyon", "Paris", 0, 0},
+		{"USA", "United States|USA", 1, 1},
+		{"United States of America", "United States|USA", 0, 2.0 / 3},
+		{"", "Paris", 0, 0},
+		{"Paris", "", 0, 0},
+		{"2.1 million", "2.1 million", 1, 1},
+		{"3.7 million", "2.1 million", 0, 0.5},
+	} {
+		if got := ExactMatch(tc.pred, tc.label); got != tc.em {
+			t.Errorf("ExactMatch(%q, %q) = %v, want %v", tc.pred, tc.label, got, tc.em)
+		}
+		if got := F1(tc.pred, tc.label); math.Abs(got-tc.f1) > 1e-9 {
+			t.Errorf("F1(%q, %q) = %v, want %v", tc.pred, tc.label, got, tc.f1)
+		}
+	}
+}
+
+func TestRemote(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		want   float64
+		kind   fail.Kind // Unknown means no error
+	}{
+		{"number", 200, "0.75", 0.75, fail.Unknown},
+		{"object", 200, `{"reward": 1}`, 1, fail.Unknown},
+		{"garbage", 200, `"x"`, 0, fail.Permanent},
+		{"bad request", 400, `no`, 0, fail.Permanent},
+		{"busy", 429, ``, 0, fail.Transient},
+		{"server error", 503, ``, 0, fail.Transient},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				var in map[string]string
+				if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in["label"] != "Paris" || in["response"] != "Lyon" {
+					t.Errorf("request body = %v, %v", in, err)
+				}
+				w.WriteHeader(tc.status)
+				w.Write([]byte(tc.body))
+			}))
+			defer srv.Close()
+			got, err := Remote{URL: srv.URL}.Score(context.Background(), "q", "Lyon", "Paris")
+			if tc.kind == fail.Unknown {
+				if err != nil || got != tc.want {
+					t.Fatalf("Score = %v, %v; want %v", got, err, tc.want)
+				}
+				return
+			}
+			if fail.KindOf(err) != tc.kind {
+				t.Fatalf("Score error = %v (kind %v), want kind %v", err, fail.KindOf(err), tc.kind)
+			}
+		})
+	}
+}
+
+func TestRemoteConnectionRefused(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	_, err := Remote{URL: url}.Score(context.Background(), "", "", "")
+	if fail.KindOf(err) != fail.Transient {
+		t.Fatalf("error %v kind %v, want transient", err, fail.KindOf(err))
+	}
+}
