@@ -1,0 +1,273 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/planact/planact/pkg/fail"
+)
+
+// SGLang is a client for SGLang's native HTTP API.
+//
+// Wire contract relied on (sglang/srt/managers/io_struct.py GenerateReqInput,
+// tokenizer_manager.py):
+//
+//	POST /generate  {"input_ids":[…] | "text":"…", "sampling_params":{"temperature",
+//	                 "top_p","max_new_tokens","stop","sampling_seed"?}, "return_logprob":true,
+//	                 "stream"?:true}
+//	  reply         {"text", "output_ids"?, "meta_info":{"finish_reason":{"type":"stop"|"length"|"abort",…},
+//	                 "prompt_tokens","completion_tokens","weight_version"?,
+//	                 "output_token_logprobs":[[logprob, token_id, text|null], …]}}
+//	  streaming     "data: {same object}\n\n" … "data: [DONE]\n\n"; text is cumulative;
+//	                output_ids are cumulative, or deltas with --stream-output;
+//	                meta_info.output_token_logprobs is cumulative.
+//	POST /tokenize  {"prompt":"…","add_special_tokens":false} -> {"tokens":[…],"count",…}
+//	GET  /health    200 when the server is up
+//
+// Output ids come from output_token_logprobs (id of each triple) when
+// present, else from output_ids. sampling_seed is sent only when Seed != 0
+// because older servers reject unknown sampling parameters.
+type SGLang struct {
+	base string
+	hc   *http.Client
+}
+
+type sglSampling struct {
+	Temperature  float64  `json:"temperature"`
+	TopP         float64  `json:"top_p,omitempty"`
+	MaxNewTokens int      `json:"max_new_tokens,omitempty"`
+	Stop         []string `json:"stop,omitempty"`
+	SamplingSeed int64    `json:"sampling_seed,omitempty"`
+}
+
+type sglRequest struct {
+	InputIDs       []int       `json:"input_ids,omitempty"`
+	Text           string      `json:"text,omitempty"`
+	SamplingParams sglSampling `json:"sampling_params"`
+	ReturnLogprob  bool        `json:"return_logprob"`
+	Stream         bool        `json:"stream,omitempty"`
+}
+
+type sglReply struct {
+	Text      string `json:"text"`
+	OutputIDs []int  `json:"output_ids"`
+	MetaInfo  struct {
+		FinishReason *struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"finish_reason"`
+		PromptTokens        int               `json:"prompt_tokens"`
+		CompletionTokens    *int              `json:"completion_tokens"`
+		WeightVersion       json.RawMessage   `json:"weight_version"`
+		OutputTokenLogprobs []json.RawMessage `json:"output_token_logprobs"`
+	} `json:"meta_info"`
+	Error json.RawMessage `json:"error"`
+}
+
+func (c *SGLang) request(r Request, stream bool) sglRequest {
+	in := sglRequest{
+		SamplingParams: sglSampling{
+			Temperature:  r.Sampling.Temperature,
+			TopP:         r.Sampling.TopP,
+			MaxNewTokens: r.Sampling.MaxNewTokens,
+			Stop:         r.Sampling.Stop,
+			SamplingSeed: r.Sampling.Seed,
+		},
+		ReturnLogprob: true,
+		Stream:        stream,
+	}
+	if len(r.InputIDs) > 0 {
+		in.InputIDs = r.InputIDs
+	} else {
+		in.Text = r.Text
+	}
+	return in
+}
+
+// Generate runs one generation with POST /generate.
+func (c *SGLang) Generate(ctx context.Context, r Request) (Generation, error) {
+	if err := checkRequest(r); err != nil {
+		return Generation{}, err
+	}
+	start := time.Now()
+	var out sglReply
+	if err := doJSON(ctx, c.hc, http.MethodPost, c.base+"/generate", c.request(r, false), &out); err != nil {
+		return Generation{}, fmt.Errorf("sglang generate: %w", err)
+	}
+	g, err := out.generation(out.OutputIDs)
+	if err != nil {
+		return Generation{}, fmt.Errorf("sglang generate: %w", err)
+	}
+	g.Latency = time.Since(start)
+	return g, nil
+}
+
+// GenerateStream runs one generation with "stream": true, calling onChunk
+// with the cumulative text after every event.
+func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(string)) (Generation, error) {
+	if err := checkRequest(r); err != nil {
+		return Generation{}, err
+	}
+	start := time.Now()
+	resp, err := do(ctx, c.hc, http.MethodPost, c.base+"/generate", c.request(r, true))
+	if err != nil {
+		return Generation{}, fmt.Errorf("sglang generate stream: %w", err)
+	}
+	defer resp.Body.Close()
+	var (
+		last    sglReply
+		seen    bool
+		text    string
+		accIDs  []int // output_ids appended, for servers that stream deltas
+		prefix  = true
+		lastIDs []int
+		accLPs  []json.RawMessage // output_token_logprobs appended, likewise
+	)
+	err = readSSE(resp.Body, func(data []byte) error {
+		var ev sglReply
+		if err := json.Unmarshal(data, &ev); err != nil {
+			return fail.Transientf("decode event %.200q: %w", data, err)
+		}
+		if len(ev.Error) > 0 && string(ev.Error) != "null" {
+			return fail.Transientf("engine error: %s", ev.Error)
+		}
+		// Text is cumulative by default; with --incremental-streaming-output it
+		// is a delta. Treat it as cumulative while it extends what we have.
+		if strings.HasPrefix(ev.Text, text) {
+			text = ev.Text
+		} else {
+			text += ev.Text
+		}
+		if prefix && !hasPrefix(ev.OutputIDs, lastIDs) {
+			prefix = false
+		}
+		lastIDs = ev.OutputIDs
+		accIDs = append(accIDs, ev.OutputIDs...)
+		accLPs = append(accLPs, ev.MetaInfo.OutputTokenLogprobs...)
+		last, seen = ev, true
+		if onChunk != nil {
+			onChunk(text)
+		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return Generation{}, fmt.Errorf("sglang generate stream: %w", ctx.Err())
+		}
+		if fail.KindOf(err) == fail.Unknown {
+			err = fail.E(fail.Transient, err)
+		}
+		return Generation{}, fmt.Errorf("sglang generate stream: %w", err)
+	}
+	if !seen {
+		return Generation{}, fail.Transientf("sglang generate stream: no events")
+	}
+	ids := lastIDs
+	if n := last.MetaInfo.CompletionTokens; (n != nil && len(accIDs) == *n && len(lastIDs) != *n) || (n == nil && !prefix) {
+		ids = accIDs
+	}
+	if n := last.MetaInfo.CompletionTokens; n != nil && len(accLPs) == *n && len(last.MetaInfo.OutputTokenLogprobs) != *n {
+		last.MetaInfo.OutputTokenLogprobs = accLPs
+	}
+	last.Text = text
+	g, err := last.generation(ids)
+	if err != nil {
+		return Generation{}, fmt.Errorf("sglang generate stream: %w", err)
+	}
+	if g.FinishReason == "" {
+		return Generation{}, fail.Transientf("sglang generate stream: stream ended without a finish reason")
+	}
+	g.Latency = time.Since(start)
+	return g, nil
+}
+
+func hasPrefix(a, p []int) bool {
+	if len(p) > len(a) {
+		return false
+	}
+	for i := range p {
+		if a[i] != p[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (out *sglReply) generation(ids []int) (Generation, error) {
+	g := Generation{Text: out.Text, PromptTokens: out.MetaInfo.PromptTokens}
+	if fr := out.MetaInfo.FinishReason; fr != nil {
+		g.FinishReason = normalizeFinish(fr.Type)
+	}
+	g.WeightVersion = rawString(out.MetaInfo.WeightVersion)
+	if lps := out.MetaInfo.OutputTokenLogprobs; len(lps) > 0 {
+		g.LogProbs = make([]float64, len(lps))
+		g.OutputIDs = make([]int, len(lps))
+		for i, raw := range lps {
+			var triple []json.RawMessage
+			if err := json.Unmarshal(raw, &triple); err != nil || len(triple) < 2 {
+				return Generation{}, fail.Transientf("output_token_logprobs[%d] = %s: not [logprob, id, text]", i, raw)
+			}
+			// A null logprob happens for the first token of some servers; keep 0.
+			_ = json.Unmarshal(triple[0], &g.LogProbs[i])
+			if err := json.Unmarshal(triple[1], &g.OutputIDs[i]); err != nil {
+				return Generation{}, fail.Transientf("output_token_logprobs[%d] = %s: bad token id", i, raw)
+			}
+		}
+		if len(ids) > 0 && len(ids) != len(g.OutputIDs) {
+			return Generation{}, fail.Transientf("%d output ids but %d log-probs", len(ids), len(g.OutputIDs))
+		}
+		return g, nil
+	}
+	// Without log-probs (return_logprob ignored) the ids are still exact.
+	g.OutputIDs = ids
+	return g, nil
+}
+
+// rawString reads a JSON string or number as a string ("" for null).
+func rawString(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s
+	}
+	return string(raw)
+}
+
+// Tokenize calls POST /tokenize without special tokens.
+func (c *SGLang) Tokenize(ctx context.Context, text string) ([]int, error) {
+	return tokenize(ctx, c.hc, c.base, "", text)
+}
+
+// Health calls GET /health.
+func (c *SGLang) Health(ctx context.Context) error {
+	if err := doJSON(ctx, c.hc, http.MethodGet, c.base+"/health", nil, nil); err != nil {
+		return fmt.Errorf("sglang health: %w", err)
+	}
+	return nil
+}
+
+// tokenize speaks the /tokenize endpoint shared by SGLang and vLLM:
+// {"model"?, "prompt", "add_special_tokens"} -> {"tokens": […]}.
+func tokenize(ctx context.Context, hc *http.Client, base, model, text string) ([]int, error) {
+	in := map[string]any{"prompt": text, "add_special_tokens": false}
+	if model != "" {
+		in["model"] = model
+	}
+	var out struct {
+		Tokens *[]int `json:"tokens"`
+	}
+	if err := doJSON(ctx, hc, http.MethodPost, base+"/tokenize", in, &out); err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	if out.Tokens == nil {
+		return nil, fail.E(fail.Permanent, errors.New(`tokenize: reply has no "tokens"`))
+	}
+	return *out.Tokens, nil
+}
