@@ -1,0 +1,397 @@
+package plan
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// maxJSONCandidates bounds how many '{' and '[' Parse tries as the start of
+// a JSON plan, so that text full of brackets costs linear time.
+const maxJSONCandidates = 64
+
+// parseJSON reads a JSON plan, bare or in a ```json fence, with text around:
+//
+//	{"nodes":[{"id":"T1","tool":"search","args":{"query":"…"},"depends_on":[]}]}
+//	[{"id":"step_1","action":"search","params":{"query":"…"},"dependencies":[]}]
+//
+// Field names vary between planners (args/params/arguments,
+// depends_on/dependencies/deps, tool/action); all map to one Node.
+func parseJSON(d *doc, o *Options) (parsed, *Error) {
+	var nearMiss *Error
+	tries := 0
+	// try walks the JSON value at off; skip is how far a complete value
+	// that is not a plan extends, so that its inner brackets are not tried.
+	try := func(off int) (p parsed, err *Error, ok bool, skip int) {
+		tries++
+		w := &jsonWalk{s: d.text[off:]}
+		w.walk()
+		if !w.found {
+			dec := json.NewDecoder(strings.NewReader(d.text[off:]))
+			var raw json.RawMessage
+			if dec.Decode(&raw) == nil {
+				skip = int(dec.InputOffset())
+			}
+			return p, nil, false, skip
+		}
+		if w.err != nil {
+			if nearMiss == nil {
+				nearMiss = &Error{Kind: ErrSyntax, Line: d.line(off + w.errAt),
+					Message: fmt.Sprintf("the JSON plan is not valid JSON at line %d: %s", d.line(off+w.errAt), w.err)}
+			}
+			return p, nil, false, 0
+		}
+		p.format = w.format
+		for i, e := range w.elems {
+			n, err := jsonNode(e.v, i, o)
+			n.line = d.line(off + e.at)
+			if err != nil {
+				err.Line = n.line
+				return p, err, true, 0
+			}
+			p.nodes = append(p.nodes, n)
+		}
+		if !w.complete {
+			p.cut = "inside the JSON plan"
+			if len(p.nodes) > 0 {
+				p.cut = fmt.Sprintf("inside the JSON plan, after node %s", p.nodes[len(p.nodes)-1].ID)
+			}
+		}
+		return p, nil, true, 0
+	}
+	for _, off := range fenceStarts(d) {
+		if p, err, ok, _ := try(off); ok {
+			return p, err
+		}
+	}
+	for i := 0; i < len(d.text) && tries < maxJSONCandidates; i++ {
+		if c := d.text[i]; c != '{' && c != '[' {
+			continue
+		}
+		p, err, ok, skip := try(i)
+		if ok {
+			return p, err
+		}
+		if skip > 1 {
+			i += skip - 1
+		}
+	}
+	if nearMiss != nil {
+		return parsed{}, nearMiss
+	}
+	return parsed{}, errorf(ErrSyntax, `expected a JSON plan such as {"nodes": [...]} or a list of steps, but there is none`)
+}
+
+// fenceStarts lists the offsets of the first '{' or '[' in each ``` fence.
+func fenceStarts(d *doc) []int {
+	var out []int
+	for from := 0; len(out) < maxJSONCandidates/2; {
+		i := d.index("```", from)
+		if i < 0 {
+			break
+		}
+		nl := strings.IndexByte(d.text[i:], '\n')
+		if nl < 0 {
+			break
+		}
+		body := i + nl + 1
+		end := d.index("```", body)
+		limit := end
+		if end < 0 {
+			limit = len(d.text)
+		}
+		if j := strings.IndexAny(d.text[body:limit], "{["); j >= 0 {
+			out = append(out, body+j)
+		}
+		if end < 0 {
+			break
+		}
+		from = end + 3
+	}
+	return out
+}
+
+type jsonElem struct {
+	v  any
+	at int // offset of the element in the walked text
+}
+
+// jsonWalk streams one JSON value looking for a list of plan nodes, so that
+// the nodes before a cut-off (or before a syntax error) are kept.
+type jsonWalk struct {
+	s   string
+	dec *json.Decoder
+
+	found    bool // a node list was seen (a plan key or a list of objects)
+	complete bool // the node list was closed
+	format   Format
+	elems    []jsonElem
+	err      error // a syntax error inside the plan
+	errAt    int
+}
+
+// planKeys hold the node list in an object.
+var planKeys = map[string]Format{"nodes": FormatJSON, "steps": FormatSteps, "plan": "", "tasks": "", "subtasks": ""}
+
+func (w *jsonWalk) walk() {
+	w.dec = json.NewDecoder(strings.NewReader(w.s))
+	tok, err := w.dec.Token()
+	if err != nil {
+		return
+	}
+	switch tok {
+	case json.Delim('['):
+		w.list("", true)
+	case json.Delim('{'):
+		w.object(0)
+	}
+}
+
+// object walks the members of an object whose '{' was read, looking into
+// nested objects ({"plan": {"nodes": …}}) two levels deep.
+func (w *jsonWalk) object(depth int) {
+	for w.dec.More() {
+		tok, err := w.dec.Token()
+		if err != nil {
+			return
+		}
+		key, _ := tok.(string)
+		f, isPlan := planKeys[asciiLower(key)]
+		if tok, err = w.dec.Token(); err != nil {
+			return
+		}
+		switch {
+		case tok == json.Delim('[') && isPlan:
+			w.list(f, false)
+			return
+		case tok == json.Delim('{') && depth < 2:
+			w.object(depth + 1)
+			if w.found {
+				return
+			}
+		case tok == json.Delim('['), tok == json.Delim('{'):
+			if !w.skipRest() {
+				return
+			}
+		}
+	}
+	_, _ = w.dec.Token() // '}'
+}
+
+// skipRest skips the rest of a container whose opening token was read.
+func (w *jsonWalk) skipRest() bool {
+	for depth := 1; depth > 0; {
+		tok, err := w.dec.Token()
+		if err != nil {
+			return false
+		}
+		switch tok {
+		case json.Delim('['), json.Delim('{'):
+			depth++
+		case json.Delim(']'), json.Delim('}'):
+			depth--
+		}
+	}
+	return true
+}
+
+// list walks a node list whose '[' was read. A bare list counts as a plan
+// only if its first element is an object.
+func (w *jsonWalk) list(f Format, bare bool) {
+	if !bare {
+		w.found = true
+	}
+	for {
+		start := int(w.dec.InputOffset())
+		if !w.dec.More() {
+			break
+		}
+		var v any
+		if err := w.dec.Decode(&v); err != nil {
+			w.fail(err, start, bare)
+			return
+		}
+		m, isObj := v.(map[string]any)
+		if bare && !w.found {
+			if !isObj || !looksLikeNode(m) {
+				return
+			}
+			w.found = true
+		}
+		w.elems = append(w.elems, jsonElem{v: v, at: start + leadingSpace(w.s[start:])})
+	}
+	if _, err := w.dec.Token(); err != nil { // ']'
+		w.fail(err, int(w.dec.InputOffset()), bare)
+		return
+	}
+	w.complete = true
+	w.setFormat(f)
+}
+
+func (w *jsonWalk) fail(err error, at int, bare bool) {
+	if bare && !w.found {
+		// A cut-off bare list is a plan if it starts like one.
+		rest := w.s[at:]
+		if !(errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)) ||
+			!(strings.Contains(rest, `"id"`) || strings.Contains(rest, `"action"`)) {
+			return
+		}
+		w.found = true
+	}
+	w.setFormat("")
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return // cut off: complete stays false
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		w.err, w.errAt = se, int(se.Offset)
+		return
+	}
+	w.err, w.errAt = err, at
+}
+
+func (w *jsonWalk) setFormat(f Format) {
+	if f != "" {
+		w.format = f
+		return
+	}
+	w.format = FormatJSON
+	if len(w.elems) > 0 {
+		if m, ok := w.elems[0].v.(map[string]any); ok {
+			for _, k := range []string{"action", "params", "step_id", "parameters"} {
+				if _, ok := m[k]; ok {
+					w.format = FormatSteps
+				}
+			}
+		}
+	} else if strings.Contains(w.s, `"action"`) {
+		w.format = FormatSteps
+	}
+}
+
+func leadingSpace(s string) int {
+	n := 0
+	for n < len(s) && (s[n] == ' ' || s[n] == '\n' || s[n] == '\t' || s[n] == '\r' || s[n] == ',') {
+		n++
+	}
+	return n
+}
+
+func looksLikeNode(m map[string]any) bool {
+	for _, k := range []string{"id", "step_id", "task_id", "tool", "action"} {
+		if _, ok := m[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Field names planners use for each part of a node, in order of preference.
+var (
+	idKeys   = []string{"id", "step_id", "task_id", "node_id", "step"}
+	toolKeys = []string{"tool", "action", "tool_name", "function", "name"}
+	argKeys  = []string{"args", "arguments", "params", "parameters", "input", "tool_input", "inputs"}
+	depKeysJ = []string{"depends_on", "deps", "dependencies", "depends", "dependency", "requires", "after"}
+	descKeys = []string{"description", "desc", "thought", "task", "reason", "goal", "title"}
+)
+
+// jsonNode converts element i of a JSON node list.
+func jsonNode(v any, i int, o *Options) (rawNode, *Error) {
+	var n rawNode
+	m, ok := v.(map[string]any)
+	if !ok {
+		return n, errorf(ErrSyntax, "step %d of the JSON plan is not an object", i+1)
+	}
+	lower := make(map[string]any, len(m))
+	for k, x := range m {
+		lower[asciiLower(k)] = x
+	}
+	get := func(keys []string) (any, string) {
+		for _, k := range keys {
+			if x, ok := lower[k]; ok && x != nil {
+				return x, k
+			}
+		}
+		return nil, ""
+	}
+	id, _ := get(idKeys)
+	n.ID = scalar(id)
+	if s, ok := id.(string); ok {
+		n.ID = strings.TrimSpace(s)
+	}
+	if id != nil && n.ID == "" {
+		return n, errorf(ErrSyntax, "step %d of the JSON plan has an id that is not a string or number", i+1)
+	}
+	tool, toolKey := get(toolKeys)
+	if toolKey == "name" && n.ID == "" {
+		tool = nil // "name" is the node's name, not a tool
+	}
+	n.Args = map[string]any{}
+	switch t := tool.(type) {
+	case string:
+		n.Tool = strings.TrimSpace(t)
+	case map[string]any: // "action": {"name": "search", "args": {…}}
+		nested := &rawNode{}
+		inner, err := jsonNode(t, i, o)
+		if err == nil {
+			*nested = inner
+			n.Tool, n.Args = nested.Tool, nested.Args
+		}
+	case nil:
+	default:
+		return n, errorf(ErrSyntax, "node %s: the tool is not a string", orUnnamed(n.ID))
+	}
+	if a, _ := get(argKeys); a != nil {
+		switch a := a.(type) {
+		case map[string]any:
+			n.Args = a
+		case []any:
+			assignPositional(n.Args, a)
+		default:
+			n.Args["input"] = a
+		}
+	}
+	if dv, _ := get(depKeysJ); dv != nil {
+		switch dv := dv.(type) {
+		case []any:
+			for _, x := range dv {
+				if s := scalar(x); s != "" {
+					n.Deps = append(n.Deps, strings.TrimSpace(s))
+				}
+			}
+			n.Deps = dedupe(n.Deps)
+		case string:
+			n.Deps = depList(dv)
+		default:
+			if s := scalar(dv); s != "" {
+				n.Deps = []string{s}
+			}
+		}
+	}
+	if dv, _ := get(descKeys); dv != nil {
+		n.Description, _ = dv.(string)
+	}
+	if n.Tool == "" {
+		n.Tool = o.DefaultTool
+	}
+	if len(n.Args) == 0 && n.Description != "" {
+		n.Args["input"] = n.Description
+	}
+	return n, nil
+}
+
+// scalar renders a string or number as an id; other values give "".
+func scalar(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	case bool:
+		return ""
+	}
+	return ""
+}

@@ -1,0 +1,125 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// parseNumbered reads LLMCompiler-style numbered calls:
+//
+//	Thought: I need the capital first.
+//	1. search("capital of France")
+//	2. search("population of $1")
+//	3. math("compare", ["$1", "${2}"])
+//	4. join()
+//
+// Ids are the numbers; dependencies are the ids that the arguments refer
+// to ($1, ${1}, {1}); join() or <END_OF_PLAN> ends the plan. A Thought line
+// becomes the description of the call after it.
+func parseNumbered(d *doc, o *Options) (parsed, *Error) {
+	p := parsed{format: FormatNumbered}
+	var thought string
+	s := d.text
+	for off := 0; off < len(s); {
+		lineEnd := len(s)
+		if nl := strings.IndexByte(s[off:], '\n'); nl >= 0 {
+			lineEnd = off + nl
+		}
+		line := s[off:lineEnd]
+		if strings.Contains(d.lower[off:lineEnd], "<end_of_plan>") {
+			break
+		}
+		id, at, ok := numberedLine(line)
+		if !ok {
+			t := strings.TrimSpace(strings.TrimLeft(line, " \t*#>-"))
+			if len(t) >= 8 && strings.EqualFold(t[:8], "thought:") {
+				thought = strings.TrimSpace(strings.Trim(t[8:], "* "))
+			}
+			off = lineEnd + 1
+			continue
+		}
+		lineNo := d.line(off)
+		lastLine := lineEnd == len(s)
+		c, err := parseCall(s, off+at)
+		next := lineEnd + 1
+		if err == nil {
+			// The call may span lines (a long prompt); skip what follows
+			// it on its last line (a comment).
+			next = len(s) + 1
+			if nl := strings.IndexByte(s[c.end:], '\n'); nl >= 0 {
+				next = c.end + nl + 1
+			}
+		} else {
+			var note string
+			c, note, ok, err = callRegion(line[at:])
+			_ = note
+			if !ok {
+				if errors.Is(err, errEOF) && lastLine || errors.Is(err, errEOF) && strings.TrimSpace(s[lineEnd:]) == "" {
+					p.cut = fmt.Sprintf("inside step %s", id)
+					break
+				}
+				if lastLine && !strings.HasSuffix(strings.TrimSpace(line), ")") {
+					p.cut = fmt.Sprintf("inside step %s", id)
+					break
+				}
+				return p, &Error{Kind: ErrSyntax, Line: lineNo, Node: id, Message: fmt.Sprintf(
+					"line %d: step %s is not a well-formed call such as search(\"…\"): %s", lineNo, id, describe(line[at:]))}
+			}
+		}
+		off = next
+		if strings.EqualFold(c.tool, "join") || strings.EqualFold(c.tool, "finish") {
+			break
+		}
+		n := rawNode{line: lineNo, Node: Node{ID: id, Tool: c.tool, Args: c.args, Description: thought}}
+		thought = ""
+		p.nodes = append(p.nodes, n)
+	}
+	ids := make(map[string]bool, len(p.nodes))
+	for _, n := range p.nodes {
+		ids[n.ID] = true
+	}
+	for i := range p.nodes {
+		n := &p.nodes[i]
+		for _, name := range n.Placeholders() {
+			if ids[name] {
+				n.Deps = append(n.Deps, name)
+			}
+		}
+	}
+	if len(p.nodes) == 0 && p.cut == "" {
+		return p, errorf(ErrSyntax, `expected numbered calls such as 1. search("…"), but there are none`)
+	}
+	return p, nil
+}
+
+// numberedLine recognises "1. search(…)", "2) math(…)", "**3.** join()"
+// and returns the number and the offset of the call in line.
+func numberedLine(line string) (id string, at int, ok bool) {
+	i := 0
+	for i < len(line) && (line[i] == ' ' || line[i] == '\t' || line[i] == '*') {
+		i++
+	}
+	j := digitsEnd(line, i)
+	if j == i || j-i > 6 || j >= len(line) {
+		return "", 0, false
+	}
+	switch line[j] {
+	case '.', ')', ':':
+	default:
+		return "", 0, false
+	}
+	id = strings.TrimLeft(line[i:j], "0")
+	if id == "" {
+		id = "0"
+	}
+	k := j + 1
+	for k < len(line) && (line[k] == ' ' || line[k] == '\t' || line[k] == '*') {
+		k++
+	}
+	e := identAt(line, k)
+	if e == k || e >= len(line) || line[e] != '(' {
+		return "", 0, false
+	}
+	return id, k, true
+}

@@ -1,0 +1,320 @@
+package plan
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// notToolTags are tags that never name a tool after a task list, even when
+// any tool is accepted.
+var notToolTags = map[string]bool{
+	"plan": true, "answer": true, "think": true, "graph": true, "node": true,
+	"observation": true, "result": true, "reflection": true, "thought": true,
+	"b": true, "i": true, "u": true, "em": true, "strong": true, "code": true,
+	"pre": true, "p": true, "br": true, "sup": true, "sub": true, "span": true,
+	"div": true, "li": true, "ul": true, "ol": true, "table": true, "tr": true, "td": true,
+}
+
+// parseTaskList reads a task list and the tool tags after it:
+//
+//	<plan>
+//	T1: Find the capital of France
+//	- Dependencies: none
+//	T2: Find the population of the city found in T1
+//	- Dependencies: T1
+//	</plan>
+//	<search>capital of France|population of {T1}</search>
+//
+// Tool calls go, in order, to the tasks that do not name their own tool; a
+// task left without a call runs DefaultTool on its description.
+func parseTaskList(d *doc, o *Options) (parsed, *Error) {
+	p := parsed{format: FormatTaskList}
+	start, end, after := 0, len(d.text), 0
+	if i := tagIndex(d, "plan", 0); i >= 0 {
+		gt := strings.IndexByte(d.text[i:], '>')
+		if gt < 0 {
+			p.cut = "inside the <plan> tag"
+			return p, nil
+		}
+		start = i + gt + 1
+		if c := d.index("</plan>", start); c >= 0 {
+			end, after = c, c+len("</plan>")
+		} else {
+			// Cut off inside the plan: the last line may be incomplete.
+			p.cut = "inside <plan>"
+			if !strings.HasSuffix(d.text, "\n") {
+				if nl := strings.LastIndexByte(d.text[start:], '\n'); nl >= 0 {
+					end = start + nl
+				} else {
+					end = start
+				}
+			}
+			after = len(d.text)
+		}
+	}
+	var cur *rawNode
+	sawDeps := map[int]bool{}
+	inline := map[int]bool{} // tasks that name their own tool
+	for off := start; off < end; {
+		nl := strings.IndexByte(d.text[off:end], '\n')
+		lineEnd := end
+		if nl >= 0 {
+			lineEnd = off + nl
+		}
+		line := d.text[off:lineEnd]
+		lineNo := d.line(off)
+		off = lineEnd + 1
+		if id, rest, ok := taskLine(line); ok {
+			p.nodes = append(p.nodes, rawNode{line: lineNo, Node: Node{ID: id, Args: map[string]any{}}})
+			cur = &p.nodes[len(p.nodes)-1]
+			desc, deps, hasDeps := splitDeps(rest)
+			if hasDeps {
+				cur.Deps, sawDeps[len(p.nodes)-1] = taskDeps(deps), true
+			}
+			desc = strings.TrimSpace(strings.Trim(desc, "*_ "))
+			if c, note, ok, _ := callRegion(desc); ok {
+				cur.Tool, cur.Args, cur.Description = c.tool, c.args, note
+				inline[len(p.nodes)-1] = true
+			} else {
+				cur.Description = desc
+			}
+			continue
+		}
+		if cur == nil {
+			continue
+		}
+		field := strings.TrimSpace(strings.TrimLeft(line, " \t-*+•>"))
+		if field == "" {
+			continue
+		}
+		if _, deps, ok := splitDeps(field); ok {
+			cur.Deps, sawDeps[len(p.nodes)-1] = taskDeps(deps), true
+			continue
+		}
+		if k, v, ok := keyValue(field); ok {
+			switch k {
+			case "tool", "action":
+				if c, _, ok, _ := callRegion(v); ok {
+					cur.Tool, cur.Args = c.tool, c.args
+				} else {
+					cur.Tool = strings.Trim(v, "`*\"' ")
+				}
+				inline[len(p.nodes)-1] = true
+				continue
+			case "input", "query", "args", "arguments":
+				cur.Args["input"] = strings.Trim(v, "`\"")
+				continue
+			}
+		}
+		if !sawDeps[len(p.nodes)-1] && !inline[len(p.nodes)-1] {
+			cur.Description = strings.TrimSpace(cur.Description + " " + field)
+		}
+	}
+	if p.cut != "" && len(p.nodes) > 0 && !sawDeps[len(p.nodes)-1] {
+		// The last task's dependency line never came: it is incomplete.
+		p.nodes = p.nodes[:len(p.nodes)-1]
+	}
+	if len(p.nodes) == 0 && p.cut == "" && start == 0 {
+		return p, errorf(ErrSyntax, "expected a task list such as \"T1: … - Dependencies: none\", but there is none")
+	}
+	calls, cut, err := toolTags(d, after, o)
+	if err != nil {
+		return p, err
+	}
+	if cut != "" && p.cut == "" {
+		p.cut = cut
+	}
+	k := 0
+	for i := range p.nodes {
+		n := &p.nodes[i]
+		if inline[i] {
+			if len(n.Args) == 0 && n.Description != "" {
+				n.Args["input"] = n.Description
+			}
+			continue
+		}
+		if k < len(calls) {
+			n.Tool = calls[k].tool
+			n.Args["input"] = calls[k].input
+			k++
+			continue
+		}
+		n.Tool = o.DefaultTool
+		if _, ok := n.Args["input"]; !ok {
+			n.Args["input"] = n.Description
+		}
+	}
+	if k < len(calls) && cut == "" {
+		return p, &Error{Kind: ErrSyntax, Line: calls[k].line, Message: fmt.Sprintf(
+			"there are %d tool calls after the plan but only %d tasks without their own tool; the extra call is <%s>%s</%s>",
+			len(calls), k, calls[k].tool, calls[k].input, calls[k].tool)}
+	}
+	return p, nil
+}
+
+type tagCall struct {
+	tool, input string
+	line        int
+}
+
+// toolTags collects the calls in tool tags <tool>q1|q2</tool> at or after
+// from. A tag cut off by the end of the output is reported in cut.
+func toolTags(d *doc, from int, o *Options) (calls []tagCall, cut string, err *Error) {
+	s := d.text
+	// closeAt memoizes the next closing tag of each name so that many
+	// unclosed tags cost one scan each, not one scan per tag.
+	closeAt := map[string]int{}
+	lastTag := strings.LastIndexByte(s, '<')
+	for i := from; i < len(s); i++ {
+		if s[i] != '<' {
+			continue
+		}
+		j := identAt(s, i+1)
+		if j == i+1 || j >= len(s) || s[j] != '>' {
+			continue
+		}
+		name := s[i+1 : j]
+		lname := asciiLower(name)
+		if notToolTags[lname] {
+			continue
+		}
+		closeTag := "</" + lname + ">"
+		c, known := closeAt[lname]
+		if !known || c >= 0 && c < j+1 {
+			c = d.index(closeTag, j+1)
+			closeAt[lname] = c
+		}
+		if c < 0 {
+			if lastTag < j+1 {
+				// Cut off in the tag's content, or a stop string ate the
+				// closing tag: keep the complete queries, drop the last.
+				tool, ok := tagTool(name, o)
+				if !ok {
+					continue
+				}
+				parts := strings.Split(s[j+1:], "|")
+				for _, q := range parts[:len(parts)-1] {
+					if q = strings.TrimSpace(q); q != "" {
+						calls = append(calls, tagCall{tool: tool, input: q, line: d.line(i)})
+					}
+				}
+				return calls, fmt.Sprintf("inside <%s>", name), nil
+			}
+			continue
+		}
+		tool, ok := tagTool(name, o)
+		if !ok {
+			return nil, "", &Error{Kind: ErrUnknownTool, Line: d.line(i), Message: fmt.Sprintf(
+				"<%s> after the plan is not a known tool; the tools are: %s", name, strings.Join(o.Tools, ", "))}
+		}
+		for _, q := range strings.Split(s[j+1:c], "|") {
+			if q = strings.TrimSpace(q); q != "" {
+				calls = append(calls, tagCall{tool: tool, input: q, line: d.line(i)})
+			}
+		}
+		i = c + len(closeTag) - 1
+	}
+	return calls, "", nil
+}
+
+func tagTool(name string, o *Options) (string, bool) {
+	if len(o.Tools) == 0 {
+		return name, true
+	}
+	return knownTool(o.Tools, name)
+}
+
+// taskLine recognises "T1: …", "**T1.** …", "- Task 1: …" and returns the
+// id (T1) and the rest of the line.
+func taskLine(line string) (id, rest string, ok bool) {
+	s := strings.TrimLeft(line, " \t-*+#>•")
+	if len(s) < 2 || s[0] != 'T' && s[0] != 't' {
+		return "", "", false
+	}
+	j := 1
+	if len(s) >= 4 && strings.EqualFold(s[:4], "task") {
+		j = 4
+		for j < len(s) && (s[j] == ' ' || s[j] == '#') {
+			j++
+		}
+	}
+	k := digitsEnd(s, j)
+	if k == j || k-j > 6 {
+		return "", "", false
+	}
+	id = "T" + s[j:k]
+	r := strings.TrimLeft(s[k:], "*_")
+	r = strings.TrimLeft(r, " \t")
+	if r == "" {
+		return "", "", false
+	}
+	switch r[0] {
+	case ':', '.', ')':
+		r = r[1:]
+	default:
+		if strings.HasPrefix(r, "- ") || strings.HasPrefix(r, "– ") || strings.HasPrefix(r, "— ") {
+			_, n := firstRune(r)
+			r = r[n:]
+		} else {
+			return "", "", false
+		}
+	}
+	return id, strings.TrimLeft(strings.TrimSpace(r), "*_ "), true
+}
+
+func firstRune(s string) (rune, int) { return utf8.DecodeRuneInString(s) }
+
+// taskDeps extracts the task ids (T1, Task 2) from a dependency list such
+// as "T1, T2", "T1 and T2", "[T1]" or "none"; other words are ignored.
+func taskDeps(s string) []string {
+	var out []string
+	for i := 0; i < len(s); i++ {
+		if s[i] != 'T' && s[i] != 't' || i > 0 && isIdent(s[i-1]) {
+			continue
+		}
+		j := i + 1
+		if i+4 <= len(s) && strings.EqualFold(s[i:i+4], "task") {
+			j = i + 4
+			for j < len(s) && (s[j] == ' ' || s[j] == '#') {
+				j++
+			}
+		}
+		k := digitsEnd(s, j)
+		if k == j || k < len(s) && isIdentStart(s[k]) {
+			continue
+		}
+		out = append(out, "T"+s[j:k])
+		i = k - 1
+	}
+	return dedupe(out)
+}
+
+// depKeys introduce a dependency list, lowered.
+var depKeys = []string{"dependencies:", "dependency:", "depends on:", "depends on", "dependencies -", "deps:", "dependencies", "requires:"}
+
+// splitDeps splits "Find X - Dependencies: T1" into the description and
+// the dependency list.
+func splitDeps(s string) (desc, deps string, ok bool) {
+	ls := asciiLower(s)
+	for _, k := range depKeys {
+		if i := strings.Index(ls, k); i >= 0 {
+			desc = strings.TrimRight(s[:i], " \t-–—,;([*_")
+			deps = strings.TrimSpace(s[i+len(k):])
+			deps = strings.TrimLeft(deps, ":*_ ")
+			deps = strings.TrimRight(deps, ")]*_. ")
+			return desc, deps, true
+		}
+	}
+	return s, "", false
+}
+
+// keyValue splits "Tool: search" into a lowered key and its value.
+func keyValue(s string) (key, value string, ok bool) {
+	i := strings.IndexByte(s, ':')
+	if i <= 0 || i > 20 {
+		return "", "", false
+	}
+	key = asciiLower(strings.Trim(s[:i], "*_ "))
+	return key, strings.TrimSpace(strings.Trim(s[i+1:], "*_ ")), true
+}

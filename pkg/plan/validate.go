@@ -1,0 +1,193 @@
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/planact/planact/pkg/dag"
+)
+
+// maxIDLen bounds node ids: they become NATS subject tokens.
+const maxIDLen = 64
+
+// validate checks a parsed plan against the rules of DESIGN §4 and the
+// limits in o. It fills in default tools and canonical tool spellings.
+func validate(nodes []rawNode, o *Options) *Error {
+	if len(nodes) == 0 {
+		return errorf(ErrEmpty, "the plan has no nodes; write at least one step")
+	}
+	if len(nodes) > o.MaxNodes {
+		return errorf(ErrTooManyNodes, "the plan has %d nodes; the limit is %d, so plan fewer steps at a time", len(nodes), o.MaxNodes)
+	}
+	at := func(e *Error, n rawNode) *Error {
+		e.Node, e.Line = n.ID, n.line
+		return e
+	}
+	seen := make(map[string]int, len(nodes))
+	for i, n := range nodes {
+		if n.ID == "" {
+			e := errorf(ErrSyntax, "step %d has no id; give every step an id", i+1)
+			e.Line = n.line
+			return e
+		}
+		if !validID(n.ID) {
+			return at(errorf(ErrSyntax, "node id %q is not allowed; use at most %d letters, digits, '_' and '-'", n.ID, maxIDLen), n)
+		}
+		if j, dup := seen[n.ID]; dup {
+			return at(errorf(ErrDuplicateID, "node id %s is used by two nodes (steps %d and %d); give every node its own id", n.ID, j+1, i+1), n)
+		}
+		seen[n.ID] = i
+	}
+	ids := make([]string, len(nodes))
+	deps := make(map[string][]string, len(nodes))
+	for i, n := range nodes {
+		ids[i] = n.ID
+		deps[n.ID] = n.Deps
+		for _, d := range n.Deps {
+			if _, ok := seen[d]; !ok {
+				return at(errorf(ErrUnknownDependency, "node %s depends on %s, which is not a node of the plan", n.ID, d), n)
+			}
+		}
+	}
+	if c := dag.FindCycle(ids, deps); c != nil {
+		e := at(errorf(ErrCycle, "plan has a cycle: %s; no node may depend on itself, directly or through others", strings.Join(c, " -> ")), nodes[seen[c[0]]])
+		e.Cycle = c
+		return e
+	}
+	if depth, _ := dag.Depth(ids, deps); depth > o.MaxDepth {
+		path, _ := dag.CriticalPath(ids, deps, nil)
+		return errorf(ErrTooDeep, "the plan's longest chain of dependencies has %d nodes (%s); the limit is %d, so run more steps in parallel or plan fewer at a time",
+			depth, strings.Join(path, " -> "), o.MaxDepth)
+	}
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Tool == "" {
+			n.Tool = o.DefaultTool
+		}
+		if len(o.Tools) > 0 && n.Tool != o.DefaultTool {
+			canon, ok := knownTool(o.Tools, n.Tool)
+			if !ok {
+				return at(errorf(ErrUnknownTool, "node %s uses the unknown tool %q; the tools are: %s", n.ID, n.Tool, strings.Join(o.Tools, ", ")), *n)
+			}
+			n.Tool = canon
+		}
+		for _, k := range sortedKeys(n.Args) {
+			if size := argSize(n.Args[k]); size > o.MaxArgBytes {
+				return at(errorf(ErrArgumentTooLarge, "node %s: argument %q is %d bytes; the limit is %d", n.ID, k, size, o.MaxArgBytes), *n)
+			}
+		}
+	}
+	for _, n := range nodes {
+		var bad *Error
+		refs(n.Args, func(name, lit string) bool {
+			if _, isNode := seen[name]; !isNode || contains(n.Deps, name) {
+				return true
+			}
+			if name == n.ID {
+				bad = errorf(ErrBadPlaceholder, "node %s refers to its own output with %s; a node can only use the outputs of its dependencies", n.ID, lit)
+			} else {
+				bad = errorf(ErrBadPlaceholder, "node %s uses %s, but %s is not one of its dependencies; add %s to its dependencies or remove %s",
+					n.ID, lit, name, name, lit)
+			}
+			return false
+		})
+		if bad != nil {
+			return at(bad, n)
+		}
+	}
+	return nil
+}
+
+func validID(id string) bool {
+	if len(id) > maxIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !(c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// knownTool matches a tool name exactly, else ignoring case, and returns
+// the configured spelling.
+func knownTool(tools []string, name string) (string, bool) {
+	for _, t := range tools {
+		if t == name {
+			return t, true
+		}
+	}
+	for _, t := range tools {
+		if strings.EqualFold(t, name) {
+			return t, true
+		}
+	}
+	return "", false
+}
+
+// argSize is the size of an argument value: its length for a string, its
+// JSON encoding otherwise.
+func argSize(v any) int {
+	if s, ok := v.(string); ok {
+		return len(s)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0
+	}
+	return len(b)
+}
+
+// refs calls fn with the name and literal text of every placeholder in the
+// strings of v (maps in key order) until fn returns false.
+func refs(v any, fn func(name, lit string) bool) bool {
+	switch v := v.(type) {
+	case string:
+		for i := 0; i < len(v); i++ {
+			if v[i] != '{' && v[i] != '$' {
+				continue
+			}
+			name, n := placeholderAt(v, i)
+			if n == 0 {
+				continue
+			}
+			if !fn(name, v[i:i+n]) {
+				return false
+			}
+			i += n - 1
+		}
+	case []any:
+		for _, x := range v {
+			if !refs(x, fn) {
+				return false
+			}
+		}
+	case map[string]any:
+		for _, k := range sortedKeys(v) {
+			if !refs(v[k], fn) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// dedupe removes repeated and empty ids, keeping the first occurrence.
+func dedupe(ids []string) []string {
+	out := ids[:0]
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if id != "" && !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// describe shortens a fragment of output for an error message.
+func describe(s string) string {
+	return fmt.Sprintf("%q", shorten(s, 60))
+}
