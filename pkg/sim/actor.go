@@ -1,0 +1,34 @@
+package sim
+
+import (
+	"regexp"
+	"strings"
+)
+
+// The simulated actor's prompt contract: lines "Tool: <tool>" and
+// "Input: <text>". It answers with the fact World.Lookup finds for the input,
+// or "unknown", followed by EOS.
+var (
+	inputLineRe = regexp.MustCompile(`(?m)^[ \t]*Input:[ \t]*(.*?)[ \t]*$`)
+)
+
+// actorOutput answers a lookup, wrongly when the error rate or a
+// FaultActorWrong marker says so.
+func (e *Engine) actorOutput(prompt string, fires func(string) bool) string {
+	input := ""
+	if m := inputLineRe.FindStringSubmatch(prompt); m != nil {
+		input = m[1]
+	} else {
+		// No Input line: take the last non-empty line of the prompt.
+		lines := strings.Split(strings.TrimSpace(prompt), "\n")
+		input = lines[len(lines)-1]
+	}
+	q := stripMarkers(input)
+	if fires("actor-wrong") || roll(e.cfg.ActorErrorRate, e.cfg.Seed, "actor-wrong", normQuery(q)) {
+		return e.world.wrongLookup(q, hash64(e.cfg.Seed, "wrong", normQuery(q)))
+	}
+	if v, ok := e.world.Lookup(q); ok {
+		return v
+	}
+	return "unknown"
+}

@@ -1,0 +1,621 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/planact/planact/pkg/reward"
+)
+
+type httpMux = *http.ServeMux
+
+// maxModelLen is what /tokenize reports as the context length.
+const maxModelLen = 32768
+
+func (e *Engine) routes() *http.ServeMux {
+	m := http.NewServeMux()
+	// SGLang native API.
+	m.HandleFunc("POST /generate", e.handleGenerate)
+	m.HandleFunc("POST /tokenize", e.handleTokenize)
+	m.HandleFunc("POST /detokenize", e.handleDetokenize)
+	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
+	m.HandleFunc("GET /health_generate", func(w http.ResponseWriter, r *http.Request) {})
+	m.HandleFunc("GET /get_model_info", e.handleModelInfo)
+	m.HandleFunc("POST /update_weight_version", e.handleUpdateWeightVersion)
+	// OpenAI-compatible API.
+	m.HandleFunc("POST /v1/completions", e.handleCompletions)
+	m.HandleFunc("POST /v1/chat/completions", e.handleChat)
+	m.HandleFunc("GET /v1/models", e.handleModels)
+	m.HandleFunc("POST /v1/tokenize", e.handleTokenize)
+	// Reward server.
+	m.HandleFunc("POST /reward", e.handleReward)
+	return m
+}
+
+// ServeHTTP serves the simulated engine's endpoints.
+func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) { e.mux.ServeHTTP(w, r) }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"object": "error", "error": map[string]any{"message": msg, "code": status}, "message": msg})
+}
+
+// writeGenError replies to a failed generation.
+func writeGenError(w http.ResponseWriter, r *http.Request, err error) {
+	var bad errBadInput
+	switch {
+	case errors.As(err, &bad):
+		writeError(w, http.StatusBadRequest, bad.msg)
+	case errors.Is(err, errInjected):
+		writeError(w, http.StatusInternalServerError, err.Error())
+	case r.Context().Err() != nil:
+		// The client is gone; nobody reads this.
+		writeError(w, 499, "client closed request")
+	default:
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<20))
+	if err := dec.Decode(v); err != nil {
+		return errBadInput{"invalid JSON body: " + err.Error()}
+	}
+	return nil
+}
+
+// stopList reads a stop parameter: a string or a list of strings.
+type stopList []string
+
+func (s *stopList) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*s = []string{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return err
+	}
+	*s = many
+	return nil
+}
+
+func promptFromIDs(ids []int) (genInput, error) {
+	text, err := Decode(ids)
+	if err != nil {
+		return genInput{}, errBadInput{err.Error()}
+	}
+	return genInput{ids: ids, prompt: text}, nil
+}
+
+func promptFromText(text string) genInput {
+	return genInput{ids: Encode(text), prompt: text}
+}
+
+// ---- SGLang native ----
+
+type sglGenerateReq struct {
+	Text           *string         `json:"text"`
+	InputIDs       json.RawMessage `json:"input_ids"`
+	SamplingParams struct {
+		MaxNewTokens *int     `json:"max_new_tokens"`
+		Stop         stopList `json:"stop"`
+	} `json:"sampling_params"`
+	ReturnLogprob bool   `json:"return_logprob"`
+	Stream        bool   `json:"stream"`
+	RID           string `json:"rid"`
+}
+
+func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request) {
+	var req sglGenerateReq
+	if err := decodeBody(r, &req); err != nil {
+		writeGenError(w, r, err)
+		return
+	}
+	var in genInput
+	switch {
+	case len(req.InputIDs) > 0 && string(req.InputIDs) != "null":
+		var ids []int
+		if err := json.Unmarshal(req.InputIDs, &ids); err != nil {
+			writeError(w, http.StatusBadRequest, "input_ids: the simulator serves one prompt per request: "+err.Error())
+			return
+		}
+		var err error
+		if in, err = promptFromIDs(ids); err != nil {
+			writeGenError(w, r, err)
+			return
+		}
+	case req.Text != nil:
+		in = promptFromText(*req.Text)
+	default:
+		writeError(w, http.StatusBadRequest, "either text or input_ids should be provided")
+		return
+	}
+	if req.SamplingParams.MaxNewTokens != nil {
+		in.maxNew = *req.SamplingParams.MaxNewTokens
+		if in.maxNew <= 0 {
+			in.maxNew = -1 // an explicit zero
+		}
+	}
+	in.stop = req.SamplingParams.Stop
+	rid := req.RID
+	if rid == "" {
+		rid = fmt.Sprintf("sim-%x", hash64(time.Now().UnixNano(), in.prompt))
+	}
+	if !req.Stream {
+		out, err := e.generate(r.Context(), in, nil)
+		if err != nil {
+			writeGenError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, sglReply(rid, out, len(out.ids), true, req.ReturnLogprob))
+		return
+	}
+	sse := newSSE(w)
+	out, err := e.generate(r.Context(), in, func(out *genOutput, n int) error {
+		return sse.send(sglReply(rid, out, n, false, req.ReturnLogprob))
+	})
+	if err != nil {
+		if !sse.started {
+			writeGenError(w, r, err)
+			return
+		}
+		_ = sse.send(map[string]any{"error": map[string]any{"message": err.Error()}})
+		sse.done()
+		return
+	}
+	_ = sse.send(sglReply(rid, out, len(out.ids), true, req.ReturnLogprob))
+	sse.done()
+}
+
+// sglReply is SGLang's /generate reply after n output tokens; text, ids and
+// log-probs are cumulative, as SGLang streams them by default.
+func sglReply(rid string, out *genOutput, n int, final bool, logprobs bool) map[string]any {
+	var finish any
+	if final {
+		fr := map[string]any{"type": out.finish}
+		switch out.finish {
+		case "length":
+			fr["length"] = len(out.ids)
+		default:
+			fr["matched"] = out.matched
+		}
+		finish = fr
+	}
+	meta := map[string]any{
+		"id":                rid,
+		"finish_reason":     finish,
+		"prompt_tokens":     out.promptTokens,
+		"completion_tokens": n,
+		"cached_tokens":     0,
+		"weight_version":    out.weightVersion,
+	}
+	if logprobs {
+		lps := make([][3]any, n)
+		for i := range n {
+			lps[i] = [3]any{out.logprobs[i], out.ids[i], nil}
+		}
+		meta["output_token_logprobs"] = lps
+		meta["input_token_logprobs"] = [][3]any{}
+	}
+	return map[string]any{"text": out.textAt(n), "output_ids": out.ids[:n], "meta_info": meta}
+}
+
+func (e *Engine) handleTokenize(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Prompt           *string `json:"prompt"`
+		AddSpecialTokens *bool   `json:"add_special_tokens"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeGenError(w, r, err)
+		return
+	}
+	if req.Prompt == nil {
+		writeError(w, http.StatusBadRequest, `"prompt" is required`)
+		return
+	}
+	ids := Encode(*req.Prompt)
+	if req.AddSpecialTokens == nil || *req.AddSpecialTokens {
+		ids = append([]int{BOSID}, ids...)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tokens": ids, "count": len(ids), "max_model_len": maxModelLen})
+}
+
+func (e *Engine) handleDetokenize(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Tokens []int `json:"tokens"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeGenError(w, r, err)
+		return
+	}
+	text, err := Decode(req.Tokens)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"text": text})
+}
+
+func (e *Engine) handleModelInfo(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"model_path":     e.cfg.Model,
+		"tokenizer_path": "sim-bytes",
+		"is_generation":  true,
+		"weight_version": e.WeightVersion(),
+		"role":           e.cfg.Role,
+	})
+}
+
+func (e *Engine) handleUpdateWeightVersion(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		NewVersion string `json:"new_version"`
+	}
+	if err := decodeBody(r, &req); err != nil || req.NewVersion == "" {
+		writeError(w, http.StatusBadRequest, `"new_version" is required`)
+		return
+	}
+	e.SetWeightVersion(req.NewVersion)
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "message": "updated", "weight_version": req.NewVersion})
+}
+
+// ---- OpenAI-compatible ----
+
+type oaiCommon struct {
+	Model               string   `json:"model"`
+	MaxTokens           *int     `json:"max_tokens"`
+	MaxCompletionTokens *int     `json:"max_completion_tokens"`
+	Stop                stopList `json:"stop"`
+	Stream              bool     `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
+	ReturnTokenIDs         bool `json:"return_token_ids"`
+}
+
+func (c *oaiCommon) apply(in *genInput) {
+	switch {
+	case c.MaxCompletionTokens != nil:
+		in.maxNew = *c.MaxCompletionTokens
+	case c.MaxTokens != nil:
+		in.maxNew = *c.MaxTokens
+	}
+	if in.maxNew <= 0 && (c.MaxTokens != nil || c.MaxCompletionTokens != nil) {
+		in.maxNew = -1 // an explicit zero
+	}
+	in.stop = c.Stop
+}
+
+func (e *Engine) tokenString(id int, asIDs bool) string {
+	if asIDs {
+		return fmt.Sprintf("token_id:%d", id)
+	}
+	return tokenText(id)
+}
+
+func usage(out *genOutput) map[string]any {
+	return map[string]any{"prompt_tokens": out.promptTokens, "completion_tokens": len(out.ids),
+		"total_tokens": out.promptTokens + len(out.ids)}
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		oaiCommon
+		Prompt   json.RawMessage `json:"prompt"`
+		Logprobs *int            `json:"logprobs"`
+		Echo     bool            `json:"echo"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeGenError(w, r, err)
+		return
+	}
+	in, err := completionPrompt(req.Prompt)
+	if err != nil {
+		writeGenError(w, r, err)
+		return
+	}
+	req.apply(&in)
+	id := fmt.Sprintf("cmpl-%x", hash64(time.Now().UnixNano(), in.prompt))
+	model := cmpOr(req.Model, e.cfg.Model)
+	// choice renders tokens [from, to) of the output.
+	choice := func(out *genOutput, from, to int, finish string) map[string]any {
+		ch := map[string]any{"index": 0, "text": out.textAt(to)[len(out.textAt(from)):], "finish_reason": nullable(finish)}
+		if req.Logprobs != nil {
+			toks := make([]string, 0, to-from)
+			top := make([]map[string]float64, 0, to-from)
+			for i := from; i < to; i++ {
+				t := e.tokenString(out.ids[i], req.ReturnTokensAsTokenIDs)
+				toks = append(toks, t)
+				top = append(top, map[string]float64{t: out.logprobs[i]})
+			}
+			offsets := make([]int, len(toks))
+			ch["logprobs"] = map[string]any{"tokens": toks, "token_logprobs": out.logprobs[from:to],
+				"top_logprobs": top, "text_offset": offsets}
+		} else {
+			ch["logprobs"] = nil
+		}
+		if req.ReturnTokenIDs {
+			ch["token_ids"] = out.ids[from:to]
+			if from == 0 {
+				ch["prompt_token_ids"] = in.ids
+			}
+		}
+		return ch
+	}
+	envelope := func(out *genOutput, choices []any) map[string]any {
+		return map[string]any{"id": id, "object": "text_completion", "created": time.Now().Unix(), "model": model,
+			"choices": choices, "metadata": map[string]any{"weight_version": out.weightVersion}}
+	}
+	if !req.Stream {
+		out, err := e.generate(r.Context(), in, nil)
+		if err != nil {
+			writeGenError(w, r, err)
+			return
+		}
+		body := envelope(out, []any{choice(out, 0, len(out.ids), out.finish)})
+		body["usage"] = usage(out)
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
+	sse := newSSE(w)
+	sent := 0
+	out, err := e.generate(r.Context(), in, func(out *genOutput, n int) error {
+		ch := choice(out, sent, n, "")
+		sent = n
+		return sse.send(envelope(out, []any{ch}))
+	})
+	if err != nil {
+		if !sse.started {
+			writeGenError(w, r, err)
+			return
+		}
+		_ = sse.send(map[string]any{"error": map[string]any{"message": err.Error()}})
+		sse.done()
+		return
+	}
+	_ = sse.send(envelope(out, []any{choice(out, sent, len(out.ids), out.finish)}))
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		body := envelope(out, []any{})
+		body["usage"] = usage(out)
+		_ = sse.send(body)
+	}
+	sse.done()
+}
+
+// completionPrompt reads a completions prompt: a string, token ids, or a
+// batch of one of either.
+func completionPrompt(raw json.RawMessage) (genInput, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return promptFromText(s), nil
+	}
+	var ids []int
+	if err := json.Unmarshal(raw, &ids); err == nil && len(ids) > 0 {
+		return promptFromIDs(ids)
+	}
+	var ss []string
+	if err := json.Unmarshal(raw, &ss); err == nil && len(ss) == 1 {
+		return promptFromText(ss[0]), nil
+	}
+	var idss [][]int
+	if err := json.Unmarshal(raw, &idss); err == nil && len(idss) == 1 {
+		return promptFromIDs(idss[0])
+	}
+	return genInput{}, errBadInput{"prompt must be a string, a list of token ids, or a batch of one"}
+}
+
+// chatTemplate is the simulator's chat template: one "<|role|>\ncontent\n"
+// block per message, then "<|assistant|>\n".
+func chatTemplate(msgs []chatMessage) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		fmt.Fprintf(&b, "<|%s|>\n%s\n", m.Role, m.text())
+	}
+	b.WriteString("<|assistant|>\n")
+	return b.String()
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+func (m chatMessage) text() string {
+	var s string
+	if err := json.Unmarshal(m.Content, &s); err == nil {
+		return s
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(m.Content, &parts)
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(p.Text)
+	}
+	return b.String()
+}
+
+func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		oaiCommon
+		Messages []chatMessage `json:"messages"`
+		Logprobs bool          `json:"logprobs"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeGenError(w, r, err)
+		return
+	}
+	if len(req.Messages) == 0 {
+		writeError(w, http.StatusBadRequest, "messages must not be empty")
+		return
+	}
+	in := promptFromText(chatTemplate(req.Messages))
+	req.apply(&in)
+	id := fmt.Sprintf("chatcmpl-%x", hash64(time.Now().UnixNano(), in.prompt))
+	model := cmpOr(req.Model, e.cfg.Model)
+	logprobs := func(out *genOutput, from, to int) any {
+		if !req.Logprobs {
+			return nil
+		}
+		content := make([]map[string]any, 0, to-from)
+		for i := from; i < to; i++ {
+			t := e.tokenString(out.ids[i], req.ReturnTokensAsTokenIDs)
+			content = append(content, map[string]any{"token": t, "logprob": out.logprobs[i],
+				"bytes": []byte(tokenText(out.ids[i])), "top_logprobs": []any{}})
+		}
+		return map[string]any{"content": content}
+	}
+	envelope := func(out *genOutput, object string, choices []any) map[string]any {
+		return map[string]any{"id": id, "object": object, "created": time.Now().Unix(), "model": model,
+			"choices": choices, "metadata": map[string]any{"weight_version": out.weightVersion}}
+	}
+	if !req.Stream {
+		out, err := e.generate(r.Context(), in, nil)
+		if err != nil {
+			writeGenError(w, r, err)
+			return
+		}
+		ch := map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": out.text},
+			"logprobs": logprobs(out, 0, len(out.ids)), "finish_reason": out.finish}
+		if req.ReturnTokenIDs {
+			ch["token_ids"] = out.ids
+			ch["prompt_token_ids"] = in.ids
+		}
+		body := envelope(out, "chat.completion", []any{ch})
+		body["usage"] = usage(out)
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
+	sse := newSSE(w)
+	sent := 0
+	delta := func(out *genOutput, to int, finish string) map[string]any {
+		d := map[string]any{"content": out.textAt(to)[len(out.textAt(sent)):]}
+		if sent == 0 {
+			d["role"] = "assistant"
+		}
+		ch := map[string]any{"index": 0, "delta": d, "logprobs": logprobs(out, sent, to), "finish_reason": nullable(finish)}
+		if req.ReturnTokenIDs {
+			ch["token_ids"] = out.ids[sent:to]
+		}
+		sent = to
+		return envelope(out, "chat.completion.chunk", []any{ch})
+	}
+	out, err := e.generate(r.Context(), in, func(out *genOutput, n int) error {
+		return sse.send(delta(out, n, ""))
+	})
+	if err != nil {
+		if !sse.started {
+			writeGenError(w, r, err)
+			return
+		}
+		_ = sse.send(map[string]any{"error": map[string]any{"message": err.Error()}})
+		sse.done()
+		return
+	}
+	_ = sse.send(delta(out, len(out.ids), out.finish))
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		body := envelope(out, "chat.completion.chunk", []any{})
+		body["usage"] = usage(out)
+		_ = sse.send(body)
+	}
+	sse.done()
+}
+
+func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{
+		map[string]any{"id": e.cfg.Model, "object": "model", "owned_by": "planact-sim", "max_model_len": maxModelLen},
+	}})
+}
+
+// ---- reward ----
+
+var answerTagRe = regexp.MustCompile(`(?s)<answer>(.*?)</answer>`)
+
+// handleReward scores {prompt, response, label}: the F1 of the response's
+// <answer> (or the whole response) against the label.
+func (e *Engine) handleReward(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Prompt   string `json:"prompt"`
+		Response string `json:"response"`
+		Label    string `json:"label"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeGenError(w, r, err)
+		return
+	}
+	resp := req.Response
+	if m := answerTagRe.FindAllStringSubmatch(resp, -1); m != nil {
+		resp = m[len(m)-1][1]
+	}
+	writeJSON(w, http.StatusOK, reward.F1(resp, req.Label))
+}
+
+// ---- server-sent events ----
+
+type sseWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool
+}
+
+func newSSE(w http.ResponseWriter) *sseWriter {
+	return &sseWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+func (s *sseWriter) start() {
+	if !s.started {
+		s.w.Header().Set("Content-Type", "text/event-stream")
+		s.w.Header().Set("Cache-Control", "no-cache")
+		s.w.WriteHeader(http.StatusOK)
+		s.started = true
+	}
+}
+
+func (s *sseWriter) send(v any) error {
+	s.start()
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", data); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+func (s *sseWriter) done() {
+	s.start()
+	fmt.Fprint(s.w, "data: [DONE]\n\n")
+	_ = s.rc.Flush()
+}
+
+// Serve listens on addr ("127.0.0.1:0" picks a port) and serves a simulated
+// engine until ctx ends; it returns the engine's base URL. Requests still
+// running when ctx ends (hangs included) are cancelled.
+func Serve(ctx context.Context, addr string, cfg Config) (string, error) {
+	url, _, err := ServeEngine(ctx, addr, New(cfg))
+	return url, err
+}
