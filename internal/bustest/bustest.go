@@ -1,0 +1,59 @@
+// Package bustest gives tests a real embedded JetStream server and a
+// provisioned bus on it.
+package bustest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/embedded"
+	"github.com/planact/planact/pkg/telemetry"
+)
+
+// Server starts an embedded nats-server for the test and returns its URL.
+func Server(t testing.TB) (*embedded.Server, string) {
+	t.Helper()
+	s, err := embedded.Start(embedded.Options{Dir: t.TempDir(), Port: -1, Name: "planact-test"})
+	if err != nil {
+		t.Fatalf("embedded server: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s, s.ClientURL()
+}
+
+// Logger returns a logger for tests: silent unless PLANACT_TEST_LOG is set.
+func Logger() zerolog.Logger {
+	if lvl := os.Getenv("PLANACT_TEST_LOG"); lvl != "" {
+		return telemetry.NewLogger(os.Stderr, telemetry.LogOptions{Level: lvl, Pretty: true})
+	}
+	return zerolog.New(io.Discard)
+}
+
+// Bus connects a new provisioned bus to url, closed at the end of the test.
+func Bus(t testing.TB, url, name string) *bus.Bus {
+	t.Helper()
+	b, err := bus.Connect(context.Background(), url, name, Logger(), bus.Provisioning{})
+	if err != nil {
+		t.Fatalf("bus: %v", err)
+	}
+	t.Cleanup(func() { b.NC.Close() })
+	return b
+}
+
+// Conn is a plain NATS connection, as a trainer would have.
+func Conn(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("test-%s", t.Name())))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}

@@ -1,0 +1,79 @@
+// Package bus is planact's door to NATS JetStream: connecting, provisioning
+// the streams and buckets, publishing messages with their headers, and one
+// consume loop that turns a handler's error into ack, delayed nak or term.
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Stream, bucket and object-store names (DESIGN §2).
+const (
+	StreamRollout = "ROLLOUT"
+	StreamPlan    = "PLAN"
+	StreamAct     = "ACT"
+	BucketSession = "sessions"
+	BucketRuns    = "runs"
+	ObjectResults = "results"
+)
+
+// Bus is a connection with the JetStream handles every service uses.
+type Bus struct {
+	NC       *nats.Conn
+	JS       jetstream.JetStream
+	Sessions jetstream.KeyValue
+	Runs     jetstream.KeyValue
+	Objects  jetstream.ObjectStore
+	Log      zerolog.Logger
+}
+
+// Connect dials url, provisions the streams and buckets (idempotently) and
+// returns a Bus. name shows up in `nats server report connections`.
+func Connect(ctx context.Context, url, name string, log zerolog.Logger, p Provisioning) (*Bus, error) {
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn().Err(err).Msg("nats disconnected")
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info().Str("url", c.ConnectedUrl()).Msg("nats reconnected") }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", url, err)
+	}
+	b, err := Open(ctx, nc, log, p)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Open provisions over an existing connection and returns a Bus.
+func Open(ctx context.Context, nc *nats.Conn, log zerolog.Logger, p Provisioning) (*Bus, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	b := &Bus{NC: nc, JS: js, Log: log}
+	if err := b.provision(ctx, p); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Close drains the connection.
+func (b *Bus) Close() {
+	if b != nil && b.NC != nil {
+		_ = b.NC.Drain()
+	}
+}

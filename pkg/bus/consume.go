@@ -1,0 +1,210 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+)
+
+// Msg is a message handed to a Handler.
+type Msg struct {
+	Subject   string
+	Header    nats.Header
+	Data      []byte
+	Delivered uint64 // 1 on first delivery
+	raw       jetstream.Msg
+}
+
+// Decode decodes the body into v, checking its schema version.
+func (m Msg) Decode(v schema.Message) error {
+	if err := schema.Unmarshal(m.Data, v); err != nil {
+		return fmt.Errorf("%s: %w", m.Subject, err)
+	}
+	return nil
+}
+
+// InProgress tells JetStream the handler is still working on m, so that it
+// is not redelivered to another worker. The consume loop already does this
+// periodically; call it after steps that may take longer than AckWait/3.
+func (m Msg) InProgress() error {
+	if m.raw == nil {
+		return nil
+	}
+	return m.raw.InProgress()
+}
+
+// Handler handles one message. It never acks: the returned error decides.
+// nil acks; a fail.Permanent or fail.Invalid error terminates the message
+// (no redelivery); anything else naks it with a delay.
+type Handler func(ctx context.Context, m Msg) error
+
+// Consumer describes a durable consumer shared by every replica of a service.
+type Consumer struct {
+	Stream      string
+	Durable     string
+	Filters     []string
+	Concurrency int           // handlers running at once in this process; default 16
+	AckWait     time.Duration // default 30s; in-progress is sent every AckWait/3
+	MaxDeliver  int           // deliveries before a message is given up; default 10
+	Backoff     func(delivered uint64) time.Duration
+}
+
+func (c Consumer) withDefaults() Consumer {
+	if c.Concurrency <= 0 {
+		c.Concurrency = 16
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxDeliver <= 0 {
+		c.MaxDeliver = 10
+	}
+	if c.Backoff == nil {
+		c.Backoff = DefaultBackoff
+	}
+	return c
+}
+
+// DefaultBackoff naks with 100ms, 200ms, 400ms … up to 10s.
+func DefaultBackoff(delivered uint64) time.Duration {
+	d := 100 * time.Millisecond
+	for i := uint64(1); i < delivered && d < 10*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 10*time.Second)
+}
+
+// Consume runs h on every message of the durable consumer c until ctx ends,
+// then waits for the handlers in flight.
+func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
+	c = c.withDefaults()
+	cons, err := b.JS.CreateOrUpdateConsumer(ctx, c.Stream, jetstream.ConsumerConfig{
+		Durable:        c.Durable,
+		FilterSubjects: c.Filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        c.AckWait,
+		MaxDeliver:     c.MaxDeliver + 1, // the adapter terms at MaxDeliver and logs why
+		MaxAckPending:  max(c.Concurrency*4, 64),
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("consumer %s on %s: %w", c.Durable, c.Stream, err)
+	}
+	sem := make(chan struct{}, c.Concurrency)
+	var wg sync.WaitGroup
+	cc, err := cons.Consume(func(raw jetstream.Msg) {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			b.handle(ctx, c, h, raw)
+		}()
+	}, jetstream.PullMaxMessages(c.Concurrency), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if !errors.Is(err, context.Canceled) {
+			b.Log.Debug().Err(err).Str("consumer", c.Durable).Msg("consume")
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", c.Durable, err)
+	}
+	<-ctx.Done()
+	cc.Stop()
+	wg.Wait()
+	return nil
+}
+
+func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw jetstream.Msg) {
+	m := Msg{Subject: raw.Subject(), Header: raw.Headers(), Data: raw.Data(), raw: raw, Delivered: 1}
+	if md, err := raw.Metadata(); err == nil {
+		m.Delivered = md.NumDelivered
+	}
+	log := b.Log.With().Str("consumer", c.Durable).Str("subject", m.Subject).Uint64("delivered", m.Delivered).Logger()
+	log = withHeaderFields(log, m.Header)
+	hctx := log.WithContext(ctx)
+	if tid := TraceIDOf(m.Header.Get(schema.HdrTraceparent)); tid != "" {
+		hctx = WithTrace(hctx, tid)
+	}
+
+	// Keep the message ours while the handler runs.
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(c.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = raw.InProgress()
+			}
+		}
+	}()
+	err := safeCall(hctx, h, m)
+	close(done)
+
+	switch {
+	case err == nil:
+		if aerr := raw.Ack(); aerr != nil {
+			log.Warn().Err(aerr).Msg("ack")
+		}
+	case ctx.Err() != nil:
+		// Shutting down: let another replica have it right away.
+		_ = raw.Nak()
+	case !fail.IsRetryable(err):
+		log.Error().Err(err).Str("kind", fail.KindOf(err).String()).Msg("message rejected")
+		_ = raw.TermWithReason(err.Error())
+	case m.Delivered >= uint64(c.MaxDeliver):
+		log.Error().Err(err).Msg("message given up after max deliveries")
+		_ = raw.TermWithReason("max deliveries: " + err.Error())
+	default:
+		d := c.Backoff(m.Delivered)
+		log.Warn().Err(err).Dur("retry_in", d).Msg("handler failed, will retry")
+		_ = raw.NakWithDelay(d)
+	}
+}
+
+func safeCall(ctx context.Context, h Handler, m Msg) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fail.Permanentf("handler panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return h(ctx, m)
+}
+
+func withHeaderFields(log zerolog.Logger, h nats.Header) zerolog.Logger {
+	lc := log.With()
+	if v := h.Get(schema.HdrRollout); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			lc = lc.Int64("rollout", n)
+		}
+	}
+	if v := h.Get(schema.HdrEpisode); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			lc = lc.Int("episode", n)
+		}
+	}
+	if v := h.Get(schema.HdrTurn); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			lc = lc.Int("turn", n)
+		}
+	}
+	if v := h.Get(schema.HdrNode); v != "" {
+		lc = lc.Str("node", v)
+	}
+	if v := h.Get(schema.HdrRole); v != "" {
+		lc = lc.Str("role", v)
+	}
+	return lc.Logger()
+}

@@ -1,0 +1,128 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Provisioning sets the retention of what planact keeps in JetStream.
+// The zero value gives DefaultProvisioning.
+type Provisioning struct {
+	Replicas      int           // 1 embedded, 3 on a cluster
+	HistoryMaxAge time.Duration // how long streams keep a rollout's messages
+	SessionTTL    time.Duration // how long a session key lives without writes
+	RunTTL        time.Duration // how long a run key lives without writes
+	ResultTTL     time.Duration // how long results stay in the object store
+	DupeWindow    time.Duration // how long a Nats-Msg-Id is remembered
+}
+
+// DefaultProvisioning keeps a day of history.
+func DefaultProvisioning() Provisioning {
+	return Provisioning{
+		Replicas:      1,
+		HistoryMaxAge: 24 * time.Hour,
+		SessionTTL:    24 * time.Hour,
+		RunTTL:        24 * time.Hour,
+		ResultTTL:     24 * time.Hour,
+		DupeWindow:    30 * time.Minute,
+	}
+}
+
+func (p Provisioning) withDefaults() Provisioning {
+	d := DefaultProvisioning()
+	if p.Replicas == 0 {
+		p.Replicas = d.Replicas
+	}
+	if p.HistoryMaxAge == 0 {
+		p.HistoryMaxAge = d.HistoryMaxAge
+	}
+	if p.SessionTTL == 0 {
+		p.SessionTTL = d.SessionTTL
+	}
+	if p.RunTTL == 0 {
+		p.RunTTL = d.RunTTL
+	}
+	if p.ResultTTL == 0 {
+		p.ResultTTL = d.ResultTTL
+	}
+	if p.DupeWindow == 0 {
+		p.DupeWindow = d.DupeWindow
+	}
+	return p
+}
+
+// StreamConfigs are the three streams planact uses.
+func (p Provisioning) StreamConfigs() []jetstream.StreamConfig {
+	p = p.withDefaults()
+	mk := func(name, subj, desc string) jetstream.StreamConfig {
+		return jetstream.StreamConfig{
+			Name:        name,
+			Description: desc,
+			Subjects:    []string{subj},
+			Storage:     jetstream.FileStorage,
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      p.HistoryMaxAge,
+			Duplicates:  p.DupeWindow,
+			Replicas:    p.Replicas,
+			Discard:     jetstream.DiscardOld,
+		}
+	}
+	rollout := mk(StreamRollout, "rollout.>", "planact rollouts: arrivals, starts, episode ends, results, time-outs")
+	// Time-outs are scheduled messages, so they fire even if the
+	// session-store that scheduled them is gone.
+	rollout.AllowMsgSchedules = true
+	rollout.AllowMsgTTL = true
+	return []jetstream.StreamConfig{
+		rollout,
+		mk(StreamPlan, "plan.>", "planact plans: requests, planner outputs, parsed DAGs, answers, parse errors"),
+		mk(StreamAct, "act.>", "planact acts: work items and outcomes"),
+	}
+}
+
+func (b *Bus) provision(ctx context.Context, p Provisioning) error {
+	p = p.withDefaults()
+	for _, cfg := range p.StreamConfigs() {
+		if _, err := b.JS.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
+		}
+	}
+	var err error
+	b.Sessions, err = b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:         BucketSession,
+		Description:    "planact rollout sessions: barrier and lifecycle, one key per rollout",
+		History:        1,
+		TTL:            p.SessionTTL,
+		LimitMarkerTTL: time.Minute,
+		Storage:        jetstream.FileStorage,
+		Replicas:       p.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("provision kv %s: %w", BucketSession, err)
+	}
+	b.Runs, err = b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:         BucketRuns,
+		Description:    "planact run state, one key per episode turn",
+		History:        1,
+		TTL:            p.RunTTL,
+		LimitMarkerTTL: time.Minute,
+		Storage:        jetstream.FileStorage,
+		Replicas:       p.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("provision kv %s: %w", BucketRuns, err)
+	}
+	b.Objects, err = b.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      ObjectResults,
+		Description: "planact large payloads: results with many samples, large task lists",
+		TTL:         p.ResultTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    p.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("provision object store %s: %w", ObjectResults, err)
+	}
+	return nil
+}

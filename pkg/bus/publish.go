@@ -1,0 +1,103 @@
+package bus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+)
+
+type traceKey struct{}
+
+// WithTrace returns a context that carries a rollout's trace id (32 hex).
+func WithTrace(ctx context.Context, traceID string) context.Context {
+	return context.WithValue(ctx, traceKey{}, traceID)
+}
+
+// TraceFrom returns the trace id carried by ctx, or "".
+func TraceFrom(ctx context.Context) string {
+	s, _ := ctx.Value(traceKey{}).(string)
+	return s
+}
+
+// NewTraceID returns a random W3C trace id.
+func NewTraceID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Traceparent builds a W3C traceparent whose span id is derived from the
+// message id, so that a republished message carries the same header.
+func Traceparent(traceID, msgID string) string {
+	if len(traceID) != 32 {
+		return ""
+	}
+	h := fnv.New64a()
+	h.Write([]byte(msgID))
+	return fmt.Sprintf("00-%s-%016x-01", traceID, h.Sum64())
+}
+
+// TraceIDOf extracts the trace id of a traceparent header, or "".
+func TraceIDOf(traceparent string) string {
+	if len(traceparent) < 55 || traceparent[2] != '-' {
+		return ""
+	}
+	return traceparent[3:35]
+}
+
+// NewMsg builds the NATS message for m: msgpack body and every planact header.
+func NewMsg(ctx context.Context, m schema.Message) (*nats.Msg, error) {
+	body, err := schema.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	msg := nats.NewMsg(m.Subject())
+	msg.Data = body
+	meta := m.Meta()
+	h := msg.Header
+	h.Set(schema.HdrSchema, m.Kind())
+	h.Set(schema.HdrContentType, schema.ContentType)
+	h.Set(schema.HdrRollout, strconv.FormatInt(meta.Rollout, 10))
+	if meta.Episode >= 0 {
+		h.Set(schema.HdrEpisode, strconv.Itoa(meta.Episode))
+	}
+	if meta.Turn > 0 {
+		h.Set(schema.HdrTurn, strconv.Itoa(meta.Turn))
+	}
+	if meta.Node != "" {
+		h.Set(schema.HdrNode, meta.Node)
+	}
+	if meta.Role != "" {
+		h.Set(schema.HdrRole, meta.Role)
+	}
+	if id := m.MsgID(); id != "" {
+		h.Set(jetstream.MsgIDHeader, id)
+	}
+	if tp := Traceparent(TraceFrom(ctx), m.MsgID()); tp != "" {
+		h.Set(schema.HdrTraceparent, tp)
+	}
+	return msg, nil
+}
+
+// Publish publishes m to its stream and waits for the stream's ack. A
+// message whose Nats-Msg-Id was seen within the duplicate window is
+// accepted without being stored twice.
+func (b *Bus) Publish(ctx context.Context, m schema.Message, opts ...jetstream.PublishOpt) error {
+	msg, err := NewMsg(ctx, m)
+	if err != nil {
+		return fail.E(fail.Permanent, err)
+	}
+	if _, err := b.JS.PublishMsg(ctx, msg, opts...); err != nil {
+		return fail.Transientf("publish %s: %w", m.Subject(), err)
+	}
+	return nil
+}

@@ -1,0 +1,434 @@
+package schema
+
+import (
+	"fmt"
+
+	"github.com/planact/planact/pkg/plan"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// Engine names an inference engine by URL and protocol ("sglang" or "openai").
+type Engine struct {
+	URL      string `json:"url"`
+	Protocol string `json:"protocol,omitempty"`
+	Model    string `json:"model,omitempty"`
+}
+
+// Sampling parameters for one role's engine.
+type Sampling struct {
+	Temperature  float64  `json:"temperature,omitempty"`
+	TopP         float64  `json:"top_p,omitempty"`
+	MaxNewTokens int      `json:"max_new_tokens,omitempty"`
+	Stop         []string `json:"stop,omitempty"`
+}
+
+// Task is one prompt of the batch. n_samples_per_prompt copies of a task
+// share a group_index and differ in index.
+type Task struct {
+	GroupIndex int            `json:"group_index"`
+	Index      int            `json:"index"`
+	Prompt     string         `json:"prompt"`
+	Label      string         `json:"label,omitempty"`
+	Metadata   map[string]any `json:"metadata,omitempty"`
+}
+
+// Arrive announces a trainer for a rollout. The planner's arrival carries
+// the tasks (either role may; the first non-empty list wins) and the
+// rollout's configuration.
+type Arrive struct {
+	Envelope
+	Rollout       int64   `json:"rollout"`
+	Role          string  `json:"role"`
+	Engine        Engine  `json:"engine"`
+	WeightVersion string  `json:"weight_version,omitempty"`
+	Tasks         []Task  `json:"tasks,omitempty"`
+	Config        *Config `json:"config,omitempty"`
+	Attempt       string  `json:"attempt,omitempty"` // distinguishes deliberate re-arrivals; "" for the first
+	AtMs          int64   `json:"at_ms"`
+}
+
+func (m *Arrive) Kind() string    { return "rollout.arrive/1" }
+func (m *Arrive) Subject() string { return subject.Arrive(m.Rollout) }
+func (m *Arrive) MsgID() string {
+	return fmt.Sprintf("arrive.%d.%s.%s", m.Rollout, m.Role, m.Attempt)
+}
+func (m *Arrive) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }
+
+// Start is published once, when the barrier releases a rollout.
+type Start struct {
+	Envelope
+	Rollout    int64 `json:"rollout"`
+	Episodes   int   `json:"episodes"`
+	DeadlineMs int64 `json:"deadline_ms,omitempty"`
+	AtMs       int64 `json:"at_ms"`
+}
+
+func (m *Start) Kind() string    { return "rollout.start/1" }
+func (m *Start) Subject() string { return subject.Start(m.Rollout) }
+func (m *Start) MsgID() string   { return fmt.Sprintf("start.%d", m.Rollout) }
+func (m *Start) Meta() Meta      { return Meta{Rollout: m.Rollout, Episode: -1} }
+
+// Status is a lifecycle event for people watching a rollout.
+type Status struct {
+	Envelope
+	Rollout int64  `json:"rollout"`
+	Event   string `json:"event"`
+	Episode int    `json:"episode"`
+	Detail  string `json:"detail,omitempty"`
+	AtMs    int64  `json:"at_ms"`
+}
+
+func (m *Status) Kind() string    { return "rollout.status/1" }
+func (m *Status) Subject() string { return subject.Status(m.Rollout) }
+func (m *Status) MsgID() string {
+	return fmt.Sprintf("status.%d.%s.%d.%s", m.Rollout, m.Event, m.Episode, m.Detail)
+}
+func (m *Status) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: m.Episode} }
+
+// PlanRequest asks the planner for episode Episode's turn Turn. Turn 1 has
+// no observation; later turns carry what the acts of the previous turn
+// observed (or the parser's complaint), to be appended to the trajectory.
+type PlanRequest struct {
+	Envelope
+	Rollout       int64  `json:"rollout"`
+	Episode       int    `json:"episode"`
+	Turn          int    `json:"turn"`
+	Observation   string `json:"observation,omitempty"`
+	WeightVersion string `json:"weight_version,omitempty"`
+}
+
+func (m *PlanRequest) Kind() string    { return "plan.req/1" }
+func (m *PlanRequest) Subject() string { return subject.PlanReq(m.Rollout, m.Episode) }
+func (m *PlanRequest) MsgID() string {
+	return fmt.Sprintf("plan.req.%d.%d.%d", m.Rollout, m.Episode, m.Turn)
+}
+func (m *PlanRequest) Meta() Meta {
+	return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn, Role: RolePlanner}
+}
+
+// Segment kinds of a token trajectory.
+const (
+	SegPrompt      = "prompt"      // the rendered prompt (loss mask 0)
+	SegGenerated   = "generated"   // model output (loss mask 1, with log-probs)
+	SegObservation = "observation" // text planact appended (loss mask 0)
+)
+
+// Segment is a run of token ids of one kind in a trajectory.
+type Segment struct {
+	Kind     string    `json:"kind"`
+	Turn     int       `json:"turn"`
+	Text     string    `json:"text"`
+	Version  string    `json:"weight_version,omitempty"` // of the engine that generated it
+	IDs      []int     `json:"ids"`
+	LogProbs []float64 `json:"log_probs,omitempty"` // only for generated segments
+}
+
+// PlanOutput is the planner's full output for a turn. Segments hold the whole
+// token trajectory of the episode up to and including this turn, so the last
+// output of an episode is its planner sample.
+type PlanOutput struct {
+	Envelope
+	Rollout       int64     `json:"rollout"`
+	Episode       int       `json:"episode"`
+	Turn          int       `json:"turn"`
+	Text          string    `json:"text"`
+	Prompt        string    `json:"prompt,omitempty"` // rendered prompt text, on turn 1
+	Segments      []Segment `json:"segments"`
+	FinishReason  string    `json:"finish_reason"`
+	WeightVersion string    `json:"weight_version,omitempty"`
+	LatencyMs     int64     `json:"latency_ms"`
+}
+
+func (m *PlanOutput) Kind() string    { return "plan.out/1" }
+func (m *PlanOutput) Subject() string { return subject.PlanOut(m.Rollout, m.Episode) }
+func (m *PlanOutput) MsgID() string {
+	return fmt.Sprintf("plan.out.%d.%d.%d", m.Rollout, m.Episode, m.Turn)
+}
+func (m *PlanOutput) Meta() Meta {
+	return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn, Role: RolePlanner}
+}
+
+// ContextLen is the number of tokens in the trajectory so far.
+func (m *PlanOutput) ContextLen() int {
+	n := 0
+	for _, s := range m.Segments {
+		n += len(s.IDs)
+	}
+	return n
+}
+
+// PlanDAG is a parsed, validated plan for a turn.
+type PlanDAG struct {
+	Envelope
+	Rollout      int64     `json:"rollout"`
+	Episode      int       `json:"episode"`
+	Turn         int       `json:"turn"`
+	Plan         plan.Plan `json:"plan"`
+	FinishReason string    `json:"finish_reason,omitempty"`
+}
+
+func (m *PlanDAG) Kind() string    { return "plan.dag/1" }
+func (m *PlanDAG) Subject() string { return subject.PlanDAG(m.Rollout, m.Episode) }
+func (m *PlanDAG) MsgID() string {
+	return fmt.Sprintf("plan.dag.%d.%d.%d", m.Rollout, m.Episode, m.Turn)
+}
+func (m *PlanDAG) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn} }
+
+// PlanAnswer is the planner's final answer: the episode ends.
+type PlanAnswer struct {
+	Envelope
+	Rollout      int64    `json:"rollout"`
+	Episode      int      `json:"episode"`
+	Turn         int      `json:"turn"`
+	Answers      []string `json:"answers"`
+	FinishReason string   `json:"finish_reason,omitempty"`
+}
+
+func (m *PlanAnswer) Kind() string    { return "plan.answer/1" }
+func (m *PlanAnswer) Subject() string { return subject.PlanAnswer(m.Rollout, m.Episode) }
+func (m *PlanAnswer) MsgID() string {
+	return fmt.Sprintf("plan.answer.%d.%d.%d", m.Rollout, m.Episode, m.Turn)
+}
+func (m *PlanAnswer) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn} }
+
+// PlanError is a plan that could not be used, with a message precise enough
+// to be fed back to the planner.
+type PlanError struct {
+	Envelope
+	Rollout      int64  `json:"rollout"`
+	Episode      int    `json:"episode"`
+	Turn         int    `json:"turn"`
+	ErrorKind    string `json:"error_kind"`
+	Message      string `json:"message"`
+	FinishReason string `json:"finish_reason,omitempty"`
+}
+
+func (m *PlanError) Kind() string    { return "plan.error/1" }
+func (m *PlanError) Subject() string { return subject.PlanError(m.Rollout, m.Episode) }
+func (m *PlanError) MsgID() string {
+	return fmt.Sprintf("plan.error.%d.%d.%d", m.Rollout, m.Episode, m.Turn)
+}
+func (m *PlanError) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn} }
+
+// ActRun is a work item: a node whose dependencies are done, with its
+// placeholders already replaced by their outputs.
+type ActRun struct {
+	Envelope
+	Rollout int64     `json:"rollout"`
+	Episode int       `json:"episode"`
+	Turn    int       `json:"turn"`
+	Key     string    `json:"key"`
+	Node    plan.Node `json:"node"`
+}
+
+func (m *ActRun) Kind() string    { return "act.run/1" }
+func (m *ActRun) Subject() string { return subject.ActRun(m.Rollout, m.Episode, m.Key) }
+func (m *ActRun) MsgID() string   { return fmt.Sprintf("act.run.%d.%d.%s", m.Rollout, m.Episode, m.Key) }
+func (m *ActRun) Meta() Meta {
+	return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn, Node: m.Key}
+}
+
+// Act outcomes.
+const (
+	ActDoneOK = "done"
+	ActFailed = "failed"
+	ActSkip   = "skipped"
+	ActCached = "cached"
+)
+
+// Generation is one engine call as a trainer needs it: token-exact.
+type Generation struct {
+	Prompt        string    `json:"prompt"`
+	PromptIDs     []int     `json:"prompt_ids"`
+	Text          string    `json:"text"`
+	OutputIDs     []int     `json:"output_ids"`
+	LogProbs      []float64 `json:"log_probs"`
+	FinishReason  string    `json:"finish_reason"`
+	WeightVersion string    `json:"weight_version,omitempty"`
+	LatencyMs     int64     `json:"latency_ms"`
+}
+
+// ActDone is the outcome of one act.
+type ActDone struct {
+	Envelope
+	Rollout    int64       `json:"rollout"`
+	Episode    int         `json:"episode"`
+	Turn       int         `json:"turn"`
+	Key        string      `json:"key"`
+	NodeID     string      `json:"node_id"`
+	Tool       string      `json:"tool"`
+	Input      string      `json:"input"`
+	Status     string      `json:"status"`
+	Output     string      `json:"output,omitempty"`
+	Error      string      `json:"error,omitempty"`
+	Attempts   int         `json:"attempts,omitempty"`
+	Generation *Generation `json:"generation,omitempty"` // set when the actor model ran
+	StartedMs  int64       `json:"started_ms,omitempty"`
+	EndedMs    int64       `json:"ended_ms,omitempty"`
+}
+
+func (m *ActDone) Kind() string    { return "act.done/1" }
+func (m *ActDone) Subject() string { return subject.ActDone(m.Rollout, m.Episode, m.Key) }
+func (m *ActDone) MsgID() string {
+	return fmt.Sprintf("act.done.%d.%d.%s", m.Rollout, m.Episode, m.Key)
+}
+func (m *ActDone) Meta() Meta {
+	return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn, Node: m.Key, Role: RoleActor}
+}
+
+// Episode end states, which are also sample statuses.
+const (
+	EpisodeCompleted = "completed"
+	EpisodeTruncated = "truncated"
+	EpisodeFailed    = "failed"
+	EpisodeAborted   = "aborted"
+)
+
+// EpisodeEnd says that an episode is over.
+type EpisodeEnd struct {
+	Envelope
+	Rollout int64    `json:"rollout"`
+	Episode int      `json:"episode"`
+	Turns   int      `json:"turns"`
+	Status  string   `json:"status"`
+	Answers []string `json:"answers,omitempty"`
+	Reason  string   `json:"reason,omitempty"`
+	AtMs    int64    `json:"at_ms"`
+}
+
+func (m *EpisodeEnd) Kind() string    { return "rollout.end/1" }
+func (m *EpisodeEnd) Subject() string { return subject.EpisodeEnd(m.Rollout, m.Episode) }
+func (m *EpisodeEnd) MsgID() string   { return fmt.Sprintf("end.%d.%d", m.Rollout, m.Episode) }
+func (m *EpisodeEnd) Meta() Meta      { return Meta{Rollout: m.Rollout, Episode: m.Episode} }
+
+// Result statuses.
+const (
+	ResultOK      = "ok"
+	ResultTimeout = "timeout"
+	ResultPartial = "partial"
+	ResultAborted = "aborted"
+	ResultInvalid = "invalid" // the arrival or the rollout was rejected; Reason says why
+)
+
+// Sample is one training sample, in the shape slime trains on.
+type Sample struct {
+	GroupIndex      int            `json:"group_index"`
+	Index           int            `json:"index"`
+	RolloutID       string         `json:"rollout_id"` // shared by every sample of one episode
+	Prompt          string         `json:"prompt"`
+	Tokens          []int          `json:"tokens"`
+	Response        string         `json:"response"`
+	ResponseLength  int            `json:"response_length"`
+	LossMask        []int          `json:"loss_mask"`
+	RolloutLogProbs []float64      `json:"rollout_log_probs"`
+	Reward          float64        `json:"reward"`
+	Status          string         `json:"status"`
+	WeightVersions  []string       `json:"weight_versions,omitempty"`
+	Label           string         `json:"label,omitempty"`
+	Metadata        map[string]any `json:"metadata,omitempty"`
+}
+
+// Stats summarise a rollout for one role.
+type Stats struct {
+	Episodes       int            `json:"episodes"`
+	Completed      int            `json:"completed"`
+	Correct        int            `json:"correct"`
+	Accuracy       float64        `json:"accuracy"`
+	MeanReward     float64        `json:"mean_reward"`
+	MeanTurns      float64        `json:"mean_turns"`
+	Acts           int            `json:"acts"`
+	ActsPerEpisode float64        `json:"acts_per_episode"`
+	Failures       map[string]int `json:"failures,omitempty"`
+	EpisodeStatus  map[string]int `json:"episode_status,omitempty"`
+	WallMs         int64          `json:"wall_ms"`
+	Tokens         map[string]int `json:"tokens,omitempty"`
+}
+
+// Result is one role's share of a finished rollout. Samples are inline, or
+// in the object store under SamplesObject when they are large.
+type Result struct {
+	Envelope
+	Rollout       int64    `json:"rollout"`
+	Role          string   `json:"role"`
+	Status        string   `json:"status"`
+	Reason        string   `json:"reason,omitempty"`
+	Samples       []Sample `json:"samples,omitempty"`
+	SamplesObject string   `json:"samples_object,omitempty"`
+	SampleCount   int      `json:"sample_count"`
+	Stats         Stats    `json:"stats"`
+}
+
+func (m *Result) Kind() string    { return "rollout.result/1" }
+func (m *Result) Subject() string { return subject.Result(m.Rollout, m.Role) }
+func (m *Result) MsgID() string   { return fmt.Sprintf("result.%d.%s", m.Rollout, m.Role) }
+func (m *Result) Meta() Meta      { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }
+
+// ActorRequest asks the actor-gateway (a NATS service endpoint, not a
+// stream) for one generation.
+type ActorRequest struct {
+	Envelope
+	Rollout  int64    `json:"rollout"`
+	Episode  int      `json:"episode"`
+	Key      string   `json:"key"`
+	Engine   Engine   `json:"engine"`
+	Prompt   string   `json:"prompt"`
+	Sampling Sampling `json:"sampling"`
+}
+
+func (m *ActorRequest) Kind() string    { return "actor.generate/1" }
+func (m *ActorRequest) Subject() string { return ActorSubject }
+func (m *ActorRequest) MsgID() string   { return "" }
+func (m *ActorRequest) Meta() Meta {
+	return Meta{Rollout: m.Rollout, Episode: m.Episode, Node: m.Key, Role: RoleActor}
+}
+
+// ActorReply is the actor-gateway's answer.
+type ActorReply struct {
+	Envelope
+	Generation Generation `json:"generation"`
+}
+
+func (m *ActorReply) Kind() string    { return "actor.reply/1" }
+func (m *ActorReply) Subject() string { return "" }
+func (m *ActorReply) MsgID() string   { return "" }
+func (m *ActorReply) Meta() Meta      { return Meta{Episode: -1} }
+
+// ActorSubject is the actor-gateway's service endpoint.
+const ActorSubject = "planact.actor.generate"
+
+// Timeout is a scheduled message: when it fires (on the time-out subject),
+// the session-store ends the rollout if it is still in the state the
+// time-out guards. Kind is "barrier" or "rollout".
+type Timeout struct {
+	Envelope
+	Rollout     int64  `json:"rollout"`
+	TimeoutKind string `json:"timeout_kind"`
+	DeadlineMs  int64  `json:"deadline_ms"`
+}
+
+func (m *Timeout) Kind() string    { return "rollout.timeout/1" }
+func (m *Timeout) Subject() string { return subject.TimeoutSchedule(m.Rollout, m.TimeoutKind) }
+func (m *Timeout) MsgID() string {
+	return fmt.Sprintf("timeout.%d.%s.%d", m.Rollout, m.TimeoutKind, m.DeadlineMs)
+}
+func (m *Timeout) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: -1} }
+
+// Time-out kinds.
+const (
+	TimeoutBarrier = "barrier" // the other role never arrived
+	TimeoutRollout = "rollout" // the rollout ran past its deadline
+)
+
+// Cancel asks planact to abort a rollout: acts stop being retried and both
+// roles get an aborted result with the samples finished so far.
+type Cancel struct {
+	Envelope
+	Rollout int64  `json:"rollout"`
+	Reason  string `json:"reason,omitempty"`
+	AtMs    int64  `json:"at_ms"`
+}
+
+func (m *Cancel) Kind() string    { return "rollout.cancel/1" }
+func (m *Cancel) Subject() string { return subject.Cancel(m.Rollout) }
+func (m *Cancel) MsgID() string   { return fmt.Sprintf("cancel.%d", m.Rollout) }
+func (m *Cancel) Meta() Meta      { return Meta{Rollout: m.Rollout, Episode: -1} }

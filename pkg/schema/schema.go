@@ -1,0 +1,161 @@
+// Package schema defines every message and KV value planact puts on the bus,
+// their msgpack encoding and their headers. A change to a message is a new
+// version: readers accept the versions they know and reject the others.
+package schema
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/planact/planact/pkg/fail"
+)
+
+// Header names every planact message carries (DESIGN §2).
+const (
+	HdrSchema      = "Planact-Schema"
+	HdrRollout     = "Planact-Rollout"
+	HdrEpisode     = "Planact-Episode"
+	HdrTurn        = "Planact-Turn"
+	HdrNode        = "Planact-Node"
+	HdrRole        = "Planact-Role"
+	HdrContentType = "Content-Type"
+	HdrTraceparent = "traceparent"
+	ContentType    = "application/msgpack"
+)
+
+// Roles of the two training jobs.
+const (
+	RolePlanner = "planner"
+	RoleActor   = "actor"
+)
+
+// Meta is what headers and subjects say about a message.
+type Meta struct {
+	Rollout int64
+	Episode int // -1 if none
+	Turn    int // 0 if none
+	Node    string
+	Role    string
+}
+
+// Message is implemented by every type published on the bus.
+type Message interface {
+	// Kind names the message kind and version, e.g. "act.run/1".
+	Kind() string
+	// Subject is where the message is published.
+	Subject() string
+	// MsgID is the deterministic Nats-Msg-Id that makes publishing idempotent.
+	MsgID() string
+	// Meta gives the header fields.
+	Meta() Meta
+}
+
+// Envelope is embedded first in every message so that a body alone (what
+// `nats sub --translate` sees) says what it is.
+type Envelope struct {
+	Schema string `json:"schema"`
+}
+
+func (e *Envelope) setSchema(s string) { e.Schema = s }
+func (e *Envelope) schema() string     { return e.Schema }
+
+type enveloped interface {
+	setSchema(string)
+	schema() string
+}
+
+// Marshal encodes v as msgpack, using the json tags as field names, and
+// stamps its schema when v is a Message.
+func Marshal(v any) ([]byte, error) {
+	if m, ok := v.(Message); ok {
+		if e, ok := v.(enveloped); ok {
+			e.setSchema(m.Kind())
+		}
+	}
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetCustomStructTag("json")
+	enc.SetOmitEmpty(true)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("encode %T: %w", v, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// Unmarshal decodes msgpack data into v. When v is a Message, the body's
+// schema must be one this reader knows: same kind, same major version.
+func Unmarshal(data []byte, v any) error {
+	dec := msgpack.NewDecoder(bytes.NewReader(data))
+	dec.SetCustomStructTag("json")
+	if err := dec.Decode(v); err != nil {
+		return fail.Invalidf("decode %T: %w", v, err)
+	}
+	m, ok := v.(Message)
+	if !ok {
+		return nil
+	}
+	e, ok := v.(enveloped)
+	if !ok {
+		return nil
+	}
+	if got, want := e.schema(), m.Kind(); got != want {
+		if got == "" {
+			return fail.Invalidf("decode %s: body has no schema field", want)
+		}
+		return fail.Invalidf("decode: body is %q, this reader understands %q", got, want)
+	}
+	return nil
+}
+
+// ToJSONable decodes any msgpack body into plain Go values (maps with string
+// keys, slices, numbers), ready for encoding/json. It backs `planact decode`.
+func ToJSONable(data []byte) (any, error) {
+	dec := msgpack.NewDecoder(bytes.NewReader(data))
+	dec.SetMapDecoder(func(d *msgpack.Decoder) (any, error) { return d.DecodeUntypedMap() })
+	v, err := dec.DecodeInterface()
+	if err != nil {
+		return nil, fail.Invalidf("not a msgpack body: %w", err)
+	}
+	return stringKeys(v), nil
+}
+
+func stringKeys(v any) any {
+	switch t := v.(type) {
+	case map[any]any:
+		m := make(map[string]any, len(t))
+		for k, x := range t {
+			m[fmt.Sprint(k)] = stringKeys(x)
+		}
+		return m
+	case map[string]any:
+		for k, x := range t {
+			t[k] = stringKeys(x)
+		}
+		return t
+	case []any:
+		for i, x := range t {
+			t[i] = stringKeys(x)
+		}
+		return t
+	case []byte:
+		return string(t)
+	}
+	return v
+}
+
+// KindOf returns the schema a body declares, without decoding the rest.
+func KindOf(data []byte) (string, error) {
+	var e Envelope
+	dec := msgpack.NewDecoder(bytes.NewReader(data))
+	dec.SetCustomStructTag("json")
+	if err := dec.Decode(&e); err != nil {
+		return "", fail.Invalidf("not a planact body: %w", err)
+	}
+	if e.Schema == "" || !strings.Contains(e.Schema, "/") {
+		return "", fail.Invalidf("body has no schema field")
+	}
+	return e.Schema, nil
+}

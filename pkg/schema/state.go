@@ -1,0 +1,308 @@
+package schema
+
+import (
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/planact/planact/pkg/plan"
+)
+
+// Failure policies: what happens to a turn when an act fails for good.
+const (
+	PolicySkip   = "skip"   // dependents are skipped; the turn ends with what it has
+	PolicyReplan = "replan" // the planner sees the failure in its next turn
+	PolicyFail   = "fail"   // the episode ends failed
+)
+
+// Parse-error policies.
+const (
+	ParseReprompt = "reprompt" // the planner gets the parser's message next turn
+	ParseEnd      = "end"      // the episode ends failed
+)
+
+// Scheduling modes.
+const (
+	ScheduleEager      = "eager"      // a node runs as soon as its dependencies are done
+	ScheduleLevels     = "levels"     // a barrier between topological levels
+	ScheduleSequential = "sequential" // one node at a time
+)
+
+// Tool kinds.
+const (
+	ToolActor = "actor" // the actor model answers
+	ToolHTTP  = "http"  // POST {"queries":[…], "topk":…} to a URL
+)
+
+// Tool is a tool the planner may call.
+type Tool struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Kind        string `json:"kind,omitempty"` // actor (default) or http
+	URL         string `json:"url,omitempty"`
+}
+
+// Config is a rollout's configuration, sent by a trainer with its arrival.
+// Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	MaxTurns         int      `json:"max_turns,omitempty"`
+	PlanFormat       string   `json:"plan_format,omitempty"`  // format the prompt asks for
+	ParseFormat      string   `json:"parse_format,omitempty"` // force the parser's format; "" = auto
+	Tools            []Tool   `json:"tools,omitempty"`
+	FailurePolicy    string   `json:"failure_policy,omitempty"`
+	ParseErrorPolicy string   `json:"parse_error_policy,omitempty"`
+	Schedule         string   `json:"schedule,omitempty"`
+	MaxNodes         int      `json:"max_nodes,omitempty"`
+	MaxContextTokens int      `json:"max_context_tokens,omitempty"`
+	ActRetries       int      `json:"act_retries,omitempty"`
+	ActTimeoutS      float64  `json:"act_timeout_s,omitempty"`
+	BarrierTimeoutS  float64  `json:"barrier_timeout_s,omitempty"`
+	RolloutTimeoutS  float64  `json:"rollout_timeout_s,omitempty"`
+	PlannerSampling  Sampling `json:"planner_sampling,omitempty"`
+	ActorSampling    Sampling `json:"actor_sampling,omitempty"`
+	Reward           string   `json:"reward,omitempty"` // "f1" (default), "em", or a reward server URL
+	SplitActReward   bool     `json:"split_act_reward,omitempty"`
+}
+
+// DefaultConfig is what a rollout gets for every field its trainers leave zero.
+func DefaultConfig() Config {
+	return Config{
+		MaxTurns:         4,
+		PlanFormat:       string(plan.FormatGraph),
+		Tools:            []Tool{{Name: "search", Description: "look up one short fact, e.g. search(\"capital of France\")", Kind: ToolActor}},
+		FailurePolicy:    PolicyReplan,
+		ParseErrorPolicy: ParseReprompt,
+		Schedule:         ScheduleEager,
+		MaxNodes:         32,
+		MaxContextTokens: 16384,
+		ActRetries:       3,
+		ActTimeoutS:      60,
+		BarrierTimeoutS:  1800,
+		RolloutTimeoutS:  3600,
+		PlannerSampling:  Sampling{Temperature: 1, TopP: 1, MaxNewTokens: 1024},
+		ActorSampling:    Sampling{Temperature: 1, TopP: 1, MaxNewTokens: 128},
+		Reward:           "f1",
+	}
+}
+
+// WithDefaults fills the zero fields of c from DefaultConfig.
+func (c Config) WithDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxTurns == 0 {
+		c.MaxTurns = d.MaxTurns
+	}
+	if c.PlanFormat == "" {
+		c.PlanFormat = d.PlanFormat
+	}
+	if len(c.Tools) == 0 {
+		c.Tools = d.Tools
+	}
+	if c.FailurePolicy == "" {
+		c.FailurePolicy = d.FailurePolicy
+	}
+	if c.ParseErrorPolicy == "" {
+		c.ParseErrorPolicy = d.ParseErrorPolicy
+	}
+	if c.Schedule == "" {
+		c.Schedule = d.Schedule
+	}
+	if c.MaxNodes == 0 {
+		c.MaxNodes = d.MaxNodes
+	}
+	if c.MaxContextTokens == 0 {
+		c.MaxContextTokens = d.MaxContextTokens
+	}
+	if c.ActRetries == 0 {
+		c.ActRetries = d.ActRetries
+	}
+	if c.ActTimeoutS == 0 {
+		c.ActTimeoutS = d.ActTimeoutS
+	}
+	if c.BarrierTimeoutS == 0 {
+		c.BarrierTimeoutS = d.BarrierTimeoutS
+	}
+	if c.RolloutTimeoutS == 0 {
+		c.RolloutTimeoutS = d.RolloutTimeoutS
+	}
+	if c.PlannerSampling.MaxNewTokens == 0 {
+		c.PlannerSampling = d.PlannerSampling
+	}
+	if c.ActorSampling.MaxNewTokens == 0 {
+		c.ActorSampling = d.ActorSampling
+	}
+	if c.Reward == "" {
+		c.Reward = d.Reward
+	}
+	return c
+}
+
+// Validate reports the first field that holds a value planact does not know.
+func (c Config) Validate() error {
+	switch c.FailurePolicy {
+	case PolicySkip, PolicyReplan, PolicyFail:
+	default:
+		return fmt.Errorf("config: failure_policy %q: want skip, replan or fail", c.FailurePolicy)
+	}
+	switch c.ParseErrorPolicy {
+	case ParseReprompt, ParseEnd:
+	default:
+		return fmt.Errorf("config: parse_error_policy %q: want reprompt or end", c.ParseErrorPolicy)
+	}
+	switch c.Schedule {
+	case ScheduleEager, ScheduleLevels, ScheduleSequential:
+	default:
+		return fmt.Errorf("config: schedule %q: want eager, levels or sequential", c.Schedule)
+	}
+	if c.MaxTurns < 1 {
+		return fmt.Errorf("config: max_turns %d: want at least 1", c.MaxTurns)
+	}
+	for _, t := range c.Tools {
+		if t.Name == "" {
+			return fmt.Errorf("config: a tool has no name")
+		}
+		if t.Kind == ToolHTTP && t.URL == "" {
+			return fmt.Errorf("config: http tool %q has no url", t.Name)
+		}
+	}
+	return nil
+}
+
+// Tool returns the tool named name.
+func (c Config) Tool(name string) (Tool, bool) {
+	for _, t := range c.Tools {
+		if t.Name == name {
+			if t.Kind == "" {
+				t.Kind = ToolActor
+			}
+			return t, true
+		}
+	}
+	return Tool{}, false
+}
+
+// ToolNames lists the configured tools.
+func (c Config) ToolNames() []string {
+	names := make([]string, len(c.Tools))
+	for i, t := range c.Tools {
+		names[i] = t.Name
+	}
+	return names
+}
+
+// Seconds turns a config field in seconds into a duration.
+func Seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// Session states.
+const (
+	SessionWaiting = "waiting" // one role has arrived
+	SessionRunning = "running"
+	SessionDone    = "done"
+	SessionTimeout = "timeout"
+	SessionAborted = "aborted"
+)
+
+// RoleInfo is what a session keeps of one role's arrival.
+type RoleInfo struct {
+	Engine        Engine `json:"engine"`
+	WeightVersion string `json:"weight_version,omitempty"`
+	ArrivedMs     int64  `json:"arrived_ms"`
+}
+
+// Session is the KV value (bucket sessions, key "<N>") that is a rollout's
+// barrier and lifecycle. It is only ever written by compare-and-set.
+type Session struct {
+	Rollout    int64               `json:"rollout"`
+	State      string              `json:"state"`
+	Roles      map[string]RoleInfo `json:"roles"`
+	Config     Config              `json:"config"`
+	ConfigFrom string              `json:"config_from,omitempty"` // role whose config was taken
+	Episodes   int                 `json:"episodes"`
+	Ended      []byte              `json:"ended,omitempty"` // bit set of ended episodes
+	Trace      string              `json:"trace"`           // W3C trace id of the rollout
+	CreatedMs  int64               `json:"created_ms"`
+	StartedMs  int64               `json:"started_ms,omitempty"`
+	FinishedMs int64               `json:"finished_ms,omitempty"`
+	Reason     string              `json:"reason,omitempty"`
+}
+
+// MarkEnded records that episode e ended and reports whether that is news.
+func (s *Session) MarkEnded(e int) bool {
+	for len(s.Ended) <= e/8 {
+		s.Ended = append(s.Ended, 0)
+	}
+	bit := byte(1) << (e % 8)
+	if s.Ended[e/8]&bit != 0 {
+		return false
+	}
+	s.Ended[e/8] |= bit
+	return true
+}
+
+// HasEnded reports whether episode e has ended.
+func (s *Session) HasEnded(e int) bool {
+	return e/8 < len(s.Ended) && s.Ended[e/8]&(byte(1)<<(e%8)) != 0
+}
+
+// EndedCount is the number of episodes that have ended.
+func (s *Session) EndedCount() int {
+	n := 0
+	for _, b := range s.Ended {
+		n += bits.OnesCount8(b)
+	}
+	return n
+}
+
+// TaskList is the KV value (bucket sessions, key "<N>.tasks") holding a
+// rollout's tasks, written once by the arrival that brings them.
+type TaskList struct {
+	Tasks []Task `json:"tasks"`
+}
+
+// Node states of a run.
+const (
+	NodePending  = "pending"  // waiting for dependencies
+	NodeReleased = "released" // its act.run has been published
+	NodeDone     = "done"
+	NodeFailed   = "failed"
+	NodeSkipped  = "skipped"
+	NodeCached   = "cached"
+)
+
+// NodeState is one node of a run.
+type NodeState struct {
+	Node   plan.Node `json:"node"`
+	Key    string    `json:"key"`
+	Status string    `json:"status"`
+	Input  string    `json:"input,omitempty"` // as executed, placeholders replaced
+	Output string    `json:"output,omitempty"`
+	Error  string    `json:"error,omitempty"`
+}
+
+// Terminal reports whether the node will not change any more.
+func (n *NodeState) Terminal() bool {
+	switch n.Status {
+	case NodeDone, NodeFailed, NodeSkipped, NodeCached:
+		return true
+	}
+	return false
+}
+
+// Run is the KV value (bucket runs, key "<N>.<E>.<turn>") holding the
+// execution state of one episode turn.
+type Run struct {
+	Rollout  int64        `json:"rollout"`
+	Episode  int          `json:"episode"`
+	Turn     int          `json:"turn"`
+	Schedule string       `json:"schedule"`
+	Nodes    []*NodeState `json:"nodes"`
+	Finished bool         `json:"finished,omitempty"`
+}
+
+// RunKey is the KV key of a run.
+func RunKey(n int64, e, turn int) string { return fmt.Sprintf("%d.%d.%d", n, e, turn) }
+
+// SessionKey is the KV key of a session.
+func SessionKey(n int64) string { return fmt.Sprintf("%d", n) }
+
+// TasksKey is the KV key of a rollout's tasks.
+func TasksKey(n int64) string { return fmt.Sprintf("%d.tasks", n) }

@@ -1,0 +1,137 @@
+// Package session reads a rollout's session and tasks from the sessions
+// bucket, with a short-lived cache, for the services that act on a rollout
+// but do not own its lifecycle.
+package session
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+)
+
+// Info is what a service needs to know of a rollout.
+type Info struct {
+	Session schema.Session
+	Tasks   []schema.Task
+}
+
+// Active reports whether the rollout is still running.
+func (i *Info) Active() bool { return i.Session.State == schema.SessionRunning }
+
+// Task returns episode e's task.
+func (i *Info) Task(e int) (schema.Task, error) {
+	if e < 0 || e >= len(i.Tasks) {
+		return schema.Task{}, fail.Invalidf("rollout %d has no episode %d (%d tasks)", i.Session.Rollout, e, len(i.Tasks))
+	}
+	return i.Tasks[e], nil
+}
+
+// Engine returns the engine a role arrived with.
+func (i *Info) Engine(role string) (schema.Engine, string, error) {
+	r, ok := i.Session.Roles[role]
+	if !ok || r.Engine.URL == "" {
+		return schema.Engine{}, "", fail.Permanentf("rollout %d: role %s brought no engine", i.Session.Rollout, role)
+	}
+	return r.Engine, r.WeightVersion, nil
+}
+
+// Cache loads Infos, refreshing the session (its state may change) after
+// Fresh and keeping the tasks (they never change) until the entry idles out.
+type Cache struct {
+	KV    jetstream.KeyValue
+	Fresh time.Duration // default 1s
+	Idle  time.Duration // default 10m
+
+	mu      sync.Mutex
+	entries map[int64]*entry
+	sweep   time.Time
+}
+
+type entry struct {
+	mu       sync.Mutex
+	info     *Info
+	loaded   time.Time
+	lastUsed time.Time
+}
+
+// NewCache returns a cache over the sessions bucket.
+func NewCache(kv jetstream.KeyValue) *Cache { return &Cache{KV: kv} }
+
+// Get returns rollout n's Info. A rollout without a session is a permanent
+// error: its messages belong to nothing.
+func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
+	now := time.Now()
+	fresh, idle := c.Fresh, c.Idle
+	if fresh == 0 {
+		fresh = time.Second
+	}
+	if idle == 0 {
+		idle = 10 * time.Minute
+	}
+	c.mu.Lock()
+	if c.entries == nil {
+		c.entries = map[int64]*entry{}
+	}
+	if now.Sub(c.sweep) > idle {
+		for k, e := range c.entries {
+			if now.Sub(e.lastUsed) > idle {
+				delete(c.entries, k)
+			}
+		}
+		c.sweep = now
+	}
+	e := c.entries[n]
+	if e == nil {
+		e = &entry{}
+		c.entries[n] = e
+	}
+	e.lastUsed = now
+	c.mu.Unlock()
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.info != nil && now.Sub(e.loaded) < fresh {
+		return e.info, nil
+	}
+	s, _, found, err := bus.Get[schema.Session](ctx, c.KV, schema.SessionKey(n))
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fail.Permanentf("rollout %d has no session", n)
+	}
+	info := &Info{Session: s}
+	if e.info != nil && len(e.info.Tasks) > 0 {
+		info.Tasks = e.info.Tasks
+	} else {
+		tl, _, found, err := bus.Get[schema.TaskList](ctx, c.KV, schema.TasksKey(n))
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, fail.Permanentf("rollout %d has no tasks", n)
+		}
+		info.Tasks = tl.Tasks
+	}
+	e.info, e.loaded = info, now
+	return info, nil
+}
+
+// Forget drops rollout n from the cache.
+func (c *Cache) Forget(n int64) {
+	c.mu.Lock()
+	delete(c.entries, n)
+	c.mu.Unlock()
+}
+
+// String is for logs.
+func (i *Info) String() string {
+	return fmt.Sprintf("rollout %d (%s, %d episodes)", i.Session.Rollout, i.Session.State, i.Session.Episodes)
+}

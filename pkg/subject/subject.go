@@ -1,0 +1,160 @@
+// Package subject builds and parses the NATS subjects planact speaks
+// (DESIGN §2). Rollout ids, episode indexes and node keys are subject tokens,
+// so `nats sub 'act.7.>'` follows one rollout.
+package subject
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Wildcard filters the services consume.
+const (
+	AllArrive     = "rollout.*.arrive"
+	AllEpisodeEnd = "rollout.*.end.*"
+	AllTimeout    = "rollout.*.timeout.*"
+	AllCancel     = "rollout.*.cancel"
+	AllPlanReq    = "plan.*.req.*"
+	AllPlanOut    = "plan.*.out.*"
+	AllPlanDAG    = "plan.*.dag.*"
+	AllPlanAnswer = "plan.*.answer.*"
+	AllPlanError  = "plan.*.error.*"
+	AllActRun     = "act.*.run.>"
+	AllActDone    = "act.*.done.>"
+)
+
+// Arrive is where a trainer announces itself for rollout n.
+func Arrive(n int64) string { return fmt.Sprintf("rollout.%d.arrive", n) }
+
+// Start is published once when the barrier releases rollout n.
+func Start(n int64) string { return fmt.Sprintf("rollout.%d.start", n) }
+
+// Status carries lifecycle events of rollout n for people watching.
+func Status(n int64) string { return fmt.Sprintf("rollout.%d.status", n) }
+
+// Result carries role's samples of rollout n.
+func Result(n int64, role string) string { return fmt.Sprintf("rollout.%d.result.%s", n, role) }
+
+// EpisodeEnd says that episode e of rollout n has ended.
+func EpisodeEnd(n int64, e int) string { return fmt.Sprintf("rollout.%d.end.%d", n, e) }
+
+// Timeout fires (as a scheduled message) when a deadline of rollout n passes;
+// kind is "barrier" or "rollout".
+func Timeout(n int64, kind string) string { return fmt.Sprintf("rollout.%d.timeout.%s", n, kind) }
+
+// TimeoutSchedule is the subject that holds the schedule of a time-out.
+func TimeoutSchedule(n int64, kind string) string {
+	return fmt.Sprintf("rollout.%d.schedule.%s", n, kind)
+}
+
+// Cancel asks planact to abort rollout n.
+func Cancel(n int64) string { return fmt.Sprintf("rollout.%d.cancel", n) }
+
+// PlanReq asks the planner for episode e's next turn.
+func PlanReq(n int64, e int) string { return fmt.Sprintf("plan.%d.req.%d", n, e) }
+
+// PlanOut carries the planner's full output for a turn.
+func PlanOut(n int64, e int) string { return fmt.Sprintf("plan.%d.out.%d", n, e) }
+
+// PlanDAG carries a parsed, validated plan.
+func PlanDAG(n int64, e int) string { return fmt.Sprintf("plan.%d.dag.%d", n, e) }
+
+// PlanAnswer carries a final answer.
+func PlanAnswer(n int64, e int) string { return fmt.Sprintf("plan.%d.answer.%d", n, e) }
+
+// PlanError carries a parse error.
+func PlanError(n int64, e int) string { return fmt.Sprintf("plan.%d.error.%d", n, e) }
+
+// ActRun is a work item: node key k of episode e is ready to execute.
+func ActRun(n int64, e int, k string) string { return fmt.Sprintf("act.%d.run.%d.%s", n, e, k) }
+
+// ActDone carries the outcome of node key k.
+func ActDone(n int64, e int, k string) string { return fmt.Sprintf("act.%d.done.%d.%s", n, e, k) }
+
+// ActDoneFilter matches every act outcome of rollout n.
+func ActDoneFilter(n int64) string { return fmt.Sprintf("act.%d.done.>", n) }
+
+// NodeKey is the episode-unique key of node id in turn t, safe as one
+// subject token and as part of a KV key: "t1-T3".
+func NodeKey(turn int, id string) string { return fmt.Sprintf("t%d-%s", turn, Token(id)) }
+
+// Token makes s safe as a single subject token and KV key part: anything
+// but letters, digits, '-' and '_' becomes '_'.
+func Token(s string) string {
+	if s == "" {
+		return "_"
+	}
+	b := []byte(s)
+	for i, c := range b {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+		if !ok {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// Parsed is what a planact subject names.
+type Parsed struct {
+	Domain  string // rollout, plan or act
+	Verb    string // arrive, start, req, out, run, done, result, …
+	Rollout int64
+	Episode int    // -1 when the subject names none
+	Node    string // node key, for act subjects
+	Role    string // for results
+	Detail  string // time-out kind
+}
+
+// Parse reads a planact subject.
+func Parse(s string) (Parsed, error) {
+	t := strings.Split(s, ".")
+	if len(t) < 3 {
+		return Parsed{}, fmt.Errorf("subject %q: too few tokens", s)
+	}
+	n, err := strconv.ParseInt(t[1], 10, 64)
+	if err != nil {
+		return Parsed{}, fmt.Errorf("subject %q: rollout %q is not an integer", s, t[1])
+	}
+	p := Parsed{Domain: t[0], Verb: t[2], Rollout: n, Episode: -1}
+	episode := func(i int) error {
+		if len(t) <= i {
+			return fmt.Errorf("subject %q: missing episode", s)
+		}
+		e, err := strconv.Atoi(t[i])
+		if err != nil {
+			return fmt.Errorf("subject %q: episode %q is not an integer", s, t[i])
+		}
+		p.Episode = e
+		return nil
+	}
+	switch t[0] {
+	case "rollout":
+		switch p.Verb {
+		case "end":
+			err = episode(3)
+		case "result":
+			if len(t) < 4 {
+				return p, fmt.Errorf("subject %q: missing role", s)
+			}
+			p.Role = t[3]
+		case "timeout", "schedule":
+			if len(t) < 4 {
+				return p, fmt.Errorf("subject %q: missing time-out kind", s)
+			}
+			p.Detail = t[3]
+		}
+	case "plan":
+		err = episode(3)
+	case "act":
+		if err = episode(3); err == nil {
+			if len(t) < 5 {
+				return p, fmt.Errorf("subject %q: missing node", s)
+			}
+			p.Node = strings.Join(t[4:], ".")
+		}
+	default:
+		return p, fmt.Errorf("subject %q: unknown domain %q", s, t[0])
+	}
+	return p, err
+}

@@ -1,0 +1,195 @@
+package actdispatcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
+)
+
+// handleRun executes one act: retries transient failures with exponential
+// back-off and jitter, bounds every attempt by the act time-out, and
+// publishes the outcome. The consume loop keeps the message in progress
+// meanwhile, so JetStream does not hand it to another replica.
+func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
+	var run schema.ActRun
+	if err := m.Decode(&run); err != nil {
+		return err
+	}
+	info, ctx, err := s.info(ctx, run.Rollout)
+	if err != nil || info == nil {
+		return err
+	}
+	if m.Delivered > 1 {
+		// A redelivery after a crash: the act may have finished already.
+		r, _, found, err := bus.Get[schema.Run](ctx, s.Bus.Runs, schema.RunKey(run.Rollout, run.Episode, run.Turn))
+		if err != nil {
+			return err
+		}
+		if n := byKey(&r, run.Key); !found || r.Finished || n == nil || n.Terminal() {
+			return nil
+		}
+	}
+	log := zerolog.Ctx(ctx)
+	cfg := info.Session.Config
+	done := &schema.ActDone{
+		Rollout: run.Rollout, Episode: run.Episode, Turn: run.Turn, Key: run.Key,
+		NodeID: run.Node.ID, Tool: run.Node.Tool, Input: run.Node.Input(), StartedMs: nowMs(),
+	}
+	for attempt := 1; ; attempt++ {
+		done.Attempts = attempt
+		actx, cancel := context.WithTimeout(ctx, schema.Seconds(cfg.ActTimeoutS))
+		out, gen, err := s.execute(actx, info, &run)
+		cancel()
+		if err == nil {
+			done.Status, done.Output, done.Generation, done.Error = schema.ActDoneOK, out, gen, ""
+			break
+		}
+		if actx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+			err = fail.Transientf("act timed out after %gs", cfg.ActTimeoutS)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err() // shutting down: another replica takes over
+		}
+		done.Status, done.Error = schema.ActFailed, err.Error()
+		if !fail.IsRetryable(err) || attempt > cfg.ActRetries {
+			break
+		}
+		wait := backoff(s.RetryBase, attempt)
+		log.Debug().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("act failed, retrying")
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if fresh, _ := s.sessions.Get(ctx, run.Rollout); fresh != nil && !fresh.Active() {
+			log.Info().Msg("rollout over; act not retried")
+			return nil
+		}
+	}
+	done.EndedMs = nowMs()
+	if done.Status == schema.ActFailed {
+		log.Warn().Str("error", done.Error).Int("attempts", done.Attempts).Msg("act failed")
+	}
+	return s.Bus.Publish(ctx, done)
+}
+
+// backoff is base·2^(attempt-1), with ±50% jitter, capped at 30s.
+func backoff(base time.Duration, attempt int) time.Duration {
+	d := base << min(attempt-1, 16)
+	d = min(d, 30*time.Second)
+	return d/2 + time.Duration(rand.Int64N(int64(d)+1))
+}
+
+// execute runs the node's tool once.
+func (s *Service) execute(ctx context.Context, info *session.Info, run *schema.ActRun) (string, *schema.Generation, error) {
+	tool, ok := info.Session.Config.Tool(run.Node.Tool)
+	if !ok {
+		return "", nil, fail.Permanentf("unknown tool %q", run.Node.Tool)
+	}
+	input := run.Node.Input()
+	if input == "" {
+		return "", nil, fail.Permanentf("invalid arguments: %s has no input", run.Node.ID)
+	}
+	switch tool.Kind {
+	case schema.ToolHTTP:
+		out, err := s.callHTTP(ctx, tool, input)
+		return out, nil, err
+	default:
+		g, err := s.callActor(ctx, info, run, tool, input)
+		if err != nil {
+			return "", nil, err
+		}
+		return strings.TrimSpace(g.Text), g, nil
+	}
+}
+
+// ActorPrompt is what the actor model is asked for one act.
+func ActorPrompt(tool schema.Tool, input string) string {
+	var b strings.Builder
+	b.WriteString("You are the actor. Carry out one step of a larger plan and reply with the result only, as short as possible.\n")
+	fmt.Fprintf(&b, "Tool: %s\n", tool.Name)
+	if tool.Description != "" {
+		fmt.Fprintf(&b, "Tool description: %s\n", tool.Description)
+	}
+	fmt.Fprintf(&b, "Input: %s\nResult:", input)
+	return b.String()
+}
+
+// callActor asks the actor-gateway service for a generation.
+func (s *Service) callActor(ctx context.Context, info *session.Info, run *schema.ActRun, tool schema.Tool, input string) (*schema.Generation, error) {
+	eng, version, err := info.Engine(schema.RoleActor)
+	if err != nil {
+		return nil, err
+	}
+	req := &schema.ActorRequest{
+		Rollout: run.Rollout, Episode: run.Episode, Key: run.Key, Engine: eng,
+		Prompt: ActorPrompt(tool, input), Sampling: info.Session.Config.ActorSampling,
+	}
+	msg, err := bus.NewMsg(ctx, req)
+	if err != nil {
+		return nil, fail.E(fail.Permanent, err)
+	}
+	reply, err := s.Bus.NC.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		if err == nats.ErrNoResponders {
+			return nil, fail.Transientf("no actor-gateway is running")
+		}
+		return nil, fail.Transientf("actor-gateway: %w", err)
+	}
+	if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
+		kind := fail.Transient
+		if strings.HasPrefix(code, "4") {
+			kind = fail.Permanent
+		}
+		return nil, fail.E(kind, fmt.Errorf("actor-gateway %s: %s", code, reply.Header.Get(micro.ErrorHeader)))
+	}
+	var r schema.ActorReply
+	if err := schema.Unmarshal(reply.Data, &r); err != nil {
+		return nil, err
+	}
+	if r.Generation.WeightVersion == "" {
+		r.Generation.WeightVersion = version
+	}
+	return &r.Generation, nil
+}
+
+// callHTTP calls a retrieval-style HTTP tool: POST {"queries":[input],"topk":3}.
+func (s *Service) callHTTP(ctx context.Context, tool schema.Tool, input string) (string, error) {
+	body, _ := json.Marshal(map[string]any{"queries": []string{input}, "topk": 3})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tool.URL, bytes.NewReader(body))
+	if err != nil {
+		return "", fail.Permanentf("tool %s: %w", tool.Name, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.HTTP.Do(req)
+	if err != nil {
+		return "", fail.Transientf("tool %s: %w", tool.Name, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", fail.Transientf("tool %s: %w", tool.Name, err)
+	}
+	switch {
+	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
+		return "", fail.Transientf("tool %s: HTTP %d: %s", tool.Name, resp.StatusCode, strings.TrimSpace(string(data)))
+	case resp.StatusCode >= 400:
+		return "", fail.Permanentf("tool %s: HTTP %d: %s", tool.Name, resp.StatusCode, strings.TrimSpace(string(data)))
+	}
+	return strings.TrimSpace(string(data)), nil
+}

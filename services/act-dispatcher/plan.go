@@ -1,0 +1,149 @@
+package actdispatcher
+
+import (
+	"context"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// handlePlan reacts to what the plan-parser made of a planner turn.
+func (s *Service) handlePlan(ctx context.Context, m bus.Msg) error {
+	p, err := subject.Parse(m.Subject)
+	if err != nil {
+		return fail.E(fail.Invalid, err)
+	}
+	switch p.Verb {
+	case "dag":
+		var d schema.PlanDAG
+		if err := m.Decode(&d); err != nil {
+			return err
+		}
+		return s.handleDAG(ctx, m, &d)
+	case "answer":
+		var a schema.PlanAnswer
+		if err := m.Decode(&a); err != nil {
+			return err
+		}
+		info, ctx, err := s.info(ctx, a.Rollout)
+		if err != nil || info == nil {
+			return err
+		}
+		status := schema.EpisodeCompleted
+		if a.FinishReason == "length" {
+			status = schema.EpisodeTruncated
+		}
+		return s.endEpisode(ctx, a.Rollout, a.Episode, a.Turn, status, a.Answers, "answered")
+	case "error":
+		var pe schema.PlanError
+		if err := m.Decode(&pe); err != nil {
+			return err
+		}
+		return s.handleParseError(ctx, &pe)
+	}
+	return fail.Invalidf("act-dispatcher: unexpected subject %s", m.Subject)
+}
+
+// handleDAG creates the turn's run state and releases its first nodes.
+func (s *Service) handleDAG(ctx context.Context, m bus.Msg, d *schema.PlanDAG) error {
+	info, ctx, err := s.info(ctx, d.Rollout)
+	if err != nil || info == nil {
+		return err
+	}
+	key := schema.RunKey(d.Rollout, d.Episode, d.Turn)
+	if _, err := bus.Create(ctx, s.Bus.Runs, key, newRun(d, info.Session.Config.Schedule)); err != nil {
+		return err
+	}
+	var newly []*schema.NodeState
+	run, _, err := bus.Mutate(ctx, s.Bus.Runs, key, func(r *schema.Run, exists bool) (bool, error) {
+		if !exists {
+			return false, fail.Transientf("run %s vanished", key)
+		}
+		newly = advance(r)
+		return len(newly) > 0, nil
+	})
+	if err != nil {
+		return err
+	}
+	zerolog.Ctx(ctx).Debug().Int("nodes", len(run.Nodes)).Int("released", len(newly)).Msg("plan accepted")
+	if m.Delivered > 1 {
+		newly = released(&run) // a crash may have come between the write and the publishes
+	}
+	return s.publishRuns(ctx, &run, newly)
+}
+
+// handleParseError applies the rollout's parse-error policy.
+func (s *Service) handleParseError(ctx context.Context, pe *schema.PlanError) error {
+	info, ctx, err := s.info(ctx, pe.Rollout)
+	if err != nil || info == nil {
+		return err
+	}
+	cfg := info.Session.Config
+	reason := pe.ErrorKind + ": " + pe.Message
+	switch {
+	case pe.ErrorKind == "planner_unavailable":
+		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeFailed, nil, reason)
+	case pe.ErrorKind == "context_full":
+		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeTruncated, nil, reason)
+	case cfg.ParseErrorPolicy == schema.ParseEnd:
+		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeFailed, nil, reason)
+	case pe.Turn >= cfg.MaxTurns:
+		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeTruncated, nil, "max_turns after "+reason)
+	}
+	return s.Bus.Publish(ctx, &schema.PlanRequest{
+		Rollout: pe.Rollout, Episode: pe.Episode, Turn: pe.Turn + 1,
+		Observation: ErrorObservation(pe.Message), WeightVersion: plannerVersion(info),
+	})
+}
+
+// finishTurn decides what follows a turn whose nodes have all finished:
+// the next planner turn, or the episode's end.
+func (s *Service) finishTurn(ctx context.Context, info *session.Info, r *schema.Run) error {
+	cfg := info.Session.Config
+	var failed []string
+	for _, n := range r.Nodes {
+		if n.Status == schema.NodeFailed {
+			failed = append(failed, n.Node.ID+": "+n.Error)
+		}
+	}
+	switch {
+	case cfg.FailurePolicy == schema.PolicyFail && len(failed) > 0:
+		return s.endEpisode(ctx, r.Rollout, r.Episode, r.Turn, schema.EpisodeFailed, nil, "act failed: "+strings.Join(failed, "; "))
+	case r.Turn >= cfg.MaxTurns:
+		return s.endEpisode(ctx, r.Rollout, r.Episode, r.Turn, schema.EpisodeTruncated, nil, "max_turns")
+	}
+	obs := Observation(r)
+	if cfg.FailurePolicy == schema.PolicyReplan && len(failed) > 0 {
+		obs += "Some steps failed (" + strings.Join(failed, "; ") + "). Re-plan the remaining steps, or answer if you can.\n"
+	}
+	return s.Bus.Publish(ctx, &schema.PlanRequest{
+		Rollout: r.Rollout, Episode: r.Episode, Turn: r.Turn + 1, Observation: obs, WeightVersion: plannerVersion(info),
+	})
+}
+
+func (s *Service) endEpisode(ctx context.Context, n int64, e, turns int, status string, answers []string, reason string) error {
+	zerolog.Ctx(ctx).Info().Str("status", status).Strs("answers", answers).Str("reason", reason).Msg("episode ended")
+	return s.Bus.Publish(ctx, &schema.EpisodeEnd{
+		Rollout: n, Episode: e, Turns: turns, Status: status, Answers: answers, Reason: reason, AtMs: nowMs(),
+	})
+}
+
+// publishRuns publishes the work items of released nodes.
+func (s *Service) publishRuns(ctx context.Context, r *schema.Run, nodes []*schema.NodeState) error {
+	for _, n := range nodes {
+		if err := s.Bus.Publish(ctx, &schema.ActRun{Rollout: r.Rollout, Episode: r.Episode, Turn: r.Turn, Key: n.Key, Node: n.Node}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func plannerVersion(info *session.Info) string {
+	return info.Session.Roles[schema.RolePlanner].WeightVersion
+}

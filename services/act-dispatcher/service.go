@@ -1,0 +1,97 @@
+// Package actdispatcher is the act-dispatcher service: it owns execution.
+// For every parsed plan it creates the turn's run state, releases each node
+// as soon as its dependencies allow, executes the acts (through the
+// actor-gateway or an HTTP tool) with retries and time-outs, and when the
+// turn is over asks the planner for the next turn or ends the episode.
+// Replicas share durable consumers and keep no state of their own.
+package actdispatcher
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/session"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// Name is the service's name on the bus.
+const Name = "act-dispatcher"
+
+// Deps are what the act-dispatcher needs.
+type Deps struct {
+	Bus *bus.Bus
+	Log zerolog.Logger
+	// ActConcurrency bounds the acts this replica executes at once; default 256.
+	ActConcurrency int
+	// HTTP calls HTTP tools; nil means a client with sane time-outs.
+	HTTP *http.Client
+	// RetryBase is the first retry back-off; it doubles, with jitter; default 200ms.
+	RetryBase time.Duration
+}
+
+// Service is a running act-dispatcher replica.
+type Service struct {
+	Deps
+	sessions *session.Cache
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, d Deps) error {
+	if d.ActConcurrency == 0 {
+		d.ActConcurrency = 256
+	}
+	if d.HTTP == nil {
+		d.HTTP = &http.Client{Timeout: 5 * time.Minute}
+	}
+	if d.RetryBase == 0 {
+		d.RetryBase = 200 * time.Millisecond
+	}
+	s := &Service{Deps: d, sessions: session.NewCache(d.Bus.Sessions)}
+	consumers := []struct {
+		c bus.Consumer
+		h bus.Handler
+	}{
+		{bus.Consumer{Stream: bus.StreamPlan, Durable: Name + "-plan", Concurrency: 64,
+			Filters: []string{subject.AllPlanDAG, subject.AllPlanAnswer, subject.AllPlanError}}, s.handlePlan},
+		{bus.Consumer{Stream: bus.StreamAct, Durable: Name + "-run", Concurrency: d.ActConcurrency,
+			Filters: []string{subject.AllActRun}, AckWait: 30 * time.Second}, s.handleRun},
+		{bus.Consumer{Stream: bus.StreamAct, Durable: Name + "-done", Concurrency: 64,
+			Filters: []string{subject.AllActDone}}, s.handleDone},
+	}
+	errs := make(chan error, len(consumers))
+	var wg sync.WaitGroup
+	for _, c := range consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- d.Bus.Consume(ctx, c.c, c.h)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// info returns the rollout's session, or nil when the rollout is over and
+// its messages are to be dropped.
+func (s *Service) info(ctx context.Context, n int64) (*session.Info, context.Context, error) {
+	info, err := s.sessions.Get(ctx, n)
+	if err != nil {
+		return nil, ctx, err
+	}
+	if !info.Active() {
+		zerolog.Ctx(ctx).Debug().Str("state", info.Session.State).Msg("rollout is over; message dropped")
+		return nil, ctx, nil
+	}
+	return info, bus.WithTrace(ctx, info.Session.Trace), nil
+}

@@ -1,0 +1,91 @@
+// Package planparser is the plan-parser service: it parses every planner
+// output into a validated DAG, a final answer, or a precise error, and
+// publishes which one it found. The parsing itself is pkg/plan.
+package planparser
+
+import (
+	"context"
+
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/plan"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// Name is the service's name on the bus.
+const Name = "plan-parser"
+
+// Deps are what the plan-parser needs.
+type Deps struct {
+	Bus         *bus.Bus
+	Log         zerolog.Logger
+	Concurrency int // default 32
+}
+
+// Service is a running plan-parser.
+type Service struct {
+	Deps
+	sessions *session.Cache
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, d Deps) error {
+	if d.Concurrency == 0 {
+		d.Concurrency = 32
+	}
+	s := &Service{Deps: d, sessions: session.NewCache(d.Bus.Sessions)}
+	return d.Bus.Consume(ctx, bus.Consumer{
+		Stream:      bus.StreamPlan,
+		Durable:     Name,
+		Filters:     []string{subject.AllPlanOut},
+		Concurrency: d.Concurrency,
+	}, s.handle)
+}
+
+func (s *Service) handle(ctx context.Context, m bus.Msg) error {
+	var out schema.PlanOutput
+	if err := m.Decode(&out); err != nil {
+		return err
+	}
+	info, err := s.sessions.Get(ctx, out.Rollout)
+	if err != nil {
+		return err
+	}
+	if !info.Active() {
+		return nil
+	}
+	ctx = bus.WithTrace(ctx, info.Session.Trace)
+	msg := Parse(&out, info.Session.Config)
+	if pe, ok := msg.(*schema.PlanError); ok {
+		zerolog.Ctx(ctx).Info().Str("kind", pe.ErrorKind).Str("error", pe.Message).Msg("plan rejected")
+	}
+	return s.Bus.Publish(ctx, msg)
+}
+
+// Parse turns one planner output into the message the rest of planact acts
+// on: a *schema.PlanDAG, *schema.PlanAnswer or *schema.PlanError.
+func Parse(out *schema.PlanOutput, cfg schema.Config) schema.Message {
+	opts := plan.Options{
+		Format:   plan.Format(cfg.ParseFormat),
+		Tools:    cfg.ToolNames(),
+		MaxNodes: cfg.MaxNodes,
+	}
+	res, err := plan.Parse(out.Text, opts)
+	if err != nil {
+		pe := &schema.PlanError{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, ErrorKind: "syntax", Message: err.Error(), FinishReason: out.FinishReason}
+		if e, ok := err.(*plan.Error); ok {
+			pe.ErrorKind = string(e.Kind)
+		}
+		if out.FinishReason == "length" && out.Text == "" {
+			pe.ErrorKind, pe.Message = "context_full", "the episode ran out of context before the planner could answer"
+		}
+		return pe
+	}
+	if len(res.Answers) > 0 {
+		return &schema.PlanAnswer{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, Answers: res.Answers, FinishReason: out.FinishReason}
+	}
+	return &schema.PlanDAG{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, Plan: *res.Plan, FinishReason: out.FinishReason}
+}

@@ -1,0 +1,79 @@
+// Package plannergateway is the planner-gateway service: it turns a plan
+// request into a call to the planner engine and publishes the output with
+// the episode's token-exact trajectory.
+package plannergateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/engine"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// Name is the service's name on the bus.
+const Name = "planner-gateway"
+
+// Deps are what the planner-gateway needs.
+type Deps struct {
+	Bus *bus.Bus
+	Log zerolog.Logger
+	// Engines bounds the generations in flight per planner engine.
+	Engines *engine.Pool
+	// Concurrency of plan requests handled at once; default 64.
+	Concurrency int
+	// MaxAttempts before an episode's turn is given up as failed; default 5.
+	MaxAttempts int
+}
+
+// Service is a running planner-gateway.
+type Service struct {
+	Deps
+	sessions *session.Cache
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, d Deps) error {
+	if d.Engines == nil {
+		d.Engines = &engine.Pool{}
+	}
+	if d.Concurrency == 0 {
+		d.Concurrency = 64
+	}
+	if d.MaxAttempts == 0 {
+		d.MaxAttempts = 5
+	}
+	s := &Service{Deps: d, sessions: session.NewCache(d.Bus.Sessions)}
+	return d.Bus.Consume(ctx, bus.Consumer{
+		Stream:      bus.StreamPlan,
+		Durable:     Name,
+		Filters:     []string{subject.AllPlanReq},
+		Concurrency: d.Concurrency,
+		AckWait:     60 * time.Second,
+		MaxDeliver:  d.MaxAttempts,
+	}, s.handle)
+}
+
+func (s *Service) handle(ctx context.Context, m bus.Msg) error {
+	var req schema.PlanRequest
+	if err := m.Decode(&req); err != nil {
+		return err
+	}
+	err := s.plan(ctx, &req)
+	if err == nil || !fail.IsRetryable(err) || m.Delivered < uint64(s.MaxAttempts) {
+		return err
+	}
+	// Out of attempts: the episode must not hang, so the failure goes on as
+	// a plan error that the act-dispatcher turns into the episode's end.
+	zerolog.Ctx(ctx).Error().Err(err).Msg("planner engine failed for good")
+	return s.Bus.Publish(ctx, &schema.PlanError{
+		Rollout: req.Rollout, Episode: req.Episode, Turn: req.Turn,
+		ErrorKind: "planner_unavailable", Message: err.Error(),
+	})
+}

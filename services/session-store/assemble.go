@@ -1,0 +1,284 @@
+package sessionstore
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/reward"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// episode is what assembly gathers about one episode from the streams.
+type episode struct {
+	task   schema.Task
+	end    *schema.EpisodeEnd
+	last   *schema.PlanOutput // the last planner output holds the whole trajectory
+	acts   []*schema.ActDone
+	reward float64
+}
+
+// assemble builds both roles' results of a rollout from what its episodes
+// left in the streams: the last planner output of every episode (its
+// trajectory), every episode end, and the last outcome of every act.
+// Episodes that did not end (time-out, abort) give no samples.
+func (s *Service) assemble(ctx context.Context, sess schema.Session, status, reason string) (planner, actor *schema.Result, err error) {
+	n := sess.Rollout
+	tl, _, found, err := bus.Get[schema.TaskList](ctx, s.Bus.Sessions, schema.TasksKey(n))
+	if err != nil {
+		return nil, nil, err
+	}
+	if !found {
+		tl.Tasks = nil
+	}
+	eps := make([]*episode, len(tl.Tasks))
+	for i, t := range tl.Tasks {
+		eps[i] = &episode{task: t}
+	}
+	get := func(e int) (*episode, error) {
+		if e < 0 || e >= len(eps) {
+			return nil, fail.Invalidf("rollout %d has no episode %d", n, e)
+		}
+		return eps[e], nil
+	}
+
+	err = s.Bus.LastPerSubject(ctx, bus.StreamRollout, fmt.Sprintf("rollout.%d.end.*", n), func(subj string, data []byte) error {
+		var end schema.EpisodeEnd
+		if err := schema.Unmarshal(data, &end); err != nil {
+			return fmt.Errorf("%s: %w", subj, err)
+		}
+		ep, err := get(end.Episode)
+		if err == nil {
+			ep.end = &end
+		}
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	err = s.Bus.LastPerSubject(ctx, bus.StreamPlan, fmt.Sprintf("plan.%d.out.*", n), func(subj string, data []byte) error {
+		var out schema.PlanOutput
+		if err := schema.Unmarshal(data, &out); err != nil {
+			return fmt.Errorf("%s: %w", subj, err)
+		}
+		ep, err := get(out.Episode)
+		if err == nil {
+			ep.last = &out
+		}
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	err = s.Bus.LastPerSubject(ctx, bus.StreamAct, subject.ActDoneFilter(n), func(subj string, data []byte) error {
+		var d schema.ActDone
+		if err := schema.Unmarshal(data, &d); err != nil {
+			return fmt.Errorf("%s: %w", subj, err)
+		}
+		ep, err := get(d.Episode)
+		if err == nil {
+			ep.acts = append(ep.acts, &d)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+
+	scorer := s.scorer(sess.Config)
+	stats := schema.Stats{Episodes: len(eps), Failures: map[string]int{}, EpisodeStatus: map[string]int{}, Tokens: map[string]int{}}
+	planner = &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: status, Reason: reason}
+	actor = &schema.Result{Rollout: n, Role: schema.RoleActor, Status: status, Reason: reason}
+	var turns, rewards float64
+	for e, ep := range eps {
+		if ep.end == nil {
+			stats.EpisodeStatus["unfinished"]++
+			continue
+		}
+		stats.Completed++
+		stats.EpisodeStatus[ep.end.Status]++
+		turns += float64(ep.end.Turns)
+		if ep.end.Status == schema.EpisodeCompleted {
+			ep.reward, err = scorer(ctx, ep.task, strings.Join(ep.end.Answers, " | "))
+			if err != nil {
+				return nil, nil, fmt.Errorf("reward of episode %d: %w", e, err)
+			}
+			if reward.ExactMatch(strings.Join(ep.end.Answers, " "), ep.task.Label) == 1 {
+				stats.Correct++
+			}
+		}
+		rewards += ep.reward
+		if ps, ok := plannerSample(n, e, ep); ok {
+			planner.Samples = append(planner.Samples, ps)
+			stats.Tokens[schema.RolePlanner] += len(ps.Tokens)
+		}
+		sort.Slice(ep.acts, func(i, j int) bool {
+			a, b := ep.acts[i], ep.acts[j]
+			if a.Turn != b.Turn {
+				return a.Turn < b.Turn
+			}
+			return a.Key < b.Key
+		})
+		var mine []schema.Sample
+		for _, d := range ep.acts {
+			if d.Status == schema.ActFailed {
+				stats.Failures[failureKind(d.Error)]++
+			}
+			if as, ok := actorSample(n, e, ep, d); ok {
+				mine = append(mine, as)
+				stats.Tokens[schema.RoleActor] += len(as.Tokens)
+			}
+		}
+		if sess.Config.SplitActReward && len(mine) > 0 {
+			for i := range mine {
+				mine[i].Reward = ep.reward / float64(len(mine))
+			}
+		}
+		stats.Acts += len(mine)
+		actor.Samples = append(actor.Samples, mine...)
+	}
+	if stats.Completed > 0 {
+		c := float64(stats.Completed)
+		stats.Accuracy = float64(stats.Correct) / c
+		stats.MeanReward = rewards / c
+		stats.MeanTurns = turns / c
+		stats.ActsPerEpisode = float64(stats.Acts) / c
+	}
+	if sess.StartedMs > 0 {
+		stats.WallMs = s.nowMs() - sess.StartedMs
+	}
+	planner.Stats, actor.Stats = stats, stats
+	return planner, actor, nil
+}
+
+// plannerSample turns an episode's trajectory into one multi-turn sample:
+// the prompt, then every turn's generated tokens (loss mask 1, their
+// log-probs) and the observations planact appended (loss mask 0).
+func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
+	out := ep.last
+	if out == nil || len(out.Segments) == 0 || out.Segments[0].Kind != schema.SegPrompt {
+		return schema.Sample{}, false
+	}
+	prompt := out.Segments[0]
+	smp := schema.Sample{
+		GroupIndex: ep.task.GroupIndex, Index: ep.task.Index, RolloutID: episodeID(n, e),
+		Prompt: prompt.Text, Label: ep.task.Label, Reward: ep.reward, Status: ep.end.Status,
+		Tokens: append([]int(nil), prompt.IDs...),
+	}
+	var resp strings.Builder
+	versions := map[string]bool{}
+	for _, seg := range out.Segments[1:] {
+		resp.WriteString(seg.Text)
+		smp.Tokens = append(smp.Tokens, seg.IDs...)
+		gen := seg.Kind == schema.SegGenerated
+		for i := range seg.IDs {
+			if gen {
+				smp.LossMask = append(smp.LossMask, 1)
+				lp := 0.0
+				if i < len(seg.LogProbs) {
+					lp = seg.LogProbs[i]
+				}
+				smp.RolloutLogProbs = append(smp.RolloutLogProbs, lp)
+			} else {
+				smp.LossMask = append(smp.LossMask, 0)
+				smp.RolloutLogProbs = append(smp.RolloutLogProbs, 0)
+			}
+		}
+		if gen && seg.Version != "" && !versions[seg.Version] {
+			versions[seg.Version] = true
+			smp.WeightVersions = append(smp.WeightVersions, seg.Version)
+		}
+	}
+	smp.Response = resp.String()
+	smp.ResponseLength = len(smp.Tokens) - len(prompt.IDs)
+	switch out.FinishReason {
+	case "length":
+		if smp.Status == schema.EpisodeCompleted {
+			smp.Status = schema.EpisodeTruncated
+		}
+	case "abort":
+		smp.Status = schema.EpisodeAborted
+	}
+	smp.Metadata = map[string]any{
+		"rollout": n, "episode": e, "turns": ep.end.Turns, "answers": ep.end.Answers,
+		"finish_reason": out.FinishReason, "end_reason": ep.end.Reason, "ended_ms": ep.end.AtMs,
+	}
+	return smp, true
+}
+
+// actorSample turns one executed act into a sample. Acts answered from the
+// cache, skipped or failed before the model ran give none.
+func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample, bool) {
+	g := d.Generation
+	if g == nil || d.Status != schema.ActDoneOK {
+		return schema.Sample{}, false
+	}
+	smp := schema.Sample{
+		GroupIndex: ep.task.GroupIndex, Index: ep.task.Index, RolloutID: episodeID(n, e),
+		Prompt: g.Prompt, Response: g.Text, Label: ep.task.Label, Reward: ep.reward,
+		Tokens:          append(append([]int(nil), g.PromptIDs...), g.OutputIDs...),
+		ResponseLength:  len(g.OutputIDs),
+		LossMask:        ones(len(g.OutputIDs)),
+		RolloutLogProbs: append([]float64(nil), g.LogProbs...),
+		Status:          schema.EpisodeCompleted,
+	}
+	switch g.FinishReason {
+	case "length":
+		smp.Status = schema.EpisodeTruncated
+	case "abort":
+		smp.Status = schema.EpisodeAborted
+	}
+	if g.WeightVersion != "" {
+		smp.WeightVersions = []string{g.WeightVersion}
+	}
+	smp.Metadata = map[string]any{
+		"rollout": n, "episode": e, "turn": d.Turn, "node": d.NodeID, "key": d.Key, "tool": d.Tool,
+		"input": d.Input, "attempts": d.Attempts, "latency_ms": g.LatencyMs,
+		"started_ms": d.StartedMs, "ended_ms": d.EndedMs,
+	}
+	return smp, true
+}
+
+func episodeID(n int64, e int) string { return fmt.Sprintf("%d-%d", n, e) }
+
+func ones(n int) []int {
+	m := make([]int, n)
+	for i := range m {
+		m[i] = 1
+	}
+	return m
+}
+
+// failureKind buckets an act error for the stats.
+func failureKind(msg string) string {
+	switch {
+	case strings.Contains(msg, "timed out") || strings.Contains(msg, "deadline"):
+		return "timeout"
+	case strings.Contains(msg, "unknown tool") || strings.Contains(msg, "invalid"):
+		return "invalid"
+	case strings.Contains(msg, "dependency"):
+		return "dependency"
+	}
+	return "error"
+}
+
+// scorer returns the rollout's reward function.
+func (s *Service) scorer(cfg schema.Config) func(ctx context.Context, t schema.Task, answer string) (float64, error) {
+	switch {
+	case cfg.Reward == "em":
+		return func(_ context.Context, t schema.Task, a string) (float64, error) { return reward.ExactMatch(a, t.Label), nil }
+	case strings.HasPrefix(cfg.Reward, "http://") || strings.HasPrefix(cfg.Reward, "https://"):
+		r := reward.Remote{URL: cfg.Reward, HTTP: &http.Client{Timeout: 30 * time.Second}}
+		return func(ctx context.Context, t schema.Task, a string) (float64, error) {
+			return r.Score(ctx, t.Prompt, a, t.Label)
+		}
+	default:
+		return func(_ context.Context, t schema.Task, a string) (float64, error) { return reward.F1(a, t.Label), nil }
+	}
+}
