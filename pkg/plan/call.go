@@ -290,8 +290,8 @@ func (p *argParser) bare() (any, error) {
 	if p.i >= len(p.s) {
 		return nil, errEOF
 	}
-	if tok == "" {
-		return nil, errSyntax
+	if tok == "" || strings.ContainsAny(tok, " \t") {
+		return nil, errSyntax // unquoted text: see callRegion
 	}
 	switch tok {
 	case "true", "True":
@@ -366,7 +366,8 @@ func (p *argParser) str() (string, error) {
 // ';' and a trailing comment ("# …", "// …") which becomes the note. A call
 // whose arguments are not literals (search(capital of France)) is accepted
 // with its raw argument text as input. ok is false if region is not a call;
-// err is errEOF if region ends inside the call.
+// then err is errEOF if region ends inside a call, errSyntax if it is a
+// malformed call, nil if it is not a call at all.
 func callRegion(region string) (c call, note string, ok bool, err error) {
 	region = strings.TrimSpace(region)
 	c, err = parseCall(region, 0)
@@ -391,6 +392,11 @@ func callRegion(region string) (c call, note string, ok bool, err error) {
 		return call{}, "", false, nil
 	}
 	inner := strings.TrimSpace(body[j+1 : len(body)-1])
+	if inner != "" && strings.IndexByte("\"'[{", inner[0]) >= 0 {
+		if _, n := placeholderAt(inner, 0); n == 0 {
+			return call{}, "", false, errSyntax // meant as literals, but malformed
+		}
+	}
 	c = call{tool: region[:j], args: map[string]any{}, end: len(body)}
 	if inner != "" {
 		c.args["input"] = inner

@@ -130,8 +130,10 @@ func fillGraphNode(n *rawNode, attrs map[string]string, content string, o *Optio
 			if n.Description == "" {
 				n.Description = note
 			}
-		case err != nil:
+		case errors.Is(err, errEOF):
 			return errorf(ErrSyntax, "node %s: the call %s is not closed", orUnnamed(n.ID), describe(content))
+		case err != nil:
+			return errorf(ErrSyntax, "node %s: the call %s is malformed; write it as tool(\"text\", [\"{s1}\"])", orUnnamed(n.ID), describe(content))
 		case content != "":
 			n.Tool = o.DefaultTool
 			n.Args["input"] = content

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -91,14 +92,17 @@ func parse(text string, opts Options) (Result, *Error) {
 	if a := d.answers(); a != nil {
 		return Result{Format: FormatAnswer, Answers: a}, nil
 	}
-	f := o.Format
-	if f == FormatAnswer {
+	if o.Format == FormatAnswer {
 		return Result{}, errorf(ErrSyntax, "expected a final answer in <answer>…</answer>, but there is none")
 	}
-	if f == FormatAuto {
-		f = detect(d)
+	if o.Format != FormatAuto {
+		if _, ok := parsers[o.Format]; !ok {
+			return Result{}, errorf(ErrUnknownFormat, "unknown plan format %q; the formats are graph, tasklist, json, numbered, steps and answer", string(o.Format))
+		}
+		return parseAs(d, o.Format, &o)
 	}
-	if f == FormatAuto {
+	candidates := detectAll(d)
+	if len(candidates) == 0 {
 		switch {
 		case d.thinkCut:
 			return Result{}, errorf(ErrTruncated, "the output was cut off inside <think> before any plan or answer; think less and write the plan")
@@ -107,18 +111,31 @@ func parse(text string, opts Options) (Result, *Error) {
 		}
 		return Result{}, errorf(ErrUnknownFormat, "no plan or answer found in the output; write a plan in one of the supported formats or an <answer>")
 	}
-	fp, ok := parsers[f]
-	if !ok {
-		return Result{}, errorf(ErrUnknownFormat, "unknown plan format %q", string(f))
+	// The first format that parses wins; a format that finds its markers
+	// but no plan (prose that mentions <graph>, say) gives way to the next.
+	var first *Error
+	for _, f := range candidates {
+		r, err := parseAs(d, f, &o)
+		if err == nil || err.Kind != ErrSyntax && err.Kind != ErrEmpty {
+			return r, err
+		}
+		if first == nil {
+			first = err
+		}
 	}
-	p, err := fp(d, &o)
+	return Result{}, first
+}
+
+// parseAs parses d in format f and validates the plan.
+func parseAs(d *doc, f Format, o *Options) (Result, *Error) {
+	p, err := parsers[f](d, o)
 	if err != nil {
 		return Result{}, err
 	}
 	if p.format == "" {
 		p.format = f
 	}
-	verr := validate(p.nodes, &o)
+	verr := validate(p.nodes, o)
 	plan := &Plan{Format: p.format, Nodes: make([]Node, len(p.nodes))}
 	for i, n := range p.nodes {
 		if n.Deps == nil {
@@ -162,26 +179,51 @@ func Detect(text string) Format {
 	if d.answers() != nil {
 		return FormatAnswer
 	}
-	return detect(d)
+	if c := detectAll(d); len(c) > 0 {
+		return c[0]
+	}
+	return FormatAuto
 }
 
-// detect picks the format whose unambiguous marker comes first (a tag or a
-// JSON key); failing that, the first task line or numbered call.
-func detect(d *doc) Format {
-	best, at := FormatAuto, len(d.lower)+1
-	consider := func(f Format, pos int) {
-		if pos >= 0 && pos < at {
-			best, at = f, pos
-		}
+// detectAll lists the formats whose markers appear in d, most likely
+// first: formats with an unambiguous marker (a tag or a JSON key) in order
+// of where it appears, then the format of the first task line or numbered
+// call, then bare JSON lists of nodes.
+func detectAll(d *doc) []Format {
+	type mark struct {
+		f   Format
+		pos int
 	}
-	consider(FormatGraph, tagIndex(d, "graph", 0))
-	consider(FormatGraph, tagIndex(d, "node", 0))
-	consider(FormatTaskList, tagIndex(d, "plan", 0))
-	consider(FormatJSON, jsonKeyIndex(d, "nodes"))
-	consider(FormatSteps, jsonKeyIndex(d, "steps"))
-	consider(FormatSteps, jsonKeyIndex(d, "action"))
-	if best != FormatAuto {
-		return best
+	var marks []mark
+	add := func(f Format, pos int) {
+		if pos < 0 {
+			return
+		}
+		for i, m := range marks {
+			if m.f == f {
+				if pos < m.pos {
+					marks[i].pos = pos
+				}
+				return
+			}
+		}
+		marks = append(marks, mark{f, pos})
+	}
+	add(FormatGraph, tagIndex(d, "graph", 0))
+	add(FormatGraph, tagIndex(d, "node", 0))
+	add(FormatTaskList, tagIndex(d, "plan", 0))
+	add(FormatJSON, jsonKeyIndex(d, "nodes"))
+	add(FormatSteps, jsonKeyIndex(d, "steps"))
+	add(FormatSteps, jsonKeyIndex(d, "action"))
+	slices.SortStableFunc(marks, func(a, b mark) int { return a.pos - b.pos })
+	var out []Format
+	for _, m := range marks {
+		out = append(out, m.f)
+	}
+	weak := func(f Format) {
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
 	}
 	for off := 0; off < len(d.text); {
 		end := strings.IndexByte(d.text[off:], '\n')
@@ -192,18 +234,19 @@ func detect(d *doc) Format {
 		}
 		line := d.text[off:end]
 		if _, _, ok := taskLine(line); ok {
-			return FormatTaskList
+			weak(FormatTaskList)
+			break
 		}
 		if _, _, ok := numberedLine(line); ok {
-			return FormatNumbered
+			weak(FormatNumbered)
+			break
 		}
 		off = end + 1
 	}
-	// A bare JSON list or object of nodes with ids.
-	if jsonKeyIndex(d, "id") >= 0 && (jsonKeyIndex(d, "tool") >= 0 || jsonKeyIndex(d, "depends_on") >= 0) {
-		return FormatJSON
+	if jsonKeyIndex(d, "id") >= 0 {
+		weak(FormatJSON)
 	}
-	return FormatAuto
+	return out
 }
 
 // tagIndex finds an opening tag <name> or <name attr…> at or after from.

@@ -1,0 +1,332 @@
+package plan
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// capitalPlan is the two-step plan every format below writes.
+var capitalPlan = []Node{
+	{ID: "", Tool: "search", Args: map[string]any{"input": "capital of France"}, Deps: []string{}},
+	{ID: "", Tool: "search", Args: map[string]any{"input": "population of {X}"}, Deps: []string{"X"}},
+}
+
+// withIDs returns capitalPlan with ids a and b and the placeholder written
+// as ref.
+func withIDs(a, b, ref, argKey string) []Node {
+	n0 := Node{ID: a, Tool: "search", Args: map[string]any{argKey: "capital of France"}, Deps: []string{}}
+	n1 := Node{ID: b, Tool: "search", Args: map[string]any{argKey: "population of " + ref}, Deps: []string{a}}
+	return []Node{n0, n1}
+}
+
+func TestParseFormats(t *testing.T) {
+	tests := []struct {
+		name   string
+		in     string
+		format Format
+		want   []Node
+	}{
+		{"graph", `<graph><node id="s1">search("capital of France")</node><node id="s2" depends="s1">search("population of {s1}")</node></graph>`,
+			FormatGraph, withIDs("s1", "s2", "{s1}", "input")},
+		{"graph single quotes and spaces", "<graph>\n  <node id='s1'> search('capital of France') </node>\n  <node id='s2' depends='s1'>\n    search(\"population of {s1}\")\n  </node>\n</graph>",
+			FormatGraph, withIDs("s1", "s2", "{s1}", "input")},
+		{"graph without wrapper", `<node id="s1">search("capital of France")</node> <node id="s2" depends="s1">search("population of {s1}")</node>`,
+			FormatGraph, withIDs("s1", "s2", "{s1}", "input")},
+		{"graph missing </node>", "<graph>\n<node id=\"s1\">search(\"capital of France\")\n<node id=\"s2\" depends=\"s1\">search(\"population of {s1}\")\n</graph>",
+			FormatGraph, withIDs("s1", "s2", "{s1}", "input")},
+		{"tasklist with tool tag", "<plan>\nT1: Find the capital of France\n- Dependencies: none\nT2: Find the population of the city found in T1\n- Dependencies: T1\n</plan>\n<search>capital of France|population of {T1}</search>",
+			FormatTaskList, func() []Node {
+				n := withIDs("T1", "T2", "{T1}", "input")
+				n[0].Description = "Find the capital of France"
+				n[1].Description = "Find the population of the city found in T1"
+				return n
+			}()},
+		{"tasklist inline calls", "T1: search(\"capital of France\") - Dependencies: none\nT2: search(\"population of {T1}\") - Dependencies: T1\n",
+			FormatTaskList, withIDs("T1", "T2", "{T1}", "input")},
+		{"json", `{"nodes":[{"id":"T1","tool":"search","args":{"input":"capital of France"},"depends_on":[]},{"id":"T2","tool":"search","args":{"input":"population of {T1}"},"depends_on":["T1"]}]}`,
+			FormatJSON, withIDs("T1", "T2", "{T1}", "input")},
+		{"json fenced with text", "Sure, here is the plan.\n```json\n{\"nodes\": [\n {\"id\": \"T1\", \"tool\": \"search\", \"args\": {\"query\": \"capital of France\"}, \"depends_on\": []},\n {\"id\": \"T2\", \"tool\": \"search\", \"args\": {\"query\": \"population of {T1}\"}, \"depends_on\": [\"T1\"]}\n]}\n```\nLet me know {if} you need more.",
+			FormatJSON, withIDs("T1", "T2", "{T1}", "query")},
+		{"numbered", "Thought: capital first.\n1. search(\"capital of France\")\n2. search(\"population of $1\")\n3. join()",
+			FormatNumbered, func() []Node {
+				n := withIDs("1", "2", "$1", "input")
+				n[0].Description = "capital first."
+				return n
+			}()},
+		{"numbered braces ref", "1. search(\"capital of France\")\n2. search(\"population of ${1}\")\n<END_OF_PLAN>\n3. search(\"ignored\")",
+			FormatNumbered, withIDs("1", "2", "${1}", "input")},
+		{"steps", `[{"id":"step_1","action":"search","params":{"query":"capital of France"},"dependencies":[]},{"id":"step_2","action":"search","params":{"query":"population of {step_1}"},"dependencies":["step_1"]}]`,
+			FormatSteps, withIDs("step_1", "step_2", "{step_1}", "query")},
+		{"steps object", "```\n{\"steps\": [{\"id\":\"step_1\",\"action\":\"search\",\"params\":{\"query\":\"capital of France\"},\"dependencies\":[]},{\"id\":\"step_2\",\"action\":\"search\",\"params\":{\"query\":\"population of {step_1}\"},\"dependencies\":\"step_1\"}]}\n```",
+			FormatSteps, withIDs("step_1", "step_2", "{step_1}", "query")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Detect(tt.in); got != tt.format {
+				t.Errorf("Detect = %q, want %q", got, tt.format)
+			}
+			for _, f := range []Format{FormatAuto, tt.format} {
+				r, err := Parse(tt.in, Options{Format: f})
+				if err != nil {
+					t.Fatalf("Parse(%s): %v", f, err)
+				}
+				if r.Format != tt.format || r.Plan == nil || r.Plan.Format != tt.format {
+					t.Fatalf("Parse(%s) format = %q", f, r.Format)
+				}
+				if !reflect.DeepEqual(r.Plan.Nodes, tt.want) {
+					t.Errorf("Parse(%s) nodes =\n%#v\nwant\n%#v", f, r.Plan.Nodes, tt.want)
+				}
+			}
+		})
+	}
+}
+
+func TestParseDetails(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		opts Options
+		want []Node
+	}{
+		{"graph bare text node uses default tool",
+			`<graph><node id="s1">Summarise the findings</node></graph>`, Options{DefaultTool: "llm"},
+			[]Node{{ID: "s1", Tool: "llm", Args: map[string]any{"input": "Summarise the findings"}, Deps: []string{}}}},
+		{"graph several deps",
+			`<graph><node id="a">x("1")</node><node id="b">x("2")</node><node id="c" depends="a, b">x("{a}{b}")</node><node id="d" depends="a b">x("3")</node></graph>`, Options{},
+			[]Node{
+				{ID: "a", Tool: "x", Args: map[string]any{"input": "1"}, Deps: []string{}},
+				{ID: "b", Tool: "x", Args: map[string]any{"input": "2"}, Deps: []string{}},
+				{ID: "c", Tool: "x", Args: map[string]any{"input": "{a}{b}"}, Deps: []string{"a", "b"}},
+				{ID: "d", Tool: "x", Args: map[string]any{"input": "3"}, Deps: []string{"a", "b"}},
+			}},
+		{"call argument kinds",
+			`<graph><node id="s1">math("compare", ["$1", "x"], 3, k=true, opts={"n": 2})</node></graph>`, Options{},
+			[]Node{{ID: "s1", Tool: "math", Args: map[string]any{"input": "compare", "context": []any{"$1", "x"}, "arg3": float64(3), "k": true, "opts": map[string]any{"n": float64(2)}}, Deps: []string{}}}},
+		{"unquoted call argument",
+			`<graph><node id="s1">search(capital of France, Europe)</node></graph>`, Options{},
+			[]Node{{ID: "s1", Tool: "search", Args: map[string]any{"input": "capital of France, Europe"}, Deps: []string{}}}},
+		{"tasklist partial calls and dependency styles",
+			"<plan>\nT1: Find A\nDependencies: -\nT2: Find B - Dependencies: none\nT3: Compare A and B\n- Dependencies: T1 and T2\n</plan>\n<wiki_search>A|B</wiki_search>",
+			Options{Tools: []string{"wiki_search"}},
+			[]Node{
+				{ID: "T1", Tool: "wiki_search", Args: map[string]any{"input": "A"}, Deps: []string{}, Description: "Find A"},
+				{ID: "T2", Tool: "wiki_search", Args: map[string]any{"input": "B"}, Deps: []string{}, Description: "Find B"},
+				{ID: "T3", Tool: "actor", Args: map[string]any{"input": "Compare A and B"}, Deps: []string{"T1", "T2"}, Description: "Compare A and B"},
+			}},
+		{"tasklist two tags, inline tool",
+			"<plan>\nT1: Look up X\n- Dependencies: none\nT2: calc(\"2+2\") - Dependencies: none\nT3: Look up Y\n- Dependencies: T1, T2\n</plan>\n<search>X</search>\n<lookup>Y {T1}</lookup>",
+			Options{},
+			[]Node{
+				{ID: "T1", Tool: "search", Args: map[string]any{"input": "X"}, Deps: []string{}, Description: "Look up X"},
+				{ID: "T2", Tool: "calc", Args: map[string]any{"input": "2+2"}, Deps: []string{}},
+				{ID: "T3", Tool: "lookup", Args: map[string]any{"input": "Y {T1}"}, Deps: []string{"T1", "T2"}, Description: "Look up Y"},
+			}},
+		{"json field aliases and numeric ids",
+			`{"plan": {"nodes": [{"id": 1, "name": "search", "arguments": "x"}, {"id": 2, "function": "math", "parameters": {"expression": "{1}*2"}, "deps": [1]}]}}`, Options{},
+			[]Node{
+				{ID: "1", Tool: "search", Args: map[string]any{"input": "x"}, Deps: []string{}},
+				{ID: "2", Tool: "math", Args: map[string]any{"expression": "{1}*2"}, Deps: []string{"1"}},
+			}},
+		{"steps without action use description",
+			`[{"id": "step_1", "description": "Think about it", "dependencies": []}]`, Options{},
+			[]Node{{ID: "step_1", Tool: "actor", Args: map[string]any{"input": "Think about it"}, Deps: []string{}, Description: "Think about it"}}},
+		{"tool names matched ignoring case",
+			`<graph><node id="s1">Search("x")</node></graph>`, Options{Tools: []string{"search"}},
+			[]Node{{ID: "s1", Tool: "search", Args: map[string]any{"input": "x"}, Deps: []string{}}}},
+		{"plan inside think ignored",
+			"<think>\n<graph><node id=\"bad\">x(\"1\")</node></graph>\n</think>\n<graph><node id=\"good\">x(\"2\")</node></graph>", Options{},
+			[]Node{{ID: "good", Tool: "x", Args: map[string]any{"input": "2"}, Deps: []string{}}}},
+		{"lone </think> from the chat template",
+			"<graph><node id=\"bad\">x(\"1\")</node></graph> hmm </think>\n1. x(\"2\")", Options{},
+			[]Node{{ID: "1", Tool: "x", Args: map[string]any{"input": "2"}, Deps: []string{}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := Parse(tt.in, tt.opts)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if !reflect.DeepEqual(r.Plan.Nodes, tt.want) {
+				t.Errorf("nodes =\n%#v\nwant\n%#v", r.Plan.Nodes, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseAnswer(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want []string
+	}{
+		{"simple", "<answer>Paris</answer>", []string{"Paris"}},
+		{"several", "The answers: <answer> Paris | 2.1 million |  </answer>", []string{"Paris", "2.1 million"}},
+		{"wins over plan", "<graph><node id=\"s1\">search(\"x\")</node></graph>\n<answer>done</answer>", []string{"done"}},
+		{"stop string stripped", "I know it now.\n<answer>Paris", []string{"Paris"}},
+		{"empty one skipped", "<answer></answer> then <ANSWER>Lyon</ANSWER>", []string{"Lyon"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := Parse(tt.in, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Format != FormatAnswer || r.Plan != nil || !reflect.DeepEqual(r.Answers, tt.want) {
+				t.Errorf("got %+v, want answers %q", r, tt.want)
+			}
+		})
+	}
+	// An answer only inside a think block does not count.
+	if _, err := Parse("<think><answer>x</answer></think>", Options{}); err == nil {
+		t.Error("answer inside <think> accepted")
+	}
+}
+
+func TestParseTruncated(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		wantIDs []string // nil: expect a truncated error
+		errHas  string
+	}{
+		{"graph node cut", `<graph><node id="s1">search("a")</node><node id="s2" depends="s1">search("{s1}")</node><node id="s3" depends="s2">search("po`, []string{"s1", "s2"}, ""},
+		{"graph cut, complete nodes invalid", `<graph><node id="s1" depends="s3">search("a")</node><node id="s2">b</node><node id="s3">search("po`, nil, "s3, which is not a node"},
+		{"graph cut before first node", `<graph><node id="s1">sear`, nil, "before any complete node"},
+		{"json cut", `{"nodes":[{"id":"T1","tool":"search","args":{"query":"a"}},{"id":"T2","tool":"sea`, []string{"T1"}, ""},
+		{"steps cut", "```json\n[{\"id\":\"step_1\",\"action\":\"search\",\"params\":{\"query\":\"a\"},\"dependencies\":[]},\n{\"id\":\"step_2\"", []string{"step_1"}, ""},
+		{"tasklist cut", "<plan>\nT1: Find A\n- Dependencies: none\nT2: Find B\n- Dependencies: T1\nT3: Comp", []string{"T1", "T2"}, ""},
+		{"tasklist cut after task line", "<plan>\nT1: Find A\n- Dependencies: none\nT2: Find B\n", []string{"T1"}, ""},
+		{"numbered cut", "1. search(\"a\")\n2. search(\"b $1\")\n3. math(\"comp", []string{"1", "2"}, ""},
+		{"think cut", "<think>I should search for the capital and", nil, "inside <think>"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := Parse(tt.in, Options{})
+			if tt.wantIDs == nil {
+				var pe *Error
+				if !errors.As(err, &pe) || pe.Kind != ErrTruncated || !strings.Contains(pe.Message, tt.errHas) {
+					t.Fatalf("err = %#v, want truncated containing %q", err, tt.errHas)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, n := range r.Plan.Nodes {
+				ids = append(ids, n.ID)
+			}
+			if !reflect.DeepEqual(ids, tt.wantIDs) || r.Truncated == "" {
+				t.Errorf("ids = %v (truncated %q), want %v", ids, r.Truncated, tt.wantIDs)
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	big := strings.Repeat("x", 100)
+	tests := []struct {
+		name      string
+		in        string
+		opts      Options
+		kind      ErrorKind
+		msg       string // exact message, or "" to skip
+		node      string
+		cycle     []string
+		msgSubstr string
+	}{
+		{name: "empty text", in: "  \n", kind: ErrEmpty},
+		{name: "empty graph", in: "<graph></graph>", kind: ErrEmpty, msg: "the plan has no nodes; write at least one step"},
+		{name: "unknown format", in: "I am not sure what to do.", kind: ErrUnknownFormat},
+		{name: "forced format missing", in: "1. search(\"x\")", opts: Options{Format: FormatGraph}, kind: ErrSyntax},
+		{name: "forced answer missing", in: "1. search(\"x\")", opts: Options{Format: FormatAnswer}, kind: ErrSyntax},
+		{name: "bad format name", in: "1. search(\"x\")", opts: Options{Format: "yaml"}, kind: ErrUnknownFormat},
+		{name: "duplicate id", in: `<graph><node id="s1">a</node><node id="s1">b</node></graph>`, kind: ErrDuplicateID, node: "s1",
+			msg: "node id s1 is used by two nodes (steps 1 and 2); give every node its own id"},
+		{name: "missing id", in: `<graph><node>a</node></graph>`, kind: ErrSyntax, msgSubstr: "has no id"},
+		{name: "bad id", in: `{"nodes":[{"id":"a.b","tool":"x"}]}`, kind: ErrSyntax, node: "a.b"},
+		{name: "unknown dependency", in: `<graph><node id="s1">a</node><node id="s2" depends="s7">b</node></graph>`, kind: ErrUnknownDependency, node: "s2",
+			msg: "node s2 depends on s7, which is not a node of the plan"},
+		{name: "cycle", in: `<graph><node id="s1" depends="s3">a</node><node id="s2">b</node><node id="s3" depends="s1">c</node></graph>`, kind: ErrCycle, node: "s1",
+			cycle: []string{"s1", "s3", "s1"}, msg: "plan has a cycle: s1 -> s3 -> s1; no node may depend on itself, directly or through others"},
+		{name: "self dependency", in: "T1: do it - Dependencies: T1", kind: ErrCycle, cycle: []string{"T1", "T1"}},
+		{name: "numbered forward reference cycle", in: "1. a(\"$2\")\n2. b(\"$1\")", kind: ErrCycle, cycle: []string{"1", "2", "1"}},
+		{name: "unknown tool", in: `<graph><node id="s1">serch("x")</node></graph>`, opts: Options{Tools: []string{"search", "math"}}, kind: ErrUnknownTool, node: "s1",
+			msg: `node s1 uses the unknown tool "serch"; the tools are: search, math`},
+		{name: "unknown tool tag", in: "<plan>T1: a - Dependencies: none</plan><serch>x</serch>", opts: Options{Tools: []string{"search"}}, kind: ErrUnknownTool},
+		{name: "too many nodes", in: "1. a(\"1\")\n2. a(\"2\")\n3. a(\"3\")", opts: Options{MaxNodes: 2}, kind: ErrTooManyNodes,
+			msg: "the plan has 3 nodes; the limit is 2, so plan fewer steps at a time"},
+		{name: "too deep", in: "1. a(\"1\")\n2. a(\"$1\")\n3. a(\"$2\")", opts: Options{MaxDepth: 2}, kind: ErrTooDeep, msgSubstr: "3 nodes (1 -> 2 -> 3); the limit is 2"},
+		{name: "argument too large", in: `<graph><node id="s1">search("` + big + `")</node></graph>`, opts: Options{MaxArgBytes: 50}, kind: ErrArgumentTooLarge, node: "s1",
+			msg: `node s1: argument "input" is 100 bytes; the limit is 50`},
+		{name: "list argument too large", in: `{"nodes":[{"id":"a","tool":"x","args":{"items":["` + big + `"]}}]}`, opts: Options{MaxArgBytes: 50}, kind: ErrArgumentTooLarge},
+		{name: "placeholder not a dependency", in: `<graph><node id="s1">a</node><node id="s2">search("population of {s1}")</node></graph>`, kind: ErrBadPlaceholder, node: "s2",
+			msg: "node s2 uses {s1}, but s1 is not one of its dependencies; add s1 to its dependencies or remove {s1}"},
+		{name: "placeholder to itself", in: `<graph><node id="s1">search("{s1}")</node></graph>`, kind: ErrBadPlaceholder, node: "s1"},
+		{name: "json syntax", in: "{\"nodes\": [\n{\"id\": \"T1\", \"tool\": \"x\"},,\n]}", kind: ErrSyntax, msgSubstr: "not valid JSON at line 2"},
+		{name: "json node not object", in: `{"nodes": ["search x"]}`, kind: ErrSyntax, msgSubstr: "not an object"},
+		{name: "numbered bad call", in: "1. search(\"x\")\n2. search(\"y\" \"z\")\n3. join()", kind: ErrSyntax, msgSubstr: "line 2"},
+		{name: "too many tool calls", in: "<plan>T1: a - Dependencies: none</plan><search>x|y</search>", kind: ErrSyntax, msgSubstr: "2 tool calls"},
+		{name: "graph node empty", in: `<graph><node id="s1"></node></graph>`, kind: ErrSyntax, node: "", msgSubstr: "node s1 is empty"},
+		{name: "think cut", in: "<think>so", kind: ErrTruncated},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse(tt.in, tt.opts)
+			var pe *Error
+			if !errors.As(err, &pe) {
+				t.Fatalf("err = %v (%T), want *Error", err, err)
+			}
+			if pe.Kind != tt.kind {
+				t.Fatalf("kind = %q, want %q (%s)", pe.Kind, tt.kind, pe.Message)
+			}
+			if tt.msg != "" && pe.Message != tt.msg {
+				t.Errorf("message = %q\nwant      %q", pe.Message, tt.msg)
+			}
+			if !strings.Contains(pe.Message, tt.msgSubstr) {
+				t.Errorf("message = %q, want it to contain %q", pe.Message, tt.msgSubstr)
+			}
+			if tt.node != "" && pe.Node != tt.node {
+				t.Errorf("node = %q, want %q", pe.Node, tt.node)
+			}
+			if tt.cycle != nil && !reflect.DeepEqual(pe.Cycle, tt.cycle) {
+				t.Errorf("cycle = %v, want %v", pe.Cycle, tt.cycle)
+			}
+			if pe.Error() != pe.Message {
+				t.Errorf("Error() = %q", pe.Error())
+			}
+		})
+	}
+}
+
+func TestDetect(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Format
+	}{
+		{"", FormatAuto},
+		{"just words", FormatAuto},
+		{"<answer>x</answer>", FormatAnswer},
+		{`<graph><node id="s1">a</node></graph>`, FormatGraph},
+		{"<plan>\nT1: a\n</plan>", FormatTaskList},
+		{"T1: a - Dependencies: none", FormatTaskList},
+		{`{"nodes": []}`, FormatJSON},
+		{`[{"id": "step_1", "action": "x"}]`, FormatSteps},
+		{"1. search(\"x\")", FormatNumbered},
+		{"1. Search the web for x", FormatAuto},
+		{"<think><graph></graph></think>1. a()", FormatNumbered},
+		{"Plan in JSON, no <graph> tags:\n```json\n{\"nodes\":[]}\n```", FormatGraph}, // earliest marker wins
+	}
+	for _, tt := range tests {
+		if got := Detect(tt.in); got != tt.want {
+			t.Errorf("Detect(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	// Parse falls back to the next format when the first finds no plan.
+	r, err := Parse("Plan in JSON, no <graph> tags:\n```json\n{\"nodes\":[{\"id\":\"a\",\"tool\":\"x\"}]}\n```", Options{})
+	if err != nil || r.Format != FormatJSON {
+		t.Errorf("Parse = %+v, %v; want a JSON plan", r, err)
+	}
+}
