@@ -113,11 +113,15 @@ func Unmarshal(data []byte, v any) error {
 // ToJSONable decodes any msgpack body into plain Go values (maps with string
 // keys, slices, numbers), ready for encoding/json. It backs `planact decode`.
 func ToJSONable(data []byte) (any, error) {
-	dec := msgpack.NewDecoder(bytes.NewReader(data))
+	r := bytes.NewReader(data)
+	dec := msgpack.NewDecoder(r)
 	dec.SetMapDecoder(func(d *msgpack.Decoder) (any, error) { return d.DecodeUntypedMap() })
 	v, err := dec.DecodeInterface()
 	if err != nil {
 		return nil, fail.Invalidf("not a msgpack body: %w", err)
+	}
+	if r.Len() > 0 {
+		return nil, fail.Invalidf("not a msgpack body: %d bytes left after the first value", r.Len())
 	}
 	return stringKeys(v), nil
 }

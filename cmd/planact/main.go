@@ -1,0 +1,71 @@
+// Command planact runs planact: every service in one process (up), one or
+// more services against a NATS cluster (serve), the simulated engines (sim),
+// and the tools around them (parse, decode).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `planact coordinates Plan/Act rollouts over NATS JetStream.
+
+Usage:
+  planact up [--demo] [--json] [flags]     embedded nats-server + the five services (+ simulated engines)
+  planact serve <service...>               run services against $NATS_URL
+  planact sim [flags]                      run the simulated planner and actor engines
+  planact parse [--format f] [--dot] [file] parse a plan and print its IR (or DOT)
+  planact decode [file]                    msgpack body (stdin or file) -> JSON; for nats --translate
+  planact version
+
+Services: session-store, planner-gateway, plan-parser, act-dispatcher, actor-gateway.
+Run 'planact <command> -h' for the flags of a command.
+`
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "planact:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command")
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "up":
+		return runUp(ctx, rest, getenv, stdout, stderr)
+	case "serve":
+		return runServe(ctx, rest, getenv, stdout, stderr)
+	case "sim":
+		return runSim(ctx, rest, stdout, stderr)
+	case "parse":
+		return runParse(ctx, rest, stdin, stdout, stderr)
+	case "decode":
+		return runDecode(ctx, rest, stdin, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "planact", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/telemetry"
+)
+
+// runServe runs one or more services against an existing NATS server, as
+// one process of a distributed deployment.
+func runServe(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("nats", "", "NATS server URL (default $NATS_URL, else nats://127.0.0.1:4222)")
+	replicas := fs.Int("replicas", 1, "JetStream replicas for streams and buckets created by this process (3 on a cluster)")
+	engineLimit := fs.Int("engine-limit", 64, "generations in flight per engine in each gateway")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: planact serve [flags] <service...>   services:", stack.Services)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	names := fs.Args()
+	if len(names) == 0 {
+		fs.Usage()
+		return fmt.Errorf("serve: name at least one service")
+	}
+	if err := stack.Validate(names); err != nil {
+		return err
+	}
+	if *url == "" {
+		*url = getenv("NATS_URL")
+	}
+	if *url == "" {
+		*url = "nats://127.0.0.1:4222"
+	}
+	log := telemetry.NewLogger(stderr, telemetry.LogOptionsFromEnv(getenv))
+	return stack.Serve(ctx, names, stack.Options{
+		URL: *url, Log: log, EngineLimit: *engineLimit, Provisioning: bus.Provisioning{Replicas: *replicas},
+	})
+}

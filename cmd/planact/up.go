@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/planact/planact/internal/demo"
+	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/embedded"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+	"github.com/planact/planact/pkg/telemetry"
+)
+
+// runUp starts everything in one process: an embedded nats-server, the five
+// services and, unless engine URLs are given, simulated engines.
+func runUp(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataDir := fs.String("data", "", "JetStream data directory (default: a temporary directory, removed at exit)")
+	host := fs.String("host", "127.0.0.1", "nats-server listen host")
+	port := fs.Int("port", 4222, "nats-server listen port (-1 = any free port)")
+	natsURL := fs.String("nats", "", "use this NATS server instead of starting one (default $NATS_URL if set)")
+	plannerURL := fs.String("planner-url", "", "planner engine URL (default: start a simulated one)")
+	actorURL := fs.String("actor-url", "", "actor engine URL (default: start a simulated one)")
+	protocol := fs.String("protocol", "sglang", "engine protocol for --planner-url/--actor-url: sglang or openai")
+	runDemo := fs.Bool("demo", false, "play both trainers for a few rollouts, print progress and a summary, then exit")
+	asJSON := fs.Bool("json", false, "with --demo: print the summary as one JSON object on stdout")
+	rollouts := fs.Int("rollouts", 3, "with --demo: rollouts to play")
+	tasks := fs.Int("tasks", 4, "with --demo: distinct tasks per rollout")
+	group := fs.Int("samples-per-prompt", 2, "with --demo: copies of each task (a group)")
+	format := fs.String("plan-format", "graph", "with --demo: plan format the planner is asked for (graph, tasklist, json, numbered, steps)")
+	seed := fs.Int64("seed", 1, "seed of the simulated world and engines")
+	latency := fs.Duration("sim-per-token", 200*time.Microsecond, "simulated time per generated token")
+	ttft := fs.Duration("sim-ttft", 5*time.Millisecond, "simulated time to first token")
+	actorErr := fs.Float64("sim-actor-error-rate", 0.1, "how often the simulated actor answers a lookup wrongly")
+	stepwise := fs.Float64("sim-stepwise", 0.5, "fraction of questions the simulated planner plans one hop per turn")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error (default: warn with --demo, else info; $PLANACT_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	lo := telemetry.LogOptionsFromEnv(getenv)
+	if *logLevel != "" {
+		lo.Level = *logLevel
+	}
+	if lo.Level == "" && *runDemo {
+		lo.Level = "warn"
+	}
+	log := telemetry.NewLogger(stderr, lo)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	url := *natsURL
+	if url == "" {
+		url = getenv("NATS_URL")
+	}
+	if url == "" {
+		srv, err := embedded.Start(embedded.Options{Dir: *dataDir, Host: *host, Port: *port})
+		if err != nil {
+			return err
+		}
+		defer srv.Stop()
+		url = srv.ClientURL()
+	}
+	say := func(format string, a ...any) {
+		if !*asJSON {
+			fmt.Fprintf(stdout, format, a...)
+		}
+	}
+	say("planact: NATS at %s (try: nats --server %s sub 'rollout.*.status')\n", url, url)
+
+	planner := schema.Engine{URL: *plannerURL, Protocol: *protocol}
+	actor := schema.Engine{URL: *actorURL, Protocol: *protocol}
+	for _, e := range []struct {
+		eng  *schema.Engine
+		role string
+		seed int64
+	}{{&planner, schema.RolePlanner, *seed}, {&actor, schema.RoleActor, *seed + 1}} {
+		if e.eng.URL != "" {
+			continue
+		}
+		u, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{
+			Role: e.role, Seed: e.seed, TTFT: *ttft, PerToken: *latency, WeightVersion: e.role + "-v1",
+			ActorErrorRate: *actorErr, PlannerStepwise: *stepwise,
+		})
+		if err != nil {
+			return fmt.Errorf("simulated %s engine: %w", e.role, err)
+		}
+		*e.eng = schema.Engine{URL: u, Protocol: "sglang"}
+		say("planact: simulated %s engine at %s\n", e.role, u)
+	}
+
+	served := make(chan error, 1)
+	go func() {
+		served <- stack.Serve(ctx, stack.Services, stack.Options{URL: url, Log: log, Provisioning: bus.Provisioning{}})
+	}()
+	say("planact: services running: %s\n", strings.Join(stack.Services, ", "))
+
+	if !*runDemo {
+		say("planact: ready. Trainers arrive on rollout.<N>.arrive; Ctrl-C stops.\n")
+		select {
+		case err := <-served:
+			return err
+		case <-ctx.Done():
+			return <-served
+		}
+	}
+
+	cfg := schema.DefaultConfig()
+	cfg.PlanFormat = *format
+	say("planact: demo — %d rollouts of %d tasks × %d samples; planner and actor trainers arrive on their own connections\n", *rollouts, *tasks, *group)
+	var progress io.Writer = stdout
+	if *asJSON {
+		progress = nil
+	}
+	sum, err := demo.Run(ctx, demo.Options{
+		URL: url, PlannerEngine: planner, ActorEngine: actor, Rollouts: *rollouts, Tasks: *tasks,
+		SamplesPerPrompt: *group, Seed: *seed, Config: cfg, Progress: progress, FirstRollout: time.Now().Unix() % 100000 * 1000,
+	})
+	cancel()
+	if serr := <-served; serr != nil && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		return enc.Encode(sum)
+	}
+	printSummary(stdout, sum)
+	if sum.RolloutsFailed > 0 {
+		return errors.New("some rollouts failed")
+	}
+	return nil
+}
+
+func printSummary(w io.Writer, s *demo.Summary) {
+	fmt.Fprintf(w, "\nsummary\n")
+	fmt.Fprintf(w, "  rollouts completed  %d (failed %d) in %.1fs\n", s.RolloutsCompleted, s.RolloutsFailed, s.WallSeconds)
+	fmt.Fprintf(w, "  episodes            %d  %v\n", s.Episodes, s.EpisodeStatus)
+	fmt.Fprintf(w, "  accuracy            %.1f%% (%d exact), mean reward %.3f, %.2f turns per episode\n", 100*s.Accuracy, s.Correct, s.MeanReward, s.MeanTurns)
+	fmt.Fprintf(w, "  acts                %d\n", s.Acts)
+	fmt.Fprintf(w, "  planner samples     %d (%d tokens)\n", s.PlannerSamples, s.PlannerTokens)
+	fmt.Fprintf(w, "  actor samples       %d (%d tokens)\n", s.ActorSamples, s.ActorTokens)
+}

@@ -1,0 +1,115 @@
+// Package e2e runs whole rollouts through every service on an embedded
+// JetStream server, with simulated engines, the way trainers would.
+package e2e
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/internal/demo"
+	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/pkg/client"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+)
+
+// env is a running planact with simulated engines.
+type env struct {
+	url     string
+	planner schema.Engine
+	actor   schema.Engine
+	world   *sim.World
+}
+
+type envOptions struct {
+	replicas map[string]int
+	planner  sim.Config
+	actor    sim.Config
+}
+
+func start(t *testing.T, o envOptions) *env {
+	t.Helper()
+	_, url := bustest.Server(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	o.planner.Role, o.actor.Role = schema.RolePlanner, schema.RoleActor
+	if o.planner.WeightVersion == "" {
+		o.planner.WeightVersion = "planner-v7"
+	}
+	if o.actor.WeightVersion == "" {
+		o.actor.WeightVersion = "actor-v3"
+	}
+	pu, err := sim.Serve(ctx, "127.0.0.1:0", o.planner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	au, err := sim.Serve(ctx, "127.0.0.1:0", o.actor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- stack.Serve(ctx, stack.Services, stack.Options{URL: url, Log: bustest.Logger(), Replicas: o.replicas})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("services: %v", err)
+		}
+	})
+	return &env{
+		url:     url,
+		planner: schema.Engine{URL: pu, Protocol: "sglang"},
+		actor:   schema.Engine{URL: au, Protocol: "sglang"},
+		world:   sim.DefaultWorld(),
+	}
+}
+
+// trainer is one training job: its own connection and client.
+func (e *env) trainer(t *testing.T) *client.Client {
+	t.Helper()
+	c, err := client.New(bustest.Conn(t, e.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (e *env) tasks(n, perPrompt int, seed int64) []schema.Task {
+	return demo.Tasks(e.world, n, perPrompt, seed)
+}
+
+type outcome struct {
+	planner, actor *schema.Result
+	perr, aerr     error
+}
+
+// rollout has the planner and the actor arrive for rollout n, the actor
+// first when actorFirst, and waits for both results.
+func (e *env) rollout(t *testing.T, planner, actor *client.Client, n int64, tasks []schema.Task, cfg *schema.Config, actorFirst bool) outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var o outcome
+	pa := &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: e.planner, WeightVersion: "planner-v7", Tasks: tasks, Config: cfg}
+	aa := &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: e.actor, WeightVersion: "actor-v3"}
+	first, second := pa, aa
+	firstC, secondC := planner, actor
+	if actorFirst {
+		first, second, firstC, secondC = aa, pa, actor, planner
+	}
+	if err := firstC.Arrive(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); o.planner, o.perr = planner.Result(ctx, n, schema.RolePlanner) }()
+	go func() { defer wg.Done(); o.actor, o.aerr = actor.Result(ctx, n, schema.RoleActor) }()
+	if err := secondC.Arrive(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	return o
+}

@@ -1,0 +1,182 @@
+package e2e
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/planact/planact/pkg/reward"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+)
+
+// checkResults verifies what trainers can rely on: one planner sample per
+// episode holding every turn exactly once, token-exact; one actor sample
+// per executed act, each exactly once; rewards that match the world.
+func checkResults(t *testing.T, n int64, tasks []schema.Task, o outcome, wantAllCorrect bool) {
+	t.Helper()
+	if o.perr != nil || o.aerr != nil {
+		t.Fatalf("rollout %d: planner err %v, actor err %v", n, o.perr, o.aerr)
+	}
+	pr, ar := o.planner, o.actor
+	if pr.Status != schema.ResultOK || ar.Status != schema.ResultOK {
+		t.Fatalf("rollout %d: status planner %q actor %q (%s)", n, pr.Status, ar.Status, pr.Reason)
+	}
+	if len(pr.Samples) != len(tasks) {
+		t.Fatalf("rollout %d: %d planner samples for %d episodes", n, len(pr.Samples), len(tasks))
+	}
+	seen := map[string]bool{}
+	for _, s := range pr.Samples {
+		if seen[s.RolloutID] {
+			t.Errorf("rollout %d: two planner samples for episode %s", n, s.RolloutID)
+		}
+		seen[s.RolloutID] = true
+		task := tasks[s.Index]
+		if s.GroupIndex != task.GroupIndex || s.Label != task.Label {
+			t.Errorf("sample %s: group %d label %q, task has %d %q", s.RolloutID, s.GroupIndex, s.Label, task.GroupIndex, task.Label)
+		}
+		checkTokenExact(t, s)
+		turns := asInt(s.Metadata["turns"])
+		if runs := generatedRuns(s.LossMask); runs != turns {
+			t.Errorf("sample %s: %d generated turns in the loss mask, episode had %d turns", s.RolloutID, runs, turns)
+		}
+		answers := fmt.Sprint(s.Metadata["answers"])
+		want := reward.F1(joinAnswers(s.Metadata["answers"]), task.Label)
+		if s.Status == schema.EpisodeCompleted && s.Reward != want {
+			t.Errorf("sample %s: reward %v, want F1(%s, %q) = %v", s.RolloutID, s.Reward, answers, task.Label, want)
+		}
+		if wantAllCorrect && (s.Status != schema.EpisodeCompleted || s.Reward != 1) {
+			t.Errorf("sample %s: status %s reward %v (answers %s, label %q); the world answers every question", s.RolloutID, s.Status, s.Reward, answers, task.Label)
+		}
+		if len(s.WeightVersions) == 0 || s.WeightVersions[0] != "planner-v7" {
+			t.Errorf("sample %s: weight versions %v", s.RolloutID, s.WeightVersions)
+		}
+	}
+	acts := map[string]bool{}
+	perEpisode := map[string]int{}
+	for _, s := range ar.Samples {
+		key := s.RolloutID + "/" + fmt.Sprint(s.Metadata["key"])
+		if acts[key] {
+			t.Errorf("rollout %d: act %s has two samples", n, key)
+		}
+		acts[key] = true
+		perEpisode[s.RolloutID]++
+		checkTokenExact(t, s)
+		if s.Metadata["tool"] != "search" {
+			t.Errorf("act %s: tool %v", key, s.Metadata["tool"])
+		}
+		if len(s.WeightVersions) == 0 || s.WeightVersions[0] != "actor-v3" {
+			t.Errorf("act %s: weight versions %v", key, s.WeightVersions)
+		}
+	}
+	if ar.Stats.Acts != len(ar.Samples) {
+		t.Errorf("rollout %d: stats say %d acts, %d actor samples", n, ar.Stats.Acts, len(ar.Samples))
+	}
+	for id := range seen {
+		if perEpisode[id] == 0 {
+			t.Errorf("episode %s has no actor samples", id)
+		}
+	}
+}
+
+// checkTokenExact decodes the tokens with the engines' byte tokenizer: they
+// must spell exactly the prompt and the response, and the masks and
+// log-probs must cover the response.
+func checkTokenExact(t *testing.T, s schema.Sample) {
+	t.Helper()
+	text, err := sim.Decode(s.Tokens)
+	if err != nil {
+		t.Fatalf("sample %s: %v", s.RolloutID, err)
+	}
+	if text != s.Prompt+s.Response {
+		t.Errorf("sample %s: tokens spell %q, want prompt+response %q", s.RolloutID, text, s.Prompt+s.Response)
+	}
+	if s.ResponseLength != len(s.LossMask) || s.ResponseLength != len(s.RolloutLogProbs) {
+		t.Errorf("sample %s: response_length %d, loss_mask %d, log-probs %d", s.RolloutID, s.ResponseLength, len(s.LossMask), len(s.RolloutLogProbs))
+	}
+	for i, m := range s.LossMask {
+		if m == 1 && s.RolloutLogProbs[i] >= 0 {
+			t.Errorf("sample %s: generated token %d has log-prob %v", s.RolloutID, i, s.RolloutLogProbs[i])
+			break
+		}
+		if m == 0 && s.RolloutLogProbs[i] != 0 {
+			t.Errorf("sample %s: observation token %d has log-prob %v", s.RolloutID, i, s.RolloutLogProbs[i])
+			break
+		}
+	}
+}
+
+func generatedRuns(mask []int) int {
+	runs := 0
+	for i, m := range mask {
+		if m == 1 && (i == 0 || mask[i-1] == 0) {
+			runs++
+		}
+	}
+	return runs
+}
+
+func asInt(v any) int {
+	switch x := v.(type) {
+	case int:
+		return x
+	case int8:
+		return int(x)
+	case int16:
+		return int(x)
+	case int32:
+		return int(x)
+	case int64:
+		return int(x)
+	case uint8:
+		return int(x)
+	case uint16:
+		return int(x)
+	case uint32:
+		return int(x)
+	case uint64:
+		return int(x)
+	case float64:
+		return int(x)
+	}
+	return -1
+}
+
+func joinAnswers(v any) string {
+	list, _ := v.([]any)
+	s := ""
+	for i, a := range list {
+		if i > 0 {
+			s += " | "
+		}
+		s += fmt.Sprint(a)
+	}
+	return s
+}
+
+// TestRolloutsEndToEnd: two trainers on separate connections, several
+// rollouts at once, arriving in either order; multi-turn episodes with
+// parallel acts; both roles get their samples.
+func TestRolloutsEndToEnd(t *testing.T) {
+	e := start(t, envOptions{planner: sim.Config{Seed: 3, PlannerStepwise: 0.5}, actor: sim.Config{Seed: 4}})
+	planner, actor := e.trainer(t), e.trainer(t)
+	formats := []string{"graph", "tasklist", "json", "numbered", "steps", "graph"}
+	var wg sync.WaitGroup
+	for i, format := range formats {
+		n := int64(100 + i)
+		tasks := e.tasks(4, 2, n)
+		cfg := schema.Config{PlanFormat: format}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o := e.rollout(t, planner, actor, n, tasks, &cfg, i%2 == 1)
+			checkResults(t, n, tasks, o, true)
+			st := o.planner.Stats
+			if st.Accuracy != 1 {
+				t.Errorf("rollout %d (%s): accuracy %v, want 1", n, format, st.Accuracy)
+			}
+			t.Logf("rollout %d (%s): %d episodes, %.2f turns, %.2f acts per episode", n, format, st.Episodes, st.MeanTurns, st.ActsPerEpisode)
+		}()
+	}
+	wg.Wait()
+}

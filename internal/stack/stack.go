@@ -1,0 +1,124 @@
+// Package stack starts planact's services by name, in one process or a few:
+// the code behind `planact up` and `planact serve`, and the harness of the
+// end-to-end tests and benchmarks.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/engine"
+	actdispatcher "github.com/planact/planact/services/act-dispatcher"
+	actorgateway "github.com/planact/planact/services/actor-gateway"
+	planparser "github.com/planact/planact/services/plan-parser"
+	plannergateway "github.com/planact/planact/services/planner-gateway"
+	sessionstore "github.com/planact/planact/services/session-store"
+)
+
+// Services lists every service name, in the order `up` starts them.
+var Services = []string{
+	sessionstore.Name, plannergateway.Name, planparser.Name, actdispatcher.Name, actorgateway.Name,
+}
+
+// Options configure which services run and how.
+type Options struct {
+	URL          string
+	Provisioning bus.Provisioning
+	Log          zerolog.Logger
+	// Replicas per service name; default 1. Each replica has its own connection.
+	Replicas map[string]int
+	// EngineLimit bounds generations in flight per engine in each gateway; 0 = 64.
+	EngineLimit int
+}
+
+// Validate reports an unknown service name.
+func Validate(names []string) error {
+	for _, n := range names {
+		if !slices.Contains(Services, n) {
+			return fmt.Errorf("unknown service %q (services: %s)", n, strings.Join(Services, ", "))
+		}
+	}
+	return nil
+}
+
+// Serve runs the named services until ctx ends or one fails. Every replica
+// gets its own NATS connection, as separate processes would.
+func Serve(ctx context.Context, names []string, o Options) error {
+	if err := Validate(names); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	var buses []*bus.Bus
+	defer func() {
+		for _, b := range buses {
+			b.NC.Close()
+		}
+	}()
+	sorted := append([]string(nil), names...)
+	sort.SliceStable(sorted, func(i, j int) bool { return slices.Index(Services, sorted[i]) < slices.Index(Services, sorted[j]) })
+	for _, name := range sorted {
+		replicas := max(o.Replicas[name], 1)
+		for r := 0; r < replicas; r++ {
+			log := o.Log.With().Str("service", name).Int("replica", r).Logger()
+			b, err := bus.Connect(ctx, o.URL, fmt.Sprintf("planact-%s-%d", name, r), log, o.Provisioning)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			buses = append(buses, b)
+			run := runner(name, b, log, o)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+					errs <- fmt.Errorf("%s: %w", name, err)
+					cancel()
+				}
+			}()
+			log.Info().Msg("service started")
+		}
+	}
+	<-ctx.Done()
+	wg.Wait()
+	close(errs)
+	return errors.Join(drain(errs)...)
+}
+
+func drain(ch chan error) []error {
+	var out []error
+	for err := range ch {
+		out = append(out, err)
+	}
+	return out
+}
+
+func runner(name string, b *bus.Bus, log zerolog.Logger, o Options) func(context.Context) error {
+	pool := &engine.Pool{Limit: o.EngineLimit}
+	switch name {
+	case sessionstore.Name:
+		return func(ctx context.Context) error { return sessionstore.Run(ctx, sessionstore.Deps{Bus: b, Log: log}) }
+	case plannergateway.Name:
+		return func(ctx context.Context) error {
+			return plannergateway.Run(ctx, plannergateway.Deps{Bus: b, Log: log, Engines: pool})
+		}
+	case planparser.Name:
+		return func(ctx context.Context) error { return planparser.Run(ctx, planparser.Deps{Bus: b, Log: log}) }
+	case actdispatcher.Name:
+		return func(ctx context.Context) error { return actdispatcher.Run(ctx, actdispatcher.Deps{Bus: b, Log: log}) }
+	case actorgateway.Name:
+		return func(ctx context.Context) error {
+			return actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: log, Engines: pool})
+		}
+	}
+	panic("stack: unvalidated service " + name)
+}

@@ -1,0 +1,136 @@
+// Package client is the Go trainer SDK: a training job arrives for rollout
+// N as its role, waits for its result, and falls back when planact times
+// out. Any NATS client in any language can do the same with the wire
+// schemas in schemas/.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// ErrTimeout is returned (wrapped) when a rollout did not produce a result
+// in time, whether planact said so (barrier or rollout time-out) or the
+// client stopped waiting. A trainer falls back to its standard rollout.
+var ErrTimeout = errors.New("planact: rollout timed out")
+
+// ErrRejected is returned (wrapped) when planact refused the arrival or the
+// rollout; the error says why.
+var ErrRejected = errors.New("planact: rollout rejected")
+
+// Client talks to planact over an existing NATS connection.
+type Client struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+// New returns a client over nc.
+func New(nc *nats.Conn) (*Client, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{nc: nc, js: js}, nil
+}
+
+// Arrive announces a as its role for its rollout. Arriving twice is
+// harmless: the barrier counts each role once.
+func (c *Client) Arrive(ctx context.Context, a *schema.Arrive) error {
+	if a.AtMs == 0 {
+		a.AtMs = time.Now().UnixMilli()
+	}
+	msg, err := bus.NewMsg(ctx, a)
+	if err != nil {
+		return err
+	}
+	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("arrive rollout %d as %s: %w", a.Rollout, a.Role, err)
+	}
+	return nil
+}
+
+// Cancel aborts a rollout: both roles get an aborted result.
+func (c *Client) Cancel(ctx context.Context, rollout int64, reason string) error {
+	msg, err := bus.NewMsg(ctx, &schema.Cancel{Rollout: rollout, Reason: reason, AtMs: time.Now().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	_, err = c.js.PublishMsg(ctx, msg)
+	return err
+}
+
+// Result waits for role's result of rollout n until ctx ends. It finds a
+// result published before it was called too. Samples kept in the object
+// store are fetched. A timeout result returns the result and ErrTimeout; an
+// invalid one ErrRejected.
+func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Result, error) {
+	cons, err := c.js.OrderedConsumer(ctx, bus.StreamRollout, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject.Result(n, role)},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wait for rollout %d: %w", n, err)
+	}
+	for {
+		msg, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%w: no %s result for rollout %d: %w", ErrTimeout, role, n, ctx.Err())
+			}
+			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) {
+				continue
+			}
+			return nil, fmt.Errorf("wait for rollout %d: %w", n, err)
+		}
+		var r schema.Result
+		if err := schema.Unmarshal(msg.Data(), &r); err != nil {
+			return nil, err
+		}
+		if r.SamplesObject != "" {
+			if err := c.fetchSamples(ctx, &r); err != nil {
+				return &r, err
+			}
+		}
+		switch r.Status {
+		case schema.ResultTimeout:
+			return &r, fmt.Errorf("%w: rollout %d: %s", ErrTimeout, n, r.Reason)
+		case schema.ResultInvalid:
+			return &r, fmt.Errorf("%w: rollout %d: %s", ErrRejected, n, r.Reason)
+		}
+		return &r, nil
+	}
+}
+
+// Rollout arrives and waits for the result, at most timeout (0 = until ctx ends).
+func (c *Client) Rollout(ctx context.Context, a *schema.Arrive, timeout time.Duration) (*schema.Result, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	if err := c.Arrive(ctx, a); err != nil {
+		return nil, err
+	}
+	return c.Result(ctx, a.Rollout, a.Role)
+}
+
+func (c *Client) fetchSamples(ctx context.Context, r *schema.Result) error {
+	os, err := c.js.ObjectStore(ctx, bus.ObjectResults)
+	if err != nil {
+		return fmt.Errorf("results store: %w", err)
+	}
+	data, err := os.GetBytes(ctx, r.SamplesObject)
+	if err != nil {
+		return fmt.Errorf("samples %s: %w", r.SamplesObject, err)
+	}
+	return schema.Unmarshal(data, &r.Samples)
+}
