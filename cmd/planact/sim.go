@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/planact/planact/pkg/sim"
+)
+
+// runSim serves a simulated planner engine and a simulated actor engine
+// (SGLang native and OpenAI-compatible APIs) until ctx ends.
+func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	plannerAddr := fs.String("planner-addr", "127.0.0.1:30000", "listen address of the simulated planner engine")
+	actorAddr := fs.String("actor-addr", "127.0.0.1:30001", "listen address of the simulated actor engine")
+	seed := fs.Int64("seed", 1, "seed of the simulated engines (the actor uses seed+1)")
+	ttft := fs.Duration("ttft", 50*time.Millisecond, "simulated time to first token")
+	perToken := fs.Duration("per-token", time.Millisecond, "simulated time per generated token")
+	concurrency := fs.Int("concurrency", 0, "max concurrent generations per engine (0 = unlimited)")
+	weightVersion := fs.String("weight-version", "v1", "initial weight version (reported as <role>-<version>)")
+	errorRate := fs.Float64("error-rate", 0, "probability that a request fails with 500")
+	hangRate := fs.Float64("hang-rate", 0, "probability that a request never completes")
+	malformedRate := fs.Float64("malformed-rate", 0, "probability that the planner writes a malformed plan")
+	cyclicRate := fs.Float64("cyclic-rate", 0, "probability that the planner writes a cyclic plan")
+	actorErrorRate := fs.Float64("actor-error-rate", 0, "probability that the actor answers a lookup wrongly")
+	stepwise := fs.Float64("stepwise", 0, "fraction of questions the planner plans one hop per turn")
+	tasks := fs.Int("tasks", 0, "print this many sample tasks (question and label) of the built-in world")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("sim: unexpected arguments %q", fs.Args())
+	}
+	for _, p := range []struct {
+		name string
+		v    float64
+	}{{"error-rate", *errorRate}, {"hang-rate", *hangRate}, {"malformed-rate", *malformedRate},
+		{"cyclic-rate", *cyclicRate}, {"actor-error-rate", *actorErrorRate}, {"stepwise", *stepwise}} {
+		if p.v < 0 || p.v > 1 {
+			return fmt.Errorf("sim: --%s %v is not a probability", p.name, p.v)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	faults := sim.Faults{ErrorRate: *errorRate, HangRate: *hangRate, MalformedPlanRate: *malformedRate, CyclicPlanRate: *cyclicRate}
+	var stopped []<-chan struct{}
+	for _, e := range []struct {
+		role, addr string
+		seed       int64
+	}{{sim.RolePlanner, *plannerAddr, *seed}, {sim.RoleActor, *actorAddr, *seed + 1}} {
+		eng := sim.New(sim.Config{
+			Role: e.role, Seed: e.seed, TTFT: *ttft, PerToken: *perToken, Concurrency: *concurrency,
+			WeightVersion: e.role + "-" + *weightVersion, ActorErrorRate: *actorErrorRate,
+			PlannerStepwise: *stepwise, Faults: faults,
+		})
+		url, done, err := sim.ServeEngine(ctx, e.addr, eng)
+		if err != nil {
+			return fmt.Errorf("sim: %s engine: %w", e.role, err)
+		}
+		stopped = append(stopped, done)
+		fmt.Fprintf(stdout, "%s engine: %s\n", e.role, url)
+	}
+	for _, t := range sim.DefaultWorld().Tasks(*tasks, *seed) {
+		fmt.Fprintf(stdout, "task: %s\tlabel: %s\n", t.Question, t.Label)
+	}
+	fmt.Fprintln(stdout, "simulated engines ready (SGLang /generate and OpenAI /v1/completions); Ctrl-C stops")
+	<-ctx.Done()
+	for _, done := range stopped {
+		<-done
+	}
+	return nil
+}
