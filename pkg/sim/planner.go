@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -386,14 +387,22 @@ func breakPlan(f planFault, format, think string, nodes []planNode) (string, boo
 		first.deps = append(append([]int(nil), first.deps...), last)
 		first.query += fmt.Sprintf(" {%d}", last)
 		nodes[0] = first
-		if last > 0 && len(nodes[last].deps) == 0 {
-			// Close the loop: the last node waits for the first.
-			nodes[last].deps = []int{0}
-			nodes[last].query += " {0}"
+		if last > 0 && !slices.Contains(nodes[last].deps, 0) {
+			// Close the loop: the last node also waits for the first.
+			nd := nodes[last]
+			nd.deps = append(append([]int(nil), nd.deps...), 0)
+			nd.query += " {0}"
+			nodes[last] = nd
 		}
 		return renderPlan(format, think, nodes), false
 	case planTruncated:
+		// Cut inside the first node, as if max_new_tokens ran out there.
 		text := renderPlan(format, think, nodes)
+		_, body, _ := strings.Cut(text, "</think>")
+		at := len(text) - len(body)
+		if i := strings.Index(body, nodes[0].query); i >= 0 {
+			return text[:at+i+len(nodes[0].query)/2], true
+		}
 		return text[:len(text)*3/5], true
 	case planMalformed:
 		text := renderPlan(format, think, nodes)
