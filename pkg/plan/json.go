@@ -211,7 +211,7 @@ func (w *jsonWalk) list(f Format, bare bool) {
 		}
 		var v any
 		if err := w.dec.Decode(&v); err != nil {
-			w.fail(err, start, bare)
+			w.fail(err, start+leadingSpace(w.s[start:]), bare)
 			return
 		}
 		m, isObj := v.(map[string]any)
@@ -231,6 +231,7 @@ func (w *jsonWalk) list(f Format, bare bool) {
 	w.setFormat(f)
 }
 
+// fail records an error near offset at.
 func (w *jsonWalk) fail(err error, at int, bare bool) {
 	if bare && !w.found {
 		// A cut-off bare list is a plan if it starts like one.
@@ -247,7 +248,15 @@ func (w *jsonWalk) fail(err error, at int, bare bool) {
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		w.err, w.errAt = se, int(se.Offset)
+		// The decoder's offsets are relative to whatever it was reading;
+		// decoding from the start finds the same error at an offset from
+		// the start.
+		var v any
+		if errors.As(json.Unmarshal([]byte(w.s), &v), &se) {
+			w.err, w.errAt = se, max(int(se.Offset)-1, 0)
+			return
+		}
+		w.err, w.errAt = err, at
 		return
 	}
 	w.err, w.errAt = err, at
@@ -272,9 +281,18 @@ func (w *jsonWalk) setFormat(f Format) {
 	}
 }
 
+// leadingSpace measures the white space and the one comma before a list
+// element.
 func leadingSpace(s string) int {
-	n := 0
-	for n < len(s) && (s[n] == ' ' || s[n] == '\n' || s[n] == '\t' || s[n] == '\r' || s[n] == ',') {
+	n, comma := 0, false
+	for n < len(s) {
+		switch c := s[n]; {
+		case c == ' ' || c == '\n' || c == '\t' || c == '\r':
+		case c == ',' && !comma:
+			comma = true
+		default:
+			return n
+		}
 		n++
 	}
 	return n
@@ -334,25 +352,24 @@ func jsonNode(v any, i int, o *Options) (rawNode, *Error) {
 	case string:
 		n.Tool = strings.TrimSpace(t)
 	case map[string]any: // "action": {"name": "search", "args": {…}}
-		nested := &rawNode{}
-		inner, err := jsonNode(t, i, o)
-		if err == nil {
-			*nested = inner
-			n.Tool, n.Args = nested.Tool, nested.Args
+		for _, k := range []string{"name", "tool", "type"} {
+			if s, ok := t[k].(string); ok {
+				n.Tool = strings.TrimSpace(s)
+				break
+			}
+		}
+		for _, k := range argKeys {
+			if a, ok := t[k]; ok {
+				n.Args = argMap(a)
+				break
+			}
 		}
 	case nil:
 	default:
 		return n, errorf(ErrSyntax, "node %s: the tool is not a string", orUnnamed(n.ID))
 	}
 	if a, _ := get(argKeys); a != nil {
-		switch a := a.(type) {
-		case map[string]any:
-			n.Args = a
-		case []any:
-			assignPositional(n.Args, a)
-		default:
-			n.Args["input"] = a
-		}
+		n.Args = argMap(a)
 	}
 	if dv, _ := get(depKeysJ); dv != nil {
 		switch dv := dv.(type) {
@@ -381,6 +398,23 @@ func jsonNode(v any, i int, o *Options) (rawNode, *Error) {
 		n.Args["input"] = n.Description
 	}
 	return n, nil
+}
+
+// argMap turns a JSON args value into named arguments: an object as it
+// is, a list as positional arguments, anything else as the input.
+func argMap(a any) map[string]any {
+	switch a := a.(type) {
+	case map[string]any:
+		return a
+	case []any:
+		args := map[string]any{}
+		assignPositional(args, a)
+		return args
+	case nil:
+		return map[string]any{}
+	default:
+		return map[string]any{"input": a}
+	}
 }
 
 // scalar renders a string or number as an id; other values give "".

@@ -156,8 +156,12 @@ func parseAs(d *doc, f Format, o *Options) (Result, *Error) {
 	case len(p.nodes) == 0:
 		return Result{}, errorf(ErrTruncated, "the output was cut off %s before any complete node; write a shorter plan", p.cut)
 	case verr != nil:
-		e := errorf(ErrTruncated, "the output was cut off %s, and the %s before it do not form a valid plan (%s); write a shorter plan",
-			p.cut, count(len(p.nodes), "complete node"), verr.Message)
+		verb := "do"
+		if len(p.nodes) == 1 {
+			verb = "does"
+		}
+		e := errorf(ErrTruncated, "the output was cut off %s, and the %s before it %s not form a valid plan (%s); write a shorter plan",
+			p.cut, count(len(p.nodes), "complete node"), verb, verr.Message)
 		e.Node, e.Cycle, e.Line = verr.Node, verr.Cycle, verr.Line
 		return Result{}, e
 	}
