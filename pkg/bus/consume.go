@@ -15,6 +15,7 @@ import (
 
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // Msg is a message handed to a Handler.
@@ -150,11 +151,16 @@ func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw jetstream.M
 			}
 		}
 	}()
+	began := time.Now()
 	err := safeCall(hctx, h, m)
 	close(done)
+	telemetry.HandlerSeconds.WithLabelValues(c.Durable).Observe(time.Since(began).Seconds())
+	outcome := "nak"
+	defer func() { telemetry.MessagesHandled.WithLabelValues(c.Durable, outcome).Inc() }()
 
 	switch {
 	case err == nil:
+		outcome = "ack"
 		if aerr := raw.Ack(); aerr != nil {
 			log.Warn().Err(aerr).Msg("ack")
 		}
@@ -162,9 +168,11 @@ func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw jetstream.M
 		// Shutting down: let another replica have it right away.
 		_ = raw.Nak()
 	case !fail.IsRetryable(err):
+		outcome = "term"
 		log.Error().Err(err).Str("kind", fail.KindOf(err).String()).Msg("message rejected")
 		_ = raw.TermWithReason(err.Error())
 	case m.Delivered >= uint64(c.MaxDeliver):
+		outcome = "term"
 		log.Error().Err(err).Msg("message given up after max deliveries")
 		_ = raw.TermWithReason("max deliveries: " + err.Error())
 	default:

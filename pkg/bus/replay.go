@@ -68,4 +68,3 @@ func (b *Bus) LastMsg(ctx context.Context, stream, subject string) (data []byte,
 	}
 	return m.Data, true, nil
 }
-

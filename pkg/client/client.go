@@ -52,10 +52,32 @@ func (c *Client) Arrive(ctx context.Context, a *schema.Arrive) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+	err = untilUp(ctx, func() error {
+		_, err := c.js.PublishMsg(ctx, msg)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("arrive rollout %d as %s: %w", a.Rollout, a.Role, err)
 	}
 	return nil
+}
+
+// untilUp retries op while planact's streams do not exist yet (a trainer
+// that starts before planact), until ctx ends.
+func untilUp(ctx context.Context, op func() error) error {
+	wait := 50 * time.Millisecond
+	for {
+		err := op()
+		if err == nil || !(errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrNoResponders)) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("planact is not up (no %s stream): %w", bus.StreamRollout, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // Cancel aborts a rollout: both roles get an aborted result.
@@ -64,8 +86,10 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, reason string) error
 	if err != nil {
 		return err
 	}
-	_, err = c.js.PublishMsg(ctx, msg)
-	return err
+	return untilUp(ctx, func() error {
+		_, err := c.js.PublishMsg(ctx, msg)
+		return err
+	})
 }
 
 // Result waits for role's result of rollout n until ctx ends. It finds a
@@ -73,9 +97,14 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, reason string) error
 // store are fetched. A timeout result returns the result and ErrTimeout; an
 // invalid one ErrRejected.
 func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Result, error) {
-	cons, err := c.js.OrderedConsumer(ctx, bus.StreamRollout, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject.Result(n, role)},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	var cons jetstream.Consumer
+	err := untilUp(ctx, func() error {
+		var err error
+		cons, err = c.js.OrderedConsumer(ctx, bus.StreamRollout, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{subject.Result(n, role)},
+			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("wait for rollout %d: %w", n, err)

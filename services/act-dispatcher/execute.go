@@ -19,6 +19,7 @@ import (
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // handleRun executes one act: retries transient failures with exponential
@@ -82,6 +83,7 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 		}
 	}
 	done.EndedMs = nowMs()
+	telemetry.Acts.WithLabelValues(done.Status).Inc()
 	if done.Status == schema.ActFailed {
 		log.Warn().Str("error", done.Error).Int("attempts", done.Attempts).Msg("act failed")
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // handlePlan reacts to what the plan-parser made of a planner turn.
@@ -129,6 +130,7 @@ func (s *Service) finishTurn(ctx context.Context, info *session.Info, r *schema.
 
 func (s *Service) endEpisode(ctx context.Context, n int64, e, turns int, status string, answers []string, reason string) error {
 	zerolog.Ctx(ctx).Info().Str("status", status).Strs("answers", answers).Str("reason", reason).Msg("episode ended")
+	telemetry.EpisodesEnded.WithLabelValues(status).Inc()
 	return s.Bus.Publish(ctx, &schema.EpisodeEnd{
 		Rollout: n, Episode: e, Turns: turns, Status: status, Answers: answers, Reason: reason, AtMs: nowMs(),
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // Name is the service's name on the bus (`nats micro ls`).
@@ -138,6 +139,7 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest) 
 	if err != nil {
 		return schema.Generation{}, err
 	}
+	telemetry.EngineSeconds.WithLabelValues(schema.RoleActor).Observe(time.Since(start).Seconds())
 	return schema.Generation{
 		Prompt: req.Prompt, PromptIDs: ids, Text: g.Text, OutputIDs: g.OutputIDs, LogProbs: g.LogProbs,
 		FinishReason: g.FinishReason, WeightVersion: g.WeightVersion, LatencyMs: time.Since(start).Milliseconds(),

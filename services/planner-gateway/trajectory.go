@@ -12,6 +12,7 @@ import (
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // plan runs one planner turn. The trajectory is token-exact: turn 1
@@ -92,6 +93,7 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		out.WeightVersion = req.WeightVersion
 	}
 	out.LatencyMs = time.Since(start).Milliseconds()
+	telemetry.EngineSeconds.WithLabelValues(schema.RolePlanner).Observe(time.Since(start).Seconds())
 	out.Segments = append(segs, schema.Segment{
 		Kind: schema.SegGenerated, Turn: req.Turn, Text: gen.Text, Version: out.WeightVersion,
 		IDs: gen.OutputIDs, LogProbs: gen.LogProbs,

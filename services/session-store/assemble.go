@@ -272,7 +272,9 @@ func failureKind(msg string) string {
 func (s *Service) scorer(cfg schema.Config) func(ctx context.Context, t schema.Task, answer string) (float64, error) {
 	switch {
 	case cfg.Reward == "em":
-		return func(_ context.Context, t schema.Task, a string) (float64, error) { return reward.ExactMatch(a, t.Label), nil }
+		return func(_ context.Context, t schema.Task, a string) (float64, error) {
+			return reward.ExactMatch(a, t.Label), nil
+		}
 	case strings.HasPrefix(cfg.Reward, "http://") || strings.HasPrefix(cfg.Reward, "https://"):
 		r := reward.Remote{URL: cfg.Reward, HTTP: &http.Client{Timeout: 30 * time.Second}}
 		return func(ctx context.Context, t schema.Task, a string) (float64, error) {

@@ -11,6 +11,7 @@ import (
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // handleArrive records a role's arrival. The compare-and-set write that
@@ -92,6 +93,9 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
 		// A redelivered arrival may have crashed between the write and the
 		// fan-out; the fan-out is idempotent by message id.
 		log.Info().Int("episodes", sess.Episodes).Msg("both roles arrived, rollout starts")
+		if wrote {
+			telemetry.RolloutsStarted.Inc()
+		}
 		return s.start(ctx, sess)
 	case !wrote:
 		log.Info().Str("state", sess.State).Msg("duplicate or late arrival ignored")

@@ -12,6 +12,7 @@ import (
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // handleEpisodeEnd counts an episode end; the end that completes the count
@@ -118,6 +119,9 @@ func (s *Service) finish(ctx context.Context, sess schema.Session, state, status
 	}
 	if !wrote && final.State != state {
 		return nil // another ending won
+	}
+	if wrote {
+		telemetry.RolloutsFinished.WithLabelValues(status).Inc()
 	}
 	if err := s.publishResults(ctx, final, final.Roles, status, reason); err != nil {
 		return err

@@ -1,0 +1,74 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics every service updates. They live in the default registry, so
+// replicas in one process add up, as a scrape of the process should show.
+var (
+	MessagesHandled = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_messages_handled_total",
+		Help: "Messages handled by a consumer, by outcome (ack, nak, term).",
+	}, []string{"consumer", "outcome"})
+	HandlerSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "planact_handler_seconds",
+		Help:    "Time a consumer's handler took per message.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+	}, []string{"consumer"})
+	RolloutsStarted = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "planact_rollouts_started_total",
+		Help: "Rollouts released by the barrier (each exactly once).",
+	})
+	RolloutsFinished = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_rollouts_finished_total",
+		Help: "Rollouts ended, by result status.",
+	}, []string{"status"})
+	EpisodesEnded = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_episodes_ended_total",
+		Help: "Episodes ended, by status.",
+	}, []string{"status"})
+	Acts = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_acts_total",
+		Help: "Acts executed, by outcome.",
+	}, []string{"status"})
+	EngineSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "planact_engine_request_seconds",
+		Help:    "Engine generation latency, by role.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
+	}, []string{"role"})
+)
+
+// ServeMetrics serves /metrics on addr until ctx ends. An empty addr serves nothing.
+func ServeMetrics(ctx context.Context, addr string) (string, error) {
+	if addr == "" {
+		return "", nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err
+		}
+	}()
+	return "http://" + ln.Addr().String() + "/metrics", nil
+}
