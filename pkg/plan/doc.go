@@ -1,6 +1,9 @@
 package plan
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // doc is a planner output prepared for scanning. Think blocks are blanked
 // out byte for byte (newlines kept), so every offset and line number in
@@ -8,6 +11,7 @@ import "strings"
 type doc struct {
 	text  string
 	lower string // text with ASCII letters lowered; same offsets
+	nl []int // offsets of the newlines, for line numbers
 	// thinkCut is set when a <think> block is never closed: everything
 	// after it was blanked, and the output most likely hit the length limit.
 	thinkCut bool
@@ -47,6 +51,11 @@ func newDoc(s string) *doc {
 	}
 	d.text = string(b)
 	d.lower = asciiLower(d.text)
+	for i := 0; i < len(b); i++ {
+		if b[i] == '\n' {
+			d.nl = append(d.nl, i)
+		}
+	}
 	return d
 }
 
@@ -73,7 +82,8 @@ func (d *doc) line(off int) int {
 	if off < 0 {
 		return 0
 	}
-	return strings.Count(d.text[:off], "\n") + 1
+	n, _ := slices.BinarySearch(d.nl, off) // newlines before off
+	return n + 1
 }
 
 // index returns the offset of the first case-insensitive match of the
