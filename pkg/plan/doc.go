@@ -11,7 +11,7 @@ import (
 type doc struct {
 	text  string
 	lower string // text with ASCII letters lowered; same offsets
-	nl []int // offsets of the newlines, for line numbers
+	nl    []int  // offsets of the newlines, for line numbers
 	// thinkCut is set when a <think> block is never closed: everything
 	// after it was blanked, and the output most likely hit the length limit.
 	thinkCut bool
