@@ -19,6 +19,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	url := fs.String("nats", "", "NATS server URL (default $NATS_URL, else nats://127.0.0.1:4222)")
 	replicas := fs.Int("replicas", 1, "JetStream replicas for streams and buckets created by this process (3 on a cluster)")
 	engineLimit := fs.Int("engine-limit", 64, "generations in flight per engine in each gateway")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address, e.g. :9464")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: planact serve [flags] <service...>   services:", stack.Services)
 		fs.PrintDefaults()
@@ -41,6 +42,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 		*url = "nats://127.0.0.1:4222"
 	}
 	log := telemetry.NewLogger(stderr, telemetry.LogOptionsFromEnv(getenv))
+	if _, err := telemetry.ServeMetrics(ctx, *metricsAddr); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	return stack.Serve(ctx, names, stack.Options{
 		URL: *url, Log: log, EngineLimit: *engineLimit, Provisioning: bus.Provisioning{Replicas: *replicas},
 	})

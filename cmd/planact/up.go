@@ -42,6 +42,8 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	ttft := fs.Duration("sim-ttft", 5*time.Millisecond, "simulated time to first token")
 	actorErr := fs.Float64("sim-actor-error-rate", 0.1, "how often the simulated actor answers a lookup wrongly")
 	stepwise := fs.Float64("sim-stepwise", 0.5, "fraction of questions the simulated planner plans one hop per turn")
+	services := fs.String("services", strings.Join(stack.Services, ","), "services to run in this process (comma-separated; \"none\" for only NATS and engines)")
+	metricsAddr := fs.String("metrics", "127.0.0.1:9464", "serve Prometheus /metrics on this address (\"\" = off)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default: warn with --demo, else info; $PLANACT_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -97,11 +99,28 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		say("planact: simulated %s engine at %s\n", e.role, u)
 	}
 
+	var names []string
+	if *services != "none" && *services != "" {
+		names = strings.Split(*services, ",")
+		if err := stack.Validate(names); err != nil {
+			return err
+		}
+	}
+	if murl, err := telemetry.ServeMetrics(ctx, *metricsAddr); err != nil {
+		log.Warn().Err(err).Msg("metrics not served")
+	} else if murl != "" {
+		say("planact: metrics at %s\n", murl)
+	}
 	served := make(chan error, 1)
 	go func() {
-		served <- stack.Serve(ctx, stack.Services, stack.Options{URL: url, Log: log, Provisioning: bus.Provisioning{}})
+		if len(names) == 0 {
+			<-ctx.Done()
+			served <- nil
+			return
+		}
+		served <- stack.Serve(ctx, names, stack.Options{URL: url, Log: log, Provisioning: bus.Provisioning{}})
 	}()
-	say("planact: services running: %s\n", strings.Join(stack.Services, ", "))
+	say("planact: services running: %s\n", strings.Join(names, ", "))
 
 	if !*runDemo {
 		say("planact: ready. Trainers arrive on rollout.<N>.arrive; Ctrl-C stops.\n")
@@ -122,7 +141,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	sum, err := demo.Run(ctx, demo.Options{
 		URL: url, PlannerEngine: planner, ActorEngine: actor, Rollouts: *rollouts, Tasks: *tasks,
-		SamplesPerPrompt: *group, Seed: *seed, Config: cfg, Progress: progress, FirstRollout: time.Now().Unix() % 100000 * 1000,
+		SamplesPerPrompt: *group, Seed: *seed, Config: cfg, Progress: progress, FirstRollout: firstRollout(*dataDir, *natsURL),
 	})
 	cancel()
 	if serr := <-served; serr != nil && err == nil {
@@ -142,7 +161,24 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	return nil
 }
 
+// firstRollout numbers the demo's rollouts from 1 on a fresh embedded
+// server; on a kept data directory or a shared server, rollout ids already
+// used would be answered from history, so the clock picks fresh ones.
+func firstRollout(dataDir, natsURL string) int64 {
+	if dataDir == "" && natsURL == "" {
+		return 1
+	}
+	return time.Now().Unix()
+}
+
 func printSummary(w io.Writer, s *demo.Summary) {
+	if ex := s.Example; ex != nil {
+		fmt.Fprintf(w, "\none episode, as the planner saw it (rollout %d, episode %s, reward %.2f, label %q)\n", ex.Rollout, ex.Episode, ex.Reward, ex.Label)
+		fmt.Fprintf(w, "  question: %s\n", ex.Question)
+		for _, line := range strings.Split(strings.TrimSpace(ex.Transcript), "\n") {
+			fmt.Fprintf(w, "  | %s\n", line)
+		}
+	}
 	fmt.Fprintf(w, "\nsummary\n")
 	fmt.Fprintf(w, "  rollouts completed  %d (failed %d) in %.1fs\n", s.RolloutsCompleted, s.RolloutsFailed, s.WallSeconds)
 	fmt.Fprintf(w, "  episodes            %d  %v\n", s.Episodes, s.EpisodeStatus)

@@ -49,8 +49,19 @@ type Summary struct {
 	PlannerTokens     int            `json:"planner_tokens"`
 	ActorTokens       int            `json:"actor_tokens"`
 	EpisodeStatus     map[string]int `json:"episode_status"`
+	Example           *Example       `json:"example,omitempty"`
 	WallSeconds       float64        `json:"wall_seconds"`
 	Errors            []string       `json:"errors,omitempty"`
+}
+
+// Example is one episode as the planner saw it: plans, observations, answer.
+type Example struct {
+	Rollout    int64   `json:"rollout"`
+	Episode    string  `json:"episode"`
+	Question   string  `json:"question"`
+	Label      string  `json:"label"`
+	Transcript string  `json:"transcript"`
+	Reward     float64 `json:"reward"`
 }
 
 // Run plays the trainers and returns the summary.
@@ -113,6 +124,10 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 			sum.ActorSamples += len(ar.Samples)
 			sum.PlannerTokens += st.Tokens[schema.RolePlanner]
 			sum.ActorTokens += st.Tokens[schema.RoleActor]
+			if len(pr.Samples) > 0 && (sum.Example == nil || n < sum.Example.Rollout) {
+				s := pr.Samples[0]
+				sum.Example = &Example{Rollout: n, Episode: s.RolloutID, Question: tasks[s.Index].Prompt, Label: s.Label, Transcript: s.Response, Reward: s.Reward}
+			}
 			for k, v := range st.EpisodeStatus {
 				sum.EpisodeStatus[k] += v
 			}

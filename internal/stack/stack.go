@@ -11,6 +11,9 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/rs/zerolog"
 
@@ -76,6 +79,11 @@ func Serve(ctx context.Context, names []string, o Options) error {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 			buses = append(buses, b)
+			if name != actorgateway.Name { // it registers its own endpoint
+				if err := register(b, name, r); err != nil {
+					return err
+				}
+			}
 			run := runner(name, b, log, o)
 			wg.Add(1)
 			go func() {
@@ -92,6 +100,41 @@ func Serve(ctx context.Context, names []string, o Options) error {
 	wg.Wait()
 	close(errs)
 	return errors.Join(drain(errs)...)
+}
+
+// Version is reported by every service to `nats micro info`.
+const Version = "0.1.0"
+
+var descriptions = map[string]string{
+	sessionstore.Name:   "planact: arrival barrier, rollout lifecycle and result assembly",
+	plannergateway.Name: "planact: planner turns through the planner engine",
+	planparser.Name:     "planact: plans in, validated DAGs, answers or errors out",
+	actdispatcher.Name:  "planact: releases and executes acts, drives turns and episodes",
+}
+
+// register makes a replica visible to `nats micro ls` / `$SRV.PING`, with a
+// status endpoint that says which replica answered and since when.
+func register(b *bus.Bus, name string, replica int) error {
+	started := time.Now()
+	_, err := micro.AddService(b.NC, micro.Config{
+		Name:        name,
+		Version:     Version,
+		Description: descriptions[name],
+		Metadata:    map[string]string{"replica": fmt.Sprint(replica)},
+		Endpoint: &micro.EndpointConfig{
+			Subject: "planact." + name + ".status",
+			Handler: micro.HandlerFunc(func(r micro.Request) {
+				_ = r.RespondJSON(map[string]any{
+					"service": name, "replica": replica, "started": started.UTC().Format(time.RFC3339),
+					"uptime_s": time.Since(started).Seconds(),
+				})
+			}),
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("%s: register micro service: %w", name, err)
+	}
+	return nil
 }
 
 func drain(ch chan error) []error {

@@ -1,0 +1,48 @@
+# planact — `make run` for the demo, `make test` for the suite.
+GO       ?= go
+PKGS     ?= ./...
+FUZZTIME ?= 3s
+FUZZLONG ?= 2m
+FUZZPKGS ?= ./pkg/plan
+
+.PHONY: run up build test unit fuzz-smoke fuzz lint bench tidy clean
+
+## run: the embedded default — NATS, the five services, simulated engines, and a demo of both trainers
+run:
+	$(GO) run ./cmd/planact up --demo --port -1
+
+## up: the same, without the demo: serves until Ctrl-C on nats://127.0.0.1:4222
+up:
+	$(GO) run ./cmd/planact up
+
+## build: the planact binary in ./bin
+build:
+	$(GO) build -o bin/planact ./cmd/planact
+
+## test: the whole suite with the race detector, then every fuzz target for $(FUZZTIME)
+test: unit fuzz-smoke
+
+unit:
+	$(GO) test -race -shuffle=on -count=1 -timeout 15m $(PKGS)
+
+fuzz-smoke:
+	@FUZZTIME=$(FUZZTIME) FUZZPKGS="$(FUZZPKGS)" GO=$(GO) ./scripts/fuzz.sh
+
+## fuzz: every fuzz target for $(FUZZLONG)
+fuzz:
+	@FUZZTIME=$(FUZZLONG) FUZZPKGS="$(FUZZPKGS)" GO=$(GO) ./scripts/fuzz.sh
+
+## lint: go vet and gofmt
+lint:
+	$(GO) vet $(PKGS)
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi
+
+## bench: the benchmark programs under bench/, each printing its table
+bench:
+	@for d in bench/*/; do [ -f "$$d/main.go" ] || continue; echo "== $$d"; $(GO) run ./$$d || exit 1; done
+
+tidy:
+	$(GO) mod tidy
+
+clean:
+	rm -rf bin

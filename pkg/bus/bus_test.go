@@ -1,0 +1,260 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+)
+
+func TestProvisionIsIdempotent(t *testing.T) {
+	_, url := bustest.Server(t)
+	ctx := context.Background()
+	b := bustest.Bus(t, url, "first")
+	if err := b.Publish(ctx, &schema.Status{Rollout: 1, Event: "x", Episode: -1}); err != nil {
+		t.Fatal(err)
+	}
+	before := streamState(t, b)
+	// A second service starting provisions again: nothing may change.
+	b2 := bustest.Bus(t, url, "second")
+	after := streamState(t, b2)
+	for name, s := range before {
+		a := after[name]
+		if a.created != s.created || a.msgs != s.msgs || a.config != s.config {
+			t.Errorf("stream %s changed by provisioning twice: %+v -> %+v", name, s, a)
+		}
+	}
+	if got := before[bus.StreamRollout].msgs; got != 1 {
+		t.Errorf("ROLLOUT holds %d messages, want 1", got)
+	}
+	for _, bucket := range []string{bus.BucketSession, bus.BucketRuns} {
+		kv, err := b2.JS.KeyValue(ctx, bucket)
+		if err != nil {
+			t.Fatalf("kv %s: %v", bucket, err)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.TTL() <= 0 || st.LimitMarkerTTL() <= 0 {
+			t.Errorf("kv %s: ttl %v, limit markers %v; both must be set so expiry is seen", bucket, st.TTL(), st.LimitMarkerTTL())
+		}
+	}
+}
+
+type streamSnap struct {
+	created time.Time
+	msgs    uint64
+	config  string
+}
+
+func streamState(t *testing.T, b *bus.Bus) map[string]streamSnap {
+	t.Helper()
+	out := map[string]streamSnap{}
+	for _, name := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct} {
+		s, err := b.JS.Stream(context.Background(), name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", name, err)
+		}
+		info, err := s.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := info.Config
+		out[name] = streamSnap{created: info.Created, msgs: info.State.Msgs,
+			config: fmt.Sprintf("%v %v %v %v %v", c.Subjects, c.MaxAge, c.Duplicates, c.Storage, c.AllowMsgSchedules)}
+	}
+	return out
+}
+
+func TestPublishIsIdempotentByMsgID(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx := context.Background()
+	m := &schema.ActRun{Rollout: 3, Episode: 1, Turn: 1, Key: "t1-s1"}
+	for i := 0; i < 3; i++ {
+		if err := b.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _ := b.JS.Stream(ctx, bus.StreamAct)
+	info, _ := s.Info(ctx)
+	if info.State.Msgs != 1 {
+		t.Errorf("3 publishes of one message stored %d times", info.State.Msgs)
+	}
+}
+
+// TestConsumeMapsErrors: nil acks, a transient error is redelivered, a
+// permanent or invalid one is terminated, a panic is terminated, and a
+// message failing every time is given up after MaxDeliver.
+func TestConsumeMapsErrors(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	var mu sync.Mutex
+	calls := map[string]int{}
+	h := func(_ context.Context, m bus.Msg) error {
+		var st schema.Status
+		if err := m.Decode(&st); err != nil {
+			return err
+		}
+		mu.Lock()
+		calls[st.Event]++
+		n := calls[st.Event]
+		mu.Unlock()
+		switch st.Event {
+		case "ok":
+			return nil
+		case "flaky": // fails twice, then works
+			if n <= 2 {
+				return fail.Transientf("flaky %d", n)
+			}
+			return nil
+		case "permanent":
+			return fail.Permanentf("never")
+		case "invalid":
+			return fail.Invalidf("bad")
+		case "panic":
+			panic("boom")
+		case "always":
+			return errors.New("plain errors are retried")
+		}
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Consume(ctx, bus.Consumer{
+			Stream: bus.StreamRollout, Durable: "test", Filters: []string{"rollout.*.status"},
+			MaxDeliver: 4, Backoff: func(uint64) time.Duration { return 10 * time.Millisecond },
+		}, h)
+	}()
+	for i, ev := range []string{"ok", "flaky", "permanent", "invalid", "panic", "always"} {
+		if err := b.Publish(ctx, &schema.Status{Rollout: int64(i), Event: ev, Episode: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A body that is not msgpack at all is invalid input: terminated.
+	if _, err := b.JS.Publish(ctx, "rollout.99.status", []byte("not msgpack")); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"ok": 1, "flaky": 3, "permanent": 1, "invalid": 1, "panic": 1, "always": 4}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cons, err := b.JS.Consumer(ctx, bus.StreamRollout, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		got := fmt.Sprint(calls)
+		settled := info.NumAckPending == 0 && info.NumPending == 0 && calls["always"] >= 4 && calls["flaky"] >= 3
+		mu.Unlock()
+		if settled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("messages not settled: calls %s, ack pending %d", got, info.NumAckPending)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for ev, n := range want {
+		if calls[ev] != n {
+			t.Errorf("%s: handled %d times, want %d", ev, calls[ev], n)
+		}
+	}
+}
+
+// TestMutateUnderContention: many writers incrementing one key by
+// compare-and-set lose no update.
+func TestMutateUnderContention(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx := context.Background()
+	const writers, each = 8, 10
+	var wrote atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				_, ok, err := bus.Mutate(ctx, b.Sessions, "counter", func(v *schema.Session, exists bool) (bool, error) {
+					v.Episodes++
+					return true, nil
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					wrote.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	v, _, _, err := bus.Get[schema.Session](ctx, b.Sessions, "counter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Episodes != writers*each || wrote.Load() != writers*each {
+		t.Errorf("counter %d after %d writes (%d reported), want %d", v.Episodes, writers*each, wrote.Load(), writers*each)
+	}
+	created, err := bus.Create(ctx, b.Sessions, "counter", &schema.Session{})
+	if err != nil || created {
+		t.Errorf("Create on an existing key: created %v err %v, want false nil", created, err)
+	}
+}
+
+func TestLastPerSubject(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx := context.Background()
+	for e := 0; e < 3; e++ {
+		for turn := 1; turn <= 2; turn++ {
+			if err := b.Publish(ctx, &schema.PlanOutput{Rollout: 5, Episode: e, Turn: turn}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := b.Publish(ctx, &schema.PlanOutput{Rollout: 6, Episode: 0, Turn: 1}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]int{}
+	err := b.LastPerSubject(ctx, bus.StreamPlan, "plan.5.out.*", func(_ string, data []byte) error {
+		var o schema.PlanOutput
+		if err := schema.Unmarshal(data, &o); err != nil {
+			return err
+		}
+		seen[o.Episode] = o.Turn
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(seen) != "map[0:2 1:2 2:2]" {
+		t.Errorf("last per subject: %v, want the turn-2 output of episodes 0-2", seen)
+	}
+	if err := b.LastPerSubject(ctx, bus.StreamPlan, "plan.77.out.*", func(string, []byte) error { return errors.New("called") }); err != nil {
+		t.Errorf("empty filter: %v", err)
+	}
+}
