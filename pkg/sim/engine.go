@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,11 +23,16 @@ const (
 
 // Config configures a simulated engine.
 type Config struct {
-	Role           string // "planner", "actor", or "" to guess from each prompt
-	Seed           int64
-	TTFT           time.Duration // time to first token (0 = none)
-	PerToken       time.Duration // time per output token (0 = none)
-	Concurrency    int           // max concurrent generations (0 = unlimited); extra requests queue
+	Role     string // "planner", "actor", or "" to guess from each prompt
+	Seed     int64
+	TTFT     time.Duration // time to first token (0 = none)
+	PerToken time.Duration // time per output token (0 = none)
+	// LatencyJitter spreads the time to first token like a loaded server
+	// does: each request's TTFT is scaled by 1 + LatencyJitter·(E - 1), E
+	// exponential with mean 1 and chosen per prompt from the seed, so the
+	// mean stays TTFT and a few requests are much slower.
+	LatencyJitter  float64
+	Concurrency    int // max concurrent generations (0 = unlimited); extra requests queue
 	WeightVersion  string
 	Model          string  // name reported by the OpenAI API (default "sim-<role>")
 	ActorErrorRate float64 // probability that the actor answers a lookup wrongly (0 = always right)
@@ -135,6 +141,7 @@ type genOutput struct {
 	matched       any    // for SGLang's finish_reason.matched
 	weightVersion string
 	promptTokens  int
+	ttft          time.Duration
 }
 
 // defaultMaxNew is used when a request gives no limit; larger than SGLang's
@@ -237,6 +244,7 @@ func (e *Engine) finish(in genInput, text string, truncated bool) *genOutput {
 	}
 	out.text, out.ids = text, ids
 	ph := hash64(e.cfg.Seed, in.prompt)
+	out.ttft = jittered(e.cfg.TTFT, e.cfg.LatencyJitter, ph)
 	out.logprobs = make([]float64, len(ids))
 	for i, id := range ids {
 		out.logprobs[i] = logProb(e.cfg.Seed, ph, i, id)
@@ -247,9 +255,9 @@ func (e *Engine) finish(in genInput, text string, truncated bool) *genOutput {
 // play waits as long as the generation would take, reporting progress.
 func (e *Engine) play(ctx context.Context, out *genOutput, progress func(*genOutput, int) error) error {
 	if progress == nil {
-		return sleep(ctx, e.cfg.TTFT+time.Duration(len(out.ids))*e.cfg.PerToken)
+		return sleep(ctx, out.ttft+time.Duration(len(out.ids))*e.cfg.PerToken)
 	}
-	if err := sleep(ctx, e.cfg.TTFT); err != nil {
+	if err := sleep(ctx, out.ttft); err != nil {
 		return err
 	}
 	step := 1
@@ -270,6 +278,16 @@ func (e *Engine) play(ctx context.Context, out *genOutput, progress func(*genOut
 		}
 	}
 	return nil
+}
+
+// jittered scales d by 1 + j·(E-1), E exponential with mean 1 drawn from h.
+func jittered(d time.Duration, j float64, h uint64) time.Duration {
+	if j <= 0 || d <= 0 {
+		return d
+	}
+	u := float64(h>>11) / float64(1<<53) // uniform in [0, 1)
+	f := 1 + j*(-math.Log1p(-u)-1)
+	return time.Duration(float64(d) * max(f, 0.05))
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
