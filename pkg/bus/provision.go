@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -85,12 +86,18 @@ func (p Provisioning) StreamConfigs() []jetstream.StreamConfig {
 func (b *Bus) provision(ctx context.Context, p Provisioning) error {
 	p = p.withDefaults()
 	for _, cfg := range p.StreamConfigs() {
+		// Updating a stream that is already as wanted is not a no-op on the
+		// server (it rewrites the store's config, racing with consumers
+		// being created by other replicas), so only a difference is applied.
+		if st, err := b.JS.Stream(ctx, cfg.Name); err == nil && sameStream(st.CachedInfo().Config, cfg) {
+			continue
+		}
 		if _, err := b.JS.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
 	}
 	var err error
-	b.Sessions, err = b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	b.Sessions, err = keyValue(ctx, b.JS, jetstream.KeyValueConfig{
 		Bucket:         BucketSession,
 		Description:    "planact rollout sessions: barrier and lifecycle, one key per rollout",
 		History:        1,
@@ -102,7 +109,7 @@ func (b *Bus) provision(ctx context.Context, p Provisioning) error {
 	if err != nil {
 		return fmt.Errorf("provision kv %s: %w", BucketSession, err)
 	}
-	b.Runs, err = b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	b.Runs, err = keyValue(ctx, b.JS, jetstream.KeyValueConfig{
 		Bucket:         BucketRuns,
 		Description:    "planact run state, one key per episode turn",
 		History:        1,
@@ -125,4 +132,31 @@ func (b *Bus) provision(ctx context.Context, p Provisioning) error {
 		return fmt.Errorf("provision object store %s: %w", ObjectResults, err)
 	}
 	return nil
+}
+
+// sameStream reports whether the stream's config already holds every field
+// provisioning sets.
+func sameStream(have, want jetstream.StreamConfig) bool {
+	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
+		have.Storage == want.Storage && have.Retention == want.Retention && have.MaxAge == want.MaxAge &&
+		have.Duplicates == want.Duplicates && max(have.Replicas, 1) == max(want.Replicas, 1) &&
+		have.Discard == want.Discard && have.AllowMsgSchedules == want.AllowMsgSchedules &&
+		have.AllowMsgTTL == want.AllowMsgTTL
+}
+
+// keyValue opens the bucket, creating or updating it only when it is missing
+// or differs from cfg (see sameStream for why).
+func keyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if kv, err := js.KeyValue(ctx, cfg.Bucket); err == nil {
+		if st, err := kv.Status(ctx); err == nil {
+			if kvs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+				c := kvs.StreamInfo().Config
+				if c.Description == cfg.Description && c.MaxMsgsPerSubject == int64(cfg.History) && c.MaxAge == cfg.TTL &&
+					c.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL && c.Storage == cfg.Storage && max(c.Replicas, 1) == max(cfg.Replicas, 1) {
+					return kv, nil
+				}
+			}
+		}
+	}
+	return js.CreateOrUpdateKeyValue(ctx, cfg)
 }
