@@ -78,7 +78,7 @@ func (e *env) trainer(t *testing.T) *client.Client {
 }
 
 func (e *env) tasks(n, perPrompt int, seed int64) []schema.Task {
-	return demo.Tasks(e.world, n, perPrompt, seed)
+	return demo.Tasks(e.world, n, perPrompt, seed, "")
 }
 
 type outcome struct {

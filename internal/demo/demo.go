@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,19 +21,21 @@ import (
 
 // Options configure a demo run.
 type Options struct {
-	URL               string
-	PlannerEngine     schema.Engine
-	ActorEngine       schema.Engine
-	Rollouts          int   // default 3
-	FirstRollout      int64 // id of the first rollout
-	Tasks             int   // distinct tasks per rollout; default 4
-	SamplesPerPrompt  int   // copies of each task (a group); default 2
-	Concurrent        int   // rollouts in flight at once; default 2
-	Seed              int64
-	Config            schema.Config
-	Timeout           time.Duration // per rollout; default 5m
-	Progress          io.Writer     // nil = quiet
-	PlannerWeightsTag string
+	URL              string
+	PlannerEngine    schema.Engine
+	ActorEngine      schema.Engine
+	Rollouts         int   // default 3
+	FirstRollout     int64 // id of the first rollout
+	Tasks            int   // distinct tasks per rollout; default 4
+	SamplesPerPrompt int   // copies of each task (a group); default 2
+	Concurrent       int   // rollouts in flight at once; default 2
+	Seed             int64
+	Config           schema.Config
+	Timeout          time.Duration // per rollout; default 5m
+	Progress         io.Writer     // nil = quiet
+	// Kind keeps only questions whose kind starts with it ("compare",
+	// "chain2", "chain3"); "" keeps the world's mix.
+	Kind string
 }
 
 // Summary is what the demo prints (and `--json` emits as one object).
@@ -51,7 +55,11 @@ type Summary struct {
 	EpisodeStatus     map[string]int `json:"episode_status"`
 	Example           *Example       `json:"example,omitempty"`
 	WallSeconds       float64        `json:"wall_seconds"`
-	Errors            []string       `json:"errors,omitempty"`
+	// EpisodeSeconds are the mean and 95th percentile of the time from a
+	// rollout's start to the end of each of its episodes.
+	MeanEpisodeSeconds float64  `json:"mean_episode_seconds"`
+	P95EpisodeSeconds  float64  `json:"p95_episode_seconds"`
+	Errors             []string `json:"errors,omitempty"`
 }
 
 // Example is one episode as the planner saw it: plans, observations, answer.
@@ -96,12 +104,13 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	sum := &Summary{EpisodeStatus: map[string]int{}}
 	var mu sync.Mutex
 	var rewardSum, turnSum float64
+	var episodeSecs []float64
 	start := time.Now()
 	sem := make(chan struct{}, o.Concurrent)
 	var wg sync.WaitGroup
 	for i := 0; i < o.Rollouts; i++ {
 		n := o.FirstRollout + int64(i)
-		tasks := Tasks(world, o.Tasks, o.SamplesPerPrompt, o.Seed+n)
+		tasks := Tasks(world, o.Tasks, o.SamplesPerPrompt, o.Seed+n, o.Kind)
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -128,6 +137,11 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 				s := pr.Samples[0]
 				sum.Example = &Example{Rollout: n, Episode: s.RolloutID, Question: tasks[s.Index].Prompt, Label: s.Label, Transcript: s.Response, Reward: s.Reward}
 			}
+			for _, s := range pr.Samples {
+				if ended := asMs(s.Metadata["ended_ms"]); ended > 0 && st.StartedMs > 0 {
+					episodeSecs = append(episodeSecs, float64(ended-st.StartedMs)/1000)
+				}
+			}
 			for k, v := range st.EpisodeStatus {
 				sum.EpisodeStatus[k] += v
 			}
@@ -139,6 +153,15 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	wg.Wait()
 	sum.WallSeconds = time.Since(start).Seconds()
+	if len(episodeSecs) > 0 {
+		sort.Float64s(episodeSecs)
+		total := 0.0
+		for _, s := range episodeSecs {
+			total += s
+		}
+		sum.MeanEpisodeSeconds = total / float64(len(episodeSecs))
+		sum.P95EpisodeSeconds = episodeSecs[(len(episodeSecs)*95-1)/100]
+	}
 	if sum.Episodes > 0 {
 		sum.Accuracy = float64(sum.Correct) / float64(sum.Episodes)
 		sum.MeanReward = rewardSum / float64(sum.Episodes)
@@ -149,9 +172,15 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 
 // Tasks builds a batch the way a trainer does: each distinct question is a
 // group of samplesPerPrompt copies sharing a group_index.
-func Tasks(w *sim.World, distinct, samplesPerPrompt int, seed int64) []schema.Task {
+func Tasks(w *sim.World, distinct, samplesPerPrompt int, seed int64, kind string) []schema.Task {
+	var picked []sim.Task
+	for _, t := range w.Tasks(distinct*16, seed) {
+		if len(picked) < distinct && strings.HasPrefix(t.Kind, kind) {
+			picked = append(picked, t)
+		}
+	}
 	var tasks []schema.Task
-	for g, t := range w.Tasks(distinct, seed) {
+	for g, t := range picked {
 		for k := 0; k < samplesPerPrompt; k++ {
 			tasks = append(tasks, schema.Task{GroupIndex: g, Index: len(tasks), Prompt: t.Question, Label: t.Label})
 		}
@@ -204,6 +233,21 @@ func rollout(ctx context.Context, planner, actor *client.Client, n int64, tasks 
 		return nil, nil, fmt.Errorf("actor: %w", aerr)
 	}
 	return pr, ar, nil
+}
+
+// asMs reads a millisecond timestamp from decoded sample metadata.
+func asMs(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case uint64:
+		return int64(x)
+	case int:
+		return int64(x)
+	case float64:
+		return int64(x)
+	}
+	return 0
 }
 
 func progress(w io.Writer, format string, a ...any) {

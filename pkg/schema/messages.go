@@ -340,6 +340,7 @@ type Stats struct {
 	ActsPerEpisode float64        `json:"acts_per_episode"`
 	Failures       map[string]int `json:"failures,omitempty"`
 	EpisodeStatus  map[string]int `json:"episode_status,omitempty"`
+	StartedMs      int64          `json:"started_ms,omitempty"` // when the barrier released the rollout
 	WallMs         int64          `json:"wall_ms"`
 	Tokens         map[string]int `json:"tokens,omitempty"`
 }

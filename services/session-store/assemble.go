@@ -151,6 +151,7 @@ func (s *Service) assemble(ctx context.Context, sess schema.Session, status, rea
 		stats.ActsPerEpisode = float64(stats.Acts) / c
 	}
 	if sess.StartedMs > 0 {
+		stats.StartedMs = sess.StartedMs
 		stats.WallMs = s.nowMs() - sess.StartedMs
 	}
 	planner.Stats, actor.Stats = stats, stats
