@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/planact/planact/pkg/fail"
@@ -414,6 +415,89 @@ func TestREADMEListsEverySchema(t *testing.T) {
 	for _, h := range []string{schema.HdrSchema, schema.HdrRollout, schema.HdrEpisode, schema.HdrTurn, schema.HdrNode, schema.HdrRole, schema.HdrContentType, schema.HdrTraceparent, "Nats-Msg-Id"} {
 		if !bytes.Contains(readme, []byte(h)) {
 			t.Errorf("schemas/README.md does not mention header %s", h)
+		}
+	}
+}
+
+// TestSchemasKnowEveryField fills every field of every type with a
+// non-zero value and checks that the schema names it: a field added to a
+// Go type without its schema fails here (only additionalProperties errors
+// count; the filler's values need not be meaningful).
+func TestSchemasKnowEveryField(t *testing.T) {
+	schemas := compile(t)
+	for _, c := range cases() {
+		t.Run(c.file, func(t *testing.T) {
+			v := reflect.New(reflect.TypeOf(c.value).Elem())
+			fill(v.Elem(), 0)
+			err := schemas[c.file].Validate(jsonValue(t, wireJSON(t, v.Interface())))
+			for _, e := range unknownFields(err) {
+				t.Errorf("%s does not know %s", c.file, e)
+			}
+		})
+	}
+}
+
+func unknownFields(err error) []string {
+	ve, ok := err.(*jsonschema.ValidationError)
+	if !ok {
+		return nil
+	}
+	var out []string
+	var walk func(*jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if ap, ok := e.ErrorKind.(*kind.AdditionalProperties); ok {
+			for _, p := range ap.Properties {
+				out = append(out, "/"+strings.Join(e.InstanceLocation, "/")+"/"+p)
+			}
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	return out
+}
+
+// fill sets every field reachable from v to a non-zero value.
+func fill(v reflect.Value, depth int) {
+	if depth > 6 {
+		return
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(1)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(1)
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat(1.5)
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem(), depth+1)
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 1, 1)
+		fill(s.Index(0), depth+1)
+		v.Set(s)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		k := reflect.New(v.Type().Key()).Elem()
+		fill(k, depth+1)
+		e := reflect.New(v.Type().Elem()).Elem()
+		if e.Kind() == reflect.Interface {
+			e.Set(reflect.ValueOf("x"))
+		} else {
+			fill(e, depth+1)
+		}
+		m.SetMapIndex(k, e)
+		v.Set(m)
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			if v.Type().Field(i).IsExported() {
+				fill(v.Field(i), depth+1)
+			}
 		}
 	}
 }
