@@ -40,6 +40,8 @@ type Options struct {
 	Replicas map[string]int
 	// EngineLimit bounds generations in flight per engine in each gateway; 0 = 64.
 	EngineLimit int
+	// ActRetryBase is the act-dispatcher's first retry back-off; 0 = its default.
+	ActRetryBase time.Duration
 }
 
 // Validate reports an unknown service name.
@@ -157,7 +159,9 @@ func runner(name string, b *bus.Bus, log zerolog.Logger, o Options) func(context
 	case planparser.Name:
 		return func(ctx context.Context) error { return planparser.Run(ctx, planparser.Deps{Bus: b, Log: log}) }
 	case actdispatcher.Name:
-		return func(ctx context.Context) error { return actdispatcher.Run(ctx, actdispatcher.Deps{Bus: b, Log: log}) }
+		return func(ctx context.Context) error {
+			return actdispatcher.Run(ctx, actdispatcher.Deps{Bus: b, Log: log, RetryBase: o.ActRetryBase})
+		}
 	case actorgateway.Name:
 		return func(ctx context.Context) error {
 			return actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: log, Engines: pool})

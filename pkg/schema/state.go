@@ -276,6 +276,10 @@ type NodeState struct {
 	Input  string    `json:"input,omitempty"` // as executed, placeholders replaced
 	Output string    `json:"output,omitempty"`
 	Error  string    `json:"error,omitempty"`
+	// CachedFrom is the key of the earlier act of the episode with the same
+	// tool and arguments whose result this node takes (the duplicate guard);
+	// while that act is still running the node stays released and waits.
+	CachedFrom string `json:"cached_from,omitempty"`
 }
 
 // Terminal reports whether the node will not change any more.

@@ -20,21 +20,31 @@ func (s *Service) handleDone(ctx context.Context, m bus.Msg) error {
 	if err != nil || info == nil {
 		return err
 	}
+	if d.Status == schema.ActCached {
+		return nil // published by the dispatcher itself after it wrote the run
+	}
 	policy := info.Session.Config.FailurePolicy
-	var newly []*schema.NodeState
+	prior, err := s.priorActs(ctx, d.Rollout, d.Episode, d.Turn)
+	if err != nil {
+		return err
+	}
+	var newly, cached []*schema.NodeState
 	var finishedNow bool
 	key := schema.RunKey(d.Rollout, d.Episode, d.Turn)
 	run, wrote, err := bus.Mutate(ctx, s.Bus.Runs, key, func(r *schema.Run, exists bool) (bool, error) {
-		newly, finishedNow = nil, false
+		newly, cached, finishedNow = nil, nil, false
 		n := byKey(r, d.Key)
 		if !exists || n == nil || n.Terminal() || r.Finished {
 			return false, nil // a duplicate outcome, or a turn already over
 		}
 		n.Status, n.Output, n.Error = d.Status, d.Output, d.Error
+		cached = resolveWaiters(r, n)
 		if n.Status == schema.NodeFailed && policy != schema.PolicySkip {
 			skipPending(r, "not run: the turn stopped after "+n.Node.ID+" failed")
 		}
-		newly = advance(r)
+		var more []*schema.NodeState
+		newly, more = advance(r, prior)
+		cached = append(cached, more...)
 		if allTerminal(r) {
 			r.Finished, finishedNow = true, true
 		}
@@ -46,9 +56,10 @@ func (s *Service) handleDone(ctx context.Context, m bus.Msg) error {
 	if !wrote && m.Delivered > 1 {
 		// Redelivered after a crash between the write and the publishes:
 		// publish again what that write implied (idempotent by message id).
-		newly, finishedNow = released(&run), run.Finished
+		newly, cached = released(&run)
+		finishedNow = run.Finished
 	}
-	if err := s.publishRuns(ctx, &run, newly); err != nil {
+	if err := s.publishRuns(ctx, &run, newly, cached); err != nil {
 		return err
 	}
 	if finishedNow {

@@ -35,16 +35,19 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 	if err != nil || info == nil {
 		return err
 	}
-	if m.Delivered > 1 {
-		// A redelivery after a crash: the act may have finished already.
-		r, _, found, err := bus.Get[schema.Run](ctx, s.Bus.Runs, schema.RunKey(run.Rollout, run.Episode, run.Turn))
-		if err != nil {
-			return err
-		}
-		if n := byKey(&r, run.Key); !found || r.Finished || n == nil || n.Terminal() {
-			return nil
-		}
+	// A redelivery after a crash, or the same work item published again,
+	// finds the act finished already: it must not run (and sample) twice.
+	r, _, found, err := bus.Get[schema.Run](ctx, s.Bus.Runs, schema.RunKey(run.Rollout, run.Episode, run.Turn))
+	if err != nil {
+		return err
 	}
+	if n := byKey(&r, run.Key); !found || r.Finished || n == nil || n.Status != schema.NodeReleased || n.CachedFrom != "" {
+		zerolog.Ctx(ctx).Debug().Msg("act already finished or not released; work item dropped")
+		return nil
+	}
+	// The act stops at once when the rollout ends (cancel, time-out).
+	ctx, stop := s.aborts.watch(ctx, run.Rollout)
+	defer stop()
 	log := zerolog.Ctx(ctx)
 	cfg := info.Session.Config
 	done := &schema.ActDone{
@@ -63,6 +66,10 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 		if actx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
 			err = fail.Transientf("act timed out after %gs", cfg.ActTimeoutS)
 		}
+		if context.Cause(ctx) == errRolloutOver {
+			log.Info().Int("attempt", attempt).Msg("rollout over; act abandoned")
+			return nil
+		}
 		if ctx.Err() != nil {
 			return ctx.Err() // shutting down: another replica takes over
 		}
@@ -75,6 +82,10 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
+			if context.Cause(ctx) == errRolloutOver {
+				log.Info().Int("attempt", attempt).Msg("rollout over; act not retried")
+				return nil
+			}
 			return ctx.Err()
 		}
 		if fresh, _ := s.sessions.Get(ctx, run.Rollout); fresh != nil && !fresh.Active() {

@@ -61,22 +61,39 @@ func (s *Service) handleDAG(ctx context.Context, m bus.Msg, d *schema.PlanDAG) e
 	if _, err := bus.Create(ctx, s.Bus.Runs, key, newRun(d, info.Session.Config.Schedule)); err != nil {
 		return err
 	}
-	var newly []*schema.NodeState
+	prior, err := s.priorActs(ctx, d.Rollout, d.Episode, d.Turn)
+	if err != nil {
+		return err
+	}
+	var newly, cached []*schema.NodeState
+	var finishedNow bool
 	run, _, err := bus.Mutate(ctx, s.Bus.Runs, key, func(r *schema.Run, exists bool) (bool, error) {
 		if !exists {
 			return false, fail.Transientf("run %s vanished", key)
 		}
-		newly = advance(r)
-		return len(newly) > 0, nil
+		newly, cached = advance(r, prior)
+		finishedNow = false
+		if len(r.Nodes) > 0 && !r.Finished && allTerminal(r) {
+			r.Finished, finishedNow = true, true // every call answered from the cache
+		}
+		return len(newly) > 0 || len(cached) > 0, nil
 	})
 	if err != nil {
 		return err
 	}
-	zerolog.Ctx(ctx).Debug().Int("nodes", len(run.Nodes)).Int("released", len(newly)).Msg("plan accepted")
+	zerolog.Ctx(ctx).Debug().Int("nodes", len(run.Nodes)).Int("released", len(newly)).Int("cached", len(cached)).Msg("plan accepted")
 	if m.Delivered > 1 {
-		newly = released(&run) // a crash may have come between the write and the publishes
+		// A crash may have come between the write and the publishes.
+		newly, cached = released(&run)
+		finishedNow = run.Finished
 	}
-	return s.publishRuns(ctx, &run, newly)
+	if err := s.publishRuns(ctx, &run, newly, cached); err != nil {
+		return err
+	}
+	if finishedNow {
+		return s.finishTurn(ctx, info, &run)
+	}
+	return nil
 }
 
 // handleParseError applies the rollout's parse-error policy.
@@ -136,14 +153,82 @@ func (s *Service) endEpisode(ctx context.Context, n int64, e, turns int, status 
 	})
 }
 
-// publishRuns publishes the work items of released nodes.
-func (s *Service) publishRuns(ctx context.Context, r *schema.Run, nodes []*schema.NodeState) error {
-	for _, n := range nodes {
+// publishRuns publishes the work items of released nodes, and the outcome
+// of nodes answered from the cache (or failed with the call they repeat),
+// so that the act stream tells every node's story.
+func (s *Service) publishRuns(ctx context.Context, r *schema.Run, run, cached []*schema.NodeState) error {
+	for _, n := range run {
 		if err := s.Bus.Publish(ctx, &schema.ActRun{Rollout: r.Rollout, Episode: r.Episode, Turn: r.Turn, Key: n.Key, Node: n.Node}); err != nil {
 			return err
 		}
 	}
+	now := nowMs()
+	for _, n := range cached {
+		status := schema.ActCached
+		if n.Status == schema.NodeFailed {
+			status = schema.ActFailed
+		}
+		done := &schema.ActDone{
+			Rollout: r.Rollout, Episode: r.Episode, Turn: r.Turn, Key: n.Key, NodeID: n.Node.ID, Tool: n.Node.Tool,
+			Input: n.Input, Status: status, Output: n.Output, Error: n.Error, StartedMs: now, EndedMs: now,
+		}
+		if err := s.Bus.Publish(ctx, done); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// priorActs gathers the successful calls of the episode's earlier turns,
+// first occurrence of each call, for the duplicate guard. Earlier turns are
+// finished (a turn starts only after the previous one finished), so their
+// run states no longer change and are cached in memory.
+func (s *Service) priorActs(ctx context.Context, n int64, e, turn int) (map[string]priorAct, error) {
+	prior := map[string]priorAct{}
+	for t := 1; t < turn; t++ {
+		acts, err := s.turnActs(ctx, schema.RunKey(n, e, t))
+		if err != nil {
+			return nil, err
+		}
+		for call, a := range acts {
+			if _, seen := prior[call]; !seen {
+				prior[call] = a
+			}
+		}
+	}
+	return prior, nil
+}
+
+// turnActs are the successful calls of one finished turn.
+func (s *Service) turnActs(ctx context.Context, key string) (map[string]priorAct, error) {
+	s.priorMu.Lock()
+	acts, ok := s.prior[key]
+	s.priorMu.Unlock()
+	if ok {
+		return acts, nil
+	}
+	r, _, found, err := bus.Get[schema.Run](ctx, s.Bus.Runs, key)
+	if err != nil {
+		return nil, err
+	}
+	acts = map[string]priorAct{}
+	for _, n := range r.Nodes {
+		if n.Status == schema.NodeDone {
+			if _, seen := acts[callKey(n.Node)]; !seen {
+				acts[callKey(n.Node)] = priorAct{Key: n.Key, Output: n.Output}
+			}
+		}
+	}
+	if !found || !r.Finished {
+		return acts, nil // a turn that ended without running (parse error): nothing to keep
+	}
+	s.priorMu.Lock()
+	if len(s.prior) > 4096 {
+		clear(s.prior)
+	}
+	s.prior[key] = acts
+	s.priorMu.Unlock()
+	return acts, nil
 }
 
 func plannerVersion(info *session.Info) string {

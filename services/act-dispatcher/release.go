@@ -1,6 +1,7 @@
 package actdispatcher
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -38,14 +39,60 @@ func byKey(r *schema.Run, key string) *schema.NodeState {
 
 // advance moves the run forward after a change: nodes whose dependencies
 // failed or were skipped are skipped, and ready nodes are released as the
-// run's schedule allows. It returns the nodes it released, with their
-// placeholders replaced by their dependencies' outputs.
-func advance(r *schema.Run) []*schema.NodeState {
+// run's schedule allows, with their placeholders replaced by their
+// dependencies' outputs. A released node that repeats a call of the episode
+// (same tool, same arguments) is not run: it takes the result of the earlier
+// call (prior holds those of earlier turns), or waits for it while it runs.
+// advance returns the nodes to run and the nodes it answered from the cache.
+func advance(r *schema.Run, prior map[string]priorAct) (run, cached []*schema.NodeState) {
 	if r.Finished {
-		return nil
+		return nil, nil
 	}
+	// A cached node may unblock others at once: repeat until nothing changes.
+	for {
+		skipCascade(r)
+		ready := readyNodes(r)
+		if len(ready) == 0 {
+			return run, cached
+		}
+		outputs := map[string]string{}
+		for _, n := range r.Nodes {
+			if n.Status == schema.NodeDone || n.Status == schema.NodeCached {
+				outputs[n.Node.ID] = n.Output
+			}
+		}
+		progress := false
+		for _, n := range ready {
+			n.Status = schema.NodeReleased
+			n.Node = plan.Substitute(n.Node, outputs)
+			n.Input = n.Node.Input()
+			call := callKey(n.Node)
+			if p, ok := prior[call]; ok {
+				n.Status, n.Output, n.CachedFrom = schema.NodeCached, p.Output, p.Key
+				cached, progress = append(cached, n), true
+				continue
+			}
+			if first := firstCall(r, n, call); first != nil {
+				n.CachedFrom = first.Key
+				if first.Status == schema.NodeReleased {
+					continue // waits for first to finish
+				}
+				n.Status, n.Output = schema.NodeCached, first.Output
+				cached, progress = append(cached, n), true
+				continue
+			}
+			run = append(run, n)
+		}
+		if !progress {
+			return run, cached
+		}
+	}
+}
+
+// skipCascade skips every pending node whose dependencies failed or were
+// skipped, transitively.
+func skipCascade(r *schema.Run) {
 	ids := byID(r)
-	// Skips cascade: repeat until nothing changes.
 	for changed := true; changed; {
 		changed = false
 		for _, n := range r.Nodes {
@@ -60,6 +107,11 @@ func advance(r *schema.Run) []*schema.NodeState {
 			}
 		}
 	}
+}
+
+// readyNodes lists the pending nodes the run's schedule lets go now.
+func readyNodes(r *schema.Run) []*schema.NodeState {
+	ids := byID(r)
 	var ready []*schema.NodeState
 	for _, n := range r.Nodes {
 		if n.Status == schema.NodePending && depsDone(n, ids) {
@@ -79,18 +131,56 @@ func advance(r *schema.Run) []*schema.NodeState {
 	case schema.ScheduleLevels:
 		ready = openLevel(r, ready)
 	}
-	outputs := map[string]string{}
-	for _, n := range r.Nodes {
-		if n.Status == schema.NodeDone || n.Status == schema.NodeCached {
-			outputs[n.Node.ID] = n.Output
+	return ready
+}
+
+// priorAct is the successful result of a call made in an earlier turn.
+type priorAct struct {
+	Key    string
+	Output string
+}
+
+// callKey identifies a call for the duplicate guard: the tool and its
+// arguments as executed (JSON encoding sorts map keys).
+func callKey(n plan.Node) string {
+	args, _ := json.Marshal(n.Args)
+	return n.Tool + "\x00" + string(args)
+}
+
+// firstCall finds the node of r, other than n, that makes the same call and
+// is running or has succeeded: the one n is a duplicate of. Nodes that wait
+// on another (CachedFrom set) are never a first call.
+func firstCall(r *schema.Run, n *schema.NodeState, call string) *schema.NodeState {
+	for _, m := range r.Nodes {
+		if m == n || m.CachedFrom != "" {
+			continue
+		}
+		switch m.Status {
+		case schema.NodeReleased, schema.NodeDone:
+			if callKey(m.Node) == call {
+				return m
+			}
 		}
 	}
-	for _, n := range ready {
-		n.Status = schema.NodeReleased
-		n.Node = plan.Substitute(n.Node, outputs)
-		n.Input = n.Node.Input()
+	return nil
+}
+
+// resolveWaiters gives the nodes waiting on the act of node first its
+// outcome: cached when it succeeded, failed when it failed.
+func resolveWaiters(r *schema.Run, first *schema.NodeState) []*schema.NodeState {
+	var out []*schema.NodeState
+	for _, n := range r.Nodes {
+		if n.Status != schema.NodeReleased || n.CachedFrom != first.Key {
+			continue
+		}
+		if first.Status == schema.NodeDone {
+			n.Status, n.Output = schema.NodeCached, first.Output
+		} else {
+			n.Status, n.Error = schema.NodeFailed, "duplicate of "+first.Key+", which failed: "+first.Error
+		}
+		out = append(out, n)
 	}
-	return ready
+	return out
 }
 
 func depsDone(n *schema.NodeState, ids map[string]*schema.NodeState) bool {
@@ -142,15 +232,19 @@ func openLevel(r *schema.Run, ready []*schema.NodeState) []*schema.NodeState {
 	return ready
 }
 
-// released lists the nodes released but not finished: the acts in flight.
-func released(r *schema.Run) []*schema.NodeState {
-	var out []*schema.NodeState
+// released lists the acts in flight (released, not waiting on another
+// act) and the nodes answered from the cache: what a write that released
+// them implied publishing.
+func released(r *schema.Run) (run, cached []*schema.NodeState) {
 	for _, n := range r.Nodes {
-		if n.Status == schema.NodeReleased {
-			out = append(out, n)
+		switch {
+		case n.Status == schema.NodeReleased && n.CachedFrom == "":
+			run = append(run, n)
+		case n.CachedFrom != "" && n.Terminal():
+			cached = append(cached, n)
 		}
 	}
-	return out
+	return run, cached
 }
 
 // allTerminal reports whether every node of the run has finished.

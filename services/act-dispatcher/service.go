@@ -38,6 +38,10 @@ type Deps struct {
 type Service struct {
 	Deps
 	sessions *session.Cache
+
+	aborts  aborts
+	priorMu sync.Mutex
+	prior   map[string]map[string]priorAct // finished turn's run key -> its successful calls
 }
 
 // Run serves until ctx ends.
@@ -51,7 +55,7 @@ func Run(ctx context.Context, d Deps) error {
 	if d.RetryBase == 0 {
 		d.RetryBase = 200 * time.Millisecond
 	}
-	s := &Service{Deps: d, sessions: session.NewCache(d.Bus.Sessions)}
+	s := &Service{Deps: d, sessions: session.NewCache(d.Bus.Sessions), prior: map[string]map[string]priorAct{}}
 	consumers := []struct {
 		c bus.Consumer
 		h bus.Handler
@@ -63,8 +67,13 @@ func Run(ctx context.Context, d Deps) error {
 		{bus.Consumer{Stream: bus.StreamAct, Durable: Name + "-done", Concurrency: 64,
 			Filters: []string{subject.AllActDone}}, s.handleDone},
 	}
-	errs := make(chan error, len(consumers))
+	errs := make(chan error, len(consumers)+1)
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		errs <- s.watchSessions(ctx)
+	}()
 	for _, c := range consumers {
 		wg.Add(1)
 		go func() {
