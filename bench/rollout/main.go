@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -42,15 +43,29 @@ type row struct {
 
 func main() {
 	rollouts := flag.Int("rollouts", 4, "rollouts per scenario")
-	tasks := flag.Int("tasks", 8, "distinct tasks per rollout")
+	tasks := flag.Int("tasks", 16, "distinct tasks per rollout")
 	plannerTTFT := flag.Duration("planner-ttft", 30*time.Millisecond, "simulated planner's mean time to first token")
 	actorTTFT := flag.Duration("actor-ttft", 80*time.Millisecond, "simulated actor's mean time to first token")
 	perToken := flag.Duration("per-token", 100*time.Microsecond, "simulated time per token")
 	jitter := flag.Float64("jitter", 1, "latency jitter of the simulated engines (see sim.Config)")
 	plotPath := flag.String("plot", "", "write a PNG chart of the figures here")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
-	if err := run(*rollouts, *tasks, map[string]time.Duration{schema.RolePlanner: *plannerTTFT, schema.RoleActor: *actorTTFT}, *perToken, *jitter, *plotPath, os.Stdout); err != nil {
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench/rollout:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	err := run(*rollouts, *tasks, map[string]time.Duration{schema.RolePlanner: *plannerTTFT, schema.RoleActor: *actorTTFT}, *perToken, *jitter, *plotPath, os.Stdout)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/rollout:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
@@ -162,7 +177,7 @@ func chart(rows []row, path string) error {
 	names := make([]string, len(rows))
 	for i, r := range rows {
 		vals[i] = r.ratio
-		names[i] = r.name
+		names[i] = strings.Replace(strings.Replace(r.name, ": ", "\n", 1), " (baseline)", "\n(baseline)", 1)
 	}
 	bars, err := plotter.NewBarChart(vals, vg.Points(40))
 	if err != nil {
@@ -170,5 +185,5 @@ func chart(rows []row, path string) error {
 	}
 	p.Add(bars)
 	p.NominalX(names...)
-	return p.Save(9*vg.Inch, 4*vg.Inch, path)
+	return p.Save(11*vg.Inch, 4.5*vg.Inch, path)
 }
