@@ -258,3 +258,22 @@ func TestLastPerSubject(t *testing.T) {
 		t.Errorf("empty filter: %v", err)
 	}
 }
+
+func TestPublishAll(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx := context.Background()
+	var ms []schema.Message
+	for i := 0; i < 100; i++ {
+		ms = append(ms, &schema.ActRun{Rollout: 9, Episode: i % 10, Turn: 1, Key: fmt.Sprintf("t1-s%d", i/10)})
+	}
+	ms = append(ms, ms[:10]...) // duplicates are dropped by message id
+	if err := b.PublishAll(ctx, ms...); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := b.JS.Stream(ctx, bus.StreamAct)
+	info, _ := s.Info(ctx)
+	if info.State.Msgs != 100 {
+		t.Errorf("stored %d messages, want 100", info.State.Msgs)
+	}
+}

@@ -101,3 +101,34 @@ func (b *Bus) Publish(ctx context.Context, m schema.Message, opts ...jetstream.P
 	}
 	return nil
 }
+
+// PublishAll publishes ms without waiting for each ack before the next
+// publish, then waits for every ack: a fan-out costs one round trip, not
+// one per message. It returns the first error.
+func (b *Bus) PublishAll(ctx context.Context, ms ...schema.Message) error {
+	if len(ms) == 1 {
+		return b.Publish(ctx, ms[0])
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(ms))
+	for _, m := range ms {
+		msg, err := NewMsg(ctx, m)
+		if err != nil {
+			return fail.E(fail.Permanent, err)
+		}
+		f, err := b.JS.PublishMsgAsync(msg)
+		if err != nil {
+			return fail.Transientf("publish %s: %w", m.Subject(), err)
+		}
+		futures = append(futures, f)
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fail.Transientf("publish %s: %w", ms[i].Subject(), err)
+		case <-ctx.Done():
+			return fail.Transientf("publish %s: %w", ms[i].Subject(), ctx.Err())
+		}
+	}
+	return nil
+}
