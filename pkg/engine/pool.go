@@ -38,19 +38,7 @@ func (l *Lease) Release() { <-l.p.slots }
 
 // Acquire waits for a free slot on the engine and returns its client.
 func (p *Pool) Acquire(ctx context.Context, protocol, url, model string) (*Lease, error) {
-	p.once.Do(func() {
-		if p.Limit <= 0 {
-			p.Limit = 64
-		}
-		if p.HTTP == nil {
-			p.HTTP = &http.Client{Transport: &http.Transport{
-				DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-				MaxIdleConnsPerHost: p.Limit,
-				IdleConnTimeout:     90 * time.Second,
-			}}
-		}
-		p.engines = map[string]*pooled{}
-	})
+	p.init()
 	key := protocol + " " + url + " " + model
 	p.mu.Lock()
 	e := p.engines[key]
@@ -72,8 +60,25 @@ func (p *Pool) Acquire(ctx context.Context, protocol, url, model string) (*Lease
 	}
 }
 
+func (p *Pool) init() {
+	p.once.Do(func() {
+		if p.Limit <= 0 {
+			p.Limit = 64
+		}
+		if p.HTTP == nil {
+			p.HTTP = &http.Client{Transport: &http.Transport{
+				DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+				MaxIdleConnsPerHost: p.Limit,
+				IdleConnTimeout:     90 * time.Second,
+			}}
+		}
+		p.engines = map[string]*pooled{}
+	})
+}
+
 // InFlight is the number of generations running on the engine at url.
 func (p *Pool) InFlight(protocol, url, model string) int {
+	p.init()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if e := p.engines[protocol+" "+url+" "+model]; e != nil {

@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestPoolBoundsGenerationsPerEngine: with a limit of 3, no more than 3
+// requests reach one engine at once, however many callers there are, and
+// each engine has its own limit.
+func TestPoolBoundsGenerationsPerEngine(t *testing.T) {
+	var now, peak atomic.Int64
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := now.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		<-release
+		now.Add(-1)
+		w.Write([]byte(`{"text":"x","output_ids":[4],"meta_info":{"finish_reason":{"type":"stop"},"output_token_logprobs":[[-0.5,4,null]]}}`))
+	}))
+	defer srv.Close()
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"text":"y","output_ids":[5],"meta_info":{"finish_reason":{"type":"stop"},"output_token_logprobs":[[-0.5,5,null]]}}`))
+	}))
+	defer other.Close()
+
+	p := &Pool{Limit: 3}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := p.Acquire(ctx, "sglang", srv.URL, "")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer l.Release()
+			if _, err := l.Generate(ctx, Request{InputIDs: []int{1}}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.InFlight("sglang", srv.URL, "") < 3 || now.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("3 generations never got in flight (%d)", now.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The other engine is not blocked by the first one's full slots.
+	l, err := p.Acquire(ctx, "sglang", other.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Generate(ctx, Request{InputIDs: []int{1}}); err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	// A caller that gives up while waiting for a slot gets its context error.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := p.Acquire(cctx, "sglang", srv.URL, ""); err == nil {
+		t.Error("Acquire on a full engine with a cancelled context: want an error")
+	}
+	close(release)
+	wg.Wait()
+	if got := peak.Load(); got != 3 {
+		t.Errorf("peak concurrency %d, want 3", got)
+	}
+}
