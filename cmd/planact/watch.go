@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/schema"
+)
+
+// runWatch follows rollouts live: one line per message, in the order
+// JetStream stored them, from the beginning of a rollout's history.
+func runWatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("nats", "", "NATS server URL (default $NATS_URL, else nats://127.0.0.1:4222)")
+	acts := fs.Bool("acts", true, "show act messages too")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: planact watch [flags] [rollout]   (all rollouts without one)")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rollout := "*"
+	if fs.NArg() > 0 {
+		rollout = fs.Arg(0)
+	}
+	if *url == "" {
+		*url = getenv("NATS_URL")
+	}
+	if *url == "" {
+		*url = nats.DefaultURL
+	}
+	nc, err := nats.Connect(*url, nats.Name("planact-watch"))
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	streams := map[string]string{
+		bus.StreamRollout: "rollout." + rollout + ".>",
+		bus.StreamPlan:    "plan." + rollout + ".>",
+	}
+	if *acts {
+		streams[bus.StreamAct] = "act." + rollout + ".>"
+	}
+	lines := make(chan string, 256)
+	for stream, filter := range streams {
+		cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", stream, err)
+		}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			md, _ := m.Metadata()
+			at := time.Now()
+			if md != nil {
+				at = md.Timestamp
+			}
+			select {
+			case lines <- fmt.Sprintf("%s %-28s %s", at.Format("15:04:05.000"), m.Subject(), Describe(m.Data())):
+			case <-ctx.Done():
+			}
+		})
+		if err != nil {
+			return err
+		}
+		defer cc.Stop()
+	}
+	for {
+		select {
+		case l := <-lines:
+			fmt.Fprintln(stdout, l)
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil
+			}
+			return ctx.Err()
+		}
+	}
+}
+
+// Describe summarises a planact message body in one line.
+func Describe(data []byte) string {
+	kind, err := schema.KindOf(data)
+	if err != nil {
+		return "(not a planact message)"
+	}
+	switch strings.SplitN(kind, "/", 2)[0] {
+	case "rollout.arrive":
+		var v schema.Arrive
+		if schema.Unmarshal(data, &v) == nil {
+			return fmt.Sprintf("%s arrives (engine %s, weights %s, %d tasks)", v.Role, v.Engine.URL, v.WeightVersion, len(v.Tasks))
+		}
+	case "rollout.start":
+		var v schema.Start
+		if schema.Unmarshal(data, &v) == nil {
+			return fmt.Sprintf("starts: %d episodes", v.Episodes)
+		}
+	case "rollout.status":
+		var v schema.Status
+		if schema.Unmarshal(data, &v) == nil {
+			return fmt.Sprintf("%s %s", v.Event, v.Detail)
+		}
+	case "plan.req":
+		var v schema.PlanRequest
+		if schema.Unmarshal(data, &v) == nil {
+			return fmt.Sprintf("turn %d: ask the planner", v.Turn)
+		}
+	case "plan.out":
+		var v schema.PlanOutput
+		if schema.Unmarshal(data, &v) == nil {
+			return fmt.Sprintf("turn %d: planner wrote %d chars (%s): %s", v.Turn, len(v.Text), v.FinishReason, clip(v.Text, 80))
+		}
+	case "plan.dag":
+		var v schema.PlanDAG
+		if schema.Unmarshal(data, &v) == nil {
+			ids := make([]string, len(v.Plan.Nodes))
+			for i, n := range v.Plan.Nodes {
+				ids[i] = n.ID
+				if len(n.Deps) > 0 {
+					ids[i] += "<-" + strings.Join(n.Deps, ",")
+				}
+			}
+			return fmt.Sprintf("turn %d: %s plan, nodes %s", v.Turn, v.Plan.Format, strings.Join(ids, " "))
+		}
+	case "plan.answer":
+		var v schema.PlanAnswer
+		if schema.Unmarshal(data, &v) == nil {
+			return fmt.Sprintf("turn %d: answer %q", v.Turn, v.Answers)
+		}
+	case "plan.error":
+		var v schema.PlanError
+		if schema.Unmarshal(data, &v) == nil {
+			return fmt.Sprintf("turn %d: %s: %s", v.Turn, v.ErrorKind, v.Message)
+		}
+	case "act.run":
+		var v schema.ActRun
+		if schema.Unmarshal(data, &v) == nil {
+			return fmt.Sprintf("run %s(%q)", v.Node.Tool, clip(v.Node.Input(), 60))
+		}
+	case "act.done":
+		var v schema.ActDone
+		if schema.Unmarshal(data, &v) == nil {
+			out := v.Output
+			if v.Error != "" {
+				out = v.Error
+			}
+			return fmt.Sprintf("%s after %d attempt(s): %s", v.Status, v.Attempts, clip(out, 60))
+		}
+	case "rollout.end":
+		var v schema.EpisodeEnd
+		if schema.Unmarshal(data, &v) == nil {
+			return fmt.Sprintf("episode %s after %d turns %q %s", v.Status, v.Turns, v.Answers, v.Reason)
+		}
+	case "rollout.result":
+		var v schema.Result
+		if schema.Unmarshal(data, &v) == nil {
+			return fmt.Sprintf("%s result %s: %d samples, accuracy %.2f %s", v.Role, v.Status, v.SampleCount, v.Stats.Accuracy, v.Reason)
+		}
+	}
+	return kind
+}
+
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
