@@ -1,0 +1,77 @@
+package session_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
+)
+
+func TestCacheSeesStateChangesAndKeepsTasks(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx := context.Background()
+	c := &session.Cache{KV: b.Sessions, Fresh: 20 * time.Millisecond}
+
+	if _, err := c.Get(ctx, 1); fail.KindOf(err) != fail.Permanent {
+		t.Errorf("unknown rollout: %v, want a permanent error", err)
+	}
+	sess := &schema.Session{Rollout: 1, State: schema.SessionRunning, Episodes: 1,
+		Roles: map[string]schema.RoleInfo{schema.RoleActor: {Engine: schema.Engine{URL: "http://actor"}}}}
+	if _, err := bus.Create(ctx, b.Sessions, schema.SessionKey(1), sess); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, 1); fail.KindOf(err) != fail.Permanent {
+		t.Errorf("rollout without tasks: %v, want a permanent error", err)
+	}
+	c.Forget(1)
+	if _, err := bus.Create(ctx, b.Sessions, schema.TasksKey(1), &schema.TaskList{Tasks: []schema.Task{{Prompt: "q"}}}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Get(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Active() || len(info.Tasks) != 1 {
+		t.Fatalf("info %v, tasks %d", info, len(info.Tasks))
+	}
+	if _, err := info.Task(3); err == nil {
+		t.Error("Task(3) of a one-task rollout: want an error")
+	}
+	if e, _, err := info.Engine(schema.RoleActor); err != nil || e.URL != "http://actor" {
+		t.Errorf("actor engine %v %v", e, err)
+	}
+	if _, _, err := info.Engine(schema.RolePlanner); err == nil {
+		t.Error("planner engine of a rollout without one: want an error")
+	}
+
+	_, _, err = bus.Mutate(ctx, b.Sessions, schema.SessionKey(1), func(s *schema.Session, _ bool) (bool, error) {
+		s.State = schema.SessionAborted
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		info, err := c.Get(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.Active() {
+			if len(info.Tasks) != 1 {
+				t.Errorf("tasks lost on refresh: %d", len(info.Tasks))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cache never saw the rollout abort")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
