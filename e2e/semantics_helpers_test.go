@@ -1,0 +1,278 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+	"github.com/planact/planact/pkg/subject"
+	plannergateway "github.com/planact/planact/services/planner-gateway"
+)
+
+// semEnv is an env whose services can be stopped and started again on the
+// same server, whose actor engine can be inspected, and whose planner can be
+// a script instead of the simulated planner.
+type semEnv struct {
+	*env
+	actorEngine *sim.Engine
+	bus         *bus.Bus // the test's own view of the streams and buckets
+	names       []string
+	stop        func()
+}
+
+type semOptions struct {
+	planner  sim.Config
+	actor    sim.Config
+	scripted bool // no planner-gateway: the test answers plan requests
+}
+
+func startSem(t *testing.T, o semOptions) *semEnv {
+	t.Helper()
+	_, url := bustest.Server(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	o.planner.Role, o.actor.Role = schema.RolePlanner, schema.RoleActor
+	o.planner.WeightVersion, o.actor.WeightVersion = "planner-v7", "actor-v3"
+	pu, err := sim.Serve(ctx, "127.0.0.1:0", o.planner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ae := sim.New(o.actor)
+	au, _, err := sim.ServeEngine(ctx, "127.0.0.1:0", ae)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &semEnv{
+		env: &env{
+			url:     url,
+			planner: schema.Engine{URL: pu, Protocol: "sglang"},
+			actor:   schema.Engine{URL: au, Protocol: "sglang"},
+			world:   sim.DefaultWorld(),
+		},
+		actorEngine: ae,
+		bus:         bustest.Bus(t, url, "semantics-test"),
+		names:       stack.Services,
+	}
+	if o.scripted {
+		e.names = slices.DeleteFunc(slices.Clone(stack.Services), func(n string) bool { return n == plannergateway.Name })
+	}
+	e.serve(t)
+	t.Cleanup(func() { e.stop() })
+	return e
+}
+
+// serve starts the services; e.stop stops them and waits until they are gone.
+func (e *semEnv) serve(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- stack.Serve(ctx, e.names, stack.Options{URL: e.url, Log: bustest.Logger(), ActRetryBase: 5 * time.Millisecond})
+	}()
+	var once sync.Once
+	e.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("services: %v", err)
+			}
+		})
+	}
+}
+
+// question is a task of the world with its label; markers are appended to
+// the prompt (they do not change the question the planner reads).
+func (e *semEnv) question(index int, q string, markers ...string) schema.Task {
+	label, ok := e.world.Answer(q)
+	if !ok {
+		panic("not a question of the world: " + q)
+	}
+	prompt := strings.TrimSpace(q + " " + strings.Join(markers, " "))
+	return schema.Task{GroupIndex: index, Index: index, Prompt: prompt, Label: label}
+}
+
+func population(country string) string {
+	return fmt.Sprintf("What is the population of the capital of %s?", country)
+}
+
+// dones returns the last outcome of every act of rollout n, by "E/K".
+func (e *semEnv) dones(t *testing.T, n int64) map[string]schema.ActDone {
+	t.Helper()
+	out := map[string]schema.ActDone{}
+	err := e.bus.LastPerSubject(context.Background(), bus.StreamAct, subject.ActDoneFilter(n), func(_ string, data []byte) error {
+		var d schema.ActDone
+		if err := schema.Unmarshal(data, &d); err != nil {
+			return err
+		}
+		out[fmt.Sprintf("%d/%s", d.Episode, d.Key)] = d
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// count is the number of messages the stream holds on subj (all of them,
+// not only the last).
+func (e *semEnv) count(t *testing.T, stream, subj string) uint64 {
+	t.Helper()
+	st, err := e.bus.JS.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects[subj]
+}
+
+func (e *semEnv) run(t *testing.T, n int64, ep, turn int) schema.Run {
+	t.Helper()
+	r, _, found, err := bus.Get[schema.Run](context.Background(), e.bus.Runs, schema.RunKey(n, ep, turn))
+	if err != nil || !found {
+		t.Fatalf("run %s: found %v, %v", schema.RunKey(n, ep, turn), found, err)
+	}
+	return r
+}
+
+func (e *semEnv) session(t *testing.T, n int64) (schema.Session, bool) {
+	t.Helper()
+	s, _, found, err := bus.Get[schema.Session](context.Background(), e.bus.Sessions, schema.SessionKey(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, found
+}
+
+func (e *semEnv) episodeEnded(t *testing.T, n int64, ep int) bool {
+	t.Helper()
+	_, found, err := e.bus.LastMsg(context.Background(), bus.StreamRollout, subject.EpisodeEnd(n, ep))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// runConsumer describes the act-dispatcher's work-item consumer.
+func (e *semEnv) runConsumer(t *testing.T) *jetstream.ConsumerInfo {
+	t.Helper()
+	c, err := e.bus.JS.Consumer(context.Background(), bus.StreamAct, "act-dispatcher-run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+// eventually polls cond until it holds, failing the test after a generous
+// deadline: it waits for an event, it does not time anything.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// start has both roles arrive for rollout n and returns a channel that
+// delivers both results.
+func (e *semEnv) start(t *testing.T, n int64, tasks []schema.Task, cfg *schema.Config) <-chan outcome {
+	ch := make(chan outcome, 1)
+	planner, actor := e.trainer(t), e.trainer(t)
+	go func() { ch <- e.rollout(t, planner, actor, n, tasks, cfg, false) }()
+	return ch
+}
+
+func sampleOf(res *schema.Result, n int64, ep int) (schema.Sample, bool) {
+	id := fmt.Sprintf("%d-%d", n, ep)
+	for _, s := range res.Samples {
+		if s.RolloutID == id {
+			return s, true
+		}
+	}
+	return schema.Sample{}, false
+}
+
+// actorKeys lists "E/K" of every actor sample.
+func actorKeys(res *schema.Result) []string {
+	var out []string
+	for _, s := range res.Samples {
+		var ep int
+		fmt.Sscanf(s.RolloutID[strings.LastIndex(s.RolloutID, "-")+1:], "%d", &ep)
+		out = append(out, fmt.Sprintf("%d/%v", ep, s.Metadata["key"]))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// scriptPlanner plays the planner-gateway for rollout n: every plan request
+// is answered with what script writes for that episode and turn (given the
+// observation the request carries), as a token-exact trajectory in the
+// simulated engines' byte tokens.
+func (e *semEnv) scriptPlanner(t *testing.T, n int64, script func(ep, turn int, observation string) string) {
+	t.Helper()
+	var mu sync.Mutex
+	segs := map[int][]schema.Segment{}
+	last := map[int]int{}
+	sub, err := e.bus.NC.Subscribe(fmt.Sprintf("plan.%d.req.*", n), func(m *nats.Msg) {
+		var req schema.PlanRequest
+		if err := schema.Unmarshal(m.Data, &req); err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		if req.Turn <= last[req.Episode] {
+			mu.Unlock()
+			return
+		}
+		last[req.Episode] = req.Turn
+		s := segs[req.Episode]
+		if req.Turn == 1 {
+			prompt := fmt.Sprintf("Scripted planner, episode %d.\n", req.Episode)
+			s = []schema.Segment{{Kind: schema.SegPrompt, Turn: 1, Text: prompt, IDs: sim.Encode(prompt)}}
+		} else {
+			s = append(s, schema.Segment{Kind: schema.SegObservation, Turn: req.Turn, Text: req.Observation, IDs: sim.Encode(req.Observation)})
+		}
+		text := script(req.Episode, req.Turn, req.Observation)
+		ids := sim.Encode(text)
+		lps := make([]float64, len(ids))
+		for i := range lps {
+			lps[i] = -0.5
+		}
+		s = append(s, schema.Segment{Kind: schema.SegGenerated, Turn: req.Turn, Text: text, Version: "planner-v7", IDs: ids, LogProbs: lps})
+		segs[req.Episode] = s
+		out := &schema.PlanOutput{Rollout: n, Episode: req.Episode, Turn: req.Turn, Text: text,
+			Segments: slices.Clone(s), FinishReason: "stop", WeightVersion: "planner-v7"}
+		mu.Unlock()
+		if err := e.bus.Publish(context.Background(), out); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := e.bus.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
