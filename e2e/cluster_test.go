@@ -1,0 +1,303 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/client"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+	actdispatcher "github.com/planact/planact/services/act-dispatcher"
+)
+
+// The users of compose/nats/accounts.conf, by the environment variable
+// that holds their password.
+var composeUsers = map[string]string{
+	"session-store":   "PLANACT_PW_SESSION_STORE",
+	"planner-gateway": "PLANACT_PW_PLANNER_GATEWAY",
+	"plan-parser":     "PLANACT_PW_PLAN_PARSER",
+	"act-dispatcher":  "PLANACT_PW_ACT_DISPATCHER",
+	"actor-gateway":   "PLANACT_PW_ACTOR_GATEWAY",
+	"trainer":         "PLANACT_PW_TRAINER",
+	"admin":           "PLANACT_PW_ADMIN",
+	"sys":             "PLANACT_PW_SYS",
+}
+
+// violations collects the permission violations a server logs.
+type violations struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (v *violations) log(format string, a ...any) {
+	s := fmt.Sprintf(format, a...)
+	if strings.Contains(s, "Violation") {
+		v.mu.Lock()
+		v.lines = append(v.lines, s)
+		v.mu.Unlock()
+	}
+}
+func (v *violations) Noticef(f string, a ...any) { v.log(f, a...) }
+func (v *violations) Warnf(f string, a ...any)   { v.log(f, a...) }
+func (v *violations) Fatalf(f string, a ...any)  { v.log(f, a...) }
+func (v *violations) Errorf(f string, a ...any)  { v.log(f, a...) }
+func (v *violations) Debugf(f string, a ...any)  { v.log(f, a...) }
+func (v *violations) Tracef(f string, a ...any)  { v.log(f, a...) }
+
+func (v *violations) take() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := v.lines
+	v.lines = nil
+	return out
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// composeCluster starts the three servers of compose/nats from their
+// config files, moved to loopback ports and temporary stores, and returns
+// their client URLs.
+func composeCluster(t *testing.T, v *violations) []string {
+	t.Helper()
+	for user, env := range composeUsers {
+		t.Setenv(env, "pw-"+user)
+	}
+	routes := make([]int, 3)
+	for i := range routes {
+		routes[i] = freePort(t)
+	}
+	var routeURLs []string
+	for _, p := range routes {
+		routeURLs = append(routeURLs, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	var servers []*server.Server
+	var urls []string
+	for i := range 3 {
+		opts, err := server.ProcessConfigFile(filepath.Join("..", "compose", "nats", fmt.Sprintf("nats-%d.conf", i+1)))
+		if err != nil {
+			t.Fatalf("nats-%d.conf: %v", i+1, err)
+		}
+		if !opts.JetStream || opts.Cluster.Name != "planact" || len(opts.Routes) != 3 || opts.SystemAccount != "SYS" {
+			t.Fatalf("nats-%d.conf: jetstream %v, cluster %q, %d routes, system account %q", i+1, opts.JetStream, opts.Cluster.Name, len(opts.Routes), opts.SystemAccount)
+		}
+		opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", -1, 0
+		opts.Cluster.Host, opts.Cluster.Port = "127.0.0.1", routes[i]
+		opts.Routes = server.RoutesFromStr(strings.Join(routeURLs, ","))
+		opts.StoreDir = t.TempDir()
+		opts.NoSigs = true
+		s, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatalf("nats-%d: %v", i+1, err)
+		}
+		s.SetLoggerV2(v, false, false, false)
+		go s.Start()
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		servers = append(servers, s)
+	}
+	for i, s := range servers {
+		if !s.ReadyForConnections(patience) {
+			t.Fatalf("nats-%d not ready", i+1)
+		}
+		urls = append(urls, s.ClientURL())
+	}
+	// JetStream needs a meta leader before anything can be provisioned.
+	deadline := time.Now().Add(patience)
+	ready := func() bool {
+		leader := false
+		for _, s := range servers {
+			if !s.JetStreamIsCurrent() {
+				return false
+			}
+			leader = leader || s.JetStreamIsLeader()
+		}
+		return leader
+	}
+	for !ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("the cluster elected no JetStream meta leader")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return urls
+}
+
+// withUser puts user's compose credentials into a client URL.
+func withUser(raw, user string) string {
+	u, _ := url.Parse(raw)
+	u.User = url.UserPassword(user, "pw-"+user)
+	return u.String()
+}
+
+// TestComposeCluster runs planact the way compose/ deploys it: a
+// three-node JetStream cluster from compose/nats, every service as its own
+// user with its least-privilege permissions and R3 streams and buckets, a
+// trainer as the trainer user. A rollout must complete without a single
+// permission violation, and a trainer must not be able to publish work.
+func TestComposeCluster(t *testing.T) {
+	v := &violations{}
+	urls := composeCluster(t, v)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	planner, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RolePlanner, Seed: 11, WeightVersion: "planner-v7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RoleActor, Seed: 12, WeightVersion: "actor-v3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Provision once before the services start. Five services creating
+	// the same R3 streams at once on a fresh cluster time out (JetStream
+	// API calls of 5s) and exit; in compose they are restarted and get
+	// there, but a test should not depend on that.
+	b, err := bus.Connect(ctx, withUser(urls[0], "admin"), "provision", bustest.Logger(), bus.Provisioning{Replicas: 3})
+	if err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	b.NC.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(stack.Services))
+	for i, name := range stack.Services {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := stack.Serve(ctx, []string{name}, stack.Options{
+				URL: withUser(urls[i%len(urls)], name), Log: bustest.Logger(),
+				Provisioning: bus.Provisioning{Replicas: 3},
+				Replicas:     map[string]int{actdispatcher.Name: 2},
+			})
+			if err != nil && !errors.Is(err, context.Canceled) {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("service: %v", err)
+		}
+	})
+
+	t.Cleanup(func() {
+		for _, line := range v.take() {
+			t.Errorf("permission violation: %s", line)
+		}
+	})
+	admin := bustest.Conn(t, withUser(urls[0], "admin"))
+	waitServices(t, admin)
+
+	trainer := func(i int) *client.Client {
+		nc := bustest.Conn(t, withUser(urls[i%len(urls)], "trainer"))
+		c, err := client.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	pc, ac := trainer(1), trainer(2)
+	const n = 5
+	tasks := (&env{world: sim.DefaultWorld()}).tasks(3, 2, n)
+	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer rcancel()
+	if err := pc.Arrive(rctx, &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: schema.Engine{URL: planner, Protocol: "sglang"}, WeightVersion: "planner-v7", Tasks: tasks}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ac.Arrive(rctx, &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: actor, Protocol: "sglang"}, WeightVersion: "actor-v3"}); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := pc.Result(rctx, n, schema.RolePlanner)
+	if err != nil {
+		t.Fatalf("planner result: %v (violations: %v)", err, v.take())
+	}
+	ar, err := ac.Result(rctx, n, schema.RoleActor)
+	if err != nil {
+		t.Fatalf("actor result: %v (violations: %v)", err, v.take())
+	}
+	if pr.Status != schema.ResultOK || len(pr.Samples) != len(tasks) || ar.Status != schema.ResultOK || len(ar.Samples) == 0 {
+		t.Errorf("planner %s with %d samples, actor %s with %d samples", pr.Status, len(pr.Samples), ar.Status, len(ar.Samples))
+	}
+	for _, line := range v.take() {
+		t.Errorf("permission violation during the rollout: %s", line)
+	}
+
+	// Streams and buckets are replicated on all three servers.
+	js, err := admin.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, "KV_" + bus.BucketSession, "KV_" + bus.BucketRuns, "OBJ_" + bus.ObjectResults} {
+		info, err := js.StreamInfo(name)
+		if err != nil {
+			t.Errorf("stream %s: %v", name, err)
+			continue
+		}
+		if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+			t.Errorf("stream %s: %d replicas configured, cluster %+v", name, info.Config.Replicas, info.Cluster)
+		}
+	}
+
+	// Least privilege: a trainer cannot inject a work item or read the
+	// sessions bucket.
+	denied := make(chan error, 4)
+	nc, err := nats.Connect(withUser(urls[0], "trainer"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if err := nc.Publish("act.5.run.0.t9-X", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-denied:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Errorf("publishing a work item as trainer: %v", err)
+		}
+	case <-time.After(patience):
+		t.Error("a trainer published a work item without a permission violation")
+	}
+	if _, err := nc.Request("$JS.API.DIRECT.GET.KV_sessions.$KV.sessions.5", nil, time.Second); err == nil {
+		t.Error("a trainer read the sessions bucket")
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Those two, and only those, were refused.
+	for deadline := time.Now().Add(patience); ; {
+		v.mu.Lock()
+		k := len(v.lines)
+		v.mu.Unlock()
+		if k >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, line := range v.take() {
+		if !strings.Contains(line, "user:trainer") {
+			t.Errorf("permission violation: %s", line)
+		}
+	}
+}
