@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# run-local.sh: the compose topology as plain processes on loopback.
+#
+#   three nats-server processes (compose/nats/*.conf, ports moved to
+#   loopback: clients 14222-14224, routes 16222-16224, monitoring 18222-18224)
+#   simulated planner and actor engines (planact sim)
+#   one process per service as its own NATS user (planact serve), with
+#   act-dispatcher x3 and actor-gateway x2
+#   then a demo: both trainers play a few rollouts (planact up --demo
+#   --services none against the cluster, as user trainer).
+#
+# nats-server comes from $PATH, else $(go env GOPATH)/bin, else it is built
+# with `go install github.com/nats-io/nats-server/v2@v2.15.2`. If that fails
+# too, one embedded server without users stands in (planact up --services none).
+#
+# Usage: compose/run-local.sh [--keep] [demo flags…]   (--keep: stay up after the demo)
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+work="$(mktemp -d -t planact-local-XXXXXX)"
+keep=0
+if [[ "${1:-}" == "--keep" ]]; then keep=1; shift; fi
+pids=()
+
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+log() { printf 'run-local: %s\n' "$*" >&2; }
+
+# wait_for FILE PATTERN: until PATTERN shows up in FILE (a process's log).
+wait_for() {
+  for _ in $(seq 1 300); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  log "timed out waiting for '$2' in $1:"; tail -20 "$1" >&2; return 1
+}
+
+log "building planact into $work"
+(cd "$root" && go build -o "$work/planact" ./cmd/planact)
+planact="$work/planact"
+
+for u in SESSION_STORE PLANNER_GATEWAY PLAN_PARSER ACT_DISPATCHER ACTOR_GATEWAY TRAINER ADMIN SYS; do
+  export "PLANACT_PW_$u=${PLANACT_PW_PREFIX:-local}-$u"
+done
+
+nats_server="$(command -v nats-server || true)"
+if [[ -z "$nats_server" && -x "$(go env GOPATH)/bin/nats-server" ]]; then nats_server="$(go env GOPATH)/bin/nats-server"; fi
+if [[ -z "$nats_server" ]]; then
+  log "no nats-server: go install github.com/nats-io/nats-server/v2@v2.15.2"
+  if GOBIN="$work" go install github.com/nats-io/nats-server/v2@v2.15.2 >"$work/install.log" 2>&1; then
+    nats_server="$work/nats-server"
+  else
+    log "could not build nats-server ($(tail -1 "$work/install.log")); using one embedded server"
+  fi
+fi
+
+url() { # url USER PORT
+  local var="PLANACT_PW_$(echo "$1" | tr 'a-z-' 'A-Z_')"
+  echo "nats://$1:${!var}@127.0.0.1:$2"
+}
+
+if [[ -n "$nats_server" ]]; then
+  cp "$here/nats/accounts.conf" "$work/"
+  for i in 1 2 3; do
+    mkdir -p "$work/js-$i"
+    sed -e "s|listen: 0.0.0.0:4222|listen: 127.0.0.1:1422$((i+1))|" \
+        -e "s|http: 0.0.0.0:8222|http: 127.0.0.1:1822$((i+1))|" \
+        -e "s|listen: 0.0.0.0:6222|listen: 127.0.0.1:1622$((i+1))|" \
+        -e "s|nats-route://nats-1:6222|nats-route://127.0.0.1:16222|" \
+        -e "s|nats-route://nats-2:6222|nats-route://127.0.0.1:16223|" \
+        -e "s|nats-route://nats-3:6222|nats-route://127.0.0.1:16224|" \
+        -e "s|store_dir: /data/jetstream|store_dir: $work/js-$i|" \
+        "$here/nats/nats-$i.conf" >"$work/nats-$i.conf"
+    "$nats_server" -c "$work/nats-$i.conf" >"$work/nats-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in 1 2 3; do wait_for "$work/nats-$i.log" "Server is ready"; done
+  wait_for "$work/nats-1.log" "JetStream cluster new metadata leader\|Self is new JetStream cluster metadata leader" || true
+  ports=(14222 14223 14224)
+  replicas=3
+  log "NATS cluster up: nats://127.0.0.1:14222,14223,14224 (admin: $(url admin 14222))"
+else
+  "$planact" up --services none --port 14222 --metrics "" --planner-url http://127.0.0.1:1 --actor-url http://127.0.0.1:1 >"$work/nats-1.log" 2>&1 &
+  pids+=($!)
+  wait_for "$work/nats-1.log" "ready"
+  ports=(14222 14222 14222)
+  replicas=1
+  url() { echo "nats://127.0.0.1:$2"; }
+  log "embedded NATS up: nats://127.0.0.1:14222"
+fi
+
+"$planact" sim --planner-addr 127.0.0.1:30100 --actor-addr 127.0.0.1:30101 --ttft 5ms --per-token 200us >"$work/sim.log" 2>&1 &
+pids+=($!)
+
+# serve NAME REPLICA: one process of one service, on one of the three servers.
+serve() {
+  local port="${ports[$(( $2 % 3 ))]}"
+  NATS_URL="$(url "$1" "$port")" "$planact" serve --replicas "$replicas" "$1" >"$work/$1-$2.log" 2>&1 &
+  pids+=($!)
+}
+# The session-store provisions streams and buckets first; the others find
+# them there (five processes creating R3 streams at once can time out).
+serve session-store 0
+wait_for "$work/session-store-0.log" "service started"
+serve planner-gateway 0
+serve plan-parser 0
+for r in 0 1 2; do serve act-dispatcher "$r"; done
+for r in 0 1; do serve actor-gateway "$r"; done
+for f in planner-gateway-0 plan-parser-0 act-dispatcher-0 act-dispatcher-1 act-dispatcher-2 actor-gateway-0 actor-gateway-1; do
+  wait_for "$work/$f.log" "service started"
+done
+log "services up; logs in $work"
+
+"$planact" up --demo --services none --metrics "" --nats "$(url trainer "${ports[1]}")" \
+  --planner-url http://127.0.0.1:30100 --actor-url http://127.0.0.1:30101 "$@"
+status=$?
+
+if [[ $keep == 1 ]]; then
+  log "staying up (Ctrl-C stops); try: nats --server '$(url admin 14222)' micro ls"
+  wait
+fi
+exit $status
