@@ -1,0 +1,220 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/client"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// TestSemanticsBarrierTimeout: a role whose partner never arrives gets a
+// timeout result and the client reports client.ErrTimeout, also when the
+// services were down while the deadline passed.
+func TestSemanticsBarrierTimeout(t *testing.T) {
+	e := startSem(t, semOptions{})
+	c := e.trainer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := &schema.Config{BarrierTimeoutS: 1}
+	res, err := c.Rollout(ctx, &schema.Arrive{Rollout: 261, Role: schema.RolePlanner, Engine: e.planner,
+		Tasks: []schema.Task{e.question(0, population("France"))}, Config: cfg}, 0)
+	if !errors.Is(err, client.ErrTimeout) || res == nil || res.Status != schema.ResultTimeout {
+		t.Fatalf("planner alone: %v, %+v; want a timeout result and client.ErrTimeout", err, res)
+	}
+	// The actor never arrived: no result is published for it.
+	if k := e.count(t, bus.StreamRollout, subject.Result(261, schema.RoleActor)); k != 0 {
+		t.Errorf("the role that never arrived got %d results", k)
+	}
+
+	// The session-store is down when the deadline passes; the scheduled
+	// message waits in the stream and the restarted services act on it.
+	a := &schema.Arrive{Rollout: 262, Role: schema.RoleActor, Engine: e.actor, Config: &schema.Config{BarrierTimeoutS: 1}}
+	if err := c.Arrive(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the arrival to be recorded", func() bool {
+		s, found := e.session(t, 262)
+		return found && s.State == schema.SessionWaiting
+	})
+	e.stop()
+	eventually(t, "the barrier time-out to fire while the services are down", func() bool {
+		return e.count(t, bus.StreamRollout, subject.Timeout(262, schema.TimeoutBarrier)) > 0
+	})
+	if s, _ := e.session(t, 262); s.State != schema.SessionWaiting {
+		t.Fatalf("session %s while the services were down", s.State)
+	}
+	e.serve(t)
+	res, err = c.Result(ctx, 262, schema.RoleActor)
+	if !errors.Is(err, client.ErrTimeout) || res.Status != schema.ResultTimeout {
+		t.Fatalf("after a restart: %v, %+v", err, res)
+	}
+}
+
+// TestSemanticsRolloutTimeout: a rollout past its deadline ends with the
+// samples of the episodes that ended (partial), or timeout when none did;
+// the acts still hanging are abandoned.
+func TestSemanticsRolloutTimeout(t *testing.T) {
+	e := startSem(t, semOptions{})
+	cfg := &schema.Config{RolloutTimeoutS: 2}
+	partial := e.start(t, 271, []schema.Task{e.question(0, population("France")), e.question(1, population("Germany"), sim.FaultActorHang)}, cfg)
+	none := e.start(t, 272, []schema.Task{e.question(0, population("Spain"), sim.FaultActorHang)}, cfg)
+	p, n := <-partial, <-none
+	if p.perr != nil || p.planner.Status != schema.ResultPartial || p.actor.Status != schema.ResultPartial {
+		t.Fatalf("partial: %v %+v", p.perr, p.planner)
+	}
+	if len(p.planner.Samples) != 1 || p.planner.Samples[0].RolloutID != "271-0" || p.planner.Stats.EpisodeStatus["unfinished"] != 1 {
+		t.Errorf("partial: samples %d, stats %v", len(p.planner.Samples), p.planner.Stats.EpisodeStatus)
+	}
+	for _, s := range p.actor.Samples {
+		if s.RolloutID != "271-0" {
+			t.Errorf("partial: actor sample of unfinished episode %s", s.RolloutID)
+		}
+	}
+	if !errors.Is(n.perr, client.ErrTimeout) || !errors.Is(n.aerr, client.ErrTimeout) || n.planner.Status != schema.ResultTimeout {
+		t.Errorf("no episode ended: %v %v %+v", n.perr, n.aerr, n.planner)
+	}
+	eventually(t, "the hanging acts to be abandoned", func() bool { return e.runConsumer(t).NumAckPending == 0 })
+	d := e.dones(t, 271)
+	if _, ok := d["1/t1-s1"]; ok {
+		t.Errorf("the abandoned act published an outcome")
+	}
+}
+
+// TestSemanticsCancelWhileNextRuns: rollout N is running (one act hangs)
+// when rollout N+1 arrives and completes; eager scheduling runs a node whose
+// dependency is done while its sibling still hangs; then the trainer cancels
+// N: both roles get aborted with the finished episode's samples, and the
+// hanging act is abandoned, not retried.
+func TestSemanticsCancelWhileNextRuns(t *testing.T) {
+	e := startSem(t, semOptions{})
+	const n = 281
+	compare := "Which capital has the larger population, the capital of Japan or the capital of China?"
+	running := e.start(t, n, []schema.Task{e.question(0, population("Norway")), e.question(1, compare, sim.FaultActorHang)},
+		&schema.Config{Schedule: schema.ScheduleEager, ActTimeoutS: 30, ActRetries: 3})
+	eventually(t, "episode 0 to end and episode 1's other branch to finish", func() bool {
+		_, ok := e.dones(t, n)["1/t1-s4"]
+		return ok && e.episodeEnded(t, n, 0)
+	})
+	if _, ok := e.dones(t, n)["1/t1-s1"]; ok {
+		t.Fatal("the hanging act finished")
+	}
+	// Eager: s4 (after s2) ran while s1, of the same level as s2, still runs.
+
+	next := e.question(0, population("Egypt"))
+	o := e.rollout(t, e.trainer(t), e.trainer(t), n+1, []schema.Task{next}, nil, true)
+	checkResults(t, n+1, []schema.Task{next}, o, true)
+	if s, _ := e.session(t, n); s.State != schema.SessionRunning {
+		t.Fatalf("rollout %d is %s; it should still run while %d completed", n, s.State, n+1)
+	}
+
+	if err := e.trainer(t).Cancel(context.Background(), n, "trainer stopped"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-running
+	if r.perr != nil || r.aerr != nil {
+		t.Fatalf("cancel: %v %v", r.perr, r.aerr)
+	}
+	for _, res := range []*schema.Result{r.planner, r.actor} {
+		if res.Status != schema.ResultAborted || !strings.Contains(res.Reason, "trainer stopped") {
+			t.Errorf("%s: %s (%s), want aborted", res.Role, res.Status, res.Reason)
+		}
+	}
+	if len(r.planner.Samples) != 1 || r.planner.Samples[0].RolloutID != "281-0" {
+		t.Errorf("aborted: %d planner samples", len(r.planner.Samples))
+	}
+	for _, s := range r.actor.Samples {
+		if s.RolloutID != "281-0" {
+			t.Errorf("aborted: actor sample of unfinished episode %s", s.RolloutID)
+		}
+	}
+	eventually(t, "the hanging act to be abandoned", func() bool { return e.runConsumer(t).NumAckPending == 0 })
+	if _, ok := e.dones(t, n)["1/t1-s1"]; ok {
+		t.Errorf("the abandoned act published an outcome")
+	}
+}
+
+// TestSemanticsActRedelivery: an act's work item published again after the
+// act finished does not run again, and an act whose dispatcher dies
+// mid-call runs again on redelivery; either way one outcome, one sample.
+func TestSemanticsActRedelivery(t *testing.T) {
+	e := startSem(t, semOptions{})
+	const n = 291
+	running := e.start(t, n, []schema.Task{e.question(0, population("Egypt")), e.question(1, population("Kenya"), sim.FaultActorHang)},
+		&schema.Config{ActTimeoutS: 30})
+	eventually(t, "episode 0 to end", func() bool { return e.episodeEnded(t, n, 0) })
+
+	st, err := e.bus.JS.Stream(context.Background(), bus.StreamAct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	work, err := st.GetLastMsgForSubject(context.Background(), subject.ActRun(n, 0, "t1-s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := e.actorEngine.Stats()
+	again := nats.NewMsg(work.Subject)
+	again.Data, again.Header = work.Data, work.Header
+	again.Header.Set(jetstream.MsgIDHeader, "published-again")
+	if _, err := e.bus.JS.PublishMsg(context.Background(), again); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the work item to be handled", func() bool {
+		info := e.runConsumer(t)
+		return info.NumPending == 0 && info.NumAckPending == 1 // only the hanging act
+	})
+	if after, _ := e.actorEngine.Stats(); after != before {
+		t.Errorf("the act ran again: %d generations", after-before)
+	}
+	if k := e.count(t, bus.StreamAct, subject.ActDone(n, 0, "t1-s1")); k != 1 {
+		t.Errorf("%d outcomes for one act", k)
+	}
+	if err := e.trainer(t).Cancel(context.Background(), n, ""); err != nil {
+		t.Fatal(err)
+	}
+	r := <-running
+	if r.aerr != nil || r.actor.Status != schema.ResultAborted {
+		t.Fatalf("%v %+v", r.aerr, r.actor)
+	}
+	checkOnePerAct(t, r.actor)
+
+	// The services stop while the act hangs (its first call only); the
+	// restarted dispatcher gets the work item again and completes it.
+	const m = 292
+	finished := e.start(t, m, []schema.Task{e.question(0, population("Poland"), sim.FaultTimes(sim.FaultActorHang, 1))}, &schema.Config{ActTimeoutS: 30})
+	eventually(t, "the act to hang", func() bool {
+		info := e.runConsumer(t)
+		return info.NumAckPending == 1 && e.count(t, bus.StreamAct, subject.ActRun(m, 0, "t1-s1")) == 1
+	})
+	e.stop()
+	e.serve(t)
+	o := <-finished
+	checkResults(t, m, []schema.Task{e.question(0, population("Poland"))}, o, true)
+	checkOnePerAct(t, o.actor)
+	if k := e.count(t, bus.StreamAct, subject.ActDone(m, 0, "t1-s1")); k != 1 {
+		t.Errorf("%d outcomes for one act", k)
+	}
+	if x := e.dones(t, m)["0/t1-s1"]; x.Status != schema.ActDoneOK {
+		t.Errorf("the redelivered act: %s (%s)", x.Status, x.Error)
+	}
+}
+
+func checkOnePerAct(t *testing.T, res *schema.Result) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, k := range actorKeys(res) {
+		if seen[k] {
+			t.Errorf("act %s has two samples", k)
+		}
+		seen[k] = true
+	}
+}
