@@ -127,7 +127,9 @@ func (s *Service) assemble(ctx context.Context, sess schema.Session, status, rea
 		})
 		var mine []schema.Sample
 		for _, d := range ep.acts {
-			if d.Status == schema.ActFailed {
+			if d.Status == schema.ActFailed && d.Attempts > 0 {
+				// A duplicate that failed with the act it repeats (no
+				// attempt of its own) is that act's failure, counted once.
 				stats.Failures[failureKind(d.Error)]++
 			}
 			if as, ok := actorSample(n, e, ep, d); ok {
@@ -154,6 +156,11 @@ func (s *Service) assemble(ctx context.Context, sess schema.Session, status, rea
 		stats.StartedMs = sess.StartedMs
 		stats.WallMs = s.nowMs() - sess.StartedMs
 	}
+	// Samples come grouped as the tasks are (group_index, then index), so a
+	// trainer computing group-relative advantages finds each group together
+	// whatever order the tasks were sent in.
+	sort.SliceStable(planner.Samples, func(i, j int) bool { return sampleBefore(&planner.Samples[i], &planner.Samples[j]) })
+	sort.SliceStable(actor.Samples, func(i, j int) bool { return sampleBefore(&actor.Samples[i], &actor.Samples[j]) })
 	planner.Stats, actor.Stats = stats, stats
 	return planner, actor, nil
 }
@@ -244,6 +251,13 @@ func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample,
 		"started_ms": d.StartedMs, "ended_ms": d.EndedMs,
 	}
 	return smp, true
+}
+
+func sampleBefore(a, b *schema.Sample) bool {
+	if a.GroupIndex != b.GroupIndex {
+		return a.GroupIndex < b.GroupIndex
+	}
+	return a.Index < b.Index
 }
 
 func episodeID(n int64, e int) string { return fmt.Sprintf("%d-%d", n, e) }
