@@ -277,3 +277,14 @@ func TestPublishAll(t *testing.T) {
 		t.Errorf("stored %d messages, want 100", info.State.Msgs)
 	}
 }
+
+func TestRolloutTraceIDMatchesThePythonExample(t *testing.T) {
+	// examples/python/trainer.py: sha256(f"planact-rollout-{rollout}").hexdigest()[:32]
+	if got := bus.RolloutTraceID(7); got != "44865295074b33ac1928b49b055f9bea" {
+		t.Errorf("trace id %q", got)
+	}
+	tp := bus.Traceparent(bus.RolloutTraceID(7), "x")
+	if bus.TraceIDOf(tp) != bus.RolloutTraceID(7) {
+		t.Errorf("traceparent %q does not carry the trace id", tp)
+	}
+}

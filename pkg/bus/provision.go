@@ -83,7 +83,32 @@ func (p Provisioning) StreamConfigs() []jetstream.StreamConfig {
 	}
 }
 
+// provisionPatience bounds how long provisioning retries: on a fresh
+// cluster, services starting together race to create the same replicated
+// streams, and a cluster still electing leaders answers with time-outs.
+const provisionPatience = time.Minute
+
+// provision creates or updates what planact needs, retrying with back-off
+// while the cluster is not ready or another process provisions at once.
 func (b *Bus) provision(ctx context.Context, p Provisioning) error {
+	deadline := time.Now().Add(provisionPatience)
+	wait := 100 * time.Millisecond
+	for {
+		err := b.provisionOnce(ctx, p)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		b.Log.Warn().Err(err).Dur("retry_in", wait).Msg("provisioning failed, retrying")
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return err
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
 	p = p.withDefaults()
 	for _, cfg := range p.StreamConfigs() {
 		// Updating a stream that is already as wanted is not a no-op on the

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
@@ -33,6 +34,14 @@ func NewTraceID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// RolloutTraceID is the trace id both trainers of rollout n derive when
+// they bring none, so that the whole rollout, arrivals included, is one
+// trace: the first 32 hex digits of sha256("planact-rollout-<n>").
+func RolloutTraceID(n int64) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("planact-rollout-%d", n)))
+	return hex.EncodeToString(sum[:16])
 }
 
 // Traceparent builds a W3C traceparent whose span id is derived from the

@@ -48,6 +48,9 @@ func (c *Client) Arrive(ctx context.Context, a *schema.Arrive) error {
 	if a.AtMs == 0 {
 		a.AtMs = time.Now().UnixMilli()
 	}
+	if bus.TraceFrom(ctx) == "" {
+		ctx = bus.WithTrace(ctx, bus.RolloutTraceID(a.Rollout))
+	}
 	msg, err := bus.NewMsg(ctx, a)
 	if err != nil {
 		return err
