@@ -106,7 +106,7 @@ func cases() []wireCase {
 				schema.RolePlanner: {Engine: engineP, WeightVersion: "planner-v7", ArrivedMs: 1767225600010},
 				schema.RoleActor:   {Engine: engineA, WeightVersion: "actor-v3", ArrivedMs: 1767225600100},
 			},
-			Config: cfg.WithDefaults(), ConfigFrom: schema.RolePlanner, Episodes: 2, Ended: []byte{0x01},
+			Config: cfg.WithDefaults(), ConfigFrom: schema.RolePlanner, Episodes: 2, Ended: []int{0},
 			Trace: "4bf92f3577b34da6a3ce929d0e0e4736", CreatedMs: 1767225600010, StartedMs: 1767225600110,
 		}},
 		{file: "kv.tasklist.v1.schema.json", value: &schema.TaskList{Tasks: tasks}},

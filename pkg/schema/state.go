@@ -2,7 +2,7 @@ package schema
 
 import (
 	"fmt"
-	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/planact/planact/pkg/plan"
@@ -217,7 +217,7 @@ type Session struct {
 	Config     Config              `json:"config"`
 	ConfigFrom string              `json:"config_from,omitempty"` // role whose config was taken
 	Episodes   int                 `json:"episodes"`
-	Ended      []byte              `json:"ended,omitempty"` // bit set of ended episodes
+	Ended      []int               `json:"ended,omitempty"` // ended episodes, sorted
 	Trace      string              `json:"trace"`           // W3C trace id of the rollout
 	CreatedMs  int64               `json:"created_ms"`
 	StartedMs  int64               `json:"started_ms,omitempty"`
@@ -227,30 +227,22 @@ type Session struct {
 
 // MarkEnded records that episode e ended and reports whether that is news.
 func (s *Session) MarkEnded(e int) bool {
-	for len(s.Ended) <= e/8 {
-		s.Ended = append(s.Ended, 0)
-	}
-	bit := byte(1) << (e % 8)
-	if s.Ended[e/8]&bit != 0 {
+	i, found := slices.BinarySearch(s.Ended, e)
+	if found {
 		return false
 	}
-	s.Ended[e/8] |= bit
+	s.Ended = slices.Insert(s.Ended, i, e)
 	return true
 }
 
 // HasEnded reports whether episode e has ended.
 func (s *Session) HasEnded(e int) bool {
-	return e/8 < len(s.Ended) && s.Ended[e/8]&(byte(1)<<(e%8)) != 0
+	_, found := slices.BinarySearch(s.Ended, e)
+	return found
 }
 
 // EndedCount is the number of episodes that have ended.
-func (s *Session) EndedCount() int {
-	n := 0
-	for _, b := range s.Ended {
-		n += bits.OnesCount8(b)
-	}
-	return n
-}
+func (s *Session) EndedCount() int { return len(s.Ended) }
 
 // TaskList is the KV value (bucket sessions, key "<N>.tasks") holding a
 // rollout's tasks, written once by the arrival that brings them.
