@@ -150,7 +150,7 @@ func measure(sc scenario, rollouts, tasks int, ttft map[string]time.Duration, pe
 	served := make(chan error, 1)
 	go func() {
 		served <- stack.Serve(ctx, stack.Services, stack.Options{
-			URL: srv.ClientURL(), Log: zerolog.Nop(), Replicas: map[string]int{"act-dispatcher": sc.dispatcher},
+			URL: srv.ClientURL(), Log: zerolog.Nop(), Replicas: map[string]int{"act-dispatcher": sc.dispatcher}, EngineLimit: 512,
 		})
 	}()
 	cfg := schema.DefaultConfig()
