@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -73,6 +74,12 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 		if ctx.Err() != nil {
 			return ctx.Err() // shutting down: another replica takes over
 		}
+		if errors.Is(err, errNoActorGateway) {
+			// Not the act's failure: the work item comes back later (a
+			// delayed nak) with its attempts intact, e.g. while planact starts.
+			log.Warn().Msg("no actor-gateway is running; act postponed")
+			return err
+		}
 		done.Status, done.Error = schema.ActFailed, err.Error()
 		if !fail.IsRetryable(err) || attempt > cfg.ActRetries {
 			break
@@ -100,6 +107,9 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 	}
 	return s.Bus.Publish(ctx, done)
 }
+
+// errNoActorGateway: nothing answers on the actor-gateway's endpoint.
+var errNoActorGateway = fail.Transientf("no actor-gateway is running")
 
 // backoff is base·2^(attempt-1), with ±50% jitter, capped at 30s.
 func backoff(base time.Duration, attempt int) time.Duration {
@@ -159,8 +169,8 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *schema
 	}
 	reply, err := s.Bus.NC.RequestMsgWithContext(ctx, msg)
 	if err != nil {
-		if err == nats.ErrNoResponders {
-			return nil, fail.Transientf("no actor-gateway is running")
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, errNoActorGateway
 		}
 		return nil, fail.Transientf("actor-gateway: %w", err)
 	}
