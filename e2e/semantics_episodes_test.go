@@ -26,7 +26,10 @@ func TestSemanticsParseErrors(t *testing.T) {
 	var reprompt, end outcome
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); reprompt = run(241, schema.ParseReprompt, [3]string{"France", "Germany", "Spain"}) }()
+	go func() {
+		defer wg.Done()
+		reprompt = run(241, schema.ParseReprompt, [3]string{"France", "Germany", "Spain"})
+	}()
 	go func() { defer wg.Done(); end = run(242, schema.ParseEnd, [3]string{"Italy", "Poland", "Sweden"}) }()
 	wg.Wait()
 	for _, o := range []outcome{reprompt, end} {
