@@ -75,10 +75,16 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 			return ctx.Err() // shutting down: another replica takes over
 		}
 		if errors.Is(err, errNoActorGateway) {
-			// Not the act's failure: the work item comes back later (a
-			// delayed nak) with its attempts intact, e.g. while planact starts.
-			log.Warn().Msg("no actor-gateway is running; act postponed")
-			return err
+			if m.Delivered < runDeliveries {
+				// Not the act's failure: the work item comes back later (a
+				// delayed nak) with its attempts intact, e.g. while planact starts.
+				log.Warn().Msg("no actor-gateway is running; act postponed")
+				return err
+			}
+			// Postponed for about half a minute: fail it, so that its
+			// episode goes on instead of waiting for the rollout time-out.
+			done.Status, done.Error = schema.ActFailed, err.Error()
+			break
 		}
 		done.Status, done.Error = schema.ActFailed, err.Error()
 		if !fail.IsRetryable(err) || attempt > cfg.ActRetries {
@@ -107,6 +113,10 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 	}
 	return s.Bus.Publish(ctx, done)
 }
+
+// runDeliveries is how often a work item is delivered before it is given
+// up; with the bus's back-off, about half a minute of postponements.
+const runDeliveries = 10
 
 // errNoActorGateway: nothing answers on the actor-gateway's endpoint.
 var errNoActorGateway = fail.Transientf("no actor-gateway is running")

@@ -63,7 +63,7 @@ func Run(ctx context.Context, d Deps) error {
 		{bus.Consumer{Stream: bus.StreamPlan, Durable: Name + "-plan", Concurrency: 64,
 			Filters: []string{subject.AllPlanDAG, subject.AllPlanAnswer, subject.AllPlanError}}, s.handlePlan},
 		{bus.Consumer{Stream: bus.StreamAct, Durable: Name + "-run", Concurrency: d.ActConcurrency,
-			Filters: []string{subject.AllActRun}, AckWait: 30 * time.Second}, s.handleRun},
+			Filters: []string{subject.AllActRun}, AckWait: 30 * time.Second, MaxDeliver: runDeliveries}, s.handleRun},
 		{bus.Consumer{Stream: bus.StreamAct, Durable: Name + "-done", Concurrency: 64,
 			Filters: []string{subject.AllActDone}}, s.handleDone},
 	}
