@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
@@ -151,6 +153,10 @@ func TestConsumeMapsErrors(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		cons, err := b.JS.Consumer(ctx, bus.StreamRollout, "test")
+		if errors.Is(err, jetstream.ErrConsumerNotFound) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond) // Consume has not created it yet
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

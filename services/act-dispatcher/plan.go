@@ -157,10 +157,9 @@ func (s *Service) endEpisode(ctx context.Context, n int64, e, turns int, status 
 // of nodes answered from the cache (or failed with the call they repeat),
 // so that the act stream tells every node's story.
 func (s *Service) publishRuns(ctx context.Context, r *schema.Run, run, cached []*schema.NodeState) error {
+	msgs := make([]schema.Message, 0, len(run)+len(cached))
 	for _, n := range run {
-		if err := s.Bus.Publish(ctx, &schema.ActRun{Rollout: r.Rollout, Episode: r.Episode, Turn: r.Turn, Key: n.Key, Node: n.Node}); err != nil {
-			return err
-		}
+		msgs = append(msgs, &schema.ActRun{Rollout: r.Rollout, Episode: r.Episode, Turn: r.Turn, Key: n.Key, Node: n.Node})
 	}
 	now := nowMs()
 	for _, n := range cached {
@@ -172,11 +171,12 @@ func (s *Service) publishRuns(ctx context.Context, r *schema.Run, run, cached []
 			Rollout: r.Rollout, Episode: r.Episode, Turn: r.Turn, Key: n.Key, NodeID: n.Node.ID, Tool: n.Node.Tool,
 			Input: n.Input, Status: status, Output: n.Output, Error: n.Error, StartedMs: now, EndedMs: now,
 		}
-		if err := s.Bus.Publish(ctx, done); err != nil {
-			return err
-		}
+		msgs = append(msgs, done)
 	}
-	return nil
+	if len(msgs) == 0 {
+		return nil
+	}
+	return s.Bus.PublishAll(ctx, msgs...)
 }
 
 // priorActs gathers the successful calls of the episode's earlier turns,

@@ -153,10 +153,12 @@ func (s *Service) start(ctx context.Context, sess schema.Session) error {
 		return err
 	}
 	version := sess.Roles[schema.RolePlanner].WeightVersion
-	for e := 0; e < sess.Episodes; e++ {
-		if err := s.Bus.Publish(ctx, &schema.PlanRequest{Rollout: sess.Rollout, Episode: e, Turn: 1, WeightVersion: version}); err != nil {
-			return fmt.Errorf("start episode %d: %w", e, err)
-		}
+	reqs := make([]schema.Message, sess.Episodes)
+	for e := range reqs {
+		reqs[e] = &schema.PlanRequest{Rollout: sess.Rollout, Episode: e, Turn: 1, WeightVersion: version}
+	}
+	if err := s.Bus.PublishAll(ctx, reqs...); err != nil {
+		return fmt.Errorf("start episodes: %w", err)
 	}
 	return s.status(ctx, sess.Rollout, "started", -1, fmt.Sprintf("%d episodes", sess.Episodes))
 }
