@@ -53,19 +53,7 @@ func (s *Service) handleDone(ctx context.Context, m bus.Msg) error {
 	if err != nil {
 		return err
 	}
-	if !wrote && m.Delivered > 1 {
-		// Redelivered after a crash between the write and the publishes:
-		// publish again what that write implied (idempotent by message id).
-		newly, cached = released(&run)
-		finishedNow = run.Finished
-	}
-	if err := s.publishRuns(ctx, &run, newly, cached); err != nil {
-		return err
-	}
-	if finishedNow {
-		return s.finishTurn(ctx, info, &run)
-	}
-	return nil
+	return s.publishOutcome(ctx, info, &run, newly, cached, finishedNow, !wrote && m.Delivered > 1)
 }
 
 func nowMs() int64 { return time.Now().UnixMilli() }

@@ -82,16 +82,24 @@ func (s *Service) handleDAG(ctx context.Context, m bus.Msg, d *schema.PlanDAG) e
 		return err
 	}
 	zerolog.Ctx(ctx).Debug().Int("nodes", len(run.Nodes)).Int("released", len(newly)).Int("cached", len(cached)).Msg("plan accepted")
-	if m.Delivered > 1 {
-		// A crash may have come between the write and the publishes.
-		newly, cached = released(&run)
+	return s.publishOutcome(ctx, info, &run, newly, cached, finishedNow, m.Delivered > 1)
+}
+
+// publishOutcome publishes what a write of the run state implied: the acts
+// it released, the outcomes it answered from the cache, and the end of the
+// turn. A redelivered message publishes everything the state implies again,
+// in case a crash came between the write and the publishes; message ids
+// make that idempotent.
+func (s *Service) publishOutcome(ctx context.Context, info *session.Info, run *schema.Run, newly, cached []*schema.NodeState, finishedNow, redelivered bool) error {
+	if redelivered {
+		newly, cached = released(run)
 		finishedNow = run.Finished
 	}
-	if err := s.publishRuns(ctx, &run, newly, cached); err != nil {
+	if err := s.publishRuns(ctx, run, newly, cached); err != nil {
 		return err
 	}
 	if finishedNow {
-		return s.finishTurn(ctx, info, &run)
+		return s.finishTurn(ctx, info, run)
 	}
 	return nil
 }
