@@ -25,9 +25,10 @@ type env struct {
 }
 
 type envOptions struct {
-	replicas map[string]int
-	planner  sim.Config
-	actor    sim.Config
+	replicas    map[string]int
+	inlineLimit int
+	planner     sim.Config
+	actor       sim.Config
 }
 
 func start(t *testing.T, o envOptions) *env {
@@ -51,7 +52,7 @@ func start(t *testing.T, o envOptions) *env {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- stack.Serve(ctx, stack.Services, stack.Options{URL: url, Log: bustest.Logger(), Replicas: o.replicas})
+		done <- stack.Serve(ctx, stack.Services, stack.Options{URL: url, Log: bustest.Logger(), Replicas: o.replicas, InlineLimit: o.inlineLimit})
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -180,3 +180,23 @@ func TestRolloutsEndToEnd(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestLargeResultsGoToTheObjectStore: a result too large for a message
+// carries an object-store reference, and the client fetches the samples.
+func TestLargeResultsGoToTheObjectStore(t *testing.T) {
+	e := start(t, envOptions{planner: sim.Config{Seed: 8}, actor: sim.Config{Seed: 9}, inlineLimit: 4096})
+	tasks := e.tasks(3, 2, 55)
+	o := e.rollout(t, e.trainer(t), e.trainer(t), 55, tasks, nil, false)
+	for _, r := range []*schema.Result{o.planner, o.actor} {
+		if r == nil {
+			t.Fatalf("no result: %v %v", o.perr, o.aerr)
+		}
+		if r.SamplesObject == "" {
+			t.Errorf("%s result of %d samples stayed inline with a 4 KiB limit", r.Role, r.SampleCount)
+		}
+		if len(r.Samples) != r.SampleCount || r.SampleCount == 0 {
+			t.Errorf("%s: fetched %d samples, result says %d", r.Role, len(r.Samples), r.SampleCount)
+		}
+	}
+	checkResults(t, 55, tasks, o, true)
+}

@@ -42,6 +42,9 @@ type Options struct {
 	EngineLimit int
 	// ActRetryBase is the act-dispatcher's first retry back-off; 0 = its default.
 	ActRetryBase time.Duration
+	// InlineLimit is the size above which the session-store moves a result's
+	// samples to the object store; 0 = its default.
+	InlineLimit int
 }
 
 // Validate reports an unknown service name.
@@ -151,7 +154,9 @@ func runner(name string, b *bus.Bus, log zerolog.Logger, o Options) func(context
 	pool := &engine.Pool{Limit: o.EngineLimit}
 	switch name {
 	case sessionstore.Name:
-		return func(ctx context.Context) error { return sessionstore.Run(ctx, sessionstore.Deps{Bus: b, Log: log}) }
+		return func(ctx context.Context) error {
+			return sessionstore.Run(ctx, sessionstore.Deps{Bus: b, Log: log, InlineLimit: o.InlineLimit})
+		}
 	case plannergateway.Name:
 		return func(ctx context.Context) error {
 			return plannergateway.Run(ctx, plannergateway.Deps{Bus: b, Log: log, Engines: pool})
