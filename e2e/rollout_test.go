@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/reward"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
@@ -199,4 +203,35 @@ func TestLargeResultsGoToTheObjectStore(t *testing.T) {
 		}
 	}
 	checkResults(t, 55, tasks, o, true)
+}
+
+// TestLargeTaskListsGoThroughTheObjectStore: a batch too large for a
+// message is stored as an object by the client and read back by planact.
+func TestLargeTaskListsGoThroughTheObjectStore(t *testing.T) {
+	e := start(t, envOptions{planner: sim.Config{Seed: 10}, actor: sim.Config{Seed: 11}})
+	planner := e.trainer(t)
+	planner.InlineTasksLimit = 512
+	tasks := e.tasks(4, 2, 66)
+	o := e.rollout(t, planner, e.trainer(t), 66, tasks, nil, true)
+	checkResults(t, 66, tasks, o, true)
+
+	// The arrival on the wire carried a reference, not the tasks.
+	nc := bustest.Conn(t, e.url)
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(context.Background(), "ROLLOUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := st.GetLastMsgForSubject(context.Background(), "rollout.66.arrive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The last arrival is the planner's (the actor arrived first).
+	var a schema.Arrive
+	if err := schema.Unmarshal(raw.Data, &a); err != nil {
+		t.Fatal(err)
+	}
+	if a.Role != schema.RolePlanner || len(a.Tasks) != 0 || a.TasksObject == "" {
+		t.Errorf("planner arrival: role %s, %d inline tasks, object %q", a.Role, len(a.Tasks), a.TasksObject)
+	}
 }

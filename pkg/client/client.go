@@ -29,6 +29,9 @@ var ErrRejected = errors.New("planact: rollout rejected")
 
 // Client talks to planact over an existing NATS connection.
 type Client struct {
+	// InlineTasksLimit overrides DefaultInlineTasksLimit.
+	InlineTasksLimit int
+
 	nc *nats.Conn
 	js jetstream.JetStream
 }
@@ -45,8 +48,13 @@ func New(nc *nats.Conn) (*Client, error) {
 // Arrive announces a as its role for its rollout. Arriving twice is
 // harmless: the barrier counts each role once.
 func (c *Client) Arrive(ctx context.Context, a *schema.Arrive) error {
+	cp := *a // the caller's arrival keeps its tasks
+	a = &cp
 	if a.AtMs == 0 {
 		a.AtMs = time.Now().UnixMilli()
+	}
+	if err := c.offloadTasks(ctx, a); err != nil {
+		return err
 	}
 	if bus.TraceFrom(ctx) == "" {
 		ctx = bus.WithTrace(ctx, bus.RolloutTraceID(a.Rollout))
@@ -81,6 +89,46 @@ func untilUp(ctx context.Context, op func() error) error {
 		}
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// DefaultInlineTasksLimit is the encoded size above which Arrive puts the
+// tasks in the object store and sends a reference: NATS servers refuse
+// messages over 1 MiB by default.
+const DefaultInlineTasksLimit = 256 << 10
+
+func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
+	if len(a.Tasks) == 0 {
+		return nil
+	}
+	data, err := schema.Marshal(&schema.TaskList{Tasks: a.Tasks})
+	if err != nil {
+		return err
+	}
+	limit := c.InlineTasksLimit
+	if limit <= 0 {
+		limit = DefaultInlineTasksLimit
+	}
+	if len(data) <= limit {
+		return nil
+	}
+	var store jetstream.ObjectStore
+	err = untilUp(ctx, func() error {
+		var err error
+		store, err = c.js.ObjectStore(ctx, bus.ObjectResults)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return jetstream.ErrStreamNotFound // planact has not provisioned yet
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("tasks of rollout %d: %w", a.Rollout, err)
+	}
+	name := fmt.Sprintf("rollout-%d-%s.tasks", a.Rollout, a.Role)
+	if _, err := store.PutBytes(ctx, name, data); err != nil {
+		return fmt.Errorf("tasks of rollout %d: %w", a.Rollout, err)
+	}
+	a.Tasks, a.TasksObject = nil, name
+	return nil
 }
 
 // Cancel aborts a rollout: both roles get an aborted result.

@@ -42,6 +42,7 @@ type Arrive struct {
 	Engine        Engine  `json:"engine"`
 	WeightVersion string  `json:"weight_version,omitempty"`
 	Tasks         []Task  `json:"tasks,omitempty"`
+	TasksObject   string  `json:"tasks_object,omitempty"` // tasks too large for a message: a TaskList in the object store
 	Config        *Config `json:"config,omitempty"`
 	Attempt       string  `json:"attempt,omitempty"` // distinguishes deliberate re-arrivals; "" for the first
 	AtMs          int64   `json:"at_ms"`

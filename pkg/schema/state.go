@@ -245,9 +245,11 @@ func (s *Session) HasEnded(e int) bool {
 func (s *Session) EndedCount() int { return len(s.Ended) }
 
 // TaskList is the KV value (bucket sessions, key "<N>.tasks") holding a
-// rollout's tasks, written once by the arrival that brings them.
+// rollout's tasks, written once by the arrival that brings them. A list too
+// large for a KV value stays in the object store and the value names it.
 type TaskList struct {
-	Tasks []Task `json:"tasks"`
+	Tasks  []Task `json:"tasks,omitempty"`
+	Object string `json:"object,omitempty"` // the list is this TaskList in the object store
 }
 
 // Node states of a run.

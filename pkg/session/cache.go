@@ -5,6 +5,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -45,9 +46,10 @@ func (i *Info) Engine(role string) (schema.Engine, string, error) {
 // Cache loads Infos, refreshing the session (its state may change) after
 // Fresh and keeping the tasks (they never change) until the entry idles out.
 type Cache struct {
-	KV    jetstream.KeyValue
-	Fresh time.Duration // default 1s
-	Idle  time.Duration // default 10m
+	KV      jetstream.KeyValue
+	Objects jetstream.ObjectStore // where large task lists are
+	Fresh   time.Duration         // default 1s
+	Idle    time.Duration         // default 10m
 
 	mu      sync.Mutex
 	entries map[int64]*entry
@@ -61,8 +63,35 @@ type entry struct {
 	lastUsed time.Time
 }
 
-// NewCache returns a cache over the sessions bucket.
-func NewCache(kv jetstream.KeyValue) *Cache { return &Cache{KV: kv} }
+// NewCache returns a cache over the bus's sessions bucket and object store.
+func NewCache(b *bus.Bus) *Cache { return &Cache{KV: b.Sessions, Objects: b.Objects} }
+
+// LoadTasks reads rollout n's tasks, from the object store when the KV
+// value names an object. found is false when no arrival brought tasks.
+func LoadTasks(ctx context.Context, kv jetstream.KeyValue, objects jetstream.ObjectStore, n int64) ([]schema.Task, bool, error) {
+	tl, _, found, err := bus.Get[schema.TaskList](ctx, kv, schema.TasksKey(n))
+	if err != nil || !found {
+		return nil, found, err
+	}
+	if tl.Object == "" {
+		return tl.Tasks, true, nil
+	}
+	if objects == nil {
+		return nil, true, fail.Permanentf("rollout %d: tasks are in object %s, but no object store is open", n, tl.Object)
+	}
+	data, err := objects.GetBytes(ctx, tl.Object)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, true, fail.Permanentf("rollout %d: task object %s is gone", n, tl.Object)
+	}
+	if err != nil {
+		return nil, true, fail.Transientf("rollout %d: task object %s: %w", n, tl.Object, err)
+	}
+	var inner schema.TaskList
+	if err := schema.Unmarshal(data, &inner); err != nil {
+		return nil, true, fmt.Errorf("rollout %d: task object %s: %w", n, tl.Object, err)
+	}
+	return inner.Tasks, true, nil
+}
 
 // Get returns rollout n's Info. A rollout without a session is a permanent
 // error: its messages belong to nothing.
@@ -111,14 +140,14 @@ func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
 	if e.info != nil && len(e.info.Tasks) > 0 {
 		info.Tasks = e.info.Tasks
 	} else {
-		tl, _, found, err := bus.Get[schema.TaskList](ctx, c.KV, schema.TasksKey(n))
+		tasks, found, err := LoadTasks(ctx, c.KV, c.Objects, n)
 		if err != nil {
 			return nil, err
 		}
 		if !found {
 			return nil, fail.Permanentf("rollout %d has no tasks", n)
 		}
-		info.Tasks = tl.Tasks
+		info.Tasks = tasks
 	}
 	e.info, e.loaded = info, now
 	return info, nil

@@ -55,7 +55,7 @@ func Run(ctx context.Context, d Deps) error {
 	if d.RetryBase == 0 {
 		d.RetryBase = 200 * time.Millisecond
 	}
-	s := &Service{Deps: d, sessions: session.NewCache(d.Bus.Sessions), prior: map[string]map[string]priorAct{}}
+	s := &Service{Deps: d, sessions: session.NewCache(d.Bus), prior: map[string]map[string]priorAct{}}
 	consumers := []struct {
 		c bus.Consumer
 		h bus.Handler

@@ -36,7 +36,7 @@ func Run(ctx context.Context, d Deps) error {
 	if d.Concurrency == 0 {
 		d.Concurrency = 32
 	}
-	s := &Service{Deps: d, sessions: session.NewCache(d.Bus.Sessions)}
+	s := &Service{Deps: d, sessions: session.NewCache(d.Bus)}
 	return d.Bus.Consume(ctx, bus.Consumer{
 		Stream:      bus.StreamPlan,
 		Durable:     Name,

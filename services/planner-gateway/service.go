@@ -49,7 +49,7 @@ func Run(ctx context.Context, d Deps) error {
 	if d.MaxAttempts == 0 {
 		d.MaxAttempts = 5
 	}
-	s := &Service{Deps: d, sessions: session.NewCache(d.Bus.Sessions)}
+	s := &Service{Deps: d, sessions: session.NewCache(d.Bus)}
 	return d.Bus.Consume(ctx, bus.Consumer{
 		Stream:      bus.StreamPlan,
 		Durable:     Name,

@@ -12,6 +12,7 @@ import (
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/reward"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
 )
 
@@ -30,15 +31,12 @@ type episode struct {
 // Episodes that did not end (time-out, abort) give no samples.
 func (s *Service) assemble(ctx context.Context, sess schema.Session, status, reason string) (planner, actor *schema.Result, err error) {
 	n := sess.Rollout
-	tl, _, found, err := bus.Get[schema.TaskList](ctx, s.Bus.Sessions, schema.TasksKey(n))
+	tasks, _, err := session.LoadTasks(ctx, s.Bus.Sessions, s.Bus.Objects, n)
 	if err != nil {
 		return nil, nil, err
 	}
-	if !found {
-		tl.Tasks = nil
-	}
-	eps := make([]*episode, len(tl.Tasks))
-	for i, t := range tl.Tasks {
+	eps := make([]*episode, len(tasks))
+	for i, t := range tasks {
 		eps[i] = &episode{task: t}
 	}
 	get := func(e int) (*episode, error) {

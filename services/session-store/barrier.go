@@ -10,6 +10,7 @@ import (
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
 	"github.com/planact/planact/pkg/telemetry"
 )
@@ -27,9 +28,9 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
 		log.Warn().Err(err).Msg("arrival rejected")
 		return s.reject(ctx, &a, err)
 	}
-	if len(a.Tasks) > 0 {
+	if len(a.Tasks) > 0 || a.TasksObject != "" {
 		// The first arrival with tasks wins; later lists are ignored.
-		if _, err := bus.Create(ctx, s.Bus.Sessions, schema.TasksKey(a.Rollout), &schema.TaskList{Tasks: a.Tasks}); err != nil {
+		if _, err := bus.Create(ctx, s.Bus.Sessions, schema.TasksKey(a.Rollout), &schema.TaskList{Tasks: a.Tasks, Object: a.TasksObject}); err != nil {
 			return rolloutErr(a.Rollout, err)
 		}
 	}
@@ -60,18 +61,23 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
 		if len(v.Roles) < 2 {
 			return true, nil
 		}
-		tl, _, found, err := bus.Get[schema.TaskList](ctx, s.Bus.Sessions, schema.TasksKey(a.Rollout))
-		if err != nil {
+		tasks, _, err := session.LoadTasks(ctx, s.Bus.Sessions, s.Bus.Objects, a.Rollout)
+		if err != nil && fail.IsRetryable(err) {
 			return false, err
 		}
 		v.Config = v.Config.WithDefaults()
 		v.StartedMs = s.nowMs()
-		if !found || len(tl.Tasks) == 0 {
+		if err != nil {
+			v.State, v.Reason, v.FinishedMs = schema.SessionDone, "tasks unusable: "+err.Error(), s.nowMs()
+			rejectReason = v.Reason
+			return true, nil
+		}
+		if len(tasks) == 0 {
 			v.State, v.Reason, v.FinishedMs = schema.SessionDone, "no tasks: neither arrival carried any", s.nowMs()
 			rejectReason = v.Reason
 			return true, nil
 		}
-		v.State, v.Episodes = schema.SessionRunning, len(tl.Tasks)
+		v.State, v.Episodes = schema.SessionRunning, len(tasks)
 		return true, nil
 	})
 	if err != nil {
@@ -118,6 +124,9 @@ func validateArrival(a *schema.Arrive) error {
 	case "", "sglang", "openai":
 	default:
 		return fail.Invalidf("engine protocol %q: want sglang or openai", a.Engine.Protocol)
+	}
+	if len(a.Tasks) > 0 && a.TasksObject != "" {
+		return fail.Invalidf("arrival carries both tasks and tasks_object")
 	}
 	for i, t := range a.Tasks {
 		if t.Prompt == "" {
