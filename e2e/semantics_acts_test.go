@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/planact/planact/pkg/dag"
 	"github.com/planact/planact/pkg/schema"
@@ -412,4 +413,28 @@ func byKeyStatus(r schema.Run, key string) string {
 		}
 	}
 	return ""
+}
+
+// TestSemanticsLongActStaysInProgress: an act that runs for several ack
+// waits is not redelivered to another worker meanwhile, because the
+// consume loop keeps telling JetStream it is in progress; it runs once.
+func TestSemanticsLongActStaysInProgress(t *testing.T) {
+	e := startSem(t, semOptions{
+		planner: sim.Config{Seed: 31},
+		actor:   sim.Config{Seed: 32, TTFT: 1200 * time.Millisecond},
+		ackWait: 300 * time.Millisecond,
+	})
+	tasks := []schema.Task{e.question(0, population("Peru"))}
+	o := <-e.start(t, 300, tasks, &schema.Config{ActTimeoutS: 30})
+	if o.perr != nil || o.aerr != nil {
+		t.Fatalf("rollout: %v %v", o.perr, o.aerr)
+	}
+	info := e.runConsumer(t)
+	if info.NumRedelivered != 0 {
+		t.Errorf("%d work items redelivered while their acts ran (ack wait 300ms, acts 1.2s)", info.NumRedelivered)
+	}
+	requests, _ := e.actorEngine.Stats()
+	if acts := len(o.actor.Samples); acts != 2 || requests != int64(acts) {
+		t.Errorf("actor engine served %d generations for %d acts, want 2 and 2", requests, acts)
+	}
 }

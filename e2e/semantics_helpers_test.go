@@ -30,6 +30,7 @@ type semEnv struct {
 	actorEngine *sim.Engine
 	bus         *bus.Bus // the test's own view of the streams and buckets
 	names       []string
+	ackWait     time.Duration
 	stop        func()
 }
 
@@ -37,6 +38,7 @@ type semOptions struct {
 	planner  sim.Config
 	actor    sim.Config
 	scripted bool // no planner-gateway: the test answers plan requests
+	ackWait  time.Duration
 }
 
 func startSem(t *testing.T, o semOptions) *semEnv {
@@ -65,6 +67,7 @@ func startSem(t *testing.T, o semOptions) *semEnv {
 		actorEngine: ae,
 		bus:         bustest.Bus(t, url, "semantics-test"),
 		names:       stack.Services,
+		ackWait:     o.ackWait,
 	}
 	if o.scripted {
 		e.names = slices.DeleteFunc(slices.Clone(stack.Services), func(n string) bool { return n == plannergateway.Name })
@@ -80,7 +83,7 @@ func (e *semEnv) serve(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- stack.Serve(ctx, e.names, stack.Options{URL: e.url, Log: bustest.Logger(), ActRetryBase: 5 * time.Millisecond})
+		done <- stack.Serve(ctx, e.names, stack.Options{URL: e.url, Log: bustest.Logger(), ActRetryBase: 5 * time.Millisecond, ActAckWait: e.ackWait})
 	}()
 	var once sync.Once
 	e.stop = func() {

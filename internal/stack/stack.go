@@ -42,6 +42,8 @@ type Options struct {
 	EngineLimit int
 	// ActRetryBase is the act-dispatcher's first retry back-off; 0 = its default.
 	ActRetryBase time.Duration
+	// ActAckWait is the act-dispatcher's ack wait for work items; 0 = its default.
+	ActAckWait time.Duration
 	// InlineLimit is the size above which the session-store moves a result's
 	// samples to the object store; 0 = its default.
 	InlineLimit int
@@ -165,7 +167,7 @@ func runner(name string, b *bus.Bus, log zerolog.Logger, o Options) func(context
 		return func(ctx context.Context) error { return planparser.Run(ctx, planparser.Deps{Bus: b, Log: log}) }
 	case actdispatcher.Name:
 		return func(ctx context.Context) error {
-			return actdispatcher.Run(ctx, actdispatcher.Deps{Bus: b, Log: log, RetryBase: o.ActRetryBase})
+			return actdispatcher.Run(ctx, actdispatcher.Deps{Bus: b, Log: log, RetryBase: o.ActRetryBase, RunAckWait: o.ActAckWait})
 		}
 	case actorgateway.Name:
 		return func(ctx context.Context) error {

@@ -32,6 +32,10 @@ type Deps struct {
 	HTTP *http.Client
 	// RetryBase is the first retry back-off; it doubles, with jitter; default 200ms.
 	RetryBase time.Duration
+	// RunAckWait is how long JetStream waits for an act's work item to be
+	// acked before it redelivers it; the consume loop signals progress every
+	// third of it while the act runs. Default 30s.
+	RunAckWait time.Duration
 }
 
 // Service is a running act-dispatcher replica.
@@ -52,6 +56,9 @@ func Run(ctx context.Context, d Deps) error {
 	if d.HTTP == nil {
 		d.HTTP = &http.Client{Timeout: 5 * time.Minute}
 	}
+	if d.RunAckWait == 0 {
+		d.RunAckWait = 30 * time.Second
+	}
 	if d.RetryBase == 0 {
 		d.RetryBase = 200 * time.Millisecond
 	}
@@ -63,7 +70,7 @@ func Run(ctx context.Context, d Deps) error {
 		{bus.Consumer{Stream: bus.StreamPlan, Durable: Name + "-plan", Concurrency: 64,
 			Filters: []string{subject.AllPlanDAG, subject.AllPlanAnswer, subject.AllPlanError}}, s.handlePlan},
 		{bus.Consumer{Stream: bus.StreamAct, Durable: Name + "-run", Concurrency: d.ActConcurrency,
-			Filters: []string{subject.AllActRun}, AckWait: 30 * time.Second, MaxDeliver: runDeliveries}, s.handleRun},
+			Filters: []string{subject.AllActRun}, AckWait: d.RunAckWait, MaxDeliver: runDeliveries}, s.handleRun},
 		{bus.Consumer{Stream: bus.StreamAct, Durable: Name + "-done", Concurrency: 64,
 			Filters: []string{subject.AllActDone}}, s.handleDone},
 	}
