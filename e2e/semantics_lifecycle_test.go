@@ -35,6 +35,11 @@ func TestSemanticsBarrierTimeout(t *testing.T) {
 	if k := e.count(t, bus.StreamRollout, subject.Result(261, schema.RoleActor)); k != 0 {
 		t.Errorf("the role that never arrived got %d results", k)
 	}
+	// When it does arrive, late, it is told at once that the rollout is over.
+	res, err = c.Rollout(ctx, &schema.Arrive{Rollout: 261, Role: schema.RoleActor, Engine: e.actor}, 0)
+	if !errors.Is(err, client.ErrTimeout) || res == nil || res.Status != schema.ResultTimeout || !strings.Contains(res.Reason, "arrived after") {
+		t.Fatalf("late actor: %v, %+v; want a timeout result saying it came late", err, res)
+	}
 
 	// The session-store is down when the deadline passes; the scheduled
 	// message waits in the stream and the restarted services act on it.
@@ -42,9 +47,10 @@ func TestSemanticsBarrierTimeout(t *testing.T) {
 	if err := c.Arrive(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the arrival to be recorded", func() bool {
+	eventually(t, "the arrival to be recorded and its time-out scheduled", func() bool {
 		s, found := e.session(t, 262)
-		return found && s.State == schema.SessionWaiting
+		return found && s.State == schema.SessionWaiting &&
+			e.count(t, bus.StreamRollout, subject.TimeoutSchedule(262, schema.TimeoutBarrier)) > 0
 	})
 	e.stop()
 	eventually(t, "the barrier time-out to fire while the services are down", func() bool {

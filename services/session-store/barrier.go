@@ -36,8 +36,9 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
 	}
 
 	var rejectReason string
+	var late bool // the role arrives at a rollout that ended without it
 	sess, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(a.Rollout), func(v *schema.Session, exists bool) (bool, error) {
-		rejectReason = ""
+		rejectReason, late = "", false
 		if !exists {
 			trace := bus.TraceFrom(ctx)
 			if trace == "" {
@@ -46,6 +47,8 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
 			*v = schema.Session{Rollout: a.Rollout, State: schema.SessionWaiting, Trace: trace, CreatedMs: s.nowMs()}
 		}
 		if v.State != schema.SessionWaiting {
+			_, arrived := v.Roles[a.Role]
+			late = !arrived
 			return false, nil // late or duplicate: the rollout already started or ended
 		}
 		if _, dup := v.Roles[a.Role]; dup {
@@ -84,6 +87,17 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
 		return rolloutErr(a.Rollout, err)
 	}
 	ctx = bus.WithTrace(ctx, sess.Trace)
+	if late && (sess.State == schema.SessionTimeout || sess.State == schema.SessionAborted) {
+		// It ended waiting for this very role: tell it, instead of leaving
+		// its trainer to wait for a result that will never come.
+		status := schema.ResultTimeout
+		if sess.State == schema.SessionAborted {
+			status = schema.ResultAborted
+		}
+		log.Warn().Str("state", sess.State).Msg("arrival after the rollout ended without this role")
+		return s.Bus.Publish(ctx, &schema.Result{Rollout: a.Rollout, Role: a.Role, Status: status,
+			Reason: "arrived after the rollout ended: " + sess.Reason})
+	}
 	if rejectReason != "" {
 		if wrote || m.Delivered > 1 {
 			return s.publishResults(ctx, sess, nil, schema.ResultInvalid, rejectReason)
@@ -91,7 +105,9 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
 		return nil
 	}
 	switch {
-	case sess.State == schema.SessionWaiting && wrote && len(sess.Roles) == 1:
+	case sess.State == schema.SessionWaiting && (wrote || m.Delivered > 1):
+		// A redelivery may follow a crash between the write and the
+		// schedule; scheduling is idempotent (the deadline is in the id).
 		log.Info().Msg("arrived, waiting for the other role")
 		_ = s.status(ctx, a.Rollout, "arrived", -1, a.Role)
 		return s.scheduleTimeout(ctx, a.Rollout, schema.TimeoutBarrier, sess.CreatedMs, sess.Config)
