@@ -235,3 +235,14 @@ func TestLargeTaskListsGoThroughTheObjectStore(t *testing.T) {
 		t.Errorf("planner arrival: role %s, %d inline tasks, object %q", a.Role, len(a.Tasks), a.TasksObject)
 	}
 }
+
+// TestOpenAIProtocol: engines spoken to through the OpenAI-compatible API
+// (/v1/completions with token ids and log-probs, /tokenize) give the same
+// token-exact samples.
+func TestOpenAIProtocol(t *testing.T) {
+	e := start(t, envOptions{planner: sim.Config{Seed: 12}, actor: sim.Config{Seed: 13}})
+	e.planner.Protocol, e.actor.Protocol = "openai", "openai"
+	tasks := e.tasks(3, 1, 77)
+	o := e.rollout(t, e.trainer(t), e.trainer(t), 77, tasks, &schema.Config{PlanFormat: "json"}, false)
+	checkResults(t, 77, tasks, o, true)
+}
