@@ -294,3 +294,59 @@ func TestRolloutTraceIDMatchesThePythonExample(t *testing.T) {
 		t.Errorf("traceparent %q does not carry the trace id", tp)
 	}
 }
+
+// TestMessagesWaitingForASlotAreNotRedelivered: with one handler slot and
+// handlers longer than the ack wait, the messages the client pulled ahead
+// wait for the slot without being handed out again: each is handled once.
+func TestMessagesWaitingForASlotAreNotRedelivered(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 4
+	for i := 0; i < n; i++ {
+		if err := b.Publish(ctx, &schema.Status{Rollout: int64(i), Event: "slow", Episode: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	handled := map[int64]int{}
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Consume(ctx, bus.Consumer{Stream: bus.StreamRollout, Durable: "slow", Filters: []string{"rollout.*.status"},
+			Concurrency: 1, AckWait: 600 * time.Millisecond}, func(_ context.Context, m bus.Msg) error {
+			var st schema.Status
+			if err := m.Decode(&st); err != nil {
+				return err
+			}
+			mu.Lock()
+			handled[st.Rollout]++
+			mu.Unlock()
+			time.Sleep(900 * time.Millisecond) // longer than the ack wait
+			return nil
+		})
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		k := len(handled)
+		mu.Unlock()
+		cons, err := b.JS.Consumer(ctx, bus.StreamRollout, "slow")
+		if err == nil {
+			if info, err := cons.Info(ctx); err == nil && k == n && info.NumAckPending == 0 && info.NumPending == 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("handled %v", handled)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	for r, k := range handled {
+		if k != 1 {
+			t.Errorf("message %d handled %d times", r, k)
+		}
+	}
+}

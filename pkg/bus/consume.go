@@ -105,10 +105,20 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 	sem := make(chan struct{}, c.Concurrency)
 	var wg sync.WaitGroup
 	cc, err := cons.Consume(func(raw jetstream.Msg) {
-		sem <- struct{}{}
+		// The client pulls ahead of the free slots: a message is ours from
+		// the moment it arrives, so it is kept in progress while it waits
+		// for a slot too, or JetStream would hand it out a second time.
+		stop := keepInProgress(raw, c.AckWait/3)
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			stop()
+			_ = raw.Nak()
+			return
+		}
 		wg.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done() }()
+			defer func() { stop(); <-sem; wg.Done() }()
 			b.handle(ctx, c, h, raw)
 		}()
 	}, jetstream.PullMaxMessages(c.Concurrency), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -137,23 +147,8 @@ func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw jetstream.M
 		hctx = WithTrace(hctx, tid)
 	}
 
-	// Keep the message ours while the handler runs.
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(c.AckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = raw.InProgress()
-			}
-		}
-	}()
 	began := time.Now()
 	err := safeCall(hctx, h, m)
-	close(done)
 	telemetry.HandlerSeconds.WithLabelValues(c.Durable).Observe(time.Since(began).Seconds())
 	outcome := "nak"
 	defer func() { telemetry.MessagesHandled.WithLabelValues(c.Durable, outcome).Inc() }()
@@ -180,6 +175,26 @@ func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw jetstream.M
 		log.Warn().Err(err).Dur("retry_in", d).Msg("handler failed, will retry")
 		_ = raw.NakWithDelay(d)
 	}
+}
+
+// keepInProgress tells JetStream every interval that raw is being worked
+// on, until stop is called.
+func keepInProgress(raw jetstream.Msg, interval time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = raw.InProgress()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
 }
 
 func safeCall(ctx context.Context, h Handler, m Msg) (err error) {

@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -105,8 +107,29 @@ func (b *Bus) Publish(ctx context.Context, m schema.Message, opts ...jetstream.P
 	if err != nil {
 		return fail.E(fail.Permanent, err)
 	}
-	if _, err := b.JS.PublishMsg(ctx, msg, opts...); err != nil {
-		return fail.Transientf("publish %s: %w", m.Subject(), err)
+	return b.publishMsg(ctx, msg, opts...)
+}
+
+// PublishTimeout bounds one attempt to get a stream's ack. An ack can be
+// lost (a stream being updated, a leader change); waiting for it forever
+// would hang the handler, so the publish is tried again, which the message
+// id makes safe.
+const PublishTimeout = 5 * time.Second
+
+func (b *Bus) publishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) error {
+	const attempts = 3
+	var err error
+	for i := 0; i < attempts; i++ {
+		actx, cancel := context.WithTimeout(ctx, PublishTimeout)
+		_, err = b.JS.PublishMsg(actx, msg, opts...)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		b.Log.Warn().Str("subject", msg.Subject).Int("attempt", i+1).Msg("no ack from the stream; publishing again")
+	}
+	if err != nil {
+		return fail.Transientf("publish %s: %w", msg.Subject, err)
 	}
 	return nil
 }
@@ -118,25 +141,33 @@ func (b *Bus) PublishAll(ctx context.Context, ms ...schema.Message) error {
 	if len(ms) == 1 {
 		return b.Publish(ctx, ms[0])
 	}
-	futures := make([]jetstream.PubAckFuture, 0, len(ms))
-	for _, m := range ms {
+	msgs := make([]*nats.Msg, len(ms))
+	futures := make([]jetstream.PubAckFuture, len(ms))
+	for i, m := range ms {
 		msg, err := NewMsg(ctx, m)
 		if err != nil {
 			return fail.E(fail.Permanent, err)
 		}
-		f, err := b.JS.PublishMsgAsync(msg)
-		if err != nil {
+		msgs[i] = msg
+		if futures[i], err = b.JS.PublishMsgAsync(msg); err != nil {
 			return fail.Transientf("publish %s: %w", m.Subject(), err)
 		}
-		futures = append(futures, f)
 	}
+	timeout := time.NewTimer(PublishTimeout)
+	defer timeout.Stop()
 	for i, f := range futures {
 		select {
 		case <-f.Ok():
-		case err := <-f.Err():
-			return fail.Transientf("publish %s: %w", ms[i].Subject(), err)
+			continue
+		case <-f.Err():
+		case <-timeout.C:
 		case <-ctx.Done():
 			return fail.Transientf("publish %s: %w", ms[i].Subject(), ctx.Err())
+		}
+		// Failed or no ack in time: publish it again on its own, with
+		// retries; its message id keeps it from being stored twice.
+		if err := b.publishMsg(ctx, msgs[i]); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -63,7 +63,7 @@ func (c *Client) Arrive(ctx context.Context, a *schema.Arrive) error {
 	if err != nil {
 		return err
 	}
-	err = untilUp(ctx, func() error {
+	err = untilUp(ctx, func(ctx context.Context) error {
 		_, err := c.js.PublishMsg(ctx, msg)
 		return err
 	})
@@ -75,11 +75,16 @@ func (c *Client) Arrive(ctx context.Context, a *schema.Arrive) error {
 
 // untilUp retries op while planact's streams do not exist yet (a trainer
 // that starts before planact), until ctx ends.
-func untilUp(ctx context.Context, op func() error) error {
+// Each attempt is bounded by bus.PublishTimeout: a request whose answer is
+// lost is tried again rather than waited for until ctx ends.
+func untilUp(ctx context.Context, op func(ctx context.Context) error) error {
 	wait := 50 * time.Millisecond
 	for {
-		err := op()
-		if err == nil || !(errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrNoResponders)) {
+		actx, cancel := context.WithTimeout(ctx, bus.PublishTimeout)
+		err := op(actx)
+		cancel()
+		lost := errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+		if err == nil || !(lost || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrNoResponders)) {
 			return err
 		}
 		select {
@@ -112,7 +117,7 @@ func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
 		return nil
 	}
 	var store jetstream.ObjectStore
-	err = untilUp(ctx, func() error {
+	err = untilUp(ctx, func(ctx context.Context) error {
 		var err error
 		store, err = c.js.ObjectStore(ctx, bus.ObjectResults)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -137,7 +142,7 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, reason string) error
 	if err != nil {
 		return err
 	}
-	return untilUp(ctx, func() error {
+	return untilUp(ctx, func(ctx context.Context) error {
 		_, err := c.js.PublishMsg(ctx, msg)
 		return err
 	})
@@ -149,7 +154,7 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, reason string) error
 // invalid one ErrRejected.
 func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Result, error) {
 	var cons jetstream.Consumer
-	err := untilUp(ctx, func() error {
+	err := untilUp(ctx, func(ctx context.Context) error {
 		var err error
 		cons, err = c.js.OrderedConsumer(ctx, bus.StreamRollout, jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{subject.Result(n, role)},
