@@ -375,6 +375,9 @@ type ActorRequest struct {
 	Engine   Engine   `json:"engine"`
 	Prompt   string   `json:"prompt"`
 	Sampling Sampling `json:"sampling"`
+	// DeadlineMs is when the caller stops waiting (unix ms); the gateway
+	// abandons the generation then, freeing the engine's slot.
+	DeadlineMs int64 `json:"deadline_ms,omitempty"`
 }
 
 func (m *ActorRequest) Kind() string    { return "actor.generate/1" }

@@ -173,6 +173,9 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *schema
 		Rollout: run.Rollout, Episode: run.Episode, Key: run.Key, Engine: eng,
 		Prompt: ActorPrompt(tool, input), Sampling: info.Session.Config.ActorSampling,
 	}
+	if d, ok := ctx.Deadline(); ok {
+		req.DeadlineMs = d.UnixMilli()
+	}
 	msg, err := bus.NewMsg(ctx, req)
 	if err != nil {
 		return nil, fail.E(fail.Permanent, err)

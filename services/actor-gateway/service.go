@@ -93,6 +93,13 @@ func serve(ctx context.Context, d Deps, r micro.Request) {
 		return
 	}
 	log := d.Log.With().Int64("rollout", req.Rollout).Int("episode", req.Episode).Str("node", req.Key).Str("role", schema.RoleActor).Logger()
+	if req.DeadlineMs > 0 {
+		// The caller has stopped waiting by then: a generation still running
+		// would only hold one of the engine's slots.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.UnixMilli(req.DeadlineMs))
+		defer cancel()
+	}
 	gen, err := Generate(ctx, d.Engines, &req)
 	if err != nil {
 		code := CodeUnavailable
