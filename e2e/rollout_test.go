@@ -246,3 +246,22 @@ func TestOpenAIProtocol(t *testing.T) {
 	o := e.rollout(t, e.trainer(t), e.trainer(t), 77, tasks, &schema.Config{PlanFormat: "json"}, false)
 	checkResults(t, 77, tasks, o, true)
 }
+
+// TestRewardServerDown: when the reward server cannot be reached, the
+// rollout still delivers its samples; the episodes score 0 and say why.
+func TestRewardServerDown(t *testing.T) {
+	e := start(t, envOptions{planner: sim.Config{Seed: 14}, actor: sim.Config{Seed: 15}})
+	tasks := e.tasks(2, 1, 88)
+	o := e.rollout(t, e.trainer(t), e.trainer(t), 88, tasks, &schema.Config{Reward: "http://127.0.0.1:1/reward"}, false)
+	if o.perr != nil || o.planner.Status != schema.ResultOK || len(o.planner.Samples) != 2 {
+		t.Fatalf("rollout: %v %+v", o.perr, o.planner)
+	}
+	for _, s := range o.planner.Samples {
+		if s.Reward != 0 || s.Metadata["reward_error"] == nil {
+			t.Errorf("sample %s: reward %v, reward_error %v", s.RolloutID, s.Reward, s.Metadata["reward_error"])
+		}
+	}
+	if got := o.planner.Stats.Failures["reward"]; got != 2 {
+		t.Errorf("stats count %d reward failures, want 2", got)
+	}
+}

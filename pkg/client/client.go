@@ -27,6 +27,10 @@ var ErrTimeout = errors.New("planact: rollout timed out")
 // rollout; the error says why.
 var ErrRejected = errors.New("planact: rollout rejected")
 
+// ErrFailed is returned (wrapped) when planact could not produce the
+// samples of a rollout (for example, its streams lost the history).
+var ErrFailed = errors.New("planact: rollout failed")
+
 // Client talks to planact over an existing NATS connection.
 type Client struct {
 	// InlineTasksLimit overrides DefaultInlineTasksLimit.
@@ -151,7 +155,9 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, reason string) error
 // Result waits for role's result of rollout n until ctx ends. It finds a
 // result published before it was called too. Samples kept in the object
 // store are fetched. A timeout result returns the result and ErrTimeout; an
-// invalid one ErrRejected.
+// invalid one ErrRejected; a failed one ErrFailed. Partial (some episodes
+// ran out of time) and aborted (cancelled) results come with a nil error
+// and the samples of the episodes that ended: check Status.
 func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Result, error) {
 	var cons jetstream.Consumer
 	err := untilUp(ctx, func(ctx context.Context) error {
@@ -190,6 +196,8 @@ func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Resu
 			return &r, fmt.Errorf("%w: rollout %d: %s", ErrTimeout, n, r.Reason)
 		case schema.ResultInvalid:
 			return &r, fmt.Errorf("%w: rollout %d: %s", ErrRejected, n, r.Reason)
+		case schema.ResultFailed:
+			return &r, fmt.Errorf("%w: rollout %d: %s", ErrFailed, n, r.Reason)
 		}
 		return &r, nil
 	}

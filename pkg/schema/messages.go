@@ -309,6 +309,7 @@ const (
 	ResultPartial = "partial"
 	ResultAborted = "aborted"
 	ResultInvalid = "invalid" // the arrival or the rollout was rejected; Reason says why
+	ResultFailed  = "failed"  // planact could not produce the samples; Reason says why
 )
 
 // Sample is one training sample, in the shape slime trains on.

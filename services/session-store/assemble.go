@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/reward"
@@ -18,11 +20,12 @@ import (
 
 // episode is what assembly gathers about one episode from the streams.
 type episode struct {
-	task   schema.Task
-	end    *schema.EpisodeEnd
-	last   *schema.PlanOutput // the last planner output holds the whole trajectory
-	acts   []*schema.ActDone
-	reward float64
+	task      schema.Task
+	end       *schema.EpisodeEnd
+	last      *schema.PlanOutput // the last planner output holds the whole trajectory
+	acts      []*schema.ActDone
+	reward    float64
+	rewardErr string
 }
 
 // assemble builds both roles' results of a rollout from what its episodes
@@ -103,9 +106,12 @@ func (s *Service) assemble(ctx context.Context, sess schema.Session, status, rea
 		stats.EpisodeStatus[ep.end.Status]++
 		turns += float64(ep.end.Turns)
 		if ep.end.Status == schema.EpisodeCompleted {
-			ep.reward, err = scorer(ctx, ep.task, strings.Join(ep.end.Answers, " | "))
-			if err != nil {
-				return nil, nil, fmt.Errorf("reward of episode %d: %w", e, err)
+			// A reward that cannot be computed (the reward server is down)
+			// costs that episode its reward, not the rollout its samples.
+			if ep.reward, err = scorer(ctx, ep.task, strings.Join(ep.end.Answers, " | ")); err != nil {
+				ep.reward, ep.rewardErr = 0, err.Error()
+				stats.Failures["reward"]++
+				zerolog.Ctx(ctx).Warn().Err(err).Int("episode", e).Msg("reward failed; episode scores 0")
 			}
 			if reward.ExactMatch(strings.Join(ep.end.Answers, " "), ep.task.Label) == 1 {
 				stats.Correct++
@@ -215,6 +221,9 @@ func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 		"rollout": n, "episode": e, "turns": ep.end.Turns, "answers": ep.end.Answers,
 		"finish_reason": out.FinishReason, "end_reason": ep.end.Reason, "ended_ms": ep.end.AtMs,
 	}
+	if ep.rewardErr != "" {
+		smp.Metadata["reward_error"] = ep.rewardErr
+	}
 	return smp, true
 }
 
@@ -291,7 +300,21 @@ func (s *Service) scorer(cfg schema.Config) func(ctx context.Context, t schema.T
 	case strings.HasPrefix(cfg.Reward, "http://") || strings.HasPrefix(cfg.Reward, "https://"):
 		r := reward.Remote{URL: cfg.Reward, HTTP: &http.Client{Timeout: 30 * time.Second}}
 		return func(ctx context.Context, t schema.Task, a string) (float64, error) {
-			return r.Score(ctx, t.Prompt, a, t.Label)
+			// A few quick tries ride out a blip; a server that stays down
+			// costs the episodes their rewards (see assemble), not a hang.
+			var err error
+			for attempt, wait := 0, 100*time.Millisecond; attempt < 3; attempt, wait = attempt+1, 2*wait {
+				var v float64
+				if v, err = r.Score(ctx, t.Prompt, a, t.Label); err == nil || !fail.IsRetryable(err) {
+					return v, err
+				}
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					return 0, ctx.Err()
+				}
+			}
+			return 0, err
 		}
 	default:
 		return func(_ context.Context, t schema.Task, a string) (float64, error) { return reward.F1(a, t.Label), nil }

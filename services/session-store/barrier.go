@@ -100,7 +100,7 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
 	}
 	if rejectReason != "" {
 		if wrote || m.Delivered > 1 {
-			return s.publishResults(ctx, sess, nil, schema.ResultInvalid, rejectReason)
+			return s.publishResults(ctx, sess, nil, schema.ResultInvalid, rejectReason, false)
 		}
 		return nil
 	}

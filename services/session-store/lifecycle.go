@@ -47,7 +47,7 @@ func (s *Service) handleEpisodeEnd(ctx context.Context, m bus.Msg) error {
 	// Every replica that sees the full count may get here (a redelivery, a
 	// race): assembling twice is wasted work, not a second result, because
 	// results are published with deterministic message ids.
-	return s.finish(ctx, sess, schema.SessionDone, schema.ResultOK, "")
+	return s.finish(ctx, sess, schema.SessionDone, schema.ResultOK, "", lastTry(m))
 }
 
 // handleTimeout ends a rollout whose deadline passed while it was still in
@@ -67,14 +67,14 @@ func (s *Service) handleTimeout(ctx context.Context, m bus.Msg, p subject.Parsed
 	switch {
 	case t.TimeoutKind == schema.TimeoutBarrier && (sess.State == schema.SessionWaiting || redelivered && sess.Episodes == 0):
 		log.Warn().Msg("barrier time-out: the other role never arrived")
-		return s.finish(ctx, sess, schema.SessionTimeout, schema.ResultTimeout, "barrier time-out: the other role never arrived")
+		return s.finish(ctx, sess, schema.SessionTimeout, schema.ResultTimeout, "barrier time-out: the other role never arrived", lastTry(m))
 	case t.TimeoutKind == schema.TimeoutRollout && (sess.State == schema.SessionRunning || redelivered && sess.Episodes > 0):
 		log.Warn().Int("ended", sess.EndedCount()).Int("episodes", sess.Episodes).Msg("rollout time-out")
 		status := schema.ResultTimeout
 		if sess.EndedCount() > 0 {
 			status = schema.ResultPartial
 		}
-		return s.finish(ctx, sess, schema.SessionTimeout, status, "rollout time-out")
+		return s.finish(ctx, sess, schema.SessionTimeout, status, "rollout time-out", lastTry(m))
 	}
 	return nil // the rollout moved on: nothing to do
 }
@@ -99,14 +99,15 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 		reason += ": " + c.Reason
 	}
 	zerolog.Ctx(ctx).Warn().Str("reason", reason).Msg("rollout aborted")
-	return s.finish(ctx, sess, schema.SessionAborted, schema.ResultAborted, reason)
+	return s.finish(ctx, sess, schema.SessionAborted, schema.ResultAborted, reason, lastTry(m))
 }
 
 // finish moves the session to its final state and publishes both roles'
 // results. The state is written first, so that every service stops working
 // on the rollout; results are published after, and a redelivery that finds
 // the state already final publishes them again (idempotently).
-func (s *Service) finish(ctx context.Context, sess schema.Session, state, status, reason string) error {
+// lastTry is false until bad luck would stop the message being redelivered.
+func (s *Service) finish(ctx context.Context, sess schema.Session, state, status, reason string, lastTry bool) error {
 	final, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), func(v *schema.Session, exists bool) (bool, error) {
 		if !exists || (v.State != schema.SessionWaiting && v.State != schema.SessionRunning) {
 			return false, nil
@@ -123,7 +124,7 @@ func (s *Service) finish(ctx context.Context, sess schema.Session, state, status
 	if wrote {
 		telemetry.RolloutsFinished.WithLabelValues(status).Inc()
 	}
-	if err := s.publishResults(ctx, final, final.Roles, status, reason); err != nil {
+	if err := s.publishResults(ctx, final, final.Roles, status, reason, lastTry); err != nil {
 		return err
 	}
 	s.cancelSchedules(ctx, sess.Rollout)
@@ -131,8 +132,10 @@ func (s *Service) finish(ctx context.Context, sess schema.Session, state, status
 }
 
 // publishResults assembles and publishes a result for each role in roles
-// (both roles when roles is nil).
-func (s *Service) publishResults(ctx context.Context, sess schema.Session, roles map[string]schema.RoleInfo, status, reason string) error {
+// (both roles when roles is nil). When the samples cannot be assembled and
+// this is the last try, both roles get a failed result that says why, so
+// that no trainer waits for a result that will never come.
+func (s *Service) publishResults(ctx context.Context, sess schema.Session, roles map[string]schema.RoleInfo, status, reason string, lastTry bool) error {
 	var res [2]*schema.Result
 	if status == schema.ResultInvalid || sess.State == schema.SessionTimeout && sess.Episodes == 0 {
 		for i, role := range []string{schema.RolePlanner, schema.RoleActor} {
@@ -141,8 +144,15 @@ func (s *Service) publishResults(ctx context.Context, sess schema.Session, roles
 	} else {
 		var err error
 		res[0], res[1], err = s.assemble(ctx, sess, status, reason)
-		if err != nil {
+		if err != nil && fail.IsRetryable(err) && !lastTry {
 			return err
+		}
+		if err != nil {
+			zerolog.Ctx(ctx).Error().Err(err).Msg("samples could not be assembled; the rollout fails")
+			why := "samples could not be assembled: " + err.Error()
+			for i, role := range []string{schema.RolePlanner, schema.RoleActor} {
+				res[i] = &schema.Result{Rollout: sess.Rollout, Role: role, Status: schema.ResultFailed, Reason: why}
+			}
 		}
 	}
 	for _, r := range res {
@@ -192,3 +202,9 @@ func (s *Service) cancelSchedules(ctx context.Context, n int64) {
 }
 
 func msTime(ms int64) time.Time { return time.UnixMilli(ms) }
+
+// maxDeliveries is how often the session-store's consumer delivers a
+// message before giving it up.
+const maxDeliveries = 10
+
+func lastTry(m bus.Msg) bool { return m.Delivered >= maxDeliveries }

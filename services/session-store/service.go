@@ -54,6 +54,7 @@ func Run(ctx context.Context, d Deps) error {
 		Durable:     Name,
 		Filters:     []string{subject.AllArrive, subject.AllEpisodeEnd, subject.AllTimeout, subject.AllCancel},
 		Concurrency: d.Concurrency,
+		MaxDeliver:  maxDeliveries,
 	}, s.handle)
 }
 
