@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 
@@ -263,5 +265,29 @@ func TestRewardServerDown(t *testing.T) {
 	}
 	if got := o.planner.Stats.Failures["reward"]; got != 2 {
 		t.Errorf("stats count %d reward failures, want 2", got)
+	}
+}
+
+// TestPlannerEngineRefuses: a planner engine that answers 400 (a prompt it
+// will never take) ends the episode failed at once, with the engine's
+// message, instead of leaving it to the rollout time-out.
+func TestPlannerEngineRefuses(t *testing.T) {
+	e := start(t, envOptions{planner: sim.Config{Seed: 16}, actor: sim.Config{Seed: 17}})
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tokenize" {
+			w.Write([]byte(`{"tokens":[5,6,7]}`))
+			return
+		}
+		http.Error(w, `{"error":"input is longer than the model's context length"}`, http.StatusBadRequest)
+	}))
+	defer refusing.Close()
+	e.planner = schema.Engine{URL: refusing.URL}
+	tasks := e.tasks(2, 1, 89)
+	o := e.rollout(t, e.trainer(t), e.trainer(t), 89, tasks, nil, false)
+	if o.perr != nil || o.planner.Status != schema.ResultOK {
+		t.Fatalf("rollout: %v %+v", o.perr, o.planner)
+	}
+	if got := o.planner.Stats.EpisodeStatus[schema.EpisodeFailed]; got != 2 {
+		t.Errorf("episode status %v, want both failed", o.planner.Stats.EpisodeStatus)
 	}
 }

@@ -192,6 +192,14 @@ func (m *PlanAnswer) MsgID() string {
 }
 func (m *PlanAnswer) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn} }
 
+// Plan error kinds that do not come from the parser (whose kinds are
+// plan.ErrorKind values): the planner could not be asked at all.
+const (
+	PlanErrPlannerUnavailable = "planner_unavailable" // the engine kept failing
+	PlanErrPlannerRejected    = "planner_rejected"    // the engine or planact refused the request
+	PlanErrContextFull        = "context_full"        // no room left in the context to generate
+)
+
 // PlanError is a plan that could not be used, with a message precise enough
 // to be fed back to the planner.
 type PlanError struct {

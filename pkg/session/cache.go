@@ -17,6 +17,10 @@ import (
 	"github.com/planact/planact/pkg/schema"
 )
 
+// ErrNoSession is the cause of Get's error for a rollout planact does not
+// know (never arrived, or expired): its messages belong to nothing.
+var ErrNoSession = errors.New("no session")
+
 // Info is what a service needs to know of a rollout.
 type Info struct {
 	Session schema.Session
@@ -134,7 +138,7 @@ func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
 		return nil, err
 	}
 	if !found {
-		return nil, fail.Permanentf("rollout %d has no session", n)
+		return nil, fail.E(fail.Permanent, fmt.Errorf("rollout %d: %w", n, ErrNoSession))
 	}
 	info := &Info{Session: s}
 	if e.info != nil && len(e.info.Tasks) > 0 {

@@ -113,9 +113,9 @@ func (s *Service) handleParseError(ctx context.Context, pe *schema.PlanError) er
 	cfg := info.Session.Config
 	reason := pe.ErrorKind + ": " + pe.Message
 	switch {
-	case pe.ErrorKind == "planner_unavailable":
+	case pe.ErrorKind == schema.PlanErrPlannerUnavailable || pe.ErrorKind == schema.PlanErrPlannerRejected:
 		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeFailed, nil, reason)
-	case pe.ErrorKind == "context_full":
+	case pe.ErrorKind == schema.PlanErrContextFull:
 		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeTruncated, nil, reason)
 	case cfg.ParseErrorPolicy == schema.ParseEnd:
 		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeFailed, nil, reason)

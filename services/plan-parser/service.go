@@ -80,7 +80,7 @@ func Parse(out *schema.PlanOutput, cfg schema.Config) schema.Message {
 			pe.ErrorKind = string(e.Kind)
 		}
 		if out.FinishReason == "length" && out.Text == "" {
-			pe.ErrorKind, pe.Message = "context_full", "the episode ran out of context before the planner could answer"
+			pe.ErrorKind, pe.Message = schema.PlanErrContextFull, "the episode ran out of context before the planner could answer"
 		}
 		return pe
 	}

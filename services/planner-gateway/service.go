@@ -5,6 +5,7 @@ package plannergateway
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -66,14 +67,19 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		return err
 	}
 	err := s.plan(ctx, &req)
-	if err == nil || !fail.IsRetryable(err) || m.Delivered < uint64(s.MaxAttempts) {
+	retry := fail.IsRetryable(err) && m.Delivered < uint64(s.MaxAttempts)
+	if err == nil || retry || errors.Is(err, session.ErrNoSession) {
 		return err
 	}
-	// Out of attempts: the episode must not hang, so the failure goes on as
-	// a plan error that the act-dispatcher turns into the episode's end.
-	zerolog.Ctx(ctx).Error().Err(err).Msg("planner engine failed for good")
+	// Out of attempts, or refused for good (a 4xx from the engine, a
+	// missing trajectory): the episode must not hang, so the failure goes
+	// on as a plan error that the act-dispatcher turns into its end.
+	kind := schema.PlanErrPlannerRejected
+	if fail.IsRetryable(err) {
+		kind = schema.PlanErrPlannerUnavailable
+	}
+	zerolog.Ctx(ctx).Error().Err(err).Str("kind", kind).Msg("planner turn failed for good")
 	return s.Bus.Publish(ctx, &schema.PlanError{
-		Rollout: req.Rollout, Episode: req.Episode, Turn: req.Turn,
-		ErrorKind: "planner_unavailable", Message: err.Error(),
+		Rollout: req.Rollout, Episode: req.Episode, Turn: req.Turn, ErrorKind: kind, Message: err.Error(),
 	})
 }
