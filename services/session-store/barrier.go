@@ -170,11 +170,13 @@ func (s *Service) reject(ctx context.Context, a *schema.Arrive, cause error) err
 // start fans out the rollout: the start event, the rollout's deadline and
 // the first plan request of every episode.
 func (s *Service) start(ctx context.Context, sess schema.Session) error {
-	deadline := sess.StartedMs + schema.Seconds(sess.Config.RolloutTimeoutS).Milliseconds()
-	if err := s.Bus.Publish(ctx, &schema.Start{Rollout: sess.Rollout, Episodes: sess.Episodes, DeadlineMs: deadline, AtMs: sess.StartedMs}); err != nil {
+	// The deadline first: whatever fails after it, the rollout will end.
+	if err := s.scheduleTimeout(ctx, sess.Rollout, schema.TimeoutRollout, sess.StartedMs, sess.Config); err != nil {
 		return err
 	}
-	if err := s.scheduleTimeout(ctx, sess.Rollout, schema.TimeoutRollout, sess.StartedMs, sess.Config); err != nil {
+	s.cancelSchedules(ctx, sess.Rollout, schema.TimeoutBarrier)
+	deadline := sess.StartedMs + schema.Seconds(sess.Config.RolloutTimeoutS).Milliseconds()
+	if err := s.Bus.Publish(ctx, &schema.Start{Rollout: sess.Rollout, Episodes: sess.Episodes, DeadlineMs: deadline, AtMs: sess.StartedMs}); err != nil {
 		return err
 	}
 	version := sess.Roles[schema.RolePlanner].WeightVersion

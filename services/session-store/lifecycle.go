@@ -127,7 +127,7 @@ func (s *Service) finish(ctx context.Context, sess schema.Session, state, status
 	if err := s.publishResults(ctx, final, final.Roles, status, reason, lastTry); err != nil {
 		return err
 	}
-	s.cancelSchedules(ctx, sess.Rollout)
+	s.cancelSchedules(ctx, sess.Rollout, schema.TimeoutBarrier, schema.TimeoutRollout)
 	return s.status(ctx, sess.Rollout, "finished", -1, status)
 }
 
@@ -190,13 +190,14 @@ func (s *Service) publishResult(ctx context.Context, r *schema.Result) error {
 	return s.Bus.Publish(ctx, r)
 }
 
-// cancelSchedules removes the rollout's pending time-outs.
-func (s *Service) cancelSchedules(ctx context.Context, n int64) {
+// cancelSchedules removes pending time-outs of the rollout; a time-out that
+// fires anyway finds the rollout moved on and does nothing.
+func (s *Service) cancelSchedules(ctx context.Context, n int64, kinds ...string) {
 	st, err := s.Bus.JS.Stream(ctx, bus.StreamRollout)
 	if err != nil {
 		return
 	}
-	for _, kind := range []string{schema.TimeoutBarrier, schema.TimeoutRollout} {
+	for _, kind := range kinds {
 		_ = st.Purge(ctx, jetstream.WithPurgeSubject(subject.TimeoutSchedule(n, kind)))
 	}
 }
