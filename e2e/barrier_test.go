@@ -1,16 +1,22 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
+	"github.com/planact/planact/pkg/subject"
 	"github.com/planact/planact/pkg/telemetry"
 )
 
@@ -85,5 +91,55 @@ func TestBarrierRaces(t *testing.T) {
 	}
 	if started := testutil.ToFloat64(telemetry.RolloutsStarted) - startedBefore; started != rollouts {
 		t.Errorf("barrier released %v times for %d rollouts", started, rollouts)
+	}
+}
+
+// TestRejectedArrivals: an arrival planact cannot use gets a clear error at
+// once, and a corrected arrival for the same rollout then runs normally.
+func TestRejectedArrivals(t *testing.T) {
+	e := start(t, envOptions{planner: sim.Config{Seed: 21}, actor: sim.Config{Seed: 22}})
+	planner, actor := e.trainer(t), e.trainer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tasks := e.tasks(1, 1, 70)
+
+	bad := &schema.Arrive{Rollout: 70, Role: schema.RolePlanner, Engine: e.planner, Tasks: tasks,
+		Config: &schema.Config{FailurePolicy: "ignore"}}
+	_, err := planner.Rollout(ctx, bad, 0)
+	if !errors.Is(err, client.ErrRejected) || !strings.Contains(err.Error(), "failure_policy") {
+		t.Fatalf("invalid config: %v, want ErrRejected naming failure_policy", err)
+	}
+
+	// A body that is not an arrival at all (wrong schema version).
+	nc := bustest.Conn(t, e.url)
+	body, _ := schema.Marshal(&schema.Arrive{Rollout: 71, Role: schema.RoleActor, Engine: e.actor})
+	body = bytes.Replace(body, []byte("rollout.arrive/1"), []byte("rollout.arrive/9"), 1)
+	msg := nats.NewMsg(subject.Arrive(71))
+	msg.Data = body
+	msg.Header.Set(schema.HdrRole, schema.RoleActor)
+	if err := nc.PublishMsg(msg); err != nil {
+		t.Fatal(err)
+	}
+	res, err := actor.Result(ctx, 71, schema.RoleActor)
+	if !errors.Is(err, client.ErrRejected) || !strings.Contains(res.Reason, "rollout.arrive/9") {
+		t.Fatalf("undecodable arrival: %v, want ErrRejected naming the version", err)
+	}
+
+	// The corrected planner arrival goes through; the rollout runs.
+	good := *bad
+	good.Config = nil
+	done := make(chan outcome, 1)
+	go func() {
+		var o outcome
+		o.planner, o.perr = planner.Rollout(ctx, &good, 0)
+		done <- o
+	}()
+	ares, aerr := actor.Rollout(ctx, &schema.Arrive{Rollout: 70, Role: schema.RoleActor, Engine: e.actor}, 0)
+	o := <-done
+	if o.perr != nil || aerr != nil || o.planner.Status != schema.ResultOK || ares.Status != schema.ResultOK {
+		t.Fatalf("corrected arrival: planner %v %+v, actor %v", o.perr, o.planner, aerr)
+	}
+	if len(o.planner.Samples) != 1 || len(ares.Samples) == 0 {
+		t.Errorf("samples: planner %d actor %d", len(o.planner.Samples), len(ares.Samples))
 	}
 }

@@ -120,6 +120,16 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 		served <- stack.Serve(ctx, names, stack.Options{URL: url, Log: log, Provisioning: bus.Provisioning{}})
 	}()
+	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
+	err := stack.WaitReady(rctx, url, names)
+	rcancel()
+	if err != nil {
+		cancel()
+		if serr := <-served; serr != nil {
+			return serr
+		}
+		return err
+	}
 	say("planact: services running: %s\n", strings.Join(names, ", "))
 
 	if !*runDemo {

@@ -19,7 +19,8 @@ func noenv(string) string { return "" }
 func TestUpDemoJSON(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var stdout, stderr bytes.Buffer
+	var stdout bytes.Buffer
+	var stderr syncBuffer // services log from many goroutines
 	err := run(ctx, []string{"up", "--demo", "--json", "--port", "-1", "--metrics", "", "--data", t.TempDir(),
 		"--rollouts", "2", "--tasks", "2", "--samples-per-prompt", "2", "--sim-ttft", "0", "--sim-per-token", "0"},
 		noenv, strings.NewReader(""), &stdout, &stderr)

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/rs/zerolog"
@@ -175,4 +176,27 @@ func runner(name string, b *bus.Bus, log zerolog.Logger, o Options) func(context
 		}
 	}
 	panic("stack: unvalidated service " + name)
+}
+
+// WaitReady waits until every named service answers `$SRV.PING.<name>`:
+// consumers created, endpoints registered.
+func WaitReady(ctx context.Context, url string, names []string) error {
+	nc, err := nats.Connect(url, nats.Name("planact-ready-check"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	for _, name := range names {
+		for {
+			if _, err := nc.RequestWithContext(ctx, "$SRV.PING."+name, nil); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s is not answering: %w", name, ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }

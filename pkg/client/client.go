@@ -52,29 +52,39 @@ func New(nc *nats.Conn) (*Client, error) {
 // Arrive announces a as its role for its rollout. Arriving twice is
 // harmless: the barrier counts each role once.
 func (c *Client) Arrive(ctx context.Context, a *schema.Arrive) error {
+	_, err := c.arrive(ctx, a)
+	return err
+}
+
+// arrive publishes the arrival and returns its stream sequence.
+func (c *Client) arrive(ctx context.Context, a *schema.Arrive) (uint64, error) {
 	cp := *a // the caller's arrival keeps its tasks
 	a = &cp
 	if a.AtMs == 0 {
 		a.AtMs = time.Now().UnixMilli()
 	}
 	if err := c.offloadTasks(ctx, a); err != nil {
-		return err
+		return 0, err
 	}
 	if bus.TraceFrom(ctx) == "" {
 		ctx = bus.WithTrace(ctx, bus.RolloutTraceID(a.Rollout))
 	}
 	msg, err := bus.NewMsg(ctx, a)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	var seq uint64
 	err = untilUp(ctx, func(ctx context.Context) error {
-		_, err := c.js.PublishMsg(ctx, msg)
+		ack, err := c.js.PublishMsg(ctx, msg)
+		if err == nil {
+			seq = ack.Sequence
+		}
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("arrive rollout %d as %s: %w", a.Rollout, a.Role, err)
+		return 0, fmt.Errorf("arrive rollout %d as %s: %w", a.Rollout, a.Role, err)
 	}
-	return nil
+	return seq, nil
 }
 
 // untilUp retries op while planact's streams do not exist yet (a trainer
@@ -159,6 +169,13 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, reason string) error
 // ran out of time) and aborted (cancelled) results come with a nil error
 // and the samples of the episodes that ended: check Status.
 func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Result, error) {
+	return c.result(ctx, n, role, 0)
+}
+
+// result waits for the result; a rejection stored before the stream
+// sequence arrivedAt answered an earlier arrival, not this one, and is
+// passed over.
+func (c *Client) result(ctx context.Context, n int64, role string, arrivedAt uint64) (*schema.Result, error) {
 	var cons jetstream.Consumer
 	err := untilUp(ctx, func(ctx context.Context) error {
 		var err error
@@ -186,6 +203,9 @@ func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Resu
 		if err := schema.Unmarshal(msg.Data(), &r); err != nil {
 			return nil, err
 		}
+		if md, err := msg.Metadata(); err == nil && r.Status == schema.ResultInvalid && md.Sequence.Stream < arrivedAt {
+			continue
+		}
 		if r.SamplesObject != "" {
 			if err := c.fetchSamples(ctx, &r); err != nil {
 				return &r, err
@@ -210,10 +230,11 @@ func (c *Client) Rollout(ctx context.Context, a *schema.Arrive, timeout time.Dur
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	if err := c.Arrive(ctx, a); err != nil {
+	seq, err := c.arrive(ctx, a)
+	if err != nil {
 		return nil, err
 	}
-	return c.Result(ctx, a.Rollout, a.Role)
+	return c.result(ctx, a.Rollout, a.Role, seq)
 }
 
 func (c *Client) fetchSamples(ctx context.Context, r *schema.Result) error {

@@ -51,7 +51,9 @@ type Arrive struct {
 func (m *Arrive) Kind() string    { return "rollout.arrive/1" }
 func (m *Arrive) Subject() string { return subject.Arrive(m.Rollout) }
 func (m *Arrive) MsgID() string {
-	return fmt.Sprintf("arrive.%d.%s.%s", m.Rollout, m.Role, m.Attempt)
+	// One id per arrival call: a publish retried by the client is stored
+	// once, a corrected arrival after a rejection is a new message.
+	return fmt.Sprintf("arrive.%d.%s.%s.%d", m.Rollout, m.Role, m.Attempt, m.AtMs)
 }
 func (m *Arrive) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }
 
@@ -367,12 +369,21 @@ type Result struct {
 	SamplesObject string   `json:"samples_object,omitempty"`
 	SampleCount   int      `json:"sample_count"`
 	Stats         Stats    `json:"stats"`
+	// ArrivalMs, on a rejection, is the at_ms of the arrival it answers.
+	ArrivalMs int64 `json:"arrival_ms,omitempty"`
 }
 
 func (m *Result) Kind() string    { return "rollout.result/1" }
 func (m *Result) Subject() string { return subject.Result(m.Rollout, m.Role) }
-func (m *Result) MsgID() string   { return fmt.Sprintf("result.%d.%s", m.Rollout, m.Role) }
-func (m *Result) Meta() Meta      { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }
+func (m *Result) MsgID() string {
+	if m.Status == ResultInvalid && m.ArrivalMs != 0 {
+		// A rejected arrival must not take the id of the rollout's real
+		// result, which would then be dropped as its duplicate.
+		return fmt.Sprintf("result.%d.%s.invalid.%d", m.Rollout, m.Role, m.ArrivalMs)
+	}
+	return fmt.Sprintf("result.%d.%s", m.Rollout, m.Role)
+}
+func (m *Result) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }
 
 // ActorRequest asks the actor-gateway (a NATS service endpoint, not a
 // stream) for one generation.

@@ -21,7 +21,7 @@ import (
 func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
 	var a schema.Arrive
 	if err := m.Decode(&a); err != nil {
-		return err
+		return s.rejectUndecodable(ctx, m, err)
 	}
 	log := zerolog.Ctx(ctx).With().Int64("rollout", a.Rollout).Str("role", a.Role).Logger()
 	if err := validateArrival(&a); err != nil {
@@ -157,13 +157,27 @@ func validateArrival(a *schema.Arrive) error {
 	return nil
 }
 
+// rejectUndecodable answers an arrival that cannot be read (a trainer in
+// another language with a wrong schema version, say) on the result subject
+// of the role its header names, so that its trainer learns why.
+func (s *Service) rejectUndecodable(ctx context.Context, m bus.Msg, cause error) error {
+	p, err := subject.Parse(m.Subject)
+	role := m.Header.Get(schema.HdrRole)
+	if err != nil || (role != schema.RolePlanner && role != schema.RoleActor) {
+		return cause // nobody to tell: the message is rejected and logged
+	}
+	zerolog.Ctx(ctx).Warn().Err(cause).Msg("arrival cannot be decoded")
+	return s.Bus.Publish(ctx, &schema.Result{Rollout: p.Rollout, Role: role, Status: schema.ResultInvalid,
+		Reason: "arrival cannot be decoded: " + cause.Error(), ArrivalMs: s.nowMs()})
+}
+
 // reject tells the trainer why its arrival was refused.
 func (s *Service) reject(ctx context.Context, a *schema.Arrive, cause error) error {
 	if a.Role != schema.RolePlanner && a.Role != schema.RoleActor {
 		return s.status(ctx, a.Rollout, "rejected", -1, cause.Error())
 	}
 	return s.Bus.Publish(ctx, &schema.Result{
-		Rollout: a.Rollout, Role: a.Role, Status: schema.ResultInvalid, Reason: cause.Error(),
+		Rollout: a.Rollout, Role: a.Role, Status: schema.ResultInvalid, Reason: cause.Error(), ArrivalMs: a.AtMs,
 	})
 }
 
