@@ -39,7 +39,7 @@ func TestSemanticsSamplesAndRewards(t *testing.T) {
 		{311, schema.Config{Reward: "f1"}, reward.F1},
 		{312, schema.Config{Reward: "em", SplitActReward: true}, reward.ExactMatch},
 		{313, schema.Config{Reward: e.planner.URL + "/reward"}, reward.F1},
-		{314, schema.Config{ActorSampling: schema.Sampling{Temperature: 1, TopP: 1, MaxNewTokens: 2}}, reward.F1},
+		{314, schema.Config{ActorSampling: schema.Sampling{Temperature: schema.Float(1), TopP: schema.Float(1), MaxNewTokens: 2}}, reward.F1},
 	}
 	outs := make([]outcome, len(cases))
 	tl := make([][]schema.Task, len(cases))

@@ -14,12 +14,58 @@ type Engine struct {
 	Model    string `json:"model,omitempty"`
 }
 
-// Sampling parameters for one role's engine.
+// Sampling parameters for one role's engine. Fields left out take the
+// rollout defaults one by one; temperature and top_p are pointers so that
+// an explicit 0 (greedy) is not taken for "left out".
 type Sampling struct {
-	Temperature  float64  `json:"temperature,omitempty"`
-	TopP         float64  `json:"top_p,omitempty"`
+	Temperature  *float64 `json:"temperature,omitempty"`
+	TopP         *float64 `json:"top_p,omitempty"`
 	MaxNewTokens int      `json:"max_new_tokens,omitempty"`
 	Stop         []string `json:"stop,omitempty"`
+}
+
+// Float returns a pointer to v, for Sampling literals.
+func Float(v float64) *float64 { return &v }
+
+// Values returns temperature and top_p, 1 for those left out.
+func (s Sampling) Values() (temperature, topP float64) {
+	temperature, topP = 1, 1
+	if s.Temperature != nil {
+		temperature = *s.Temperature
+	}
+	if s.TopP != nil {
+		topP = *s.TopP
+	}
+	return temperature, topP
+}
+
+func (s Sampling) withDefaults(d Sampling) Sampling {
+	if s.Temperature == nil {
+		s.Temperature = d.Temperature
+	}
+	if s.TopP == nil {
+		s.TopP = d.TopP
+	}
+	if s.MaxNewTokens == 0 {
+		s.MaxNewTokens = d.MaxNewTokens
+	}
+	if s.Stop == nil {
+		s.Stop = d.Stop
+	}
+	return s
+}
+
+func (s Sampling) validate(field string) error {
+	t, p := s.Values()
+	switch {
+	case t < 0:
+		return fmt.Errorf("config: %s.temperature %g: want 0 or more", field, t)
+	case p <= 0 || p > 1:
+		return fmt.Errorf("config: %s.top_p %g: want more than 0, at most 1", field, p)
+	case s.MaxNewTokens < 0:
+		return fmt.Errorf("config: %s.max_new_tokens %d: want 0 (default) or more", field, s.MaxNewTokens)
+	}
+	return nil
 }
 
 // Task is one prompt of the batch. n_samples_per_prompt copies of a task

@@ -98,7 +98,7 @@ func cases() []wireCase {
 		}),
 		msgCase(&schema.Timeout{Rollout: 42, TimeoutKind: schema.TimeoutBarrier, DeadlineMs: 1767227400000}),
 		msgCase(&schema.Cancel{Rollout: 42, Reason: "trainer preempted", AtMs: 1767225602000}),
-		msgCase(&schema.ActorRequest{Rollout: 42, Episode: 1, Key: "t1-s2", Engine: engineA, Prompt: gen.Prompt, Sampling: schema.Sampling{Temperature: 1, TopP: 1, MaxNewTokens: 128}}),
+		msgCase(&schema.ActorRequest{Rollout: 42, Episode: 1, Key: "t1-s2", Engine: engineA, Prompt: gen.Prompt, Sampling: schema.Sampling{Temperature: schema.Float(1), TopP: schema.Float(1), MaxNewTokens: 128}}),
 		msgCase(&schema.ActorReply{Generation: *gen}),
 		{file: "kv.session.v1.schema.json", value: &schema.Session{
 			Rollout: 42, State: schema.SessionRunning,

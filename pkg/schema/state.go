@@ -3,6 +3,7 @@ package schema
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/planact/planact/pkg/plan"
@@ -54,7 +55,7 @@ type Config struct {
 	Schedule         string   `json:"schedule,omitempty"`
 	MaxNodes         int      `json:"max_nodes,omitempty"`
 	MaxContextTokens int      `json:"max_context_tokens,omitempty"`
-	ActRetries       int      `json:"act_retries,omitempty"`
+	ActRetries       int      `json:"act_retries,omitempty"` // -1: no retries
 	ActTimeoutS      float64  `json:"act_timeout_s,omitempty"`
 	BarrierTimeoutS  float64  `json:"barrier_timeout_s,omitempty"`
 	RolloutTimeoutS  float64  `json:"rollout_timeout_s,omitempty"`
@@ -79,8 +80,8 @@ func DefaultConfig() Config {
 		ActTimeoutS:      60,
 		BarrierTimeoutS:  1800,
 		RolloutTimeoutS:  3600,
-		PlannerSampling:  Sampling{Temperature: 1, TopP: 1, MaxNewTokens: 1024},
-		ActorSampling:    Sampling{Temperature: 1, TopP: 1, MaxNewTokens: 128},
+		PlannerSampling:  Sampling{Temperature: Float(1), TopP: Float(1), MaxNewTokens: 1024},
+		ActorSampling:    Sampling{Temperature: Float(1), TopP: Float(1), MaxNewTokens: 128},
 		Reward:           "f1",
 	}
 }
@@ -124,12 +125,8 @@ func (c Config) WithDefaults() Config {
 	if c.RolloutTimeoutS == 0 {
 		c.RolloutTimeoutS = d.RolloutTimeoutS
 	}
-	if c.PlannerSampling.MaxNewTokens == 0 {
-		c.PlannerSampling = d.PlannerSampling
-	}
-	if c.ActorSampling.MaxNewTokens == 0 {
-		c.ActorSampling = d.ActorSampling
-	}
+	c.PlannerSampling = c.PlannerSampling.withDefaults(d.PlannerSampling)
+	c.ActorSampling = c.ActorSampling.withDefaults(d.ActorSampling)
 	if c.Reward == "" {
 		c.Reward = d.Reward
 	}
@@ -156,15 +153,50 @@ func (c Config) Validate() error {
 	if c.MaxTurns < 1 {
 		return fmt.Errorf("config: max_turns %d: want at least 1", c.MaxTurns)
 	}
-	for _, t := range c.Tools {
-		if t.Name == "" {
-			return fmt.Errorf("config: a tool has no name")
-		}
-		if t.Kind == ToolHTTP && t.URL == "" {
-			return fmt.Errorf("config: http tool %q has no url", t.Name)
+	if !slices.Contains(PlanFormats, c.PlanFormat) {
+		return fmt.Errorf("config: plan_format %q: want one of %s", c.PlanFormat, strings.Join(PlanFormats, ", "))
+	}
+	if c.ParseFormat != "" && c.ParseFormat != string(plan.FormatAuto) && !slices.Contains(PlanFormats, c.ParseFormat) {
+		return fmt.Errorf("config: parse_format %q: want auto or one of %s", c.ParseFormat, strings.Join(PlanFormats, ", "))
+	}
+	for name, v := range map[string]float64{
+		"max_nodes": float64(c.MaxNodes), "max_context_tokens": float64(c.MaxContextTokens),
+		"act_timeout_s": c.ActTimeoutS, "barrier_timeout_s": c.BarrierTimeoutS, "rollout_timeout_s": c.RolloutTimeoutS,
+	} {
+		if v < 0 {
+			return fmt.Errorf("config: %s %g: want a positive number (0 for the default)", name, v)
 		}
 	}
+	if c.Reward != "f1" && c.Reward != "em" && !strings.HasPrefix(c.Reward, "http://") && !strings.HasPrefix(c.Reward, "https://") {
+		return fmt.Errorf("config: reward %q: want f1, em or the URL of a reward server", c.Reward)
+	}
+	if err := c.PlannerSampling.validate("planner_sampling"); err != nil {
+		return err
+	}
+	if err := c.ActorSampling.validate("actor_sampling"); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, t := range c.Tools {
+		switch {
+		case t.Name == "":
+			return fmt.Errorf("config: a tool has no name")
+		case seen[t.Name]:
+			return fmt.Errorf("config: tool %q is declared twice", t.Name)
+		case t.Kind != "" && t.Kind != ToolActor && t.Kind != ToolHTTP:
+			return fmt.Errorf("config: tool %q: kind %q: want actor or http", t.Name, t.Kind)
+		case t.Kind == ToolHTTP && t.URL == "":
+			return fmt.Errorf("config: http tool %q has no url", t.Name)
+		}
+		seen[t.Name] = true
+	}
 	return nil
+}
+
+// PlanFormats are the formats a planner can be asked for (plan_format) or
+// held to (parse_format).
+var PlanFormats = []string{
+	string(plan.FormatGraph), string(plan.FormatTaskList), string(plan.FormatJSON), string(plan.FormatNumbered), string(plan.FormatSteps),
 }
 
 // Tool returns the tool named name.

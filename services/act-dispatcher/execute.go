@@ -87,7 +87,7 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 			break
 		}
 		done.Status, done.Error = schema.ActFailed, err.Error()
-		if !fail.IsRetryable(err) || attempt > cfg.ActRetries {
+		if !fail.IsRetryable(err) || attempt > max(cfg.ActRetries, 0) {
 			break
 		}
 		wait := backoff(s.RetryBase, attempt)

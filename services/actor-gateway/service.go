@@ -140,8 +140,9 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest) 
 	}
 	start := time.Now()
 	s := req.Sampling
+	temperature, topP := s.Values()
 	g, err := lease.Generate(ctx, engine.Request{InputIDs: ids, Sampling: engine.Sampling{
-		Temperature: s.Temperature, TopP: s.TopP, MaxNewTokens: s.MaxNewTokens, Stop: s.Stop,
+		Temperature: temperature, TopP: topP, MaxNewTokens: s.MaxNewTokens, Stop: s.Stop,
 	}})
 	if err != nil {
 		return schema.Generation{}, err

@@ -126,5 +126,6 @@ func (s *Service) previousTurn(ctx context.Context, req *schema.PlanRequest) (*s
 }
 
 func toEngine(s schema.Sampling) engine.Sampling {
-	return engine.Sampling{Temperature: s.Temperature, TopP: s.TopP, MaxNewTokens: s.MaxNewTokens, Stop: s.Stop}
+	temperature, topP := s.Values()
+	return engine.Sampling{Temperature: temperature, TopP: topP, MaxNewTokens: s.MaxNewTokens, Stop: s.Stop}
 }
