@@ -244,6 +244,14 @@ func TestComposeCluster(t *testing.T) {
 		t.Errorf("permission violation during the rollout: %s", line)
 	}
 
+	// One more process started without --replicas (so, 1) must not
+	// shrink them.
+	b, err = bus.Connect(ctx, withUser(urls[1], "admin"), "provision-r1", bustest.Logger(), bus.Provisioning{Replicas: 1})
+	if err != nil {
+		t.Fatalf("provision with one replica: %v", err)
+	}
+	b.NC.Close()
+
 	// Streams and buckets are replicated on all three servers.
 	js, err := admin.JetStream()
 	if err != nil {

@@ -114,15 +114,18 @@ func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
 		// Updating a stream that is already as wanted is not a no-op on the
 		// server (it rewrites the store's config, racing with consumers
 		// being created by other replicas), so only a difference is applied.
-		if st, err := b.JS.Stream(ctx, cfg.Name); err == nil && sameStream(st.CachedInfo().Config, cfg) {
-			continue
+		if st, err := b.JS.Stream(ctx, cfg.Name); err == nil {
+			cfg.Replicas = b.keepReplicas(cfg.Name, st.CachedInfo().Config.Replicas, cfg.Replicas)
+			if sameStream(st.CachedInfo().Config, cfg) {
+				continue
+			}
 		}
 		if _, err := b.JS.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
 	}
 	var err error
-	b.Sessions, err = keyValue(ctx, b.JS, jetstream.KeyValueConfig{
+	b.Sessions, err = b.keyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:         BucketSession,
 		Description:    "planact rollout sessions: barrier and lifecycle, one key per rollout",
 		History:        1,
@@ -134,7 +137,7 @@ func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
 	if err != nil {
 		return fmt.Errorf("provision kv %s: %w", BucketSession, err)
 	}
-	b.Runs, err = keyValue(ctx, b.JS, jetstream.KeyValueConfig{
+	b.Runs, err = b.keyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:         BucketRuns,
 		Description:    "planact run state, one key per episode turn",
 		History:        1,
@@ -146,13 +149,23 @@ func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
 	if err != nil {
 		return fmt.Errorf("provision kv %s: %w", BucketRuns, err)
 	}
-	b.Objects, err = b.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	ocfg := jetstream.ObjectStoreConfig{
 		Bucket:      ObjectResults,
 		Description: "planact large payloads: results with many samples, large task lists",
 		TTL:         p.ResultTTL,
 		Storage:     jetstream.FileStorage,
 		Replicas:    p.Replicas,
-	})
+	}
+	if os, err := b.JS.ObjectStore(ctx, ObjectResults); err == nil {
+		if st, err := os.Status(ctx); err == nil {
+			ocfg.Replicas = b.keepReplicas(ObjectResults, st.Replicas(), ocfg.Replicas)
+			if st.Description() == ocfg.Description && st.TTL() == ocfg.TTL && st.Storage() == ocfg.Storage && max(st.Replicas(), 1) == max(ocfg.Replicas, 1) {
+				b.Objects = os
+				return nil
+			}
+		}
+	}
+	b.Objects, err = b.JS.CreateOrUpdateObjectStore(ctx, ocfg)
 	if err != nil {
 		return fmt.Errorf("provision object store %s: %w", ObjectResults, err)
 	}
@@ -169,13 +182,25 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 		have.AllowMsgTTL == want.AllowMsgTTL
 }
 
+// keepReplicas never lowers the replicas of what exists: one process
+// started without --replicas 3 must not shrink a cluster's streams.
+func (b *Bus) keepReplicas(name string, have, want int) int {
+	if have > want {
+		b.Log.Warn().Str("stream", name).Int("replicas", have).Int("asked", want).Msg("keeping the existing replicas")
+		return have
+	}
+	return want
+}
+
 // keyValue opens the bucket, creating or updating it only when it is missing
 // or differs from cfg (see sameStream for why).
-func keyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+func (b *Bus) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	js := b.JS
 	if kv, err := js.KeyValue(ctx, cfg.Bucket); err == nil {
 		if st, err := kv.Status(ctx); err == nil {
 			if kvs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 				c := kvs.StreamInfo().Config
+				cfg.Replicas = b.keepReplicas(cfg.Bucket, c.Replicas, cfg.Replicas)
 				if c.Description == cfg.Description && c.MaxMsgsPerSubject == int64(cfg.History) && c.MaxAge == cfg.TTL &&
 					c.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL && c.Storage == cfg.Storage && max(c.Replicas, 1) == max(cfg.Replicas, 1) {
 					return kv, nil
