@@ -293,6 +293,15 @@ const (
 	ActCached = "cached"
 )
 
+// Kinds of act failures, counted in Stats.Failures.
+const (
+	ActErrTimeout     = "timeout"     // every attempt ran out of time
+	ActErrTransient   = "error"       // the engine or tool kept failing
+	ActErrInvalid     = "invalid"     // will never work: bad arguments, unknown tool, a 4xx
+	ActErrUnavailable = "unavailable" // no actor-gateway answered
+	ActErrDuplicate   = "duplicate"   // repeats a call of the episode that failed
+)
+
 // Generation is one engine call as a trainer needs it: token-exact.
 type Generation struct {
 	Prompt        string    `json:"prompt"`
@@ -318,6 +327,7 @@ type ActDone struct {
 	Status     string      `json:"status"`
 	Output     string      `json:"output,omitempty"`
 	Error      string      `json:"error,omitempty"`
+	ErrorKind  string      `json:"error_kind,omitempty"` // for failed acts: ActErr… values
 	Attempts   int         `json:"attempts,omitempty"`
 	Generation *Generation `json:"generation,omitempty"` // set when the actor model ran
 	StartedMs  int64       `json:"started_ms,omitempty"`

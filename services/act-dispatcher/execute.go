@@ -61,11 +61,15 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 		out, gen, err := s.execute(actx, info, &run)
 		cancel()
 		if err == nil {
-			done.Status, done.Output, done.Generation, done.Error = schema.ActDoneOK, out, gen, ""
+			done.Status, done.Output, done.Generation, done.Error, done.ErrorKind = schema.ActDoneOK, out, gen, "", ""
 			break
 		}
+		kind := schema.ActErrTransient
+		if !fail.IsRetryable(err) {
+			kind = schema.ActErrInvalid
+		}
 		if actx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
-			err = fail.Transientf("act timed out after %gs", cfg.ActTimeoutS)
+			err, kind = fail.Transientf("act timed out after %gs", cfg.ActTimeoutS), schema.ActErrTimeout
 		}
 		if context.Cause(ctx) == errRolloutOver {
 			log.Info().Int("attempt", attempt).Msg("rollout over; act abandoned")
@@ -83,10 +87,10 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 			}
 			// Postponed for about half a minute: fail it, so that its
 			// episode goes on instead of waiting for the rollout time-out.
-			done.Status, done.Error = schema.ActFailed, err.Error()
+			done.Status, done.Error, done.ErrorKind = schema.ActFailed, err.Error(), schema.ActErrUnavailable
 			break
 		}
-		done.Status, done.Error = schema.ActFailed, err.Error()
+		done.Status, done.Error, done.ErrorKind = schema.ActFailed, err.Error(), kind
 		if !fail.IsRetryable(err) || attempt > max(cfg.ActRetries, 0) {
 			break
 		}

@@ -171,13 +171,13 @@ func (s *Service) publishRuns(ctx context.Context, r *schema.Run, run, cached []
 	}
 	now := nowMs()
 	for _, n := range cached {
-		status := schema.ActCached
+		status, kind := schema.ActCached, ""
 		if n.Status == schema.NodeFailed {
-			status = schema.ActFailed
+			status, kind = schema.ActFailed, schema.ActErrDuplicate
 		}
 		done := &schema.ActDone{
 			Rollout: r.Rollout, Episode: r.Episode, Turn: r.Turn, Key: n.Key, NodeID: n.Node.ID, Tool: n.Node.Tool,
-			Input: n.Input, Status: status, Output: n.Output, Error: n.Error, StartedMs: now, EndedMs: now,
+			Input: n.Input, Status: status, Output: n.Output, Error: n.Error, ErrorKind: kind, StartedMs: now, EndedMs: now,
 		}
 		msgs = append(msgs, done)
 	}

@@ -131,10 +131,10 @@ func (s *Service) assemble(ctx context.Context, sess schema.Session, status, rea
 		})
 		var mine []schema.Sample
 		for _, d := range ep.acts {
-			if d.Status == schema.ActFailed && d.Attempts > 0 {
-				// A duplicate that failed with the act it repeats (no
-				// attempt of its own) is that act's failure, counted once.
-				stats.Failures[failureKind(d.Error)]++
+			if d.Status == schema.ActFailed && d.ErrorKind != schema.ActErrDuplicate {
+				// A duplicate that failed with the act it repeats is that
+				// act's failure, counted once.
+				stats.Failures[d.ErrorKind]++
 			}
 			if as, ok := actorSample(n, e, ep, d); ok {
 				mine = append(mine, as)
@@ -275,19 +275,6 @@ func ones(n int) []int {
 		m[i] = 1
 	}
 	return m
-}
-
-// failureKind buckets an act error for the stats.
-func failureKind(msg string) string {
-	switch {
-	case strings.Contains(msg, "timed out") || strings.Contains(msg, "deadline"):
-		return "timeout"
-	case strings.Contains(msg, "unknown tool") || strings.Contains(msg, "invalid"):
-		return "invalid"
-	case strings.Contains(msg, "dependency"):
-		return "dependency"
-	}
-	return "error"
 }
 
 // scorer returns the rollout's reward function.
