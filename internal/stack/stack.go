@@ -78,31 +78,40 @@ func Serve(ctx context.Context, names []string, o Options) error {
 	}()
 	sorted := append([]string(nil), names...)
 	sort.SliceStable(sorted, func(i, j int) bool { return slices.Index(Services, sorted[i]) < slices.Index(Services, sorted[j]) })
-	for _, name := range sorted {
-		replicas := max(o.Replicas[name], 1)
-		for r := 0; r < replicas; r++ {
-			log := o.Log.With().Str("service", name).Int("replica", r).Logger()
-			b, err := bus.Connect(ctx, o.URL, fmt.Sprintf("planact-%s-%d", name, r), log, o.Provisioning)
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			buses = append(buses, b)
-			if name != actorgateway.Name { // it registers its own endpoint
-				if err := register(b, name, r); err != nil {
-					return err
+	start := func() error {
+		for _, name := range sorted {
+			replicas := max(o.Replicas[name], 1)
+			for r := 0; r < replicas; r++ {
+				log := o.Log.With().Str("service", name).Int("replica", r).Logger()
+				b, err := bus.Connect(ctx, o.URL, fmt.Sprintf("planact-%s-%d", name, r), log, o.Provisioning)
+				if err != nil {
+					return fmt.Errorf("%s: %w", name, err)
 				}
-			}
-			run := runner(name, b, log, o)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-					errs <- fmt.Errorf("%s: %w", name, err)
-					cancel()
+				buses = append(buses, b)
+				if name != actorgateway.Name { // it registers its own endpoint
+					if err := register(b, name, r); err != nil {
+						return err
+					}
 				}
-			}()
-			log.Info().Msg("service started")
+				run := runner(name, b, log, o)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+						errs <- fmt.Errorf("%s: %w", name, err)
+						cancel()
+					}
+				}()
+				log.Info().Msg("service started")
+			}
 		}
+		return nil
+	}
+	if err := start(); err != nil {
+		// The replicas already running stop before their connections close.
+		cancel()
+		wg.Wait()
+		return err
 	}
 	<-ctx.Done()
 	wg.Wait()

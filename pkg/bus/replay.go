@@ -17,6 +17,8 @@ func (b *Bus) LastPerSubject(ctx context.Context, stream, filter string, fn func
 	cons, err := b.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		// Gone soon after the replay, not after nats.go's default 5 minutes.
+		InactiveThreshold: 5 * time.Second,
 	})
 	if err != nil {
 		return fail.Transientf("replay %s %s: %w", stream, filter, err)

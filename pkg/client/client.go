@@ -182,6 +182,8 @@ func (c *Client) result(ctx context.Context, n int64, role string, arrivedAt uin
 		cons, err = c.js.OrderedConsumer(ctx, bus.StreamRollout, jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{subject.Result(n, role)},
 			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+			// While waiting it pulls, so it stays; after, it is gone soon.
+			InactiveThreshold: 30 * time.Second,
 		})
 		return err
 	})
