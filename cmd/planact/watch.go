@@ -16,8 +16,9 @@ import (
 	"github.com/planact/planact/pkg/schema"
 )
 
-// runWatch follows rollouts live: one line per message, in the order
-// JetStream stored them, from the beginning of a rollout's history.
+// runWatch follows rollouts live: one line per message, from the beginning
+// of a rollout's history. Lines keep the order JetStream stored them within
+// each stream (ROLLOUT, PLAN, ACT); the three streams interleave.
 func runWatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -108,6 +108,8 @@ func parse(text string, opts Options) (Result, *Error) {
 			return Result{}, errorf(ErrTruncated, "the output was cut off inside <think> before any plan or answer; think less and write the plan")
 		case strings.TrimSpace(d.text) == "":
 			return Result{}, errorf(ErrEmpty, "the output has no plan and no answer; write a plan or an <answer>")
+		case d.index("<answer>", 0) >= 0:
+			return Result{}, errorf(ErrEmpty, "the <answer> is empty; write the answer between <answer> and </answer>")
 		}
 		return Result{}, errorf(ErrUnknownFormat, "no plan or answer found in the output; write a plan in one of the supported formats or an <answer>")
 	}

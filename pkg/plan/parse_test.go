@@ -238,6 +238,7 @@ func TestParseErrors(t *testing.T) {
 		msgSubstr string
 	}{
 		{name: "empty text", in: "  \n", kind: ErrEmpty},
+		{name: "empty answer", in: "<think>done</think><answer> </answer>", kind: ErrEmpty, msg: "the <answer> is empty; write the answer between <answer> and </answer>"},
 		{name: "empty graph", in: "<graph></graph>", kind: ErrEmpty, msg: "the plan has no nodes; write at least one step"},
 		{name: "unknown format", in: "I am not sure what to do.", kind: ErrUnknownFormat},
 		{name: "forced format missing", in: "1. search(\"x\")", opts: Options{Format: FormatGraph}, kind: ErrSyntax},
