@@ -21,6 +21,7 @@ Usage:
   planact serve <service...>               run services against $NATS_URL
   planact sim [flags]                      run the simulated planner and actor engines
   planact parse [--format f] [--dot] [file] parse a plan and print its IR (or DOT)
+  planact submit --rollout N [flags]       play one or both trainers for one rollout
   planact watch [rollout]                  follow rollouts live, one line per message
   planact decode [file]                    msgpack body (stdin or file) -> JSON; for nats --translate
   planact version
@@ -58,6 +59,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return runSim(ctx, rest, stdout, stderr)
 	case "parse":
 		return runParse(ctx, rest, stdin, stdout, stderr)
+	case "submit":
+		return runSubmit(ctx, rest, getenv, stdout, stderr)
 	case "watch":
 		return runWatch(ctx, rest, getenv, stdout, stderr)
 	case "decode":

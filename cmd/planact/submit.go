@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/planact/planact/internal/demo"
+	"github.com/planact/planact/pkg/client"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+)
+
+// runSubmit plays one or both trainers for one rollout from the command
+// line: the quickest way to try a deployment or an engine by hand.
+func runSubmit(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("nats", "", "NATS server URL (default $NATS_URL, else nats://127.0.0.1:4222)")
+	rollout := fs.Int64("rollout", -1, "rollout id (required)")
+	role := fs.String("role", "both", "arrive as planner, actor, or both")
+	plannerURL := fs.String("planner-engine", "", "planner engine URL (for --role planner or both)")
+	actorURL := fs.String("actor-engine", "", "actor engine URL (for --role actor or both)")
+	protocol := fs.String("protocol", "sglang", "engine protocol: sglang or openai")
+	tasksFile := fs.String("tasks", "", "JSON Lines file of tasks ({\"prompt\":…,\"label\":…,\"group_index\":…,\"index\":…}); '-' for stdin")
+	simTasks := fs.Int("sim-tasks", 0, "instead of --tasks: this many questions of the simulated world")
+	configFile := fs.String("config", "", "JSON file with the rollout configuration (see README)")
+	timeout := fs.Duration("timeout", 30*time.Minute, "give up waiting after this long")
+	asJSON := fs.Bool("json", false, "print the results as JSON (samples included) instead of a summary")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *rollout < 0 {
+		return fmt.Errorf("submit: --rollout is required")
+	}
+	roles := map[string]bool{}
+	switch *role {
+	case "both":
+		roles[schema.RolePlanner], roles[schema.RoleActor] = true, true
+	case schema.RolePlanner, schema.RoleActor:
+		roles[*role] = true
+	default:
+		return fmt.Errorf("submit: --role %q: want planner, actor or both", *role)
+	}
+	var tasks []schema.Task
+	var err error
+	switch {
+	case *tasksFile != "":
+		tasks, err = readTasks(*tasksFile, os.Stdin)
+	case *simTasks > 0:
+		tasks = demo.Tasks(sim.DefaultWorld(), *simTasks, 1, *rollout, "")
+	}
+	if err != nil {
+		return err
+	}
+	if roles[schema.RolePlanner] && len(tasks) == 0 {
+		return fmt.Errorf("submit: the planner brings the tasks: give --tasks or --sim-tasks")
+	}
+	var cfg *schema.Config
+	if *configFile != "" {
+		data, err := os.ReadFile(*configFile)
+		if err != nil {
+			return err
+		}
+		cfg = &schema.Config{}
+		if err := json.Unmarshal(data, cfg); err != nil {
+			return fmt.Errorf("submit: %s: %w", *configFile, err)
+		}
+	}
+	if *url == "" {
+		*url = getenv("NATS_URL")
+	}
+	if *url == "" {
+		*url = nats.DefaultURL
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+
+	arrivals := map[string]*schema.Arrive{}
+	if roles[schema.RolePlanner] {
+		if *plannerURL == "" {
+			return fmt.Errorf("submit: --planner-engine is required for the planner")
+		}
+		arrivals[schema.RolePlanner] = &schema.Arrive{Rollout: *rollout, Role: schema.RolePlanner,
+			Engine: schema.Engine{URL: *plannerURL, Protocol: *protocol}, Tasks: tasks, Config: cfg}
+	}
+	if roles[schema.RoleActor] {
+		if *actorURL == "" {
+			return fmt.Errorf("submit: --actor-engine is required for the actor")
+		}
+		arrivals[schema.RoleActor] = &schema.Arrive{Rollout: *rollout, Role: schema.RoleActor,
+			Engine: schema.Engine{URL: *actorURL, Protocol: *protocol}, Config: cfg}
+	}
+	results := map[string]*schema.Result{}
+	errs := map[string]error{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for r, a := range arrivals {
+		nc, err := nats.Connect(*url, nats.Name("planact-submit-"+r))
+		if err != nil {
+			return fmt.Errorf("submit: %w", err)
+		}
+		defer nc.Close()
+		c, err := client.New(nc)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := c.Rollout(ctx, a, 0)
+			mu.Lock()
+			results[r], errs[r] = res, err
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(results); err != nil {
+			return err
+		}
+	}
+	var first error
+	for _, r := range []string{schema.RolePlanner, schema.RoleActor} {
+		if !roles[r] {
+			continue
+		}
+		if errs[r] != nil && first == nil {
+			first = fmt.Errorf("%s: %w", r, errs[r])
+		}
+		if res := results[r]; res != nil && !*asJSON {
+			st := res.Stats
+			fmt.Fprintf(stdout, "%s: %s %s — %d samples; %d episodes %v, accuracy %.2f, mean reward %.3f, %.2f turns, %.2f acts per episode, failures %v\n",
+				r, res.Status, res.Reason, len(res.Samples), st.Episodes, st.EpisodeStatus, st.Accuracy, st.MeanReward, st.MeanTurns, st.ActsPerEpisode, st.Failures)
+		}
+	}
+	return first
+}
+
+// readTasks reads JSON Lines of tasks; a missing index takes the line number.
+func readTasks(path string, stdin io.Reader) ([]schema.Task, error) {
+	in := stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		in = f
+	}
+	var tasks []schema.Task
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for line := 1; sc.Scan(); line++ {
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		t := schema.Task{Index: len(tasks), GroupIndex: len(tasks)}
+		if err := json.Unmarshal(sc.Bytes(), &t); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		if t.Prompt == "" {
+			return nil, fmt.Errorf("%s:%d: task has no prompt", path, line)
+		}
+		tasks = append(tasks, t)
+	}
+	return tasks, sc.Err()
+}

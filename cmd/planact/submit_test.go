@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+)
+
+func TestSubmit(t *testing.T) {
+	_, url := bustest.Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	planner, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RolePlanner, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RoleActor, Seed: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	sctx, stop := context.WithCancel(ctx)
+	go func() { served <- stack.Serve(sctx, stack.Services, stack.Options{URL: url, Log: bustest.Logger()}) }()
+	defer func() { stop(); <-served }()
+
+	dir := t.TempDir()
+	tasks := filepath.Join(dir, "tasks.jsonl")
+	os.WriteFile(tasks, []byte(`{"prompt":"What is the population of the capital of France?","label":"2.1 million"}`+"\n\n"+
+		`{"prompt":"What is the population of the capital of Japan?","label":"14 million","group_index":7}`+"\n"), 0o644)
+	config := filepath.Join(dir, "config.json")
+	os.WriteFile(config, []byte(`{"max_turns": 3, "plan_format": "numbered"}`), 0o644)
+
+	var out, errOut syncBuffer
+	err = run(ctx, []string{"submit", "--nats", url, "--rollout", "5", "--planner-engine", planner, "--actor-engine", actor,
+		"--tasks", tasks, "--config", config, "--json"}, noenv, nil, &out, &errOut)
+	if err != nil {
+		t.Fatalf("submit: %v\n%s", err, errOut.String())
+	}
+	var results map[string]*schema.Result
+	if err := json.Unmarshal([]byte(out.String()), &results); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out.String())
+	}
+	p, a := results[schema.RolePlanner], results[schema.RoleActor]
+	if p == nil || a == nil || p.Status != schema.ResultOK || len(p.Samples) != 2 || len(a.Samples) == 0 {
+		t.Fatalf("results: %+v", results)
+	}
+	if p.Samples[1].GroupIndex != 7 || !strings.Contains(p.Samples[0].Prompt, "Plan format: numbered") {
+		t.Errorf("tasks or config not taken: group %d, prompt %q", p.Samples[1].GroupIndex, p.Samples[0].Prompt)
+	}
+
+	// Bad input is refused before anything is sent.
+	var sink bytes.Buffer
+	for _, args := range [][]string{
+		{"submit", "--nats", url, "--rollout", "6", "--planner-engine", planner, "--actor-engine", actor},
+		{"submit", "--nats", url, "--planner-engine", planner, "--sim-tasks", "1"},
+		{"submit", "--nats", url, "--rollout", "6", "--role", "critic", "--sim-tasks", "1"},
+	} {
+		if err := run(ctx, args, noenv, nil, &sink, &sink); err == nil {
+			t.Errorf("%v: want an error", args)
+		}
+	}
+}
