@@ -131,6 +131,12 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 	}
 	<-ctx.Done()
 	cc.Stop()
+	// Wait until the client delivers no more (a callback may still run
+	// after Stop), then for the handlers.
+	select {
+	case <-cc.Closed():
+	case <-time.After(5 * time.Second):
+	}
 	wg.Wait()
 	return nil
 }
