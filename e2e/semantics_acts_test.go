@@ -311,8 +311,8 @@ func TestSemanticsDuplicateGuard(t *testing.T) {
 	if p.Status != schema.EpisodeCompleted || p.Reward != 1 {
 		t.Errorf("episode: %s reward %v", p.Status, p.Reward)
 	}
-	if o.actor.Stats.Acts != 2 {
-		t.Errorf("stats: %d acts, want 2", o.actor.Stats.Acts)
+	if o.actor.Stats.Acts != 2 || o.actor.Stats.CachedActs != 3 {
+		t.Errorf("stats: %d acts and %d cached, want 2 and 3", o.actor.Stats.Acts, o.actor.Stats.CachedActs)
 	}
 }
 

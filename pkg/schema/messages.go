@@ -404,7 +404,8 @@ type Stats struct {
 	Accuracy       float64        `json:"accuracy"`
 	MeanReward     float64        `json:"mean_reward"`
 	MeanTurns      float64        `json:"mean_turns"`
-	Acts           int            `json:"acts"`
+	Acts           int            `json:"acts"`        // executed acts (one actor sample each)
+	CachedActs     int            `json:"cached_acts"` // answered from an earlier identical call
 	ActsPerEpisode float64        `json:"acts_per_episode"`
 	Failures       map[string]int `json:"failures,omitempty"`
 	EpisodeStatus  map[string]int `json:"episode_status,omitempty"`

@@ -136,6 +136,9 @@ func (s *Service) assemble(ctx context.Context, sess schema.Session, status, rea
 				// act's failure, counted once.
 				stats.Failures[d.ErrorKind]++
 			}
+			if d.Status == schema.ActCached {
+				stats.CachedActs++
+			}
 			if as, ok := actorSample(n, e, ep, d); ok {
 				mine = append(mine, as)
 				stats.Tokens[schema.RoleActor] += len(as.Tokens)
