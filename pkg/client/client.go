@@ -56,8 +56,26 @@ func (c *Client) Arrive(ctx context.Context, a *schema.Arrive) error {
 	return err
 }
 
+// checkArrival refuses, before sending, what planact could not even answer
+// (a role it does not know has no result subject); the session-store checks
+// the rest and answers with ErrRejected.
+func checkArrival(a *schema.Arrive) error {
+	switch {
+	case a.Role != schema.RolePlanner && a.Role != schema.RoleActor:
+		return fmt.Errorf("%w: role %q: want %q or %q", ErrRejected, a.Role, schema.RolePlanner, schema.RoleActor)
+	case a.Rollout < 0:
+		return fmt.Errorf("%w: rollout %d: must not be negative", ErrRejected, a.Rollout)
+	case a.Engine.URL == "":
+		return fmt.Errorf("%w: %s arrives without an engine url", ErrRejected, a.Role)
+	}
+	return nil
+}
+
 // arrive publishes the arrival and returns its stream sequence.
 func (c *Client) arrive(ctx context.Context, a *schema.Arrive) (uint64, error) {
+	if err := checkArrival(a); err != nil {
+		return 0, err
+	}
 	cp := *a // the caller's arrival keeps its tasks
 	a = &cp
 	if a.AtMs == 0 {
