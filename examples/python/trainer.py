@@ -30,13 +30,14 @@ def traceparent(rollout: int) -> str:
 
 async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=None):
     """Publish rollout.<N>.arrive (schema rollout.arrive/1)."""
+    at_ms = int(time.time() * 1000)
     body = {
         "schema": "rollout.arrive/1",
         "rollout": rollout,
         "role": role,
         "engine": engine,  # {"url": ..., "protocol": "sglang" | "openai", "model": ...}
         "weight_version": weight_version,
-        "at_ms": int(time.time() * 1000),
+        "at_ms": at_ms,
     }
     if tasks:  # usually the planner's arrival brings the batch
         body["tasks"] = tasks
@@ -47,8 +48,9 @@ async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=N
         "Planact-Rollout": str(rollout),
         "Planact-Role": role,
         "Content-Type": "application/msgpack",
-        # Deterministic: a retried publish is dropped as a duplicate.
-        "Nats-Msg-Id": f"arrive.{rollout}.{role}.",
+        # One id per arrival: a retried publish of it is dropped as a
+        # duplicate, a corrected arrival after a rejection is not.
+        "Nats-Msg-Id": f"arrive.{rollout}.{role}..{at_ms}",
         "traceparent": traceparent(rollout),
     }
     await js.publish(f"rollout.{rollout}.arrive", msgpack.packb(body, use_bin_type=True), headers=headers)
