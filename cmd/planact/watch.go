@@ -124,6 +124,11 @@ func Describe(data []byte) string {
 		if schema.Unmarshal(data, &v) == nil {
 			return fmt.Sprintf("turn %d: planner wrote %d chars (%s): %s", v.Turn, len(v.Text), v.FinishReason, clip(v.Text, 80))
 		}
+	case "plan.partial":
+		var v schema.PlanPartial
+		if schema.Unmarshal(data, &v) == nil {
+			return fmt.Sprintf("turn %d: planner has written %d chars so far (#%d)", v.Turn, len(v.Text), v.Seq)
+		}
 	case "plan.dag":
 		var v schema.PlanDAG
 		if schema.Unmarshal(data, &v) == nil {
@@ -133,6 +138,9 @@ func Describe(data []byte) string {
 				if len(n.Deps) > 0 {
 					ids[i] += "<-" + strings.Join(n.Deps, ",")
 				}
+			}
+			if v.Partial {
+				return fmt.Sprintf("turn %d: partial %s plan #%d, nodes %s", v.Turn, v.Plan.Format, v.Seq, strings.Join(ids, " "))
 			}
 			return fmt.Sprintf("turn %d: %s plan, nodes %s", v.Turn, v.Plan.Format, strings.Join(ids, " "))
 		}

@@ -206,7 +206,31 @@ func (m *PlanOutput) ContextLen() int {
 	return n
 }
 
-// PlanDAG is a parsed, validated plan for a turn.
+// PlanPartial is the planner's output for a turn so far, published while
+// it is still writing when the rollout streams plans. Seq counts a turn's
+// partials from 1; each one's text extends the previous one's and holds at
+// least one more complete node. The turn's PlanOutput still follows.
+type PlanPartial struct {
+	Envelope
+	Rollout int64  `json:"rollout"`
+	Episode int    `json:"episode"`
+	Turn    int    `json:"turn"`
+	Seq     int    `json:"seq"`
+	Text    string `json:"text"`
+}
+
+func (m *PlanPartial) Kind() string    { return "plan.partial/1" }
+func (m *PlanPartial) Subject() string { return subject.PlanPartial(m.Rollout, m.Episode) }
+func (m *PlanPartial) MsgID() string {
+	return fmt.Sprintf("plan.partial.%d.%d.%d.%d", m.Rollout, m.Episode, m.Turn, m.Seq)
+}
+func (m *PlanPartial) Meta() Meta {
+	return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn, Role: RolePlanner}
+}
+
+// PlanDAG is a parsed, validated plan for a turn. A partial DAG (Partial,
+// from the Seq-th PlanPartial) holds the complete nodes of a plan still
+// being written; the turn's final DAG, answer or error follows.
 type PlanDAG struct {
 	Envelope
 	Rollout      int64     `json:"rollout"`
@@ -214,11 +238,16 @@ type PlanDAG struct {
 	Turn         int       `json:"turn"`
 	Plan         plan.Plan `json:"plan"`
 	FinishReason string    `json:"finish_reason,omitempty"`
+	Partial      bool      `json:"partial,omitempty"`
+	Seq          int       `json:"seq,omitempty"`
 }
 
 func (m *PlanDAG) Kind() string    { return "plan.dag/1" }
 func (m *PlanDAG) Subject() string { return subject.PlanDAG(m.Rollout, m.Episode) }
 func (m *PlanDAG) MsgID() string {
+	if m.Partial {
+		return fmt.Sprintf("plan.dag.%d.%d.%d.p%d", m.Rollout, m.Episode, m.Turn, m.Seq)
+	}
 	return fmt.Sprintf("plan.dag.%d.%d.%d", m.Rollout, m.Episode, m.Turn)
 }
 func (m *PlanDAG) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn} }

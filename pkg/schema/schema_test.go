@@ -81,6 +81,7 @@ func cases() []wireCase {
 			{ID: "s1", Tool: "search", Args: map[string]any{"query": "country of the Eiffel Tower"}},
 			node,
 		}}}),
+		msgCase(&schema.PlanPartial{Rollout: 42, Episode: 1, Turn: 1, Seq: 1, Text: "<graph><node id=\"s1\">search(\"capital of France\")</node>"}),
 		msgCase(&schema.PlanAnswer{Rollout: 42, Episode: 1, Turn: 2, Answers: []string{"Seine"}, FinishReason: "stop"}),
 		msgCase(&schema.PlanError{Rollout: 42, Episode: 1, Turn: 1, ErrorKind: string(plan.ErrCycle), Message: "the dependencies form a cycle: s1 -> s2 -> s1", FinishReason: "stop"}),
 		msgCase(&schema.ActRun{Rollout: 42, Episode: 1, Turn: 1, Key: "t1-s2", Node: plan.Node{ID: "s2", Tool: "search", Args: map[string]any{"query": "capital of France"}, Deps: []string{"s1"}}}),
@@ -113,7 +114,7 @@ func cases() []wireCase {
 		{file: "kv.run.v1.schema.json", value: &schema.Run{Rollout: 42, Episode: 1, Turn: 1, Schedule: schema.ScheduleEager, Nodes: []*schema.NodeState{
 			{Node: plan.Node{ID: "s1", Tool: "search", Args: map[string]any{"query": "country of the Eiffel Tower"}}, Key: "t1-s1", Status: schema.NodeDone, Input: "country of the Eiffel Tower", Output: "France"},
 			{Node: node, Key: "t1-s2", Status: schema.NodeReleased, Input: "capital of France"},
-		}}},
+		}, Complete: true}},
 	}
 }
 

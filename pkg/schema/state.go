@@ -63,6 +63,9 @@ type Config struct {
 	ActorSampling    Sampling `json:"actor_sampling,omitempty"`
 	Reward           string   `json:"reward,omitempty"` // "f1" (default), "em", or a reward server URL
 	SplitActReward   bool     `json:"split_act_reward,omitempty"`
+	// StreamPlans releases a turn's nodes while the planner is still
+	// writing: the planner-gateway publishes the plan so far as it grows.
+	StreamPlans bool `json:"stream_plans,omitempty"`
 }
 
 // DefaultConfig is what a rollout gets for every field its trainers leave zero.
@@ -191,6 +194,11 @@ func (c Config) Validate() error {
 		seen[t.Name] = true
 	}
 	return nil
+}
+
+// ParseOptions are the parser options of the rollout's plans.
+func (c Config) ParseOptions() plan.Options {
+	return plan.Options{Format: plan.Format(c.ParseFormat), Tools: c.ToolNames(), MaxNodes: c.MaxNodes}
 }
 
 // PlanFormats are the formats a planner can be asked for (plan_format) or
@@ -326,6 +334,10 @@ type Run struct {
 	Schedule string       `json:"schedule"`
 	Nodes    []*NodeState `json:"nodes"`
 	Finished bool         `json:"finished,omitempty"`
+	// Complete is set once the run holds the turn's final plan; a run
+	// created from a streamed, partial plan is incomplete until then, and
+	// a turn finishes only when its run is complete and every node terminal.
+	Complete bool `json:"complete,omitempty"`
 }
 
 // RunKey is the KV key of a run.

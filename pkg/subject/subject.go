@@ -17,6 +17,7 @@ const (
 	AllCancel     = "rollout.*.cancel"
 	AllPlanReq    = "plan.*.req.*"
 	AllPlanOut    = "plan.*.out.*"
+	AllPlanPart   = "plan.*.partial.*"
 	AllPlanDAG    = "plan.*.dag.*"
 	AllPlanAnswer = "plan.*.answer.*"
 	AllPlanError  = "plan.*.error.*"
@@ -56,6 +57,9 @@ func PlanReq(n int64, e int) string { return fmt.Sprintf("plan.%d.req.%d", n, e)
 
 // PlanOut carries the planner's full output for a turn.
 func PlanOut(n int64, e int) string { return fmt.Sprintf("plan.%d.out.%d", n, e) }
+
+// PlanPartial carries the planner's output so far, while it still writes.
+func PlanPartial(n int64, e int) string { return fmt.Sprintf("plan.%d.partial.%d", n, e) }
 
 // PlanDAG carries a parsed, validated plan.
 func PlanDAG(n int64, e int) string { return fmt.Sprintf("plan.%d.dag.%d", n, e) }
