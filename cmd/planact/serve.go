@@ -24,10 +24,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 		fmt.Fprintln(stderr, "usage: planact serve [flags] <service...>   services:", stack.Services)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	names, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	names := fs.Args()
 	if len(names) == 0 {
 		fs.Usage()
 		return fmt.Errorf("serve: name at least one service")
@@ -48,4 +48,21 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	return stack.Serve(ctx, names, stack.Options{
 		URL: *url, Log: log, EngineLimit: *engineLimit, Provisioning: bus.Provisioning{Replicas: *replicas},
 	})
+}
+
+// parseInterspersed parses flags wherever they stand among the positional
+// arguments (`serve actor-gateway --metrics :9464` as well as the reverse),
+// which the flag package alone stops at the first positional one.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return positional, nil
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }

@@ -75,4 +75,11 @@ func TestUnknownCommandAndService(t *testing.T) {
 	if err := run(context.Background(), nil, noenv, nil, &out, &out); err == nil {
 		t.Errorf("no command: want an error")
 	}
+	// Flags after the service names are flags, not names.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"serve", "actor-gateway", "--nats", "nats://127.0.0.1:1"}, noenv, nil, &out, &out)
+	if err == nil || strings.Contains(err.Error(), "unknown service") || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("serve with a flag after the name: %v, want a connection error to the given server", err)
+	}
 }

@@ -23,7 +23,7 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
 	if err := m.Decode(&a); err != nil {
 		return s.rejectUndecodable(ctx, m, err)
 	}
-	log := zerolog.Ctx(ctx).With().Int64("rollout", a.Rollout).Str("role", a.Role).Logger()
+	log := zerolog.Ctx(ctx) // has the rollout and role, from the headers
 	if err := validateArrival(&a); err != nil {
 		log.Warn().Err(err).Msg("arrival rejected")
 		return s.reject(ctx, &a, err)
