@@ -45,7 +45,7 @@ func (s *Service) handleDone(ctx context.Context, m bus.Msg) error {
 		var more []*schema.NodeState
 		newly, more = advance(r, prior)
 		cached = append(cached, more...)
-		if allTerminal(r) {
+		if r.Complete && allTerminal(r) {
 			r.Finished, finishedNow = true, true
 		}
 		return true, nil

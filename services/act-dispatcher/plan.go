@@ -51,38 +51,62 @@ func (s *Service) handlePlan(ctx context.Context, m bus.Msg) error {
 	return fail.Invalidf("act-dispatcher: unexpected subject %s", m.Subject)
 }
 
-// handleDAG creates the turn's run state and releases its first nodes.
+// handleDAG creates the turn's run state, or merges a streamed plan into
+// it, and releases the nodes that are ready.
 func (s *Service) handleDAG(ctx context.Context, m bus.Msg, d *schema.PlanDAG) error {
 	info, ctx, err := s.info(ctx, d.Rollout)
 	if err != nil || info == nil {
 		return err
 	}
-	key := schema.RunKey(d.Rollout, d.Episode, d.Turn)
-	if _, err := bus.Create(ctx, s.Bus.Runs, key, newRun(d, info.Session.Config.Schedule)); err != nil {
-		return err
+	log := zerolog.Ctx(ctx)
+	if d.Partial {
+		over, err := s.finalOut(ctx, d)
+		if err != nil || over {
+			return err // the final output decides the turn from here
+		}
 	}
+	cfg := info.Session.Config
+	key := schema.RunKey(d.Rollout, d.Episode, d.Turn)
 	prior, err := s.priorActs(ctx, d.Rollout, d.Episode, d.Turn)
 	if err != nil {
 		return err
 	}
 	var newly, cached []*schema.NodeState
+	var conflicts []string
 	var finishedNow bool
 	run, _, err := bus.Mutate(ctx, s.Bus.Runs, key, func(r *schema.Run, exists bool) (bool, error) {
-		if !exists {
-			return false, fail.Transientf("run %s vanished", key)
-		}
+		newly, cached, finishedNow = nil, nil, false
+		var changed bool
+		changed, conflicts = applyPlan(r, exists, d, cfg.Schedule, cfg.FailurePolicy)
 		newly, cached = advance(r, prior)
-		finishedNow = false
-		if len(r.Nodes) > 0 && !r.Finished && allTerminal(r) {
-			r.Finished, finishedNow = true, true // every call answered from the cache
+		if r.Complete && len(r.Nodes) > 0 && !r.Finished && allTerminal(r) {
+			r.Finished, finishedNow = true, true // every call answered from the cache, or run from partial plans
 		}
-		return len(newly) > 0 || len(cached) > 0, nil
+		return changed || len(newly) > 0 || len(cached) > 0 || finishedNow, nil
 	})
 	if err != nil {
 		return err
 	}
-	zerolog.Ctx(ctx).Debug().Int("nodes", len(run.Nodes)).Int("released", len(newly)).Int("cached", len(cached)).Msg("plan accepted")
+	if len(conflicts) > 0 {
+		log.Warn().Strs("nodes", conflicts).Msg("the final plan differs from nodes already released from a partial plan; kept them as released")
+	}
+	log.Debug().Bool("partial", d.Partial).Int("seq", d.Seq).Int("nodes", len(run.Nodes)).Int("released", len(newly)).Int("cached", len(cached)).Msg("plan accepted")
 	return s.publishOutcome(ctx, info, &run, newly, cached, finishedNow, m.Delivered > 1)
+}
+
+// finalOut reports whether the planner output that ends the turn of the
+// partial plan d has been published: from then on the final DAG, answer or
+// error decides, and a late partial must not start a run of its own.
+func (s *Service) finalOut(ctx context.Context, d *schema.PlanDAG) (bool, error) {
+	data, found, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanOut(d.Rollout, d.Episode))
+	if err != nil || !found {
+		return false, err
+	}
+	var out schema.PlanOutput
+	if err := schema.Unmarshal(data, &out); err != nil {
+		return false, err
+	}
+	return out.Turn >= d.Turn, nil
 }
 
 // publishOutcome publishes what a write of the run state implied: the acts
