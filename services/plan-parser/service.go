@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
@@ -40,12 +41,19 @@ func Run(ctx context.Context, d Deps) error {
 	return d.Bus.Consume(ctx, bus.Consumer{
 		Stream:      bus.StreamPlan,
 		Durable:     Name,
-		Filters:     []string{subject.AllPlanOut},
+		Filters:     []string{subject.AllPlanOut, subject.AllPlanPart},
 		Concurrency: d.Concurrency,
 	}, s.handle)
 }
 
 func (s *Service) handle(ctx context.Context, m bus.Msg) error {
+	p, err := subject.Parse(m.Subject)
+	if err != nil {
+		return fail.E(fail.Invalid, err)
+	}
+	if p.Verb == "partial" {
+		return s.handlePartial(ctx, m)
+	}
 	var out schema.PlanOutput
 	if err := m.Decode(&out); err != nil {
 		return err
@@ -65,15 +73,43 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 	return s.Bus.Publish(ctx, msg)
 }
 
+// handlePartial parses the plan so far of a streamed turn, and publishes
+// its complete nodes as a partial DAG.
+func (s *Service) handlePartial(ctx context.Context, m bus.Msg) error {
+	var pp schema.PlanPartial
+	if err := m.Decode(&pp); err != nil {
+		return err
+	}
+	info, err := s.sessions.Get(ctx, pp.Rollout)
+	if err != nil {
+		return err
+	}
+	if !info.Active() {
+		return nil
+	}
+	ctx = bus.WithTrace(ctx, info.Session.Trace)
+	d := ParsePartial(&pp, info.Session.Config)
+	if d == nil {
+		return nil
+	}
+	return s.Bus.Publish(ctx, d)
+}
+
+// ParsePartial turns the plan so far of a streamed turn into a partial
+// DAG of its complete nodes, or nil when it holds none yet. Errors and
+// answers are left to the turn's final output, which decides.
+func ParsePartial(pp *schema.PlanPartial, cfg schema.Config) *schema.PlanDAG {
+	res, err := plan.Parse(pp.Text, cfg.ParseOptions())
+	if err != nil || res.Plan == nil || len(res.Plan.Nodes) == 0 {
+		return nil
+	}
+	return &schema.PlanDAG{Rollout: pp.Rollout, Episode: pp.Episode, Turn: pp.Turn, Plan: *res.Plan, Partial: true, Seq: pp.Seq}
+}
+
 // Parse turns one planner output into the message the rest of planact acts
 // on: a *schema.PlanDAG, *schema.PlanAnswer or *schema.PlanError.
 func Parse(out *schema.PlanOutput, cfg schema.Config) schema.Message {
-	opts := plan.Options{
-		Format:   plan.Format(cfg.ParseFormat),
-		Tools:    cfg.ToolNames(),
-		MaxNodes: cfg.MaxNodes,
-	}
-	res, err := plan.Parse(out.Text, opts)
+	res, err := plan.Parse(out.Text, cfg.ParseOptions())
 	if err != nil {
 		pe := &schema.PlanError{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, ErrorKind: "syntax", Message: err.Error(), FinishReason: out.FinishReason}
 		if e, ok := err.(*plan.Error); ok {

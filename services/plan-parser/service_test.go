@@ -1,0 +1,57 @@
+package planparser
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/planact/planact/pkg/schema"
+)
+
+func TestParsePartial(t *testing.T) {
+	cfg := schema.DefaultConfig()
+	const head = `<graph><node id="s1">search("capital of France")</node>`
+	cases := []struct {
+		name string
+		text string
+		want []string // node ids of the partial DAG; nil: none is published
+	}{
+		{"cut inside the second node", head + `<node id="s2" depends="s1">search("population of {s1`, []string{"s1"}},
+		{"two complete nodes", head + `<node id="s2" depends="s1">search("population of {s1}")</node>`, []string{"s1", "s2"}},
+		{"no complete node yet", `<graph><node id="s1">search("capi`, nil},
+		{"nothing yet", ``, nil},
+		{"an answer is for the final output to decide", `<answer>Paris</answer>`, nil},
+		{"an error is for the final output to decide", `<graph><node id="s1">fly("to Paris")</node>`, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pp := &schema.PlanPartial{Rollout: 7, Episode: 2, Turn: 3, Seq: 4, Text: tc.text}
+			d := ParsePartial(pp, cfg)
+			if tc.want == nil {
+				if d != nil {
+					t.Fatalf("published a partial DAG with %d nodes, want none", len(d.Plan.Nodes))
+				}
+				return
+			}
+			if d == nil {
+				t.Fatal("no partial DAG")
+			}
+			var ids []string
+			for _, n := range d.Plan.Nodes {
+				ids = append(ids, n.ID)
+			}
+			if !reflect.DeepEqual(ids, tc.want) {
+				t.Errorf("nodes %v, want %v", ids, tc.want)
+			}
+			if !d.Partial || d.Seq != 4 || d.Rollout != 7 || d.Episode != 2 || d.Turn != 3 {
+				t.Errorf("partial %v seq %d turn %d.%d.%d, want a partial DAG #4 of turn 7.2.3", d.Partial, d.Seq, d.Rollout, d.Episode, d.Turn)
+			}
+			final := Parse(&schema.PlanOutput{Rollout: 7, Episode: 2, Turn: 3, Text: tc.text, FinishReason: "stop"}, cfg)
+			if final.MsgID() == d.MsgID() {
+				t.Errorf("the partial DAG's message id %q is the final one's: the final DAG would be dropped as a duplicate", d.MsgID())
+			}
+			if d.Subject() != final.Subject() {
+				t.Errorf("subject %s, want the DAG subject %s", d.Subject(), final.Subject())
+			}
+		})
+	}
+}
