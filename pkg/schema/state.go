@@ -201,6 +201,19 @@ func (c Config) ParseOptions() plan.Options {
 	return plan.Options{Format: plan.Format(c.ParseFormat), Tools: c.ToolNames(), MaxNodes: c.MaxNodes}
 }
 
+// PartialNodes are the leading nodes, of a plan still being written, that
+// are complete: those that name a configured tool. A task list names its
+// tasks before the tool calls that give them a tool and arguments, and
+// until its call is written a task has the parser's default tool.
+func (c Config) PartialNodes(nodes []plan.Node) []plan.Node {
+	for i, n := range nodes {
+		if _, ok := c.Tool(n.Tool); !ok {
+			return nodes[:i]
+		}
+	}
+	return nodes
+}
+
 // PlanFormats are the formats a planner can be asked for (plan_format) or
 // held to (parse_format).
 var PlanFormats = []string{

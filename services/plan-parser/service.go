@@ -98,12 +98,17 @@ func (s *Service) handlePartial(ctx context.Context, m bus.Msg) error {
 // ParsePartial turns the plan so far of a streamed turn into a partial
 // DAG of its complete nodes, or nil when it holds none yet. Errors and
 // answers are left to the turn's final output, which decides.
+// Only the complete nodes are kept (schema.Config.PartialNodes).
 func ParsePartial(pp *schema.PlanPartial, cfg schema.Config) *schema.PlanDAG {
 	res, err := plan.Parse(pp.Text, cfg.ParseOptions())
-	if err != nil || res.Plan == nil || len(res.Plan.Nodes) == 0 {
+	if err != nil || res.Plan == nil {
 		return nil
 	}
-	return &schema.PlanDAG{Rollout: pp.Rollout, Episode: pp.Episode, Turn: pp.Turn, Plan: *res.Plan, Partial: true, Seq: pp.Seq}
+	p := *res.Plan
+	if p.Nodes = cfg.PartialNodes(p.Nodes); len(p.Nodes) == 0 {
+		return nil
+	}
+	return &schema.PlanDAG{Rollout: pp.Rollout, Episode: pp.Episode, Turn: pp.Turn, Plan: p, Partial: true, Seq: pp.Seq}
 }
 
 // Parse turns one planner output into the message the rest of planact acts

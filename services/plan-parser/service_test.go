@@ -19,6 +19,8 @@ func TestParsePartial(t *testing.T) {
 		{"two complete nodes", head + `<node id="s2" depends="s1">search("population of {s1}")</node>`, []string{"s1", "s2"}},
 		{"no complete node yet", `<graph><node id="s1">search("capi`, nil},
 		{"nothing yet", ``, nil},
+		{"a task list before its tool calls", "<plan>\nT1: Find the capital of France - Dependencies: none\nT2: Find its population - Dependencies: T1\n</plan>\n", nil},
+		{"a task list with its first call", "<plan>\nT1: Find the capital of France - Dependencies: none\nT2: Find its population - Dependencies: T1\n</plan>\n<search>capital of France</search>\n", []string{"T1"}},
 		{"an answer is for the final output to decide", `<answer>Paris</answer>`, nil},
 		{"an error is for the final output to decide", `<graph><node id="s1">fly("to Paris")</node>`, nil},
 	}

@@ -3,6 +3,7 @@ package plannergateway
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -10,6 +11,7 @@ import (
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
 	"github.com/planact/planact/pkg/telemetry"
@@ -84,7 +86,7 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		return s.Bus.Publish(ctx, out)
 	}
 	start := time.Now()
-	gen, err := lease.Generate(ctx, engine.Request{InputIDs: input, Sampling: sampling})
+	gen, err := s.generate(ctx, lease.Client, cfg, req, engine.Request{InputIDs: input, Sampling: sampling})
 	if err != nil {
 		return fmt.Errorf("planner generate: %w", err)
 	}
@@ -100,6 +102,55 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	})
 	log.Debug().Int("tokens", len(gen.OutputIDs)).Str("finish", gen.FinishReason).Msg("planner turn")
 	return s.Bus.Publish(ctx, out)
+}
+
+// generate runs the planner engine. When the rollout streams plans and the
+// engine can stream, the text so far is published as a PlanPartial each time
+// it gains a complete node, so that acts start before the plan is finished.
+func (s *Service) generate(ctx context.Context, c engine.Client, cfg schema.Config, req *schema.PlanRequest, r engine.Request) (engine.Generation, error) {
+	st, ok := c.(engine.Streamer)
+	if !cfg.StreamPlans || !ok {
+		return c.Generate(ctx, r)
+	}
+	p := &partials{ctx: ctx, bus: s.Bus, cfg: cfg, req: req}
+	return st.GenerateStream(ctx, r, p.chunk)
+}
+
+// partials publishes the plan so far of one streamed planner turn.
+type partials struct {
+	ctx   context.Context
+	bus   *bus.Bus
+	cfg   schema.Config
+	req   *schema.PlanRequest
+	end   int // length of the text last parsed
+	nodes int // complete nodes in the last partial published
+	seq   int
+}
+
+// chunk sees the text generated so far. Nodes end at a newline, a closing
+// tag or a closing brace (whatever the format), so the text is parsed only
+// up to the last of those, and only when that end has moved: the node being
+// written is never taken for a complete one, and most chunks cost nothing.
+func (p *partials) chunk(text string) {
+	end := strings.LastIndexAny(text, "\n>}") + 1
+	if end <= p.end {
+		return
+	}
+	p.end = end
+	res, err := plan.Parse(text[:end], p.cfg.ParseOptions())
+	if err != nil || res.Plan == nil {
+		return
+	}
+	nodes := len(p.cfg.PartialNodes(res.Plan.Nodes))
+	if nodes <= p.nodes {
+		return
+	}
+	p.nodes, p.seq = nodes, p.seq+1
+	msg := &schema.PlanPartial{Rollout: p.req.Rollout, Episode: p.req.Episode, Turn: p.req.Turn, Seq: p.seq, Text: text[:end]}
+	if err := p.bus.Publish(p.ctx, msg); err != nil {
+		// Partials only start acts early; the final output still decides.
+		zerolog.Ctx(p.ctx).Warn().Err(err).Int("seq", p.seq).Msg("partial plan not published")
+	}
 }
 
 // previousTurn fetches the episode's last planner output, which must be
