@@ -206,6 +206,9 @@ func (c *Client) result(ctx context.Context, n int64, role string, arrivedAt uin
 		return err
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: no %s result for rollout %d: %w", ErrTimeout, role, n, ctx.Err())
+		}
 		return nil, fmt.Errorf("wait for rollout %d: %w", n, err)
 	}
 	for {
