@@ -1,6 +1,6 @@
 module github.com/planact/planact
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/nats-io/nats-server/v2 v2.15.2
