@@ -421,8 +421,8 @@ func byKeyStatus(r schema.Run, key string) string {
 func TestSemanticsLongActStaysInProgress(t *testing.T) {
 	e := startSem(t, semOptions{
 		planner: sim.Config{Seed: 31},
-		actor:   sim.Config{Seed: 32, TTFT: 1200 * time.Millisecond},
-		ackWait: 300 * time.Millisecond,
+		actor:   sim.Config{Seed: 32, TTFT: 3 * time.Second},
+		ackWait: time.Second, // in progress every 333ms: slack for a loaded machine
 	})
 	tasks := []schema.Task{e.question(0, population("Peru"))}
 	o := <-e.start(t, 300, tasks, &schema.Config{ActTimeoutS: 30})
@@ -431,7 +431,7 @@ func TestSemanticsLongActStaysInProgress(t *testing.T) {
 	}
 	info := e.runConsumer(t)
 	if info.NumRedelivered != 0 {
-		t.Errorf("%d work items redelivered while their acts ran (ack wait 300ms, acts 1.2s)", info.NumRedelivered)
+		t.Errorf("%d work items redelivered while their acts ran (ack wait 1s, acts 3s)", info.NumRedelivered)
 	}
 	requests, _ := e.actorEngine.Stats()
 	if acts := len(o.actor.Samples); acts != 2 || requests != int64(acts) {
