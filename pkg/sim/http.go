@@ -169,12 +169,7 @@ func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		return sse.send(sglReply(rid, out, n, false, req.ReturnLogprob))
 	})
 	if err != nil {
-		if !sse.started {
-			writeGenError(w, r, err)
-			return
-		}
-		_ = sse.send(map[string]any{"error": map[string]any{"message": err.Error()}})
-		sse.done()
+		sse.fail(r, err)
 		return
 	}
 	_ = sse.send(sglReply(rid, out, len(out.ids), true, req.ReturnLogprob))
@@ -386,12 +381,7 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		return sse.send(envelope(out, []any{ch}))
 	})
 	if err != nil {
-		if !sse.started {
-			writeGenError(w, r, err)
-			return
-		}
-		_ = sse.send(map[string]any{"error": map[string]any{"message": err.Error()}})
-		sse.done()
+		sse.fail(r, err)
 		return
 	}
 	_ = sse.send(envelope(out, []any{choice(out, sent, len(out.ids), out.finish)}))
@@ -527,12 +517,7 @@ func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
 		return sse.send(delta(out, n, ""))
 	})
 	if err != nil {
-		if !sse.started {
-			writeGenError(w, r, err)
-			return
-		}
-		_ = sse.send(map[string]any{"error": map[string]any{"message": err.Error()}})
-		sse.done()
+		sse.fail(r, err)
 		return
 	}
 	_ = sse.send(delta(out, len(out.ids), out.finish))
@@ -583,6 +568,17 @@ type sseWriter struct {
 
 func newSSE(w http.ResponseWriter) *sseWriter {
 	return &sseWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+// fail reports a generation error: as an HTTP error while nothing was
+// streamed yet, else as a last event, the way the real servers do.
+func (s *sseWriter) fail(r *http.Request, err error) {
+	if !s.started {
+		writeGenError(s.w, r, err)
+		return
+	}
+	_ = s.send(map[string]any{"error": map[string]any{"message": err.Error()}})
+	s.done()
 }
 
 func (s *sseWriter) start() {
