@@ -33,6 +33,7 @@ type scenario struct {
 	kind       string // question kinds
 	schedule   string
 	dispatcher int
+	stream     bool // stream_plans
 }
 
 type row struct {
@@ -46,7 +47,8 @@ func main() {
 	tasks := flag.Int("tasks", 16, "distinct tasks per rollout")
 	plannerTTFT := flag.Duration("planner-ttft", 30*time.Millisecond, "simulated planner's mean time to first token")
 	actorTTFT := flag.Duration("actor-ttft", 80*time.Millisecond, "simulated actor's mean time to first token")
-	perToken := flag.Duration("per-token", 100*time.Microsecond, "simulated time per token")
+	plannerPerToken := flag.Duration("planner-per-token", 500*time.Microsecond, "simulated planner's time per token (a byte)")
+	actorPerToken := flag.Duration("actor-per-token", 100*time.Microsecond, "simulated actor's time per token")
 	jitter := flag.Float64("jitter", 1, "latency jitter of the simulated engines (see sim.Config)")
 	plotPath := flag.String("plot", "", "write a PNG chart of the figures here")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
@@ -62,7 +64,8 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	err := run(*rollouts, *tasks, map[string]time.Duration{schema.RolePlanner: *plannerTTFT, schema.RoleActor: *actorTTFT}, *perToken, *jitter, *plotPath, os.Stdout)
+	err := run(*rollouts, *tasks, map[string]time.Duration{schema.RolePlanner: *plannerTTFT, schema.RoleActor: *actorTTFT},
+		map[string]time.Duration{schema.RolePlanner: *plannerPerToken, schema.RoleActor: *actorPerToken}, *jitter, *plotPath, os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/rollout:", err)
 		pprof.StopCPUProfile()
@@ -70,19 +73,20 @@ func main() {
 	}
 }
 
-func run(rollouts, tasks int, ttft map[string]time.Duration, perToken time.Duration, jitter float64, plotPath string, out io.Writer) error {
+func run(rollouts, tasks int, ttft, perToken map[string]time.Duration, jitter float64, plotPath string, out io.Writer) error {
 	scenarios := []scenario{
-		{"mixed: sequential (baseline)", "", schema.ScheduleSequential, 1},
-		{"mixed: levels", "", schema.ScheduleLevels, 1},
-		{"mixed: eager", "", schema.ScheduleEager, 1},
-		{"mixed: eager, 2 act-dispatchers", "", schema.ScheduleEager, 2},
-		{"parallel: sequential (baseline)", "compare", schema.ScheduleSequential, 1},
-		{"parallel: levels", "compare", schema.ScheduleLevels, 1},
-		{"parallel: eager", "compare", schema.ScheduleEager, 1},
+		{"mixed: sequential (baseline)", "", schema.ScheduleSequential, 1, false},
+		{"mixed: levels", "", schema.ScheduleLevels, 1, false},
+		{"mixed: eager", "", schema.ScheduleEager, 1, false},
+		{"mixed: eager, 2 act-dispatchers", "", schema.ScheduleEager, 2, false},
+		{"parallel: sequential (baseline)", "compare", schema.ScheduleSequential, 1, false},
+		{"parallel: levels", "compare", schema.ScheduleLevels, 1, false},
+		{"parallel: eager", "compare", schema.ScheduleEager, 1, false},
+		{"parallel: eager, streamed plans", "compare", schema.ScheduleEager, 1, true},
 	}
 	fmt.Fprintf(out, "mixed = the world's question mix (mostly chains); parallel = comparison questions (two independent 2-hop branches)\n")
-	fmt.Fprintf(out, "planact rollout benchmark: %d rollouts × %d tasks per scenario; engines: ttft planner %v actor %v (jitter %.1f), %v/token\n",
-		rollouts, tasks, ttft[schema.RolePlanner], ttft[schema.RoleActor], jitter, perToken)
+	fmt.Fprintf(out, "planact rollout benchmark: %d rollouts × %d tasks per scenario; engines: planner ttft %v + %v/token, actor ttft %v + %v/token (jitter %.1f)\n",
+		rollouts, tasks, ttft[schema.RolePlanner], perToken[schema.RolePlanner], ttft[schema.RoleActor], perToken[schema.RoleActor], jitter)
 	var rows []row
 	for _, sc := range scenarios {
 		sum, err := measure(sc, rollouts, tasks, ttft, perToken, jitter)
@@ -124,7 +128,7 @@ func run(rollouts, tasks int, ttft map[string]time.Duration, perToken time.Durat
 
 // measure runs one scenario on a fresh server, so scenarios do not share
 // history or warm caches.
-func measure(sc scenario, rollouts, tasks int, ttft map[string]time.Duration, perToken time.Duration, jitter float64) (*demo.Summary, error) {
+func measure(sc scenario, rollouts, tasks int, ttft, perToken map[string]time.Duration, jitter float64) (*demo.Summary, error) {
 	dir, err := os.MkdirTemp("", "planact-bench-*")
 	if err != nil {
 		return nil, err
@@ -140,7 +144,7 @@ func measure(sc scenario, rollouts, tasks int, ttft map[string]time.Duration, pe
 	engines := map[string]string{}
 	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
 		u, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{
-			Role: role, Seed: 1, TTFT: ttft[role], PerToken: perToken, LatencyJitter: jitter, WeightVersion: role + "-v1",
+			Role: role, Seed: 1, TTFT: ttft[role], PerToken: perToken[role], LatencyJitter: jitter, WeightVersion: role + "-v1",
 		})
 		if err != nil {
 			return nil, err
@@ -155,6 +159,7 @@ func measure(sc scenario, rollouts, tasks int, ttft map[string]time.Duration, pe
 	}()
 	cfg := schema.DefaultConfig()
 	cfg.Schedule = sc.schedule
+	cfg.StreamPlans = sc.stream
 	sum, err := demo.Run(ctx, demo.Options{
 		URL:           srv.ClientURL(),
 		PlannerEngine: schema.Engine{URL: engines[schema.RolePlanner]},

@@ -127,8 +127,34 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 		prefix  = true
 		lastIDs []int
 		accLPs  []json.RawMessage // output_token_logprobs appended, likewise
+		// Once two events show the server streams cumulatively (SGLang's
+		// default), every event repeats all ids and log-probs so far:
+		// decoding each fully costs O(n²). Then only the text of each event
+		// is read, and the last event is decoded in full at the end.
+		cumulative bool
+		lastRaw    []byte
+		events     int
 	)
 	err = readSSE(resp.Body, func(data []byte) error {
+		events++
+		if cumulative {
+			var ev struct {
+				Text  string          `json:"text"`
+				Error json.RawMessage `json:"error"`
+			}
+			if err := json.Unmarshal(data, &ev); err != nil {
+				return fail.Transientf("decode event %.200q: %w", data, err)
+			}
+			if len(ev.Error) > 0 && string(ev.Error) != "null" {
+				return fail.Transientf("engine error: %s", ev.Error)
+			}
+			text = ev.Text
+			lastRaw = append(lastRaw[:0], data...)
+			if onChunk != nil {
+				onChunk(text)
+			}
+			return nil
+		}
 		var ev sglReply
 		if err := json.Unmarshal(data, &ev); err != nil {
 			return fail.Transientf("decode event %.200q: %w", data, err)
@@ -138,7 +164,8 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 		}
 		// Text is cumulative by default; with --incremental-streaming-output it
 		// is a delta. Treat it as cumulative while it extends what we have.
-		if strings.HasPrefix(ev.Text, text) {
+		extends := strings.HasPrefix(ev.Text, text)
+		if extends {
 			text = ev.Text
 		} else {
 			text += ev.Text
@@ -150,6 +177,11 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 		accIDs = append(accIDs, ev.OutputIDs...)
 		accLPs = append(accLPs, ev.MetaInfo.OutputTokenLogprobs...)
 		last, seen = ev, true
+		// The second event tells: still a prefix of ids and text, and ids
+		// as many as the server says it generated, means cumulative.
+		if events >= 2 && prefix && extends && text != "" && ev.MetaInfo.CompletionTokens != nil && *ev.MetaInfo.CompletionTokens == len(ev.OutputIDs) {
+			cumulative = true
+		}
 		if onChunk != nil {
 			onChunk(text)
 		}
@@ -166,6 +198,13 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	}
 	if !seen {
 		return Generation{}, fail.Transientf("sglang generate stream: no events")
+	}
+	if lastRaw != nil {
+		var ev sglReply
+		if err := json.Unmarshal(lastRaw, &ev); err != nil {
+			return Generation{}, fail.Transientf("sglang generate stream: decode last event: %w", err)
+		}
+		last, lastIDs, accIDs, accLPs = ev, ev.OutputIDs, nil, nil
 	}
 	ids := lastIDs
 	if n := last.MetaInfo.CompletionTokens; (n != nil && len(accIDs) == *n && len(lastIDs) != *n) || (n == nil && !prefix) {

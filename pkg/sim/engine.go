@@ -257,16 +257,21 @@ func (e *Engine) play(ctx context.Context, out *genOutput, progress func(*genOut
 	if progress == nil {
 		return sleep(ctx, out.ttft+time.Duration(len(out.ids))*e.cfg.PerToken)
 	}
+	// Paced against the clock from the start, not by adding up short
+	// sleeps (each oversleeps), so that a streamed generation takes as long
+	// as an unstreamed one; chunks carry at least a millisecond of tokens,
+	// as a server's stream interval does.
+	begin := time.Now()
 	if err := sleep(ctx, out.ttft); err != nil {
 		return err
 	}
-	step := 1
-	if e.cfg.PerToken == 0 {
-		step = 16 // no pacing: still stream in several chunks
+	step := 16 // no pacing: still stream in several chunks
+	if e.cfg.PerToken > 0 {
+		step = max(1, int(time.Millisecond/e.cfg.PerToken))
 	}
 	for n := 0; n < len(out.ids); {
 		k := min(step, len(out.ids)-n)
-		if err := sleep(ctx, time.Duration(k)*e.cfg.PerToken); err != nil {
+		if err := sleep(ctx, time.Until(begin.Add(out.ttft+time.Duration(n+k)*e.cfg.PerToken))); err != nil {
 			return err
 		}
 		n += k

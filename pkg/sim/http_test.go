@@ -81,7 +81,7 @@ func TestSGLangGenerateEndpoint(t *testing.T) {
 }
 
 func TestSGLangStreamEndpoint(t *testing.T) {
-	e := New(Config{Role: RolePlanner, Seed: 1, PerToken: time.Microsecond})
+	e := New(Config{Role: RolePlanner, Seed: 1, PerToken: 50 * time.Microsecond}) // 20 tokens a chunk
 	srv := httptest.NewServer(e)
 	defer srv.Close()
 	c, _ := engine.New("sglang", srv.URL, "", nil)
