@@ -125,6 +125,22 @@ func TestRejectedArrivals(t *testing.T) {
 		t.Fatalf("undecodable arrival: %v, want ErrRejected naming the version", err)
 	}
 
+	// A rollout neither role brought tasks to is refused for both, at once,
+	// and stays refused: its trainers are told, not left waiting.
+	for _, c := range []*client.Client{planner, actor} {
+		role := schema.RoleActor
+		if c == planner {
+			role = schema.RolePlanner
+		}
+		go c.Arrive(ctx, &schema.Arrive{Rollout: 72, Role: role, Engine: e.actor})
+	}
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		res, err := e.trainer(t).Result(ctx, 72, role)
+		if !errors.Is(err, client.ErrRejected) || !strings.Contains(res.Reason, "no tasks") {
+			t.Fatalf("%s of a rollout without tasks: %v", role, err)
+		}
+	}
+
 	// The corrected planner arrival goes through; the rollout runs.
 	good := *bad
 	good.Config = nil

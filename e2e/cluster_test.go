@@ -187,6 +187,7 @@ func TestComposeCluster(t *testing.T) {
 				URL: withUser(urls[i%len(urls)], name), Log: bustest.Logger(),
 				Provisioning: bus.Provisioning{Replicas: 3},
 				Replicas:     map[string]int{actdispatcher.Name: 2},
+				InlineLimit:  2048, // results go through the object store too
 			})
 			if err != nil && !errors.Is(err, context.Canceled) {
 				errs <- fmt.Errorf("%s: %w", name, err)
@@ -219,6 +220,7 @@ func TestComposeCluster(t *testing.T) {
 		return c
 	}
 	pc, ac := trainer(1), trainer(2)
+	pc.InlineTasksLimit = 256 // the batch goes through the object store, as a large one would
 	const n = 5
 	tasks := (&env{world: sim.DefaultWorld()}).tasks(3, 2, n)
 	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -236,6 +238,9 @@ func TestComposeCluster(t *testing.T) {
 	ar, err := ac.Result(rctx, n, schema.RoleActor)
 	if err != nil {
 		t.Fatalf("actor result: %v (violations: %v)", err, v.take())
+	}
+	if pr.SamplesObject == "" || ar.SamplesObject == "" {
+		t.Errorf("results stayed inline (%q, %q): the object-store permissions go untested", pr.SamplesObject, ar.SamplesObject)
 	}
 	if pr.Status != schema.ResultOK || len(pr.Samples) != len(tasks) || ar.Status != schema.ResultOK || len(ar.Samples) == 0 {
 		t.Errorf("planner %s with %d samples, actor %s with %d samples", pr.Status, len(pr.Samples), ar.Status, len(ar.Samples))

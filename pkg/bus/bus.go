@@ -60,7 +60,7 @@ func Connect(ctx context.Context, url, name string, log zerolog.Logger, p Provis
 
 // Open provisions over an existing connection and returns a Bus.
 func Open(ctx context.Context, nc *nats.Conn, log zerolog.Logger, p Provisioning) (*Bus, error) {
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(PublishTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}

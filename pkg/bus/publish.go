@@ -153,17 +153,22 @@ func (b *Bus) PublishAll(ctx context.Context, ms ...schema.Message) error {
 			return fail.Transientf("publish %s: %w", m.Subject(), err)
 		}
 	}
-	timeout := time.NewTimer(PublishTimeout)
-	defer timeout.Stop()
+	deadline := time.Now().Add(PublishTimeout)
 	for i, f := range futures {
+		// Each wait is bounded: after a first lost ack the others still
+		// get their own chance, then a synchronous retry.
+		t := time.NewTimer(max(time.Until(deadline), 0))
 		select {
 		case <-f.Ok():
+			t.Stop()
 			continue
 		case <-f.Err():
-		case <-timeout.C:
+		case <-t.C:
 		case <-ctx.Done():
+			t.Stop()
 			return fail.Transientf("publish %s: %w", ms[i].Subject(), ctx.Err())
 		}
+		t.Stop()
 		// Failed or no ack in time: publish it again on its own, with
 		// retries; its message id keeps it from being stored twice.
 		if err := b.publishMsg(ctx, msgs[i]); err != nil {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,6 +39,9 @@ type Client struct {
 
 	nc *nats.Conn
 	js jetstream.JetStream
+
+	mu      sync.Mutex
+	arrived map[string]int64 // "N/role" -> at_ms of this client's last arrival
 }
 
 // New returns a client over nc.
@@ -71,8 +75,8 @@ func checkArrival(a *schema.Arrive) error {
 	return nil
 }
 
-// arrive publishes the arrival and returns its stream sequence.
-func (c *Client) arrive(ctx context.Context, a *schema.Arrive) (uint64, error) {
+// arrive publishes the arrival and returns its at_ms, which names it.
+func (c *Client) arrive(ctx context.Context, a *schema.Arrive) (int64, error) {
 	if err := checkArrival(a); err != nil {
 		return 0, err
 	}
@@ -91,18 +95,20 @@ func (c *Client) arrive(ctx context.Context, a *schema.Arrive) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var seq uint64
 	err = untilUp(ctx, func(ctx context.Context) error {
-		ack, err := c.js.PublishMsg(ctx, msg)
-		if err == nil {
-			seq = ack.Sequence
-		}
+		_, err := c.js.PublishMsg(ctx, msg)
 		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("arrive rollout %d as %s: %w", a.Rollout, a.Role, err)
 	}
-	return seq, nil
+	c.mu.Lock()
+	if c.arrived == nil {
+		c.arrived = map[string]int64{}
+	}
+	c.arrived[fmt.Sprintf("%d/%s", a.Rollout, a.Role)] = a.AtMs
+	c.mu.Unlock()
+	return a.AtMs, nil
 }
 
 // untilUp retries op while planact's streams do not exist yet (a trainer
@@ -187,18 +193,21 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, reason string) error
 // ran out of time) and aborted (cancelled) results come with a nil error
 // and the samples of the episodes that ended: check Status.
 func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Result, error) {
-	return c.result(ctx, n, role, 0)
+	c.mu.Lock()
+	at := c.arrived[fmt.Sprintf("%d/%s", n, role)]
+	c.mu.Unlock()
+	return c.result(ctx, n, role, at)
 }
 
-// result waits for the result; a rejection stored before the stream
-// sequence arrivedAt answered an earlier arrival, not this one, and is
-// passed over.
-func (c *Client) result(ctx context.Context, n int64, role string, arrivedAt uint64) (*schema.Result, error) {
+// result waits for the result. A rejection of an arrival other than the one
+// made at arrivedMs (an earlier, corrected one) is passed over; with
+// arrivedMs 0 (this client did not arrive) every rejection counts.
+func (c *Client) result(ctx context.Context, n int64, role string, arrivedMs int64) (*schema.Result, error) {
 	var cons jetstream.Consumer
 	err := untilUp(ctx, func(ctx context.Context) error {
 		var err error
 		cons, err = c.js.OrderedConsumer(ctx, bus.StreamRollout, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{subject.Result(n, role)},
+			FilterSubjects: []string{subject.Result(n, role), subject.Rejected(n, role)},
 			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 			// While waiting it pulls, so it stays; after, it is gone soon.
 			InactiveThreshold: 30 * time.Second,
@@ -226,7 +235,7 @@ func (c *Client) result(ctx context.Context, n int64, role string, arrivedAt uin
 		if err := schema.Unmarshal(msg.Data(), &r); err != nil {
 			return nil, err
 		}
-		if md, err := msg.Metadata(); err == nil && r.Status == schema.ResultInvalid && md.Sequence.Stream < arrivedAt {
+		if r.Status == schema.ResultInvalid && r.ArrivalMs != 0 && arrivedMs != 0 && r.ArrivalMs != arrivedMs {
 			continue
 		}
 		if r.SamplesObject != "" {
@@ -253,11 +262,11 @@ func (c *Client) Rollout(ctx context.Context, a *schema.Arrive, timeout time.Dur
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	seq, err := c.arrive(ctx, a)
+	at, err := c.arrive(ctx, a)
 	if err != nil {
 		return nil, err
 	}
-	return c.result(ctx, a.Rollout, a.Role, seq)
+	return c.result(ctx, a.Rollout, a.Role, at)
 }
 
 func (c *Client) fetchSamples(ctx context.Context, r *schema.Result) error {

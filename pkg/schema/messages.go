@@ -459,8 +459,13 @@ type Result struct {
 	ArrivalMs int64 `json:"arrival_ms,omitempty"`
 }
 
-func (m *Result) Kind() string    { return "rollout.result/1" }
-func (m *Result) Subject() string { return subject.Result(m.Rollout, m.Role) }
+func (m *Result) Kind() string { return "rollout.result/1" }
+func (m *Result) Subject() string {
+	if m.Status == ResultInvalid && m.ArrivalMs != 0 {
+		return subject.Rejected(m.Rollout, m.Role)
+	}
+	return subject.Result(m.Rollout, m.Role)
+}
 func (m *Result) MsgID() string {
 	if m.Status == ResultInvalid && m.ArrivalMs != 0 {
 		// A rejected arrival must not take the id of the rollout's real

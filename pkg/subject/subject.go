@@ -37,6 +37,12 @@ func Status(n int64) string { return fmt.Sprintf("rollout.%d.status", n) }
 // Result carries role's samples of rollout n.
 func Result(n int64, role string) string { return fmt.Sprintf("rollout.%d.result.%s", n, role) }
 
+// Rejected answers one arrival of role that planact refused; it stays apart
+// from Result so that a rejection never hides the rollout's real result.
+func Rejected(n int64, role string) string {
+	return fmt.Sprintf("rollout.%d.result.%s.rejected", n, role)
+}
+
 // EpisodeEnd says that episode e of rollout n has ended.
 func EpisodeEnd(n int64, e int) string { return fmt.Sprintf("rollout.%d.end.%d", n, e) }
 

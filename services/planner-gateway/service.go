@@ -66,7 +66,7 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 	if err := m.Decode(&req); err != nil {
 		return err
 	}
-	err := s.plan(ctx, &req)
+	err := s.plan(ctx, &req, m.Delivered == 1)
 	retry := fail.IsRetryable(err) && m.Delivered < uint64(s.MaxAttempts)
 	if err == nil || retry || errors.Is(err, session.ErrNoSession) {
 		return err

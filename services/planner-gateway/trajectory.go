@@ -21,7 +21,10 @@ import (
 // tokenizes the rendered prompt; later turns take the previous turn's
 // trajectory from the PLAN stream as it was, and only tokenize the new
 // observation, with the engine's own tokenizer.
-func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
+// Only a first delivery streams partial plans: a retried turn is a new
+// generation whose nodes could differ from those a failed attempt already
+// released, and a turn's acts must all come from the plan it trains on.
+func (s *Service) plan(ctx context.Context, req *schema.PlanRequest, mayStream bool) error {
 	log := zerolog.Ctx(ctx)
 	info, err := s.sessions.Get(ctx, req.Rollout)
 	if err != nil {
@@ -86,7 +89,7 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		return s.Bus.Publish(ctx, out)
 	}
 	start := time.Now()
-	gen, err := s.generate(ctx, lease.Client, cfg, req, engine.Request{InputIDs: input, Sampling: sampling})
+	gen, err := s.generate(ctx, lease.Client, cfg, req, engine.Request{InputIDs: input, Sampling: sampling}, mayStream)
 	if err != nil {
 		return fmt.Errorf("planner generate: %w", err)
 	}
@@ -107,9 +110,9 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 // generate runs the planner engine. When the rollout streams plans and the
 // engine can stream, the text so far is published as a PlanPartial each time
 // it gains a complete node, so that acts start before the plan is finished.
-func (s *Service) generate(ctx context.Context, c engine.Client, cfg schema.Config, req *schema.PlanRequest, r engine.Request) (engine.Generation, error) {
+func (s *Service) generate(ctx context.Context, c engine.Client, cfg schema.Config, req *schema.PlanRequest, r engine.Request, mayStream bool) (engine.Generation, error) {
 	st, ok := c.(engine.Streamer)
-	if !cfg.StreamPlans || !ok {
+	if !cfg.StreamPlans || !ok || !mayStream {
 		return c.Generate(ctx, r)
 	}
 	p := &partials{ctx: ctx, bus: s.Bus, cfg: cfg, req: req}

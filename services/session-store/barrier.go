@@ -24,6 +24,9 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
 		return s.rejectUndecodable(ctx, m, err)
 	}
 	log := zerolog.Ctx(ctx) // has the rollout and role, from the headers
+	if a.AtMs == 0 {
+		a.AtMs = s.nowMs() // names the arrival in a rejection's message id
+	}
 	if err := validateArrival(&a); err != nil {
 		log.Warn().Err(err).Msg("arrival rejected")
 		return s.reject(ctx, &a, err)
