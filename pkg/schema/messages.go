@@ -509,6 +509,14 @@ func (m *ActorReply) Subject() string { return "" }
 func (m *ActorReply) MsgID() string   { return "" }
 func (m *ActorReply) Meta() Meta      { return Meta{Episode: -1} }
 
+// Error codes of the actor-gateway's endpoint (the Nats-Service-Error-Code
+// header): like HTTP, 4xx will never work, 5xx may work later.
+const (
+	ActorCodeInvalid     = "400"
+	ActorCodeUnavailable = "503"
+	ActorCodeTimeout     = "504" // the caller's deadline passed
+)
+
 // ActorSubject is the actor-gateway's service endpoint.
 const ActorSubject = "planact.actor.generate"
 

@@ -68,7 +68,7 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 		if !fail.IsRetryable(err) {
 			kind = schema.ActErrInvalid
 		}
-		if actx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+		if (actx.Err() == context.DeadlineExceeded || errors.Is(err, errActorTimedOut)) && ctx.Err() == nil {
 			err, kind = fail.Transientf("act timed out after %gs", cfg.ActTimeoutS), schema.ActErrTimeout
 		}
 		if context.Cause(ctx) == errRolloutOver {
@@ -121,6 +121,10 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 // runDeliveries is how often a work item is delivered before it is given
 // up; with the bus's back-off, about half a minute of postponements.
 const runDeliveries = 10
+
+// errActorTimedOut: the actor-gateway stopped the generation at the act's
+// deadline, just before the act would have timed out here.
+var errActorTimedOut = fail.Transientf("the generation reached the act's deadline")
 
 // errNoActorGateway: nothing answers on the actor-gateway's endpoint.
 var errNoActorGateway = fail.Transientf("no actor-gateway is running")
@@ -191,7 +195,9 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *schema
 		}
 		return nil, fail.Transientf("actor-gateway: %w", err)
 	}
-	if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
+	if code := reply.Header.Get(micro.ErrorCodeHeader); code == schema.ActorCodeTimeout {
+		return nil, errActorTimedOut // the gateway gave up at our deadline
+	} else if code != "" {
 		kind := fail.Transient
 		if strings.HasPrefix(code, "4") {
 			kind = fail.Permanent

@@ -32,8 +32,9 @@ const QueueGroup = "actor-gateway"
 // Error codes of the endpoint: like HTTP, 4xx means the request will never
 // work, 5xx that it may work later.
 const (
-	CodeInvalid     = "400"
-	CodeUnavailable = "503"
+	CodeInvalid     = schema.ActorCodeInvalid
+	CodeUnavailable = schema.ActorCodeUnavailable
+	CodeTimeout     = schema.ActorCodeTimeout
 )
 
 // Deps are what the actor-gateway needs.
@@ -103,7 +104,10 @@ func serve(ctx context.Context, d Deps, r micro.Request) {
 	gen, err := Generate(ctx, d.Engines, &req)
 	if err != nil {
 		code := CodeUnavailable
-		if !fail.IsRetryable(err) {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded:
+			code = CodeTimeout
+		case !fail.IsRetryable(err):
 			code = CodeInvalid
 		}
 		log.Warn().Err(err).Str("code", code).Msg("actor generation failed")
