@@ -52,8 +52,8 @@ func TestDeadlineFreesTheEngineSlot(t *testing.T) {
 	for {
 		reply, err := caller.Request(schema.ActorSubject, body, 5*time.Second)
 		if err == nil {
-			if code := reply.Header.Get(micro.ErrorCodeHeader); code != actorgateway.CodeUnavailable {
-				t.Fatalf("reply to a hung generation: code %q, want %s (%s)", code, actorgateway.CodeUnavailable, reply.Header.Get(micro.ErrorHeader))
+			if code := reply.Header.Get(micro.ErrorCodeHeader); code != actorgateway.CodeTimeout {
+				t.Fatalf("reply to a hung generation: code %q, want %s (%s)", code, actorgateway.CodeTimeout, reply.Header.Get(micro.ErrorHeader))
 			}
 			break
 		}
