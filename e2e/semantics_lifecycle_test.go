@@ -196,10 +196,12 @@ func TestSemanticsActRedelivery(t *testing.T) {
 	// The services stop while the act hangs (its first call only); the
 	// restarted dispatcher gets the work item again and completes it.
 	const m = 292
+	generations, _ := e.actorEngine.Stats()
 	finished := e.start(t, m, []schema.Task{e.question(0, population("Poland"), sim.FaultTimes(sim.FaultActorHang, 1))}, &schema.Config{ActTimeoutS: 30})
-	eventually(t, "the act to hang", func() bool {
+	eventually(t, "the act to hang in the actor engine", func() bool {
 		info := e.runConsumer(t)
-		return info.NumAckPending == 1 && e.count(t, bus.StreamAct, subject.ActRun(m, 0, "t1-s1")) == 1
+		started, _ := e.actorEngine.Stats()
+		return info.NumAckPending == 1 && e.count(t, bus.StreamAct, subject.ActRun(m, 0, "t1-s1")) == 1 && started > generations
 	})
 	e.stop()
 	e.serve(t)
