@@ -162,7 +162,16 @@ func (s *Service) publishResults(ctx context.Context, sess schema.Session, roles
 			}
 		}
 		if err := s.publishResult(ctx, r); err != nil {
-			return err
+			if !lastTry {
+				return err
+			}
+			// The samples cannot be delivered (the object store refuses
+			// them, say): the trainer still learns that, and why.
+			zerolog.Ctx(ctx).Error().Err(err).Str("role", r.Role).Msg("result could not be published; sending a failed one")
+			if ferr := s.Bus.Publish(ctx, &schema.Result{Rollout: r.Rollout, Role: r.Role, Status: schema.ResultFailed,
+				Reason: "samples could not be delivered: " + err.Error(), Stats: r.Stats}); ferr != nil {
+				return ferr
+			}
 		}
 	}
 	return nil
