@@ -215,16 +215,16 @@ func (c *Client) result(ctx context.Context, n int64, role string, arrivedMs int
 		return err
 	})
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: no %s result for rollout %d: %w", ErrTimeout, role, n, ctx.Err())
+		if cause := expired(ctx); cause != nil {
+			return nil, fmt.Errorf("%w: no %s result for rollout %d: %w", ErrTimeout, role, n, cause)
 		}
 		return nil, fmt.Errorf("wait for rollout %d: %w", n, err)
 	}
 	for {
 		msg, err := cons.Next(jetstream.FetchContext(ctx))
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("%w: no %s result for rollout %d: %w", ErrTimeout, role, n, ctx.Err())
+			if cause := expired(ctx); cause != nil {
+				return nil, fmt.Errorf("%w: no %s result for rollout %d: %w", ErrTimeout, role, n, cause)
 			}
 			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) {
 				continue
@@ -279,4 +279,16 @@ func (c *Client) fetchSamples(ctx context.Context, r *schema.Result) error {
 		return fmt.Errorf("samples %s: %w", r.SamplesObject, err)
 	}
 	return schema.Unmarshal(data, &r.Samples)
+}
+
+// expired returns why ctx is over, also when its deadline has passed but
+// ctx.Err() is not set yet (a call made right at the deadline fails first).
+func expired(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
