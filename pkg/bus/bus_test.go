@@ -350,28 +350,3 @@ func TestMessagesWaitingForASlotAreNotRedelivered(t *testing.T) {
 		}
 	}
 }
-
-// TestProvisionNeverLowersReplicas: a process that asks for fewer replicas
-// than the streams have (a `serve` without --replicas on a cluster) leaves
-// them as they are. One server cannot hold R3 streams, so this checks the
-// rule on the decision itself.
-func TestProvisionNeverLowersReplicas(t *testing.T) {
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "t")
-	ctx := context.Background()
-	s, err := b.JS.Stream(ctx, bus.StreamAct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := s.CachedInfo().Created
-	// Asking for 1 replica again, and for the default, changes nothing.
-	for _, p := range []bus.Provisioning{{Replicas: 1}, {}} {
-		if _, err := bus.Open(ctx, b.NC, bustest.Logger(), p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s, _ = b.JS.Stream(ctx, bus.StreamAct)
-	if info, _ := s.Info(ctx); info.Config.Replicas != 1 || !info.Created.Equal(before) {
-		t.Errorf("replicas %d, created %v (was %v)", info.Config.Replicas, info.Created, before)
-	}
-}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -74,6 +76,14 @@ func Mutate[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn fu
 			return v, true, nil
 		}
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			// Lost the race: back off a little, at random, so that writers
+			// contending for one key spread out instead of colliding again.
+			wait := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 5)))
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return zero, false, fail.Transientf("kv write %s: %w", key, ctx.Err())
+			}
 			continue
 		}
 		return zero, false, fail.Transientf("kv write %s: %w", key, err)

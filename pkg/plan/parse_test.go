@@ -7,13 +7,7 @@ import (
 	"testing"
 )
 
-// capitalPlan is the two-step plan every format below writes.
-var capitalPlan = []Node{
-	{ID: "", Tool: "search", Args: map[string]any{"input": "capital of France"}, Deps: []string{}},
-	{ID: "", Tool: "search", Args: map[string]any{"input": "population of {X}"}, Deps: []string{"X"}},
-}
-
-// withIDs returns capitalPlan with ids a and b and the placeholder written
+// withIDs returns the two-step capital plan every format below writes, with ids a and b and the placeholder written
 // as ref.
 func withIDs(a, b, ref, argKey string) []Node {
 	n0 := Node{ID: a, Tool: "search", Args: map[string]any{argKey: "capital of France"}, Deps: []string{}}

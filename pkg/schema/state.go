@@ -288,12 +288,6 @@ func (s *Session) MarkEnded(e int) bool {
 	return true
 }
 
-// HasEnded reports whether episode e has ended.
-func (s *Session) HasEnded(e int) bool {
-	_, found := slices.BinarySearch(s.Ended, e)
-	return found
-}
-
 // EndedCount is the number of episodes that have ended.
 func (s *Session) EndedCount() int { return len(s.Ended) }
 

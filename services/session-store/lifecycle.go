@@ -52,7 +52,7 @@ func (s *Service) handleEpisodeEnd(ctx context.Context, m bus.Msg) error {
 
 // handleTimeout ends a rollout whose deadline passed while it was still in
 // the state the time-out guards.
-func (s *Service) handleTimeout(ctx context.Context, m bus.Msg, p subject.Parsed) error {
+func (s *Service) handleTimeout(ctx context.Context, m bus.Msg) error {
 	var t schema.Timeout
 	if err := m.Decode(&t); err != nil {
 		return err
@@ -80,7 +80,7 @@ func (s *Service) handleTimeout(ctx context.Context, m bus.Msg, p subject.Parsed
 }
 
 // handleCancel aborts a waiting or running rollout.
-func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed) error {
+func (s *Service) handleCancel(ctx context.Context, m bus.Msg) error {
 	var c schema.Cancel
 	if err := m.Decode(&c); err != nil {
 		return err

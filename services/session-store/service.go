@@ -69,9 +69,9 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 	case "end":
 		return s.handleEpisodeEnd(ctx, m)
 	case "timeout":
-		return s.handleTimeout(ctx, m, p)
+		return s.handleTimeout(ctx, m)
 	case "cancel":
-		return s.handleCancel(ctx, m, p)
+		return s.handleCancel(ctx, m)
 	}
 	return fail.Invalidf("session-store: unexpected subject %s", m.Subject)
 }
