@@ -229,6 +229,15 @@ func (c *Client) result(ctx context.Context, n int64, role string, arrivedMs int
 			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) {
 				continue
 			}
+			if errors.Is(err, nats.ErrNoResponders) {
+				// A cluster moving the consumer (a new leader, the ordered
+				// consumer recreated): ask again shortly.
+				select {
+				case <-time.After(100 * time.Millisecond):
+				case <-ctx.Done():
+				}
+				continue
+			}
 			return nil, fmt.Errorf("wait for rollout %d: %w", n, err)
 		}
 		var r schema.Result
@@ -270,11 +279,15 @@ func (c *Client) Rollout(ctx context.Context, a *schema.Arrive, timeout time.Dur
 }
 
 func (c *Client) fetchSamples(ctx context.Context, r *schema.Result) error {
-	os, err := c.js.ObjectStore(ctx, bus.ObjectResults)
-	if err != nil {
-		return fmt.Errorf("results store: %w", err)
-	}
-	data, err := os.GetBytes(ctx, r.SamplesObject)
+	var data []byte
+	err := untilUp(ctx, func(ctx context.Context) error {
+		store, err := c.js.ObjectStore(ctx, bus.ObjectResults)
+		if err != nil {
+			return err
+		}
+		data, err = store.GetBytes(ctx, r.SamplesObject)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("samples %s: %w", r.SamplesObject, err)
 	}
