@@ -114,7 +114,7 @@ func TestRejectedArrivals(t *testing.T) {
 	nc := bustest.Conn(t, e.url)
 	body, _ := schema.Marshal(&schema.Arrive{Rollout: 71, Role: schema.RoleActor, Engine: e.actor})
 	body = bytes.Replace(body, []byte("rollout.arrive/1"), []byte("rollout.arrive/9"), 1)
-	msg := nats.NewMsg(subject.Arrive(71))
+	msg := nats.NewMsg(subject.Arrive(71, schema.RoleActor))
 	msg.Data = body
 	msg.Header.Set(schema.HdrRole, schema.RoleActor)
 	if err := nc.PublishMsg(msg); err != nil {

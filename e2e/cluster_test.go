@@ -32,7 +32,8 @@ var composeUsers = map[string]string{
 	"plan-parser":     "PLANACT_PW_PLAN_PARSER",
 	"act-dispatcher":  "PLANACT_PW_ACT_DISPATCHER",
 	"actor-gateway":   "PLANACT_PW_ACTOR_GATEWAY",
-	"trainer":         "PLANACT_PW_TRAINER",
+	"trainer-planner": "PLANACT_PW_TRAINER_PLANNER",
+	"trainer-actor":   "PLANACT_PW_TRAINER_ACTOR",
 	"admin":           "PLANACT_PW_ADMIN",
 	"sys":             "PLANACT_PW_SYS",
 }
@@ -152,9 +153,9 @@ func withUser(raw, user string) string {
 
 // TestComposeCluster runs planact the way compose/ deploys it: a
 // three-node JetStream cluster from compose/nats, every service as its own
-// user with its least-privilege permissions and R3 streams and buckets, a
-// trainer as the trainer user. A rollout must complete without a single
-// permission violation, and a trainer must not be able to publish work.
+// user with its least-privilege permissions and R3 streams and buckets,
+// each trainer as its role's user. A rollout must complete without a single
+// permission violation, and every action of the forbidden list is refused.
 func TestComposeCluster(t *testing.T) {
 	v := &violations{}
 	urls := composeCluster(t, v)
@@ -211,15 +212,15 @@ func TestComposeCluster(t *testing.T) {
 	admin := bustest.Conn(t, withUser(urls[0], "admin"))
 	waitServices(t, admin)
 
-	trainer := func(i int) *client.Client {
-		nc := bustest.Conn(t, withUser(urls[i%len(urls)], "trainer"))
+	trainer := func(i int, role string) *client.Client {
+		nc := bustest.Conn(t, withUser(urls[i%len(urls)], "trainer-"+role))
 		c, err := client.New(nc)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
-	pc, ac := trainer(1), trainer(2)
+	pc, ac := trainer(1, schema.RolePlanner), trainer(2, schema.RoleActor)
 	pc.InlineTasksLimit = 256 // the batch goes through the object store, as a large one would
 	const n = 5
 	tasks := (&env{world: sim.DefaultWorld()}).tasks(3, 2, n)
@@ -262,7 +263,7 @@ func TestComposeCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, "KV_" + bus.BucketSession, "KV_" + bus.BucketRuns, "OBJ_" + bus.ObjectResults} {
+	for _, name := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, "KV_" + bus.BucketSession, "KV_" + bus.BucketRuns, "OBJ_" + bus.ObjectTasks, "OBJ_" + bus.ObjectResults(schema.RolePlanner), "OBJ_" + bus.ObjectResults(schema.RoleActor)} {
 		info, err := js.StreamInfo(name)
 		if err != nil {
 			t.Errorf("stream %s: %v", name, err)
@@ -273,43 +274,84 @@ func TestComposeCluster(t *testing.T) {
 		}
 	}
 
-	// Least privilege: a trainer cannot inject a work item or read the
-	// sessions bucket.
-	denied := make(chan error, 4)
-	nc, err := nats.Connect(withUser(urls[0], "trainer"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied <- err }))
-	if err != nil {
-		t.Fatal(err)
+	checkForbidden(t, urls[0], v, n)
+}
+
+// checkForbidden tries, as each user, actions its permissions must refuse,
+// and shows each refused: by the server's error (publish and subscribe
+// violations) or by no answer (a request whose subject is denied).
+func checkForbidden(t *testing.T, url string, v *violations, n int64) {
+	t.Helper()
+	type action struct {
+		user, what string
+		publish    string // a publish that must be a violation
+		request    string // a JetStream API request that must get no answer
+		subscribe  string // a subscription that must be a violation
 	}
-	defer nc.Close()
-	if err := nc.Publish("act.5.run.0.t9-X", []byte("x")); err != nil {
-		t.Fatal(err)
+	r := func(s string) string { return strings.ReplaceAll(s, "N", fmt.Sprint(n)) }
+	actions := []action{
+		{user: "trainer-planner", what: "publish an act's work item", publish: r("act.N.run.0.t9-X")},
+		{user: "trainer-planner", what: "arrive as the actor", publish: r("rollout.N.arrive.actor")},
+		{user: "trainer-planner", what: "cancel as the actor", publish: r("rollout.N.cancel.actor")},
+		{user: "trainer-planner", what: "read the actor's result", request: r("$JS.API.DIRECT.GET.ROLLOUT.rollout.N.result.actor")},
+		{user: "trainer-planner", what: "subscribe to the actor's results", subscribe: "rollout.*.result.actor"},
+		{user: "trainer-planner", what: "open the actor's result objects", request: "$JS.API.STREAM.INFO.OBJ_results_actor"},
+		{user: "trainer-planner", what: "read the actor's result objects", request: "$JS.API.DIRECT.GET.OBJ_results_actor.$O.results_actor.M.x"},
+		{user: "trainer-actor", what: "read the planner's result", request: r("$JS.API.DIRECT.GET.ROLLOUT.rollout.N.result.planner")},
+		{user: "trainer-actor", what: "arrive as the planner", publish: r("rollout.N.arrive.planner")},
+		{user: "trainer-actor", what: "read the sessions bucket", request: r("$JS.API.DIRECT.GET.KV_sessions.$KV.sessions.N")},
+		{user: "trainer-actor", what: "follow the ROLLOUT stream with a consumer", request: "$JS.API.CONSUMER.CREATE.ROLLOUT"},
+		{user: "trainer-actor", what: "publish a result", publish: r("rollout.N.result.actor")},
+		{user: "act-dispatcher", what: "delete a bucket", request: "$JS.API.STREAM.DELETE.KV_runs"},
+		{user: "act-dispatcher", what: "delete a stream", request: "$JS.API.STREAM.DELETE.ACT"},
+		{user: "act-dispatcher", what: "purge the history", request: "$JS.API.STREAM.PURGE.ACT"},
+		{user: "actor-gateway", what: "publish a plan", publish: r("plan.N.dag.0")},
+		{user: "actor-gateway", what: "write a run state", publish: r("$KV.runs.N.0.1")},
+		{user: "plan-parser", what: "publish a work item", publish: r("act.N.run.0.t1-s1")},
+		{user: "planner-gateway", what: "publish a result", publish: r("rollout.N.result.planner")},
+		{user: "planner-gateway", what: "write a session", publish: r("$KV.sessions.N")},
+		{user: "session-store", what: "publish a work item", publish: r("act.N.run.0.t1-s1")},
 	}
-	select {
-	case err := <-denied:
-		if !errors.Is(err, nats.ErrPermissionViolation) {
-			t.Errorf("publishing a work item as trainer: %v", err)
-		}
-	case <-time.After(patience):
-		t.Error("a trainer published a work item without a permission violation")
+	for _, a := range actions {
+		t.Run(a.user+" may not "+a.what, func(t *testing.T) {
+			denied := make(chan error, 4)
+			nc, err := nats.Connect(withUser(url, a.user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied <- err }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			switch {
+			case a.publish != "":
+				if err := nc.Publish(a.publish, []byte("x")); err != nil {
+					t.Fatal(err)
+				}
+			case a.subscribe != "":
+				if _, err := nc.SubscribeSync(a.subscribe); err != nil {
+					t.Fatal(err)
+				}
+			case a.request != "":
+				if _, err := nc.Request(a.request, []byte("{}"), time.Second); err == nil {
+					t.Fatalf("%s was answered", a.request)
+				}
+			}
+			_ = nc.Flush()
+			select {
+			case err := <-denied:
+				if !errors.Is(err, nats.ErrPermissionViolation) {
+					t.Errorf("%s: %v, want a permission violation", a.what, err)
+				}
+			case <-time.After(patience):
+				t.Errorf("%s: no permission violation", a.what)
+			}
+		})
 	}
-	if _, err := nc.Request("$JS.API.DIRECT.GET.KV_sessions.$KV.sessions.5", nil, time.Second); err == nil {
-		t.Error("a trainer read the sessions bucket")
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	// Those two, and only those, were refused.
-	for deadline := time.Now().Add(patience); ; {
-		v.mu.Lock()
-		k := len(v.lines)
-		v.mu.Unlock()
-		if k >= 2 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// The refused actions, and only those, are in the server's log.
 	for _, line := range v.take() {
-		if !strings.Contains(line, "user:trainer") {
+		ok := false
+		for _, a := range actions {
+			ok = ok || strings.Contains(line, "user:"+a.user)
+		}
+		if !ok {
 			t.Errorf("permission violation: %s", line)
 		}
 	}

@@ -2,15 +2,18 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/reward"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
@@ -224,7 +227,7 @@ func TestLargeTaskListsGoThroughTheObjectStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := st.GetLastMsgForSubject(context.Background(), "rollout.66.arrive")
+	raw, err := st.GetLastMsgForSubject(context.Background(), "rollout.66.arrive.planner")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +273,8 @@ func TestRewardServerDown(t *testing.T) {
 
 // TestPlannerEngineRefuses: a planner engine that answers 400 (a prompt it
 // will never take) ends the episode failed at once, with the engine's
-// message, instead of leaving it to the rollout time-out.
+// message, instead of leaving it to the rollout time-out; a rollout whose
+// episodes all failed is failed, not ok, and says why.
 func TestPlannerEngineRefuses(t *testing.T) {
 	e := start(t, envOptions{planner: sim.Config{Seed: 16}, actor: sim.Config{Seed: 17}})
 	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -284,10 +288,32 @@ func TestPlannerEngineRefuses(t *testing.T) {
 	e.planner = schema.Engine{URL: refusing.URL}
 	tasks := e.tasks(2, 1, 89)
 	o := e.rollout(t, e.trainer(t), e.trainer(t), 89, tasks, nil, false)
-	if o.perr != nil || o.planner.Status != schema.ResultOK {
+	if !errors.Is(o.perr, client.ErrFailed) || o.planner.Status != schema.ResultFailed || !strings.Contains(o.planner.Reason, "context length") {
 		t.Fatalf("rollout: %v %+v", o.perr, o.planner)
 	}
 	if got := o.planner.Stats.EpisodeStatus[schema.EpisodeFailed]; got != 2 {
 		t.Errorf("episode status %v, want both failed", o.planner.Stats.EpisodeStatus)
+	}
+}
+
+// TestPlannerEngineUnreachable: with the planner engine down, the rollout
+// is reported failed (it was "ok, 0 samples"), its reason naming the cause,
+// and both trainers learn it (ErrFailed).
+func TestPlannerEngineUnreachable(t *testing.T) {
+	e := start(t, envOptions{planner: sim.Config{Seed: 18}, actor: sim.Config{Seed: 19}})
+	down := httptest.NewServer(http.NotFoundHandler())
+	e.planner = schema.Engine{URL: down.URL}
+	down.Close() // nothing listens there any more
+	tasks := e.tasks(2, 1, 90)
+	o := e.rollout(t, e.trainer(t), e.trainer(t), 90, tasks, &schema.Config{PlannerTimeoutS: 2}, false)
+	for role, r := range map[string]*schema.Result{"planner": o.planner, "actor": o.actor} {
+		err := o.perr
+		if role == "actor" {
+			err = o.aerr
+		}
+		if !errors.Is(err, client.ErrFailed) || r == nil || r.Status != schema.ResultFailed ||
+			!strings.Contains(r.Reason, "all 2 episodes failed") || !strings.Contains(r.Reason, "connection refused") {
+			t.Errorf("%s: %v %+v, want failed naming the refused connection", role, err, r)
+		}
 	}
 }

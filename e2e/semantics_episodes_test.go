@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
 	plannergateway "github.com/planact/planact/services/planner-gateway"
@@ -98,7 +100,9 @@ func TestSemanticsGuards(t *testing.T) {
 	wg.Wait()
 	for i, c := range cases {
 		o := outs[i]
-		if o.perr != nil || o.planner.Status != schema.ResultOK {
+		// A rollout whose only episode failed is failed, not ok.
+		if c.status == schema.EpisodeFailed && (!errors.Is(o.perr, client.ErrFailed) || o.planner.Status != schema.ResultFailed) ||
+			c.status != schema.EpisodeFailed && (o.perr != nil || o.planner.Status != schema.ResultOK) {
 			t.Fatalf("rollout %d: %v %+v", c.n, o.perr, o.planner)
 		}
 		s, ok := sampleOf(o.planner, c.n, 0)

@@ -32,6 +32,39 @@ type semEnv struct {
 	names       []string
 	ackWait     time.Duration
 	stop        func()
+	runs        *runRecorder
+}
+
+// runRecorder keeps the last state of every run key it saw: run states are
+// removed when their rollout ends, and the tests look at them after.
+type runRecorder struct {
+	mu   sync.Mutex
+	runs map[string]schema.Run
+}
+
+func recordRuns(t *testing.T, b *bus.Bus) *runRecorder {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := b.Runs.WatchAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &runRecorder{runs: map[string]schema.Run{}}
+	go func() {
+		for e := range w.Updates() {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var r schema.Run
+			if schema.Unmarshal(e.Value(), &r) == nil {
+				rec.mu.Lock()
+				rec.runs[e.Key()] = r
+				rec.mu.Unlock()
+			}
+		}
+	}()
+	return rec
 }
 
 type semOptions struct {
@@ -69,6 +102,7 @@ func startSem(t *testing.T, o semOptions) *semEnv {
 		names:       stack.Services,
 		ackWait:     o.ackWait,
 	}
+	e.runs = recordRuns(t, e.bus)
 	if o.scripted {
 		e.names = slices.DeleteFunc(slices.Clone(stack.Services), func(n string) bool { return n == plannergateway.Name })
 	}
@@ -117,16 +151,44 @@ func population(country string) string {
 func (e *semEnv) dones(t *testing.T, n int64) map[string]schema.ActDone {
 	t.Helper()
 	out := map[string]schema.ActDone{}
-	err := e.bus.LastPerSubject(context.Background(), bus.StreamAct, subject.ActDoneFilter(n), func(_ string, data []byte) error {
+	for _, data := range lastPerSubject(t, e.bus.JS, bus.StreamAct, subject.ActDoneFilter(n)) {
 		var d schema.ActDone
 		if err := schema.Unmarshal(data, &d); err != nil {
-			return err
+			t.Fatal(err)
 		}
 		out[fmt.Sprintf("%d/%s", d.Episode, d.Key)] = d
-		return nil
+	}
+	return out
+}
+
+// lastPerSubject reads the last message of every subject that matches
+// filter, as a person inspecting the stream would.
+func lastPerSubject(t *testing.T, js jetstream.JetStream, stream, filter string) [][]byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	for pending := info.NumPending; pending > 0; {
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m.Data())
+		md, err := m.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending = md.NumPending
 	}
 	return out
 }
@@ -146,13 +208,21 @@ func (e *semEnv) count(t *testing.T, stream, subj string) uint64 {
 	return info.State.Subjects[subj]
 }
 
+// run is the last state of a finished run, as recorded while it ran.
 func (e *semEnv) run(t *testing.T, n int64, ep, turn int) schema.Run {
 	t.Helper()
-	r, _, found, err := bus.Get[schema.Run](context.Background(), e.bus.Runs, schema.RunKey(n, ep, turn))
-	if err != nil || !found {
-		t.Fatalf("run %s: found %v, %v", schema.RunKey(n, ep, turn), found, err)
+	key := schema.RunKey(n, ep, turn)
+	for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) {
+		e.runs.mu.Lock()
+		r, found := e.runs.runs[key]
+		e.runs.mu.Unlock()
+		if found && r.Finished {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s: found %v, finished %v", key, found, r.Finished)
+		}
 	}
-	return r
 }
 
 func (e *semEnv) session(t *testing.T, n int64) (schema.Session, bool) {
@@ -166,11 +236,11 @@ func (e *semEnv) session(t *testing.T, n int64) (schema.Session, bool) {
 
 func (e *semEnv) episodeEnded(t *testing.T, n int64, ep int) bool {
 	t.Helper()
-	_, found, err := e.bus.LastMsg(context.Background(), bus.StreamRollout, subject.EpisodeEnd(n, ep))
+	m, err := e.bus.LastMsg(context.Background(), bus.StreamRollout, subject.EpisodeEnd(n, ep))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return found
+	return m != nil
 }
 
 // runConsumer describes the act-dispatcher's work-item consumer.

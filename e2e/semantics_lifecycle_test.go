@@ -123,7 +123,7 @@ func TestSemanticsCancelWhileNextRuns(t *testing.T) {
 		t.Fatalf("rollout %d is %s; it should still run while %d completed", n, s.State, n+1)
 	}
 
-	if err := e.trainer(t).Cancel(context.Background(), n, "trainer stopped"); err != nil {
+	if err := e.trainer(t).Cancel(context.Background(), n, schema.RolePlanner, "trainer stopped"); err != nil {
 		t.Fatal(err)
 	}
 	r := <-running
@@ -184,7 +184,7 @@ func TestSemanticsActRedelivery(t *testing.T) {
 	if k := e.count(t, bus.StreamAct, subject.ActDone(n, 0, "t1-s1")); k != 1 {
 		t.Errorf("%d outcomes for one act", k)
 	}
-	if err := e.trainer(t).Cancel(context.Background(), n, ""); err != nil {
+	if err := e.trainer(t).Cancel(context.Background(), n, schema.RoleActor, ""); err != nil {
 		t.Fatal(err)
 	}
 	r := <-running

@@ -20,6 +20,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	replicas := fs.Int("replicas", 1, "JetStream replicas for streams and buckets created by this process (3 on a cluster)")
 	engineLimit := fs.Int("engine-limit", 64, "generations in flight per engine in each gateway")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address, e.g. :9464")
+	keep := retentionFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: planact serve [flags] <service...>   services:", stack.Services)
 		fs.PrintDefaults()
@@ -45,9 +46,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	if _, err := telemetry.ServeMetrics(ctx, *metricsAddr); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	return stack.Serve(ctx, names, stack.Options{
-		URL: *url, Log: log, EngineLimit: *engineLimit, Provisioning: bus.Provisioning{Replicas: *replicas},
-	})
+	o := stack.Options{URL: *url, Log: log, EngineLimit: *engineLimit, Provisioning: bus.Provisioning{Replicas: *replicas}}
+	if err := keep.apply(&o); err != nil {
+		return err
+	}
+	return stack.Serve(ctx, names, o)
 }
 
 // parseInterspersed parses flags wherever they stand among the positional

@@ -12,7 +12,6 @@ import (
 
 	"github.com/planact/planact/internal/demo"
 	"github.com/planact/planact/internal/stack"
-	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/embedded"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
@@ -44,8 +43,13 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	stepwise := fs.Float64("sim-stepwise", 0.5, "fraction of questions the simulated planner plans one hop per turn")
 	services := fs.String("services", strings.Join(stack.Services, ","), "services to run in this process (comma-separated; \"none\" for only NATS and engines)")
 	metricsAddr := fs.String("metrics", "127.0.0.1:9464", "serve Prometheus /metrics on this address (\"\" = off)")
+	keep := retentionFlags(fs)
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default: warn with --demo, else info; $PLANACT_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	so := stack.Options{}
+	if err := keep.apply(&so); err != nil {
 		return err
 	}
 	lo := telemetry.LogOptionsFromEnv(getenv)
@@ -118,7 +122,8 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 			served <- nil
 			return
 		}
-		served <- stack.Serve(ctx, names, stack.Options{URL: url, Log: log, Provisioning: bus.Provisioning{}})
+		so.URL, so.Log = url, log
+		served <- stack.Serve(ctx, names, so)
 	}()
 	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
 	err := stack.WaitReady(rctx, url, names)

@@ -48,6 +48,11 @@ type Options struct {
 	// InlineLimit is the size above which the session-store moves a result's
 	// samples to the object store; 0 = its default.
 	InlineLimit int
+	// Stall is how long an episode may go without progress before the
+	// act-dispatcher's watchdog drives it on; 0 = its default.
+	Stall time.Duration
+	// SweepEvery is how often the session-store's sweep runs; 0 = its default.
+	SweepEvery time.Duration
 }
 
 // Validate reports an unknown service name.
@@ -167,7 +172,7 @@ func runner(name string, b *bus.Bus, log zerolog.Logger, o Options) func(context
 	switch name {
 	case sessionstore.Name:
 		return func(ctx context.Context) error {
-			return sessionstore.Run(ctx, sessionstore.Deps{Bus: b, Log: log, InlineLimit: o.InlineLimit})
+			return sessionstore.Run(ctx, sessionstore.Deps{Bus: b, Log: log, InlineLimit: o.InlineLimit, SweepEvery: o.SweepEvery})
 		}
 	case plannergateway.Name:
 		return func(ctx context.Context) error {
@@ -177,7 +182,7 @@ func runner(name string, b *bus.Bus, log zerolog.Logger, o Options) func(context
 		return func(ctx context.Context) error { return planparser.Run(ctx, planparser.Deps{Bus: b, Log: log}) }
 	case actdispatcher.Name:
 		return func(ctx context.Context) error {
-			return actdispatcher.Run(ctx, actdispatcher.Deps{Bus: b, Log: log, RetryBase: o.ActRetryBase, RunAckWait: o.ActAckWait})
+			return actdispatcher.Run(ctx, actdispatcher.Deps{Bus: b, Log: log, RetryBase: o.ActRetryBase, RunAckWait: o.ActAckWait, Stall: o.Stall})
 		}
 	case actorgateway.Name:
 		return func(ctx context.Context) error {

@@ -20,17 +20,27 @@ const (
 	StreamAct     = "ACT"
 	BucketSession = "sessions"
 	BucketRuns    = "runs"
-	ObjectResults = "results"
+	// ObjectTasks holds task lists too large for an arrival message.
+	ObjectTasks = "tasks"
 )
+
+// ObjectResults is the object store that holds role's samples when a
+// result is too large for its message. Each role has its own, so that a
+// trainer may be allowed to read its own samples only.
+func ObjectResults(role string) string { return "results_" + role }
 
 // Bus is a connection with the JetStream handles every service uses.
 type Bus struct {
 	NC       *nats.Conn
 	JS       jetstream.JetStream
-	Sessions jetstream.KeyValue
-	Runs     jetstream.KeyValue
-	Objects  jetstream.ObjectStore
-	Log      zerolog.Logger
+	Sessions *Bucket
+	Runs     *Bucket
+	Tasks    jetstream.ObjectStore
+	// Results are the per-role object stores of large results, by role.
+	Results map[string]jetstream.ObjectStore
+	// Provisioning is what this bus provisioned with (defaults filled in).
+	Provisioning Provisioning
+	Log          zerolog.Logger
 }
 
 // Connect dials url, provisions the streams and buckets (idempotently) and
@@ -64,8 +74,11 @@ func Open(ctx context.Context, nc *nats.Conn, log zerolog.Logger, p Provisioning
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	b := &Bus{NC: nc, JS: js, Log: log}
-	if err := b.provision(ctx, p); err != nil {
+	b := &Bus{NC: nc, JS: js, Log: log, Provisioning: p.withDefaults()}
+	if err := b.Provisioning.Validate(); err != nil {
+		return nil, err
+	}
+	if err := b.provision(ctx, b.Provisioning); err != nil {
 		return nil, err
 	}
 	return b, nil

@@ -231,7 +231,7 @@ func TestMutateUnderContention(t *testing.T) {
 	}
 }
 
-func TestLastPerSubject(t *testing.T) {
+func TestLastMsg(t *testing.T) {
 	_, url := bustest.Server(t)
 	b := bustest.Bus(t, url, "t")
 	ctx := context.Background()
@@ -242,26 +242,96 @@ func TestLastPerSubject(t *testing.T) {
 			}
 		}
 	}
-	if err := b.Publish(ctx, &schema.PlanOutput{Rollout: 6, Episode: 0, Turn: 1}); err != nil {
+	if err := b.Publish(ctx, &schema.PlanRequest{Rollout: 5, Episode: 1, Turn: 3}); err != nil {
 		t.Fatal(err)
 	}
-	seen := map[int]int{}
-	err := b.LastPerSubject(ctx, bus.StreamPlan, "plan.5.out.*", func(_ string, data []byte) error {
+	turnOf := func(m *bus.StoredMsg) int {
+		t.Helper()
 		var o schema.PlanOutput
-		if err := schema.Unmarshal(data, &o); err != nil {
-			return err
+		if err := schema.Unmarshal(m.Data, &o); err != nil {
+			var r schema.PlanRequest
+			if err := schema.Unmarshal(m.Data, &r); err != nil {
+				t.Fatal(err)
+			}
+			return r.Turn
 		}
-		seen[o.Episode] = o.Turn
-		return nil
-	})
+		return o.Turn
+	}
+	m, err := b.LastMsg(ctx, bus.StreamPlan, "plan.5.out.2")
+	if err != nil || m == nil || turnOf(m) != 2 || m.Subject != "plan.5.out.2" || m.Header.Get(schema.HdrSchema) != "plan.out/1" {
+		t.Fatalf("last on plan.5.out.2: %+v %v, want turn 2 with its headers", m, err)
+	}
+	// A filter names the last message of any subject it matches.
+	m, err = b.LastMsg(ctx, bus.StreamPlan, "plan.5.*.1")
+	if err != nil || m == nil || m.Subject != "plan.5.req.1" || turnOf(m) != 3 {
+		t.Fatalf("last on plan.5.*.1: %+v %v, want the turn-3 request", m, err)
+	}
+	if m, err := b.LastMsg(ctx, bus.StreamPlan, "plan.77.out.0"); m != nil || err != nil {
+		t.Errorf("nothing there: %+v %v, want nil nil", m, err)
+	}
+	if _, err := b.LastMsg(ctx, "NOSUCH", "x"); err == nil {
+		t.Errorf("unknown stream: no error")
+	}
+}
+
+func TestPublishOnce(t *testing.T) {
+	_, url := bustest.Server(t)
+	ctx := context.Background()
+	// A short duplicate window, so that the second outcome below is not
+	// dropped as a duplicate of the first but refused for its subject.
+	const window = 100 * time.Millisecond
+	b, err := bus.Connect(ctx, url, "t", bustest.Logger(), bus.Provisioning{DupeWindow: window})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(seen) != "map[0:2 1:2 2:2]" {
-		t.Errorf("last per subject: %v, want the turn-2 output of episodes 0-2", seen)
+	defer b.Close()
+	first := &schema.ActDone{Rollout: 3, Episode: 0, Turn: 1, Key: "t1-s1", Status: schema.ActDoneOK, Output: "Paris"}
+	stored, err := b.PublishOnce(ctx, first)
+	if err != nil || !stored {
+		t.Fatalf("first outcome: stored %v err %v", stored, err)
 	}
-	if err := b.LastPerSubject(ctx, bus.StreamPlan, "plan.77.out.*", func(string, []byte) error { return errors.New("called") }); err != nil {
-		t.Errorf("empty filter: %v", err)
+	// Another replica ran the same act: its outcome is refused, whatever
+	// its message id (so beyond the duplicate window too), and the first
+	// one stays.
+	second := *first
+	second.Output, second.Attempts = "Lyon", 2
+	time.Sleep(3 * window) // the window is over: only the subject check is left
+	stored, err = b.PublishOnce(ctx, &second)
+	if err != nil || stored {
+		t.Fatalf("a second outcome: stored %v err %v, want refused", stored, err)
+	}
+	m, err := b.LastMsg(ctx, bus.StreamAct, first.Subject())
+	var d schema.ActDone
+	if err != nil || schema.Unmarshal(m.Data, &d) != nil || d.Output != "Paris" {
+		t.Fatalf("the stream holds %+v (%v), want the first outcome", d, err)
+	}
+}
+
+func TestPurgeAndRepublish(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx := context.Background()
+	for e := 0; e < 2; e++ {
+		if err := b.Publish(ctx, &schema.PlanRequest{Rollout: 8, Episode: e, Turn: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, _ := b.LastMsg(ctx, bus.StreamPlan, "plan.8.req.1")
+	// Published again under its own id, the duplicate window drops it; with
+	// a suffix it is stored again, headers and body as they were.
+	if err := b.Republish(ctx, m, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := b.LastMsg(ctx, bus.StreamPlan, "plan.8.req.1")
+	if again.Seq == m.Seq || string(again.Data) != string(m.Data) || again.Header.Get("Nats-Msg-Id") != m.Header.Get("Nats-Msg-Id")+".w1" ||
+		again.Header.Get(schema.HdrEpisode) != "1" {
+		t.Fatalf("republished: %+v", again)
+	}
+	if err := b.Purge(ctx, bus.StreamPlan, "plan.8.>"); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := b.LastMsg(ctx, bus.StreamPlan, "plan.8.>"); m != nil {
+		t.Errorf("purged, yet %s is there", m.Subject)
 	}
 }
 

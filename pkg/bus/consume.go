@@ -55,8 +55,12 @@ type Consumer struct {
 	Stream      string
 	Durable     string
 	Filters     []string
-	Concurrency int           // handlers running at once in this process; default 16
-	AckWait     time.Duration // default 30s; in-progress is sent every AckWait/3
+	Concurrency int // handlers running at once in this process; default 16
+	// AckWait is how long a message may go without a sign of life before
+	// JetStream hands it to another replica; the consume loop sends one
+	// every AckWait/3 while a handler works, so only the work of a process
+	// that died (or stopped) moves. Default DefaultAckWait.
+	AckWait time.Duration
 	MaxDeliver  int           // deliveries before a message is given up; default 10
 	Backoff     func(delivered uint64) time.Duration
 }
@@ -66,7 +70,7 @@ func (c Consumer) withDefaults() Consumer {
 		c.Concurrency = 16
 	}
 	if c.AckWait <= 0 {
-		c.AckWait = 30 * time.Second
+		c.AckWait = DefaultAckWait
 	}
 	if c.MaxDeliver <= 0 {
 		c.MaxDeliver = 10
@@ -76,6 +80,10 @@ func (c Consumer) withDefaults() Consumer {
 	}
 	return c
 }
+
+// DefaultAckWait bounds how long the work of a replica that died waits
+// before another replica takes it.
+const DefaultAckWait = 5 * time.Second
 
 // DefaultBackoff naks with 100ms, 200ms, 400ms … up to 10s.
 func DefaultBackoff(delivered uint64) time.Duration {
@@ -172,6 +180,11 @@ func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw jetstream.M
 		outcome = "term"
 		log.Error().Err(err).Str("kind", fail.KindOf(err).String()).Msg("message rejected")
 		_ = raw.TermWithReason(err.Error())
+	case isLater(err):
+		d, _ := fail.RetryAfter(err)
+		outcome = "later"
+		log.Debug().Err(err).Dur("retry_in", d).Msg("not yet; will retry")
+		_ = raw.NakWithDelay(d)
 	case m.Delivered >= uint64(c.MaxDeliver):
 		outcome = "term"
 		log.Error().Err(err).Msg("message given up after max deliveries")
@@ -236,4 +249,9 @@ func withHeaderFields(log zerolog.Logger, h nats.Header) zerolog.Logger {
 		lc = lc.Str("role", v)
 	}
 	return lc.Logger()
+}
+
+func isLater(err error) bool {
+	_, ok := fail.RetryAfter(err)
+	return ok
 }

@@ -13,11 +13,23 @@ import (
 	"github.com/planact/planact/pkg/schema"
 )
 
+// Bucket is a KV bucket of planact. Its plain reads are direct gets, which
+// on a replicated bucket any replica may answer, possibly a moment behind;
+// GetFresh and Mutate's decisions not to write read from the leader.
+type Bucket struct {
+	jetstream.KeyValue
+	bus *Bus
+	// replicated is true when followers may answer direct gets.
+	replicated bool
+}
+
 // maxCASAttempts bounds how often Mutate retries after losing a race.
 const maxCASAttempts = 50
 
 // Get reads key into v and returns its revision; found is false if absent.
-func Get[T any](ctx context.Context, kv jetstream.KeyValue, key string) (v T, rev uint64, found bool, err error) {
+// On a replicated bucket the value may be a moment old: use it to read, not
+// to decide to drop or skip work (GetFresh).
+func Get[T any](ctx context.Context, kv *Bucket, key string) (v T, rev uint64, found bool, err error) {
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return v, 0, false, nil
@@ -31,9 +43,25 @@ func Get[T any](ctx context.Context, kv jetstream.KeyValue, key string) (v T, re
 	return v, e.Revision(), true, nil
 }
 
+// GetFresh reads key into v from the bucket's leader: a read that cannot
+// miss a write acknowledged before it, for decisions.
+func GetFresh[T any](ctx context.Context, kv *Bucket, key string) (v T, rev uint64, found bool, err error) {
+	if !kv.replicated {
+		return Get[T](ctx, kv, key)
+	}
+	e, err := kv.bus.kvGetFresh(ctx, kv.Bucket(), key)
+	if err != nil || e == nil {
+		return v, 0, false, err
+	}
+	if err := schema.Unmarshal(e.Value, &v); err != nil {
+		return v, 0, false, fmt.Errorf("kv %s: %w", key, err)
+	}
+	return v, e.Revision, true, nil
+}
+
 // Create writes v under key only if the key does not exist. created is false
 // when it already did (not an error: that is how idempotent writes look).
-func Create(ctx context.Context, kv jetstream.KeyValue, key string, v any) (created bool, err error) {
+func Create(ctx context.Context, kv *Bucket, key string, v any) (created bool, err error) {
 	data, err := schema.Marshal(v)
 	if err != nil {
 		return false, fail.E(fail.Permanent, err)
@@ -52,16 +80,33 @@ func Create(ctx context.Context, kv jetstream.KeyValue, key string, v any) (crea
 // exists=false if absent) and returns whether it changed it; returning an
 // error aborts without writing. Mutate returns the value as last seen or
 // written, and whether this call wrote it.
-func Mutate[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn func(v *T, exists bool) (bool, error)) (T, bool, error) {
+//
+// A write is checked by the server against the revision read, so a stale
+// read only costs a retry. A decision not to write rests on a read: when
+// the first read may have been stale, it is confirmed against the leader
+// before Mutate returns without writing.
+func Mutate[T any](ctx context.Context, kv *Bucket, key string, fn func(v *T, exists bool) (bool, error)) (T, bool, error) {
 	var zero T
+	fresh := false
 	for attempt := 0; attempt < maxCASAttempts; attempt++ {
-		v, rev, found, err := Get[T](ctx, kv, key)
+		read := Get[T]
+		if fresh {
+			read = GetFresh[T]
+		}
+		v, rev, found, err := read(ctx, kv, key)
 		if err != nil {
 			return zero, false, err
 		}
 		changed, err := fn(&v, found)
-		if err != nil || !changed {
+		if err != nil {
 			return v, false, err
+		}
+		if !changed {
+			if fresh || !kv.replicated {
+				return v, false, nil
+			}
+			fresh = true // confirm the decision on the leader's value
+			continue
 		}
 		data, err := schema.Marshal(&v)
 		if err != nil {
@@ -76,8 +121,10 @@ func Mutate[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn fu
 			return v, true, nil
 		}
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-			// Lost the race: back off a little, at random, so that writers
+			// Lost the race (or read a stale value): read from the leader
+			// next, after a little random back-off, so that writers
 			// contending for one key spread out instead of colliding again.
+			fresh = true
 			wait := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 5)))
 			select {
 			case <-time.After(wait):

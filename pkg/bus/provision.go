@@ -12,23 +12,25 @@ import (
 // Provisioning sets the retention of what planact keeps in JetStream.
 // The zero value gives DefaultProvisioning.
 type Provisioning struct {
-	Replicas      int           // 1 embedded, 3 on a cluster
-	HistoryMaxAge time.Duration // how long streams keep a rollout's messages
-	SessionTTL    time.Duration // how long a session key lives without writes
-	RunTTL        time.Duration // how long a run key lives without writes
-	ResultTTL     time.Duration // how long results stay in the object store
-	DupeWindow    time.Duration // how long a Nats-Msg-Id is remembered
+	Replicas int // 1 embedded, 3 on a cluster
+	// History is how long planact keeps a rollout: its messages in the
+	// streams, and its session key, the record that says how it ended and
+	// keeps its id from being taken for a new rollout.
+	History time.Duration
+	// ResultRetention is how long a finished rollout's results stay in the
+	// object stores (both trainers have fetched theirs long before).
+	ResultRetention time.Duration
+	// DupeWindow is how long a Nats-Msg-Id is remembered.
+	DupeWindow time.Duration
 }
 
-// DefaultProvisioning keeps a day of history.
+// DefaultProvisioning keeps a day of history and results for six hours.
 func DefaultProvisioning() Provisioning {
 	return Provisioning{
-		Replicas:      1,
-		HistoryMaxAge: 24 * time.Hour,
-		SessionTTL:    24 * time.Hour,
-		RunTTL:        24 * time.Hour,
-		ResultTTL:     24 * time.Hour,
-		DupeWindow:    30 * time.Minute,
+		Replicas:        1,
+		History:         24 * time.Hour,
+		ResultRetention: 6 * time.Hour,
+		DupeWindow:      30 * time.Minute,
 	}
 }
 
@@ -37,22 +39,31 @@ func (p Provisioning) withDefaults() Provisioning {
 	if p.Replicas == 0 {
 		p.Replicas = d.Replicas
 	}
-	if p.HistoryMaxAge == 0 {
-		p.HistoryMaxAge = d.HistoryMaxAge
+	if p.History == 0 {
+		p.History = d.History
 	}
-	if p.SessionTTL == 0 {
-		p.SessionTTL = d.SessionTTL
-	}
-	if p.RunTTL == 0 {
-		p.RunTTL = d.RunTTL
-	}
-	if p.ResultTTL == 0 {
-		p.ResultTTL = d.ResultTTL
+	if p.ResultRetention == 0 {
+		p.ResultRetention = min(d.ResultRetention, p.History)
 	}
 	if p.DupeWindow == 0 {
-		p.DupeWindow = d.DupeWindow
+		p.DupeWindow = min(d.DupeWindow, p.History)
 	}
 	return p
+}
+
+// Validate reports settings that cannot work together.
+func (p Provisioning) Validate() error {
+	switch {
+	case p.Replicas < 1 || p.Replicas > 5:
+		return fmt.Errorf("replicas %d: want 1 to 5", p.Replicas)
+	case p.History < time.Second:
+		return fmt.Errorf("history %v: want at least 1s", p.History)
+	case p.ResultRetention <= 0 || p.ResultRetention > p.History:
+		return fmt.Errorf("result retention %v: want more than 0 and at most the history (%v)", p.ResultRetention, p.History)
+	case p.DupeWindow <= 0 || p.DupeWindow > p.History:
+		return fmt.Errorf("duplicate window %v: want more than 0 and at most the history (%v)", p.DupeWindow, p.History)
+	}
+	return nil
 }
 
 // StreamConfigs are the three streams planact uses.
@@ -65,7 +76,7 @@ func (p Provisioning) StreamConfigs() []jetstream.StreamConfig {
 			Subjects:    []string{subj},
 			Storage:     jetstream.FileStorage,
 			Retention:   jetstream.LimitsPolicy,
-			MaxAge:      p.HistoryMaxAge,
+			MaxAge:      p.History,
 			Duplicates:  p.DupeWindow,
 			Replicas:    p.Replicas,
 			Discard:     jetstream.DiscardOld,
@@ -76,6 +87,9 @@ func (p Provisioning) StreamConfigs() []jetstream.StreamConfig {
 	// session-store that scheduled them is gone.
 	rollout.AllowMsgSchedules = true
 	rollout.AllowMsgTTL = true
+	// Trainers read their results by subject with direct gets, which the
+	// server's permissions can restrict to a role's own subjects.
+	rollout.AllowDirect = true
 	return []jetstream.StreamConfig{
 		rollout,
 		mk(StreamPlan, "plan.>", "planact plans: requests, planner outputs, parsed DAGs, answers, parse errors"),
@@ -129,7 +143,7 @@ func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
 		Bucket:         BucketSession,
 		Description:    "planact rollout sessions: barrier and lifecycle, one key per rollout",
 		History:        1,
-		TTL:            p.SessionTTL,
+		TTL:            p.History,
 		LimitMarkerTTL: time.Minute,
 		Storage:        jetstream.FileStorage,
 		Replicas:       p.Replicas,
@@ -139,9 +153,9 @@ func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
 	}
 	b.Runs, err = b.keyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:         BucketRuns,
-		Description:    "planact run state, one key per episode turn",
+		Description:    "planact run state, one key per episode turn, removed when the rollout ends",
 		History:        1,
-		TTL:            p.RunTTL,
+		TTL:            p.History,
 		LimitMarkerTTL: time.Minute,
 		Storage:        jetstream.FileStorage,
 		Replicas:       p.Replicas,
@@ -149,27 +163,42 @@ func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
 	if err != nil {
 		return fmt.Errorf("provision kv %s: %w", BucketRuns, err)
 	}
+	if b.Tasks, err = b.objectStore(ctx, ObjectTasks, "planact task lists too large for an arrival, removed when the rollout ends", p); err != nil {
+		return err
+	}
+	b.Results = map[string]jetstream.ObjectStore{}
+	for _, role := range []string{"planner", "actor"} {
+		name := ObjectResults(role)
+		if b.Results[role], err = b.objectStore(ctx, name, "planact "+role+" samples too large for a result message, kept for the result retention", p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// objectStore opens the object store, creating or updating it only when it
+// is missing or differs from what is wanted.
+func (b *Bus) objectStore(ctx context.Context, name, desc string, p Provisioning) (jetstream.ObjectStore, error) {
 	ocfg := jetstream.ObjectStoreConfig{
-		Bucket:      ObjectResults,
-		Description: "planact large payloads: results with many samples, large task lists",
-		TTL:         p.ResultTTL,
+		Bucket:      name,
+		Description: desc,
+		TTL:         p.History,
 		Storage:     jetstream.FileStorage,
 		Replicas:    p.Replicas,
 	}
-	if os, err := b.JS.ObjectStore(ctx, ObjectResults); err == nil {
+	if os, err := b.JS.ObjectStore(ctx, name); err == nil {
 		if st, err := os.Status(ctx); err == nil {
-			ocfg.Replicas = b.keepReplicas(ObjectResults, st.Replicas(), ocfg.Replicas)
+			ocfg.Replicas = b.keepReplicas(name, st.Replicas(), ocfg.Replicas)
 			if st.Description() == ocfg.Description && st.TTL() == ocfg.TTL && st.Storage() == ocfg.Storage && max(st.Replicas(), 1) == max(ocfg.Replicas, 1) {
-				b.Objects = os
-				return nil
+				return os, nil
 			}
 		}
 	}
-	b.Objects, err = b.JS.CreateOrUpdateObjectStore(ctx, ocfg)
+	os, err := b.JS.CreateOrUpdateObjectStore(ctx, ocfg)
 	if err != nil {
-		return fmt.Errorf("provision object store %s: %w", ObjectResults, err)
+		return nil, fmt.Errorf("provision object store %s: %w", name, err)
 	}
-	return nil
+	return os, nil
 }
 
 // sameStream reports whether the stream's config already holds every field
@@ -179,7 +208,7 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 		have.Storage == want.Storage && have.Retention == want.Retention && have.MaxAge == want.MaxAge &&
 		have.Duplicates == want.Duplicates && max(have.Replicas, 1) == max(want.Replicas, 1) &&
 		have.Discard == want.Discard && have.AllowMsgSchedules == want.AllowMsgSchedules &&
-		have.AllowMsgTTL == want.AllowMsgTTL
+		have.AllowMsgTTL == want.AllowMsgTTL && have.AllowDirect == want.AllowDirect
 }
 
 // keepReplicas never lowers the replicas of what exists: one process
@@ -194,7 +223,7 @@ func (b *Bus) keepReplicas(name string, have, want int) int {
 
 // keyValue opens the bucket, creating or updating it only when it is missing
 // or differs from cfg (see sameStream for why).
-func (b *Bus) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+func (b *Bus) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (*Bucket, error) {
 	js := b.JS
 	if kv, err := js.KeyValue(ctx, cfg.Bucket); err == nil {
 		if st, err := kv.Status(ctx); err == nil {
@@ -203,10 +232,14 @@ func (b *Bus) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetst
 				cfg.Replicas = b.keepReplicas(cfg.Bucket, c.Replicas, cfg.Replicas)
 				if c.Description == cfg.Description && c.MaxMsgsPerSubject == int64(cfg.History) && c.MaxAge == cfg.TTL &&
 					c.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL && c.Storage == cfg.Storage && max(c.Replicas, 1) == max(cfg.Replicas, 1) {
-					return kv, nil
+					return &Bucket{KeyValue: kv, bus: b, replicated: c.Replicas > 1}, nil
 				}
 			}
 		}
 	}
-	return js.CreateOrUpdateKeyValue(ctx, cfg)
+	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Bucket{KeyValue: kv, bus: b, replicated: cfg.Replicas > 1}, nil
 }

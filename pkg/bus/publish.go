@@ -110,6 +110,17 @@ func (b *Bus) Publish(ctx context.Context, m schema.Message, opts ...jetstream.P
 	return b.publishMsg(ctx, msg, opts...)
 }
 
+// PublishAs publishes m under the message id msgID instead of its own:
+// work handed out once more, which the duplicate window must not drop.
+func (b *Bus) PublishAs(ctx context.Context, m schema.Message, msgID string) error {
+	msg, err := NewMsg(ctx, m)
+	if err != nil {
+		return fail.E(fail.Permanent, err)
+	}
+	msg.Header.Set(jetstream.MsgIDHeader, msgID)
+	return b.publishMsg(ctx, msg)
+}
+
 // PublishTimeout bounds one attempt to get a stream's ack. An ack can be
 // lost (a stream being updated, a leader change); waiting for it forever
 // would hang the handler, so the publish is tried again, which the message
@@ -117,11 +128,17 @@ func (b *Bus) Publish(ctx context.Context, m schema.Message, opts ...jetstream.P
 const PublishTimeout = 5 * time.Second
 
 func (b *Bus) publishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) error {
+	_, err := b.publishAck(ctx, msg, opts...)
+	return err
+}
+
+func (b *Bus) publishAck(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	const attempts = 3
 	var err error
+	var ack *jetstream.PubAck
 	for i := 0; i < attempts; i++ {
 		actx, cancel := context.WithTimeout(ctx, PublishTimeout)
-		_, err = b.JS.PublishMsg(actx, msg, opts...)
+		ack, err = b.JS.PublishMsg(actx, msg, opts...)
 		cancel()
 		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 			break
@@ -129,9 +146,30 @@ func (b *Bus) publishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.P
 		b.Log.Warn().Str("subject", msg.Subject).Int("attempt", i+1).Msg("no ack from the stream; publishing again")
 	}
 	if err != nil {
-		return fail.Transientf("publish %s: %w", msg.Subject, err)
+		return nil, fail.Transientf("publish %s: %w", msg.Subject, err)
 	}
-	return nil
+	return ack, nil
+}
+
+// PublishOnce publishes m only if its subject holds no message yet: the
+// stream's leader checks it, so of two replicas publishing the outcome of
+// the same work only one is stored, however long apart they come. stored
+// is false when the subject already held a message (the caller reads it
+// with LastMsg and goes on with that one).
+func (b *Bus) PublishOnce(ctx context.Context, m schema.Message) (stored bool, err error) {
+	msg, err := NewMsg(ctx, m)
+	if err != nil {
+		return false, fail.E(fail.Permanent, err)
+	}
+	ack, err := b.publishAck(ctx, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return !ack.Duplicate, nil
 }
 
 // PublishAll publishes ms without waiting for each ack before the next

@@ -36,6 +36,10 @@ var ErrFailed = errors.New("planact: rollout failed")
 type Client struct {
 	// InlineTasksLimit overrides DefaultInlineTasksLimit.
 	InlineTasksLimit int
+	// Recheck is how often a wait for a result reads the result subject
+	// again, in case the result was published while the connection was
+	// down (a NATS restart); default 2s.
+	Recheck time.Duration
 
 	nc *nats.Conn
 	js jetstream.JetStream
@@ -157,7 +161,7 @@ func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
 	var store jetstream.ObjectStore
 	err = untilUp(ctx, func(ctx context.Context) error {
 		var err error
-		store, err = c.js.ObjectStore(ctx, bus.ObjectResults)
+		store, err = c.js.ObjectStore(ctx, bus.ObjectTasks)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			return jetstream.ErrStreamNotFound // planact has not provisioned yet
 		}
@@ -174,9 +178,10 @@ func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
 	return nil
 }
 
-// Cancel aborts a rollout: both roles get an aborted result.
-func (c *Client) Cancel(ctx context.Context, rollout int64, reason string) error {
-	msg, err := bus.NewMsg(ctx, &schema.Cancel{Rollout: rollout, Reason: reason, AtMs: time.Now().UnixMilli()})
+// Cancel aborts a rollout, as the trainer of role: both roles get an
+// aborted result.
+func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string) error {
+	msg, err := bus.NewMsg(ctx, &schema.Cancel{Rollout: rollout, Role: role, Reason: reason, AtMs: time.Now().UnixMilli()})
 	if err != nil {
 		return err
 	}
@@ -202,66 +207,99 @@ func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Resu
 // result waits for the result. A rejection of an arrival other than the one
 // made at arrivedMs (an earlier, corrected one) is passed over; with
 // arrivedMs 0 (this client did not arrive) every rejection counts.
+//
+// The wait needs no JetStream consumer: it subscribes to the result
+// subjects, and reads the last message on each from the stream (a direct
+// get) when it starts and every Recheck after, so a result published
+// before the wait, or while the connection was down, is found too. It
+// rides out server restarts and leader changes until ctx ends.
 func (c *Client) result(ctx context.Context, n int64, role string, arrivedMs int64) (*schema.Result, error) {
-	var cons jetstream.Consumer
-	err := untilUp(ctx, func(ctx context.Context) error {
-		var err error
-		cons, err = c.js.OrderedConsumer(ctx, bus.StreamRollout, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{subject.Result(n, role), subject.Rejected(n, role)},
-			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-			// While waiting it pulls, so it stays; after, it is gone soon.
-			InactiveThreshold: 30 * time.Second,
-		})
-		return err
-	})
-	if err != nil {
-		if cause := expired(ctx); cause != nil {
-			return nil, fmt.Errorf("%w: no %s result for rollout %d: %w", ErrTimeout, role, n, cause)
-		}
-		return nil, fmt.Errorf("wait for rollout %d: %w", n, err)
-	}
-	for {
-		msg, err := cons.Next(jetstream.FetchContext(ctx))
+	subjects := []string{subject.Result(n, role), subject.Rejected(n, role)}
+	msgs := make(chan *nats.Msg, 16)
+	for _, subj := range subjects {
+		sub, err := c.nc.ChanSubscribe(subj, msgs)
 		if err != nil {
-			if cause := expired(ctx); cause != nil {
-				return nil, fmt.Errorf("%w: no %s result for rollout %d: %w", ErrTimeout, role, n, cause)
-			}
-			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) {
-				continue
-			}
-			if errors.Is(err, nats.ErrNoResponders) {
-				// A cluster moving the consumer (a new leader, the ordered
-				// consumer recreated): ask again shortly.
-				select {
-				case <-time.After(100 * time.Millisecond):
-				case <-ctx.Done():
-				}
-				continue
-			}
 			return nil, fmt.Errorf("wait for rollout %d: %w", n, err)
 		}
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	recheck := c.Recheck
+	if recheck <= 0 {
+		recheck = 2 * time.Second
+	}
+	t := time.NewTicker(recheck)
+	defer t.Stop()
+	accept := func(data []byte) (*schema.Result, error) {
 		var r schema.Result
-		if err := schema.Unmarshal(msg.Data(), &r); err != nil {
+		if err := schema.Unmarshal(data, &r); err != nil {
 			return nil, err
 		}
 		if r.Status == schema.ResultInvalid && r.ArrivalMs != 0 && arrivedMs != 0 && r.ArrivalMs != arrivedMs {
-			continue
-		}
-		if r.SamplesObject != "" {
-			if err := c.fetchSamples(ctx, &r); err != nil {
-				return &r, err
-			}
-		}
-		switch r.Status {
-		case schema.ResultTimeout:
-			return &r, fmt.Errorf("%w: rollout %d: %s", ErrTimeout, n, r.Reason)
-		case schema.ResultInvalid:
-			return &r, fmt.Errorf("%w: rollout %d: %s", ErrRejected, n, r.Reason)
-		case schema.ResultFailed:
-			return &r, fmt.Errorf("%w: rollout %d: %s", ErrFailed, n, r.Reason)
+			return nil, nil // the rejection of an earlier arrival
 		}
 		return &r, nil
 	}
+	for {
+		for _, subj := range subjects {
+			data, err := c.lastResult(ctx, subj)
+			if err != nil || data == nil {
+				continue // not there yet, or the server is away: read again later
+			}
+			if r, err := accept(data); err != nil || r != nil {
+				return c.deliver(ctx, n, r, err)
+			}
+		}
+		select {
+		case m := <-msgs:
+			if r, err := accept(m.Data); err != nil || r != nil {
+				return c.deliver(ctx, n, r, err)
+			}
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		if cause := expired(ctx); cause != nil {
+			return nil, fmt.Errorf("%w: no %s result for rollout %d: %w", ErrTimeout, role, n, cause)
+		}
+		if c.nc.IsClosed() {
+			return nil, fmt.Errorf("wait for rollout %d: %w", n, nats.ErrConnectionClosed)
+		}
+	}
+}
+
+// lastResult reads the last message on subj from the ROLLOUT stream, or nil.
+func (c *Client) lastResult(ctx context.Context, subj string) ([]byte, error) {
+	rctx, cancel := context.WithTimeout(ctx, bus.PublishTimeout)
+	defer cancel()
+	m, err := c.nc.RequestWithContext(rctx, "$JS.API.DIRECT.GET."+bus.StreamRollout+"."+subj, nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+		return nil, nil // 404: nothing on the subject yet
+	}
+	return m.Data, nil
+}
+
+// deliver fetches r's samples from the object store when they are there,
+// and turns its status into the documented error.
+func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err error) (*schema.Result, error) {
+	if err != nil {
+		return nil, err
+	}
+	if r.SamplesObject != "" {
+		if err := c.fetchSamples(ctx, r); err != nil {
+			return r, err
+		}
+	}
+	switch r.Status {
+	case schema.ResultTimeout:
+		return r, fmt.Errorf("%w: rollout %d: %s", ErrTimeout, n, r.Reason)
+	case schema.ResultInvalid:
+		return r, fmt.Errorf("%w: rollout %d: %s", ErrRejected, n, r.Reason)
+	case schema.ResultFailed:
+		return r, fmt.Errorf("%w: rollout %d: %s", ErrFailed, n, r.Reason)
+	}
+	return r, nil
 }
 
 // Rollout arrives and waits for the result, at most timeout (0 = until ctx ends).
@@ -281,7 +319,7 @@ func (c *Client) Rollout(ctx context.Context, a *schema.Arrive, timeout time.Dur
 func (c *Client) fetchSamples(ctx context.Context, r *schema.Result) error {
 	var data []byte
 	err := untilUp(ctx, func(ctx context.Context) error {
-		store, err := c.js.ObjectStore(ctx, bus.ObjectResults)
+		store, err := c.js.ObjectStore(ctx, bus.ObjectResults(r.Role))
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Kind says whether an operation may succeed if it is tried again.
@@ -79,4 +80,30 @@ func KindOf(err error) Kind {
 func IsRetryable(err error) bool {
 	k := KindOf(err)
 	return k == Transient || k == Unknown
+}
+
+// laterError is a transient error that says when to try again.
+type laterError struct {
+	after time.Duration
+	err   error
+}
+
+func (e *laterError) Error() string { return e.err.Error() }
+func (e *laterError) Unwrap() error { return &Error{Kind: Transient, Err: e.err} }
+
+// After wraps err as transient, to be tried again after d (not before).
+func After(d time.Duration, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &laterError{after: d, err: err}
+}
+
+// RetryAfter returns when an error made by After asks to be tried again.
+func RetryAfter(err error) (time.Duration, bool) {
+	var e *laterError
+	if errors.As(err, &e) {
+		return e.after, true
+	}
+	return 0, false
 }

@@ -1,6 +1,7 @@
 package schema_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -32,6 +33,33 @@ func TestConfigValidate(t *testing.T) {
 		{"tool kind", func(c *schema.Config) { c.Tools = []schema.Tool{{Name: "search", Kind: "HTTP", URL: "http://x"}} }, "kind"},
 		{"tool twice", func(c *schema.Config) { c.Tools = []schema.Tool{{Name: "search"}, {Name: "search"}} }, "twice"},
 		{"http tool url", func(c *schema.Config) { c.Tools = []schema.Tool{{Name: "wiki", Kind: schema.ToolHTTP}} }, "url"},
+		// Numbers that are not finite, or far out of range, were accepted
+		// and behaved as something else (an infinite time-out as "already
+		// expired"); each is rejected with its field named.
+		{"rollout time-out 1e300", func(c *schema.Config) { c.RolloutTimeoutS = 1e300 }, "rollout_timeout_s"},
+		{"rollout time-out NaN", func(c *schema.Config) { c.RolloutTimeoutS = math.NaN() }, "rollout_timeout_s"},
+		{"rollout time-out +Inf", func(c *schema.Config) { c.RolloutTimeoutS = math.Inf(1) }, "rollout_timeout_s"},
+		{"barrier time-out -Inf", func(c *schema.Config) { c.BarrierTimeoutS = math.Inf(-1) }, "barrier_timeout_s"},
+		{"act time-out NaN", func(c *schema.Config) { c.ActTimeoutS = math.NaN() }, "act_timeout_s"},
+		{"planner time-out", func(c *schema.Config) { c.PlannerTimeoutS = 1e9 }, "planner_timeout_s"},
+		{"act retries -100", func(c *schema.Config) { c.ActRetries = -100 }, "act_retries"},
+		{"act retries 1000", func(c *schema.Config) { c.ActRetries = 1000 }, "act_retries"},
+		{"max turns 2^62", func(c *schema.Config) { c.MaxTurns = 1 << 62 }, "max_turns"},
+		{"max nodes", func(c *schema.Config) { c.MaxNodes = 100000 }, "max_nodes"},
+		{"max new tokens 2^40", func(c *schema.Config) { c.ActorSampling.MaxNewTokens = 1 << 40 }, "actor_sampling.max_new_tokens"},
+		{"planner tokens beyond the context", func(c *schema.Config) { c.PlannerSampling.MaxNewTokens = 20000 }, "planner_sampling.max_new_tokens"},
+		{"negative max new tokens", func(c *schema.Config) { c.PlannerSampling.MaxNewTokens = -3 }, "planner_sampling.max_new_tokens"},
+		{"temperature NaN", func(c *schema.Config) { c.ActorSampling.Temperature = schema.Float(math.NaN()) }, "actor_sampling.temperature"},
+		{"top_p 0", func(c *schema.Config) { c.ActorSampling.TopP = schema.Float(0) }, "actor_sampling.top_p"},
+		{"empty stop", func(c *schema.Config) { c.ActorSampling.Stop = []string{""} }, "actor_sampling.stop[0]"},
+		{"tool name", func(c *schema.Config) { c.Tools = []schema.Tool{{Name: "web search"}} }, "name"},
+		{"url on an actor tool", func(c *schema.Config) { c.Tools = []schema.Tool{{Name: "search", URL: "http://x"}} }, "only for kind http"},
+		{"tool url without host", func(c *schema.Config) { c.Tools = []schema.Tool{{Name: "wiki", Kind: schema.ToolHTTP, URL: "http://"}} }, "host"},
+		{"reward url", func(c *schema.Config) { c.Reward = "https://" }, "reward"},
+		{"largest values", func(c *schema.Config) {
+			c.MaxTurns, c.MaxNodes, c.MaxContextTokens, c.ActRetries = schema.MaxTurnsLimit, schema.MaxNodesLimit, schema.MaxContextTokensLimit, schema.MaxActRetries
+			c.RolloutTimeoutS, c.BarrierTimeoutS, c.ActTimeoutS = schema.MaxRolloutTimeoutS, schema.MaxRolloutTimeoutS, schema.MaxActTimeoutS
+		}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

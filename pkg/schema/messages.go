@@ -2,6 +2,7 @@ package schema
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/subject"
@@ -55,15 +56,22 @@ func (s Sampling) withDefaults(d Sampling) Sampling {
 	return s
 }
 
-func (s Sampling) validate(field string) error {
+func (s Sampling) validate(field string, maxTokens int) error {
 	t, p := s.Values()
 	switch {
-	case t < 0:
-		return fmt.Errorf("config: %s.temperature %g: want 0 or more", field, t)
-	case p <= 0 || p > 1:
+	case math.IsNaN(t) || t < 0 || t > MaxTemperature:
+		return fmt.Errorf("config: %s.temperature %g: want 0 to %d", field, t, MaxTemperature)
+	case math.IsNaN(p) || p <= 0 || p > 1:
 		return fmt.Errorf("config: %s.top_p %g: want more than 0, at most 1", field, p)
-	case s.MaxNewTokens < 0:
-		return fmt.Errorf("config: %s.max_new_tokens %d: want 0 (default) or more", field, s.MaxNewTokens)
+	case s.MaxNewTokens < 1 || s.MaxNewTokens > maxTokens:
+		return fmt.Errorf("config: %s.max_new_tokens %d: want 1 to %d", field, s.MaxNewTokens, maxTokens)
+	case len(s.Stop) > MaxStops:
+		return fmt.Errorf("config: %s.stop has %d strings: want at most %d", field, len(s.Stop), MaxStops)
+	}
+	for i, stop := range s.Stop {
+		if stop == "" || len(stop) > 256 {
+			return fmt.Errorf("config: %s.stop[%d]: want 1 to 256 bytes", field, i)
+		}
 	}
 	return nil
 }
@@ -95,7 +103,7 @@ type Arrive struct {
 }
 
 func (m *Arrive) Kind() string    { return "rollout.arrive/1" }
-func (m *Arrive) Subject() string { return subject.Arrive(m.Rollout) }
+func (m *Arrive) Subject() string { return subject.Arrive(m.Rollout, m.Role) }
 func (m *Arrive) MsgID() string {
 	// One id per arrival call: a publish retried by the client is stored
 	// once, a corrected arrival after a rejection is a new message.
@@ -389,7 +397,11 @@ type EpisodeEnd struct {
 	Status  string   `json:"status"`
 	Answers []string `json:"answers,omitempty"`
 	Reason  string   `json:"reason,omitempty"`
-	AtMs    int64    `json:"at_ms"`
+	// Acts are the keys of the episode's nodes that have an outcome on
+	// act.N.done.E.K (executed, failed or answered from the cache), in
+	// turn order: where its samples are.
+	Acts []string `json:"acts,omitempty"`
+	AtMs int64    `json:"at_ms"`
 }
 
 func (m *EpisodeEnd) Kind() string    { return "rollout.end/1" }
@@ -539,8 +551,9 @@ func (m *Timeout) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: -1} }
 
 // Time-out kinds.
 const (
-	TimeoutBarrier = "barrier" // the other role never arrived
-	TimeoutRollout = "rollout" // the rollout ran past its deadline
+	TimeoutBarrier   = "barrier"   // the other role never arrived
+	TimeoutRollout   = "rollout"   // the rollout ran past its deadline
+	TimeoutRetention = "retention" // a finished rollout's results may go
 )
 
 // Cancel asks planact to abort a rollout: acts stop being retried and both
@@ -548,11 +561,12 @@ const (
 type Cancel struct {
 	Envelope
 	Rollout int64  `json:"rollout"`
+	Role    string `json:"role"` // the trainer that cancels
 	Reason  string `json:"reason,omitempty"`
 	AtMs    int64  `json:"at_ms"`
 }
 
 func (m *Cancel) Kind() string    { return "rollout.cancel/1" }
-func (m *Cancel) Subject() string { return subject.Cancel(m.Rollout) }
-func (m *Cancel) MsgID() string   { return fmt.Sprintf("cancel.%d", m.Rollout) }
-func (m *Cancel) Meta() Meta      { return Meta{Rollout: m.Rollout, Episode: -1} }
+func (m *Cancel) Subject() string { return subject.Cancel(m.Rollout, m.Role) }
+func (m *Cancel) MsgID() string   { return fmt.Sprintf("cancel.%d.%s", m.Rollout, m.Role) }
+func (m *Cancel) Meta() Meta      { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }

@@ -89,7 +89,7 @@ func cases() []wireCase {
 			Rollout: 42, Episode: 1, Turn: 1, Key: "t1-s2", NodeID: "s2", Tool: "search", Input: "capital of France",
 			Status: schema.ActDoneOK, Output: "Paris", Attempts: 1, Generation: gen, StartedMs: 1767225601000, EndedMs: 1767225601041,
 		}),
-		msgCase(&schema.EpisodeEnd{Rollout: 42, Episode: 1, Turns: 2, Status: schema.EpisodeCompleted, Answers: []string{"Seine"}, Reason: "answer", AtMs: 1767225603000}),
+		msgCase(&schema.EpisodeEnd{Rollout: 42, Episode: 1, Turns: 2, Status: schema.EpisodeCompleted, Answers: []string{"Seine"}, Reason: "answer", Acts: []string{"t1-s1", "t1-s2"}, AtMs: 1767225603000}),
 		msgCase(&schema.Result{
 			Rollout: 42, Role: schema.RolePlanner, Status: schema.ResultOK, Samples: []schema.Sample{sample}, SampleCount: 1,
 			Stats: schema.Stats{
@@ -98,7 +98,7 @@ func cases() []wireCase {
 			},
 		}),
 		msgCase(&schema.Timeout{Rollout: 42, TimeoutKind: schema.TimeoutBarrier, DeadlineMs: 1767227400000}),
-		msgCase(&schema.Cancel{Rollout: 42, Reason: "trainer preempted", AtMs: 1767225602000}),
+		msgCase(&schema.Cancel{Rollout: 42, Role: schema.RolePlanner, Reason: "trainer preempted", AtMs: 1767225602000}),
 		msgCase(&schema.ActorRequest{Rollout: 42, Episode: 1, Key: "t1-s2", Engine: engineA, Prompt: gen.Prompt, Sampling: schema.Sampling{Temperature: schema.Float(1), TopP: schema.Float(1), MaxNewTokens: 128}}),
 		msgCase(&schema.ActorReply{Generation: *gen}),
 		{file: "kv.session.v1.schema.json", value: &schema.Session{

@@ -2,6 +2,8 @@ package schema
 
 import (
 	"fmt"
+	"math"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -59,6 +61,7 @@ type Config struct {
 	ActTimeoutS      float64  `json:"act_timeout_s,omitempty"`
 	BarrierTimeoutS  float64  `json:"barrier_timeout_s,omitempty"`
 	RolloutTimeoutS  float64  `json:"rollout_timeout_s,omitempty"`
+	PlannerTimeoutS  float64  `json:"planner_timeout_s,omitempty"` // per planner generation attempt
 	PlannerSampling  Sampling `json:"planner_sampling,omitempty"`
 	ActorSampling    Sampling `json:"actor_sampling,omitempty"`
 	Reward           string   `json:"reward,omitempty"` // "f1" (default), "em", or a reward server URL
@@ -83,6 +86,7 @@ func DefaultConfig() Config {
 		ActTimeoutS:      60,
 		BarrierTimeoutS:  1800,
 		RolloutTimeoutS:  3600,
+		PlannerTimeoutS:  600,
 		PlannerSampling:  Sampling{Temperature: Float(1), TopP: Float(1), MaxNewTokens: 1024},
 		ActorSampling:    Sampling{Temperature: Float(1), TopP: Float(1), MaxNewTokens: 128},
 		Reward:           "f1",
@@ -128,6 +132,9 @@ func (c Config) WithDefaults() Config {
 	if c.RolloutTimeoutS == 0 {
 		c.RolloutTimeoutS = d.RolloutTimeoutS
 	}
+	if c.PlannerTimeoutS == 0 {
+		c.PlannerTimeoutS = d.PlannerTimeoutS
+	}
 	c.PlannerSampling = c.PlannerSampling.withDefaults(d.PlannerSampling)
 	c.ActorSampling = c.ActorSampling.withDefaults(d.ActorSampling)
 	if c.Reward == "" {
@@ -136,7 +143,24 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports the first field that holds a value planact does not know.
+// Ranges of the configuration's numbers (README, "Rollout configuration").
+// A value outside its range, or a number that is not finite, rejects the
+// arrival: a mistake must not run as something else.
+const (
+	MaxTurnsLimit         = 100
+	MaxNodesLimit         = 1024
+	MaxContextTokensLimit = 1 << 20
+	MinContextTokens      = 16
+	MaxActRetries         = 20
+	MaxActTimeoutS        = 86400
+	MaxRolloutTimeoutS    = 7 * 86400
+	MaxTemperature        = 100
+	MaxStops              = 16
+	MaxTools              = 64
+)
+
+// Validate reports the first field that holds a value planact does not
+// know or that is out of its range, naming the field.
 func (c Config) Validate() error {
 	switch c.FailurePolicy {
 	case PolicySkip, PolicyReplan, PolicyFail:
@@ -153,45 +177,118 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("config: schedule %q: want eager, levels or sequential", c.Schedule)
 	}
-	if c.MaxTurns < 1 {
-		return fmt.Errorf("config: max_turns %d: want at least 1", c.MaxTurns)
-	}
 	if !slices.Contains(PlanFormats, c.PlanFormat) {
 		return fmt.Errorf("config: plan_format %q: want one of %s", c.PlanFormat, strings.Join(PlanFormats, ", "))
 	}
 	if c.ParseFormat != "" && c.ParseFormat != string(plan.FormatAuto) && !slices.Contains(PlanFormats, c.ParseFormat) {
 		return fmt.Errorf("config: parse_format %q: want auto or one of %s", c.ParseFormat, strings.Join(PlanFormats, ", "))
 	}
-	for name, v := range map[string]float64{
-		"max_nodes": float64(c.MaxNodes), "max_context_tokens": float64(c.MaxContextTokens),
-		"act_timeout_s": c.ActTimeoutS, "barrier_timeout_s": c.BarrierTimeoutS, "rollout_timeout_s": c.RolloutTimeoutS,
+	for _, r := range []struct {
+		name     string
+		v        int
+		min, max int
+	}{
+		{"max_turns", c.MaxTurns, 1, MaxTurnsLimit},
+		{"max_nodes", c.MaxNodes, 1, MaxNodesLimit},
+		{"max_context_tokens", c.MaxContextTokens, MinContextTokens, MaxContextTokensLimit},
+		{"act_retries", c.ActRetries, -1, MaxActRetries},
 	} {
-		if v < 0 {
-			return fmt.Errorf("config: %s %g: want a positive number (0 for the default)", name, v)
+		if r.v < r.min || r.v > r.max {
+			return fmt.Errorf("config: %s %d: want %d to %d", r.name, r.v, r.min, r.max)
 		}
 	}
-	if c.Reward != "f1" && c.Reward != "em" && !strings.HasPrefix(c.Reward, "http://") && !strings.HasPrefix(c.Reward, "https://") {
+	for _, r := range []struct {
+		name string
+		v    float64
+		max  float64
+	}{
+		{"act_timeout_s", c.ActTimeoutS, MaxActTimeoutS},
+		{"planner_timeout_s", c.PlannerTimeoutS, MaxActTimeoutS},
+		{"barrier_timeout_s", c.BarrierTimeoutS, MaxRolloutTimeoutS},
+		{"rollout_timeout_s", c.RolloutTimeoutS, MaxRolloutTimeoutS},
+	} {
+		if math.IsNaN(r.v) || math.IsInf(r.v, 0) || r.v <= 0 || r.v > r.max {
+			return fmt.Errorf("config: %s %g: want a number of seconds above 0 and at most %g", r.name, r.v, r.max)
+		}
+	}
+	if err := c.validateReward(); err != nil {
+		return err
+	}
+	if err := c.PlannerSampling.validate("planner_sampling", c.MaxContextTokens); err != nil {
+		return err
+	}
+	if err := c.ActorSampling.validate("actor_sampling", MaxContextTokensLimit); err != nil {
+		return err
+	}
+	return c.validateTools()
+}
+
+func (c Config) validateReward() error {
+	switch c.Reward {
+	case "f1", "em":
+		return nil
+	}
+	if !strings.HasPrefix(c.Reward, "http://") && !strings.HasPrefix(c.Reward, "https://") {
 		return fmt.Errorf("config: reward %q: want f1, em or the URL of a reward server", c.Reward)
 	}
-	if err := c.PlannerSampling.validate("planner_sampling"); err != nil {
-		return err
+	if err := checkURL(c.Reward); err != nil {
+		return fmt.Errorf("config: reward %q: %w", c.Reward, err)
 	}
-	if err := c.ActorSampling.validate("actor_sampling"); err != nil {
-		return err
+	return nil
+}
+
+func (c Config) validateTools() error {
+	if len(c.Tools) > MaxTools {
+		return fmt.Errorf("config: %d tools: want at most %d", len(c.Tools), MaxTools)
 	}
 	seen := map[string]bool{}
-	for _, t := range c.Tools {
+	for i, t := range c.Tools {
 		switch {
 		case t.Name == "":
-			return fmt.Errorf("config: a tool has no name")
+			return fmt.Errorf("config: tools[%d] has no name", i)
+		case !validToolName(t.Name):
+			return fmt.Errorf("config: tools[%d] name %q: want 1 to 64 letters, digits, '_' or '-'", i, t.Name)
 		case seen[t.Name]:
 			return fmt.Errorf("config: tool %q is declared twice", t.Name)
 		case t.Kind != "" && t.Kind != ToolActor && t.Kind != ToolHTTP:
 			return fmt.Errorf("config: tool %q: kind %q: want actor or http", t.Name, t.Kind)
 		case t.Kind == ToolHTTP && t.URL == "":
 			return fmt.Errorf("config: http tool %q has no url", t.Name)
+		case t.Kind != ToolHTTP && t.URL != "":
+			return fmt.Errorf("config: tool %q: url %q is only for kind http", t.Name, t.URL)
+		}
+		if t.Kind == ToolHTTP {
+			if err := checkURL(t.URL); err != nil {
+				return fmt.Errorf("config: http tool %q: url %q: %w", t.Name, t.URL, err)
+			}
 		}
 		seen[t.Name] = true
+	}
+	return nil
+}
+
+func validToolName(name string) bool {
+	if len(name) > 64 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkURL accepts an absolute http or https URL with a host.
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return err
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("want an http or https URL")
+	case u.Host == "":
+		return fmt.Errorf("the URL has no host")
 	}
 	return nil
 }
@@ -261,6 +358,16 @@ type RoleInfo struct {
 	ArrivedMs     int64  `json:"arrived_ms"`
 }
 
+// Effects a session records as decided before they are published (its
+// outbox): whoever reads the session next — a handler, a redelivery, the
+// session-store's sweep — publishes them, idempotently, and removes them.
+const (
+	EffectBarrier = "barrier" // schedule the barrier time-out
+	EffectStart   = "start"   // the rollout's deadline, start event and first plan requests
+	EffectResults = "results" // each arrived role's result
+	EffectCleanup = "cleanup" // remove the run state and the tasks; schedule the result retention
+)
+
 // Session is the KV value (bucket sessions, key "<N>") that is a rollout's
 // barrier and lifecycle. It is only ever written by compare-and-set.
 type Session struct {
@@ -275,7 +382,43 @@ type Session struct {
 	CreatedMs  int64               `json:"created_ms"`
 	StartedMs  int64               `json:"started_ms,omitempty"`
 	FinishedMs int64               `json:"finished_ms,omitempty"`
-	Reason     string              `json:"reason,omitempty"`
+	// Status is the result status decided when the rollout ended, and
+	// Reason why.
+	Status string `json:"status,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Outbox lists the effects decided and not yet known to be published.
+	Outbox []string `json:"outbox,omitempty"`
+	// Objects are the result objects ("bucket/name") the rollout left in the
+	// object stores, removed once the result retention has passed.
+	Objects []string `json:"objects,omitempty"`
+}
+
+// Final reports whether the rollout has ended.
+func (s *Session) Final() bool {
+	return s.State != SessionWaiting && s.State != SessionRunning
+}
+
+// Owes reports whether effect is in the outbox.
+func (s *Session) Owes(effect string) bool { return slices.Contains(s.Outbox, effect) }
+
+// Settle removes effects from the outbox and reports whether any was there.
+func (s *Session) Settle(effects ...string) bool {
+	n := len(s.Outbox)
+	s.Outbox = slices.DeleteFunc(s.Outbox, func(e string) bool { return slices.Contains(effects, e) })
+	if len(s.Outbox) == 0 {
+		s.Outbox = nil
+	}
+	return len(s.Outbox) != n
+}
+
+// BarrierDeadlineMs is when a waiting rollout times out.
+func (s *Session) BarrierDeadlineMs() int64 {
+	return s.CreatedMs + Seconds(s.Config.WithDefaults().BarrierTimeoutS).Milliseconds()
+}
+
+// DeadlineMs is when a running rollout times out.
+func (s *Session) DeadlineMs() int64 {
+	return s.StartedMs + Seconds(s.Config.WithDefaults().RolloutTimeoutS).Milliseconds()
 }
 
 // MarkEnded records that episode e ended and reports whether that is news.

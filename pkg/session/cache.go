@@ -50,7 +50,7 @@ func (i *Info) Engine(role string) (schema.Engine, string, error) {
 // Cache loads Infos, refreshing the session (its state may change) after
 // Fresh and keeping the tasks (they never change) until the entry idles out.
 type Cache struct {
-	KV      jetstream.KeyValue
+	KV      *bus.Bucket
 	Objects jetstream.ObjectStore // where large task lists are
 	Fresh   time.Duration         // default 1s
 	Idle    time.Duration         // default 10m
@@ -68,12 +68,12 @@ type entry struct {
 }
 
 // NewCache returns a cache over the bus's sessions bucket and object store.
-func NewCache(b *bus.Bus) *Cache { return &Cache{KV: b.Sessions, Objects: b.Objects} }
+func NewCache(b *bus.Bus) *Cache { return &Cache{KV: b.Sessions, Objects: b.Tasks} }
 
 // LoadTasks reads rollout n's tasks, from the object store when the KV
 // value names an object. found is false when no arrival brought tasks.
-func LoadTasks(ctx context.Context, kv jetstream.KeyValue, objects jetstream.ObjectStore, n int64) ([]schema.Task, bool, error) {
-	tl, _, found, err := bus.Get[schema.TaskList](ctx, kv, schema.TasksKey(n))
+func LoadTasks(ctx context.Context, kv *bus.Bucket, objects jetstream.ObjectStore, n int64) ([]schema.Task, bool, error) {
+	tl, _, found, err := bus.GetFresh[schema.TaskList](ctx, kv, schema.TasksKey(n))
 	if err != nil || !found {
 		return nil, found, err
 	}
@@ -98,7 +98,10 @@ func LoadTasks(ctx context.Context, kv jetstream.KeyValue, objects jetstream.Obj
 }
 
 // Get returns rollout n's Info. A rollout without a session is a permanent
-// error: its messages belong to nothing.
+// error: its messages belong to nothing. That is decided on a read from the
+// leader; a cached state may be up to Fresh old, which can only make a
+// rollout that just ended look running (its work is then dropped a moment
+// later), never the reverse.
 func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
 	now := time.Now()
 	fresh, idle := c.Fresh, c.Idle
@@ -134,6 +137,9 @@ func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
 		return e.info, nil
 	}
 	s, _, found, err := bus.Get[schema.Session](ctx, c.KV, schema.SessionKey(n))
+	if err == nil && !found {
+		s, _, found, err = bus.GetFresh[schema.Session](ctx, c.KV, schema.SessionKey(n))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -11,10 +11,14 @@ import (
 
 // Wildcard filters the services consume.
 const (
-	AllArrive     = "rollout.*.arrive"
+	AllArrive     = "rollout.*.arrive.*"
 	AllEpisodeEnd = "rollout.*.end.*"
 	AllTimeout    = "rollout.*.timeout.*"
-	AllCancel     = "rollout.*.cancel"
+	AllCancel     = "rollout.*.cancel.*"
+	// Before roles were in these subjects; still consumed, to tell a
+	// trainer written against them where to publish instead.
+	LegacyArrive = "rollout.*.arrive"
+	LegacyCancel = "rollout.*.cancel"
 	AllPlanReq    = "plan.*.req.*"
 	AllPlanOut    = "plan.*.out.*"
 	AllPlanPart   = "plan.*.partial.*"
@@ -25,8 +29,10 @@ const (
 	AllActDone    = "act.*.done.>"
 )
 
-// Arrive is where a trainer announces itself for rollout n.
-func Arrive(n int64) string { return fmt.Sprintf("rollout.%d.arrive", n) }
+// Arrive is where a trainer of role announces itself for rollout n. The
+// role is in the subject so that the server's permissions can let each
+// trainer arrive as its own role only.
+func Arrive(n int64, role string) string { return fmt.Sprintf("rollout.%d.arrive.%s", n, role) }
 
 // Start is published once when the barrier releases rollout n.
 func Start(n int64) string { return fmt.Sprintf("rollout.%d.start", n) }
@@ -55,8 +61,8 @@ func TimeoutSchedule(n int64, kind string) string {
 	return fmt.Sprintf("rollout.%d.schedule.%s", n, kind)
 }
 
-// Cancel asks planact to abort rollout n.
-func Cancel(n int64) string { return fmt.Sprintf("rollout.%d.cancel", n) }
+// Cancel is where the trainer of role asks planact to abort rollout n.
+func Cancel(n int64, role string) string { return fmt.Sprintf("rollout.%d.cancel.%s", n, role) }
 
 // PlanReq asks the planner for episode e's next turn.
 func PlanReq(n int64, e int) string { return fmt.Sprintf("plan.%d.req.%d", n, e) }
@@ -148,6 +154,10 @@ func Parse(s string) (Parsed, error) {
 				return p, fmt.Errorf("subject %q: missing role", s)
 			}
 			p.Role = t[3]
+		case "arrive", "cancel":
+			if len(t) > 3 {
+				p.Role = t[3] // absent on the subjects of before roles were in them
+			}
 		case "timeout", "schedule":
 			if len(t) < 4 {
 				return p, fmt.Errorf("subject %q: missing time-out kind", s)

@@ -7,7 +7,9 @@ func TestParseRoundTrip(t *testing.T) {
 		subject string
 		want    Parsed
 	}{
-		{Arrive(7), Parsed{Domain: "rollout", Verb: "arrive", Rollout: 7, Episode: -1}},
+		{Arrive(7, "planner"), Parsed{Domain: "rollout", Verb: "arrive", Rollout: 7, Episode: -1, Role: "planner"}},
+		{Cancel(7, "actor"), Parsed{Domain: "rollout", Verb: "cancel", Rollout: 7, Episode: -1, Role: "actor"}},
+		{"rollout.7.arrive", Parsed{Domain: "rollout", Verb: "arrive", Rollout: 7, Episode: -1}},
 		{Result(7, "actor"), Parsed{Domain: "rollout", Verb: "result", Rollout: 7, Episode: -1, Role: "actor"}},
 		{EpisodeEnd(7, 3), Parsed{Domain: "rollout", Verb: "end", Rollout: 7, Episode: 3}},
 		{Timeout(7, "barrier"), Parsed{Domain: "rollout", Verb: "timeout", Rollout: 7, Episode: -1, Detail: "barrier"}},

@@ -40,6 +40,10 @@ var (
 		Name: "planact_acts_total",
 		Help: "Acts executed, by outcome.",
 	}, []string{"status"})
+	SweepActions = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_sweep_actions_total",
+		Help: "Pending work a sweep finished because no message did (a crash, a lost message), by service and action.",
+	}, []string{"service", "action"})
 	EngineSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "planact_engine_request_seconds",
 		Help:    "Engine generation latency, by role.",

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/planact/planact/pkg/schema"
@@ -58,39 +59,77 @@ func (a *aborts) over(n int64) int {
 	return len(a.running[n])
 }
 
-// watchSessions follows the sessions bucket and aborts the acts of every
-// rollout whose session leaves the running state.
-func (s *Service) watchSessions(ctx context.Context) error {
-	w, err := s.Bus.Sessions.WatchAll(ctx, jetstream.UpdatesOnly())
-	if err != nil {
-		return err
+// running is the set of rollouts in the running state, as the sessions
+// bucket says, with their sessions.
+type running struct {
+	mu       sync.Mutex
+	sessions map[int64]schema.Session
+}
+
+func (r *running) set(n int64, sess *schema.Session) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sessions == nil {
+		r.sessions = map[int64]schema.Session{}
 	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil
+	if sess == nil || sess.State != schema.SessionRunning {
+		delete(r.sessions, n)
+		return
+	}
+	r.sessions[n] = *sess
+}
+
+func (r *running) snapshot() []schema.Session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]schema.Session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
+// watchSessions follows the sessions bucket: it keeps the set of running
+// rollouts for the watchdog, and aborts the acts of every rollout whose
+// session leaves the running state. A watch that ends (NATS restarted)
+// starts again.
+func (s *Service) watchSessions(ctx context.Context) error {
+	for ctx.Err() == nil {
+		w, err := s.Bus.Sessions.WatchAll(ctx)
+		if err != nil {
+			s.Log.Warn().Err(err).Msg("sessions watch; trying again")
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut || strings.Contains(e.Key(), ".") {
-				continue // not a session (tasks), or a deletion
+			continue
+		}
+		for e := range w.Updates() {
+			if e == nil || strings.Contains(e.Key(), ".") {
+				continue // end of the initial values, or a task list
 			}
 			n, err := strconv.ParseInt(e.Key(), 10, 64)
 			if err != nil {
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				s.running.set(n, nil)
 				continue
 			}
 			var sess schema.Session
 			if err := schema.Unmarshal(e.Value(), &sess); err != nil {
 				continue
 			}
-			if sess.State == schema.SessionWaiting || sess.State == schema.SessionRunning {
+			s.running.set(n, &sess)
+			if !sess.Final() {
 				continue
 			}
 			if k := s.aborts.over(n); k > 0 {
 				s.Log.Info().Int64("rollout", n).Str("state", sess.State).Int("acts", k).Msg("rollout over; acts in flight abandoned")
 			}
+			s.sessions.Forget(n)
 		}
+		_ = w.Stop()
 	}
+	return nil
 }

@@ -6,22 +6,18 @@ import (
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
 )
 
-// handleDone records an act's outcome in the run state, releases what it
-// unblocks, and finishes the turn when it was the last node. The
-// compare-and-set write makes exactly one replica see the turn finish.
-func (s *Service) handleDone(ctx context.Context, m bus.Msg) error {
-	var d schema.ActDone
-	if err := m.Decode(&d); err != nil {
-		return err
-	}
-	info, ctx, err := s.info(ctx, d.Rollout)
-	if err != nil || info == nil {
-		return err
-	}
+// record writes an act's outcome into its turn's run state, releases what
+// it unblocks, and finishes the turn when it was the last node. The
+// compare-and-set write makes exactly one writer see the turn finish. When
+// the outcome was recorded already (a redelivery, a re-issue), it publishes
+// again what the run state implies, in case a crash came between that write
+// and its publishes; message ids make that idempotent.
+func (s *Service) record(ctx context.Context, info *session.Info, d *schema.ActDone) error {
 	if d.Status == schema.ActCached {
-		return nil // published by the dispatcher itself after it wrote the run
+		return nil // written in the run state before it was published
 	}
 	policy := info.Session.Config.FailurePolicy
 	prior, err := s.priorActs(ctx, d.Rollout, d.Episode, d.Turn)
@@ -35,7 +31,7 @@ func (s *Service) handleDone(ctx context.Context, m bus.Msg) error {
 		newly, cached, finishedNow = nil, nil, false
 		n := byKey(r, d.Key)
 		if !exists || n == nil || n.Terminal() || r.Finished {
-			return false, nil // a duplicate outcome, or a turn already over
+			return false, nil // recorded already, or a turn already over
 		}
 		n.Status, n.Output, n.Error = d.Status, d.Output, d.Error
 		cached = resolveWaiters(r, n)
@@ -53,7 +49,7 @@ func (s *Service) handleDone(ctx context.Context, m bus.Msg) error {
 	if err != nil {
 		return err
 	}
-	return s.publishOutcome(ctx, info, &run, newly, cached, finishedNow, !wrote && m.Delivered > 1)
+	return s.publishOutcome(ctx, info, &run, newly, cached, finishedNow, !wrote)
 }
 
 func nowMs() int64 { return time.Now().UnixMilli() }

@@ -20,13 +20,21 @@ import (
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
+	"github.com/planact/planact/pkg/subject"
 	"github.com/planact/planact/pkg/telemetry"
 )
 
 // handleRun executes one act: retries transient failures with exponential
-// back-off and jitter, bounds every attempt by the act time-out, and
-// publishes the outcome. The consume loop keeps the message in progress
-// meanwhile, so JetStream does not hand it to another replica.
+// back-off and jitter, bounds every attempt by the act time-out, publishes
+// the outcome and records it in the turn's run state. The consume loop
+// keeps the message in progress meanwhile, so JetStream does not hand it
+// to another replica while this one lives.
+//
+// An act has one outcome whatever happens: a work item delivered again (a
+// crash, a re-issue by the watchdog) finds it on act.N.done.E.K and records
+// that one instead of running the act again, and of two replicas that ran
+// the same act (one stopped past its ack wait, say) the stream keeps the
+// first outcome published; the other records that one.
 func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 	var run schema.ActRun
 	if err := m.Decode(&run); err != nil {
@@ -36,16 +44,48 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 	if err != nil || info == nil {
 		return err
 	}
-	// A redelivery after a crash, or the same work item published again,
-	// finds the act finished already: it must not run (and sample) twice.
-	r, _, found, err := bus.Get[schema.Run](ctx, s.Bus.Runs, schema.RunKey(run.Rollout, run.Episode, run.Turn))
+	done, err := s.outcome(ctx, run.Rollout, run.Episode, run.Key)
 	if err != nil {
 		return err
 	}
-	if n := byKey(&r, run.Key); !found || r.Finished || n == nil || n.Status != schema.NodeReleased || n.CachedFrom != "" {
-		zerolog.Ctx(ctx).Debug().Msg("act already finished or not released; work item dropped")
-		return nil
+	if done == nil {
+		if done, err = s.execute(ctx, info, &run); err != nil || done == nil {
+			return err
+		}
+		stored, err := s.Bus.PublishOnce(ctx, done)
+		if err != nil {
+			return err
+		}
+		if !stored {
+			zerolog.Ctx(ctx).Info().Msg("the act already has an outcome (run twice); recording the first")
+			if done, err = s.outcome(ctx, run.Rollout, run.Episode, run.Key); err != nil {
+				return err
+			}
+			if done == nil {
+				return fail.Transientf("act %s: the outcome the stream refused as a second one is not there", run.Key)
+			}
+		}
 	}
+	return s.record(ctx, info, done)
+}
+
+// outcome returns the act's outcome if one was published, read from the
+// ACT stream's leader.
+func (s *Service) outcome(ctx context.Context, n int64, e int, key string) (*schema.ActDone, error) {
+	m, err := s.Bus.LastMsg(ctx, bus.StreamAct, subject.ActDone(n, e, key))
+	if err != nil || m == nil {
+		return nil, err
+	}
+	var d schema.ActDone
+	if err := schema.Unmarshal(m.Data, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// execute runs the act with its retries and returns its outcome, or nil
+// when the rollout ended meanwhile (the act is abandoned).
+func (s *Service) execute(ctx context.Context, info *session.Info, run *schema.ActRun) (*schema.ActDone, error) {
 	// The act stops at once when the rollout ends (cancel, time-out).
 	ctx, stop := s.aborts.watch(ctx, run.Rollout)
 	defer stop()
@@ -55,10 +95,11 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 		Rollout: run.Rollout, Episode: run.Episode, Turn: run.Turn, Key: run.Key,
 		NodeID: run.Node.ID, Tool: run.Node.Tool, Input: run.Node.Input(), StartedMs: nowMs(),
 	}
-	for attempt := 1; ; attempt++ {
+	var unavailableSince time.Time
+	for attempt := 1; ; {
 		done.Attempts = attempt
 		actx, cancel := context.WithTimeout(ctx, schema.Seconds(cfg.ActTimeoutS))
-		out, gen, err := s.execute(actx, info, &run)
+		out, gen, err := s.try(actx, info, run)
 		cancel()
 		if err == nil {
 			done.Status, done.Output, done.Generation, done.Error, done.ErrorKind = schema.ActDoneOK, out, gen, "", ""
@@ -73,41 +114,45 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 		}
 		if context.Cause(ctx) == errRolloutOver {
 			log.Info().Int("attempt", attempt).Msg("rollout over; act abandoned")
-			return nil
+			return nil, nil
 		}
 		if ctx.Err() != nil {
-			return ctx.Err() // shutting down: another replica takes over
-		}
-		if errors.Is(err, errNoActorGateway) {
-			if m.Delivered < runDeliveries {
-				// Not the act's failure: the work item comes back later (a
-				// delayed nak) with its attempts intact, e.g. while planact starts.
-				log.Warn().Msg("no actor-gateway is running; act postponed")
-				return err
-			}
-			// Postponed for about half a minute: fail it, so that its
-			// episode goes on instead of waiting for the rollout time-out.
-			done.Status, done.Error, done.ErrorKind = schema.ActFailed, err.Error(), schema.ActErrUnavailable
-			break
-		}
-		done.Status, done.Error, done.ErrorKind = schema.ActFailed, err.Error(), kind
-		if !fail.IsRetryable(err) || attempt > max(cfg.ActRetries, 0) {
-			break
+			return nil, ctx.Err() // shutting down: another replica takes over
 		}
 		wait := backoff(s.RetryBase, attempt)
+		switch {
+		case errors.Is(err, errNoActorGateway):
+			// Not the act's failure (planact is starting, say): it waits
+			// for a gateway without using its attempts, for a while.
+			if unavailableSince.IsZero() {
+				unavailableSince = time.Now()
+			}
+			if time.Since(unavailableSince) < s.UnavailablePatience {
+				log.Warn().Msg("no actor-gateway is running; act postponed")
+				wait = min(wait, time.Second)
+				break
+			}
+			done.Status, done.Error, done.ErrorKind = schema.ActFailed, err.Error(), schema.ActErrUnavailable
+		default:
+			done.Status, done.Error, done.ErrorKind = schema.ActFailed, err.Error(), kind
+			attempt++
+		}
+		if done.ErrorKind == schema.ActErrUnavailable || !fail.IsRetryable(err) || attempt > max(cfg.ActRetries, 0)+1 {
+			break
+		}
 		log.Debug().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("act failed, retrying")
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
 			if context.Cause(ctx) == errRolloutOver {
 				log.Info().Int("attempt", attempt).Msg("rollout over; act not retried")
-				return nil
+				return nil, nil
 			}
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		if fresh, _ := s.sessions.Get(ctx, run.Rollout); fresh != nil && !fresh.Active() {
 			log.Info().Msg("rollout over; act not retried")
-			return nil
+			return nil, nil
 		}
 	}
 	done.EndedMs = nowMs()
@@ -115,12 +160,8 @@ func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
 	if done.Status == schema.ActFailed {
 		log.Warn().Str("error", done.Error).Int("attempts", done.Attempts).Msg("act failed")
 	}
-	return s.Bus.Publish(ctx, done)
+	return done, nil
 }
-
-// runDeliveries is how often a work item is delivered before it is given
-// up; with the bus's back-off, about half a minute of postponements.
-const runDeliveries = 10
 
 // errActorTimedOut: the actor-gateway stopped the generation at the act's
 // deadline, just before the act would have timed out here.
@@ -136,8 +177,8 @@ func backoff(base time.Duration, attempt int) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d)+1))
 }
 
-// execute runs the node's tool once.
-func (s *Service) execute(ctx context.Context, info *session.Info, run *schema.ActRun) (string, *schema.Generation, error) {
+// try runs the node's tool once.
+func (s *Service) try(ctx context.Context, info *session.Info, run *schema.ActRun) (string, *schema.Generation, error) {
 	tool, ok := info.Session.Config.Tool(run.Node.Tool)
 	if !ok {
 		return "", nil, fail.Permanentf("unknown tool %q", run.Node.Tool)

@@ -26,7 +26,11 @@ func (s *Service) handlePlan(ctx context.Context, m bus.Msg) error {
 		if err := m.Decode(&d); err != nil {
 			return err
 		}
-		return s.handleDAG(ctx, m, &d)
+		info, ctx, err := s.info(ctx, d.Rollout)
+		if err != nil || info == nil {
+			return err
+		}
+		return s.applyDAG(ctx, info, &d)
 	case "answer":
 		var a schema.PlanAnswer
 		if err := m.Decode(&a); err != nil {
@@ -36,28 +40,33 @@ func (s *Service) handlePlan(ctx context.Context, m bus.Msg) error {
 		if err != nil || info == nil {
 			return err
 		}
-		status := schema.EpisodeCompleted
-		if a.FinishReason == "length" {
-			status = schema.EpisodeTruncated
-		}
-		return s.endEpisode(ctx, a.Rollout, a.Episode, a.Turn, status, a.Answers, "answered")
+		return s.handleAnswer(ctx, &a)
 	case "error":
 		var pe schema.PlanError
 		if err := m.Decode(&pe); err != nil {
 			return err
 		}
-		return s.handleParseError(ctx, &pe)
+		info, ctx, err := s.info(ctx, pe.Rollout)
+		if err != nil || info == nil {
+			return err
+		}
+		return s.handleParseError(ctx, info, &pe)
 	}
 	return fail.Invalidf("act-dispatcher: unexpected subject %s", m.Subject)
 }
 
-// handleDAG creates the turn's run state, or merges a streamed plan into
-// it, and releases the nodes that are ready.
-func (s *Service) handleDAG(ctx context.Context, m bus.Msg, d *schema.PlanDAG) error {
-	info, ctx, err := s.info(ctx, d.Rollout)
-	if err != nil || info == nil {
-		return err
+// handleAnswer ends the episode the planner answered.
+func (s *Service) handleAnswer(ctx context.Context, a *schema.PlanAnswer) error {
+	status := schema.EpisodeCompleted
+	if a.FinishReason == "length" {
+		status = schema.EpisodeTruncated
 	}
+	return s.endEpisode(ctx, a.Rollout, a.Episode, a.Turn, status, a.Answers, "answered")
+}
+
+// applyDAG creates the turn's run state, or merges a streamed plan into
+// it, and releases the nodes that are ready.
+func (s *Service) applyDAG(ctx context.Context, info *session.Info, d *schema.PlanDAG) error {
 	log := zerolog.Ctx(ctx)
 	if d.Partial {
 		over, err := s.finalOut(ctx, d)
@@ -74,7 +83,7 @@ func (s *Service) handleDAG(ctx context.Context, m bus.Msg, d *schema.PlanDAG) e
 	var newly, cached []*schema.NodeState
 	var conflicts []string
 	var finishedNow bool
-	run, _, err := bus.Mutate(ctx, s.Bus.Runs, key, func(r *schema.Run, exists bool) (bool, error) {
+	run, wrote, err := bus.Mutate(ctx, s.Bus.Runs, key, func(r *schema.Run, exists bool) (bool, error) {
 		newly, cached, finishedNow = nil, nil, false
 		var changed bool
 		changed, conflicts = applyPlan(r, exists, d, cfg.Schedule, cfg.FailurePolicy)
@@ -91,19 +100,19 @@ func (s *Service) handleDAG(ctx context.Context, m bus.Msg, d *schema.PlanDAG) e
 		log.Warn().Strs("nodes", conflicts).Msg("the final plan differs from nodes already released from a partial plan; kept them as released")
 	}
 	log.Debug().Bool("partial", d.Partial).Int("seq", d.Seq).Int("nodes", len(run.Nodes)).Int("released", len(newly)).Int("cached", len(cached)).Msg("plan accepted")
-	return s.publishOutcome(ctx, info, &run, newly, cached, finishedNow, m.Delivered > 1)
+	return s.publishOutcome(ctx, info, &run, newly, cached, finishedNow, !wrote)
 }
 
 // finalOut reports whether the planner output that ends the turn of the
 // partial plan d has been published: from then on the final DAG, answer or
 // error decides, and a late partial must not start a run of its own.
 func (s *Service) finalOut(ctx context.Context, d *schema.PlanDAG) (bool, error) {
-	data, found, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanOut(d.Rollout, d.Episode))
-	if err != nil || !found {
+	m, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanOut(d.Rollout, d.Episode))
+	if err != nil || m == nil {
 		return false, err
 	}
 	var out schema.PlanOutput
-	if err := schema.Unmarshal(data, &out); err != nil {
+	if err := schema.Unmarshal(m.Data, &out); err != nil {
 		return false, err
 	}
 	return out.Turn >= d.Turn, nil
@@ -111,11 +120,12 @@ func (s *Service) finalOut(ctx context.Context, d *schema.PlanDAG) (bool, error)
 
 // publishOutcome publishes what a write of the run state implied: the acts
 // it released, the outcomes it answered from the cache, and the end of the
-// turn. A redelivered message publishes everything the state implies again,
-// in case a crash came between the write and the publishes; message ids
-// make that idempotent.
-func (s *Service) publishOutcome(ctx context.Context, info *session.Info, run *schema.Run, newly, cached []*schema.NodeState, finishedNow, redelivered bool) error {
-	if redelivered {
+// turn. When the write had been made before (again: a message handled a
+// second time finds the state it would write), everything the state
+// implies is published again, in case a crash came between that write and
+// its publishes; message ids make that idempotent.
+func (s *Service) publishOutcome(ctx context.Context, info *session.Info, run *schema.Run, newly, cached []*schema.NodeState, finishedNow, again bool) error {
+	if again {
 		newly, cached = released(run)
 		finishedNow = run.Finished
 	}
@@ -129,11 +139,7 @@ func (s *Service) publishOutcome(ctx context.Context, info *session.Info, run *s
 }
 
 // handleParseError applies the rollout's parse-error policy.
-func (s *Service) handleParseError(ctx context.Context, pe *schema.PlanError) error {
-	info, ctx, err := s.info(ctx, pe.Rollout)
-	if err != nil || info == nil {
-		return err
-	}
+func (s *Service) handleParseError(ctx context.Context, info *session.Info, pe *schema.PlanError) error {
 	cfg := info.Session.Config
 	reason := pe.ErrorKind + ": " + pe.Message
 	switch {
@@ -177,11 +183,29 @@ func (s *Service) finishTurn(ctx context.Context, info *session.Info, r *schema.
 	})
 }
 
+// endEpisode publishes the episode's end, with the keys of its acts (the
+// outcomes its samples come from), read from its turns' run states.
 func (s *Service) endEpisode(ctx context.Context, n int64, e, turns int, status string, answers []string, reason string) error {
+	var acts []string
+	for t := 1; t <= turns; t++ {
+		r, _, found, err := bus.GetFresh[schema.Run](ctx, s.Bus.Runs, schema.RunKey(n, e, t))
+		if err != nil {
+			return err
+		}
+		if !found {
+			continue // a turn that ended without a plan (answer, parse error)
+		}
+		for _, node := range r.Nodes {
+			switch node.Status {
+			case schema.NodeDone, schema.NodeFailed, schema.NodeCached:
+				acts = append(acts, node.Key)
+			}
+		}
+	}
 	zerolog.Ctx(ctx).Info().Str("status", status).Strs("answers", answers).Str("reason", reason).Msg("episode ended")
 	telemetry.EpisodesEnded.WithLabelValues(status).Inc()
 	return s.Bus.Publish(ctx, &schema.EpisodeEnd{
-		Rollout: n, Episode: e, Turns: turns, Status: status, Answers: answers, Reason: reason, AtMs: nowMs(),
+		Rollout: n, Episode: e, Turns: turns, Status: status, Answers: answers, Reason: reason, Acts: acts, AtMs: nowMs(),
 	})
 }
 

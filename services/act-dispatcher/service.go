@@ -32,10 +32,19 @@ type Deps struct {
 	HTTP *http.Client
 	// RetryBase is the first retry back-off; it doubles, with jitter; default 200ms.
 	RetryBase time.Duration
-	// RunAckWait is how long JetStream waits for an act's work item to be
-	// acked before it redelivers it; the consume loop signals progress every
-	// third of it while the act runs. Default 30s.
+	// RunAckWait is how long JetStream waits for a sign of life of the
+	// replica running an act before it hands the work item to another; the
+	// consume loop signals progress every third of it while the act runs.
+	// Default bus.DefaultAckWait.
 	RunAckWait time.Duration
+	// UnavailablePatience is how long an act waits for an actor-gateway to
+	// answer at all before it fails as unavailable; default 30s.
+	UnavailablePatience time.Duration
+	// Stall is how long an episode may go without progress before the
+	// watchdog drives it on from what JetStream holds; default 5m. An
+	// episode waiting for acts or a planner turn that may legitimately take
+	// longer (its time-outs and retries) is given that long.
+	Stall time.Duration
 }
 
 // Service is a running act-dispatcher replica.
@@ -44,6 +53,7 @@ type Service struct {
 	sessions *session.Cache
 
 	aborts  aborts
+	running running // rollouts in the running state, for the watchdog
 	priorMu sync.Mutex
 	prior   map[string]map[string]priorAct // finished turn's run key -> its successful calls
 }
@@ -57,7 +67,13 @@ func Run(ctx context.Context, d Deps) error {
 		d.HTTP = &http.Client{Timeout: 5 * time.Minute}
 	}
 	if d.RunAckWait == 0 {
-		d.RunAckWait = 30 * time.Second
+		d.RunAckWait = bus.DefaultAckWait
+	}
+	if d.UnavailablePatience == 0 {
+		d.UnavailablePatience = 30 * time.Second
+	}
+	if d.Stall == 0 {
+		d.Stall = 5 * time.Minute
 	}
 	if d.RetryBase == 0 {
 		d.RetryBase = 200 * time.Millisecond
@@ -70,16 +86,21 @@ func Run(ctx context.Context, d Deps) error {
 		{bus.Consumer{Stream: bus.StreamPlan, Durable: Name + "-plan", Concurrency: 64,
 			Filters: []string{subject.AllPlanDAG, subject.AllPlanAnswer, subject.AllPlanError}}, s.handlePlan},
 		{bus.Consumer{Stream: bus.StreamAct, Durable: Name + "-run", Concurrency: d.ActConcurrency,
-			Filters: []string{subject.AllActRun}, AckWait: d.RunAckWait, MaxDeliver: runDeliveries}, s.handleRun},
-		{bus.Consumer{Stream: bus.StreamAct, Durable: Name + "-done", Concurrency: 64,
-			Filters: []string{subject.AllActDone}}, s.handleDone},
+			Filters: []string{subject.AllActRun}, AckWait: d.RunAckWait}, s.handleRun},
 	}
-	errs := make(chan error, len(consumers)+1)
+	// Outcomes are recorded by the replica that ran the act; the consumer
+	// that once recorded them from the stream is gone.
+	_ = d.Bus.JS.DeleteConsumer(ctx, bus.StreamAct, Name+"-done")
+	errs := make(chan error, len(consumers)+2)
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		errs <- s.watchSessions(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		errs <- s.watchdog(ctx)
 	}()
 	for _, c := range consumers {
 		wg.Add(1)

@@ -29,8 +29,11 @@ type Deps struct {
 	Engines *engine.Pool
 	// Concurrency of plan requests handled at once; default 64.
 	Concurrency int
-	// MaxAttempts before an episode's turn is given up as failed; default 5.
+	// MaxAttempts of a turn whose engine fails transiently before the
+	// turn is given up as failed; default 5.
 	MaxAttempts int
+	// RetryBase is the first back-off between attempts; it doubles; default 500ms.
+	RetryBase time.Duration
 }
 
 // Service is a running planner-gateway.
@@ -50,35 +53,49 @@ func Run(ctx context.Context, d Deps) error {
 	if d.MaxAttempts == 0 {
 		d.MaxAttempts = 5
 	}
+	if d.RetryBase == 0 {
+		d.RetryBase = 500 * time.Millisecond
+	}
 	s := &Service{Deps: d, sessions: session.NewCache(d.Bus)}
 	return d.Bus.Consume(ctx, bus.Consumer{
 		Stream:      bus.StreamPlan,
 		Durable:     Name,
 		Filters:     []string{subject.AllPlanReq},
 		Concurrency: d.Concurrency,
-		AckWait:     60 * time.Second,
-		MaxDeliver:  d.MaxAttempts,
 	}, s.handle)
 }
 
+// handle runs one planner turn, trying a transiently failing engine again
+// with back-off. When the turn cannot be had (out of attempts, or refused
+// for good: a 4xx from the engine, a missing trajectory) the episode must
+// not hang, so the failure goes on as a plan error that the act-dispatcher
+// turns into its end.
 func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 	var req schema.PlanRequest
 	if err := m.Decode(&req); err != nil {
 		return err
 	}
-	err := s.plan(ctx, &req, m.Delivered == 1)
-	retry := fail.IsRetryable(err) && m.Delivered < uint64(s.MaxAttempts)
-	if err == nil || retry || errors.Is(err, session.ErrNoSession) {
+	log := zerolog.Ctx(ctx)
+	var err error
+	for attempt := 1; attempt <= s.MaxAttempts; attempt++ {
+		if err = s.plan(ctx, &req); err == nil || !fail.IsRetryable(err) || errors.Is(err, session.ErrNoSession) || ctx.Err() != nil {
+			break
+		}
+		wait := min(s.RetryBase<<(attempt-1), 30*time.Second)
+		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("planner turn failed; trying again")
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+	}
+	if err == nil || errors.Is(err, session.ErrNoSession) || ctx.Err() != nil {
 		return err
 	}
-	// Out of attempts, or refused for good (a 4xx from the engine, a
-	// missing trajectory): the episode must not hang, so the failure goes
-	// on as a plan error that the act-dispatcher turns into its end.
 	kind := schema.PlanErrPlannerRejected
 	if fail.IsRetryable(err) {
 		kind = schema.PlanErrPlannerUnavailable
 	}
-	zerolog.Ctx(ctx).Error().Err(err).Str("kind", kind).Msg("planner turn failed for good")
+	log.Error().Err(err).Str("kind", kind).Msg("planner turn failed for good")
 	return s.Bus.Publish(ctx, &schema.PlanError{
 		Rollout: req.Rollout, Episode: req.Episode, Turn: req.Turn, ErrorKind: kind, Message: err.Error(),
 	})

@@ -21,10 +21,11 @@ import (
 // tokenizes the rendered prompt; later turns take the previous turn's
 // trajectory from the PLAN stream as it was, and only tokenize the new
 // observation, with the engine's own tokenizer.
-// Only a first delivery streams partial plans: a retried turn is a new
-// generation whose nodes could differ from those a failed attempt already
-// released, and a turn's acts must all come from the plan it trains on.
-func (s *Service) plan(ctx context.Context, req *schema.PlanRequest, mayStream bool) error {
+// A turn is streamed only while no partial plan of it was published: a turn
+// tried again is a new generation whose nodes could differ from those an
+// earlier attempt already released, and a turn's acts must all come from
+// the plan it trains on.
+func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	log := zerolog.Ctx(ctx)
 	info, err := s.sessions.Get(ctx, req.Rollout)
 	if err != nil {
@@ -44,6 +45,18 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest, mayStream b
 		return err
 	}
 	cfg := info.Session.Config
+	prev, served, err := s.lastOutput(ctx, req)
+	if err != nil || served {
+		return err // served: the turn's output is there (a request asked again)
+	}
+	mayStream := false
+	if cfg.StreamPlans {
+		if mayStream, err = s.unstreamed(ctx, req); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, schema.Seconds(cfg.PlannerTimeoutS))
+	defer cancel()
 	lease, err := s.Engines.Acquire(ctx, eng.Protocol, eng.URL, eng.Model)
 	if err != nil {
 		return fail.E(fail.Transient, err)
@@ -60,10 +73,6 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest, mayStream b
 		}
 		segs = []schema.Segment{{Kind: schema.SegPrompt, Turn: 1, Text: prompt, IDs: ids}}
 	} else {
-		prev, err := s.previousTurn(ctx, req)
-		if err != nil || prev == nil {
-			return err
-		}
 		ids, err := lease.Tokenize(ctx, req.Observation)
 		if err != nil {
 			return fmt.Errorf("tokenize observation: %w", err)
@@ -156,27 +165,44 @@ func (p *partials) chunk(text string) {
 	}
 }
 
-// previousTurn fetches the episode's last planner output, which must be
-// the turn before req. nil, nil means req was already served (a redelivery).
-func (s *Service) previousTurn(ctx context.Context, req *schema.PlanRequest) (*schema.PlanOutput, error) {
-	data, found, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanOut(req.Rollout, req.Episode))
+// lastOutput fetches the episode's last planner output, which must be the
+// turn before req's (none for turn 1). served is true when req's turn is
+// already answered: a request asked again (redelivered, re-issued).
+func (s *Service) lastOutput(ctx context.Context, req *schema.PlanRequest) (prev *schema.PlanOutput, served bool, err error) {
+	m, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanOut(req.Rollout, req.Episode))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if !found {
-		return nil, fail.Permanentf("turn %d: episode has no earlier planner output", req.Turn)
-	}
-	var prev schema.PlanOutput
-	if err := schema.Unmarshal(data, &prev); err != nil {
-		return nil, err
+	if m != nil {
+		prev = &schema.PlanOutput{}
+		if err := schema.Unmarshal(m.Data, prev); err != nil {
+			return nil, false, err
+		}
 	}
 	switch {
-	case prev.Turn == req.Turn:
-		return nil, nil
+	case prev != nil && prev.Turn >= req.Turn:
+		return nil, true, nil
+	case req.Turn <= 1:
+		return nil, false, nil
+	case prev == nil:
+		return nil, false, fail.Permanentf("turn %d: episode has no earlier planner output", req.Turn)
 	case prev.Turn != req.Turn-1:
-		return nil, fail.Permanentf("turn %d: last planner output is of turn %d", req.Turn, prev.Turn)
+		return nil, false, fail.Permanentf("turn %d: last planner output is of turn %d", req.Turn, prev.Turn)
 	}
-	return &prev, nil
+	return prev, false, nil
+}
+
+// unstreamed reports whether no partial plan of req's turn was published.
+func (s *Service) unstreamed(ctx context.Context, req *schema.PlanRequest) (bool, error) {
+	m, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanPartial(req.Rollout, req.Episode))
+	if err != nil || m == nil {
+		return m == nil, err
+	}
+	var pp schema.PlanPartial
+	if err := schema.Unmarshal(m.Data, &pp); err != nil {
+		return false, err
+	}
+	return pp.Turn < req.Turn, nil
 }
 
 func toEngine(s schema.Sampling) engine.Sampling {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -29,12 +30,14 @@ type episode struct {
 }
 
 // assemble builds both roles' results of a rollout from what its episodes
-// left in the streams: the last planner output of every episode (its
-// trajectory), every episode end, and the last outcome of every act.
-// Episodes that did not end (time-out, abort) give no samples.
-func (s *Service) assemble(ctx context.Context, sess schema.Session, status, reason string) (planner, actor *schema.Result, err error) {
+// left in the streams: every episode's end, its last planner output (its
+// trajectory) and the outcome of every act the end lists. Each is read from
+// its stream's leader, by subject. Episodes that did not end (time-out,
+// abort) give no samples.
+func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, actor *schema.Result, err error) {
 	n := sess.Rollout
-	tasks, _, err := session.LoadTasks(ctx, s.Bus.Sessions, s.Bus.Objects, n)
+	status, reason := sess.Status, sess.Reason
+	tasks, _, err := session.LoadTasks(ctx, s.Bus.Sessions, s.Bus.Tasks, n)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -42,51 +45,8 @@ func (s *Service) assemble(ctx context.Context, sess schema.Session, status, rea
 	for i, t := range tasks {
 		eps[i] = &episode{task: t}
 	}
-	get := func(e int) (*episode, error) {
-		if e < 0 || e >= len(eps) {
-			return nil, fail.Invalidf("rollout %d has no episode %d", n, e)
-		}
-		return eps[e], nil
-	}
-
-	err = s.Bus.LastPerSubject(ctx, bus.StreamRollout, fmt.Sprintf("rollout.%d.end.*", n), func(subj string, data []byte) error {
-		var end schema.EpisodeEnd
-		if err := schema.Unmarshal(data, &end); err != nil {
-			return fmt.Errorf("%s: %w", subj, err)
-		}
-		ep, err := get(end.Episode)
-		if err == nil {
-			ep.end = &end
-		}
-		return err
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	err = s.Bus.LastPerSubject(ctx, bus.StreamPlan, fmt.Sprintf("plan.%d.out.*", n), func(subj string, data []byte) error {
-		var out schema.PlanOutput
-		if err := schema.Unmarshal(data, &out); err != nil {
-			return fmt.Errorf("%s: %w", subj, err)
-		}
-		ep, err := get(out.Episode)
-		if err == nil {
-			ep.last = &out
-		}
-		return err
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	err = s.Bus.LastPerSubject(ctx, bus.StreamAct, subject.ActDoneFilter(n), func(subj string, data []byte) error {
-		var d schema.ActDone
-		if err := schema.Unmarshal(data, &d); err != nil {
-			return fmt.Errorf("%s: %w", subj, err)
-		}
-		ep, err := get(d.Episode)
-		if err == nil {
-			ep.acts = append(ep.acts, &d)
-		}
-		return err
+	err = forEach(ctx, len(eps), readers, func(ctx context.Context, e int) error {
+		return s.readEpisode(ctx, n, e, eps[e])
 	})
 	if err != nil {
 		return nil, nil, err
@@ -159,17 +119,122 @@ func (s *Service) assemble(ctx context.Context, sess schema.Session, status, rea
 		stats.MeanTurns = turns / c
 		stats.ActsPerEpisode = float64(stats.Acts) / c
 	}
-	if sess.StartedMs > 0 {
-		stats.StartedMs = sess.StartedMs
-		stats.WallMs = s.nowMs() - sess.StartedMs
-	}
+	stats.StartedMs = sess.StartedMs
 	// Samples come grouped as the tasks are (group_index, then index), so a
 	// trainer computing group-relative advantages finds each group together
 	// whatever order the tasks were sent in.
 	sort.SliceStable(planner.Samples, func(i, j int) bool { return sampleBefore(&planner.Samples[i], &planner.Samples[j]) })
 	sort.SliceStable(actor.Samples, func(i, j int) bool { return sampleBefore(&actor.Samples[i], &actor.Samples[j]) })
+	if sess.FinishedMs > 0 && sess.StartedMs > 0 {
+		stats.WallMs = sess.FinishedMs - sess.StartedMs
+	}
+	status, reason = truth(status, reason, eps)
+	planner.Status, planner.Reason, actor.Status, actor.Reason = status, reason, status, reason
 	planner.Stats, actor.Stats = stats, stats
 	return planner, actor, nil
+}
+
+// readers bounds the reads assembly has in flight at once.
+const readers = 32
+
+// readEpisode reads episode e's end, last planner output and act outcomes.
+func (s *Service) readEpisode(ctx context.Context, n int64, e int, ep *episode) error {
+	m, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.EpisodeEnd(n, e))
+	if err != nil || m == nil {
+		return err // nil: the episode did not end
+	}
+	var end schema.EpisodeEnd
+	if err := schema.Unmarshal(m.Data, &end); err != nil {
+		return fmt.Errorf("%s: %w", m.Subject, err)
+	}
+	ep.end = &end
+	if m, err = s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanOut(n, e)); err != nil {
+		return err
+	}
+	if m != nil {
+		var out schema.PlanOutput
+		if err := schema.Unmarshal(m.Data, &out); err != nil {
+			return fmt.Errorf("%s: %w", m.Subject, err)
+		}
+		ep.last = &out
+	}
+	for _, key := range end.Acts {
+		m, err := s.Bus.LastMsg(ctx, bus.StreamAct, subject.ActDone(n, e, key))
+		if err != nil {
+			return err
+		}
+		if m == nil {
+			return fail.Permanentf("episode %d lists act %s, whose outcome is not in the ACT stream", e, key)
+		}
+		var d schema.ActDone
+		if err := schema.Unmarshal(m.Data, &d); err != nil {
+			return fmt.Errorf("%s: %w", m.Subject, err)
+		}
+		ep.acts = append(ep.acts, &d)
+	}
+	return nil
+}
+
+// truth makes a result's status and reason say what happened to the
+// episodes: a rollout whose episodes all failed is failed, not ok, and the
+// reason names the most frequent cause.
+func truth(status, reason string, eps []*episode) (string, string) {
+	failed, ended := 0, 0
+	causes := map[string]int{}
+	for _, ep := range eps {
+		if ep.end == nil {
+			continue
+		}
+		ended++
+		if ep.end.Status == schema.EpisodeFailed {
+			failed++
+			causes[ep.end.Reason]++
+		}
+	}
+	if failed == 0 {
+		return status, reason
+	}
+	cause, most := "", 0
+	for c, k := range causes {
+		if k > most || k == most && c < cause {
+			cause, most = c, k
+		}
+	}
+	what := fmt.Sprintf("%d of %d episodes failed (%d: %s)", failed, len(eps), most, cause)
+	if failed == len(eps) {
+		what = fmt.Sprintf("all %d episodes failed (%d: %s)", len(eps), most, cause)
+	}
+	if reason != "" {
+		what = reason + "; " + what
+	}
+	if status == schema.ResultOK && failed == ended && failed == len(eps) {
+		status = schema.ResultFailed
+	}
+	return status, what
+}
+
+// forEach calls fn for 0..n-1 with at most workers calls at once, and
+// returns the first error (the others stop at their next read).
+func forEach(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, workers)
+	var wg sync.WaitGroup
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := fn(ctx, i); err != nil {
+				cancel(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && ctx.Err() != nil {
+		return err
+	}
+	return nil
 }
 
 // plannerSample turns an episode's trajectory into one multi-turn sample:

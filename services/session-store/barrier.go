@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/bus"
@@ -17,17 +16,18 @@ import (
 
 // handleArrive records a role's arrival. The compare-and-set write that
 // completes the pair is the one that starts the rollout, so racing and
-// duplicated arrivals start it exactly once.
-func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
+// duplicated arrivals start it exactly once; the start itself is an effect
+// recorded in the session with that write and published after it.
+func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed) error {
 	var a schema.Arrive
 	if err := m.Decode(&a); err != nil {
-		return s.rejectUndecodable(ctx, m, err)
+		return s.rejectUndecodable(ctx, m, p, err)
 	}
 	log := zerolog.Ctx(ctx) // has the rollout and role, from the headers
 	if a.AtMs == 0 {
 		a.AtMs = s.nowMs() // names the arrival in a rejection's message id
 	}
-	if err := validateArrival(&a); err != nil {
+	if err := s.validateArrival(&a, p); err != nil {
 		log.Warn().Err(err).Msg("arrival rejected")
 		return s.reject(ctx, &a, err)
 	}
@@ -38,16 +38,16 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
 		}
 	}
 
-	var rejectReason string
 	var late bool // the role arrives at a rollout that ended without it
 	sess, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(a.Rollout), func(v *schema.Session, exists bool) (bool, error) {
-		rejectReason, late = "", false
+		late = false
 		if !exists {
 			trace := bus.TraceFrom(ctx)
 			if trace == "" {
 				trace = bus.NewTraceID()
 			}
-			*v = schema.Session{Rollout: a.Rollout, State: schema.SessionWaiting, Trace: trace, CreatedMs: s.nowMs()}
+			*v = schema.Session{Rollout: a.Rollout, State: schema.SessionWaiting, Trace: trace, CreatedMs: s.nowMs(),
+				Outbox: []string{schema.EffectBarrier}}
 		}
 		if v.State != schema.SessionWaiting {
 			_, arrived := v.Roles[a.Role]
@@ -67,30 +67,30 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
 		if len(v.Roles) < 2 {
 			return true, nil
 		}
-		tasks, _, err := session.LoadTasks(ctx, s.Bus.Sessions, s.Bus.Objects, a.Rollout)
+		tasks, _, err := session.LoadTasks(ctx, s.Bus.Sessions, s.Bus.Tasks, a.Rollout)
 		if err != nil && fail.IsRetryable(err) {
 			return false, err
 		}
 		v.Config = v.Config.WithDefaults()
 		v.StartedMs = s.nowMs()
-		if err != nil {
-			v.State, v.Reason, v.FinishedMs = schema.SessionDone, "tasks unusable: "+err.Error(), s.nowMs()
-			rejectReason = v.Reason
-			return true, nil
+		switch {
+		case err != nil:
+			s.end(v, schema.SessionDone, schema.ResultInvalid, "tasks unusable: "+err.Error())
+		case len(tasks) == 0:
+			s.end(v, schema.SessionDone, schema.ResultInvalid, "no tasks: neither arrival carried any")
+		default:
+			v.State, v.Episodes = schema.SessionRunning, len(tasks)
+			v.Settle(schema.EffectBarrier) // no need to schedule it any more
+			v.Outbox = append(v.Outbox, schema.EffectStart)
 		}
-		if len(tasks) == 0 {
-			v.State, v.Reason, v.FinishedMs = schema.SessionDone, "no tasks: neither arrival carried any", s.nowMs()
-			rejectReason = v.Reason
-			return true, nil
-		}
-		v.State, v.Episodes = schema.SessionRunning, len(tasks)
 		return true, nil
 	})
 	if err != nil {
 		return rolloutErr(a.Rollout, err)
 	}
 	ctx = bus.WithTrace(ctx, sess.Trace)
-	if late && (sess.State == schema.SessionTimeout || sess.State == schema.SessionAborted) {
+	switch {
+	case late && (sess.State == schema.SessionTimeout || sess.State == schema.SessionAborted):
 		// It ended waiting for this very role: tell it, instead of leaving
 		// its trainer to wait for a result that will never come.
 		status := schema.ResultTimeout
@@ -100,38 +100,28 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg) error {
 		log.Warn().Str("state", sess.State).Msg("arrival after the rollout ended without this role")
 		return s.Bus.Publish(ctx, &schema.Result{Rollout: a.Rollout, Role: a.Role, Status: status,
 			Reason: "arrived after the rollout ended: " + sess.Reason})
-	}
-	if rejectReason != "" {
-		if wrote || m.Delivered > 1 {
-			return s.publishResults(ctx, sess, nil, schema.ResultInvalid, rejectReason, false)
-		}
-		return nil
-	}
-	switch {
-	case sess.State == schema.SessionWaiting && (wrote || m.Delivered > 1):
-		// A redelivery may follow a crash between the write and the
-		// schedule; scheduling is idempotent (the deadline is in the id).
+	case wrote && sess.State == schema.SessionWaiting:
 		log.Info().Msg("arrived, waiting for the other role")
 		_ = s.status(ctx, a.Rollout, "arrived", -1, a.Role)
-		return s.scheduleTimeout(ctx, a.Rollout, schema.TimeoutBarrier, sess.CreatedMs, sess.Config)
-	case sess.State == schema.SessionRunning && (wrote || m.Delivered > 1):
-		// A redelivered arrival may have crashed between the write and the
-		// fan-out; the fan-out is idempotent by message id.
+	case wrote && sess.State == schema.SessionRunning:
 		log.Info().Int("episodes", sess.Episodes).Msg("both roles arrived, rollout starts")
-		if wrote {
-			telemetry.RolloutsStarted.Inc()
-		}
-		return s.start(ctx, sess)
+		telemetry.RolloutsStarted.Inc()
 	case !wrote:
-		log.Info().Str("state", sess.State).Msg("duplicate or late arrival ignored")
+		log.Info().Str("state", sess.State).Msg("duplicate or late arrival")
 	}
-	return nil
+	return s.settle(ctx, sess)
 }
 
 // validateArrival checks what a trainer sent before anything is stored.
-func validateArrival(a *schema.Arrive) error {
+func (s *Service) validateArrival(a *schema.Arrive, p subject.Parsed) error {
+	if p.Role == "" {
+		return fail.Invalidf("arrivals go to rollout.N.arrive.<role> (here %s), with the role in the subject", subject.Arrive(a.Rollout, a.Role))
+	}
 	if a.Role != schema.RolePlanner && a.Role != schema.RoleActor {
 		return fail.Invalidf("role %q: want planner or actor", a.Role)
+	}
+	if p.Rollout != a.Rollout || p.Role != a.Role {
+		return fail.Invalidf("the subject names rollout %d as %s, the body rollout %d as %s: they must agree", p.Rollout, p.Role, a.Rollout, a.Role)
 	}
 	if a.Rollout < 0 {
 		return fail.Invalidf("rollout %d: must not be negative", a.Rollout)
@@ -153,20 +143,28 @@ func validateArrival(a *schema.Arrive) error {
 		}
 	}
 	if a.Config != nil {
-		if err := a.Config.WithDefaults().Validate(); err != nil {
+		cfg := a.Config.WithDefaults()
+		if err := cfg.Validate(); err != nil {
 			return fail.E(fail.Invalid, err)
+		}
+		// The session must outlive the rollout: it is kept for the history.
+		if life := schema.Seconds(cfg.BarrierTimeoutS + cfg.RolloutTimeoutS); life >= s.Bus.Provisioning.History {
+			return fail.Invalidf("config: barrier_timeout_s + rollout_timeout_s = %v: want less than the history planact keeps (%v)", life, s.Bus.Provisioning.History)
 		}
 	}
 	return nil
 }
 
 // rejectUndecodable answers an arrival that cannot be read (a trainer in
-// another language with a wrong schema version, say) on the result subject
-// of the role its header names, so that its trainer learns why.
-func (s *Service) rejectUndecodable(ctx context.Context, m bus.Msg, cause error) error {
-	p, err := subject.Parse(m.Subject)
-	role := m.Header.Get(schema.HdrRole)
-	if err != nil || (role != schema.RolePlanner && role != schema.RoleActor) {
+// another language with a wrong schema version, say) on the rejection
+// subject of the role its subject or header names, so that its trainer
+// learns why.
+func (s *Service) rejectUndecodable(ctx context.Context, m bus.Msg, p subject.Parsed, cause error) error {
+	role := p.Role
+	if role == "" {
+		role = m.Header.Get(schema.HdrRole)
+	}
+	if role != schema.RolePlanner && role != schema.RoleActor {
 		return cause // nobody to tell: the message is rejected and logged
 	}
 	zerolog.Ctx(ctx).Warn().Err(cause).Msg("arrival cannot be decoded")
@@ -184,16 +182,15 @@ func (s *Service) reject(ctx context.Context, a *schema.Arrive, cause error) err
 	})
 }
 
-// start fans out the rollout: the start event, the rollout's deadline and
-// the first plan request of every episode.
-func (s *Service) start(ctx context.Context, sess schema.Session) error {
+// start fans out the rollout: its deadline, the start event and the first
+// plan request of every episode. Every publish is idempotent.
+func (s *Service) start(ctx context.Context, sess *schema.Session) error {
 	// The deadline first: whatever fails after it, the rollout will end.
-	if err := s.scheduleTimeout(ctx, sess.Rollout, schema.TimeoutRollout, sess.StartedMs, sess.Config); err != nil {
+	if err := s.scheduleTimeout(ctx, sess.Rollout, schema.TimeoutRollout, sess.DeadlineMs()); err != nil {
 		return err
 	}
 	s.cancelSchedules(ctx, sess.Rollout, schema.TimeoutBarrier)
-	deadline := sess.StartedMs + schema.Seconds(sess.Config.RolloutTimeoutS).Milliseconds()
-	if err := s.Bus.Publish(ctx, &schema.Start{Rollout: sess.Rollout, Episodes: sess.Episodes, DeadlineMs: deadline, AtMs: sess.StartedMs}); err != nil {
+	if err := s.Bus.Publish(ctx, &schema.Start{Rollout: sess.Rollout, Episodes: sess.Episodes, DeadlineMs: sess.DeadlineMs(), AtMs: sess.StartedMs}); err != nil {
 		return err
 	}
 	version := sess.Roles[schema.RolePlanner].WeightVersion
@@ -205,22 +202,6 @@ func (s *Service) start(ctx context.Context, sess schema.Session) error {
 		return fmt.Errorf("start episodes: %w", err)
 	}
 	return s.status(ctx, sess.Rollout, "started", -1, fmt.Sprintf("%d episodes", sess.Episodes))
-}
-
-// scheduleTimeout publishes a scheduled message that JetStream delivers on
-// the time-out subject at the deadline, so the time-out fires even if this
-// process is gone by then.
-func (s *Service) scheduleTimeout(ctx context.Context, n int64, kind string, fromMs int64, cfg schema.Config) error {
-	cfg = cfg.WithDefaults()
-	secs := cfg.BarrierTimeoutS
-	if kind == schema.TimeoutRollout {
-		secs = cfg.RolloutTimeoutS
-	}
-	deadline := fromMs + schema.Seconds(secs).Milliseconds()
-	t := &schema.Timeout{Rollout: n, TimeoutKind: kind, DeadlineMs: deadline}
-	return s.Bus.Publish(ctx, t,
-		jetstream.WithScheduleAt(msTime(deadline)),
-		jetstream.WithScheduleTarget(subject.Timeout(n, kind)))
 }
 
 func (s *Service) status(ctx context.Context, n int64, event string, episode int, detail string) error {

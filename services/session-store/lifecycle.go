@@ -16,13 +16,13 @@ import (
 )
 
 // handleEpisodeEnd counts an episode end; the end that completes the count
-// finishes the rollout.
+// ends the rollout, in the same write.
 func (s *Service) handleEpisodeEnd(ctx context.Context, m bus.Msg) error {
 	var end schema.EpisodeEnd
 	if err := m.Decode(&end); err != nil {
 		return err
 	}
-	sess, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(end.Rollout), func(v *schema.Session, exists bool) (bool, error) {
+	sess, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(end.Rollout), func(v *schema.Session, exists bool) (bool, error) {
 		if !exists {
 			return false, fail.Permanentf("episode end for rollout %d, which has no session", end.Rollout)
 		}
@@ -32,189 +32,267 @@ func (s *Service) handleEpisodeEnd(ctx context.Context, m bus.Msg) error {
 		if end.Episode < 0 || end.Episode >= v.Episodes {
 			return false, fail.Invalidf("rollout %d has no episode %d", end.Rollout, end.Episode)
 		}
-		return v.MarkEnded(end.Episode), nil
+		if !v.MarkEnded(end.Episode) {
+			return false, nil
+		}
+		if v.EndedCount() == v.Episodes {
+			s.end(v, schema.SessionDone, schema.ResultOK, "")
+		}
+		return true, nil
 	})
 	if err != nil {
 		return rolloutErr(end.Rollout, err)
 	}
 	ctx = bus.WithTrace(ctx, sess.Trace)
-	zerolog.Ctx(ctx).Debug().Str("status", end.Status).Int("ended", sess.EndedCount()).Int("episodes", sess.Episodes).Msg("episode ended")
-	_ = s.status(ctx, end.Rollout, "episode-"+end.Status, end.Episode, fmt.Sprintf("%d/%d", sess.EndedCount(), sess.Episodes))
-	redelivered := m.Delivered > 1 && sess.State == schema.SessionDone
-	if !redelivered && (sess.State != schema.SessionRunning || sess.EndedCount() < sess.Episodes) {
-		return nil
+	if wrote {
+		zerolog.Ctx(ctx).Debug().Str("status", end.Status).Int("ended", sess.EndedCount()).Int("episodes", sess.Episodes).Msg("episode ended")
+		_ = s.status(ctx, end.Rollout, "episode-"+end.Status, end.Episode, fmt.Sprintf("%d/%d", sess.EndedCount(), sess.Episodes))
 	}
-	// Every replica that sees the full count may get here (a redelivery, a
-	// race): assembling twice is wasted work, not a second result, because
-	// results are published with deterministic message ids.
-	return s.finish(ctx, sess, schema.SessionDone, schema.ResultOK, "", lastTry(m))
+	return s.settle(ctx, sess)
 }
 
 // handleTimeout ends a rollout whose deadline passed while it was still in
-// the state the time-out guards.
+// the state the time-out guards, and removes the results of one whose
+// retention passed.
 func (s *Service) handleTimeout(ctx context.Context, m bus.Msg) error {
 	var t schema.Timeout
 	if err := m.Decode(&t); err != nil {
 		return err
 	}
-	sess, _, found, err := bus.Get[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(t.Rollout))
-	if err != nil || !found {
-		return err
+	if t.TimeoutKind == schema.TimeoutRetention {
+		return s.retire(ctx, t.Rollout)
 	}
-	ctx = bus.WithTrace(ctx, sess.Trace)
-	log := zerolog.Ctx(ctx)
-	redelivered := m.Delivered > 1 && sess.State == schema.SessionTimeout
-	switch {
-	case t.TimeoutKind == schema.TimeoutBarrier && (sess.State == schema.SessionWaiting || redelivered && sess.Episodes == 0):
-		log.Warn().Msg("barrier time-out: the other role never arrived")
-		return s.finish(ctx, sess, schema.SessionTimeout, schema.ResultTimeout, "barrier time-out: the other role never arrived", lastTry(m))
-	case t.TimeoutKind == schema.TimeoutRollout && (sess.State == schema.SessionRunning || redelivered && sess.Episodes > 0):
-		log.Warn().Int("ended", sess.EndedCount()).Int("episodes", sess.Episodes).Msg("rollout time-out")
-		status := schema.ResultTimeout
-		if sess.EndedCount() > 0 {
-			status = schema.ResultPartial
+	return s.timeOut(ctx, t.Rollout, t.TimeoutKind)
+}
+
+// timeOut ends rollout n with a time-out of kind (barrier or rollout) if it
+// is still in the state that kind guards and its deadline has passed: a
+// scheduled message fires on a whole second and may be early.
+func (s *Service) timeOut(ctx context.Context, n int64, kind string) error {
+	var early time.Duration
+	sess, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(n), func(v *schema.Session, exists bool) (bool, error) {
+		early = 0
+		switch {
+		case !exists:
+			return false, nil
+		case kind == schema.TimeoutBarrier && v.State == schema.SessionWaiting:
+			if left := v.BarrierDeadlineMs() - s.nowMs(); left > 0 {
+				early = time.Duration(left) * time.Millisecond
+				return false, nil
+			}
+			s.end(v, schema.SessionTimeout, schema.ResultTimeout, "barrier time-out: the other role never arrived")
+			return true, nil
+		case kind == schema.TimeoutRollout && v.State == schema.SessionRunning:
+			if left := v.DeadlineMs() - s.nowMs(); left > 0 {
+				early = time.Duration(left) * time.Millisecond
+				return false, nil
+			}
+			// Partial when some episodes ended (their samples come), time-out when none did.
+			status := schema.ResultTimeout
+			if v.EndedCount() > 0 {
+				status = schema.ResultPartial
+			}
+			s.end(v, schema.SessionTimeout, status, fmt.Sprintf("rollout time-out: %d of %d episodes ended", v.EndedCount(), v.Episodes))
+			return true, nil
 		}
-		return s.finish(ctx, sess, schema.SessionTimeout, status, "rollout time-out", lastTry(m))
+		return false, nil // the rollout moved on: nothing to do
+	})
+	if err != nil {
+		return rolloutErr(n, err)
 	}
-	return nil // the rollout moved on: nothing to do
+	if early > 0 {
+		return fail.After(early, fmt.Errorf("rollout %d: %s time-out fired %v before its deadline", n, kind, early))
+	}
+	return s.settle(bus.WithTrace(ctx, sess.Trace), sess)
 }
 
 // handleCancel aborts a waiting or running rollout.
-func (s *Service) handleCancel(ctx context.Context, m bus.Msg) error {
+func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed) error {
 	var c schema.Cancel
 	if err := m.Decode(&c); err != nil {
 		return err
 	}
-	sess, _, found, err := bus.Get[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(c.Rollout))
-	if err != nil {
-		return err
+	if p.Role == "" || p.Role != c.Role || p.Rollout != c.Rollout {
+		err := fmt.Errorf("cancel on %s names rollout %d as %q: cancels go to rollout.N.cancel.<role>, and subject and body must agree", m.Subject, c.Rollout, c.Role)
+		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
+		return s.status(ctx, p.Rollout, "rejected", -1, err.Error())
 	}
-	redelivered := m.Delivered > 1 && sess.State == schema.SessionAborted
-	if !found || (!redelivered && sess.State != schema.SessionWaiting && sess.State != schema.SessionRunning) {
-		return nil
-	}
-	ctx = bus.WithTrace(ctx, sess.Trace)
-	reason := "aborted by trainer"
+	reason := "aborted by the " + c.Role + " trainer"
 	if c.Reason != "" {
 		reason += ": " + c.Reason
 	}
-	zerolog.Ctx(ctx).Warn().Str("reason", reason).Msg("rollout aborted")
-	return s.finish(ctx, sess, schema.SessionAborted, schema.ResultAborted, reason, lastTry(m))
-}
-
-// finish moves the session to its final state and publishes both roles'
-// results. The state is written first, so that every service stops working
-// on the rollout; results are published after, and a redelivery that finds
-// the state already final publishes them again (idempotently).
-// lastTry is false until bad luck would stop the message being redelivered.
-func (s *Service) finish(ctx context.Context, sess schema.Session, state, status, reason string, lastTry bool) error {
-	final, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), func(v *schema.Session, exists bool) (bool, error) {
-		if !exists || (v.State != schema.SessionWaiting && v.State != schema.SessionRunning) {
+	sess, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(c.Rollout), func(v *schema.Session, exists bool) (bool, error) {
+		if !exists || v.Final() {
 			return false, nil
 		}
-		v.State, v.Reason, v.FinishedMs = state, reason, s.nowMs()
+		s.end(v, schema.SessionAborted, schema.ResultAborted, reason)
 		return true, nil
 	})
 	if err != nil {
-		return err
+		return rolloutErr(c.Rollout, err)
 	}
-	if !wrote && final.State != state {
-		return nil // another ending won
-	}
+	ctx = bus.WithTrace(ctx, sess.Trace)
 	if wrote {
-		telemetry.RolloutsFinished.WithLabelValues(status).Inc()
+		zerolog.Ctx(ctx).Warn().Str("reason", reason).Msg("rollout aborted")
 	}
-	if err := s.publishResults(ctx, final, final.Roles, status, reason, lastTry); err != nil {
-		return err
-	}
-	s.cancelSchedules(ctx, sess.Rollout, schema.TimeoutBarrier, schema.TimeoutRollout)
-	return s.status(ctx, sess.Rollout, "finished", -1, status)
+	return s.settle(ctx, sess)
 }
 
-// publishResults assembles and publishes a result for each role in roles
-// (both roles when roles is nil). When the samples cannot be assembled and
-// this is the last try, both roles get a failed result that says why, so
-// that no trainer waits for a result that will never come.
-func (s *Service) publishResults(ctx context.Context, sess schema.Session, roles map[string]schema.RoleInfo, status, reason string, lastTry bool) error {
-	var res [2]*schema.Result
-	if status == schema.ResultInvalid || sess.State == schema.SessionTimeout && sess.Episodes == 0 {
-		for i, role := range []string{schema.RolePlanner, schema.RoleActor} {
-			res[i] = &schema.Result{Rollout: sess.Rollout, Role: role, Status: status, Reason: reason}
-		}
-	} else {
+// end records in v that the rollout ended: its final state, the result
+// status and why, and the effects that follow (results, cleanup).
+func (s *Service) end(v *schema.Session, state, status, reason string) {
+	v.State, v.Status, v.Reason, v.FinishedMs = state, status, reason, s.nowMs()
+	v.Settle(schema.EffectBarrier, schema.EffectStart) // nothing to start any more
+	v.Outbox = append(v.Outbox, schema.EffectResults, schema.EffectCleanup)
+}
+
+// settle publishes the effects in sess's outbox, in order, and then
+// records them as done. Every effect is idempotent, so a settle that
+// crashes half-way is completed by whoever sees the session next.
+func (s *Service) settle(ctx context.Context, sess schema.Session) error {
+	if len(sess.Outbox) == 0 {
+		return nil
+	}
+	ctx = bus.WithTrace(ctx, sess.Trace)
+	var done []string
+	var res *published
+	for _, effect := range sess.Outbox {
 		var err error
-		res[0], res[1], err = s.assemble(ctx, sess, status, reason)
-		if err != nil && fail.IsRetryable(err) && !lastTry {
-			return err
+		switch effect {
+		case schema.EffectBarrier:
+			err = s.scheduleTimeout(ctx, sess.Rollout, schema.TimeoutBarrier, sess.BarrierDeadlineMs())
+		case schema.EffectStart:
+			err = s.start(ctx, &sess)
+		case schema.EffectResults:
+			res, err = s.publishResults(ctx, &sess)
+		case schema.EffectCleanup:
+			err = s.cleanup(ctx, &sess, res)
+		default:
+			err = fail.Permanentf("unknown effect %q in the outbox", effect)
 		}
 		if err != nil {
-			zerolog.Ctx(ctx).Error().Err(err).Msg("samples could not be assembled; the rollout fails")
-			why := "samples could not be assembled: " + err.Error()
-			for i, role := range []string{schema.RolePlanner, schema.RoleActor} {
-				res[i] = &schema.Result{Rollout: sess.Rollout, Role: role, Status: schema.ResultFailed, Reason: why}
+			return rolloutErr(sess.Rollout, fmt.Errorf("%s: %w", effect, err))
+		}
+		done = append(done, effect)
+	}
+	final, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), func(v *schema.Session, exists bool) (bool, error) {
+		if !exists {
+			return false, nil
+		}
+		changed := v.Settle(done...)
+		if res != nil && v.Final() {
+			// The session tells what the trainers were told.
+			if v.Status != res.status || v.Reason != res.reason || len(res.objects) > 0 && len(v.Objects) == 0 {
+				v.Status, v.Reason = res.status, res.reason
+				v.Objects = res.objects
+				changed = true
 			}
+		}
+		return changed, nil
+	})
+	if err != nil {
+		return rolloutErr(sess.Rollout, err)
+	}
+	if res != nil && res.first {
+		telemetry.RolloutsFinished.WithLabelValues(final.Status).Inc()
+		zerolog.Ctx(ctx).Info().Str("status", final.Status).Str("reason", final.Reason).Msg("rollout finished")
+		_ = s.status(ctx, sess.Rollout, "finished", -1, final.Status)
+	}
+	return nil
+}
+
+// cleanup removes what a finished rollout no longer needs: its run state
+// and its tasks (the results are published), its pending time-outs; and it
+// schedules the removal of its result objects after the retention.
+func (s *Service) cleanup(ctx context.Context, sess *schema.Session, res *published) error {
+	n := sess.Rollout
+	s.cancelSchedules(ctx, n, schema.TimeoutBarrier, schema.TimeoutRollout)
+	if err := s.Bus.Purge(ctx, "KV_"+bus.BucketRuns, fmt.Sprintf("$KV.%s.%d.>", bus.BucketRuns, n)); err != nil {
+		return err
+	}
+	tl, _, found, err := bus.GetFresh[schema.TaskList](ctx, s.Bus.Sessions, schema.TasksKey(n))
+	if err != nil {
+		return err
+	}
+	if found && tl.Object != "" {
+		if err := s.Bus.Tasks.Delete(ctx, tl.Object); err != nil && !isNotFound(err) {
+			return fail.Transientf("delete task object %s: %w", tl.Object, err)
 		}
 	}
-	for _, r := range res {
-		if roles != nil {
-			if _, arrived := roles[r.Role]; !arrived {
-				continue
-			}
+	if err := s.Bus.Purge(ctx, "KV_"+bus.BucketSession, fmt.Sprintf("$KV.%s.%s", bus.BucketSession, schema.TasksKey(n))); err != nil {
+		return err
+	}
+	objects := sess.Objects
+	if res != nil {
+		objects = res.objects
+	}
+	if len(objects) > 0 {
+		retention := sess.FinishedMs + s.Bus.Provisioning.ResultRetention.Milliseconds()
+		return s.scheduleTimeout(ctx, n, schema.TimeoutRetention, retention)
+	}
+	return nil
+}
+
+// retire removes the result objects of rollout n once their retention has
+// passed, and any run state written after the cleanup by a message that
+// was already in flight.
+func (s *Service) retire(ctx context.Context, n int64) error {
+	sess, _, found, err := bus.GetFresh[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(n))
+	if err != nil || !found || !sess.Final() {
+		return err
+	}
+	if left := sess.FinishedMs + s.Bus.Provisioning.ResultRetention.Milliseconds() - s.nowMs(); left > 0 {
+		return fail.After(time.Duration(left)*time.Millisecond, fmt.Errorf("rollout %d: retention not over yet", n))
+	}
+	for _, obj := range sess.Objects {
+		bucket, name, _ := cut(obj)
+		store := s.resultStore(bucket)
+		if store == nil {
+			continue
 		}
-		if err := s.publishResult(ctx, r); err != nil {
-			if !lastTry {
-				return err
-			}
-			// The samples cannot be delivered (the object store refuses
-			// them, say): the trainer still learns that, and why.
-			zerolog.Ctx(ctx).Error().Err(err).Str("role", r.Role).Msg("result could not be published; sending a failed one")
-			if ferr := s.Bus.Publish(ctx, &schema.Result{Rollout: r.Rollout, Role: r.Role, Status: schema.ResultFailed,
-				Reason: "samples could not be delivered: " + err.Error(), Stats: r.Stats}); ferr != nil {
-				return ferr
-			}
+		if err := store.Delete(ctx, name); err != nil && !isNotFound(err) {
+			return fail.Transientf("delete %s: %w", obj, err)
+		}
+	}
+	if err := s.Bus.Purge(ctx, "KV_"+bus.BucketRuns, fmt.Sprintf("$KV.%s.%d.>", bus.BucketRuns, n)); err != nil {
+		return err
+	}
+	_, _, err = bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(n), func(v *schema.Session, exists bool) (bool, error) {
+		if !exists || len(v.Objects) == 0 {
+			return false, nil
+		}
+		v.Objects = nil
+		return true, nil
+	})
+	if err == nil {
+		zerolog.Ctx(ctx).Debug().Int64("rollout", n).Msg("results retired")
+	}
+	return err
+}
+
+func (s *Service) resultStore(bucket string) jetstream.ObjectStore {
+	for role, store := range s.Bus.Results {
+		if bus.ObjectResults(role) == bucket {
+			return store
 		}
 	}
 	return nil
 }
 
-// publishResult sends r, moving its samples to the object store when the
-// message would be too large to carry them.
-func (s *Service) publishResult(ctx context.Context, r *schema.Result) error {
-	r.SampleCount = len(r.Samples)
-	body, err := schema.Marshal(r)
-	if err != nil {
-		return fail.E(fail.Permanent, err)
-	}
-	if len(body) > s.InlineLimit {
-		data, err := schema.Marshal(r.Samples)
-		if err != nil {
-			return fail.E(fail.Permanent, err)
-		}
-		name := fmt.Sprintf("rollout-%d-%s.samples", r.Rollout, r.Role)
-		if _, err := s.Bus.Objects.PutBytes(ctx, name, data); err != nil {
-			return fail.Transientf("store %s: %w", name, err)
-		}
-		r.Samples, r.SamplesObject = nil, name
-	}
-	return s.Bus.Publish(ctx, r)
+// scheduleTimeout publishes a scheduled message that JetStream delivers on
+// the time-out subject at the deadline, so the time-out fires even if this
+// process is gone by then. Schedules have whole seconds, so it is set on
+// the second after the deadline; the handler checks the deadline itself.
+func (s *Service) scheduleTimeout(ctx context.Context, n int64, kind string, deadlineMs int64) error {
+	t := &schema.Timeout{Rollout: n, TimeoutKind: kind, DeadlineMs: deadlineMs}
+	at := time.UnixMilli(deadlineMs).Truncate(time.Second).Add(time.Second)
+	return s.Bus.Publish(ctx, t, jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget(subject.Timeout(n, kind)))
 }
 
 // cancelSchedules removes pending time-outs of the rollout; a time-out that
 // fires anyway finds the rollout moved on and does nothing.
 func (s *Service) cancelSchedules(ctx context.Context, n int64, kinds ...string) {
-	st, err := s.Bus.JS.Stream(ctx, bus.StreamRollout)
-	if err != nil {
-		return
-	}
 	for _, kind := range kinds {
-		_ = st.Purge(ctx, jetstream.WithPurgeSubject(subject.TimeoutSchedule(n, kind)))
+		_ = s.Bus.Purge(ctx, bus.StreamRollout, subject.TimeoutSchedule(n, kind))
 	}
 }
-
-func msTime(ms int64) time.Time { return time.UnixMilli(ms) }
-
-// maxDeliveries is how often the session-store's consumer delivers a
-// message before giving it up.
-const maxDeliveries = 10
-
-func lastTry(m bus.Msg) bool { return m.Delivered >= maxDeliveries }

@@ -2,11 +2,19 @@
 // and the bookkeeper of every rollout. It starts a rollout exactly once
 // when both roles have arrived, counts episode ends, and when the last one
 // ends assembles both roles' samples and publishes their results.
+//
+// Every decision is written into the rollout's session (KV sessions) before
+// its effects are published, with the effects in the session's outbox;
+// whoever reads the session next — a handler, a redelivered message, or the
+// sweep that follows every session — publishes them idempotently and clears
+// them. The sweep also ends rollouts whose deadline passed without their
+// time-out message, and removes results whose retention has passed.
 package sessionstore
 
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -30,11 +38,20 @@ type Deps struct {
 	Concurrency int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// SweepEvery is how often the sweep looks at every session; default 2s.
+	SweepEvery time.Duration
+	// Grace is how long the sweep leaves a decision or a deadline to the
+	// message that normally handles it before it steps in; default 5s.
+	Grace time.Duration
+	// ResultPatience is how long the results of a finished rollout are
+	// tried before both trainers get a failed result that says why; default 2m.
+	ResultPatience time.Duration
 }
 
 // Service is a running session-store.
 type Service struct {
 	Deps
+	index *index
 }
 
 // Run serves until ctx ends.
@@ -48,14 +65,42 @@ func Run(ctx context.Context, d Deps) error {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	s := &Service{Deps: d}
-	return d.Bus.Consume(ctx, bus.Consumer{
-		Stream:      bus.StreamRollout,
-		Durable:     Name,
-		Filters:     []string{subject.AllArrive, subject.AllEpisodeEnd, subject.AllTimeout, subject.AllCancel},
-		Concurrency: d.Concurrency,
-		MaxDeliver:  maxDeliveries,
-	}, s.handle)
+	if d.SweepEvery == 0 {
+		d.SweepEvery = 2 * time.Second
+	}
+	if d.Grace == 0 {
+		d.Grace = 5 * time.Second
+	}
+	if d.ResultPatience == 0 {
+		d.ResultPatience = 2 * time.Minute
+	}
+	s := &Service{Deps: d, index: newIndex()}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		errs <- s.sweep(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		errs <- d.Bus.Consume(ctx, bus.Consumer{
+			Stream:  bus.StreamRollout,
+			Durable: Name,
+			Filters: []string{subject.AllArrive, subject.AllEpisodeEnd, subject.AllTimeout, subject.AllCancel,
+				subject.LegacyArrive, subject.LegacyCancel},
+			Concurrency: d.Concurrency,
+			MaxDeliver:  maxDeliveries,
+		}, s.handle)
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *Service) handle(ctx context.Context, m bus.Msg) error {
@@ -65,13 +110,13 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 	}
 	switch p.Verb {
 	case "arrive":
-		return s.handleArrive(ctx, m)
+		return s.handleArrive(ctx, m, p)
 	case "end":
 		return s.handleEpisodeEnd(ctx, m)
 	case "timeout":
 		return s.handleTimeout(ctx, m)
 	case "cancel":
-		return s.handleCancel(ctx, m)
+		return s.handleCancel(ctx, m, p)
 	}
 	return fail.Invalidf("session-store: unexpected subject %s", m.Subject)
 }
@@ -79,3 +124,8 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 func (s *Service) nowMs() int64 { return s.Now().UnixMilli() }
 
 func rolloutErr(n int64, err error) error { return fmt.Errorf("rollout %d: %w", n, err) }
+
+// maxDeliveries is how often the session-store's consumer delivers a
+// message before giving it up; the sweep finishes what a given-up message
+// left undone.
+const maxDeliveries = 10

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/pkg/bus"
+)
+
+// retention holds the flags that say how long planact keeps things and
+// when it steps in, shared by up and serve; every process of a deployment
+// must be given the same.
+type retention struct {
+	history, results, stall *time.Duration
+}
+
+func retentionFlags(fs *flag.FlagSet) retention {
+	d := bus.DefaultProvisioning()
+	return retention{
+		history: fs.Duration("history", d.History, "how long rollouts are kept: stream history and each rollout's session (its record)"),
+		results: fs.Duration("result-retention", d.ResultRetention, "how long a finished rollout's large results stay in the object stores"),
+		stall:   fs.Duration("stall-timeout", 5*time.Minute, "how long an episode may go without progress before the watchdog drives it on"),
+	}
+}
+
+// apply checks the values and sets them on o.
+func (r retention) apply(o *stack.Options) error {
+	o.Provisioning.History, o.Provisioning.ResultRetention = *r.history, *r.results
+	if *r.stall < time.Second {
+		return fmt.Errorf("--stall-timeout %v: want at least 1s", *r.stall)
+	}
+	o.Stall = *r.stall
+	p := o.Provisioning
+	if p.Replicas == 0 {
+		p.Replicas = 1
+	}
+	if p.DupeWindow == 0 {
+		p.DupeWindow = min(bus.DefaultProvisioning().DupeWindow, p.History)
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("--history/--result-retention: %w", err)
+	}
+	return nil
+}

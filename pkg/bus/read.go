@@ -1,0 +1,152 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/planact/planact/pkg/fail"
+)
+
+// StoredMsg is a message as a stream holds it.
+type StoredMsg struct {
+	Subject string
+	Seq     uint64
+	Header  nats.Header
+	Data    []byte
+	Time    time.Time
+}
+
+// The JetStream API's "message not found" error code.
+const errCodeMsgNotFound = 10037
+
+// LastMsg returns the last message stored on subject in stream (a subject
+// filter with wildcards names the last message of any matching subject),
+// or nil when there is none. The read is answered by the stream's leader,
+// never by a follower that may lag behind, so a decision taken on it is
+// not based on a stale view: on a cluster, a direct get (what KV reads use
+// by default) may be answered by any replica and miss a write acknowledged
+// a moment ago.
+func (b *Bus) LastMsg(ctx context.Context, stream, subject string) (*StoredMsg, error) {
+	return b.msgGet(ctx, stream, map[string]any{"last_by_subj": subject})
+}
+
+// MsgAt returns the message at sequence seq of stream, or nil when there is
+// none, read from the stream's leader.
+func (b *Bus) MsgAt(ctx context.Context, stream string, seq uint64) (*StoredMsg, error) {
+	return b.msgGet(ctx, stream, map[string]any{"seq": seq})
+}
+
+// apiTimeout bounds one JetStream API request.
+const apiTimeout = 5 * time.Second
+
+func (b *Bus) msgGet(ctx context.Context, stream string, req map[string]any) (*StoredMsg, error) {
+	body, _ := json.Marshal(req)
+	rctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	reply, err := b.NC.RequestWithContext(rctx, "$JS.API.STREAM.MSG.GET."+stream, body)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			err = fmt.Errorf("stream %s has no leader: %w", stream, err)
+		}
+		return nil, fail.Transientf("read %s %v: %w", stream, req, err)
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Hdrs    []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return nil, fail.Transientf("read %s: bad reply: %w", stream, err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrCode == errCodeMsgNotFound {
+			return nil, nil
+		}
+		return nil, fail.Transientf("read %s %v: %s (%d)", stream, req, resp.Error.Description, resp.Error.ErrCode)
+	}
+	if resp.Message == nil {
+		return nil, fail.Transientf("read %s: empty reply", stream)
+	}
+	m := &StoredMsg{Subject: resp.Message.Subject, Seq: resp.Message.Seq, Data: resp.Message.Data, Time: resp.Message.Time}
+	if len(resp.Message.Hdrs) > 0 {
+		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Hdrs); err != nil {
+			return nil, fail.Transientf("read %s: headers: %w", stream, err)
+		}
+	}
+	return m, nil
+}
+
+// kvEntry is a KV value as read from the bucket's stream.
+type kvEntry struct {
+	Value    []byte
+	Revision uint64
+	Time     time.Time
+}
+
+// kvGetFresh reads key of bucket from the leader of the bucket's stream;
+// nil when the key does not exist or was deleted.
+func (b *Bus) kvGetFresh(ctx context.Context, bucket, key string) (*kvEntry, error) {
+	m, err := b.LastMsg(ctx, "KV_"+bucket, "$KV."+bucket+"."+key)
+	if err != nil || m == nil {
+		return nil, err
+	}
+	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		return nil, nil
+	}
+	return &kvEntry{Value: m.Data, Revision: m.Seq, Time: m.Time}, nil
+}
+
+// Purge removes every message of stream on subject (wildcards allowed):
+// what planact no longer needs once a rollout has ended.
+func (b *Bus) Purge(ctx context.Context, stream, subject string) error {
+	body, _ := json.Marshal(map[string]any{"filter": subject})
+	rctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	reply, err := b.NC.RequestWithContext(rctx, "$JS.API.STREAM.PURGE."+stream, body)
+	if err != nil {
+		return fail.Transientf("purge %s %s: %w", stream, subject, err)
+	}
+	var resp struct {
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return fail.Transientf("purge %s: bad reply: %w", stream, err)
+	}
+	if resp.Error != nil {
+		return fail.Transientf("purge %s %s: %s", stream, subject, resp.Error.Description)
+	}
+	return nil
+}
+
+// Republish publishes again a message the stream holds, under a new message
+// id (its old one with suffix), so that the duplicate window does not drop
+// it: how stuck work is handed out once more.
+func (b *Bus) Republish(ctx context.Context, m *StoredMsg, suffix string) error {
+	msg := nats.NewMsg(m.Subject)
+	msg.Data = m.Data
+	for k, v := range m.Header {
+		if strings.HasPrefix(k, "Nats-") && k != "Nats-Msg-Id" {
+			continue // stream metadata of the stored copy
+		}
+		msg.Header[k] = append([]string(nil), v...)
+	}
+	msg.Header.Set("Nats-Msg-Id", m.Header.Get("Nats-Msg-Id")+"."+suffix)
+	return b.publishMsg(ctx, msg)
+}

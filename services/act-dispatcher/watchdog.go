@@ -1,0 +1,209 @@
+package actdispatcher
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
+	"github.com/planact/planact/pkg/subject"
+	"github.com/planact/planact/pkg/telemetry"
+)
+
+// The watchdog is the last line against a bug nobody knows of yet: an
+// episode that made no progress for a while (no message on its plan and act
+// subjects) is driven on again from what JetStream holds, the way a
+// workflow engine re-issues a lost task. Whatever the episode last did
+// decides what is done again: the planner is asked again, the planner's
+// output parsed again, the plan's run state advanced and its acts without
+// an outcome re-issued, an answer or parse error handled again. Every
+// replica runs it; what it publishes has message ids derived from what it
+// saw, so replicas that see the same stall publish once.
+
+// watchdog looks at the episodes of every running rollout every Stall/4.
+func (s *Service) watchdog(ctx context.Context) error {
+	every := max(s.Stall/4, 200*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		for _, sess := range s.running.snapshot() {
+			for e := 0; e < sess.Episodes && ctx.Err() == nil; e++ {
+				if _, ended := slices.BinarySearch(sess.Ended, e); ended {
+					continue
+				}
+				if err := s.probe(ctx, &sess, e); err != nil {
+					s.Log.Warn().Err(err).Int64("rollout", sess.Rollout).Int("episode", e).Msg("watchdog could not drive the episode on; will try again")
+				}
+			}
+		}
+	}
+}
+
+// probe drives episode e of sess on if it made no progress for too long.
+func (s *Service) probe(ctx context.Context, sess *schema.Session, e int) error {
+	n := sess.Rollout
+	last, err := s.Bus.LastMsg(ctx, bus.StreamPlan, fmt.Sprintf("plan.%d.*.%d", n, e))
+	if err != nil {
+		return err
+	}
+	lastAct, err := s.Bus.LastMsg(ctx, bus.StreamAct, fmt.Sprintf("act.%d.*.%d.*", n, e))
+	if err != nil {
+		return err
+	}
+	progress := time.UnixMilli(sess.StartedMs)
+	var planSeq, actSeq uint64
+	if last != nil {
+		progress, planSeq = later(progress, last.Time), last.Seq
+	}
+	if lastAct != nil {
+		progress, actSeq = later(progress, lastAct.Time), lastAct.Seq
+	}
+	if time.Since(progress) < s.stallFor(sess.Config) {
+		return nil
+	}
+	// What is published again is named after what was seen: replicas that
+	// see the same stall publish one message, the next stall another.
+	tag := fmt.Sprintf("w%d-%d", planSeq, actSeq)
+	ctx = bus.WithTrace(ctx, sess.Trace)
+	log := s.Log.With().Int64("rollout", n).Int("episode", e).Str("tag", tag).Logger()
+	ctx = log.WithContext(ctx)
+	info, err := s.sessions.Get(ctx, n)
+	if err != nil {
+		return err
+	}
+	if !info.Active() {
+		return nil
+	}
+	end, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.EpisodeEnd(n, e))
+	if err != nil {
+		return err
+	}
+	action, err := s.driveOn(ctx, info, e, last, end, tag)
+	if action != "" {
+		telemetry.SweepActions.WithLabelValues(Name, action).Inc()
+		log.Warn().Str("action", action).Dur("stalled", time.Since(progress).Round(time.Second)).Err(err).Msg("watchdog: episode made no progress; driven on")
+	}
+	return err
+}
+
+// driveOn does again the step of episode e that last moved, and says what
+// it did.
+func (s *Service) driveOn(ctx context.Context, info *session.Info, e int, last, end *bus.StoredMsg, tag string) (string, error) {
+	n := info.Session.Rollout
+	if end != nil {
+		// Ended, and the session-store has not counted it.
+		return "episode-end", s.Bus.Republish(ctx, end, tag)
+	}
+	if last == nil {
+		// Not even the first plan request is there.
+		return "plan-request", s.Bus.Publish(ctx, &schema.PlanRequest{Rollout: n, Episode: e, Turn: 1, WeightVersion: plannerVersion(info)})
+	}
+	p, err := subject.Parse(last.Subject)
+	if err != nil {
+		return "", err
+	}
+	switch p.Verb {
+	case "req", "partial":
+		return "plan-request", s.askAgain(ctx, n, e, tag)
+	case "out":
+		return "plan-output", s.Bus.Republish(ctx, last, tag)
+	case "dag":
+		var d schema.PlanDAG
+		if err := schema.Unmarshal(last.Data, &d); err != nil {
+			return "", err
+		}
+		if d.Partial {
+			return "plan-request", s.askAgain(ctx, n, e, tag) // the planner stopped mid-plan
+		}
+		return "run", s.driveRun(ctx, info, &d, tag)
+	case "answer":
+		var a schema.PlanAnswer
+		if err := schema.Unmarshal(last.Data, &a); err != nil {
+			return "", err
+		}
+		return "answer", s.handleAnswer(ctx, &a)
+	case "error":
+		var pe schema.PlanError
+		if err := schema.Unmarshal(last.Data, &pe); err != nil {
+			return "", err
+		}
+		return "parse-error", s.handleParseError(ctx, info, &pe)
+	}
+	return "", fmt.Errorf("last message %s: nothing to drive on", last.Subject)
+}
+
+// askAgain publishes the episode's last plan request again.
+func (s *Service) askAgain(ctx context.Context, n int64, e int, tag string) error {
+	req, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanReq(n, e))
+	if err != nil || req == nil {
+		return err
+	}
+	return s.Bus.Republish(ctx, req, tag)
+}
+
+// driveRun moves the run of the plan d on: it creates it if it is missing,
+// records the outcomes published but not recorded, re-issues the acts that
+// have none, and publishes what the run state implies (releases, the end
+// of the turn).
+func (s *Service) driveRun(ctx context.Context, info *session.Info, d *schema.PlanDAG, tag string) error {
+	// Creates the run if it is missing, merges the final plan if a streamed
+	// run never got it, and publishes what the run state implies.
+	if err := s.applyDAG(ctx, info, d); err != nil {
+		return err
+	}
+	r, _, found, err := bus.GetFresh[schema.Run](ctx, s.Bus.Runs, schema.RunKey(d.Rollout, d.Episode, d.Turn))
+	if err != nil || !found {
+		return err
+	}
+	inFlight, _ := released(&r)
+	for _, node := range inFlight {
+		done, err := s.outcome(ctx, r.Rollout, r.Episode, node.Key)
+		if err != nil {
+			return err
+		}
+		if done != nil {
+			if err := s.record(ctx, info, done); err != nil {
+				return err
+			}
+			continue
+		}
+		zerolog.Ctx(ctx).Warn().Str("node", node.Key).Msg("watchdog: act has no outcome; issued again")
+		run := &schema.ActRun{Rollout: r.Rollout, Episode: r.Episode, Turn: r.Turn, Key: node.Key, Node: node.Node}
+		if err := s.Bus.PublishAs(ctx, run, run.MsgID()+"."+tag); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stallFor is how long an episode of a rollout with cfg may go without
+// progress: the watchdog's setting, or longer when one act or one planner
+// turn may legitimately take longer with its time-outs and retries.
+func (s *Service) stallFor(cfg schema.Config) time.Duration {
+	cfg = cfg.WithDefaults()
+	attempts := time.Duration(max(cfg.ActRetries, 0) + 1)
+	act := attempts*(schema.Seconds(cfg.ActTimeoutS)+30*time.Second) + s.UnavailablePatience
+	planner := plannerAttempts * (schema.Seconds(cfg.PlannerTimeoutS) + 30*time.Second)
+	return max(s.Stall, act, planner)
+}
+
+// plannerAttempts is how often the planner-gateway tries a turn; the
+// watchdog gives a turn that long.
+const plannerAttempts = 5
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

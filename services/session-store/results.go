@@ -1,0 +1,143 @@
+package sessionstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// published is what the results of a rollout turned out to be.
+type published struct {
+	status, reason string
+	objects        []string // result objects, "bucket/name"
+	first          bool     // some result was published now, not found published before
+}
+
+// publishResults publishes the result of every role that arrived, unless
+// it is already on its subject (this is the redo of an interrupted
+// publish): results are read back, never assembled twice. When the samples
+// cannot be assembled or delivered for longer than ResultPatience, the
+// trainers get a failed result that says why instead of none.
+func (s *Service) publishResults(ctx context.Context, sess *schema.Session) (*published, error) {
+	n := sess.Rollout
+	res := &published{status: sess.Status, reason: sess.Reason}
+	giveUp := s.Now().Sub(time.UnixMilli(sess.FinishedMs)) > s.ResultPatience
+	var built map[string]*schema.Result
+	var roles []string
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		if _, arrived := sess.Roles[role]; arrived {
+			roles = append(roles, role)
+		}
+	}
+	for i, role := range roles {
+		m, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.Result(n, role))
+		if err != nil {
+			return nil, err
+		}
+		var r *schema.Result
+		if m != nil {
+			r = &schema.Result{}
+			if err := schema.Unmarshal(m.Data, r); err != nil {
+				return nil, err
+			}
+		} else {
+			if built == nil {
+				if built, err = s.results(ctx, sess, giveUp); err != nil {
+					return nil, err
+				}
+			}
+			r = built[role]
+			if err := s.publishResult(ctx, r); err != nil {
+				if !giveUp {
+					return nil, err
+				}
+				// The samples cannot be delivered (the object store refuses
+				// them, say): the trainer still learns that, and why.
+				zerolog.Ctx(ctx).Error().Err(err).Str("role", role).Msg("result could not be published; sending a failed one")
+				r = &schema.Result{Rollout: n, Role: role, Status: schema.ResultFailed,
+					Reason: "samples could not be delivered: " + err.Error(), Stats: r.Stats}
+				if err := s.Bus.Publish(ctx, r); err != nil {
+					return nil, err
+				}
+			}
+			res.first = true
+		}
+		if i == 0 {
+			res.status, res.reason = r.Status, r.Reason
+		}
+		if r.SamplesObject != "" {
+			res.objects = append(res.objects, bus.ObjectResults(role)+"/"+r.SamplesObject)
+		}
+	}
+	slices.Sort(res.objects)
+	return res, nil
+}
+
+// results builds both roles' results: the samples of a rollout that ran,
+// or a bare result with the session's status for one that never started.
+func (s *Service) results(ctx context.Context, sess *schema.Session, giveUp bool) (map[string]*schema.Result, error) {
+	n := sess.Rollout
+	bare := func(status, reason string) map[string]*schema.Result {
+		out := map[string]*schema.Result{}
+		for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+			out[role] = &schema.Result{Rollout: n, Role: role, Status: status, Reason: reason}
+		}
+		return out
+	}
+	if sess.Status == schema.ResultInvalid || sess.Episodes == 0 {
+		return bare(sess.Status, sess.Reason), nil
+	}
+	planner, actor, err := s.assemble(ctx, sess)
+	if err != nil && fail.IsRetryable(err) && !giveUp {
+		return nil, err
+	}
+	if err != nil {
+		zerolog.Ctx(ctx).Error().Err(err).Msg("samples could not be assembled; the rollout fails")
+		return bare(schema.ResultFailed, "samples could not be assembled: "+err.Error()), nil
+	}
+	return map[string]*schema.Result{schema.RolePlanner: planner, schema.RoleActor: actor}, nil
+}
+
+// publishResult sends r, moving its samples to its role's object store
+// when the message would be too large to carry them.
+func (s *Service) publishResult(ctx context.Context, r *schema.Result) error {
+	r.SampleCount = len(r.Samples)
+	body, err := schema.Marshal(r)
+	if err != nil {
+		return fail.E(fail.Permanent, err)
+	}
+	if len(body) > s.InlineLimit {
+		data, err := schema.Marshal(r.Samples)
+		if err != nil {
+			return fail.E(fail.Permanent, err)
+		}
+		store := s.Bus.Results[r.Role]
+		if store == nil {
+			return fail.Permanentf("no result store for role %q", r.Role)
+		}
+		name := fmt.Sprintf("rollout-%d-%s.samples", r.Rollout, r.Role)
+		if _, err := store.PutBytes(ctx, name, data); err != nil {
+			return fail.Transientf("store %s: %w", name, err)
+		}
+		r.Samples, r.SamplesObject = nil, name
+	}
+	return s.Bus.Publish(ctx, r)
+}
+
+func isNotFound(err error) bool {
+	return errors.Is(err, jetstream.ErrObjectNotFound) || errors.Is(err, jetstream.ErrKeyNotFound)
+}
+
+// cut splits "bucket/name".
+func cut(obj string) (bucket, name string, ok bool) { return strings.Cut(obj, "/") }

@@ -1,0 +1,150 @@
+package sessionstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/telemetry"
+)
+
+// index follows the sessions bucket: every session that still has
+// something to happen to it (not final, effects owed, results kept), with
+// when it was last written.
+type index struct {
+	mu      sync.Mutex
+	entries map[int64]indexed
+}
+
+type indexed struct {
+	sess schema.Session
+	at   time.Time
+}
+
+func newIndex() *index { return &index{entries: map[int64]indexed{}} }
+
+func (x *index) put(n int64, sess *schema.Session, at time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if sess == nil || sess.Final() && len(sess.Outbox) == 0 && len(sess.Objects) == 0 {
+		delete(x.entries, n)
+		return
+	}
+	x.entries[n] = indexed{sess: *sess, at: at}
+}
+
+func (x *index) snapshot() []indexed {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := make([]indexed, 0, len(x.entries))
+	for _, e := range x.entries {
+		out = append(out, e)
+	}
+	return out
+}
+
+// sweep follows the sessions and, every SweepEvery, finishes what no
+// message finished: effects left in an outbox (a crash between a decision
+// and its publishing, a message given up), deadlines whose time-out did not
+// fire, results whose retention is over. It runs first as soon as the
+// sessions are read, so a start after a crash completes what was pending.
+func (s *Service) sweep(ctx context.Context) error {
+	go s.follow(ctx)
+	t := time.NewTicker(s.SweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			s.sweepOnce(ctx)
+		}
+	}
+}
+
+// follow keeps the index up to date from a watch of the sessions bucket,
+// starting again whenever the watch ends (a NATS restart, say).
+func (s *Service) follow(ctx context.Context) {
+	for ctx.Err() == nil {
+		w, err := s.Bus.Sessions.WatchAll(ctx)
+		if err != nil {
+			s.Log.Warn().Err(err).Msg("sessions watch; trying again")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for e := range w.Updates() {
+			if e == nil || strings.Contains(e.Key(), ".") {
+				continue // end of the initial values, or a task list
+			}
+			n, err := strconv.ParseInt(e.Key(), 10, 64)
+			if err != nil {
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				s.index.put(n, nil, e.Created())
+				continue
+			}
+			var sess schema.Session
+			if err := schema.Unmarshal(e.Value(), &sess); err != nil {
+				continue
+			}
+			s.index.put(n, &sess, e.Created())
+		}
+		_ = w.Stop()
+	}
+}
+
+// sweepOnce looks at every indexed session once.
+func (s *Service) sweepOnce(ctx context.Context) {
+	now := s.Now()
+	grace := s.Grace
+	retention := s.Bus.Provisioning.ResultRetention
+	for _, e := range s.index.snapshot() {
+		sess := e.sess
+		n := sess.Rollout
+		var action string
+		var err error
+		switch {
+		case len(sess.Outbox) > 0 && now.Sub(e.at) > grace:
+			action = "settle"
+			err = s.settleFresh(ctx, n)
+		case sess.State == schema.SessionWaiting && now.After(time.UnixMilli(sess.BarrierDeadlineMs()).Add(grace)):
+			action = "barrier-timeout"
+			err = s.timeOut(ctx, n, schema.TimeoutBarrier)
+		case sess.State == schema.SessionRunning && now.After(time.UnixMilli(sess.DeadlineMs()).Add(grace)):
+			action = "rollout-timeout"
+			err = s.timeOut(ctx, n, schema.TimeoutRollout)
+		case sess.Final() && len(sess.Objects) > 0 && now.After(time.UnixMilli(sess.FinishedMs).Add(retention+grace)):
+			action = "retire"
+			err = s.retire(ctx, n)
+		default:
+			continue
+		}
+		telemetry.SweepActions.WithLabelValues(Name, action).Inc()
+		log := s.Log.With().Int64("rollout", n).Str("action", action).Logger()
+		if err != nil {
+			log.Warn().Err(err).Msg("sweep could not finish the rollout's pending work; will try again")
+			continue
+		}
+		log.Info().Msg("sweep finished pending work")
+	}
+}
+
+// settleFresh reads rollout n's session from the leader and settles it.
+func (s *Service) settleFresh(ctx context.Context, n int64) error {
+	sess, _, found, err := bus.GetFresh[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(n))
+	if err != nil || !found {
+		return err
+	}
+	return s.settle(ctx, sess)
+}
