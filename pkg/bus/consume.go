@@ -60,9 +60,9 @@ type Consumer struct {
 	// JetStream hands it to another replica; the consume loop sends one
 	// every AckWait/3 while a handler works, so only the work of a process
 	// that died (or stopped) moves. Default DefaultAckWait.
-	AckWait time.Duration
-	MaxDeliver  int           // deliveries before a message is given up; default 10
-	Backoff     func(delivered uint64) time.Duration
+	AckWait    time.Duration
+	MaxDeliver int // deliveries before a message is given up; default 10
+	Backoff    func(delivered uint64) time.Duration
 }
 
 func (c Consumer) withDefaults() Consumer {

@@ -17,8 +17,8 @@ const (
 	AllCancel     = "rollout.*.cancel.*"
 	// Before roles were in these subjects; still consumed, to tell a
 	// trainer written against them where to publish instead.
-	LegacyArrive = "rollout.*.arrive"
-	LegacyCancel = "rollout.*.cancel"
+	LegacyArrive  = "rollout.*.arrive"
+	LegacyCancel  = "rollout.*.cancel"
 	AllPlanReq    = "plan.*.req.*"
 	AllPlanOut    = "plan.*.out.*"
 	AllPlanPart   = "plan.*.partial.*"
