@@ -161,6 +161,7 @@ func TestComposeCluster(t *testing.T) {
 	urls := composeCluster(t, v)
 
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	planner, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RolePlanner, Seed: 11, WeightVersion: "planner-v7"})
 	if err != nil {
 		t.Fatal(err)
@@ -169,48 +170,13 @@ func TestComposeCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Provision once before the services start. Five services creating
-	// the same R3 streams at once on a fresh cluster time out (JetStream
-	// API calls of 5s) and exit; in compose they are restarted and get
-	// there, but a test should not depend on that.
-	b, err := bus.Connect(ctx, withUser(urls[0], "admin"), "provision", bustest.Logger(), bus.Provisioning{Replicas: 3})
-	if err != nil {
-		t.Fatalf("provision: %v", err)
-	}
-	b.NC.Close()
-	var wg sync.WaitGroup
-	errs := make(chan error, len(stack.Services))
-	for i, name := range stack.Services {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := stack.Serve(ctx, []string{name}, stack.Options{
-				URL: withUser(urls[i%len(urls)], name), Log: bustest.Logger(),
-				Provisioning: bus.Provisioning{Replicas: 3},
-				Replicas:     map[string]int{actdispatcher.Name: 2},
-				InlineLimit:  2048, // results go through the object store too
-			})
-			if err != nil && !errors.Is(err, context.Canceled) {
-				errs <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
-	}
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Errorf("service: %v", err)
-		}
-	})
-
+	serveCluster(t, ctx, urls, 0)
 	t.Cleanup(func() {
 		for _, line := range v.take() {
 			t.Errorf("permission violation: %s", line)
 		}
 	})
 	admin := bustest.Conn(t, withUser(urls[0], "admin"))
-	waitServices(t, admin)
 
 	trainer := func(i int, role string) *client.Client {
 		nc := bustest.Conn(t, withUser(urls[i%len(urls)], "trainer-"+role))
@@ -252,7 +218,7 @@ func TestComposeCluster(t *testing.T) {
 
 	// One more process started without --replicas (so, 1) must not
 	// shrink them.
-	b, err = bus.Connect(ctx, withUser(urls[1], "admin"), "provision-r1", bustest.Logger(), bus.Provisioning{Replicas: 1})
+	b, err := bus.Connect(ctx, withUser(urls[1], "admin"), "provision-r1", bustest.Logger(), bus.Provisioning{Replicas: 1})
 	if err != nil {
 		t.Fatalf("provision with one replica: %v", err)
 	}
@@ -275,6 +241,115 @@ func TestComposeCluster(t *testing.T) {
 	}
 
 	checkForbidden(t, urls[0], v, n)
+}
+
+// serveCluster provisions R3 streams and buckets and starts every service as
+// its compose user, each on one of the cluster's servers, with two
+// act-dispatchers; it returns when they all answer. stall sets the
+// act-dispatcher's watchdog (0: its default).
+func serveCluster(t *testing.T, ctx context.Context, urls []string, stall time.Duration) {
+	t.Helper()
+	// Provision once before the services start. Five services creating
+	// the same R3 streams at once on a fresh cluster time out (JetStream
+	// API calls of 5s) and exit; in compose they are restarted and get
+	// there, but a test should not depend on that.
+	b, err := bus.Connect(ctx, withUser(urls[0], "admin"), "provision", bustest.Logger(), bus.Provisioning{Replicas: 3})
+	if err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	b.NC.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errs := make(chan error, len(stack.Services))
+	for i, name := range stack.Services {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := stack.Serve(ctx, []string{name}, stack.Options{
+				URL: withUser(urls[i%len(urls)], name), Log: bustest.Logger(),
+				Provisioning: bus.Provisioning{Replicas: 3},
+				Replicas:     map[string]int{actdispatcher.Name: 2},
+				InlineLimit:  2048, // results go through the object store too
+				Stall:        stall,
+			})
+			if err != nil && !errors.Is(err, context.Canceled) {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("service: %v", err)
+		}
+	})
+	waitServices(t, bustest.Conn(t, withUser(urls[0], "admin")))
+}
+
+// TestClusterRolloutsAllEnd: on a three-node cluster with R3 buckets, reads
+// may be answered by a follower a moment behind. A dispatcher that read a
+// run state just written, got the old value and dropped its work item left
+// about one rollout in twenty waiting forever. Every decision now rests on
+// a read that cannot be stale; with the watchdog out of the way (an hour),
+// every rollout of a busy run ends, with every sample, once.
+func TestClusterRolloutsAllEnd(t *testing.T) {
+	v := &violations{}
+	urls := composeCluster(t, v)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	planner, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RolePlanner, Seed: 13, WeightVersion: "planner-v7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RoleActor, Seed: 14, WeightVersion: "actor-v3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveCluster(t, ctx, urls, time.Hour)
+	trainer := func(i int, role string) *client.Client {
+		c, err := client.New(bustest.Conn(t, withUser(urls[i%len(urls)], "trainer-"+role)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	e := &env{planner: schema.Engine{URL: planner}, actor: schema.Engine{URL: actor}, world: sim.DefaultWorld()}
+	const rollouts, inFlight = 24, 6
+	sem := make(chan struct{}, inFlight)
+	var wg sync.WaitGroup
+	outs := make([]outcome, rollouts)
+	for i := range rollouts {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			n := int64(100 + i)
+			outs[i] = e.rollout(t, trainer(i, schema.RolePlanner), trainer(i+1, schema.RoleActor), n, e.tasks(2, 2, n), nil, i%2 == 0)
+		}()
+	}
+	wg.Wait()
+	for i, o := range outs {
+		if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK || len(o.planner.Samples) != 4 {
+			t.Errorf("rollout %d: planner %v, actor %v, %d planner samples", 100+i, o.perr, o.aerr, len(o.planner.Samples))
+			continue
+		}
+		seen := map[string]bool{}
+		for _, s := range o.actor.Samples {
+			k := s.RolloutID + "/" + fmt.Sprint(s.Metadata["key"])
+			if seen[k] {
+				t.Errorf("rollout %d: act %s sampled twice", 100+i, k)
+			}
+			seen[k] = true
+		}
+		if len(seen) != o.actor.Stats.Acts {
+			t.Errorf("rollout %d: %d actor samples for %d acts", 100+i, len(seen), o.actor.Stats.Acts)
+		}
+	}
+	for _, line := range v.take() {
+		t.Errorf("permission violation: %s", line)
+	}
 }
 
 // checkForbidden tries, as each user, actions its permissions must refuse,

@@ -31,6 +31,9 @@ type semEnv struct {
 	bus         *bus.Bus // the test's own view of the streams and buckets
 	names       []string
 	ackWait     time.Duration
+	stall       time.Duration
+	keep        bus.Provisioning
+	inline      int
 	stop        func()
 	runs        *runRecorder
 }
@@ -72,6 +75,9 @@ type semOptions struct {
 	actor    sim.Config
 	scripted bool // no planner-gateway: the test answers plan requests
 	ackWait  time.Duration
+	stall    time.Duration    // the watchdog's; default: an hour, so it stays out of the way
+	keep     bus.Provisioning // retention of the services (the test's own bus keeps the default)
+	inline   int              // the session-store's inline limit
 }
 
 func startSem(t *testing.T, o semOptions) *semEnv {
@@ -101,6 +107,12 @@ func startSem(t *testing.T, o semOptions) *semEnv {
 		bus:         bustest.Bus(t, url, "semantics-test"),
 		names:       stack.Services,
 		ackWait:     o.ackWait,
+		stall:       o.stall,
+		keep:        o.keep,
+		inline:      o.inline,
+	}
+	if e.stall == 0 {
+		e.stall = time.Hour
 	}
 	e.runs = recordRuns(t, e.bus)
 	if o.scripted {
@@ -117,7 +129,8 @@ func (e *semEnv) serve(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- stack.Serve(ctx, e.names, stack.Options{URL: e.url, Log: bustest.Logger(), ActRetryBase: 5 * time.Millisecond, ActAckWait: e.ackWait})
+		done <- stack.Serve(ctx, e.names, stack.Options{URL: e.url, Log: bustest.Logger(), ActRetryBase: 5 * time.Millisecond,
+			ActAckWait: e.ackWait, Stall: e.stall, Provisioning: e.keep, InlineLimit: e.inline, SweepEvery: 200 * time.Millisecond})
 	}()
 	var once sync.Once
 	e.stop = func() {

@@ -86,7 +86,7 @@ func DefaultConfig() Config {
 		ActTimeoutS:      60,
 		BarrierTimeoutS:  1800,
 		RolloutTimeoutS:  3600,
-		PlannerTimeoutS:  600,
+		PlannerTimeoutS:  300,
 		PlannerSampling:  Sampling{Temperature: Float(1), TopP: Float(1), MaxNewTokens: 1024},
 		ActorSampling:    Sampling{Temperature: Float(1), TopP: Float(1), MaxNewTokens: 128},
 		Reward:           "f1",

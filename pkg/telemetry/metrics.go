@@ -40,9 +40,9 @@ var (
 		Name: "planact_acts_total",
 		Help: "Acts executed, by outcome.",
 	}, []string{"status"})
-	SweepActions = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "planact_sweep_actions_total",
-		Help: "Pending work a sweep finished because no message did (a crash, a lost message), by service and action.",
+	Recoveries = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_recoveries_total",
+		Help: "Work finished or handed out again because no message did (a crash, a lost message, a bug): the session-store's sweep and the act-dispatcher's watchdog, by service and action.",
 	}, []string{"service", "action"})
 	EngineSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "planact_engine_request_seconds",

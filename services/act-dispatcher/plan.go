@@ -263,7 +263,7 @@ func (s *Service) turnActs(ctx context.Context, key string) (map[string]priorAct
 	if ok {
 		return acts, nil
 	}
-	r, _, found, err := bus.Get[schema.Run](ctx, s.Bus.Runs, key)
+	r, _, found, err := bus.GetFresh[schema.Run](ctx, s.Bus.Runs, key)
 	if err != nil {
 		return nil, err
 	}

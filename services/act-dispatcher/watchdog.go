@@ -68,7 +68,7 @@ func (s *Service) probe(ctx context.Context, sess *schema.Session, e int) error 
 	if lastAct != nil {
 		progress, actSeq = later(progress, lastAct.Time), lastAct.Seq
 	}
-	if time.Since(progress) < s.stallFor(sess.Config) {
+	if time.Since(progress) < s.stallFor(sess.Config, last) {
 		return nil
 	}
 	// What is published again is named after what was seen: replicas that
@@ -90,7 +90,7 @@ func (s *Service) probe(ctx context.Context, sess *schema.Session, e int) error 
 	}
 	action, err := s.driveOn(ctx, info, e, last, end, tag)
 	if action != "" {
-		telemetry.SweepActions.WithLabelValues(Name, action).Inc()
+		telemetry.Recoveries.WithLabelValues(Name, action).Inc()
 		log.Warn().Str("action", action).Dur("stalled", time.Since(progress).Round(time.Second)).Err(err).Msg("watchdog: episode made no progress; driven on")
 	}
 	return err
@@ -105,8 +105,10 @@ func (s *Service) driveOn(ctx context.Context, info *session.Info, e int, last, 
 		return "episode-end", s.Bus.Republish(ctx, end, tag)
 	}
 	if last == nil {
-		// Not even the first plan request is there.
-		return "plan-request", s.Bus.Publish(ctx, &schema.PlanRequest{Rollout: n, Episode: e, Turn: 1, WeightVersion: plannerVersion(info)})
+		// Not even the first plan request is there (lost): its own id may
+		// still be in the duplicate window, so it goes out under another.
+		req := &schema.PlanRequest{Rollout: n, Episode: e, Turn: 1, WeightVersion: plannerVersion(info)}
+		return "plan-request", s.Bus.PublishAs(ctx, req, req.MsgID()+"."+tag)
 	}
 	p, err := subject.Parse(last.Subject)
 	if err != nil {
@@ -156,14 +158,14 @@ func (s *Service) askAgain(ctx context.Context, n int64, e int, tag string) erro
 // have none, and publishes what the run state implies (releases, the end
 // of the turn).
 func (s *Service) driveRun(ctx context.Context, info *session.Info, d *schema.PlanDAG, tag string) error {
-	// Creates the run if it is missing, merges the final plan if a streamed
-	// run never got it, and publishes what the run state implies.
-	if err := s.applyDAG(ctx, info, d); err != nil {
+	r, _, found, err := bus.GetFresh[schema.Run](ctx, s.Bus.Runs, schema.RunKey(d.Rollout, d.Episode, d.Turn))
+	if err != nil {
 		return err
 	}
-	r, _, found, err := bus.GetFresh[schema.Run](ctx, s.Bus.Runs, schema.RunKey(d.Rollout, d.Episode, d.Turn))
-	if err != nil || !found {
-		return err
+	if !found || !r.Complete {
+		// The plan was not applied, or a streamed run never got its final
+		// plan: apply it, which publishes what follows.
+		return s.applyDAG(ctx, info, d)
 	}
 	inFlight, _ := released(&r)
 	for _, node := range inFlight {
@@ -177,29 +179,58 @@ func (s *Service) driveRun(ctx context.Context, info *session.Info, d *schema.Pl
 			}
 			continue
 		}
-		zerolog.Ctx(ctx).Warn().Str("node", node.Key).Msg("watchdog: act has no outcome; issued again")
 		run := &schema.ActRun{Rollout: r.Rollout, Episode: r.Episode, Turn: r.Turn, Key: node.Key, Node: node.Node}
-		if err := s.Bus.PublishAs(ctx, run, run.MsgID()+"."+tag); err != nil {
+		issued, err := s.Bus.LastMsg(ctx, bus.StreamAct, run.Subject())
+		if err != nil {
 			return err
 		}
+		if issued == nil {
+			// Released, and its work item never went out (a crash between
+			// the two): it goes out now, under its own id.
+			zerolog.Ctx(ctx).Warn().Str("node", node.Key).Msg("watchdog: act released but never issued; issued")
+			err = s.Bus.Publish(ctx, run)
+		} else {
+			zerolog.Ctx(ctx).Warn().Str("node", node.Key).Msg("watchdog: act issued long ago and without an outcome; issued again")
+			err = s.Bus.PublishAs(ctx, run, run.MsgID()+"."+tag)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(inFlight) == 0 {
+		// Nothing runs: publish what the run state implies (releases, the
+		// end of the turn), in case that was lost.
+		return s.publishOutcome(ctx, info, &r, nil, nil, false, true)
 	}
 	return nil
 }
 
-// stallFor is how long an episode of a rollout with cfg may go without
-// progress: the watchdog's setting, or longer when one act or one planner
-// turn may legitimately take longer with its time-outs and retries.
-func (s *Service) stallFor(cfg schema.Config) time.Duration {
+// stallFor is how long an episode of a rollout with cfg, whose last plan
+// message is last, may go without progress: the watchdog's setting, or
+// longer while it waits for acts or a planner turn that may legitimately
+// take longer with their time-outs and retries. (Driving on work that is
+// in fact still running costs a second generation, never a second sample.)
+func (s *Service) stallFor(cfg schema.Config, last *bus.StoredMsg) time.Duration {
 	cfg = cfg.WithDefaults()
-	attempts := time.Duration(max(cfg.ActRetries, 0) + 1)
-	act := attempts*(schema.Seconds(cfg.ActTimeoutS)+30*time.Second) + s.UnavailablePatience
-	planner := plannerAttempts * (schema.Seconds(cfg.PlannerTimeoutS) + 30*time.Second)
-	return max(s.Stall, act, planner)
+	verb := ""
+	if last != nil {
+		if p, err := subject.Parse(last.Subject); err == nil {
+			verb = p.Verb
+		}
+	}
+	switch verb {
+	case "req", "partial", "out":
+		return max(s.Stall, schema.Seconds(cfg.PlannerTimeoutS)+30*time.Second)
+	case "dag":
+		attempts := max(cfg.ActRetries, 0) + 1
+		budget := time.Duration(attempts) * schema.Seconds(cfg.ActTimeoutS)
+		for a := 1; a < attempts; a++ {
+			budget += backoff(s.RetryBase, a) * 3 / 2 // at most 1.5x with its jitter
+		}
+		return max(s.Stall, budget)
+	}
+	return s.Stall
 }
-
-// plannerAttempts is how often the planner-gateway tries a turn; the
-// watchdog gives a turn that long.
-const plannerAttempts = 5
 
 func later(a, b time.Time) time.Time {
 	if b.After(a) {

@@ -130,7 +130,7 @@ func (s *Service) sweepOnce(ctx context.Context) {
 		default:
 			continue
 		}
-		telemetry.SweepActions.WithLabelValues(Name, action).Inc()
+		telemetry.Recoveries.WithLabelValues(Name, action).Inc()
 		log := s.Log.With().Int64("rollout", n).Str("action", action).Logger()
 		if err != nil {
 			log.Warn().Err(err).Msg("sweep could not finish the rollout's pending work; will try again")
