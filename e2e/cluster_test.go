@@ -172,7 +172,7 @@ func TestComposeCluster(t *testing.T) {
 	// the same R3 streams at once on a fresh cluster time out (JetStream
 	// API calls of 5s) and exit; in compose they are restarted and get
 	// there, but a test should not depend on that.
-	b, err := bus.Connect(ctx, withUser(urls[0], "admin"), "provision", bustest.Logger(), bus.Provisioning{Replicas: 3})
+	b, err := bus.Connect(ctx, bus.ConnOptions{URL: withUser(urls[0], "admin")}, "provision", bustest.Logger(), bus.Provisioning{Replicas: 3})
 	if err != nil {
 		t.Fatalf("provision: %v", err)
 	}
@@ -184,7 +184,7 @@ func TestComposeCluster(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			err := stack.Serve(ctx, []string{name}, stack.Options{
-				URL: withUser(urls[i%len(urls)], name), Log: bustest.Logger(),
+				Conn: bus.ConnOptions{URL: withUser(urls[i%len(urls)], name)}, Log: bustest.Logger(),
 				Provisioning: bus.Provisioning{Replicas: 3},
 				Replicas:     map[string]int{actdispatcher.Name: 2},
 				InlineLimit:  2048, // results go through the object store too
@@ -251,7 +251,7 @@ func TestComposeCluster(t *testing.T) {
 
 	// One more process started without --replicas (so, 1) must not
 	// shrink them.
-	b, err = bus.Connect(ctx, withUser(urls[1], "admin"), "provision-r1", bustest.Logger(), bus.Provisioning{Replicas: 1})
+	b, err = bus.Connect(ctx, bus.ConnOptions{URL: withUser(urls[1], "admin")}, "provision-r1", bustest.Logger(), bus.Provisioning{Replicas: 1})
 	if err != nil {
 		t.Fatalf("provision with one replica: %v", err)
 	}

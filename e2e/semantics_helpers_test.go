@@ -83,7 +83,7 @@ func (e *semEnv) serve(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- stack.Serve(ctx, e.names, stack.Options{URL: e.url, Log: bustest.Logger(), ActRetryBase: 5 * time.Millisecond, ActAckWait: e.ackWait})
+		done <- stack.Serve(ctx, e.names, stack.Options{Conn: bus.ConnOptions{URL: e.url}, Log: bustest.Logger(), ActRetryBase: 5 * time.Millisecond, ActAckWait: e.ackWait})
 	}()
 	var once sync.Once
 	e.stop = func() {

@@ -27,7 +27,13 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	dataDir := fs.String("data", "", "JetStream data directory (default: a temporary directory, removed at exit)")
 	host := fs.String("host", "127.0.0.1", "nats-server listen host")
 	port := fs.Int("port", 4222, "nats-server listen port (-1 = any free port)")
-	natsURL := fs.String("nats", "", "use this NATS server instead of starting one (default $NATS_URL if set)")
+	var conn bus.ConnOptions
+	conn.AddFlags(fs, "use this NATS server (URLs, comma-separated) instead of starting one (default $NATS_URL if set)")
+	syncPolicy := embedded.Sync{Always: true}
+	fs.Var(&syncPolicy, "sync", "when the embedded server flushes JetStream writes to disk: always (before acknowledging) or an interval such as 1s or 2m")
+	serverCert := fs.String("tls-server-cert", "", "serve TLS on the embedded server with this certificate (PEM); needs --tls-server-key")
+	serverKey := fs.String("tls-server-key", "", "private key (PEM) of --tls-server-cert")
+	serverCA := fs.String("tls-server-ca", "", "require client certificates signed by these CAs (PEM) on the embedded server; planact's own connections use --tls-cert/--tls-key")
 	plannerURL := fs.String("planner-url", "", "planner engine URL (default: start a simulated one)")
 	actorURL := fs.String("actor-url", "", "actor engine URL (default: start a simulated one)")
 	protocol := fs.String("protocol", "sglang", "engine protocol for --planner-url/--actor-url: sglang or openai")
@@ -59,18 +65,24 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	url := *natsURL
-	if url == "" {
-		url = getenv("NATS_URL")
+	external := conn.URL != "" || getenv(bus.EnvURL) != ""
+	conn, err := conn.Resolve(getenv)
+	if err != nil {
+		return err
 	}
-	if url == "" {
-		srv, err := embedded.Start(embedded.Options{Dir: *dataDir, Host: *host, Port: *port})
+	if !external {
+		if conn, err = embeddedConn(conn, *serverCert, *serverKey, *serverCA); err != nil {
+			return err
+		}
+		srv, err := embedded.Start(embedded.Options{Dir: *dataDir, Host: *host, Port: *port, Sync: syncPolicy,
+			TLSCert: *serverCert, TLSKey: *serverKey, TLSClientCA: *serverCA})
 		if err != nil {
 			return err
 		}
 		defer srv.Stop()
-		url = srv.ClientURL()
+		conn.URL = srv.ClientURL()
 	}
+	url := bus.Redact(conn.Servers())
 	say := func(format string, a ...any) {
 		if !*asJSON {
 			fmt.Fprintf(stdout, format, a...)
@@ -118,10 +130,10 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 			served <- nil
 			return
 		}
-		served <- stack.Serve(ctx, names, stack.Options{URL: url, Log: log, Provisioning: bus.Provisioning{}})
+		served <- stack.Serve(ctx, names, stack.Options{Conn: conn, Log: log, Provisioning: bus.Provisioning{}})
 	}()
 	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
-	err := stack.WaitReady(rctx, url, names)
+	err = stack.WaitReady(rctx, conn, names)
 	rcancel()
 	if err != nil {
 		cancel()
@@ -150,8 +162,8 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		progress = nil
 	}
 	sum, err := demo.Run(ctx, demo.Options{
-		URL: url, PlannerEngine: planner, ActorEngine: actor, Rollouts: *rollouts, Tasks: *tasks,
-		SamplesPerPrompt: *group, Seed: *seed, Config: cfg, Progress: progress, FirstRollout: firstRollout(*dataDir, *natsURL),
+		Conn: conn, PlannerEngine: planner, ActorEngine: actor, Rollouts: *rollouts, Tasks: *tasks,
+		SamplesPerPrompt: *group, Seed: *seed, Config: cfg, Progress: progress, FirstRollout: firstRollout(*dataDir, external),
 	})
 	cancel()
 	if serr := <-served; serr != nil && err == nil {
@@ -174,11 +186,42 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 // firstRollout numbers the demo's rollouts from 1 on a fresh embedded
 // server; on a kept data directory or a shared server, rollout ids already
 // used would be answered from history, so the clock picks fresh ones.
-func firstRollout(dataDir, natsURL string) int64 {
-	if dataDir == "" && natsURL == "" {
+func firstRollout(dataDir string, external bool) int64 {
+	if dataDir == "" && !external {
 		return 1
 	}
 	return time.Now().Unix()
+}
+
+// embeddedConn checks the flags of the embedded server's listener and
+// says how planact's own clients reach it: with its certificate (or
+// --tls-ca) as their root and, where it verifies clients, the client
+// certificate. Credentials are for an external server; the embedded one
+// has no users.
+func embeddedConn(c bus.ConnOptions, cert, key, clientCA string) (bus.ConnOptions, error) {
+	for _, v := range []struct {
+		set  bool
+		name string
+	}{
+		{c.Creds != "", "--creds ($NATS_CREDS)"}, {c.NKey != "", "--nkey ($NATS_NKEY)"},
+		{c.User != "", "$NATS_USER"}, {c.Token != "", "$NATS_TOKEN"},
+	} {
+		if v.set {
+			return c, fmt.Errorf("up: %s is for an external server (--nats or $NATS_URL); the embedded server has no users", v.name)
+		}
+	}
+	switch {
+	case (cert == "") != (key == ""):
+		return c, errors.New("up: --tls-server-cert and --tls-server-key go together")
+	case clientCA != "" && cert == "":
+		return c, errors.New("up: --tls-server-ca needs --tls-server-cert and --tls-server-key")
+	case clientCA != "" && c.Cert == "":
+		return c, errors.New("up: with --tls-server-ca the embedded server verifies clients: give --tls-cert and --tls-key for planact's own connections")
+	}
+	if cert != "" && c.CA == "" {
+		c.CA = cert // a self-signed certificate is its own root
+	}
+	return c, nil
 }
 
 func printSummary(w io.Writer, s *demo.Summary) {

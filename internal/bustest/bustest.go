@@ -39,7 +39,7 @@ func Logger() zerolog.Logger {
 // Bus connects a new provisioned bus to url, closed at the end of the test.
 func Bus(t testing.TB, url, name string) *bus.Bus {
 	t.Helper()
-	b, err := bus.Connect(context.Background(), url, name, Logger(), bus.Provisioning{})
+	b, err := bus.Connect(context.Background(), bus.ConnOptions{URL: url}, name, Logger(), bus.Provisioning{})
 	if err != nil {
 		t.Fatalf("bus: %v", err)
 	}
