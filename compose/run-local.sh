@@ -60,9 +60,23 @@ if [[ -z "$nats_server" ]]; then
   fi
 fi
 
-url() { # url USER PORT
+url() { # url USER PORT: for the hints printed to people, password included
   local var="PLANACT_PW_$(echo "$1" | tr 'a-z-' 'A-Z_')"
   echo "nats://$1:${!var}@127.0.0.1:$2"
+}
+
+# as_user USER PORT CMD...: run CMD against the server on PORT as NATS user USER.
+# The password travels in the environment (NATS_USER, NATS_PASSWORD, as the
+# nats CLI reads them), not on the command line where ps would show it.
+users=1
+as_user() {
+  local user="$1" port="$2"; shift 2
+  if [[ $users == 1 ]]; then
+    local var="PLANACT_PW_$(echo "$user" | tr 'a-z-' 'A-Z_')"
+    NATS_URL="nats://127.0.0.1:$port" NATS_USER="$user" NATS_PASSWORD="${!var}" "$@"
+  else
+    NATS_URL="nats://127.0.0.1:$port" "$@"
+  fi
 }
 
 if [[ -n "$nats_server" ]]; then
@@ -91,6 +105,7 @@ else
   wait_for "$work/nats-1.log" "ready"
   ports=(14222 14222 14222)
   replicas=1
+  users=0
   url() { echo "nats://127.0.0.1:$2"; }
   log "embedded NATS up: nats://127.0.0.1:14222"
 fi
@@ -101,7 +116,7 @@ pids+=($!)
 # serve NAME REPLICA: one process of one service, on one of the three servers.
 serve() {
   local port="${ports[$(( $2 % 3 ))]}"
-  NATS_URL="$(url "$1" "$port")" "$planact" serve --replicas "$replicas" "$1" >"$work/$1-$2.log" 2>&1 &
+  as_user "$1" "$port" "$planact" serve --replicas "$replicas" "$1" >"$work/$1-$2.log" 2>&1 &
   pids+=($!)
 }
 # The session-store provisions streams and buckets first; the others find
@@ -117,7 +132,7 @@ for f in planner-gateway-0 plan-parser-0 act-dispatcher-0 act-dispatcher-1 act-d
 done
 log "services up; logs in $work"
 
-"$planact" up --demo --services none --metrics "" --nats "$(url trainer "${ports[1]}")" \
+as_user trainer "${ports[1]}" "$planact" up --demo --services none --metrics "" \
   --planner-url http://127.0.0.1:30100 --actor-url http://127.0.0.1:30101 "$@"
 status=$?
 

@@ -102,6 +102,9 @@ func composeCluster(t *testing.T, v *violations) []string {
 		if !opts.JetStream || opts.Cluster.Name != "planact" || len(opts.Routes) != 3 || opts.SystemAccount != "SYS" {
 			t.Fatalf("nats-%d.conf: jetstream %v, cluster %q, %d routes, system account %q", i+1, opts.JetStream, opts.Cluster.Name, len(opts.Routes), opts.SystemAccount)
 		}
+		if opts.SyncInterval == 0 && !opts.SyncAlways {
+			t.Fatalf("nats-%d.conf: no explicit sync_interval in its jetstream block (README, Durability)", i+1)
+		}
 		opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", -1, 0
 		opts.Cluster.Host, opts.Cluster.Port = "127.0.0.1", routes[i]
 		opts.Routes = server.RoutesFromStr(strings.Join(routeURLs, ","))
