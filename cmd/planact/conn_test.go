@@ -122,3 +122,25 @@ func TestUpDemoOverMutualTLS(t *testing.T) {
 		t.Errorf("rollouts %d, episodes %d, planner samples %d; want 1, 2, 2", sum.RolloutsCompleted, sum.Episodes, sum.PlannerSamples)
 	}
 }
+
+// TestUpOverTLSTrustsItsCertificate: without --tls-ca, planact's own
+// clients take the embedded server's certificate as their root.
+func TestUpOverTLSTrustsItsCertificate(t *testing.T) {
+	ca := bustest.NewPKI(t, "planact")
+	srvCert, srvKey := ca.Server("nats")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout bytes.Buffer
+	var stderr syncBuffer
+	err := run(ctx, []string{"up", "--demo", "--json", "--port", "-1", "--metrics", "", "--data", t.TempDir(),
+		"--tls-server-cert", srvCert, "--tls-server-key", srvKey,
+		"--rollouts", "1", "--tasks", "1", "--samples-per-prompt", "1", "--sim-ttft", "0", "--sim-per-token", "0"},
+		noenv, strings.NewReader(""), &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("up --demo over TLS: %v\nstderr:\n%s", err, stderr.String())
+	}
+	var sum demo.Summary
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil || sum.RolloutsCompleted != 1 {
+		t.Fatalf("summary %+v (%v)", sum, err)
+	}
+}
