@@ -65,18 +65,14 @@ url() { # url USER PORT: for the hints printed to people, password included
   echo "nats://$1:${!var}@127.0.0.1:$2"
 }
 
-# as_user USER PORT CMD...: run CMD against the server on PORT as NATS user USER.
-# The password travels in the environment (NATS_USER, NATS_PASSWORD, as the
-# nats CLI reads them), not on the command line where ps would show it.
+# Processes connect as their NATS user through the environment (NATS_USER,
+# NATS_PASSWORD, as the nats CLI reads them), not on the command line where
+# ps would show the password. user_of/password_of USER: empty without users.
 users=1
-as_user() {
-  local user="$1" port="$2"; shift 2
-  if [[ $users == 1 ]]; then
-    local var="PLANACT_PW_$(echo "$user" | tr 'a-z-' 'A-Z_')"
-    NATS_URL="nats://127.0.0.1:$port" NATS_USER="$user" NATS_PASSWORD="${!var}" "$@"
-  else
-    NATS_URL="nats://127.0.0.1:$port" "$@"
-  fi
+user_of() { if [[ $users == 1 ]]; then echo "$1"; fi; }
+password_of() {
+  local var="PLANACT_PW_$(echo "$1" | tr 'a-z-' 'A-Z_')"
+  if [[ $users == 1 ]]; then echo "${!var}"; fi
 }
 
 if [[ -n "$nats_server" ]]; then
@@ -115,8 +111,11 @@ pids+=($!)
 
 # serve NAME REPLICA: one process of one service, on one of the three servers.
 serve() {
-  local port="${ports[$(( $2 % 3 ))]}"
-  as_user "$1" "$port" "$planact" serve --replicas "$replicas" "$1" >"$work/$1-$2.log" 2>&1 &
+  local port="${ports[$(( $2 % 3 ))]}" user pass
+  user="$(user_of "$1")" pass="$(password_of "$1")"
+  # Assignments before the command itself, so that $! is its pid.
+  NATS_URL="nats://127.0.0.1:$port" NATS_USER="$user" NATS_PASSWORD="$pass" \
+    "$planact" serve --replicas "$replicas" "$1" >"$work/$1-$2.log" 2>&1 &
   pids+=($!)
 }
 # The session-store provisions streams and buckets first; the others find
@@ -132,7 +131,8 @@ for f in planner-gateway-0 plan-parser-0 act-dispatcher-0 act-dispatcher-1 act-d
 done
 log "services up; logs in $work"
 
-as_user trainer "${ports[1]}" "$planact" up --demo --services none --metrics "" \
+NATS_URL="nats://127.0.0.1:${ports[1]}" NATS_USER="$(user_of trainer)" NATS_PASSWORD="$(password_of trainer)" \
+  "$planact" up --demo --services none --metrics "" \
   --planner-url http://127.0.0.1:30100 --actor-url http://127.0.0.1:30101 "$@"
 status=$?
 
