@@ -75,6 +75,9 @@ func TestUpFlags(t *testing.T) {
 		env  func(string) string
 		err  string
 	}{
+		{"sync for another server", []string{"--nats", "nats://127.0.0.1:1", "--sync", "1s"}, noenv, "up: --sync set the embedded server, but --nats or $NATS_URL names another one"},
+		{"TLS for another server", []string{"--tls-server-cert", srvCert, "--tls-server-key", srvKey}, env("NATS_URL", "nats://127.0.0.1:1"),
+			"up: --tls-server-cert, --tls-server-key set the embedded server, but --nats or $NATS_URL names another one"},
 		{"bad sync", []string{"--sync", "often"}, noenv, `invalid value "often" for flag -sync: want always or a positive duration`},
 		{"zero sync", []string{"--sync", "0s"}, noenv, `invalid value "0s" for flag -sync`},
 		{"nkey file missing", nil, env("NATS_NKEY", "/nonexistent"), "nats: $NATS_NKEY /nonexistent: open"},

@@ -70,7 +70,18 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	if !external {
+	if external {
+		// The embedded server's settings would go unused: say so.
+		var unused []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "sync" || strings.HasPrefix(f.Name, "tls-server-") {
+				unused = append(unused, "--"+f.Name)
+			}
+		})
+		if len(unused) > 0 {
+			return fmt.Errorf("up: %s set the embedded server, but --nats or $NATS_URL names another one", strings.Join(unused, ", "))
+		}
+	} else {
 		if conn, err = embeddedConn(conn, *serverCert, *serverKey, *serverCA); err != nil {
 			return err
 		}
