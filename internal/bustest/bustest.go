@@ -1,5 +1,5 @@
-// Package bustest gives tests a real embedded JetStream server and a
-// provisioned bus on it.
+// Package bustest gives tests a real embedded JetStream server, a
+// provisioned bus on it, and a certificate authority for TLS tests.
 package bustest
 
 import (
