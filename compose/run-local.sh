@@ -7,7 +7,9 @@
 #   one process per service as its own NATS user (planact serve), with
 #   act-dispatcher x3 and actor-gateway x2
 #   then a demo: both trainers play a few rollouts (planact up --demo
-#   --services none against the cluster, as user trainer).
+#   --services none against the cluster; it plays both roles from one
+#   process, so it connects as admin: a real trainer connects as its own
+#   role's user, trainer-planner or trainer-actor).
 #
 # nats-server comes from $PATH, else $(go env GOPATH)/bin, else it is built
 # with `go install github.com/nats-io/nats-server/v2@v2.15.2`. If that fails
@@ -45,7 +47,7 @@ log "building planact into $work"
 (cd "$root" && go build -o "$work/planact" ./cmd/planact)
 planact="$work/planact"
 
-for u in SESSION_STORE PLANNER_GATEWAY PLAN_PARSER ACT_DISPATCHER ACTOR_GATEWAY TRAINER ADMIN SYS; do
+for u in SESSION_STORE PLANNER_GATEWAY PLAN_PARSER ACT_DISPATCHER ACTOR_GATEWAY TRAINER_PLANNER TRAINER_ACTOR ADMIN SYS; do
   export "PLANACT_PW_$u=${PLANACT_PW_PREFIX:-local}-$u"
 done
 
@@ -60,9 +62,19 @@ if [[ -z "$nats_server" ]]; then
   fi
 fi
 
-url() { # url USER PORT
+url() { # url USER PORT: for the hints printed to people, password included
   local var="PLANACT_PW_$(echo "$1" | tr 'a-z-' 'A-Z_')"
   echo "nats://$1:${!var}@127.0.0.1:$2"
+}
+
+# Processes connect as their NATS user through the environment (NATS_USER,
+# NATS_PASSWORD, as the nats CLI reads them), not on the command line where
+# ps would show the password. user_of/password_of USER: empty without users.
+users=1
+user_of() { if [[ $users == 1 ]]; then echo "$1"; fi; }
+password_of() {
+  local var="PLANACT_PW_$(echo "$1" | tr 'a-z-' 'A-Z_')"
+  if [[ $users == 1 ]]; then echo "${!var}"; fi
 }
 
 if [[ -n "$nats_server" ]]; then
@@ -91,6 +103,7 @@ else
   wait_for "$work/nats-1.log" "ready"
   ports=(14222 14222 14222)
   replicas=1
+  users=0
   url() { echo "nats://127.0.0.1:$2"; }
   log "embedded NATS up: nats://127.0.0.1:14222"
 fi
@@ -100,8 +113,11 @@ pids+=($!)
 
 # serve NAME REPLICA: one process of one service, on one of the three servers.
 serve() {
-  local port="${ports[$(( $2 % 3 ))]}"
-  NATS_URL="$(url "$1" "$port")" "$planact" serve --replicas "$replicas" "$1" >"$work/$1-$2.log" 2>&1 &
+  local port="${ports[$(( $2 % 3 ))]}" user pass
+  user="$(user_of "$1")" pass="$(password_of "$1")"
+  # Assignments before the command itself, so that $! is its pid.
+  NATS_URL="nats://127.0.0.1:$port" NATS_USER="$user" NATS_PASSWORD="$pass" \
+    "$planact" serve --replicas "$replicas" "$1" >"$work/$1-$2.log" 2>&1 &
   pids+=($!)
 }
 # The session-store provisions streams and buckets first; the others find
@@ -117,7 +133,8 @@ for f in planner-gateway-0 plan-parser-0 act-dispatcher-0 act-dispatcher-1 act-d
 done
 log "services up; logs in $work"
 
-"$planact" up --demo --services none --metrics "" --nats "$(url trainer "${ports[1]}")" \
+NATS_URL="nats://127.0.0.1:${ports[1]}" NATS_USER="$(user_of admin)" NATS_PASSWORD="$(password_of admin)" \
+  "$planact" up --demo --services none --metrics "" \
   --planner-url http://127.0.0.1:30100 --actor-url http://127.0.0.1:30101 "$@"
 status=$?
 

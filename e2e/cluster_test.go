@@ -103,6 +103,9 @@ func composeCluster(t *testing.T, v *violations) []string {
 		if !opts.JetStream || opts.Cluster.Name != "planact" || len(opts.Routes) != 3 || opts.SystemAccount != "SYS" {
 			t.Fatalf("nats-%d.conf: jetstream %v, cluster %q, %d routes, system account %q", i+1, opts.JetStream, opts.Cluster.Name, len(opts.Routes), opts.SystemAccount)
 		}
+		if opts.SyncInterval == 0 && !opts.SyncAlways {
+			t.Fatalf("nats-%d.conf: no explicit sync_interval in its jetstream block (README, Durability)", i+1)
+		}
 		opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", -1, 0
 		opts.Cluster.Host, opts.Cluster.Port = "127.0.0.1", routes[i]
 		opts.Routes = server.RoutesFromStr(strings.Join(routeURLs, ","))
@@ -218,7 +221,7 @@ func TestComposeCluster(t *testing.T) {
 
 	// One more process started without --replicas (so, 1) must not
 	// shrink them.
-	b, err := bus.Connect(ctx, withUser(urls[1], "admin"), "provision-r1", bustest.Logger(), bus.Provisioning{Replicas: 1})
+	b, err := bus.Connect(ctx, bus.ConnOptions{URL: withUser(urls[1], "admin")}, "provision-r1", bustest.Logger(), bus.Provisioning{Replicas: 1})
 	if err != nil {
 		t.Fatalf("provision with one replica: %v", err)
 	}
@@ -253,7 +256,7 @@ func serveCluster(t *testing.T, ctx context.Context, urls []string, stall time.D
 	// the same R3 streams at once on a fresh cluster time out (JetStream
 	// API calls of 5s) and exit; in compose they are restarted and get
 	// there, but a test should not depend on that.
-	b, err := bus.Connect(ctx, withUser(urls[0], "admin"), "provision", bustest.Logger(), bus.Provisioning{Replicas: 3})
+	b, err := bus.Connect(ctx, bus.ConnOptions{URL: withUser(urls[0], "admin")}, "provision", bustest.Logger(), bus.Provisioning{Replicas: 3})
 	if err != nil {
 		t.Fatalf("provision: %v", err)
 	}
@@ -266,7 +269,7 @@ func serveCluster(t *testing.T, ctx context.Context, urls []string, stall time.D
 		go func() {
 			defer wg.Done()
 			err := stack.Serve(ctx, []string{name}, stack.Options{
-				URL: withUser(urls[i%len(urls)], name), Log: bustest.Logger(),
+				Conn: bus.ConnOptions{URL: withUser(urls[i%len(urls)], name)}, Log: bustest.Logger(),
 				Provisioning: bus.Provisioning{Replicas: 3},
 				Replicas:     map[string]int{actdispatcher.Name: 2},
 				InlineLimit:  2048, // results go through the object store too

@@ -11,6 +11,7 @@ import (
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/internal/demo"
 	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
@@ -52,7 +53,7 @@ func start(t *testing.T, o envOptions) *env {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- stack.Serve(ctx, stack.Services, stack.Options{URL: url, Log: bustest.Logger(), Replicas: o.replicas, InlineLimit: o.inlineLimit})
+		done <- stack.Serve(ctx, stack.Services, stack.Options{Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger(), Replicas: o.replicas, InlineLimit: o.inlineLimit})
 	}()
 	t.Cleanup(func() {
 		cancel()

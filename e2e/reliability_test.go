@@ -86,8 +86,10 @@ func TestClientRidesOutNATSRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- stack.Serve(ctx, stack.Services, stack.Options{URL: url, Log: bustest.Logger()}) }()
-	if err := stack.WaitReady(ctx, url, stack.Services); err != nil {
+	go func() {
+		served <- stack.Serve(ctx, stack.Services, stack.Options{Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
+	}()
+	if err := stack.WaitReady(ctx, bus.ConnOptions{URL: url}, stack.Services); err != nil {
 		t.Fatal(err)
 	}
 	e := &env{url: url, planner: schema.Engine{URL: pu}, actor: schema.Engine{URL: au}, world: sim.DefaultWorld()}
@@ -339,7 +341,9 @@ func startService(t *testing.T, url, name string) func() {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- stack.Serve(ctx, []string{name}, stack.Options{URL: url, Log: bustest.Logger()}) }()
+	go func() {
+		done <- stack.Serve(ctx, []string{name}, stack.Options{Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
+	}()
 	return func() {
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
@@ -347,4 +351,3 @@ func startService(t *testing.T, url, name string) func() {
 		}
 	}
 }
-

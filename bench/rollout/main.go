@@ -23,6 +23,7 @@ import (
 
 	"github.com/planact/planact/internal/demo"
 	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/embedded"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
@@ -154,14 +155,14 @@ func measure(sc scenario, rollouts, tasks int, ttft, perToken map[string]time.Du
 	served := make(chan error, 1)
 	go func() {
 		served <- stack.Serve(ctx, stack.Services, stack.Options{
-			URL: srv.ClientURL(), Log: zerolog.Nop(), Replicas: map[string]int{"act-dispatcher": sc.dispatcher}, EngineLimit: 512,
+			Conn: bus.ConnOptions{URL: srv.ClientURL()}, Log: zerolog.Nop(), Replicas: map[string]int{"act-dispatcher": sc.dispatcher}, EngineLimit: 512,
 		})
 	}()
 	cfg := schema.DefaultConfig()
 	cfg.Schedule = sc.schedule
 	cfg.StreamPlans = sc.stream
 	sum, err := demo.Run(ctx, demo.Options{
-		URL:           srv.ClientURL(),
+		Conn:          bus.ConnOptions{URL: srv.ClientURL()},
 		PlannerEngine: schema.Engine{URL: engines[schema.RolePlanner]},
 		ActorEngine:   schema.Engine{URL: engines[schema.RoleActor]},
 		Rollouts:      rollouts, Tasks: tasks, SamplesPerPrompt: 1, Concurrent: rollouts,

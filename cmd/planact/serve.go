@@ -16,7 +16,8 @@ import (
 func runServe(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	url := fs.String("nats", "", "NATS server URL (default $NATS_URL, else nats://127.0.0.1:4222)")
+	var conn bus.ConnOptions
+	conn.AddFlags(fs, "")
 	replicas := fs.Int("replicas", 1, "JetStream replicas for streams and buckets created by this process (3 on a cluster)")
 	engineLimit := fs.Int("engine-limit", 64, "generations in flight per engine in each gateway")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address, e.g. :9464")
@@ -36,17 +37,15 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	if err := stack.Validate(names); err != nil {
 		return err
 	}
-	if *url == "" {
-		*url = getenv("NATS_URL")
-	}
-	if *url == "" {
-		*url = "nats://127.0.0.1:4222"
+	conn, err = conn.Resolve(getenv)
+	if err != nil {
+		return err
 	}
 	log := telemetry.NewLogger(stderr, telemetry.LogOptionsFromEnv(getenv))
 	if _, err := telemetry.ServeMetrics(ctx, *metricsAddr); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	o := stack.Options{URL: *url, Log: log, EngineLimit: *engineLimit, Provisioning: bus.Provisioning{Replicas: *replicas}}
+	o := stack.Options{Conn: conn, Log: log, EngineLimit: *engineLimit, Provisioning: bus.Provisioning{Replicas: *replicas}}
 	if err := keep.apply(&o); err != nil {
 		return err
 	}

@@ -11,9 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/planact/planact/internal/demo"
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
@@ -24,7 +23,8 @@ import (
 func runSubmit(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	url := fs.String("nats", "", "NATS server URL (default $NATS_URL, else nats://127.0.0.1:4222)")
+	var conn bus.ConnOptions
+	conn.AddFlags(fs, "")
 	rollout := fs.Int64("rollout", -1, "rollout id (required)")
 	role := fs.String("role", "both", "arrive as planner, actor, or both")
 	plannerURL := fs.String("planner-engine", "", "planner engine URL (for --role planner or both)")
@@ -75,11 +75,9 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 			return fmt.Errorf("submit: %s: %w", *configFile, err)
 		}
 	}
-	if *url == "" {
-		*url = getenv("NATS_URL")
-	}
-	if *url == "" {
-		*url = nats.DefaultURL
+	conn, err = conn.Resolve(getenv)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -104,7 +102,7 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for r, a := range arrivals {
-		nc, err := nats.Connect(*url, nats.Name("planact-submit-"+r))
+		nc, err := conn.Dial("planact-submit-" + r)
 		if err != nil {
 			return fmt.Errorf("submit: %w", err)
 		}

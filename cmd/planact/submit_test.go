@@ -12,6 +12,7 @@ import (
 
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
 )
@@ -30,7 +31,9 @@ func TestSubmit(t *testing.T) {
 	}
 	served := make(chan error, 1)
 	sctx, stop := context.WithCancel(ctx)
-	go func() { served <- stack.Serve(sctx, stack.Services, stack.Options{URL: url, Log: bustest.Logger()}) }()
+	go func() {
+		served <- stack.Serve(sctx, stack.Services, stack.Options{Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
+	}()
 	defer func() { stop(); <-served }()
 
 	dir := t.TempDir()

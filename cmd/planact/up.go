@@ -12,6 +12,7 @@ import (
 
 	"github.com/planact/planact/internal/demo"
 	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/embedded"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
@@ -26,7 +27,13 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	dataDir := fs.String("data", "", "JetStream data directory (default: a temporary directory, removed at exit)")
 	host := fs.String("host", "127.0.0.1", "nats-server listen host")
 	port := fs.Int("port", 4222, "nats-server listen port (-1 = any free port)")
-	natsURL := fs.String("nats", "", "use this NATS server instead of starting one (default $NATS_URL if set)")
+	var conn bus.ConnOptions
+	conn.AddFlags(fs, "use this NATS server (URLs, comma-separated) instead of starting one (default $NATS_URL if set)")
+	syncPolicy := embedded.Sync{Always: true}
+	fs.Var(&syncPolicy, "sync", "when the embedded server flushes JetStream writes to disk: always (before acknowledging) or an interval such as 1s or 2m")
+	serverCert := fs.String("tls-server-cert", "", "serve TLS on the embedded server with this certificate (PEM); needs --tls-server-key")
+	serverKey := fs.String("tls-server-key", "", "private key (PEM) of --tls-server-cert")
+	serverCA := fs.String("tls-server-ca", "", "require client certificates signed by these CAs (PEM) on the embedded server; planact's own connections use --tls-cert/--tls-key")
 	plannerURL := fs.String("planner-url", "", "planner engine URL (default: start a simulated one)")
 	actorURL := fs.String("actor-url", "", "actor engine URL (default: start a simulated one)")
 	protocol := fs.String("protocol", "sglang", "engine protocol for --planner-url/--actor-url: sglang or openai")
@@ -63,18 +70,35 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	url := *natsURL
-	if url == "" {
-		url = getenv("NATS_URL")
+	external := conn.URL != "" || getenv(bus.EnvURL) != ""
+	conn, err := conn.Resolve(getenv)
+	if err != nil {
+		return err
 	}
-	if url == "" {
-		srv, err := embedded.Start(embedded.Options{Dir: *dataDir, Host: *host, Port: *port})
+	if external {
+		// The embedded server's settings would go unused: say so.
+		var unused []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "sync" || strings.HasPrefix(f.Name, "tls-server-") {
+				unused = append(unused, "--"+f.Name)
+			}
+		})
+		if len(unused) > 0 {
+			return fmt.Errorf("up: %s set the embedded server, but --nats or $NATS_URL names another one", strings.Join(unused, ", "))
+		}
+	} else {
+		if conn, err = embeddedConn(conn, *serverCert, *serverKey, *serverCA); err != nil {
+			return err
+		}
+		srv, err := embedded.Start(embedded.Options{Dir: *dataDir, Host: *host, Port: *port, Sync: syncPolicy,
+			TLSCert: *serverCert, TLSKey: *serverKey, TLSClientCA: *serverCA})
 		if err != nil {
 			return err
 		}
 		defer srv.Stop()
-		url = srv.ClientURL()
+		conn.URL = srv.ClientURL()
 	}
+	url := bus.Redact(conn.Servers())
 	say := func(format string, a ...any) {
 		if !*asJSON {
 			fmt.Fprintf(stdout, format, a...)
@@ -122,11 +146,11 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 			served <- nil
 			return
 		}
-		so.URL, so.Log = url, log
+		so.Conn, so.Log = conn, log
 		served <- stack.Serve(ctx, names, so)
 	}()
 	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
-	err := stack.WaitReady(rctx, url, names)
+	err = stack.WaitReady(rctx, conn, names)
 	rcancel()
 	if err != nil {
 		cancel()
@@ -155,8 +179,8 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		progress = nil
 	}
 	sum, err := demo.Run(ctx, demo.Options{
-		URL: url, PlannerEngine: planner, ActorEngine: actor, Rollouts: *rollouts, Tasks: *tasks,
-		SamplesPerPrompt: *group, Seed: *seed, Config: cfg, Progress: progress, FirstRollout: firstRollout(*dataDir, *natsURL),
+		Conn: conn, PlannerEngine: planner, ActorEngine: actor, Rollouts: *rollouts, Tasks: *tasks,
+		SamplesPerPrompt: *group, Seed: *seed, Config: cfg, Progress: progress, FirstRollout: firstRollout(*dataDir, external),
 	})
 	cancel()
 	if serr := <-served; serr != nil && err == nil {
@@ -179,11 +203,42 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 // firstRollout numbers the demo's rollouts from 1 on a fresh embedded
 // server; on a kept data directory or a shared server, rollout ids already
 // used would be answered from history, so the clock picks fresh ones.
-func firstRollout(dataDir, natsURL string) int64 {
-	if dataDir == "" && natsURL == "" {
+func firstRollout(dataDir string, external bool) int64 {
+	if dataDir == "" && !external {
 		return 1
 	}
 	return time.Now().Unix()
+}
+
+// embeddedConn checks the flags of the embedded server's listener and
+// says how planact's own clients reach it: with its certificate (or
+// --tls-ca) as their root and, where it verifies clients, the client
+// certificate. Credentials are for an external server; the embedded one
+// has no users.
+func embeddedConn(c bus.ConnOptions, cert, key, clientCA string) (bus.ConnOptions, error) {
+	for _, v := range []struct {
+		set  bool
+		name string
+	}{
+		{c.Creds != "", "--creds ($NATS_CREDS)"}, {c.NKey != "", "--nkey ($NATS_NKEY)"},
+		{c.User != "", "$NATS_USER"}, {c.Token != "", "$NATS_TOKEN"},
+	} {
+		if v.set {
+			return c, fmt.Errorf("up: %s is for an external server (--nats or $NATS_URL); the embedded server has no users", v.name)
+		}
+	}
+	switch {
+	case (cert == "") != (key == ""):
+		return c, errors.New("up: --tls-server-cert and --tls-server-key go together")
+	case clientCA != "" && cert == "":
+		return c, errors.New("up: --tls-server-ca needs --tls-server-cert and --tls-server-key")
+	case clientCA != "" && c.Cert == "":
+		return c, errors.New("up: with --tls-server-ca the embedded server verifies clients: give --tls-cert and --tls-key for planact's own connections")
+	}
+	if cert != "" && c.CA == "" {
+		c.CA = cert // a self-signed certificate is its own root
+	}
+	return c, nil
 }
 
 func printSummary(w io.Writer, s *demo.Summary) {

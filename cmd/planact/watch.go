@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/pkg/bus"
@@ -22,7 +21,8 @@ import (
 func runWatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	url := fs.String("nats", "", "NATS server URL (default $NATS_URL, else nats://127.0.0.1:4222)")
+	var conn bus.ConnOptions
+	conn.AddFlags(fs, "")
 	acts := fs.Bool("acts", true, "show act messages too")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: planact watch [flags] [rollout]   (all rollouts without one)")
@@ -35,13 +35,11 @@ func runWatch(ctx context.Context, args []string, getenv func(string) string, st
 	if fs.NArg() > 0 {
 		rollout = fs.Arg(0)
 	}
-	if *url == "" {
-		*url = getenv("NATS_URL")
+	conn, err := conn.Resolve(getenv)
+	if err != nil {
+		return err
 	}
-	if *url == "" {
-		*url = nats.DefaultURL
-	}
-	nc, err := nats.Connect(*url, nats.Name("planact-watch"))
+	nc, err := conn.Dial("planact-watch")
 	if err != nil {
 		return fmt.Errorf("watch: %w", err)
 	}

@@ -1,5 +1,5 @@
-// Package bustest gives tests a real embedded JetStream server and a
-// provisioned bus on it.
+// Package bustest gives tests a real embedded JetStream server, a
+// provisioned bus on it, and a certificate authority for TLS tests.
 package bustest
 
 import (
@@ -39,7 +39,7 @@ func Logger() zerolog.Logger {
 // Bus connects a new provisioned bus to url, closed at the end of the test.
 func Bus(t testing.TB, url, name string) *bus.Bus {
 	t.Helper()
-	b, err := bus.Connect(context.Background(), url, name, Logger(), bus.Provisioning{})
+	b, err := bus.Connect(context.Background(), bus.ConnOptions{URL: url}, name, Logger(), bus.Provisioning{})
 	if err != nil {
 		t.Fatalf("bus: %v", err)
 	}

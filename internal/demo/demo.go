@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
@@ -21,7 +22,7 @@ import (
 
 // Options configure a demo run.
 type Options struct {
-	URL              string
+	Conn             bus.ConnOptions // how both trainers connect
 	PlannerEngine    schema.Engine
 	ActorEngine      schema.Engine
 	Rollouts         int   // default 3
@@ -89,12 +90,12 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Minute
 	}
-	planner, err := trainer(o.URL, "planact-demo-planner")
+	planner, err := trainer(o.Conn, "planact-demo-planner")
 	if err != nil {
 		return nil, err
 	}
 	defer planner.nc.Close()
-	actor, err := trainer(o.URL, "planact-demo-actor")
+	actor, err := trainer(o.Conn, "planact-demo-actor")
 	if err != nil {
 		return nil, err
 	}
@@ -193,10 +194,10 @@ type job struct {
 	c  *client.Client
 }
 
-func trainer(url, name string) (*job, error) {
-	nc, err := nats.Connect(url, nats.Name(name))
+func trainer(conn bus.ConnOptions, name string) (*job, error) {
+	nc, err := conn.Dial(name)
 	if err != nil {
-		return nil, fmt.Errorf("%s: connect %s: %w", name, url, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	c, err := client.New(nc)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/rs/zerolog"
@@ -34,7 +33,8 @@ var Services = []string{
 
 // Options configure which services run and how.
 type Options struct {
-	URL          string
+	// Conn says how every replica connects to NATS.
+	Conn         bus.ConnOptions
 	Provisioning bus.Provisioning
 	Log          zerolog.Logger
 	// Replicas per service name; default 1. Each replica has its own connection.
@@ -88,7 +88,7 @@ func Serve(ctx context.Context, names []string, o Options) error {
 			replicas := max(o.Replicas[name], 1)
 			for r := 0; r < replicas; r++ {
 				log := o.Log.With().Str("service", name).Int("replica", r).Logger()
-				b, err := bus.Connect(ctx, o.URL, fmt.Sprintf("planact-%s-%d", name, r), log, o.Provisioning)
+				b, err := bus.Connect(ctx, o.Conn, fmt.Sprintf("planact-%s-%d", name, r), log, o.Provisioning)
 				if err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}
@@ -194,8 +194,8 @@ func runner(name string, b *bus.Bus, log zerolog.Logger, o Options) func(context
 
 // WaitReady waits until every named service answers `$SRV.PING.<name>`:
 // consumers created, endpoints registered.
-func WaitReady(ctx context.Context, url string, names []string) error {
-	nc, err := nats.Connect(url, nats.Name("planact-ready-check"))
+func WaitReady(ctx context.Context, conn bus.ConnOptions, names []string) error {
+	nc, err := conn.Dial("planact-ready-check")
 	if err != nil {
 		return err
 	}

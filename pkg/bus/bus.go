@@ -43,11 +43,11 @@ type Bus struct {
 	Log          zerolog.Logger
 }
 
-// Connect dials url, provisions the streams and buckets (idempotently) and
-// returns a Bus. name shows up in `nats server report connections`.
-func Connect(ctx context.Context, url, name string, log zerolog.Logger, p Provisioning) (*Bus, error) {
-	nc, err := nats.Connect(url,
-		nats.Name(name),
+// Connect dials the servers c names, provisions the streams and buckets
+// (idempotently) and returns a Bus. name shows up in `nats server report
+// connections`. The connection reconnects for ever.
+func Connect(ctx context.Context, c ConnOptions, name string, log zerolog.Logger, p Provisioning) (*Bus, error) {
+	nc, err := c.Dial(name,
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -55,10 +55,10 @@ func Connect(ctx context.Context, url, name string, log zerolog.Logger, p Provis
 				log.Warn().Err(err).Msg("nats disconnected")
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info().Str("url", c.ConnectedUrl()).Msg("nats reconnected") }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info().Str("url", c.ConnectedUrlRedacted()).Msg("nats reconnected") }),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w", url, err)
+		return nil, err
 	}
 	b, err := Open(ctx, nc, log, p)
 	if err != nil {

@@ -280,7 +280,7 @@ func TestPublishOnce(t *testing.T) {
 	// A short duplicate window, so that the second outcome below is not
 	// dropped as a duplicate of the first but refused for its subject.
 	const window = 100 * time.Millisecond
-	b, err := bus.Connect(ctx, url, "t", bustest.Logger(), bus.Provisioning{DupeWindow: window})
+	b, err := bus.Connect(ctx, bus.ConnOptions{URL: url}, "t", bustest.Logger(), bus.Provisioning{DupeWindow: window})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,10 @@
 package embedded
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -21,6 +23,61 @@ type Options struct {
 	Name string
 	// Trace logs every protocol message (very verbose).
 	Trace bool
+	// Sync says when JetStream writes to disk; the zero value is the
+	// server's default (in the background every two minutes).
+	Sync Sync
+	// TLSCert and TLSKey (PEM files), when set, make the client listener
+	// speak only TLS, presenting this certificate.
+	TLSCert, TLSKey string
+	// TLSClientCA (a PEM file), with TLSCert, makes the server require
+	// client certificates signed by these authorities (mutual TLS).
+	TLSClientCA string
+}
+
+// Sync says when JetStream flushes what it stores to disk (fsync). A
+// write is acknowledged once it is in the server's memory (and, on a
+// cluster, a quorum's); what has not been flushed yet survives a process
+// crash, since the operating system holds it, but not a machine crash or
+// a power cut.
+type Sync struct {
+	// Always flushes every write before it is acknowledged.
+	Always bool
+	// Interval, unless Always, is how often the file store is flushed in
+	// the background; zero is the server's default, two minutes.
+	Interval time.Duration
+}
+
+// ParseSync reads "always" or a positive duration such as "1s" or "2m".
+func ParseSync(v string) (Sync, error) {
+	if strings.EqualFold(strings.TrimSpace(v), "always") {
+		return Sync{Always: true}, nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d <= 0 {
+		return Sync{}, fmt.Errorf("sync %q: want always or a positive duration such as 1s or 2m", v)
+	}
+	return Sync{Interval: d}, nil
+}
+
+// String is "always", the interval, or "2m0s (default)".
+func (s Sync) String() string {
+	switch {
+	case s.Always:
+		return "always"
+	case s.Interval > 0:
+		return s.Interval.String()
+	}
+	return "2m0s (default)"
+}
+
+// Set parses v, so that a Sync is a flag.Value.
+func (s *Sync) Set(v string) error {
+	p, err := ParseSync(v)
+	if err != nil {
+		return errors.New("want always or a positive duration such as 1s or 2m")
+	}
+	*s = p
+	return nil
 }
 
 // Server is a running embedded nats-server.
@@ -58,7 +115,23 @@ func Start(o Options) (*Server, error) {
 		NoLog:      !o.Trace,
 		Trace:      o.Trace,
 		// Room for results with many samples before they go to the object store.
-		MaxPayload: 8 << 20,
+		MaxPayload:   8 << 20,
+		SyncAlways:   o.Sync.Always,
+		SyncInterval: o.Sync.Interval,
+	}
+	if o.TLSCert != "" || o.TLSKey != "" || o.TLSClientCA != "" {
+		if o.TLSCert == "" || o.TLSKey == "" {
+			s.cleanup()
+			return nil, errors.New("embedded: TLS needs both a certificate and its key")
+		}
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{
+			CertFile: o.TLSCert, KeyFile: o.TLSKey, CaFile: o.TLSClientCA, Verify: o.TLSClientCA != "",
+		})
+		if err != nil {
+			s.cleanup()
+			return nil, fmt.Errorf("embedded: TLS: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, o.TLSClientCA != ""
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
