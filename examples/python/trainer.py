@@ -14,10 +14,9 @@ import time
 
 import msgpack
 import nats
-from nats.js.api import DeliverPolicy
 
 ROLLOUT_STREAM = "ROLLOUT"
-RESULTS_BUCKET = "results"
+RECHECK_S = 2.0  # how often the wait reads the result subjects again
 
 
 def traceparent(rollout: int) -> str:
@@ -29,7 +28,8 @@ def traceparent(rollout: int) -> str:
 
 
 async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=None):
-    """Publish rollout.<N>.arrive (schema rollout.arrive/1)."""
+    """Publish rollout.<N>.arrive.<role> (schema rollout.arrive/1). Returns
+    the arrival's at_ms, which a rejection of it carries as arrival_ms."""
     at_ms = int(time.time() * 1000)
     body = {
         "schema": "rollout.arrive/1",
@@ -53,26 +53,71 @@ async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=N
         "Nats-Msg-Id": f"arrive.{rollout}.{role}..{at_ms}",
         "traceparent": traceparent(rollout),
     }
-    await js.publish(f"rollout.{rollout}.arrive", msgpack.packb(body, use_bin_type=True), headers=headers)
+    await js.publish(f"rollout.{rollout}.arrive.{role}", msgpack.packb(body, use_bin_type=True), headers=headers)
+    return at_ms
 
 
-async def wait_result(js, rollout, role, timeout_s):
-    """Wait for rollout.<N>.result.<role>; also finds one published earlier."""
-    sub = await js.subscribe(
-        f"rollout.{rollout}.result.{role}",
-        stream=ROLLOUT_STREAM,  # no stream lookup: the trainer user may not list streams
-        ordered_consumer=True,
-        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
-    )
+async def last_on(nc, subject):
+    """The last message on subject in the ROLLOUT stream (a direct get, no
+    consumer), or None."""
     try:
-        msg = await sub.next_msg(timeout=timeout_s)
+        msg = await nc.request(f"$JS.API.DIRECT.GET.{ROLLOUT_STREAM}.{subject}", b"", timeout=5)
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+        return None  # the server is away: read again later
+    if msg.headers and msg.headers.get("Status"):
+        return None  # 404: nothing there yet
+    return msg.data
+
+
+async def wait_result(nc, js, rollout, role, arrived_ms, timeout_s):
+    """Wait for rollout.<N>.result.<role>, or the rejection of this arrival on
+    rollout.<N>.result.<role>.rejected. Subscribes to both and reads the last
+    message of each from the stream now and every few seconds, so a result
+    published earlier, or while the connection was down, is found too."""
+    subjects = [f"rollout.{rollout}.result.{role}", f"rollout.{rollout}.result.{role}.rejected"]
+    arrived = asyncio.Queue()
+
+    async def on_msg(msg):
+        await arrived.put(msg.data)
+
+    subs = [await nc.subscribe(s, cb=on_msg) for s in subjects]
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            for data in [await last_on(nc, s) for s in subjects]:
+                result = await accept(js, role, data, arrived_ms)
+                if result is not None:
+                    return result
+            while True:  # what the subscriptions bring, until the next read
+                left = min(RECHECK_S, deadline - time.monotonic())
+                if left <= 0:
+                    break
+                try:
+                    data = await asyncio.wait_for(arrived.get(), timeout=left)
+                except asyncio.TimeoutError:
+                    break
+                result = await accept(js, role, data, arrived_ms)
+                if result is not None:
+                    return result
+            if time.monotonic() >= deadline:
+                raise nats.errors.TimeoutError
     finally:
-        await sub.unsubscribe()
-    result = msgpack.unpackb(msg.data, raw=False)
+        for sub in subs:
+            await sub.unsubscribe()
+
+
+async def accept(js, role, data, arrived_ms):
+    """The result in data, with its samples, or None when data is nothing or
+    the rejection of an earlier arrival."""
+    if data is None:
+        return None
+    result = msgpack.unpackb(data, raw=False)
     if result.get("schema") != "rollout.result/1":
         raise ValueError(f"unexpected result schema {result.get('schema')!r}")
-    if result.get("samples_object"):  # too large to be inline
-        store = await js.object_store(RESULTS_BUCKET)
+    if result.get("status") == "invalid" and result.get("arrival_ms") not in (None, 0, arrived_ms):
+        return None
+    if result.get("samples_object"):  # too large to be inline: this role's object store
+        store = await js.object_store(f"results_{role}")
         obj = await store.get(result["samples_object"])
         result["samples"] = msgpack.unpackb(obj.data, raw=False)
     result.setdefault("samples", [])  # absent means empty
@@ -85,13 +130,13 @@ async def rollout(nats_url, rollout_id, role, engine, weight_version, tasks=None
     nc = await nats.connect(nats_url)
     try:
         js = nc.jetstream()
-        await arrive(js, rollout_id, role, engine, weight_version, tasks, config)
+        at_ms = await arrive(js, rollout_id, role, engine, weight_version, tasks, config)
         try:
-            result = await wait_result(js, rollout_id, role, timeout_s)
+            result = await wait_result(nc, js, rollout_id, role, at_ms, timeout_s)
         except nats.errors.TimeoutError:
             return None  # planact never answered: fall back
         status = result.get("status")
-        if status in ("timeout", "invalid"):
+        if status in ("timeout", "invalid", "failed"):
             print(f"rollout {rollout_id}: {status}: {result.get('reason', '')}; falling back")
             return None
         # "ok", or "partial"/"aborted" with the samples finished so far
@@ -102,7 +147,8 @@ async def rollout(nats_url, rollout_id, role, engine, weight_version, tasks=None
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--nats", default="nats://trainer:change-me-6@127.0.0.1:4222")
+    # In compose/, each role has its own user (trainer-planner, trainer-actor).
+    p.add_argument("--nats", default="nats://127.0.0.1:4222")
     p.add_argument("--rollout", type=int, required=True)
     p.add_argument("--role", choices=["planner", "actor"], required=True)
     p.add_argument("--engine", required=True, help="SGLang router URL of this job's engine")
