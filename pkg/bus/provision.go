@@ -189,12 +189,29 @@ func (b *Bus) objectStore(ctx context.Context, name, desc string, p Provisioning
 	if os, err := b.JS.ObjectStore(ctx, name); err == nil {
 		if st, err := os.Status(ctx); err == nil {
 			ocfg.Replicas = b.keepReplicas(name, st.Replicas(), ocfg.Replicas)
-			if st.Description() == ocfg.Description && st.TTL() == ocfg.TTL && st.Storage() == ocfg.Storage && max(st.Replicas(), 1) == max(ocfg.Replicas, 1) {
+			direct := st.(*jetstream.ObjectBucketStatus).StreamInfo().Config.AllowDirect
+			if st.Description() == ocfg.Description && st.TTL() == ocfg.TTL && st.Storage() == ocfg.Storage && max(st.Replicas(), 1) == max(ocfg.Replicas, 1) && !direct {
 				return os, nil
 			}
 		}
 	}
-	os, err := b.JS.CreateOrUpdateObjectStore(ctx, ocfg)
+	if _, err := b.JS.CreateOrUpdateObjectStore(ctx, ocfg); err != nil {
+		return nil, fmt.Errorf("provision object store %s: %w", name, err)
+	}
+	// Objects are read from the stream's leader: a direct get (nats.go's
+	// default for object stores) may be answered by a follower that has not
+	// got an object just written, and "not found" would be taken for true.
+	st, err := b.JS.Stream(ctx, "OBJ_"+name)
+	if err != nil {
+		return nil, fmt.Errorf("provision object store %s: %w", name, err)
+	}
+	if cfg := st.CachedInfo().Config; cfg.AllowDirect {
+		cfg.AllowDirect = false
+		if _, err := b.JS.UpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("provision object store %s: %w", name, err)
+		}
+	}
+	os, err := b.JS.ObjectStore(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("provision object store %s: %w", name, err)
 	}

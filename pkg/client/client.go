@@ -316,20 +316,33 @@ func (c *Client) Rollout(ctx context.Context, a *schema.Arrive, timeout time.Dur
 	return c.result(ctx, a.Rollout, a.Role, at)
 }
 
+// fetchSamples reads r's samples from its role's object store. The result
+// says the object is there, so any failure (a server restarting, a leader
+// moving) is tried again, with back-off, until ctx ends.
 func (c *Client) fetchSamples(ctx context.Context, r *schema.Result) error {
-	var data []byte
-	err := untilUp(ctx, func(ctx context.Context) error {
-		store, err := c.js.ObjectStore(ctx, bus.ObjectResults(r.Role))
-		if err != nil {
-			return err
+	wait := 100 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		data, err := c.getObject(actx, bus.ObjectResults(r.Role), r.SamplesObject)
+		cancel()
+		if err == nil {
+			return schema.Unmarshal(data, &r.Samples)
 		}
-		data, err = store.GetBytes(ctx, r.SamplesObject)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("samples %s: %w", r.SamplesObject, err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("samples %s: %w (%w)", r.SamplesObject, err, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
-	return schema.Unmarshal(data, &r.Samples)
+}
+
+func (c *Client) getObject(ctx context.Context, bucket, name string) ([]byte, error) {
+	store, err := c.js.ObjectStore(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
+	return store.GetBytes(ctx, name)
 }
 
 // expired returns why ctx is over, also when its deadline has passed but

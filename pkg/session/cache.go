@@ -53,7 +53,7 @@ type Cache struct {
 	KV      *bus.Bucket
 	Objects jetstream.ObjectStore // where large task lists are
 	Fresh   time.Duration         // default 1s
-	Idle    time.Duration         // default 10m
+	Idle    time.Duration         // default 1m: a rollout not used for that long is read again if needed
 
 	mu      sync.Mutex
 	entries map[int64]*entry
@@ -109,7 +109,7 @@ func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
 		fresh = time.Second
 	}
 	if idle == 0 {
-		idle = 10 * time.Minute
+		idle = time.Minute
 	}
 	c.mu.Lock()
 	if c.entries == nil {
