@@ -29,7 +29,7 @@ def traceparent(rollout: int) -> str:
 
 async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=None):
     """Publish rollout.<N>.arrive.<role> (schema rollout.arrive/1). Returns
-    the arrival's at_ms, which a rejection of it carries as arrival_ms."""
+    the arrival's Nats-Msg-Id, which a rejection of it carries as arrival_id."""
     at_ms = int(time.time() * 1000)
     body = {
         "schema": "rollout.arrive/1",
@@ -54,7 +54,7 @@ async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=N
         "traceparent": traceparent(rollout),
     }
     await js.publish(f"rollout.{rollout}.arrive.{role}", msgpack.packb(body, use_bin_type=True), headers=headers)
-    return at_ms
+    return headers["Nats-Msg-Id"]
 
 
 async def last_on(nc, subject):
@@ -69,7 +69,7 @@ async def last_on(nc, subject):
     return msg.data
 
 
-async def wait_result(nc, js, rollout, role, arrived_ms, timeout_s):
+async def wait_result(nc, js, rollout, role, arrival_id, timeout_s):
     """Wait for rollout.<N>.result.<role>, or the rejection of this arrival on
     rollout.<N>.result.<role>.rejected. Subscribes to both and reads the last
     message of each from the stream now and every few seconds, so a result
@@ -85,7 +85,7 @@ async def wait_result(nc, js, rollout, role, arrived_ms, timeout_s):
     try:
         while True:
             for data in [await last_on(nc, s) for s in subjects]:
-                result = await accept(js, role, data, arrived_ms)
+                result = await accept(js, role, data, arrival_id)
                 if result is not None:
                     return result
             while True:  # what the subscriptions bring, until the next read
@@ -96,7 +96,7 @@ async def wait_result(nc, js, rollout, role, arrived_ms, timeout_s):
                     data = await asyncio.wait_for(arrived.get(), timeout=left)
                 except asyncio.TimeoutError:
                     break
-                result = await accept(js, role, data, arrived_ms)
+                result = await accept(js, role, data, arrival_id)
                 if result is not None:
                     return result
             if time.monotonic() >= deadline:
@@ -106,15 +106,16 @@ async def wait_result(nc, js, rollout, role, arrived_ms, timeout_s):
             await sub.unsubscribe()
 
 
-async def accept(js, role, data, arrived_ms):
+async def accept(js, role, data, arrival_id):
     """The result in data, with its samples, or None when data is nothing or
-    the rejection of an earlier arrival."""
+    the rejection of another arrival (rejections name the arrival they
+    answer by its Nats-Msg-Id, in arrival_id)."""
     if data is None:
         return None
     result = msgpack.unpackb(data, raw=False)
     if result.get("schema") != "rollout.result/1":
         raise ValueError(f"unexpected result schema {result.get('schema')!r}")
-    if result.get("status") == "invalid" and result.get("arrival_ms") not in (None, 0, arrived_ms):
+    if result.get("rejected") and result.get("arrival_id") not in (None, "", arrival_id):
         return None
     if result.get("samples_object"):  # too large to be inline: this role's object store
         store = await js.object_store(f"results_{role}")
@@ -130,9 +131,9 @@ async def rollout(nats_url, rollout_id, role, engine, weight_version, tasks=None
     nc = await nats.connect(nats_url)
     try:
         js = nc.jetstream()
-        at_ms = await arrive(js, rollout_id, role, engine, weight_version, tasks, config)
+        arrival_id = await arrive(js, rollout_id, role, engine, weight_version, tasks, config)
         try:
-            result = await wait_result(nc, js, rollout_id, role, at_ms, timeout_s)
+            result = await wait_result(nc, js, rollout_id, role, arrival_id, timeout_s)
         except nats.errors.TimeoutError:
             return None  # planact never answered: fall back
         status = result.get("status")

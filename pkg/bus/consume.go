@@ -23,8 +23,18 @@ type Msg struct {
 	Subject   string
 	Header    nats.Header
 	Data      []byte
-	Delivered uint64 // 1 on first delivery
+	Delivered uint64 // 1 on first delivery; for logs and back-off, never to decide what happened
+	Seq       uint64 // the message's stream sequence
 	raw       jetstream.Msg
+}
+
+// ID names the message as its publisher did (its Nats-Msg-Id), or by its
+// stream sequence ("seq:<n>") when it has none.
+func (m Msg) ID() string {
+	if id := m.Header.Get(jetstream.MsgIDHeader); id != "" {
+		return id
+	}
+	return fmt.Sprintf("seq:%d", m.Seq)
 }
 
 // Decode decodes the body into v, checking its schema version.
@@ -152,7 +162,7 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw jetstream.Msg) {
 	m := Msg{Subject: raw.Subject(), Header: raw.Headers(), Data: raw.Data(), raw: raw, Delivered: 1}
 	if md, err := raw.Metadata(); err == nil {
-		m.Delivered = md.NumDelivered
+		m.Delivered, m.Seq = md.NumDelivered, md.Sequence.Stream
 	}
 	log := b.Log.With().Str("consumer", c.Durable).Str("subject", m.Subject).Uint64("delivered", m.Delivered).Logger()
 	log = withHeaderFields(log, m.Header)

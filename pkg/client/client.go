@@ -45,7 +45,7 @@ type Client struct {
 	js jetstream.JetStream
 
 	mu      sync.Mutex
-	arrived map[string]int64 // "N/role" -> at_ms of this client's last arrival
+	arrived map[string]arrival // "N/role" -> this client's last arrival
 }
 
 // New returns a client over nc.
@@ -79,10 +79,16 @@ func checkArrival(a *schema.Arrive) error {
 	return nil
 }
 
-// arrive publishes the arrival and returns its at_ms, which names it.
-func (c *Client) arrive(ctx context.Context, a *schema.Arrive) (int64, error) {
+// arrival is what names an arrival: its message id, and when it was made.
+type arrival struct {
+	id   string
+	atMs int64
+}
+
+// arrive publishes the arrival and returns what names it.
+func (c *Client) arrive(ctx context.Context, a *schema.Arrive) (arrival, error) {
 	if err := checkArrival(a); err != nil {
-		return 0, err
+		return arrival{}, err
 	}
 	cp := *a // the caller's arrival keeps its tasks
 	a = &cp
@@ -90,29 +96,30 @@ func (c *Client) arrive(ctx context.Context, a *schema.Arrive) (int64, error) {
 		a.AtMs = time.Now().UnixMilli()
 	}
 	if err := c.offloadTasks(ctx, a); err != nil {
-		return 0, err
+		return arrival{}, err
 	}
 	if bus.TraceFrom(ctx) == "" {
 		ctx = bus.WithTrace(ctx, bus.RolloutTraceID(a.Rollout))
 	}
 	msg, err := bus.NewMsg(ctx, a)
 	if err != nil {
-		return 0, err
+		return arrival{}, err
 	}
 	err = untilUp(ctx, func(ctx context.Context) error {
 		_, err := c.js.PublishMsg(ctx, msg)
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("arrive rollout %d as %s: %w", a.Rollout, a.Role, err)
+		return arrival{}, fmt.Errorf("arrive rollout %d as %s: %w", a.Rollout, a.Role, err)
 	}
 	c.mu.Lock()
 	if c.arrived == nil {
-		c.arrived = map[string]int64{}
+		c.arrived = map[string]arrival{}
 	}
-	c.arrived[fmt.Sprintf("%d/%s", a.Rollout, a.Role)] = a.AtMs
+	made := arrival{id: a.MsgID(), atMs: a.AtMs}
+	c.arrived[fmt.Sprintf("%d/%s", a.Rollout, a.Role)] = made
 	c.mu.Unlock()
-	return a.AtMs, nil
+	return made, nil
 }
 
 // untilUp retries op while planact's streams do not exist yet (a trainer
@@ -204,16 +211,16 @@ func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Resu
 	return c.result(ctx, n, role, at)
 }
 
-// result waits for the result. A rejection of an arrival other than the one
-// made at arrivedMs (an earlier, corrected one) is passed over; with
-// arrivedMs 0 (this client did not arrive) every rejection counts.
+// result waits for the result. A rejection of an arrival other than mine
+// (an earlier, corrected one) is passed over; with no arrival of mine (this
+// client did not arrive) every rejection counts.
 //
 // The wait needs no JetStream consumer: it subscribes to the result
 // subjects, and reads the last message on each from the stream (a direct
 // get) when it starts and every Recheck after, so a result published
 // before the wait, or while the connection was down, is found too. It
 // rides out server restarts and leader changes until ctx ends.
-func (c *Client) result(ctx context.Context, n int64, role string, arrivedMs int64) (*schema.Result, error) {
+func (c *Client) result(ctx context.Context, n int64, role string, mine arrival) (*schema.Result, error) {
 	subjects := []string{subject.Result(n, role), subject.Rejected(n, role)}
 	msgs := make(chan *nats.Msg, 16)
 	for _, subj := range subjects {
@@ -234,8 +241,15 @@ func (c *Client) result(ctx context.Context, n int64, role string, arrivedMs int
 		if err := schema.Unmarshal(data, &r); err != nil {
 			return nil, err
 		}
-		if r.Status == schema.ResultInvalid && r.ArrivalMs != 0 && arrivedMs != 0 && r.ArrivalMs != arrivedMs {
+		if r.Rejected && r.ArrivalID != "" && mine.id != "" && r.ArrivalID != mine.id {
 			return nil, nil // the rejection of an earlier arrival
+		}
+		if !r.Rejected && mine.id != "" && r.ArrivalID != "" && r.ArrivalID != mine.id && r.Stats.FinishedMs > 0 && r.Stats.FinishedMs <= mine.atMs {
+			// The result of the rollout that ended before this arrival: a
+			// rollout id names one rollout (the session-store refuses the
+			// arrival too, on the rejection subject).
+			return &r, fmt.Errorf("%w: rollout %d already ended (%s at %s), before this arrival: a rollout id names one rollout; Result reads its result",
+				ErrRejected, n, r.Status, time.UnixMilli(r.Stats.FinishedMs).UTC().Format(time.RFC3339))
 		}
 		return &r, nil
 	}
@@ -284,7 +298,7 @@ func (c *Client) lastResult(ctx context.Context, subj string) ([]byte, error) {
 // and turns its status into the documented error.
 func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err error) (*schema.Result, error) {
 	if err != nil {
-		return nil, err
+		return r, err
 	}
 	if r.SamplesObject != "" {
 		if err := c.fetchSamples(ctx, r); err != nil {

@@ -450,7 +450,8 @@ type Stats struct {
 	ActsPerEpisode float64        `json:"acts_per_episode"`
 	Failures       map[string]int `json:"failures,omitempty"`
 	EpisodeStatus  map[string]int `json:"episode_status,omitempty"`
-	StartedMs      int64          `json:"started_ms,omitempty"` // when the barrier released the rollout
+	StartedMs      int64          `json:"started_ms,omitempty"`  // when the barrier released the rollout
+	FinishedMs     int64          `json:"finished_ms,omitempty"` // when the rollout ended
 	WallMs         int64          `json:"wall_ms"`
 	Tokens         map[string]int `json:"tokens,omitempty"`
 }
@@ -467,22 +468,25 @@ type Result struct {
 	SamplesObject string   `json:"samples_object,omitempty"`
 	SampleCount   int      `json:"sample_count"`
 	Stats         Stats    `json:"stats"`
-	// ArrivalMs, on a rejection, is the at_ms of the arrival it answers.
-	ArrivalMs int64 `json:"arrival_ms,omitempty"`
+	// ArrivalID names the arrival the result answers: the arrival's
+	// Nats-Msg-Id, or "seq:<stream sequence>" for one published without.
+	// A rejection (Rejected) goes to the rejection subject, never the result's.
+	ArrivalID string `json:"arrival_id,omitempty"`
+	Rejected  bool   `json:"rejected,omitempty"`
 }
 
 func (m *Result) Kind() string { return "rollout.result/1" }
 func (m *Result) Subject() string {
-	if m.Status == ResultInvalid && m.ArrivalMs != 0 {
+	if m.Rejected {
 		return subject.Rejected(m.Rollout, m.Role)
 	}
 	return subject.Result(m.Rollout, m.Role)
 }
 func (m *Result) MsgID() string {
-	if m.Status == ResultInvalid && m.ArrivalMs != 0 {
+	if m.Rejected {
 		// A rejected arrival must not take the id of the rollout's real
 		// result, which would then be dropped as its duplicate.
-		return fmt.Sprintf("result.%d.%s.invalid.%d", m.Rollout, m.Role, m.ArrivalMs)
+		return fmt.Sprintf("result.%d.%s.rejected.%s", m.Rollout, m.Role, m.ArrivalID)
 	}
 	return fmt.Sprintf("result.%d.%s", m.Rollout, m.Role)
 }

@@ -356,6 +356,9 @@ type RoleInfo struct {
 	Engine        Engine `json:"engine"`
 	WeightVersion string `json:"weight_version,omitempty"`
 	ArrivedMs     int64  `json:"arrived_ms"`
+	// ArrivalID is the Nats-Msg-Id of the arrival that counted (or
+	// "seq:<stream sequence>"): another arrival of the role is a re-submission.
+	ArrivalID string `json:"arrival_id,omitempty"`
 }
 
 // Effects a session records as decided before they are published (its

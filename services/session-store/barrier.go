@@ -3,6 +3,7 @@ package sessionstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -19,17 +20,20 @@ import (
 // duplicated arrivals start it exactly once; the start itself is an effect
 // recorded in the session with that write and published after it.
 func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed) error {
+	id := m.ID()
 	var a schema.Arrive
-	if err := m.Decode(&a); err != nil {
-		return s.rejectUndecodable(ctx, m, p, err)
+	if err := schema.UnmarshalStrict(m.Data, &a); err != nil {
+		return s.rejectUndecodable(ctx, m, p, fmt.Errorf("%s: %w", m.Subject, err))
 	}
 	log := zerolog.Ctx(ctx) // has the rollout and role, from the headers
-	if a.AtMs == 0 {
-		a.AtMs = s.nowMs() // names the arrival in a rejection's message id
+	if h := m.Header.Get(schema.HdrSchema); h != "" && h != a.Kind() {
+		err := fail.Invalidf("header %s %q disagrees with the body's schema %q", schema.HdrSchema, h, a.Kind())
+		log.Warn().Err(err).Msg("arrival rejected")
+		return s.reject(ctx, p, &a, id, err)
 	}
 	if err := s.validateArrival(&a, p); err != nil {
 		log.Warn().Err(err).Msg("arrival rejected")
-		return s.reject(ctx, &a, err)
+		return s.reject(ctx, p, &a, id, err)
 	}
 	if len(a.Tasks) > 0 || a.TasksObject != "" {
 		// The first arrival with tasks wins; later lists are ignored.
@@ -39,8 +43,9 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 	}
 
 	var late bool // the role arrives at a rollout that ended without it
+	var again bool // another arrival of a role that has arrived
 	sess, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(a.Rollout), func(v *schema.Session, exists bool) (bool, error) {
-		late = false
+		late, again = false, false
 		if !exists {
 			trace := bus.TraceFrom(ctx)
 			if trace == "" {
@@ -49,18 +54,18 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 			*v = schema.Session{Rollout: a.Rollout, State: schema.SessionWaiting, Trace: trace, CreatedMs: s.nowMs(),
 				Outbox: []string{schema.EffectBarrier}}
 		}
-		if v.State != schema.SessionWaiting {
-			_, arrived := v.Roles[a.Role]
-			late = !arrived
-			return false, nil // late or duplicate: the rollout already started or ended
+		if r, arrived := v.Roles[a.Role]; arrived {
+			again = r.ArrivalID != id // id: this very arrival, delivered again
+			return false, nil
 		}
-		if _, dup := v.Roles[a.Role]; dup {
+		if v.State != schema.SessionWaiting {
+			late = true // the rollout started or ended without this role
 			return false, nil
 		}
 		if v.Roles == nil {
 			v.Roles = map[string]schema.RoleInfo{}
 		}
-		v.Roles[a.Role] = schema.RoleInfo{Engine: a.Engine, WeightVersion: a.WeightVersion, ArrivedMs: s.nowMs()}
+		v.Roles[a.Role] = schema.RoleInfo{Engine: a.Engine, WeightVersion: a.WeightVersion, ArrivedMs: s.nowMs(), ArrivalID: id}
 		if a.Config != nil && (v.ConfigFrom == "" || a.Role == schema.RolePlanner) {
 			v.Config, v.ConfigFrom = *a.Config, a.Role
 		}
@@ -90,6 +95,16 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 	}
 	ctx = bus.WithTrace(ctx, sess.Trace)
 	switch {
+	case again && sess.Final():
+		// A rollout id names one rollout: a trainer that submits a finished
+		// one again (a training run restarted from rollout 0, say) is told,
+		// not handed the old result as if it were new.
+		err := fail.Invalidf("rollout %d already ended (%s at %s): its result stays on %s; a rollout id names one rollout for as long as planact keeps its history (%v)",
+			a.Rollout, sess.Status, time.UnixMilli(sess.FinishedMs).UTC().Format(time.RFC3339), subject.Result(a.Rollout, a.Role), s.Bus.Provisioning.History)
+		log.Warn().Err(err).Msg("arrival rejected")
+		return s.reject(ctx, p, &a, id, err)
+	case again:
+		log.Info().Str("state", sess.State).Msg("the role arrived again; the rollout goes on with its first arrival")
 	case late && (sess.State == schema.SessionTimeout || sess.State == schema.SessionAborted):
 		// It ended waiting for this very role: tell it, instead of leaving
 		// its trainer to wait for a result that will never come.
@@ -107,7 +122,7 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		log.Info().Int("episodes", sess.Episodes).Msg("both roles arrived, rollout starts")
 		telemetry.RolloutsStarted.Inc()
 	case !wrote:
-		log.Info().Str("state", sess.State).Msg("duplicate or late arrival")
+		log.Info().Str("state", sess.State).Msg("arrival delivered again")
 	}
 	return s.settle(ctx, sess)
 }
@@ -156,30 +171,42 @@ func (s *Service) validateArrival(a *schema.Arrive, p subject.Parsed) error {
 }
 
 // rejectUndecodable answers an arrival that cannot be read (a trainer in
-// another language with a wrong schema version, say) on the rejection
-// subject of the role its subject or header names, so that its trainer
-// learns why.
+// another language with a wrong schema version or a misspelt field, say)
+// on the rejection subject of the role its subject or header names, so
+// that its trainer learns why.
 func (s *Service) rejectUndecodable(ctx context.Context, m bus.Msg, p subject.Parsed, cause error) error {
 	role := p.Role
 	if role == "" {
 		role = m.Header.Get(schema.HdrRole)
 	}
-	if role != schema.RolePlanner && role != schema.RoleActor {
+	if !subjectToken(role) {
 		return cause // nobody to tell: the message is rejected and logged
 	}
 	zerolog.Ctx(ctx).Warn().Err(cause).Msg("arrival cannot be decoded")
 	return s.Bus.Publish(ctx, &schema.Result{Rollout: p.Rollout, Role: role, Status: schema.ResultInvalid,
-		Reason: "arrival cannot be decoded: " + cause.Error(), ArrivalMs: s.nowMs()})
+		Reason: "arrival cannot be decoded: " + cause.Error(), ArrivalID: m.ID(), Rejected: true})
 }
 
-// reject tells the trainer why its arrival was refused.
-func (s *Service) reject(ctx context.Context, a *schema.Arrive, cause error) error {
-	if a.Role != schema.RolePlanner && a.Role != schema.RoleActor {
-		return s.status(ctx, a.Rollout, "rejected", -1, cause.Error())
+// reject tells the trainer why its arrival was refused, on the rejection
+// subject of the role its subject names (the body's, on the subject of
+// before roles were in it), whatever that role is: a trainer that arrived
+// as "plannner" waits on rollout.N.result.plannner.rejected.
+func (s *Service) reject(ctx context.Context, p subject.Parsed, a *schema.Arrive, id string, cause error) error {
+	role := p.Role
+	if role == "" {
+		role = a.Role
+	}
+	if !subjectToken(role) {
+		return s.status(ctx, p.Rollout, "rejected", -1, cause.Error())
 	}
 	return s.Bus.Publish(ctx, &schema.Result{
-		Rollout: a.Rollout, Role: a.Role, Status: schema.ResultInvalid, Reason: cause.Error(), ArrivalMs: a.AtMs,
+		Rollout: p.Rollout, Role: role, Status: schema.ResultInvalid, Reason: cause.Error(), ArrivalID: id, Rejected: true,
 	})
+}
+
+// subjectToken reports whether s can be one token of a subject.
+func subjectToken(s string) bool {
+	return s != "" && s == subject.Token(s)
 }
 
 // start fans out the rollout: its deadline, the start event and the first

@@ -58,6 +58,8 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session) (*pu
 				}
 			}
 			r = built[role]
+			r.ArrivalID = sess.Roles[role].ArrivalID
+			r.Stats.StartedMs, r.Stats.FinishedMs = sess.StartedMs, sess.FinishedMs
 			if err := s.publishResult(ctx, r); err != nil {
 				if !giveUp {
 					return nil, err
@@ -66,7 +68,7 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session) (*pu
 				// them, say): the trainer still learns that, and why.
 				zerolog.Ctx(ctx).Error().Err(err).Str("role", role).Msg("result could not be published; sending a failed one")
 				r = &schema.Result{Rollout: n, Role: role, Status: schema.ResultFailed,
-					Reason: "samples could not be delivered: " + err.Error(), Stats: r.Stats}
+					Reason: "samples could not be delivered: " + err.Error(), Stats: r.Stats, ArrivalID: r.ArrivalID}
 				if err := s.Bus.Publish(ctx, r); err != nil {
 					return nil, err
 				}
