@@ -91,7 +91,7 @@ func LoadTasks(ctx context.Context, kv *bus.Bucket, objects jetstream.ObjectStor
 		return nil, true, fail.Transientf("rollout %d: task object %s: %w", n, tl.Object, err)
 	}
 	var inner schema.TaskList
-	if err := schema.Unmarshal(data, &inner); err != nil {
+	if err := schema.UnmarshalValueStrict(data, &inner, "task list "+tl.Object); err != nil {
 		return nil, true, fmt.Errorf("rollout %d: task object %s: %w", n, tl.Object, err)
 	}
 	return inner.Tasks, true, nil
