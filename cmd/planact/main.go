@@ -36,13 +36,29 @@ var version = "dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "planact:", err)
-		}
-		os.Exit(1)
-	}
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(ctx, err, os.Stderr))
 }
+
+// exitCode says how a command ended: 0 when it did its work or printed the
+// help it was asked for, 130 (as shells report SIGINT) when it was
+// interrupted, saying so once, 1 with the error otherwise.
+func exitCode(ctx context.Context, err error, stderr io.Writer) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, errInterrupted)):
+		fmt.Fprintln(stderr, "planact: interrupted")
+		return 130
+	}
+	fmt.Fprintln(stderr, "planact:", err)
+	return 1
+}
+
+// errInterrupted is what a command returns when its context ended before
+// its work did (Ctrl-C, SIGTERM).
+var errInterrupted = errors.New("interrupted")
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {

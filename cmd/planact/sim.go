@@ -2,11 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"time"
 
+	"github.com/planact/planact/internal/demo"
 	"github.com/planact/planact/pkg/sim"
 )
 
@@ -18,17 +19,18 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	plannerAddr := fs.String("planner-addr", "127.0.0.1:30000", "listen address of the simulated planner engine")
 	actorAddr := fs.String("actor-addr", "127.0.0.1:30001", "listen address of the simulated actor engine")
 	seed := fs.Int64("seed", 1, "seed of the simulated engines (the actor uses seed+1)")
-	ttft := fs.Duration("ttft", 50*time.Millisecond, "simulated time to first token")
-	perToken := fs.Duration("per-token", time.Millisecond, "simulated time per generated token")
+	ttft := fs.Duration("ttft", sim.Defaults.TTFT, "simulated time to first token")
+	perToken := fs.Duration("per-token", sim.Defaults.PerToken, "simulated time per generated token")
 	concurrency := fs.Int("concurrency", 0, "max concurrent generations per engine (0 = unlimited)")
 	weightVersion := fs.String("weight-version", "v1", "initial weight version (reported as <role>-<version>)")
 	errorRate := fs.Float64("error-rate", 0, "probability that a request fails with 500")
 	hangRate := fs.Float64("hang-rate", 0, "probability that a request never completes")
 	malformedRate := fs.Float64("malformed-rate", 0, "probability that the planner writes a malformed plan")
 	cyclicRate := fs.Float64("cyclic-rate", 0, "probability that the planner writes a cyclic plan")
-	actorErrorRate := fs.Float64("actor-error-rate", 0, "probability that the actor answers a lookup wrongly")
-	stepwise := fs.Float64("stepwise", 0, "fraction of questions the planner plans one hop per turn")
-	tasks := fs.Int("tasks", 0, "print this many sample tasks (question and label) of the built-in world")
+	actorErrorRate := fs.Float64("actor-error-rate", sim.Defaults.ActorErrorRate, "probability that the actor answers a lookup wrongly")
+	stepwise := fs.Float64("stepwise", sim.Defaults.PlannerStepwise, "fraction of questions the planner plans one hop per turn")
+	tasks := fs.Int("tasks", 0, "instead of serving: print this many questions of the built-in world with their labels, as JSON Lines of tasks that `planact submit --tasks` reads")
+	group := fs.Int("samples-per-prompt", 1, "with --tasks: copies of each question (a group, sharing a group_index)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -43,6 +45,19 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if p.v < 0 || p.v > 1 {
 			return fmt.Errorf("sim: --%s %v is not a probability", p.name, p.v)
 		}
+	}
+
+	if *tasks < 0 || *group < 1 {
+		return fmt.Errorf("sim: --tasks %d --samples-per-prompt %d: want 0 or more tasks and at least one sample", *tasks, *group)
+	}
+	if *tasks > 0 {
+		enc := json.NewEncoder(stdout)
+		for _, t := range demo.Tasks(sim.DefaultWorld(), *tasks, *group, *seed, "") {
+			if err := enc.Encode(t); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -64,9 +79,6 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		stopped = append(stopped, done)
 		fmt.Fprintf(stdout, "%s engine: %s\n", e.role, url)
-	}
-	for _, t := range sim.DefaultWorld().Tasks(*tasks, *seed) {
-		fmt.Fprintf(stdout, "task: %s\tlabel: %s\n", t.Question, t.Label)
 	}
 	fmt.Fprintln(stdout, "simulated engines ready (SGLang /generate and OpenAI /v1/completions); Ctrl-C stops")
 	<-ctx.Done()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func TestRunSim(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		errc <- runSim(ctx, []string{"--planner-addr", "127.0.0.1:0", "--actor-addr", "127.0.0.1:0",
-			"--ttft", "0s", "--per-token", "0s", "--tasks", "2"}, &out, io.Discard)
+			"--ttft", "0s", "--per-token", "0s"}, &out, io.Discard)
 	}()
 	urlRe := regexp.MustCompile(`(?m)^(planner|actor) engine: (http://\S+)$`)
 	deadline := time.Now().Add(10 * time.Second)
@@ -57,12 +58,34 @@ func TestRunSim(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	if n := len(regexp.MustCompile(`(?m)^task: `).FindAllString(out.String(), -1)); n != 2 {
-		t.Errorf("%d sample tasks printed, want 2", n)
-	}
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatalf("runSim = %v", err)
+	}
+}
+
+// TestSimTasksFeedSubmit: the world's questions come out as JSON Lines of
+// tasks, grouped, that submit reads back as they were (it could not read
+// the tab-separated lines of before).
+func TestSimTasksFeedSubmit(t *testing.T) {
+	var out bytes.Buffer
+	if err := runSim(context.Background(), []string{"--tasks", "3", "--samples-per-prompt", "2"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := readTasks("-", &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks) != 6 {
+		t.Fatalf("%d tasks, want 3 questions x 2", len(tasks))
+	}
+	for i, task := range tasks {
+		if task.Index != i || task.GroupIndex != i/2 || task.Prompt == "" || task.Label == "" || task.Prompt != tasks[i/2*2].Prompt {
+			t.Errorf("task %d: %+v", i, task)
+		}
+	}
+	if _, err := readTasks("-", bytes.NewBufferString(`{"prompt":"q","lable":"a"}`+"\n")); err == nil || !strings.Contains(err.Error(), "lable") {
+		t.Errorf("a misspelt task field: %v, want an error naming it", err)
 	}
 }
 

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,11 +13,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mattn/go-isatty"
+	"github.com/nats-io/nats.go"
+
 	"github.com/planact/planact/internal/demo"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
+	"github.com/planact/planact/pkg/subject"
 )
 
 // runSubmit plays one or both trainers for one rollout from the command
@@ -71,7 +77,9 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 			return err
 		}
 		cfg = &schema.Config{}
-		if err := json.Unmarshal(data, cfg); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields() // "max_turn" is a mistake, not a default
+		if err := dec.Decode(cfg); err != nil {
 			return fmt.Errorf("submit: %s: %w", *configFile, err)
 		}
 	}
@@ -101,12 +109,21 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 	errs := map[string]error{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	var watched bool
 	for r, a := range arrivals {
 		nc, err := conn.Dial("planact-submit-" + r)
 		if err != nil {
 			return fmt.Errorf("submit: %w", err)
 		}
 		defer nc.Close()
+		if err := planactThere(ctx, nc, *rollout, r); err != nil {
+			return fmt.Errorf("submit: %s: %w", bus.Redact(conn.Servers()), err)
+		}
+		if !watched && !*asJSON {
+			watched = true
+			stop := watchProgress(nc, *rollout, stderr)
+			defer stop()
+		}
 		c, err := client.New(nc)
 		if err != nil {
 			return err
@@ -121,6 +138,9 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 		}()
 	}
 	wg.Wait()
+	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+		return errInterrupted
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -138,8 +158,12 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		if res := results[r]; res != nil && !*asJSON {
 			st := res.Stats
-			fmt.Fprintf(stdout, "%s: %s %s — %d samples; %d episodes %v, accuracy %.2f, mean reward %.3f, %.2f turns, %.2f acts per episode, failures %v\n",
-				r, res.Status, res.Reason, len(res.Samples), st.Episodes, st.EpisodeStatus, st.Accuracy, st.MeanReward, st.MeanTurns, st.ActsPerEpisode, st.Failures)
+			reason := ""
+			if res.Reason != "" {
+				reason = " (" + res.Reason + ")"
+			}
+			fmt.Fprintf(stdout, "%s: %s%s — %d samples; %d episodes (%s), accuracy %.2f, mean reward %.3f, %.2f turns, %.2f acts per episode; failures: %s\n",
+				r, res.Status, reason, len(res.Samples), st.Episodes, counts(st.EpisodeStatus), st.Accuracy, st.MeanReward, st.MeanTurns, st.ActsPerEpisode, counts(st.Failures))
 		}
 	}
 	return first
@@ -164,7 +188,9 @@ func readTasks(path string, stdin io.Reader) ([]schema.Task, error) {
 			continue
 		}
 		t := schema.Task{Index: len(tasks), GroupIndex: len(tasks)}
-		if err := json.Unmarshal(sc.Bytes(), &t); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		dec.DisallowUnknownFields() // a misspelt "lable" is a mistake, not an empty label
+		if err := dec.Decode(&t); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
 		}
 		if t.Prompt == "" {
@@ -173,4 +199,70 @@ func readTasks(path string, stdin io.Reader) ([]schema.Task, error) {
 		tasks = append(tasks, t)
 	}
 	return tasks, sc.Err()
+}
+
+// planactThere checks at once that the server has planact's streams (a
+// direct read of role's result subject, which a trainer may do): against a
+// NATS without planact the arrival would wait for its whole time-out.
+func planactThere(ctx context.Context, nc *nats.Conn, n int64, role string) error {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := nc.RequestWithContext(rctx, "$JS.API.DIRECT.GET."+bus.StreamRollout+"."+subject.Result(n, role), nil)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("no planact here: the server has no %s stream with direct reads (start planact: planact up, or planact serve …)", bus.StreamRollout)
+	case err != nil:
+		return fmt.Errorf("is planact there? %w", err)
+	}
+	return nil
+}
+
+// watchProgress shows the rollout's progress as the session-store reports
+// it (episodes ended of all, acts): one line kept up to date on a
+// terminal, a plain line per change otherwise. stop ends it.
+func watchProgress(nc *nats.Conn, n int64, w io.Writer) (stop func()) {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		tty = isatty.IsTerminal(f.Fd())
+	}
+	var mu sync.Mutex
+	last := ""
+	show := func(line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if line == last {
+			return
+		}
+		last = line
+		if tty {
+			fmt.Fprintf(w, "\r\033[K%s", line)
+		} else {
+			fmt.Fprintln(w, line)
+		}
+	}
+	show(fmt.Sprintf("rollout %d: waiting for both roles", n))
+	sub, err := nc.Subscribe(subject.Status(n), func(m *nats.Msg) {
+		var st schema.Status
+		if schema.Unmarshal(m.Data, &st) != nil {
+			return
+		}
+		switch {
+		case st.Event == "started":
+			show(fmt.Sprintf("rollout %d: started, %s", n, st.Detail))
+		case st.Episodes > 0:
+			show(fmt.Sprintf("rollout %d: %d/%d episodes ended, %d acts", n, st.Ended, st.Episodes, st.Acts))
+		case st.Event == "finished":
+			show(fmt.Sprintf("rollout %d: finished, %s", n, st.Detail))
+		}
+	})
+	return func() {
+		if err == nil {
+			_ = sub.Unsubscribe()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if tty && last != "" {
+			fmt.Fprintln(w)
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/internal/stack"
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/embedded"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
 )
@@ -35,6 +36,9 @@ func TestSubmit(t *testing.T) {
 		served <- stack.Serve(sctx, stack.Services, stack.Options{Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
 	}()
 	defer func() { stop(); <-served }()
+	if err := stack.WaitReady(ctx, bus.ConnOptions{URL: url}, stack.Services); err != nil {
+		t.Fatal(err)
+	}
 
 	dir := t.TempDir()
 	tasks := filepath.Join(dir, "tasks.jsonl")
@@ -61,15 +65,44 @@ func TestSubmit(t *testing.T) {
 		t.Errorf("tasks or config not taken: group %d, prompt %q", p.Samples[1].GroupIndex, p.Samples[0].Prompt)
 	}
 
+	// The same rollout again is refused, and says why.
+	err = run(ctx, []string{"submit", "--nats", url, "--rollout", "5", "--planner-engine", planner, "--actor-engine", actor,
+		"--tasks", tasks}, noenv, nil, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "already ended") {
+		t.Errorf("submitting rollout 5 again: %v, want it refused as already ended", err)
+	}
+
 	// Bad input is refused before anything is sent.
+	misspelt := filepath.Join(dir, "misspelt.json")
+	os.WriteFile(misspelt, []byte(`{"max_turn": 3}`), 0o644)
 	var sink bytes.Buffer
-	for _, args := range [][]string{
-		{"submit", "--nats", url, "--rollout", "6", "--planner-engine", planner, "--actor-engine", actor},
-		{"submit", "--nats", url, "--planner-engine", planner, "--sim-tasks", "1"},
-		{"submit", "--nats", url, "--rollout", "6", "--role", "critic", "--sim-tasks", "1"},
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"submit", "--nats", url, "--rollout", "6", "--planner-engine", planner, "--actor-engine", actor}, "--tasks"},
+		{[]string{"submit", "--nats", url, "--planner-engine", planner, "--sim-tasks", "1"}, "--rollout"},
+		{[]string{"submit", "--nats", url, "--rollout", "6", "--role", "critic", "--sim-tasks", "1"}, "critic"},
+		{[]string{"submit", "--nats", url, "--rollout", "6", "--planner-engine", planner, "--actor-engine", actor, "--sim-tasks", "1", "--config", misspelt}, "max_turn"},
 	} {
-		if err := run(ctx, args, noenv, nil, &sink, &sink); err == nil {
-			t.Errorf("%v: want an error", args)
+		if err := run(ctx, c.args, noenv, nil, &sink, &sink); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error naming %s", c.args, err, c.want)
 		}
+	}
+}
+
+// TestSubmitWithoutPlanact: against a NATS server without planact, submit
+// says so at once instead of waiting for its whole time-out.
+func TestSubmitWithoutPlanact(t *testing.T) {
+	s, err := embedded.Start(embedded.Options{Dir: t.TempDir(), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	var sink bytes.Buffer
+	err = run(context.Background(), []string{"submit", "--nats", s.ClientURL(), "--rollout", "1", "--planner-engine", "http://127.0.0.1:1",
+		"--actor-engine", "http://127.0.0.1:1", "--sim-tasks", "1", "--timeout", "1h"}, noenv, nil, &sink, &sink)
+	if err == nil || !strings.Contains(err.Error(), "no planact here") {
+		t.Errorf("submit against a bare NATS: %v, want one saying planact is not there", err)
 	}
 }

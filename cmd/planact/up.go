@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,10 +46,10 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	group := fs.Int("samples-per-prompt", 2, "with --demo: copies of each task (a group)")
 	format := fs.String("plan-format", "graph", "with --demo: plan format the planner is asked for (graph, tasklist, json, numbered, steps)")
 	seed := fs.Int64("seed", 1, "seed of the simulated world and engines")
-	latency := fs.Duration("sim-per-token", 200*time.Microsecond, "simulated time per generated token")
-	ttft := fs.Duration("sim-ttft", 5*time.Millisecond, "simulated time to first token")
-	actorErr := fs.Float64("sim-actor-error-rate", 0.1, "how often the simulated actor answers a lookup wrongly")
-	stepwise := fs.Float64("sim-stepwise", 0.5, "fraction of questions the simulated planner plans one hop per turn")
+	latency := fs.Duration("sim-per-token", sim.Defaults.PerToken, "simulated time per generated token")
+	ttft := fs.Duration("sim-ttft", sim.Defaults.TTFT, "simulated time to first token")
+	actorErr := fs.Float64("sim-actor-error-rate", sim.Defaults.ActorErrorRate, "how often the simulated actor answers a lookup wrongly")
+	stepwise := fs.Float64("sim-stepwise", sim.Defaults.PlannerStepwise, "fraction of questions the simulated planner plans one hop per turn")
 	services := fs.String("services", strings.Join(stack.Services, ","), "services to run in this process (comma-separated; \"none\" for only NATS and engines)")
 	metricsAddr := fs.String("metrics", "127.0.0.1:9464", "serve Prometheus /metrics on this address (\"\" = off)")
 	keep := retentionFlags(fs)
@@ -55,9 +57,26 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	// Every flag is checked before anything starts.
+	if fs.NArg() > 0 {
+		return fmt.Errorf("up: unexpected arguments %q", fs.Args())
+	}
 	so := stack.Options{}
 	if err := keep.apply(&so); err != nil {
 		return err
+	}
+	if err := checkDemoFlags(*rollouts, *tasks, *group, *format, *protocol, *actorErr, *stepwise); err != nil {
+		return err
+	}
+	if (*plannerURL == "") != (*actorURL == "") && *runDemo {
+		return errors.New("up: --planner-url and --actor-url go together (or neither, for simulated engines)")
+	}
+	var names []string
+	if *services != "none" && *services != "" {
+		names = strings.Split(*services, ",")
+		if err := stack.Validate(names); err != nil {
+			return err
+		}
 	}
 	lo := telemetry.LogOptionsFromEnv(getenv)
 	if *logLevel != "" {
@@ -127,13 +146,6 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		say("planact: simulated %s engine at %s\n", e.role, u)
 	}
 
-	var names []string
-	if *services != "none" && *services != "" {
-		names = strings.Split(*services, ",")
-		if err := stack.Validate(names); err != nil {
-			return err
-		}
-	}
 	if murl, err := telemetry.ServeMetrics(ctx, *metricsAddr); err != nil {
 		log.Warn().Err(err).Msg("metrics not served")
 	} else if murl != "" {
@@ -162,7 +174,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	say("planact: services running: %s\n", strings.Join(names, ", "))
 
 	if !*runDemo {
-		say("planact: ready. Trainers arrive on rollout.<N>.arrive; Ctrl-C stops.\n")
+		say("planact: ready. Trainers arrive on rollout.<N>.arrive.<role>; Ctrl-C stops.\n")
 		select {
 		case err := <-served:
 			return err
@@ -182,9 +194,13 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		Conn: conn, PlannerEngine: planner, ActorEngine: actor, Rollouts: *rollouts, Tasks: *tasks,
 		SamplesPerPrompt: *group, Seed: *seed, Config: cfg, Progress: progress, FirstRollout: firstRollout(*dataDir, external),
 	})
+	interrupted := ctx.Err() != nil
 	cancel()
 	if serr := <-served; serr != nil && err == nil {
 		err = serr
+	}
+	if interrupted {
+		return errInterrupted
 	}
 	if err != nil {
 		return err
@@ -251,9 +267,49 @@ func printSummary(w io.Writer, s *demo.Summary) {
 	}
 	fmt.Fprintf(w, "\nsummary\n")
 	fmt.Fprintf(w, "  rollouts completed  %d (failed %d) in %.1fs\n", s.RolloutsCompleted, s.RolloutsFailed, s.WallSeconds)
-	fmt.Fprintf(w, "  episodes            %d  %v\n", s.Episodes, s.EpisodeStatus)
+	fmt.Fprintf(w, "  episodes            %d  (%s)\n", s.Episodes, counts(s.EpisodeStatus))
 	fmt.Fprintf(w, "  accuracy            %.1f%% (%d exact), mean reward %.3f, %.2f turns per episode\n", 100*s.Accuracy, s.Correct, s.MeanReward, s.MeanTurns)
 	fmt.Fprintf(w, "  acts                %d\n", s.Acts)
 	fmt.Fprintf(w, "  planner samples     %d (%d tokens)\n", s.PlannerSamples, s.PlannerTokens)
 	fmt.Fprintf(w, "  actor samples       %d (%d tokens)\n", s.ActorSamples, s.ActorTokens)
+}
+
+// checkDemoFlags refuses, before anything starts, flags that could only
+// fail later (or play something else than asked).
+func checkDemoFlags(rollouts, tasks, group int, format, protocol string, rates ...float64) error {
+	switch {
+	case rollouts < 1:
+		return fmt.Errorf("up: --rollouts %d: want at least 1", rollouts)
+	case tasks < 1:
+		return fmt.Errorf("up: --tasks %d: want at least 1", tasks)
+	case group < 1:
+		return fmt.Errorf("up: --samples-per-prompt %d: want at least 1", group)
+	case !slices.Contains(schema.PlanFormats, format):
+		return fmt.Errorf("up: --plan-format %q: want one of %s", format, strings.Join(schema.PlanFormats, ", "))
+	case protocol != "sglang" && protocol != "openai":
+		return fmt.Errorf("up: --protocol %q: want sglang or openai", protocol)
+	}
+	for _, r := range rates {
+		if math.IsNaN(r) || r < 0 || r > 1 {
+			return fmt.Errorf("up: --sim-actor-error-rate and --sim-stepwise are probabilities; %v is not one", r)
+		}
+	}
+	return nil
+}
+
+// counts prints a map of counts as "completed 22, failed 2", in key order.
+func counts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }

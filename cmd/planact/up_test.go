@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +82,93 @@ func TestUnknownCommandAndService(t *testing.T) {
 	err := run(ctx, []string{"serve", "actor-gateway", "--nats", "nats://127.0.0.1:1"}, noenv, nil, &out, &out)
 	if err == nil || strings.Contains(err.Error(), "unknown service") || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Errorf("serve with a flag after the name: %v, want a connection error to the given server", err)
+	}
+}
+
+// TestUpChecksFlagsFirst: every flag of up is checked before anything
+// starts; --plan-format yaml used to print its error and then hang, and
+// --rollouts 0 to play three.
+func TestUpChecksFlagsFirst(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--demo", "--plan-format", "yaml"}, "--plan-format"},
+		{[]string{"--demo", "--rollouts", "0"}, "--rollouts 0"},
+		{[]string{"--demo", "--tasks", "-1"}, "--tasks"},
+		{[]string{"--demo", "--samples-per-prompt", "0"}, "--samples-per-prompt"},
+		{[]string{"--protocol", "grpc"}, "--protocol"},
+		{[]string{"--sim-actor-error-rate", "1.5"}, "probabilities"},
+		{[]string{"--services", "act-dispatchr"}, "unknown service"},
+		{[]string{"--history", "1h", "--result-retention", "2h"}, "result retention"},
+		{[]string{"extra"}, "unexpected arguments"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var out syncBuffer
+		err := run(ctx, append([]string{"up", "--port", "-1", "--metrics", ""}, c.args...), noenv, nil, &out, &out)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("up %v: %v, want an error naming %s", c.args, err, c.want)
+		}
+		if strings.Contains(out.String(), "NATS at") {
+			t.Errorf("up %v started a server before refusing its flags:\n%s", c.args, out.String())
+		}
+	}
+}
+
+// TestExitCodes: -h is not a failure; an interrupted command says so once.
+func TestExitCodes(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"up", "-h"}, noenv, nil, &out, &out)
+	if code := exitCode(context.Background(), err, &out); code != 0 {
+		t.Errorf("up -h: exit %d (%v), want 0", code, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out.Reset()
+	if code := exitCode(ctx, errInterrupted, &out); code != 130 || strings.Count(out.String(), "interrupted") != 1 {
+		t.Errorf("interrupted: exit %d, said %q", code, out.String())
+	}
+	out.Reset()
+	if code := exitCode(context.Background(), errors.New("boom"), &out); code != 1 || !strings.Contains(out.String(), "boom") {
+		t.Errorf("an error: exit %d, said %q", code, out.String())
+	}
+}
+
+// TestUpDemoInterrupted: Ctrl-C during the demo says "interrupted" once and
+// prints no FAILED rollouts (it printed dozens).
+func TestUpDemoInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"up", "--demo", "--port", "-1", "--metrics", "", "--rollouts", "50", "--tasks", "4",
+			"--sim-ttft", "50ms"}, noenv, nil, &stdout, &stderr)
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(stdout.String(), "demo —") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the demo did not start:\n%s", stdout.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel() // Ctrl-C
+	err := <-done
+	var said bytes.Buffer
+	if code := exitCode(ctx, err, &said); code != 130 || strings.TrimSpace(said.String()) != "planact: interrupted" {
+		t.Errorf("exit %d, said %q (err %v)", code, said.String(), err)
+	}
+	if strings.Contains(stdout.String(), "FAILED") {
+		t.Errorf("an interrupted demo printed failures:\n%s", stdout.String())
+	}
+}
+
+func TestCounts(t *testing.T) {
+	if got := counts(map[string]int{"failed": 2, "completed": 22}); got != "completed 22, failed 2" {
+		t.Errorf("counts = %q", got)
+	}
+	if got := counts(nil); got != "none" {
+		t.Errorf("counts(nil) = %q", got)
 	}
 }

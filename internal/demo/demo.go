@@ -73,16 +73,11 @@ type Example struct {
 	Reward     float64 `json:"reward"`
 }
 
-// Run plays the trainers and returns the summary.
+// Run plays the trainers and returns the summary; when ctx ends first, what
+// it has so far and ctx's error.
 func Run(ctx context.Context, o Options) (*Summary, error) {
-	if o.Rollouts <= 0 {
-		o.Rollouts = 3
-	}
-	if o.Tasks <= 0 {
-		o.Tasks = 4
-	}
-	if o.SamplesPerPrompt <= 0 {
-		o.SamplesPerPrompt = 2
+	if o.Rollouts < 1 || o.Tasks < 1 || o.SamplesPerPrompt < 1 {
+		return nil, fmt.Errorf("demo: %d rollouts of %d tasks × %d samples: want at least one of each", o.Rollouts, o.Tasks, o.SamplesPerPrompt)
 	}
 	if o.Concurrent <= 0 {
 		o.Concurrent = 2
@@ -109,16 +104,23 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	start := time.Now()
 	sem := make(chan struct{}, o.Concurrent)
 	var wg sync.WaitGroup
-	for i := 0; i < o.Rollouts; i++ {
+	for i := 0; i < o.Rollouts && ctx.Err() == nil; i++ {
 		n := o.FirstRollout + int64(i)
 		tasks := Tasks(world, o.Tasks, o.SamplesPerPrompt, o.Seed+n, o.Kind)
-		sem <- struct{}{}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			pr, ar, err := rollout(ctx, planner.c, actor.c, n, tasks, o)
 			mu.Lock()
 			defer mu.Unlock()
+			if ctx.Err() != nil {
+				return // interrupted: not a failure of the rollout, and said once by the caller
+			}
 			if err != nil {
 				sum.RolloutsFailed++
 				sum.Errors = append(sum.Errors, fmt.Sprintf("rollout %d: %v", n, err))
@@ -153,6 +155,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		}()
 	}
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return sum, err
+	}
 	sum.WallSeconds = time.Since(start).Seconds()
 	if len(episodeSecs) > 0 {
 		sort.Float64s(episodeSecs)

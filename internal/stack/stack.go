@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -87,14 +88,15 @@ func Serve(ctx context.Context, names []string, o Options) error {
 		for _, name := range sorted {
 			replicas := max(o.Replicas[name], 1)
 			for r := 0; r < replicas; r++ {
-				log := o.Log.With().Str("service", name).Int("replica", r).Logger()
-				b, err := bus.Connect(ctx, o.Conn, fmt.Sprintf("planact-%s-%d", name, r), log, o.Provisioning)
+				replica := replicaName(r)
+				log := o.Log.With().Str("service", name).Str("replica", replica).Logger()
+				b, err := bus.Connect(ctx, o.Conn, fmt.Sprintf("planact-%s-%s", name, replica), log, o.Provisioning)
 				if err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}
 				buses = append(buses, b)
 				if name != actorgateway.Name { // it registers its own endpoint
-					if err := register(b, name, r); err != nil {
+					if err := register(b, name, replica); err != nil {
 						return err
 					}
 				}
@@ -124,6 +126,14 @@ func Serve(ctx context.Context, names []string, o Options) error {
 	return errors.Join(drain(errs)...)
 }
 
+// replicaName names replica r of this process so that replicas of one
+// service in different processes (or hosts) do not all call themselves 0:
+// "<host>:<pid>/<r>".
+func replicaName(r int) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d/%d", host, os.Getpid(), r)
+}
+
 // Version is reported by every service to `nats micro info`.
 const Version = "0.1.0"
 
@@ -136,13 +146,13 @@ var descriptions = map[string]string{
 
 // register makes a replica visible to `nats micro ls` / `$SRV.PING`, with a
 // status endpoint that says which replica answered and since when.
-func register(b *bus.Bus, name string, replica int) error {
+func register(b *bus.Bus, name string, replica string) error {
 	started := time.Now()
 	_, err := micro.AddService(b.NC, micro.Config{
 		Name:        name,
 		Version:     Version,
 		Description: descriptions[name],
-		Metadata:    map[string]string{"replica": fmt.Sprint(replica)},
+		Metadata:    map[string]string{"replica": replica},
 		Endpoint: &micro.EndpointConfig{
 			Subject: "planact." + name + ".status",
 			Handler: micro.HandlerFunc(func(r micro.Request) {

@@ -5,8 +5,11 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -84,6 +87,7 @@ func (s *Sync) Set(v string) error {
 type Server struct {
 	*server.Server
 	tempDir string
+	lock    *os.File // held on the data directory while the server runs
 }
 
 // Start starts a nats-server with JetStream and waits until it accepts clients.
@@ -104,6 +108,28 @@ func Start(o Options) (*Server, error) {
 	}
 	if o.Name == "" {
 		o.Name = "planact"
+	}
+	// Two servers on one store would corrupt it: the second is refused.
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded: data directory: %w", err)
+	}
+	lock, err := lockDir(o.Dir)
+	if err != nil {
+		s.cleanup()
+		return nil, fmt.Errorf("embedded: %w", err)
+	}
+	s.lock = lock
+	// A port in use is said at once, not as a server that is never ready.
+	if o.Port > 0 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
+		if err != nil {
+			s.cleanup()
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return nil, fmt.Errorf("embedded: %s:%d: address already in use (another planact up or nats-server?); --port -1 takes a free port", o.Host, o.Port)
+			}
+			return nil, fmt.Errorf("embedded: %w", err)
+		}
+		ln.Close()
 	}
 	opts := &server.Options{
 		ServerName: o.Name,
@@ -162,6 +188,10 @@ func (s *Server) Stop() {
 }
 
 func (s *Server) cleanup() {
+	if s.lock != nil {
+		s.lock.Close() // releases the lock
+		s.lock = nil
+	}
 	if s.tempDir != "" {
 		os.RemoveAll(s.tempDir)
 	}

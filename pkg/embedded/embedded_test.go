@@ -2,7 +2,10 @@ package embedded_test
 
 import (
 	"flag"
+	"fmt"
 	"io"
+	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -97,4 +100,40 @@ func TestTLSNeedsCertAndKey(t *testing.T) {
 			t.Errorf("%+v: started, want an error", o)
 		}
 	}
+}
+
+// TestPortInUse: a port that is taken is said at once, by name, instead of
+// a server that is "not ready" ten seconds later.
+func TestPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	_, err = embedded.Start(embedded.Options{Dir: t.TempDir(), Port: port})
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("start on a taken port: %v", err)
+	}
+}
+
+// TestOneServerPerDataDirectory: a second server on the same data
+// directory is refused (both used to start and share one store); the
+// directory is free again once the first stops.
+func TestOneServerPerDataDirectory(t *testing.T) {
+	dir := t.TempDir()
+	first, err := embedded.Start(embedded.Options{Dir: dir, Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = embedded.Start(embedded.Options{Dir: dir, Port: -1})
+	if err == nil || !strings.Contains(err.Error(), "in use by another planact") || !strings.Contains(err.Error(), fmt.Sprint(os.Getpid())) {
+		t.Fatalf("second server on %s: %v", dir, err)
+	}
+	first.Stop()
+	again, err := embedded.Start(embedded.Options{Dir: dir, Port: -1})
+	if err != nil {
+		t.Fatalf("after the first stopped: %v", err)
+	}
+	again.Stop()
 }

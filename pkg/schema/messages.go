@@ -132,7 +132,12 @@ type Status struct {
 	Event   string `json:"event"`
 	Episode int    `json:"episode"`
 	Detail  string `json:"detail,omitempty"`
-	AtMs    int64  `json:"at_ms"`
+	// Progress of a running rollout, on its episode events: episodes
+	// ended of all, and the acts of the ended episodes.
+	Ended    int   `json:"ended,omitempty"`
+	Episodes int   `json:"episodes,omitempty"`
+	Acts     int   `json:"acts,omitempty"`
+	AtMs     int64 `json:"at_ms"`
 }
 
 func (m *Status) Kind() string    { return "rollout.status/1" }

@@ -381,6 +381,7 @@ type Session struct {
 	ConfigFrom string              `json:"config_from,omitempty"` // role whose config was taken
 	Episodes   int                 `json:"episodes"`
 	Ended      []int               `json:"ended,omitempty"` // ended episodes, sorted
+	Acts       int                 `json:"acts,omitempty"`  // acts of the ended episodes
 	Trace      string              `json:"trace"`           // W3C trace id of the rollout
 	CreatedMs  int64               `json:"created_ms"`
 	StartedMs  int64               `json:"started_ms,omitempty"`

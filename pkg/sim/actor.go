@@ -13,8 +13,11 @@ var (
 )
 
 // actorOutput answers a lookup, wrongly when the error rate or a
-// FaultActorWrong marker says so.
-func (e *Engine) actorOutput(prompt string, fires func(string) bool) string {
+// FaultActorWrong marker says so. The roll depends on how many times the
+// same prompt was seen before (occurrence), as sampling would: the copies of
+// a task in a group do not all make the same mistakes, so a group's rewards
+// spread, and a run with the same seed and order makes the same ones.
+func (e *Engine) actorOutput(prompt, occurrence string, fires func(string) bool) string {
 	input := ""
 	if m := inputLineRe.FindStringSubmatch(prompt); m != nil {
 		input = m[1]
@@ -24,7 +27,7 @@ func (e *Engine) actorOutput(prompt string, fires func(string) bool) string {
 		input = lines[len(lines)-1]
 	}
 	q := stripMarkers(input)
-	if fires("actor-wrong") || roll(e.cfg.ActorErrorRate, e.cfg.Seed, "actor-wrong", normQuery(q)) {
+	if fires("actor-wrong") || roll(e.cfg.ActorErrorRate, e.cfg.Seed, "actor-wrong", normQuery(q), occurrence) {
 		return e.world.wrongLookup(q, hash64(e.cfg.Seed, "wrong", normQuery(q)))
 	}
 	if v, ok := e.world.Lookup(q); ok {

@@ -43,6 +43,17 @@ type Config struct {
 	World           *World // nil = DefaultWorld()
 }
 
+// Defaults of the simulated world, the same for `planact up` and `planact
+// sim`: engines a little slower than nothing, an actor that answers a
+// lookup wrongly one time in ten, and a planner that plans half of the
+// questions one hop per turn.
+var Defaults = Config{
+	TTFT:            5 * time.Millisecond,
+	PerToken:        200 * time.Microsecond,
+	ActorErrorRate:  0.1,
+	PlannerStepwise: 0.5,
+}
+
 // Faults are random misbehaviours, each a probability. They are
 // deterministic given the seed, the request content and how many times that
 // content was seen before, so a retry rolls again.
@@ -198,7 +209,7 @@ func (e *Engine) generate(ctx context.Context, in genInput, progress func(out *g
 	if role == RolePlanner {
 		text, truncated = e.plannerOutput(in.prompt, occurrence, fires)
 	} else {
-		text = e.actorOutput(in.prompt, fires)
+		text = e.actorOutput(in.prompt, occurrence, fires)
 	}
 	out := e.finish(in, text, truncated)
 	if err := e.play(ctx, out, progress); err != nil {

@@ -35,6 +35,7 @@ func (s *Service) handleEpisodeEnd(ctx context.Context, m bus.Msg) error {
 		if !v.MarkEnded(end.Episode) {
 			return false, nil
 		}
+		v.Acts += len(end.Acts)
 		if v.EndedCount() == v.Episodes {
 			s.end(v, schema.SessionDone, schema.ResultOK, "")
 		}
@@ -46,7 +47,8 @@ func (s *Service) handleEpisodeEnd(ctx context.Context, m bus.Msg) error {
 	ctx = bus.WithTrace(ctx, sess.Trace)
 	if wrote {
 		zerolog.Ctx(ctx).Debug().Str("status", end.Status).Int("ended", sess.EndedCount()).Int("episodes", sess.Episodes).Msg("episode ended")
-		_ = s.status(ctx, end.Rollout, "episode-"+end.Status, end.Episode, fmt.Sprintf("%d/%d", sess.EndedCount(), sess.Episodes))
+		_ = s.Bus.Publish(ctx, &schema.Status{Rollout: end.Rollout, Event: "episode-" + end.Status, Episode: end.Episode,
+			Detail: fmt.Sprintf("%d/%d", sess.EndedCount(), sess.Episodes), Ended: sess.EndedCount(), Episodes: sess.Episodes, Acts: sess.Acts, AtMs: s.nowMs()})
 	}
 	return s.settle(ctx, sess)
 }
