@@ -364,3 +364,40 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestActorMistakesVaryPerSample: the copies of one prompt (a group) do not
+// all get the same answer, as they would not from a sampling model: with an
+// error rate of one half, some copies are right and some wrong (they were
+// all right or all wrong, so a group's rewards had no spread and a
+// group-relative trainer learnt nothing from the demo). The same seed and
+// order gives the same answers.
+func TestActorMistakesVaryPerSample(t *testing.T) {
+	answers := func() []string {
+		e := New(Config{Role: RoleActor, Seed: 3, ActorErrorRate: 0.5})
+		srv := httptest.NewServer(e)
+		defer srv.Close()
+		c, _ := engine.New("sglang", srv.URL, "", nil)
+		var out []string
+		for range 16 {
+			g, err := c.Generate(context.Background(), engine.Request{Text: actorPrompt, Sampling: engine.Sampling{MaxNewTokens: 64}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, g.Text)
+		}
+		return out
+	}
+	first := answers()
+	right := 0
+	for _, a := range first {
+		if a == "Paris" {
+			right++
+		}
+	}
+	if right == 0 || right == len(first) {
+		t.Errorf("16 copies of one prompt: %d right: no spread (%v)", right, first)
+	}
+	if again := answers(); !reflect.DeepEqual(first, again) {
+		t.Errorf("the same seed and order answered differently:\n%v\n%v", first, again)
+	}
+}
