@@ -2,7 +2,8 @@
 # run-local.sh: the compose topology as plain processes on loopback.
 #
 #   three nats-server processes (compose/nats/*.conf, ports moved to
-#   loopback: clients 14222-14224, routes 16222-16224, monitoring 18222-18224)
+#   loopback: clients CLIENT_PORT..+2, routes ROUTE_PORT..+2, monitoring
+#   MONITOR_PORT..+2; by default 14222, 16222 and 18222)
 #   simulated planner and actor engines (planact sim)
 #   one process per service as its own NATS user (planact serve), with
 #   act-dispatcher x3 and actor-gateway x2
@@ -16,7 +17,17 @@
 # too, one embedded server without users stands in (planact up --services none).
 #
 # Usage: compose/run-local.sh [--keep] [demo flags…]   (--keep: stay up after the demo)
+# Ports are settable in the environment: CLIENT_PORT, ROUTE_PORT, MONITOR_PORT
+# (each the first of three), SIM_PORT (planner engine; the actor's is the next).
 set -euo pipefail
+
+client_port="${CLIENT_PORT:-14222}"
+route_port="${ROUTE_PORT:-16222}"
+monitor_port="${MONITOR_PORT:-18222}"
+sim_port="${SIM_PORT:-30100}"
+for p in "$client_port" "$route_port" "$monitor_port" "$sim_port"; do
+  [[ "$p" =~ ^[0-9]+$ ]] && (( p > 0 && p < 65534 )) || { echo "run-local: port $p: want a number from 1 to 65533" >&2; exit 2; }
+done
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -81,12 +92,12 @@ if [[ -n "$nats_server" ]]; then
   cp "$here/nats/accounts.conf" "$work/"
   for i in 1 2 3; do
     mkdir -p "$work/js-$i"
-    sed -e "s|listen: 0.0.0.0:4222|listen: 127.0.0.1:1422$((i+1))|" \
-        -e "s|http: 0.0.0.0:8222|http: 127.0.0.1:1822$((i+1))|" \
-        -e "s|listen: 0.0.0.0:6222|listen: 127.0.0.1:1622$((i+1))|" \
-        -e "s|nats-route://nats-1:6222|nats-route://127.0.0.1:16222|" \
-        -e "s|nats-route://nats-2:6222|nats-route://127.0.0.1:16223|" \
-        -e "s|nats-route://nats-3:6222|nats-route://127.0.0.1:16224|" \
+    sed -e "s|listen: 0.0.0.0:4222|listen: 127.0.0.1:$((client_port+i-1))|" \
+        -e "s|http: 0.0.0.0:8222|http: 127.0.0.1:$((monitor_port+i-1))|" \
+        -e "s|listen: 0.0.0.0:6222|listen: 127.0.0.1:$((route_port+i-1))|" \
+        -e "s|nats-route://nats-1:6222|nats-route://127.0.0.1:$route_port|" \
+        -e "s|nats-route://nats-2:6222|nats-route://127.0.0.1:$((route_port+1))|" \
+        -e "s|nats-route://nats-3:6222|nats-route://127.0.0.1:$((route_port+2))|" \
         -e "s|store_dir: /data/jetstream|store_dir: $work/js-$i|" \
         "$here/nats/nats-$i.conf" >"$work/nats-$i.conf"
     "$nats_server" -c "$work/nats-$i.conf" >"$work/nats-$i.log" 2>&1 &
@@ -94,21 +105,21 @@ if [[ -n "$nats_server" ]]; then
   done
   for i in 1 2 3; do wait_for "$work/nats-$i.log" "Server is ready"; done
   wait_for "$work/nats-1.log" "JetStream cluster new metadata leader\|Self is new JetStream cluster metadata leader" || true
-  ports=(14222 14223 14224)
+  ports=("$client_port" "$((client_port+1))" "$((client_port+2))")
   replicas=3
-  log "NATS cluster up: nats://127.0.0.1:14222,14223,14224 (admin: $(url admin 14222))"
+  log "NATS cluster up: nats://127.0.0.1:${ports[0]},${ports[1]},${ports[2]} (admin: $(url admin "${ports[0]}"))"
 else
-  "$planact" up --services none --port 14222 --metrics "" --planner-url http://127.0.0.1:1 --actor-url http://127.0.0.1:1 >"$work/nats-1.log" 2>&1 &
+  "$planact" up --services none --port "$client_port" --metrics "" --planner-url http://127.0.0.1:1 --actor-url http://127.0.0.1:1 >"$work/nats-1.log" 2>&1 &
   pids+=($!)
   wait_for "$work/nats-1.log" "ready"
-  ports=(14222 14222 14222)
+  ports=("$client_port" "$client_port" "$client_port")
   replicas=1
   users=0
   url() { echo "nats://127.0.0.1:$2"; }
-  log "embedded NATS up: nats://127.0.0.1:14222"
+  log "embedded NATS up: nats://127.0.0.1:$client_port"
 fi
 
-"$planact" sim --planner-addr 127.0.0.1:30100 --actor-addr 127.0.0.1:30101 --ttft 5ms --per-token 200us >"$work/sim.log" 2>&1 &
+"$planact" sim --planner-addr "127.0.0.1:$sim_port" --actor-addr "127.0.0.1:$((sim_port+1))" >"$work/sim.log" 2>&1 &
 pids+=($!)
 
 # serve NAME REPLICA: one process of one service, on one of the three servers.
@@ -135,11 +146,11 @@ log "services up; logs in $work"
 
 NATS_URL="nats://127.0.0.1:${ports[1]}" NATS_USER="$(user_of admin)" NATS_PASSWORD="$(password_of admin)" \
   "$planact" up --demo --services none --metrics "" \
-  --planner-url http://127.0.0.1:30100 --actor-url http://127.0.0.1:30101 "$@"
+  --planner-url "http://127.0.0.1:$sim_port" --actor-url "http://127.0.0.1:$((sim_port+1))" "$@"
 status=$?
 
 if [[ $keep == 1 ]]; then
-  log "staying up (Ctrl-C stops); try: nats --server '$(url admin 14222)' micro ls"
+  log "staying up (Ctrl-C stops); try: nats --server '$(url admin "${ports[0]}")' micro ls"
   wait
 fi
 exit $status
