@@ -185,6 +185,8 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	cfg := schema.DefaultConfig()
 	cfg.PlanFormat = *format
+	// Seeded sampling: the same --seed plays the same demo.
+	cfg.PlannerSampling.Seed, cfg.ActorSampling.Seed = seed, seed
 	say("planact: demo — %d rollouts of %d tasks × %d samples; planner and actor trainers arrive on their own connections\n", *rollouts, *tasks, *group)
 	var progress io.Writer = stdout
 	if *asJSON {

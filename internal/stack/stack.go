@@ -5,6 +5,7 @@ package stack
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,8 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/micro"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/bus"
@@ -95,10 +96,8 @@ func Serve(ctx context.Context, names []string, o Options) error {
 					return fmt.Errorf("%s: %w", name, err)
 				}
 				buses = append(buses, b)
-				if name != actorgateway.Name { // it registers its own endpoint
-					if err := register(b, name, replica); err != nil {
-						return err
-					}
+				if err := register(b, name, replica); err != nil {
+					return err
 				}
 				run := runner(name, b, log, o)
 				wg.Add(1)
@@ -142,29 +141,32 @@ var descriptions = map[string]string{
 	plannergateway.Name: "planact: planner turns through the planner engine",
 	planparser.Name:     "planact: plans in, validated DAGs, answers or errors out",
 	actdispatcher.Name:  "planact: releases and executes acts, drives turns and episodes",
+	actorgateway.Name:   "planact: generations from the actor engines",
 }
 
-// register makes a replica visible to `nats micro ls` / `$SRV.PING`, with a
+// register makes a replica visible to `nats micro ls|info|stats`: its
+// consumers and endpoints, with the statistics of their real work, and a
 // status endpoint that says which replica answered and since when.
 func register(b *bus.Bus, name string, replica string) error {
 	started := time.Now()
-	_, err := micro.AddService(b.NC, micro.Config{
-		Name:        name,
-		Version:     Version,
-		Description: descriptions[name],
-		Metadata:    map[string]string{"replica": replica},
-		Endpoint: &micro.EndpointConfig{
-			Subject: "planact." + name + ".status",
-			Handler: micro.HandlerFunc(func(r micro.Request) {
-				_ = r.RespondJSON(map[string]any{
-					"service": name, "replica": replica, "started": started.UTC().Format(time.RFC3339),
-					"uptime_s": time.Since(started).Seconds(),
-				})
-			}),
-		},
+	svc, err := b.AddService(bus.ServiceConfig{
+		Name: name, Version: Version, Description: descriptions[name], Metadata: map[string]string{"replica": replica},
 	})
 	if err != nil {
-		return fmt.Errorf("%s: register micro service: %w", name, err)
+		return fmt.Errorf("%s: register service: %w", name, err)
+	}
+	subj := "planact." + name + ".status"
+	ep := svc.Endpoint("status", subj, "", nil)
+	_, err = b.NC.Subscribe(subj, func(m *nats.Msg) {
+		began := time.Now()
+		data, _ := json.Marshal(map[string]any{
+			"service": name, "replica": replica, "started": started.UTC().Format(time.RFC3339),
+			"uptime_s": time.Since(started).Seconds(),
+		})
+		ep.Record(time.Since(began), m.Respond(data))
+	})
+	if err != nil {
+		return fmt.Errorf("%s: status endpoint: %w", name, err)
 	}
 	return nil
 }

@@ -41,6 +41,8 @@ type Bus struct {
 	// Provisioning is what this bus provisioned with (defaults filled in).
 	Provisioning Provisioning
 	Log          zerolog.Logger
+
+	service *Service // what `nats micro` sees of this connection, if added
 }
 
 // Connect dials the servers c names, provisions the streams and buckets

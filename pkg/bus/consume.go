@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -120,6 +121,10 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 	if err != nil {
 		return fmt.Errorf("consumer %s on %s: %w", c.Durable, c.Stream, err)
 	}
+	// `nats micro stats` shows the consumer's real work: messages handled,
+	// errors, time in the handler.
+	ep := b.service.Endpoint(c.Durable, strings.Join(c.Filters, " "), "jetstream "+c.Stream,
+		map[string]string{"stream": c.Stream, "consumer": c.Durable})
 	sem := make(chan struct{}, c.Concurrency)
 	var wg sync.WaitGroup
 	cc, err := cons.Consume(func(raw jetstream.Msg) {
@@ -137,7 +142,7 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 		wg.Add(1)
 		go func() {
 			defer func() { stop(); <-sem; wg.Done() }()
-			b.handle(ctx, c, h, raw)
+			b.handle(ctx, c, h, raw, ep)
 		}()
 	}, jetstream.PullMaxMessages(c.Concurrency), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, context.Canceled) {
@@ -159,7 +164,7 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 	return nil
 }
 
-func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw jetstream.Msg) {
+func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw jetstream.Msg, ep *Endpoint) {
 	m := Msg{Subject: raw.Subject(), Header: raw.Headers(), Data: raw.Data(), raw: raw, Delivered: 1}
 	if md, err := raw.Metadata(); err == nil {
 		m.Delivered, m.Seq = md.NumDelivered, md.Sequence.Stream
@@ -173,7 +178,13 @@ func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw jetstream.M
 
 	began := time.Now()
 	err := safeCall(hctx, h, m)
-	telemetry.HandlerSeconds.WithLabelValues(c.Durable).Observe(time.Since(began).Seconds())
+	took := time.Since(began)
+	telemetry.HandlerSeconds.WithLabelValues(c.Durable).Observe(took.Seconds())
+	if isLater(err) {
+		ep.Record(took, nil) // not yet, not an error
+	} else {
+		ep.Record(took, err)
+	}
 	outcome := "nak"
 	defer func() { telemetry.MessagesHandled.WithLabelValues(c.Durable, outcome).Inc() }()
 

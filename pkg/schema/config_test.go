@@ -90,3 +90,15 @@ func TestSamplingDefaultsFieldByField(t *testing.T) {
 		t.Errorf("act_retries -1 became %d", got)
 	}
 }
+
+func TestGenerationSeed(t *testing.T) {
+	if got := (schema.Sampling{}).GenerationSeed(1, 2, "t1-s1"); got != 0 {
+		t.Errorf("no seed: %d, want 0 (the engine chooses)", got)
+	}
+	base := int64(7)
+	s := schema.Sampling{Seed: &base}
+	a, b, c := s.GenerationSeed(1, 2, "t1-s1"), s.GenerationSeed(1, 2, "t1-s1"), s.GenerationSeed(1, 3, "t1-s1")
+	if a == 0 || a != b || a == c || a >= 1<<53 {
+		t.Errorf("seeds %d %d %d: want the same for the same generation, another for another, nonzero, exact in JSON", a, b, c)
+	}
+}

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math"
 
 	"github.com/planact/planact/pkg/plan"
@@ -23,6 +24,30 @@ type Sampling struct {
 	TopP         *float64 `json:"top_p,omitempty"`
 	MaxNewTokens int      `json:"max_new_tokens,omitempty"`
 	Stop         []string `json:"stop,omitempty"`
+	// Seed, when set, makes sampling reproducible: every generation gets
+	// its own seed derived from this one and what it generates (rollout,
+	// episode, turn or node), sent to the engine (SGLang's sampling_seed,
+	// the OpenAI API's seed). Unset, the engine samples as it likes.
+	Seed *int64 `json:"seed,omitempty"`
+}
+
+// GenerationSeed is the seed of one generation: derived from the sampling
+// seed and what identifies the generation, never 0 (which engines read as
+// "none"); 0 when the sampling has no seed.
+func (s Sampling) GenerationSeed(parts ...any) int64 {
+	if s.Seed == nil {
+		return 0
+	}
+	h := fnv.New64a()
+	fmt.Fprint(h, *s.Seed)
+	for _, p := range parts {
+		fmt.Fprintf(h, "/%v", p)
+	}
+	v := int64(h.Sum64() >> 2) // positive, and within what JSON numbers keep exactly
+	if v == 0 {
+		v = 1
+	}
+	return v & (1<<53 - 1)
 }
 
 // Float returns a pointer to v, for Sampling literals.
@@ -52,6 +77,9 @@ func (s Sampling) withDefaults(d Sampling) Sampling {
 	}
 	if s.Stop == nil {
 		s.Stop = d.Stop
+	}
+	if s.Seed == nil {
+		s.Seed = d.Seed
 	}
 	return s
 }

@@ -141,6 +141,7 @@ type genInput struct {
 	prompt string // decoded prompt
 	maxNew int    // 0: default; < 0: an explicit limit of zero
 	stop   []string
+	seed   int64 // the request's sampling seed; 0: none
 }
 
 // genOutput is a finished generation.
@@ -171,7 +172,13 @@ func (e *Engine) generate(ctx context.Context, in genInput, progress func(out *g
 			role = RolePlanner
 		}
 	}
+	// What varies between two requests of the same prompt, as sampling
+	// does: the request's own seed, or else how many times the prompt was
+	// seen before.
 	occurrence := e.occurrence(in.prompt)
+	if in.seed != 0 {
+		occurrence = fmt.Sprintf("seed %d", in.seed)
+	}
 	key := e.markerKey(role, in.prompt)
 	markers := findMarkers(in.prompt)
 	fires := func(kind string) bool {

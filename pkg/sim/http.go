@@ -113,6 +113,7 @@ type sglGenerateReq struct {
 	SamplingParams struct {
 		MaxNewTokens *int     `json:"max_new_tokens"`
 		Stop         stopList `json:"stop"`
+		SamplingSeed int64    `json:"sampling_seed"`
 	} `json:"sampling_params"`
 	ReturnLogprob bool   `json:"return_logprob"`
 	Stream        bool   `json:"stream"`
@@ -151,6 +152,7 @@ func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	in.stop = req.SamplingParams.Stop
+	in.seed = req.SamplingParams.SamplingSeed
 	rid := req.RID
 	if rid == "" {
 		rid = fmt.Sprintf("sim-%x", hash64(time.Now().UnixNano(), in.prompt))
@@ -278,8 +280,9 @@ type oaiCommon struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
-	ReturnTokenIDs         bool `json:"return_token_ids"`
+	ReturnTokensAsTokenIDs bool  `json:"return_tokens_as_token_ids"`
+	ReturnTokenIDs         bool  `json:"return_token_ids"`
+	Seed                   int64 `json:"seed"`
 }
 
 func (c *oaiCommon) apply(in *genInput) {
@@ -293,6 +296,7 @@ func (c *oaiCommon) apply(in *genInput) {
 		in.maxNew = -1 // an explicit zero
 	}
 	in.stop = c.Stop
+	in.seed = c.Seed
 }
 
 func (e *Engine) tokenString(id int, asIDs bool) string {

@@ -8,8 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
@@ -55,43 +57,40 @@ func Run(ctx context.Context, d Deps) error {
 	if d.MaxInFlight == 0 {
 		d.MaxInFlight = 256
 	}
+	// The endpoint's statistics (`nats micro stats actor-gateway`) count the
+	// time of each generation, until its reply: it runs on its own
+	// goroutine, so the subscription's callback returns at once.
+	ep := d.Bus.Service().Endpoint("generate", schema.ActorSubject, QueueGroup, map[string]string{"schema": "actor.generate/1"})
 	slots := make(chan struct{}, d.MaxInFlight)
-	svc, err := micro.AddService(d.Bus.NC, micro.Config{
-		Name:        Name,
-		Version:     Version,
-		Description: "planact: generations from the actor engines",
-		QueueGroup:  QueueGroup,
-		Endpoint: &micro.EndpointConfig{
-			Subject: schema.ActorSubject,
-			Handler: micro.HandlerFunc(func(r micro.Request) {
-				// micro calls handlers one at a time per endpoint; a generation
-				// takes long, so each runs on its own goroutine.
-				select {
-				case slots <- struct{}{}:
-				case <-ctx.Done():
-					_ = r.Error(CodeUnavailable, "actor-gateway shutting down", nil)
-					return
-				}
-				go func() {
-					defer func() { <-slots }()
-					serve(ctx, d, r)
-				}()
-			}),
-			Metadata: map[string]string{"schema": "actor.generate/1"},
-		},
+	var wg sync.WaitGroup
+	sub, err := d.Bus.NC.QueueSubscribe(schema.ActorSubject, QueueGroup, func(m *nats.Msg) {
+		began := time.Now()
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			ep.Record(time.Since(began), replyError(m, CodeUnavailable, "actor-gateway shutting down"))
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			ep.Record(time.Since(began), serve(ctx, d, m))
+		}()
 	})
 	if err != nil {
 		return fmt.Errorf("actor-gateway: %w", err)
 	}
 	<-ctx.Done()
-	return svc.Stop()
+	_ = sub.Drain()
+	wg.Wait()
+	return nil
 }
 
-func serve(ctx context.Context, d Deps, r micro.Request) {
+// serve answers one request and returns the error it answered with.
+func serve(ctx context.Context, d Deps, m *nats.Msg) error {
 	var req schema.ActorRequest
-	if err := schema.Unmarshal(r.Data(), &req); err != nil {
-		_ = r.Error(CodeInvalid, err.Error(), nil)
-		return
+	if err := schema.Unmarshal(m.Data, &req); err != nil {
+		return replyError(m, CodeInvalid, err.Error())
 	}
 	log := d.Log.With().Int64("rollout", req.Rollout).Int("episode", req.Episode).Str("node", req.Key).Str("role", schema.RoleActor).Logger()
 	if req.DeadlineMs > 0 {
@@ -111,17 +110,27 @@ func serve(ctx context.Context, d Deps, r micro.Request) {
 			code = CodeInvalid
 		}
 		log.Warn().Err(err).Str("code", code).Msg("actor generation failed")
-		_ = r.Error(code, err.Error(), nil)
-		return
+		return replyError(m, code, err.Error())
 	}
 	body, err := schema.Marshal(&schema.ActorReply{Generation: gen})
 	if err != nil {
-		_ = r.Error(CodeInvalid, err.Error(), nil)
-		return
+		return replyError(m, CodeInvalid, err.Error())
 	}
-	if err := r.Respond(body); err != nil {
+	if err := m.Respond(body); err != nil {
 		log.Warn().Err(err).Msg("reply")
+		return err
 	}
+	return nil
+}
+
+// replyError answers m with an error in the NATS service protocol's
+// headers (code and description, no body), and returns it.
+func replyError(m *nats.Msg, code, description string) error {
+	reply := nats.NewMsg(m.Reply)
+	reply.Header.Set(micro.ErrorCodeHeader, code)
+	reply.Header.Set(micro.ErrorHeader, description)
+	_ = m.RespondMsg(reply)
+	return fmt.Errorf("%s: %s", code, description)
 }
 
 // Generate runs one actor generation, token-exact: the prompt is tokenized
@@ -147,6 +156,7 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest) 
 	temperature, topP := s.Values()
 	g, err := lease.Generate(ctx, engine.Request{InputIDs: ids, Sampling: engine.Sampling{
 		Temperature: temperature, TopP: topP, MaxNewTokens: s.MaxNewTokens, Stop: s.Stop,
+		Seed: s.GenerationSeed(req.Rollout, req.Episode, req.Key),
 	}})
 	if err != nil {
 		return schema.Generation{}, err

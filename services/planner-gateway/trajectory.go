@@ -85,6 +85,7 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		input = append(input, seg.IDs...)
 	}
 	sampling := toEngine(cfg.PlannerSampling)
+	sampling.Seed = cfg.PlannerSampling.GenerationSeed(req.Rollout, req.Episode, req.Turn)
 	if room := cfg.MaxContextTokens - len(input); room < sampling.MaxNewTokens {
 		sampling.MaxNewTokens = room
 	}
