@@ -5,7 +5,9 @@ FUZZTIME ?= 3s
 FUZZLONG ?= 2m
 FUZZPKGS ?= ./pkg/plan
 
-.PHONY: run up build test unit fuzz-smoke fuzz lint bench tidy clean
+NATSCLI  ?= v0.5.1
+
+.PHONY: run up build test tools unit fuzz-smoke fuzz lint bench tidy clean
 
 ## run: the embedded default — NATS, the five services, simulated engines, and a demo of both trainers
 run:
@@ -20,7 +22,12 @@ build:
 	$(GO) build -o bin/planact ./cmd/planact
 
 ## test: the whole suite with the race detector, then every fuzz target for $(FUZZTIME)
-test: unit fuzz-smoke
+test: tools unit fuzz-smoke
+
+## tools: the real clients the suite runs: the nats CLI (go install, once)
+tools:
+	@command -v nats >/dev/null || [ -x "$$($(GO) env GOPATH)/bin/nats" ] || \
+		{ echo "installing the nats CLI $(NATSCLI)"; $(GO) install github.com/nats-io/natscli/nats@$(NATSCLI); }
 
 unit:
 	$(GO) test -race -shuffle=on -count=1 -timeout 15m $(PKGS)

@@ -33,8 +33,9 @@ import (
 
 // These tests look at planact the way an operator with the nats CLI does:
 // `nats micro ls|info|stats`, `nats sub --headers-only`, `nats sub
-// --translate 'planact decode'` and `nats trace`. The CLI is a nats.go
-// program, so nats.go stands in for it.
+// --translate 'planact decode'` and `nats trace`, speaking the protocols
+// the CLI speaks with nats.go, to check their details; nats_cli_real_test.go
+// runs the real CLI.
 
 // patience bounds how long a test waits for something that should happen
 // long before; it is a hang guard, not a performance assertion.

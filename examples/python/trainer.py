@@ -27,10 +27,10 @@ def traceparent(rollout: int) -> str:
     return f"00-{trace_id}-{span_id}-01"
 
 
-async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=None):
-    """Publish rollout.<N>.arrive.<role> (schema rollout.arrive/1). Returns
-    the arrival's Nats-Msg-Id, which a rejection of it carries as arrival_id."""
-    at_ms = int(time.time() * 1000)
+def arrival_message(rollout, role, engine, weight_version, tasks=None, config=None, at_ms=None):
+    """The subject, headers and msgpack body of an arrival (schema
+    rollout.arrive/1) on rollout.<N>.arrive.<role>."""
+    at_ms = at_ms or int(time.time() * 1000)
     body = {
         "schema": "rollout.arrive/1",
         "rollout": rollout,
@@ -49,11 +49,19 @@ async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=N
         "Planact-Role": role,
         "Content-Type": "application/msgpack",
         # One id per arrival: a retried publish of it is dropped as a
-        # duplicate, a corrected arrival after a rejection is not.
+        # duplicate, a corrected arrival after a rejection is not; a
+        # rejection names the arrival it answers by this id (arrival_id).
         "Nats-Msg-Id": f"arrive.{rollout}.{role}..{at_ms}",
         "traceparent": traceparent(rollout),
     }
-    await js.publish(f"rollout.{rollout}.arrive.{role}", msgpack.packb(body, use_bin_type=True), headers=headers)
+    return f"rollout.{rollout}.arrive.{role}", headers, msgpack.packb(body, use_bin_type=True)
+
+
+async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=None):
+    """Publish the arrival with JetStream. Returns its Nats-Msg-Id, which a
+    rejection of it carries as arrival_id."""
+    subject, headers, body = arrival_message(rollout, role, engine, weight_version, tasks, config)
+    await js.publish(subject, body, headers=headers)
     return headers["Nats-Msg-Id"]
 
 

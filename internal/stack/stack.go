@@ -163,7 +163,8 @@ func register(b *bus.Bus, name string, replica string) error {
 			"service": name, "replica": replica, "started": started.UTC().Format(time.RFC3339),
 			"uptime_s": time.Since(started).Seconds(),
 		})
-		ep.Record(time.Since(began), m.Respond(data))
+		err := m.Respond(data)
+		ep.Record(time.Since(began), err)
 	})
 	if err != nil {
 		return fmt.Errorf("%s: status endpoint: %w", name, err)

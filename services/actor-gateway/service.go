@@ -74,7 +74,8 @@ func Run(ctx context.Context, d Deps) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			ep.Record(time.Since(began), serve(ctx, d, m))
+			err := serve(ctx, d, m)
+			ep.Record(time.Since(began), err)
 		}()
 	})
 	if err != nil {

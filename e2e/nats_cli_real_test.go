@@ -1,0 +1,253 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/sim"
+)
+
+// NatsCLIVersion is the nats CLI the suite runs (make tools installs it).
+const NatsCLIVersion = "v0.5.1"
+
+var (
+	cliOnce         sync.Once
+	cliPath, cliDir string // the nats CLI, and a directory with the planact binary
+	cliErr          error
+)
+
+// natsCLI returns the real nats CLI, installing it with go install when it
+// is neither on PATH nor in $(go env GOPATH)/bin, and a PATH on which
+// `planact` is this tree's build (for --translate 'planact decode').
+func natsCLI(t *testing.T) (cli string, path string) {
+	t.Helper()
+	cliOnce.Do(func() {
+		cliPath, cliErr = findNatsCLI()
+		if cliErr != nil {
+			return
+		}
+		cliDir, cliErr = os.MkdirTemp("", "planact-cli-")
+		if cliErr != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(cliDir, "planact"), "../cmd/planact").CombinedOutput()
+		if err != nil {
+			cliErr = fmt.Errorf("build planact: %v\n%s", err, out)
+		}
+	})
+	if cliErr != nil {
+		t.Skipf("the nats CLI cannot be had here (%v); `make tools` installs it: go install github.com/nats-io/natscli/nats@%s", cliErr, NatsCLIVersion)
+	}
+	return cliPath, cliDir + string(os.PathListSeparator) + os.Getenv("PATH")
+}
+
+func findNatsCLI() (string, error) {
+	if p, err := exec.LookPath("nats"); err == nil {
+		return p, nil
+	}
+	gopath, err := exec.Command("go", "env", "GOPATH").Output()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(strings.TrimSpace(string(gopath)), "bin", "nats")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if out, err := exec.Command("go", "install", "github.com/nats-io/natscli/nats@"+NatsCLIVersion).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go install: %v: %s", err, out)
+	}
+	return bin, nil
+}
+
+// natsRun runs the CLI against url and returns its output.
+func natsRun(t *testing.T, url string, args ...string) string {
+	t.Helper()
+	cli, path := natsCLI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cli, append([]string{"--server", url}, args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+path, "NATS_CONTEXT=", "HOME="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("nats %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestNatsCLI runs what the README promises with the real nats CLI: the
+// services in `nats micro ls`, their consumers and endpoints in `nats micro
+// info`, statistics of their real work in `nats micro stats` (the
+// actor-gateway's generations took milliseconds and reported one
+// microsecond; consumers did not appear at all), readable traffic with
+// `nats sub --translate 'planact decode'`, the buckets in `nats kv ls`, and
+// `nats trace` of a planact subject.
+func TestNatsCLI(t *testing.T) {
+	natsCLI(t)
+	e := start(t, envOptions{planner: sim.Config{Seed: 91}, actor: sim.Config{Seed: 92, TTFT: 5 * time.Millisecond}})
+	waitServices(t, bustest.Conn(t, e.url))
+
+	// A live follower of the plan traffic, decoded by planact.
+	cli, path := natsCLI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	sub := exec.CommandContext(ctx, cli, "--server", e.url, "sub", "plan.901.>", "--translate", "planact decode", "--count", "4")
+	sub.Env = append(os.Environ(), "PATH="+path, "NATS_CONTEXT=", "HOME="+t.TempDir())
+	stdout, err := sub.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.Stderr = sub.Stdout
+	if err := sub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var subOut strings.Builder
+	subDone := make(chan error, 1)
+	subscribed := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		once := sync.Once{}
+		for sc.Scan() {
+			subOut.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "Subscribing on") {
+				once.Do(func() { close(subscribed) })
+			}
+		}
+		subDone <- sub.Wait()
+	}()
+	select {
+	case <-subscribed:
+	case <-time.After(patience):
+		t.Fatal("nats sub did not subscribe")
+	}
+
+	tasks := e.tasks(2, 1, 901)
+	o := e.rollout(t, e.trainer(t), e.trainer(t), 901, tasks, nil, false)
+	if o.perr != nil || o.aerr != nil {
+		t.Fatal(o.perr, o.aerr)
+	}
+	if err := <-subDone; err != nil {
+		t.Errorf("nats sub: %v\n%s", err, subOut.String())
+	}
+	if got := subOut.String(); !strings.Contains(got, `"schema": "plan.req/1"`) || !strings.Contains(got, `"rollout": 901`) {
+		t.Errorf("nats sub --translate 'planact decode' printed no decoded plan request:\n%s", got)
+	}
+
+	// nats micro ls: the five services.
+	var list []struct {
+		Name string `json:"name"`
+		ID   string `json:"id"`
+	}
+	mustJSON(t, natsRun(t, e.url, "micro", "ls", "--json"), &list)
+	var names []string
+	for _, s := range list {
+		names = append(names, s.Name)
+	}
+	for _, want := range []string{"session-store", "planner-gateway", "plan-parser", "act-dispatcher", "actor-gateway"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("nats micro ls: no %s in %v", want, names)
+		}
+	}
+
+	// nats micro info: the act-dispatcher's consumers are its endpoints.
+	var info struct {
+		Info struct {
+			Endpoints []struct {
+				Name    string `json:"name"`
+				Subject string `json:"subject"`
+			} `json:"endpoints"`
+		} `json:"info"`
+	}
+	mustJSON(t, natsRun(t, e.url, "micro", "info", "act-dispatcher", "--json"), &info)
+	var eps []string
+	for _, ep := range info.Info.Endpoints {
+		eps = append(eps, ep.Name)
+	}
+	for _, want := range []string{"act-dispatcher-plan", "act-dispatcher-run", "status"} {
+		if !slices.Contains(eps, want) {
+			t.Errorf("nats micro info act-dispatcher: no endpoint %s in %v", want, eps)
+		}
+	}
+
+	// nats micro stats: the real work, counted and timed.
+	acts := o.actor.Stats.Acts
+	stat := func(service, endpoint string) (requests, errs int, avg time.Duration) {
+		var instances []struct {
+			Endpoints []struct {
+				Name    string        `json:"name"`
+				Num     int           `json:"num_requests"`
+				Errors  int           `json:"num_errors"`
+				Total   time.Duration `json:"processing_time"`
+				Average time.Duration `json:"average_processing_time"`
+			} `json:"endpoints"`
+		}
+		mustJSON(t, natsRun(t, e.url, "micro", "stats", service, "--json"), &instances)
+		var total time.Duration
+		found := false
+		for _, st := range instances {
+			for _, ep := range st.Endpoints {
+				if ep.Name == endpoint {
+					requests, errs, total, found = requests+ep.Num, errs+ep.Errors, total+ep.Total, true
+				}
+			}
+		}
+		if found {
+			if requests > 0 {
+				avg = total / time.Duration(requests)
+			}
+			return requests, errs, avg
+		}
+		t.Fatalf("nats micro stats %s: no endpoint %s", service, endpoint)
+		return
+	}
+	if n, errs, avg := stat("actor-gateway", "generate"); n != acts || errs != 0 || avg < 5*time.Millisecond {
+		t.Errorf("actor-gateway generate: %d requests, %d errors, %v on average; want %d generations of at least the engine's 5ms", n, errs, avg, acts)
+	}
+	if n, errs, _ := stat("act-dispatcher", "act-dispatcher-run"); n != acts || errs != 0 {
+		t.Errorf("act-dispatcher-run: %d messages, %d errors; want the %d acts", n, errs, acts)
+	}
+	if n, _, _ := stat("planner-gateway", "planner-gateway"); n < len(tasks) {
+		t.Errorf("planner-gateway: %d plan requests for %d episodes", n, len(tasks))
+	}
+
+	// nats kv ls: planact's buckets, and the rollout's session in one.
+	if out := natsRun(t, e.url, "kv", "ls", "--names"); !strings.Contains(out, "sessions") || !strings.Contains(out, "runs") {
+		t.Errorf("nats kv ls: %s", out)
+	}
+	if out := natsRun(t, e.url, "kv", "ls", "sessions"); !strings.Contains(out, "901") {
+		t.Errorf("nats kv ls sessions: no key 901 in\n%s", out)
+	}
+
+	// nats trace: a status event, as the README shows it, reaches the
+	// ROLLOUT stream.
+	out := natsRun(t, e.url, "trace", "rollout.901.status", "x")
+	if !strings.Contains(out, "ROLLOUT") {
+		t.Errorf("nats trace rollout.901.status: no sign of the ROLLOUT stream in\n%s", out)
+	}
+}
+
+func mustJSON(t *testing.T, out string, v any) {
+	t.Helper()
+	start := strings.IndexAny(out, "[{")
+	if start < 0 {
+		t.Fatalf("no JSON in %q", out)
+	}
+	if err := json.Unmarshal([]byte(out[start:]), v); err != nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			t.Fatalf("not JSON at %d: %v\n%s", syn.Offset, err, out)
+		}
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
