@@ -42,7 +42,9 @@ func TestUnmarshalStrictNamesUnknownFields(t *testing.T) {
 			m["config"].(map[string]any)["planner_sampling"].(map[string]any)["temprature"] = 0.0
 		}, `"config.planner_sampling.temprature"`},
 		{"task", func(m map[string]any) { m["tasks"].([]any)[0].(map[string]any)["lable"] = "x" }, `"tasks[0].lable"`},
-		{"tool", func(m map[string]any) { m["config"].(map[string]any)["tools"].([]any)[0].(map[string]any)["kidn"] = "http" }, `"config.tools[0].kidn"`},
+		{"tool", func(m map[string]any) {
+			m["config"].(map[string]any)["tools"].([]any)[0].(map[string]any)["kidn"] = "http"
+		}, `"config.tools[0].kidn"`},
 		{"engine", func(m map[string]any) { m["engine"].(map[string]any)["proto"] = "openai" }, `"engine.proto"`},
 	}
 	for _, c := range cases {

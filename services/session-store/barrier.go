@@ -42,7 +42,7 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		}
 	}
 
-	var late bool // the role arrives at a rollout that ended without it
+	var late bool  // the role arrives at a rollout that ended without it
 	var again bool // another arrival of a role that has arrived
 	sess, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(a.Rollout), func(v *schema.Session, exists bool) (bool, error) {
 		late, again = false, false
