@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 

@@ -1,0 +1,486 @@
+// A planact trainer in Node.js, written from the wire contract (schemas/ and
+// the README): arrive for rollout N as a role, wait for that role's result
+// without a JetStream consumer, fetch its samples, and tell samples, fall
+// back and error apart. checkSamples verifies what a trainer relies on.
+
+import { createHash, randomBytes } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
+
+import { decode, encode } from "@msgpack/msgpack";
+import { jetstream } from "@nats-io/jetstream";
+import { Objm } from "@nats-io/obj";
+import { Empty, errors, headers } from "@nats-io/transport-node";
+
+export const ROLES = ["planner", "actor"];
+export const RESULT_STATUSES = ["ok", "timeout", "partial", "aborted", "invalid", "failed"];
+export const SAMPLE_STATUSES = ["completed", "truncated", "aborted", "failed"];
+
+export const ARRIVE_SCHEMA = "rollout.arrive/1";
+export const CANCEL_SCHEMA = "rollout.cancel/1";
+export const RESULT_SCHEMA = "rollout.result/1";
+
+const ROLLOUT_STREAM = "ROLLOUT";
+const TASKS_STORE = "tasks";
+const CONTENT_TYPE = "application/msgpack";
+
+/** Above this many encoded bytes, a task list goes to the object store (as the Go client does). */
+export const DEFAULT_INLINE_TASKS_LIMIT = 256 * 1024;
+/** How often a wait reads the result subjects again. */
+export const DEFAULT_RECHECK_MS = 2000;
+/** Bound on one request to the server (a publish, a direct get). */
+const REQUEST_TIMEOUT_MS = 5000;
+
+/**
+ * PlanactError is what a rollout ends with when it gives no samples:
+ * code "timeout" (fall back to the standard rollout), "rejected" (the
+ * arrival or the rollout was refused; the message names the field) or
+ * "failed". result is planact's answer, when there was one.
+ */
+export class PlanactError extends Error {
+  constructor(code, message, result) {
+    super(message);
+    this.name = "PlanactError";
+    this.code = code;
+    this.result = result;
+  }
+}
+
+export const resultSubject = (rollout, role) => `rollout.${rollout}.result.${role}`;
+export const rejectedSubject = (rollout, role) => `rollout.${rollout}.result.${role}.rejected`;
+
+/**
+ * traceparent returns a W3C traceparent whose trace id is the rollout's, as
+ * the Go and Python trainers derive it, so that both jobs' arrivals join the
+ * rollout's trace; the span id comes from msgId, so a republished message
+ * carries the same header.
+ */
+export function traceparent(rollout, msgId) {
+  const sha = (s) => createHash("sha256").update(s).digest("hex");
+  const spanId = msgId ? sha(msgId).slice(0, 16) : randomBytes(8).toString("hex");
+  return `00-${sha(`planact-rollout-${rollout}`).slice(0, 32)}-${spanId}-01`;
+}
+
+/**
+ * arrive publishes arrival (the fields of rollout.arrive/1: rollout, role,
+ * engine, weight_version, tasks, config, attempt) on
+ * rollout.<N>.arrive.<role>. A task list larger than inlineTasksLimit
+ * encoded bytes goes to the object store "tasks" and the arrival names it
+ * in tasks_object. Returns what names the arrival: { id, atMs, tasksObject }.
+ * The id is its Nats-Msg-Id, which a rejection of it carries as arrival_id.
+ */
+export async function arrive(nc, arrival, { inlineTasksLimit = DEFAULT_INLINE_TASKS_LIMIT, timeoutMs = 60_000 } = {}) {
+  const { rollout, role } = arrival;
+  if (!ROLES.includes(role)) {
+    throw new PlanactError("rejected", `role ${JSON.stringify(role)}: want planner or actor`);
+  }
+  if (!Number.isSafeInteger(rollout) || rollout < 0) {
+    throw new PlanactError("rejected", `rollout ${rollout}: want an integer >= 0`);
+  }
+  if (!arrival.engine?.url) {
+    throw new PlanactError("rejected", `${role} arrives without an engine url`);
+  }
+  const deadline = Date.now() + timeoutMs;
+  const atMs = arrival.at_ms ?? Date.now();
+  const body = omitZero({ schema: ARRIVE_SCHEMA, ...arrival, at_ms: atMs });
+  let tasksObject;
+  if (body.tasks) {
+    const list = encode({ tasks: body.tasks }, { ignoreUndefined: true });
+    if (list.length > inlineTasksLimit) {
+      tasksObject = `rollout-${rollout}-${role}.tasks`;
+      await untilUp(deadline, async () => {
+        const store = await new Objm(jetstream(nc)).open(TASKS_STORE);
+        await store.putBlob({ name: tasksObject }, list);
+      });
+      delete body.tasks;
+      body.tasks_object = tasksObject;
+    }
+  }
+  // One id per arrival: a retried publish of it is stored once, a
+  // corrected arrival after a rejection is a new message.
+  const id = `arrive.${rollout}.${role}.${arrival.attempt ?? ""}.${atMs}`;
+  const h = planactHeaders(ARRIVE_SCHEMA, rollout, role);
+  h.set("traceparent", traceparent(rollout, id));
+  const js = jetstream(nc, { timeout: REQUEST_TIMEOUT_MS });
+  await untilUp(deadline, () =>
+    js.publish(`rollout.${rollout}.arrive.${role}`, encode(body, { ignoreUndefined: true }), { msgID: id, headers: h }),
+  );
+  return { id, atMs, tasksObject };
+}
+
+/**
+ * cancel aborts rollout as the trainer of role: both roles get an aborted
+ * result with the samples of the episodes that ended.
+ */
+export async function cancel(nc, rollout, role, reason = "", { timeoutMs = 60_000 } = {}) {
+  const body = omitZero({ schema: CANCEL_SCHEMA, rollout, role, reason, at_ms: Date.now() });
+  const js = jetstream(nc, { timeout: REQUEST_TIMEOUT_MS });
+  await untilUp(Date.now() + timeoutMs, () =>
+    js.publish(`rollout.${rollout}.cancel.${role}`, encode(body, { ignoreUndefined: true }), {
+      msgID: `cancel.${rollout}.${role}`,
+      headers: planactHeaders(CANCEL_SCHEMA, rollout, role),
+    }),
+  );
+}
+
+/**
+ * waitResult waits for role's result of rollout, or for the rejection of
+ * arrival (what arrive returned; without one every rejection counts), and
+ * returns it with its samples (fetched from the object store
+ * results_<role> when the result names samples_object). It subscribes to
+ * the result and rejection subjects and reads the last message on each
+ * with a direct get now and every recheckMs, so a result published before
+ * the wait or while the connection was down is found too. Throws a
+ * PlanactError "timeout" when timeoutMs passes or signal aborts first.
+ */
+export async function waitResult(
+  nc,
+  rollout,
+  role,
+  { arrival, timeoutMs = 3_600_000, recheckMs = DEFAULT_RECHECK_MS, signal } = {},
+) {
+  const deadline = Date.now() + timeoutMs;
+  const subjects = [resultSubject(rollout, role), rejectedSubject(rollout, role)];
+  const arrived = [];
+  let wake = () => {};
+  const subs = subjects.map((s) =>
+    nc.subscribe(s, {
+      callback: (err, msg) => {
+        if (!err) {
+          arrived.push(msg.data);
+          wake();
+        }
+      },
+    }),
+  );
+  const onAbort = () => wake();
+  signal?.addEventListener("abort", onAbort);
+  try {
+    for (;;) {
+      for (const s of subjects) {
+        const r = accept(await lastOn(nc, s), arrival);
+        if (r) {
+          return await withSamples(nc, r, deadline);
+        }
+      }
+      const next = Math.min(Date.now() + recheckMs, deadline);
+      for (;;) {
+        while (arrived.length > 0) {
+          const r = accept(arrived.shift(), arrival);
+          if (r) {
+            return await withSamples(nc, r, deadline);
+          }
+        }
+        const left = next - Date.now();
+        if (left <= 0 || signal?.aborted) {
+          break;
+        }
+        await new Promise((resolve) => {
+          const timer = setTimeout(resolve, left);
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wake = () => {};
+      }
+      if (signal?.aborted) {
+        throw new PlanactError(
+          "timeout",
+          `stopped waiting for the ${role} result of rollout ${rollout}: ${signal.reason?.message ?? signal.reason ?? "aborted"}`,
+        );
+      }
+      if (Date.now() >= deadline) {
+        throw new PlanactError("timeout", `no ${role} result for rollout ${rollout} within ${timeoutMs} ms`);
+      }
+      if (nc.isClosed()) {
+        throw new PlanactError("failed", `wait for rollout ${rollout}: the connection is closed`);
+      }
+    }
+  } finally {
+    signal?.removeEventListener("abort", onAbort);
+    for (const sub of subs) {
+      sub.unsubscribe();
+    }
+  }
+}
+
+/**
+ * rollout arrives and waits for the result. It returns the result for
+ * status ok, partial and aborted (samples of the episodes that ended;
+ * check status), and throws a PlanactError otherwise: "timeout" (fall back
+ * to the standard rollout), "rejected" (invalid) or "failed".
+ */
+export async function rollout(nc, arrival, { timeoutMs = 3_600_000, inlineTasksLimit, recheckMs, signal } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  const made = await arrive(nc, arrival, { inlineTasksLimit, timeoutMs });
+  const result = await waitResult(nc, arrival.rollout, arrival.role, {
+    arrival: made,
+    timeoutMs: Math.max(0, deadline - Date.now()),
+    recheckMs,
+    signal,
+  });
+  result.arrival = made;
+  return outcome(result);
+}
+
+/**
+ * outcome returns result when it brings samples (ok, partial, aborted) and
+ * throws the PlanactError its status means otherwise.
+ */
+export function outcome(result) {
+  const what = `rollout ${result.rollout ?? 0} (${result.role}): ${result.status}${result.reason ? `: ${result.reason}` : ""}`;
+  switch (result.status) {
+    case "ok":
+    case "partial":
+    case "aborted":
+      return result;
+    case "timeout":
+      throw new PlanactError("timeout", what, result);
+    case "invalid":
+      throw new PlanactError("rejected", what, result);
+    default:
+      throw new PlanactError("failed", what, result);
+  }
+}
+
+// accept returns the result in data, or null when there is none, or it is
+// the rejection of another arrival of ours, or the result of the rollout
+// that ended before this arrival (the session-store answers such an
+// arrival on the rejection subject, which the wait then reads).
+function accept(data, mine) {
+  if (!data || data.length === 0) {
+    return null;
+  }
+  const r = decode(data);
+  if (r?.schema !== RESULT_SCHEMA) {
+    throw new PlanactError("failed", `result schema ${JSON.stringify(r?.schema)}: this trainer reads ${RESULT_SCHEMA}`);
+  }
+  if (!mine?.id || !r.arrival_id || r.arrival_id === mine.id) {
+    return r;
+  }
+  if (r.rejected) {
+    return null; // the rejection of an earlier arrival
+  }
+  const finished = r.stats?.finished_ms ?? 0;
+  return finished > 0 && finished <= mine.atMs ? null : r;
+}
+
+// lastOn returns the body of the last message on subject in the ROLLOUT
+// stream (a direct get), or null when there is none yet or the server is
+// away for now.
+async function lastOn(nc, subject) {
+  try {
+    const m = await nc.request(`$JS.API.DIRECT.GET.${ROLLOUT_STREAM}.${subject}`, Empty, {
+      timeout: REQUEST_TIMEOUT_MS,
+    });
+    return m.headers?.hasError ? null : m.data; // 404: nothing on the subject yet
+  } catch (err) {
+    if (transient(err)) {
+      return null;
+    }
+    throw err;
+  }
+}
+
+// withSamples fetches r's samples from its role's object store when they
+// are there. The result says the object exists, so failures are tried
+// again until the deadline.
+async function withSamples(nc, r, deadline) {
+  if (r.samples_object) {
+    const bucket = `results_${r.role}`;
+    const data = await untilUp(deadline, async () => {
+      const blob = await (await new Objm(jetstream(nc)).open(bucket)).getBlob(r.samples_object);
+      if (blob === null) {
+        throw new PlanactError("failed", `samples ${bucket}/${r.samples_object}: no such object`);
+      }
+      return blob;
+    });
+    r.samples = decode(data);
+  }
+  r.samples ??= [];
+  return r;
+}
+
+// untilUp runs op until it succeeds, trying again with back-off while the
+// failure is one planact or NATS recovers from (planact not up yet, a
+// lost reply, a bucket not yet provisioned), until the deadline.
+async function untilUp(deadline, op) {
+  for (let wait = 50; ; wait = Math.min(2 * wait, 1000)) {
+    try {
+      return await op();
+    } catch (err) {
+      if (!transient(err) || Date.now() + wait >= deadline) {
+        throw err;
+      }
+    }
+    await sleep(wait);
+  }
+}
+
+function transient(err) {
+  if (err instanceof PlanactError) {
+    return err.code !== "rejected";
+  }
+  if (err instanceof errors.TimeoutError || err instanceof errors.NoRespondersError) {
+    return true;
+  }
+  if (err instanceof errors.RequestError) {
+    return err.isNoResponders() || err.cause instanceof errors.TimeoutError;
+  }
+  // The object store's "stream not found" while planact provisions.
+  return err?.name === "StreamNotFoundError" || /stream not found/i.test(err?.message ?? "");
+}
+
+function planactHeaders(schema, rollout, role) {
+  const h = headers();
+  h.set("Planact-Schema", schema);
+  h.set("Planact-Rollout", String(rollout));
+  h.set("Planact-Role", role);
+  h.set("Content-Type", CONTENT_TYPE);
+  return h;
+}
+
+// omitZero drops the top-level fields that hold a zero value, as planact's
+// own messages do (a reader treats a missing field as zero).
+function omitZero(body) {
+  const zero = (v) =>
+    v === undefined || v === null || v === "" || v === 0 || v === false || (Array.isArray(v) && v.length === 0);
+  return Object.fromEntries(Object.entries(body).filter(([k, v]) => k === "rollout" || !zero(v)));
+}
+
+/**
+ * checkSamples verifies the invariants a trainer relies on in the results
+ * of a rollout ({ planner, actor }: either may be absent) and returns
+ * { ok, errors }. Per sample: tokens = prompt tokens + response_length
+ * (at least one prompt token, the same ids for the same prompt text),
+ * loss_mask and rollout_log_probs one per response token, mask values 0 or
+ * 1, log-probs finite and <= 0 on trained tokens, a finite reward, a known
+ * status, weight_versions. Per result: sample_count samples, grouped by
+ * group_index then index, token totals as stats.tokens says; planner
+ * rollout_ids unique, at most one per ended episode; one actor sample per
+ * act of stats.acts, each in an episode with a planner sample.
+ */
+export function checkSamples({ planner, actor } = {}) {
+  const errs = [];
+  const fail = (msg) => errs.push(msg);
+  for (const [role, r] of Object.entries({ planner, actor })) {
+    if (!r) {
+      continue;
+    }
+    const samples = r.samples ?? [];
+    if ((r.sample_count ?? 0) !== samples.length) {
+      fail(`${role}: sample_count ${r.sample_count ?? 0}, ${samples.length} samples`);
+    }
+    const prompts = new Map(); // prompt text -> prompt token ids
+    let tokens = 0;
+    samples.forEach((s, i) => {
+      const where = `${role} sample ${i} (${s.rollout_id})`;
+      checkSample(s, where, fail);
+      tokens += s.tokens?.length ?? 0;
+      if (i > 0 && before(s, samples[i - 1])) {
+        fail(`${where}: ${position(s)} after ${position(samples[i - 1])}: not grouped by group_index, then index`);
+      }
+      const promptIds = (s.tokens ?? []).slice(0, (s.tokens?.length ?? 0) - (s.response_length ?? 0));
+      const seen = prompts.get(s.prompt ?? "");
+      if (seen && !sameIds(seen, promptIds)) {
+        fail(`${where}: the same prompt text as an earlier sample, other prompt token ids`);
+      }
+      prompts.set(s.prompt ?? "", promptIds);
+    });
+    const statTokens = r.stats?.tokens?.[role];
+    if (statTokens !== undefined && statTokens !== tokens) {
+      fail(`${role}: ${tokens} tokens in the samples, stats.tokens says ${statTokens}`);
+    }
+  }
+  if (planner) {
+    const ended = planner.stats?.completed ?? 0;
+    if ((planner.samples ?? []).length > ended) {
+      fail(`planner: ${planner.samples.length} samples for ${ended} episodes that ended`);
+    }
+    const ids = new Set();
+    for (const s of planner.samples ?? []) {
+      if (ids.has(s.rollout_id)) {
+        fail(`planner: two samples for episode ${s.rollout_id}`);
+      }
+      ids.add(s.rollout_id);
+    }
+    for (const s of actor?.samples ?? []) {
+      if (!ids.has(s.rollout_id)) {
+        fail(`actor sample of episode ${s.rollout_id}: no planner sample of that episode`);
+      }
+    }
+  }
+  if (actor) {
+    const acts = actor.stats?.acts ?? 0;
+    if ((actor.samples ?? []).length !== acts) {
+      fail(`actor: ${actor.samples.length} samples, stats.acts says ${acts}`);
+    }
+  }
+  return { ok: errs.length === 0, errors: errs };
+}
+
+function checkSample(s, where, fail) {
+  const tokens = s.tokens ?? [];
+  const n = s.response_length ?? 0;
+  const mask = s.loss_mask ?? [];
+  const lps = s.rollout_log_probs ?? [];
+  if (!s.rollout_id) {
+    fail(`${where}: no rollout_id`);
+  }
+  if (!SAMPLE_STATUSES.includes(s.status)) {
+    fail(`${where}: status ${JSON.stringify(s.status)}, want one of ${SAMPLE_STATUSES.join(", ")}`);
+  }
+  if (!tokens.every((t) => Number.isInteger(t) && t >= 0)) {
+    fail(`${where}: tokens are not all token ids`);
+  }
+  if (!Number.isInteger(n) || n < 0 || tokens.length - n < 1) {
+    fail(`${where}: ${tokens.length} tokens, response_length ${n}: want at least one prompt token before the response`);
+  }
+  if (mask.length !== n || lps.length !== n) {
+    fail(`${where}: response_length ${n}, loss_mask ${mask.length}, rollout_log_probs ${lps.length}`);
+  }
+  const badMask = mask.findIndex((m) => m !== 0 && m !== 1);
+  if (badMask >= 0) {
+    fail(`${where}: loss_mask[${badMask}] is ${mask[badMask]}`);
+  }
+  const badLp = lps.findIndex((lp, i) => !Number.isFinite(lp) || (mask[i] === 1 && lp > 0));
+  if (badLp >= 0) {
+    fail(`${where}: rollout_log_probs[${badLp}] is ${lps[badLp]} (loss_mask ${mask[badLp]})`);
+  }
+  if (!Number.isFinite(s.reward ?? 0)) {
+    fail(`${where}: reward ${s.reward}`);
+  }
+  if (!Array.isArray(s.weight_versions) || s.weight_versions.length === 0) {
+    fail(`${where}: no weight_versions`);
+  }
+}
+
+const position = (s) => `group ${s.group_index ?? 0} index ${s.index ?? 0}`;
+
+function before(a, b) {
+  const ga = a.group_index ?? 0;
+  const gb = b.group_index ?? 0;
+  return ga !== gb ? ga < gb : (a.index ?? 0) < (b.index ?? 0);
+}
+
+function sameIds(a, b) {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
+/**
+ * summarize returns what a training step reports of a role's result:
+ * status, samples, tokens and the mean reward of the samples.
+ */
+export function summarize(result) {
+  const samples = result.samples ?? [];
+  const rewards = samples.map((s) => s.reward ?? 0);
+  return {
+    status: result.status,
+    reason: result.reason ?? "",
+    samples: samples.length,
+    tokens: samples.reduce((n, s) => n + (s.tokens?.length ?? 0), 0),
+    trained_tokens: samples.reduce((n, s) => n + (s.loss_mask ?? []).reduce((a, m) => a + m, 0), 0),
+    mean_reward: rewards.length > 0 ? rewards.reduce((a, b) => a + b, 0) / rewards.length : 0,
+    ...(result.samples_object ? { samples_object: result.samples_object } : {}),
+  };
+}

@@ -1,0 +1,123 @@
+// The sample checks catch what they promise to: each case below breaks one
+// invariant of a consistent pair of results and expects it named.
+// Run with `node --test` (no NATS needed).
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { checkSamples, outcome, PlanactError } from "./planact.js";
+
+// results builds a consistent rollout of two episodes (rollout 42), one act
+// each, the way planact sends them.
+function results() {
+  const planner = (e) => ({
+    group_index: 0,
+    index: e,
+    rollout_id: `42-${e}`,
+    prompt: "Q: capital of France?",
+    tokens: [101, 102, 103, 7, 8, 9, 10],
+    response: "<graph>…</graph><answer>Paris</answer>",
+    response_length: 4,
+    loss_mask: [1, 0, 1, 1],
+    rollout_log_probs: [-0.5, 0, -0.25, -0.125],
+    reward: 1,
+    status: "completed",
+    weight_versions: ["planner-v7"],
+  });
+  const actor = (e) => ({
+    group_index: 0,
+    index: e,
+    rollout_id: `42-${e}`,
+    prompt: "search: capital of France",
+    tokens: [201, 202, 11, 12],
+    response_length: 2,
+    loss_mask: [1, 1],
+    rollout_log_probs: [-0.1, -0.2],
+    reward: 1,
+    status: "completed",
+    weight_versions: ["actor-v3"],
+  });
+  const stats = { episodes: 2, completed: 2, acts: 2, tokens: { planner: 14, actor: 8 } };
+  return {
+    planner: {
+      schema: "rollout.result/1",
+      role: "planner",
+      status: "ok",
+      sample_count: 2,
+      samples: [planner(0), planner(1)],
+      stats,
+    },
+    actor: {
+      schema: "rollout.result/1",
+      role: "actor",
+      status: "ok",
+      sample_count: 2,
+      samples: [actor(0), actor(1)],
+      stats,
+    },
+  };
+}
+
+test("a consistent rollout passes", () => {
+  assert.deepEqual(checkSamples(results()), { ok: true, errors: [] });
+});
+
+const broken = [
+  ["tokens shorter than the response", (r) => (r.planner.samples[0].response_length = 7), /at least one prompt token/],
+  ["a loss mask of the wrong length", (r) => r.actor.samples[1].loss_mask.pop(), /loss_mask 1/],
+  ["log-probs of the wrong length", (r) => r.planner.samples[1].rollout_log_probs.push(0), /rollout_log_probs 5/],
+  ["a loss mask value not 0 or 1", (r) => (r.planner.samples[0].loss_mask[1] = 2), /loss_mask\[1\] is 2/],
+  [
+    "a positive log-prob on a trained token",
+    (r) => (r.actor.samples[0].rollout_log_probs[0] = 0.3),
+    /rollout_log_probs\[0\] is 0.3/,
+  ],
+  ["a NaN log-prob", (r) => (r.planner.samples[0].rollout_log_probs[1] = NaN), /rollout_log_probs\[1\] is NaN/],
+  ["a reward that is not finite", (r) => (r.planner.samples[1].reward = Infinity), /reward Infinity/],
+  ["an unknown sample status", (r) => (r.actor.samples[0].status = "done"), /status "done"/],
+  ["no weight versions", (r) => (r.planner.samples[0].weight_versions = []), /no weight_versions/],
+  ["samples out of group order", (r) => r.planner.samples.reverse(), /not grouped/],
+  ["the same prompt with other token ids", (r) => (r.planner.samples[1].tokens[0] = 999), /other prompt token ids/],
+  [
+    "two planner samples of one episode",
+    (r) => (r.planner.samples[1].rollout_id = "42-0"),
+    /two samples for episode 42-0/,
+  ],
+  ["an actor sample of no episode", (r) => (r.actor.samples[1].rollout_id = "42-9"), /episode 42-9: no planner sample/],
+  ["samples missing from the result", (r) => r.actor.samples.pop(), /sample_count 2, 1 samples/],
+  ["more acts than actor samples", (r) => (r.actor.stats = { ...r.actor.stats, acts: 3 }), /stats.acts says 3/],
+  [
+    "token totals that disagree with the stats",
+    (r) => r.planner.samples[0].tokens.unshift(100),
+    /15 tokens in the samples, stats.tokens says 14/,
+  ],
+];
+
+for (const [name, breakIt, want] of broken) {
+  test(`caught: ${name}`, () => {
+    const r = results();
+    breakIt(r);
+    const got = checkSamples(r);
+    assert.equal(got.ok, false);
+    assert.ok(
+      got.errors.some((e) => want.test(e)),
+      `errors ${JSON.stringify(got.errors)} do not match ${want}`,
+    );
+  });
+}
+
+test("statuses map to samples, fall back or error", () => {
+  for (const status of ["ok", "partial", "aborted"]) {
+    assert.equal(outcome({ status }).status, status);
+  }
+  for (const [status, code] of [
+    ["timeout", "timeout"],
+    ["invalid", "rejected"],
+    ["failed", "failed"],
+  ]) {
+    assert.throws(
+      () => outcome({ status, role: "planner", reason: "why" }),
+      (err) => err instanceof PlanactError && err.code === code && /why/.test(err.message),
+    );
+  }
+});
