@@ -65,6 +65,14 @@ async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=N
     return headers["Nats-Msg-Id"]
 
 
+def arrival_ms(arrival_id):
+    """The at_ms at the end of an arrival id arrive.<N>.<role>.<attempt>.<at_ms>."""
+    try:
+        return int(arrival_id.rsplit(".", 1)[1])
+    except (IndexError, ValueError):
+        return 0
+
+
 async def last_on(nc, subject):
     """The last message on subject in the ROLLOUT stream (a direct get, no
     consumer), or None."""
@@ -123,7 +131,13 @@ async def accept(js, role, data, arrival_id):
     result = msgpack.unpackb(data, raw=False)
     if result.get("schema") != "rollout.result/1":
         raise ValueError(f"unexpected result schema {result.get('schema')!r}")
-    if result.get("rejected") and result.get("arrival_id") not in (None, "", arrival_id):
+    answers = result.get("arrival_id")
+    if result.get("rejected") and answers not in (None, "", arrival_id):
+        return None
+    finished = result.get("stats", {}).get("finished_ms", 0)
+    if not result.get("rejected") and answers not in (None, "", arrival_id) and 0 < finished <= arrival_ms(arrival_id):
+        # The result of a rollout that ended before this arrival (the id was
+        # used before): the rejection that names this arrival follows.
         return None
     if result.get("samples_object"):  # too large to be inline: this role's object store
         store = await js.object_store(f"results_{role}")

@@ -124,7 +124,9 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 	if c.Reason != "" {
 		reason += ": " + c.Reason
 	}
+	var unknown bool
 	sess, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(c.Rollout), func(v *schema.Session, exists bool) (bool, error) {
+		unknown = !exists
 		if !exists || v.Final() {
 			return false, nil
 		}
@@ -133,6 +135,11 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 	})
 	if err != nil {
 		return rolloutErr(c.Rollout, err)
+	}
+	if unknown {
+		// Nothing to abort: whoever cancelled is told, on the status subject.
+		zerolog.Ctx(ctx).Warn().Msg("cancel of a rollout planact does not know")
+		return s.status(ctx, c.Rollout, "rejected", -1, fmt.Sprintf("cancel by the %s trainer: rollout %d is not known (never arrived, or past the history)", c.Role, c.Rollout))
 	}
 	ctx = bus.WithTrace(ctx, sess.Trace)
 	if wrote {
