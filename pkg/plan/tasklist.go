@@ -196,10 +196,17 @@ type tagCall struct {
 // the end of the last tag read, or 0.
 func toolTags(d *doc, from int, o *Options) (calls []tagCall, cut string, to int, err *Error) {
 	s := d.text
-	// closes lists where each closing tag </name> is, by lower-case name,
-	// from one scan: every opening tag then finds its own closing tag
-	// without a scan of its own, however many distinct tags are left open.
-	closes := map[string][]int{}
+	// closes lists the closing tags </name> in order, each linked to the
+	// next one of its name, and next holds the first one of each name not
+	// yet passed: one scan, after which every opening tag finds its own
+	// closing tag without a scan of its own, however many distinct tags
+	// are left open.
+	type closeTag struct {
+		at   int
+		name string // lower case
+		next int    // index in closes of the next </name>, or -1
+	}
+	var closes []closeTag
 	for i := from; i < len(s); {
 		k := strings.Index(s[i:], "</")
 		if k < 0 {
@@ -211,11 +218,19 @@ func toolTags(d *doc, from int, o *Options) (calls []tagCall, cut string, to int
 		j := identAt(s, i)
 		if j > i && j < len(s) && s[j] == '>' {
 			d.m.add(j - i)
-			name := d.lower[i:j]
-			closes[name] = append(closes[name], i-2)
+			closes = append(closes, closeTag{at: i - 2, name: d.lower[i:j]})
 		}
 	}
-	used := map[string]int{} // closing tags of each name already passed
+	next := make(map[string]int)
+	for k := len(closes) - 1; k >= 0; k-- {
+		c := &closes[k]
+		c.next = -1
+		if n, ok := next[c.name]; ok {
+			c.next = n
+		}
+		next[c.name] = k
+	}
+	d.m.add(len(closes))
 	lastTag := strings.LastIndexByte(s, '<')
 	d.m.add(len(s) - max(lastTag, from))
 	for i := from; i < len(s); i++ {
@@ -236,15 +251,14 @@ func toolTags(d *doc, from int, o *Options) (calls []tagCall, cut string, to int
 		if notToolTags[lname] {
 			continue
 		}
-		closeTag := "</" + lname + ">"
-		c, list := -1, closes[lname]
-		u := used[lname]
-		for u < len(list) && list[u] < j+1 {
-			u++
-		}
-		used[lname] = u
-		if u < len(list) {
-			c = list[u]
+		c := -1
+		if k, ok := next[lname]; ok {
+			for k >= 0 && closes[k].at < j+1 {
+				k = closes[k].next
+			}
+			if next[lname] = k; k >= 0 {
+				c = closes[k].at
+			}
 		}
 		if c < 0 {
 			if lastTag < j+1 {
@@ -276,7 +290,7 @@ func toolTags(d *doc, from int, o *Options) (calls []tagCall, cut string, to int
 				calls = append(calls, tagCall{tool: tool, input: q, line: d.line(i)})
 			}
 		}
-		i = c + len(closeTag) - 1
+		i = c + len("</>") + len(lname) - 1
 		to = i + 1
 	}
 	return calls, "", to, nil
