@@ -95,8 +95,8 @@ func checkLinear(t *testing.T, name, small, large string, opts Options) {
 func TestLinearWork(t *testing.T) {
 	for _, a := range adversarial {
 		t.Run(a.name, func(t *testing.T) {
-			small := grow(a.prefix, a.unit, a.suffix, 8<<10)
-			large := grow(a.prefix, a.unit, a.suffix, 128<<10)
+			small := grow(a.prefix, a.unit, a.suffix, 4<<10)
+			large := grow(a.prefix, a.unit, a.suffix, 64<<10)
 			for _, f := range linearFormats {
 				checkLinear(t, a.name, small, large, Options{Format: f, Stop: []string{"</answer>"}})
 			}
