@@ -27,8 +27,9 @@ type parseOutput struct {
 // runParse implements `planact parse [--format f] [--dot] [--tools a,b] [file]`:
 // it parses a planner output from file (or stdin) and prints the Result as
 // indented JSON with its levels and critical path, or the plan as Graphviz
-// DOT. A parse error is printed as JSON on stdout and returned.
-func runParse(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+// DOT. A parse error is printed as JSON on stdout and returned. The parse
+// stops when ctx ends (Ctrl-C, SIGTERM), whatever the input.
+func runParse(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("parse", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	format := fs.String("format", "auto", "plan format: auto, graph, tasklist, json, numbered, steps or answer")
@@ -38,6 +39,7 @@ func runParse(_ context.Context, args []string, stdin io.Reader, stdout, stderr 
 	maxNodes := fs.Int("max-nodes", plan.DefaultMaxNodes, "maximum nodes in a plan")
 	maxDepth := fs.Int("max-depth", plan.DefaultMaxDepth, "maximum length of a dependency chain, in nodes")
 	maxArg := fs.Int("max-arg-bytes", plan.DefaultMaxArgBytes, "maximum size of one argument value")
+	stop := fs.String("stop", "", "comma-separated stop strings the engine stopped on and stripped (as the plan-parser passes them), e.g. </answer>")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: planact parse [--format f] [--dot] [--tools a,b] [file]   (reads stdin without a file)")
 		fs.PrintDefaults()
@@ -77,14 +79,22 @@ func runParse(_ context.Context, args []string, stdin io.Reader, stdout, stderr 
 			opts.Tools = append(opts.Tools, t)
 		}
 	}
+	for _, s := range strings.Split(*stop, ",") {
+		if s != "" {
+			opts.Stop = append(opts.Stop, s)
+		}
+	}
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	r, err := plan.Parse(string(data), opts)
-	if err != nil {
-		if werr := enc.Encode(err); werr != nil {
+	r, err := plan.ParseContext(ctx, string(data), opts)
+	var pe *plan.Error
+	if errors.As(err, &pe) {
+		if werr := enc.Encode(pe); werr != nil {
 			return werr
 		}
+	}
+	if err != nil {
 		return fmt.Errorf("parse: %w", err)
 	}
 	if *dot && r.Plan != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -71,6 +72,18 @@ func TestParseCommand(t *testing.T) {
 					t.Errorf("out:\n%s", out)
 				}
 			}},
+		{name: "answer mentioned in a plan", stdin: "I will give the result in <answer> tags.\n" + diamondPlan, check: func(t *testing.T, out string) {
+			if !strings.Contains(out, `"format": "graph"`) || strings.Contains(out, `"answers"`) {
+				t.Errorf("out:\n%s", out)
+			}
+		}},
+		{name: "stop string stripped", args: []string{"--stop", "</answer>"}, stdin: "I know it.\n<answer>Paris", check: func(t *testing.T, out string) {
+			if !strings.Contains(out, `"Paris"`) {
+				t.Errorf("out:\n%s", out)
+			}
+		}},
+		{name: "answer never closed", stdin: "I know it.\n<answer>Paris", wantErr: true, wantKind: plan.ErrSyntax},
+		{name: "placeholder naming no step", stdin: "1. search(\"a\")\n2. search(\"b $7\")\n3. join()", wantErr: true, wantKind: plan.ErrBadPlaceholder},
 		{name: "missing file", args: []string{filepath.Join(t.TempDir(), "nope")}, wantErr: true},
 		{name: "bad flag", args: []string{"--bogus"}, wantErr: true},
 	}
@@ -96,4 +109,49 @@ func TestParseCommand(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestParseCommandStops: the command's context (cancelled by Ctrl-C or
+// SIGTERM in main) stops a long parse at once, with the context's error.
+func TestParseCommandStops(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("<graph>\n")
+	for i := 0; b.Len() < 8<<20; i++ {
+		fmt.Fprintf(&b, "<node id=\"s%d\">search(capital{}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}\n<tool%d>", i, i)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for name, ctx := range map[string]context.Context{
+		"before the parse": cancelled,
+		"during the parse": &endsLater{Context: context.Background(), looks: 5},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := runParse(ctx, nil, strings.NewReader(b.String()), &stdout, &stderr)
+			var pe *plan.Error
+			if !errors.Is(err, context.Canceled) || errors.As(err, &pe) {
+				t.Fatalf("err = %v, want context.Canceled", err)
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("printed %q for a stopped parse", stdout.String())
+			}
+		})
+	}
+}
+
+// endsLater is a context that ends once its Err has been asked looks
+// times: a signal that arrives in the middle of a parse, without a clock.
+type endsLater struct {
+	context.Context
+	looks int
+}
+
+func (c *endsLater) Done() <-chan struct{} { return make(chan struct{}) }
+
+func (c *endsLater) Err() error {
+	if c.looks <= 0 {
+		return context.Canceled
+	}
+	c.looks--
+	return nil
 }

@@ -51,9 +51,10 @@ func identAt(s string, i int) int {
 
 // parseCall parses a call that starts at s[i] (no leading space). It
 // returns errEOF if the text ends inside the call and errSyntax if the text
-// at i is not a well-formed call.
-func parseCall(s string, i int) (call, error) {
+// at i is not a well-formed call. m is charged for what it reads.
+func parseCall(m *meter, s string, i int) (call, error) {
 	j := identAt(s, i)
+	m.add(j - i + 1)
 	if j == i || j >= len(s) || s[j] != '(' {
 		if j == len(s) && j > i {
 			return call{}, errEOF
@@ -62,6 +63,7 @@ func parseCall(s string, i int) (call, error) {
 	}
 	c := call{tool: s[i:j], args: map[string]any{}}
 	p := &argParser{s: s, i: j + 1}
+	defer func() { m.add(p.i - j + p.extra) }()
 	var positional []any
 	p.space()
 	if p.peek() == ')' {
@@ -131,8 +133,9 @@ func assignPositional(args map[string]any, pos []any) {
 }
 
 type argParser struct {
-	s string
-	i int
+	s     string
+	i     int
+	extra int // bytes read more than once (a keyword that was not one, a token trimmed)
 }
 
 // keyword consumes "name=" or "name:" at p.i and returns the name.
@@ -146,8 +149,10 @@ func (p *argParser) keyword() (string, bool) {
 		q++
 	}
 	if q >= len(p.s) || p.s[q] != ':' && (p.s[q] != '=' || q+1 < len(p.s) && p.s[q+1] == '=') {
+		p.extra += q - p.i
 		return "", false
 	}
+	p.extra += q - p.i
 	name := p.s[p.i:k]
 	p.i = q + 1
 	return name, true
@@ -276,16 +281,21 @@ func (p *argParser) isPlaceholder() bool {
 // true/false/null, and references such as $1 or {s1}.
 func (p *argParser) bare() (any, error) {
 	start := p.i
+	// A '}' ends the token unless a '{' came before it in the token: it
+	// closes a placeholder ({s1}) then.
+	braced := false
 	for p.i < len(p.s) {
 		c := p.s[p.i]
-		if c == ',' || c == ')' || c == ']' || c == '}' && !p.closesPlaceholder(start) || c == '\n' {
+		if c == ',' || c == ')' || c == ']' || c == '}' && !braced || c == '\n' {
 			break
 		}
 		if c == '(' || c == '[' || c == '"' {
 			return nil, errSyntax
 		}
+		braced = braced || c == '{'
 		p.i++
 	}
+	p.extra += 2 * (p.i - start)
 	tok := strings.TrimSpace(p.s[start:p.i])
 	if p.i >= len(p.s) {
 		return nil, errEOF
@@ -305,13 +315,6 @@ func (p *argParser) bare() (any, error) {
 		return f, nil
 	}
 	return tok, nil
-}
-
-// closesPlaceholder reports whether the '}' at p.i ends a placeholder that
-// began inside the current bare token.
-func (p *argParser) closesPlaceholder(start int) bool {
-	o := strings.LastIndexByte(p.s[start:p.i], '{')
-	return o >= 0
 }
 
 // str parses a single- or double-quoted string with backslash escapes.
@@ -368,9 +371,10 @@ func (p *argParser) str() (string, error) {
 // with its raw argument text as input. ok is false if region is not a call;
 // then err is errEOF if region ends inside a call, errSyntax if it is a
 // malformed call, nil if it is not a call at all.
-func callRegion(region string) (c call, note string, ok bool, err error) {
+func callRegion(m *meter, region string) (c call, note string, ok bool, err error) {
+	m.add(2 * len(region))
 	region = strings.TrimSpace(region)
-	c, err = parseCall(region, 0)
+	c, err = parseCall(m, region, 0)
 	if err == nil {
 		rest := strings.TrimSpace(strings.TrimLeft(region[c.end:], " \t;"))
 		switch {

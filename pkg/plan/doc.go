@@ -5,9 +5,10 @@ import (
 	"strings"
 )
 
-// doc is a planner output prepared for scanning. Think blocks are blanked
-// out byte for byte (newlines kept), so every offset and line number in
-// text is also one in the original output.
+// doc is a planner output prepared for scanning. Think blocks and echo
+// blocks (observations the planner wrote itself) are blanked out byte for
+// byte (newlines kept), so every offset and line number in text is also
+// one in the original output.
 type doc struct {
 	text  string
 	lower string // text with ASCII letters lowered; same offsets
@@ -15,27 +16,38 @@ type doc struct {
 	// thinkCut is set when a <think> block is never closed: everything
 	// after it was blanked, and the output most likely hit the length limit.
 	thinkCut bool
+	m        *meter
 }
 
-func newDoc(s string) *doc {
+// echoTags name the blocks in which a planner imitates what planact (or a
+// chat template) shows it: the <observation> blocks that the act-dispatcher
+// appends after every turn, and their look-alikes. A planner that writes
+// one is echoing, not planning or answering, so nothing inside counts.
+var echoTags = []string{"observation", "observations", "tool_response", "tool_result", "result"}
+
+func newDoc(s string, m *meter) *doc {
+	m.add(len(s))
 	lower := asciiLower(s)
 	b := []byte(s)
 	blank := func(from, to int) {
+		m.add(to - from)
 		for i := from; i < to; i++ {
 			if b[i] != '\n' {
 				b[i] = ' '
 			}
 		}
 	}
-	d := &doc{}
+	d := &doc{m: m}
 	// A lone </think> before any <think> closes a block that the chat
 	// template opened in the prompt: everything before it is thinking.
+	m.add(2 * len(s))
 	if c, o := strings.Index(lower, "</think>"), strings.Index(lower, "<think>"); c >= 0 && (o < 0 || c < o) {
 		blank(0, c+len("</think>"))
 	}
 	for from := 0; ; {
 		o := strings.Index(lower[from:], "<think>")
 		if o < 0 {
+			m.add(len(s) - from)
 			break
 		}
 		o += from
@@ -46,10 +58,13 @@ func newDoc(s string) *doc {
 			break
 		}
 		c += o + len("</think>")
+		m.add(c - from)
 		blank(o, c)
 		from = c
 	}
+	blankEcho(string(b), blank, m)
 	d.text = string(b)
+	m.add(2 * len(s))
 	d.lower = asciiLower(d.text)
 	for i := 0; i < len(b); i++ {
 		if b[i] == '\n' {
@@ -57,6 +72,53 @@ func newDoc(s string) *doc {
 		}
 	}
 	return d
+}
+
+// blankEcho blanks every closed echo block of text (think blocks already
+// blanked). An echo tag pairs with the nearest opening tag of its name
+// before it: prose that mentions "<observation>" before a real block does
+// not swallow the plan in between, and an opening tag that is never closed
+// is a mention, not a block, so it blanks nothing.
+func blankEcho(text string, blank func(from, to int), m *meter) {
+	open := map[string]int{}
+	for i := 0; i < len(text); {
+		k := strings.IndexByte(text[i:], '<')
+		if k < 0 {
+			m.add(len(text) - i)
+			return
+		}
+		m.add(k + 1)
+		i += k
+		closing := i+1 < len(text) && text[i+1] == '/'
+		at := i + 1
+		if closing {
+			at++
+		}
+		j := identAt(text, at)
+		if j == at || j >= len(text) || text[j] != '>' {
+			i = max(j, i+1)
+			continue
+		}
+		name := asciiLower(text[at:j])
+		m.add(j - at)
+		if !slices.Contains(echoTags, name) {
+			i = j
+			continue
+		}
+		switch o, ok := open[name]; {
+		case !closing:
+			open[name] = i
+		case ok:
+			blank(o, j+1)
+			// A block ends every block opened inside it.
+			for n, p := range open {
+				if p >= o {
+					delete(open, n)
+				}
+			}
+		}
+		i = j + 1
+	}
 }
 
 func asciiLower(s string) string {
@@ -94,35 +156,48 @@ func (d *doc) index(sub string, from int) int {
 	}
 	i := strings.Index(d.lower[from:], sub)
 	if i < 0 {
+		d.m.add(len(d.lower) - from)
 		return -1
 	}
+	d.m.add(i + len(sub))
 	return i + from
 }
 
-// answers returns the text of the first non-empty <answer> block, split on
-// "|". An unclosed <answer> runs to the end of the output: engines often
-// strip a stop string such as </answer>.
-func (d *doc) answers() []string {
-	for from := 0; ; {
-		o := d.index("<answer>", from)
-		if o < 0 {
-			return nil
-		}
-		start := o + len("<answer>")
-		end := d.index("</answer>", start)
-		next := end + len("</answer>")
-		if end < 0 {
-			end, next = len(d.text), len(d.text)
-		}
-		var out []string
-		for _, a := range strings.Split(d.text[start:end], "|") {
-			if a = strings.TrimSpace(a); a != "" {
-				out = append(out, a)
-			}
-		}
-		if len(out) > 0 {
-			return out
-		}
-		from = next
+// A finder answers "where is the next sub at or after from" for queries
+// whose from never decreases, in one scan of the text for all of them: a
+// parser that asks once per node or per tag would otherwise rescan the
+// rest of the output each time the answer is far away or missing.
+type finder struct {
+	d   *doc
+	sub string
+	lo  int // the answer below is the first match at or after lo
+	at  int // -1: none at or after lo
+}
+
+func (d *doc) finder(sub string) *finder { return &finder{d: d, sub: sub, lo: -1} }
+
+func (f *finder) next(from int) int {
+	if f.lo >= 0 && f.lo <= from && (f.at < 0 || f.at >= from) {
+		return f.at
 	}
+	f.lo, f.at = from, f.d.index(f.sub, from)
+	return f.at
+}
+
+// tagFinder is a finder for opening tags (see tagIndex).
+type tagFinder struct {
+	d    *doc
+	name string
+	lo   int
+	at   int
+}
+
+func (d *doc) tagFinder(name string) *tagFinder { return &tagFinder{d: d, name: name, lo: -1} }
+
+func (f *tagFinder) next(from int) int {
+	if f.lo >= 0 && f.lo <= from && (f.at < 0 || f.at >= from) {
+		return f.at
+	}
+	f.lo, f.at = from, tagIndex(f.d, f.name, from)
+	return f.at
 }

@@ -16,7 +16,7 @@ const (
 	ErrTooManyNodes      ErrorKind = "too_many_nodes"     // more nodes than Options.MaxNodes
 	ErrTooDeep           ErrorKind = "too_deep"           // a dependency chain longer than Options.MaxDepth
 	ErrArgumentTooLarge  ErrorKind = "argument_too_large" // an argument larger than Options.MaxArgBytes
-	ErrBadPlaceholder    ErrorKind = "bad_placeholder"    // a placeholder names a node that is not a dependency
+	ErrBadPlaceholder    ErrorKind = "bad_placeholder"    // a placeholder names no node, or a node that is not a dependency
 	ErrTruncated         ErrorKind = "truncated"          // the output was cut off before a usable plan
 	ErrUnknownFormat     ErrorKind = "unknown_format"     // no known plan format in the text
 )

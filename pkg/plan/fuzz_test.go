@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -71,6 +72,11 @@ func check(t *testing.T, text string, opts Options) {
 		}
 		ids[n.ID] = true
 	}
+	// Numbers name nodes only in plans that name nodes by number.
+	numbered := p.Format == FormatNumbered
+	for _, n := range p.Nodes {
+		numbered = numbered || isNumber(n.ID)
+	}
 	outputs := map[string]string{}
 	for _, n := range p.Nodes {
 		for _, d := range n.Deps {
@@ -80,7 +86,7 @@ func check(t *testing.T, text string, opts Options) {
 			outputs[d] = "out"
 		}
 		for _, name := range n.Placeholders() {
-			if ids[name] && !contains(n.Deps, name) {
+			if (numbered || !isNumber(name)) && !slices.Contains(n.Deps, name) {
 				t.Fatalf("node %s: placeholder %s is not a dependency", n.ID, name)
 			}
 		}
@@ -143,7 +149,16 @@ func FuzzParseSteps(f *testing.F) {
 }
 
 func FuzzParseAnswer(f *testing.F) {
-	fuzzFormat(f, FormatAnswer, "<answer>a | b</answer>", "<think><answer>x</answer></think><answer>", "</think><ANSWER>y")
+	seeds(f, "<answer>a | b</answer>", "<think><answer>x</answer></think><answer>", "</think><ANSWER>y",
+		"I use <answer> tags, `<answer>x</answer>` \"<answer>y</answer>\" <answer>your answer</answer> <answer>z</answer>",
+		"<observation><answer>x</answer></observation>```\n<answer>y</answer>\n```<graph><node id=\"a\">x(\"<answer>z</answer>\")</node></graph>")
+	f.Fuzz(func(t *testing.T, text string) {
+		check(t, text, Options{Format: FormatAnswer})
+		// With the stop string stripped, an answer left open at the end
+		// may count too.
+		check(t, text, Options{Format: FormatAnswer, Stop: []string{"</answer>"}})
+		check(t, text, Options{Stop: []string{"</answer>"}})
+	})
 }
 
 func FuzzDetect(f *testing.F) {

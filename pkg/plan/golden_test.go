@@ -30,6 +30,24 @@ func marshalGolden(g golden) ([]byte, error) {
 	return b.Bytes(), err
 }
 
+// goldenInputs returns the texts of testdata/golden/*.txt.
+func goldenInputs(t testing.TB) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "golden", "*.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, string(b))
+	}
+	return out
+}
+
 // TestGolden parses every testdata/golden/NAME.txt, with the Options in
 // NAME.opts.json if there is one, and compares with NAME.json.
 func TestGolden(t *testing.T) {

@@ -24,20 +24,29 @@ func parseGraph(d *doc, o *Options) (parsed, *Error) {
 	if g := tagIndex(d, "graph", 0); g >= 0 {
 		gt := strings.IndexByte(d.text[g:], '>')
 		if gt < 0 {
+			d.m.add(len(d.text) - g)
 			p.cut = "inside the <graph> tag"
 			return p, nil
 		}
-		start = g + gt + 1
+		d.m.add(gt)
+		start, p.from = g+gt+1, g
 		if c := d.index("</graph>", start); c >= 0 {
 			end, closed = c, true
 		}
 	}
+	// Each node asks where the next <node and the next </node> are; the
+	// finders answer all of those questions in one scan each.
+	nodes, closes := d.tagFinder("node"), d.finder("</node>")
 	for pos := start; ; {
-		i := tagIndex(d, "node", pos)
+		i := nodes.next(pos)
 		if i < 0 || i >= end {
 			break
 		}
+		if start == 0 && len(p.nodes) == 0 {
+			p.from = i
+		}
 		attrs, tagEnd, selfClosing, err := parseAttrs(d.text[:end], i+len("<node"))
+		d.m.add(tagEnd - i)
 		if errors.Is(err, errEOF) {
 			if closed {
 				return p, &Error{Kind: ErrSyntax, Line: d.line(i), Message: fmt.Sprintf("the <node> tag at line %d is not closed with '>'", d.line(i))}
@@ -57,11 +66,11 @@ func parseGraph(d *doc, o *Options) (parsed, *Error) {
 		if selfClosing {
 			pos = tagEnd
 		} else {
-			c := d.index("</node>", tagEnd)
+			c := closes.next(tagEnd)
 			if c >= end {
 				c = -1
 			}
-			next := tagIndex(d, "node", tagEnd)
+			next := nodes.next(tagEnd)
 			if next >= end {
 				next = -1
 			}
@@ -77,16 +86,23 @@ func parseGraph(d *doc, o *Options) (parsed, *Error) {
 				if n.ID != "" {
 					p.cut = fmt.Sprintf("inside <node id=%q>", n.ID)
 				}
+				p.to = len(d.text)
 				return p, nil
 			}
 		}
-		if err := fillGraphNode(&n, attrs, content, o); err != nil {
+		if err := fillGraphNode(d.m, &n, attrs, content, o); err != nil {
 			err.Line = n.line
 			return p, err
 		}
 		p.nodes = append(p.nodes, n)
+		p.to = pos
 	}
-	if len(p.nodes) == 0 && p.cut == "" && tagIndex(d, "node", start) < 0 {
+	if closed {
+		p.to = end + len("</graph>")
+	} else if p.cut != "" {
+		p.to = len(d.text)
+	}
+	if len(p.nodes) == 0 && p.cut == "" && nodes.next(start) < 0 {
 		if start == 0 {
 			return p, errorf(ErrSyntax, "expected a <graph> of <node> elements, but there is none")
 		}
@@ -94,7 +110,8 @@ func parseGraph(d *doc, o *Options) (parsed, *Error) {
 	return p, nil
 }
 
-func fillGraphNode(n *rawNode, attrs map[string]string, content string, o *Options) *Error {
+func fillGraphNode(m *meter, n *rawNode, attrs map[string]string, content string, o *Options) *Error {
+	m.add(2 * len(content))
 	for _, k := range []string{"depends", "depends_on", "deps", "dependencies", "depend", "dep", "needs"} {
 		if v, ok := attrs[k]; ok {
 			n.Deps = depList(v)
@@ -114,7 +131,7 @@ func fillGraphNode(n *rawNode, attrs map[string]string, content string, o *Optio
 	}
 	if tool := firstAttr(attrs, "tool", "action"); tool != "" {
 		n.Tool = tool
-		if c, note, ok, _ := callRegion(content); ok && strings.EqualFold(c.tool, tool) {
+		if c, note, ok, _ := callRegion(m, content); ok && strings.EqualFold(c.tool, tool) {
 			n.Args = c.args
 			if n.Description == "" {
 				n.Description = note
@@ -123,7 +140,7 @@ func fillGraphNode(n *rawNode, attrs map[string]string, content string, o *Optio
 			n.Args["input"] = content
 		}
 	} else {
-		c, note, ok, err := callRegion(content)
+		c, note, ok, err := callRegion(m, content)
 		switch {
 		case ok:
 			n.Tool, n.Args = c.tool, c.args

@@ -10,8 +10,18 @@ import (
 )
 
 // maxJSONCandidates bounds how many '{' and '[' Parse tries as the start of
-// a JSON plan, so that text full of brackets costs linear time.
+// a JSON plan.
 const maxJSONCandidates = 64
+
+// The JSON candidates of one output may read, in all, jsonBudgetPerByte
+// times its length plus jsonBudgetBase bytes. A candidate that is not a
+// plan but is never closed (text full of "{"id":") reads to the end of the
+// output, and so would every candidate inside it: the budget keeps that
+// linear. A real plan is read within the first pass or two.
+const (
+	jsonBudgetPerByte = 4
+	jsonBudgetBase    = 64 << 10
+)
 
 // parseJSON reads a JSON plan, bare or in a ```json fence, with text around:
 //
@@ -23,28 +33,32 @@ const maxJSONCandidates = 64
 func parseJSON(d *doc, o *Options) (parsed, *Error) {
 	var nearMiss *Error
 	tries := 0
+	budget := jsonBudgetPerByte*len(d.text) + jsonBudgetBase
 	// try walks the JSON value at off; skip is how far a complete value
 	// that is not a plan extends, so that its inner brackets are not tried.
 	try := func(off int) (p parsed, err *Error, ok bool, skip int) {
 		tries++
-		w := &jsonWalk{s: d.text[off:]}
+		r := &jsonReader{s: d.text[off:], m: d.m, budget: &budget}
+		w := &jsonWalk{s: d.text[off:], r: r, m: d.m}
 		w.walk()
+		d.m.halt()
+		if w.exhausted {
+			budget = 0
+			return p, nil, false, 0
+		}
 		if !w.found {
-			dec := json.NewDecoder(strings.NewReader(d.text[off:]))
-			var raw json.RawMessage
-			if dec.Decode(&raw) == nil {
-				skip = int(dec.InputOffset())
-			}
-			return p, nil, false, skip
+			return p, nil, false, w.skip
 		}
 		if w.err != nil {
 			if nearMiss == nil {
-				nearMiss = &Error{Kind: ErrSyntax, Line: d.line(off + w.errAt),
-					Message: fmt.Sprintf("the JSON plan is not valid JSON at line %d: %s", d.line(off+w.errAt), w.err)}
+				at, err := w.errAt()
+				nearMiss = &Error{Kind: ErrSyntax, Line: d.line(off + at),
+					Message: fmt.Sprintf("the JSON plan is not valid JSON at line %d: %s", d.line(off+at), err)}
 			}
 			return p, nil, false, 0
 		}
 		p.format = w.format
+		p.from, p.to = off, off+w.end()
 		for i, e := range w.elems {
 			n, err := jsonNode(e.v, i, o)
 			n.line = d.line(off + e.at)
@@ -63,14 +77,21 @@ func parseJSON(d *doc, o *Options) (parsed, *Error) {
 		return p, nil, true, 0
 	}
 	for _, off := range fenceStarts(d) {
+		if budget <= 0 {
+			break
+		}
 		if p, err, ok, _ := try(off); ok {
 			return p, err
 		}
 	}
-	for i := 0; i < len(d.text) && tries < maxJSONCandidates; i++ {
-		if c := d.text[i]; c != '{' && c != '[' {
-			continue
+	for i := 0; i < len(d.text) && tries < maxJSONCandidates && budget > 0; i++ {
+		k := strings.IndexAny(d.text[i:], "{[")
+		if k < 0 {
+			d.m.add(len(d.text) - i)
+			break
 		}
+		d.m.add(k + 1)
+		i += k
 		p, err, ok, skip := try(i)
 		if ok {
 			return p, err
@@ -83,6 +104,39 @@ func parseJSON(d *doc, o *Options) (parsed, *Error) {
 		return parsed{}, nearMiss
 	}
 	return parsed{}, errorf(ErrSyntax, `expected a JSON plan such as {"nodes": [...]} or a list of steps, but there is none`)
+}
+
+// jsonReader serves a candidate's text to encoding/json in chunks, charging
+// what it serves to the meter and to the JSON budget: decoding is counted
+// like every other scan, and can be stopped between chunks.
+type jsonReader struct {
+	s      string
+	i      int
+	m      *meter
+	budget *int
+}
+
+// errJSONBudget ends a candidate that would read past the JSON budget.
+var errJSONBudget = errors.New("the JSON candidates read more than their budget")
+
+// jsonChunk is the most a Read serves at once.
+const jsonChunk = 16 << 10
+
+func (r *jsonReader) Read(b []byte) (int, error) {
+	if r.i >= len(r.s) {
+		return 0, io.EOF
+	}
+	if *r.budget <= 0 {
+		return 0, errJSONBudget
+	}
+	n := min(len(b), len(r.s)-r.i, jsonChunk, *r.budget)
+	copy(b, r.s[r.i:r.i+n])
+	r.i += n
+	*r.budget -= n
+	if err := r.m.charge(n); err != nil {
+		return n, err
+	}
+	return n, nil
 }
 
 // fenceStarts lists the offsets of the first '{' or '[' in each ``` fence.
@@ -103,6 +157,7 @@ func fenceStarts(d *doc) []int {
 		if end < 0 {
 			limit = len(d.text)
 		}
+		d.m.add(limit - i)
 		if j := strings.IndexAny(d.text[body:limit], "{["); j >= 0 {
 			out = append(out, body+j)
 		}
@@ -123,62 +178,121 @@ type jsonElem struct {
 // the nodes before a cut-off (or before a syntax error) are kept.
 type jsonWalk struct {
 	s   string
+	r   *jsonReader
+	m   *meter
 	dec *json.Decoder
 
-	found    bool // a node list was seen (a plan key or a list of objects)
-	complete bool // the node list was closed
-	format   Format
-	elems    []jsonElem
-	err      error // a syntax error inside the plan
-	errAt    int
+	found     bool // a node list was seen (a plan key or a list of objects)
+	complete  bool // the node list was closed
+	format    Format
+	elems     []jsonElem
+	err       error // a syntax error inside the plan
+	errOff    int   // where, if known; else see errAt
+	exhausted bool  // the walk stopped at the end of the JSON budget
+	open      int   // containers open when the walk stopped
+	skip      int   // the length of a complete value that is not a plan, or 0
 }
 
 // planKeys hold the node list in an object.
 var planKeys = map[string]Format{"nodes": FormatJSON, "steps": FormatSteps, "plan": "", "tasks": "", "subtasks": ""}
 
 func (w *jsonWalk) walk() {
-	w.dec = json.NewDecoder(strings.NewReader(w.s))
+	w.dec = json.NewDecoder(w.r)
 	tok, err := w.dec.Token()
 	if err != nil {
 		return
 	}
+	w.open = 1
 	switch tok {
 	case json.Delim('['):
 		w.list("", true)
 	case json.Delim('{'):
 		w.object(0)
+	default:
+		return
+	}
+	if !w.found && w.open >= 0 {
+		// Not a plan: read to the end of the value, so that the brackets
+		// inside it are not tried as plans of their own.
+		for ; w.open > 0; w.open-- {
+			if !w.skipRest() {
+				return
+			}
+		}
+		w.skip = int(w.dec.InputOffset())
 	}
 }
 
+// end is the length of the plan's JSON value: the rest of the containers
+// around the node list is read (but not beyond what the budget allows).
+func (w *jsonWalk) end() int {
+	if w.complete {
+		for ; w.open > 0; w.open-- {
+			if !w.skipRest() {
+				return w.r.i
+			}
+		}
+		return int(w.dec.InputOffset())
+	}
+	return w.r.i
+}
+
+// errAt returns w.err and its offset in w.s. The decoder's offsets are
+// relative to whatever it was reading; decoding from the start finds the
+// same error at an offset from the start, in what the walk read (the
+// error is in it).
+func (w *jsonWalk) errAt() (int, error) {
+	if w.errOff >= 0 {
+		return w.errOff, w.err
+	}
+	var se *json.SyntaxError
+	var v any
+	w.m.add(w.r.i)
+	if errors.As(json.Unmarshal([]byte(w.s[:w.r.i]), &v), &se) {
+		return max(int(se.Offset)-1, 0), se
+	}
+	return 0, w.err
+}
+
 // object walks the members of an object whose '{' was read, looking into
-// nested objects ({"plan": {"nodes": …}}) two levels deep.
+// nested objects ({"plan": {"nodes": …}}) two levels deep. w.open counts
+// the containers still open when it returns: -1 after an error.
 func (w *jsonWalk) object(depth int) {
 	for w.dec.More() {
 		tok, err := w.dec.Token()
 		if err != nil {
+			w.open = -1
 			return
 		}
 		key, _ := tok.(string)
 		f, isPlan := planKeys[asciiLower(key)]
 		if tok, err = w.dec.Token(); err != nil {
+			w.open = -1
 			return
 		}
 		switch {
 		case tok == json.Delim('[') && isPlan:
+			w.open++
 			w.list(f, false)
 			return
 		case tok == json.Delim('{') && depth < 2:
+			w.open++
 			w.object(depth + 1)
-			if w.found {
+			if w.found || w.open < 0 {
 				return
 			}
 		case tok == json.Delim('['), tok == json.Delim('{'):
 			if !w.skipRest() {
+				w.open = -1
 				return
 			}
 		}
 	}
-	_, _ = w.dec.Token() // '}'
+	if _, err := w.dec.Token(); err != nil { // '}'
+		w.open = -1
+		return
+	}
+	w.open--
 }
 
 // skipRest skips the rest of a container whose opening token was read.
@@ -217,7 +331,7 @@ func (w *jsonWalk) list(f Format, bare bool) {
 		m, isObj := v.(map[string]any)
 		if bare && !w.found {
 			if !isObj || !looksLikeNode(m) {
-				return
+				return // still inside the list: w.open counts it
 			}
 			w.found = true
 		}
@@ -227,15 +341,22 @@ func (w *jsonWalk) list(f Format, bare bool) {
 		w.fail(err, int(w.dec.InputOffset()), bare)
 		return
 	}
+	w.open--
 	w.complete = true
 	w.setFormat(f)
 }
 
 // fail records an error near offset at.
 func (w *jsonWalk) fail(err error, at int, bare bool) {
+	w.open = -1
+	if errors.Is(err, errJSONBudget) || w.m.err != nil {
+		w.exhausted = true // not a verdict on the text
+		return
+	}
 	if bare && !w.found {
 		// A cut-off bare list is a plan if it starts like one.
 		rest := w.s[at:]
+		w.m.add(2 * len(rest))
 		if !(errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)) ||
 			!(strings.Contains(rest, `"id"`) || strings.Contains(rest, `"action"`)) {
 			return
@@ -246,20 +367,11 @@ func (w *jsonWalk) fail(err error, at int, bare bool) {
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return // cut off: complete stays false
 	}
+	w.err, w.errOff = err, at
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		// The decoder's offsets are relative to whatever it was reading;
-		// decoding from the start finds the same error at an offset from
-		// the start.
-		var v any
-		if errors.As(json.Unmarshal([]byte(w.s), &v), &se) {
-			w.err, w.errAt = se, max(int(se.Offset)-1, 0)
-			return
-		}
-		w.err, w.errAt = err, at
-		return
+		w.errOff = -1 // errAt finds it
 	}
-	w.err, w.errAt = err, at
 }
 
 func (w *jsonWalk) setFormat(f Format) {
@@ -276,7 +388,7 @@ func (w *jsonWalk) setFormat(f Format) {
 				}
 			}
 		}
-	} else if strings.Contains(w.s, `"action"`) {
+	} else if w.m.add(w.r.i); strings.Contains(w.s[:w.r.i], `"action"`) {
 		w.format = FormatSteps
 	}
 }

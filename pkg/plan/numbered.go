@@ -19,13 +19,30 @@ import (
 // becomes the description of the call after it.
 func parseNumbered(d *doc, o *Options) (parsed, *Error) {
 	p := parsed{format: FormatNumbered}
-	var thought string
 	s := d.text
+	// A call may run over several lines (a long prompt), but it ends before
+	// the next numbered line: so no line is read by two calls, and a call
+	// left open does not read the rest of the output once per line.
+	var starts []int
 	for off := 0; off < len(s); {
 		lineEnd := len(s)
 		if nl := strings.IndexByte(s[off:], '\n'); nl >= 0 {
 			lineEnd = off + nl
 		}
+		d.m.add(2 * (lineEnd - off + 1))
+		if _, _, ok := numberedLine(s[off:lineEnd]); ok {
+			starts = append(starts, off)
+		}
+		off = lineEnd + 1
+	}
+	var thought string
+	next := 0 // index in starts of the first numbered line after off
+	for off := 0; off < len(s); {
+		lineEnd := len(s)
+		if nl := strings.IndexByte(s[off:], '\n'); nl >= 0 {
+			lineEnd = off + nl
+		}
+		d.m.add(2 * (lineEnd - off + 1))
 		line := s[off:lineEnd]
 		if strings.Contains(d.lower[off:lineEnd], "<end_of_plan>") {
 			break
@@ -39,35 +56,47 @@ func parseNumbered(d *doc, o *Options) (parsed, *Error) {
 			off = lineEnd + 1
 			continue
 		}
+		if len(p.nodes) == 0 {
+			p.from = off
+		}
+		for next < len(starts) && starts[next] <= off {
+			next++
+		}
+		limit := len(s)
+		if next < len(starts) {
+			limit = starts[next]
+		}
 		lineNo := d.line(off)
 		lastLine := lineEnd == len(s)
-		c, err := parseCall(s, off+at)
-		next := lineEnd + 1
+		c, err := parseCall(d.m, s[:limit], off+at)
+		after := lineEnd + 1
 		if err == nil {
-			// The call may span lines (a long prompt); skip what follows
-			// it on its last line (a comment).
-			next = len(s) + 1
-			if nl := strings.IndexByte(s[c.end:], '\n'); nl >= 0 {
-				next = c.end + nl + 1
+			// The call may span lines; skip what follows it on its last
+			// line (a comment).
+			after = limit
+			if nl := strings.IndexByte(s[c.end:limit], '\n'); nl >= 0 {
+				after = c.end + nl + 1
 			}
+			d.m.add(after - c.end)
 		} else {
-			var note string
-			c, note, ok, err = callRegion(line[at:])
-			_ = note
+			c, _, ok, err = callRegion(d.m, line[at:])
 			if !ok {
 				if errors.Is(err, errEOF) && lastLine || errors.Is(err, errEOF) && strings.TrimSpace(s[lineEnd:]) == "" {
 					p.cut = fmt.Sprintf("inside step %s", id)
+					p.to = len(s)
 					break
 				}
 				if lastLine && !strings.HasSuffix(strings.TrimSpace(line), ")") {
 					p.cut = fmt.Sprintf("inside step %s", id)
+					p.to = len(s)
 					break
 				}
 				return p, &Error{Kind: ErrSyntax, Line: lineNo, Node: id, Message: fmt.Sprintf(
 					"line %d: step %s is not a well-formed call such as search(\"…\"): %s", lineNo, id, describe(line[at:]))}
 			}
 		}
-		off = next
+		off = after
+		p.to = min(after, len(s))
 		if strings.EqualFold(c.tool, "join") || strings.EqualFold(c.tool, "finish") {
 			break
 		}
@@ -81,11 +110,14 @@ func parseNumbered(d *doc, o *Options) (parsed, *Error) {
 	}
 	for i := range p.nodes {
 		n := &p.nodes[i]
-		for _, name := range n.Placeholders() {
-			if ids[name] {
+		seen := map[string]bool{}
+		refs(d.m, n.Args, func(name, _ string) bool {
+			if ids[name] && !seen[name] {
+				seen[name] = true
 				n.Deps = append(n.Deps, name)
 			}
-		}
+			return true
+		})
 	}
 	if len(p.nodes) == 0 && p.cut == "" {
 		return p, errorf(ErrSyntax, `expected numbered calls such as 1. search("…"), but there are none`)

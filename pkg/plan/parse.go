@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,6 +16,11 @@ type Options struct {
 	MaxNodes    int      // 0: 64
 	MaxDepth    int      // 0: 16 (longest dependency chain, in nodes)
 	MaxArgBytes int      // 0: 4096 (any single argument value)
+	// Stop lists the stop strings that may have ended the output (the
+	// planner's stop strings, when the engine finished with "stop").
+	// Engines strip the stop string they stop on: when one is "</answer>",
+	// an <answer> left open at the end of the output counts as closed.
+	Stop []string
 }
 
 // Defaults of Options.
@@ -63,6 +69,14 @@ type parsed struct {
 	// says where, e.g. `inside <node id="s4">`. nodes holds the complete
 	// nodes before the cut.
 	cut string
+	// from and to delimit the text the plan was read from, when to > 0:
+	// an <answer> in there is part of the plan (an argument, say).
+	from, to int
+}
+
+// holds reports whether the plan's text overlaps s[start:end].
+func (p *parsed) holds(start, end int) bool {
+	return p.to > 0 && start < p.to && p.from < end
 }
 
 type formatParser func(d *doc, o *Options) (parsed, *Error)
@@ -75,69 +89,129 @@ var parsers = map[Format]formatParser{
 	FormatNumbered: parseNumbered,
 }
 
-// Parse turns a planner's output into a validated plan or final answers.
-// An <answer> anywhere outside <think> blocks wins over a plan. A non-nil
+// Parse turns a planner's output into a validated plan or final answers
+// (see the package documentation for what counts as an answer). A non-nil
 // error is always a *Error whose message can be shown to the planner.
+// Parse takes time linear in the length of text; ParseContext can also be
+// stopped.
 func Parse(text string, opts Options) (Result, error) {
-	r, err := parse(text, opts)
+	return ParseContext(context.Background(), text, opts)
+}
+
+// ParseContext is Parse that stops when ctx ends: then it returns an error
+// that wraps ctx.Err() (and is not a *Error: the planner is not at fault).
+func ParseContext(ctx context.Context, text string, opts Options) (Result, error) {
+	r, perr, _, err := parseCounted(ctx, text, opts)
 	if err != nil {
-		return Result{}, err
+		return Result{}, fmt.Errorf("plan: parse stopped: %w", err)
+	}
+	if perr != nil {
+		return Result{}, perr
 	}
 	return r, nil
 }
 
-func parse(text string, opts Options) (Result, *Error) {
-	o := opts.withDefaults()
-	d := newDoc(text)
-	if a := d.answers(); a != nil {
-		return Result{Format: FormatAnswer, Answers: a}, nil
+// parseCounted is ParseContext that also says how many steps (bytes
+// examined) the parse took, so that tests can bound the work per byte.
+func parseCounted(ctx context.Context, text string, opts Options) (r Result, perr *Error, steps int, err error) {
+	steps, err = run(ctx, func(m *meter) {
+		o := opts.withDefaults()
+		r, perr = parseDoc(newDoc(text, m), &o)
+	})
+	return r, perr, steps, err
+}
+
+// parseDoc decides between the answers and the plan of d.
+func parseDoc(d *doc, o *Options) (Result, *Error) {
+	ans := d.findAnswers(o)
+	answer := func(e answerElem) (Result, *Error) {
+		return Result{Format: FormatAnswer, Answers: e.answers}, nil
 	}
 	if o.Format == FormatAnswer {
+		if n := len(ans.elems); n > 0 {
+			return answer(ans.elems[n-1])
+		}
+		if e := unclosedAnswer(d, ans); e != nil {
+			return Result{}, e
+		}
 		return Result{}, errorf(ErrSyntax, "expected a final answer in <answer>…</answer>, but there is none")
 	}
-	if o.Format != FormatAuto {
-		if _, ok := parsers[o.Format]; !ok {
-			return Result{}, errorf(ErrUnknownFormat, "unknown plan format %q; the formats are graph, tasklist, json, numbered, steps and answer", string(o.Format))
-		}
-		return parseAs(d, o.Format, &o)
-	}
-	candidates := detectAll(d)
-	if len(candidates) == 0 {
-		switch {
-		case d.thinkCut:
-			return Result{}, errorf(ErrTruncated, "the output was cut off inside <think> before any plan or answer; think less and write the plan")
-		case strings.TrimSpace(d.text) == "":
-			return Result{}, errorf(ErrEmpty, "the output has no plan and no answer; write a plan or an <answer>")
-		case d.index("<answer>", 0) >= 0:
-			return Result{}, errorf(ErrEmpty, "the <answer> is empty; write the answer between <answer> and </answer>")
-		}
-		return Result{}, errorf(ErrUnknownFormat, "no plan or answer found in the output; write a plan in one of the supported formats or an <answer>")
+	var candidates []Format
+	if o.Format == FormatAuto {
+		candidates = detectAll(d)
+	} else if _, ok := parsers[o.Format]; ok {
+		candidates = []Format{o.Format}
+	} else if len(ans.elems) == 0 {
+		return Result{}, errorf(ErrUnknownFormat, "unknown plan format %q; the formats are graph, tasklist, json, numbered, steps and answer", string(o.Format))
 	}
 	// The first format that parses wins; a format that finds its markers
 	// but no plan (prose that mentions <graph>, say) gives way to the next.
-	var first *Error
+	var (
+		r     Result
+		err   *Error
+		p     parsed
+		first *Error
+	)
 	for _, f := range candidates {
-		r, err := parseAs(d, f, &o)
+		r, err, p = parseAs(d, f, o)
 		if err == nil || err.Kind != ErrSyntax && err.Kind != ErrEmpty {
-			return r, err
+			first = nil
+			break
 		}
 		if first == nil {
 			first = err
 		}
+		p = parsed{}
 	}
-	return Result{}, first
+	if first != nil {
+		r, err = Result{}, first
+	}
+	// An answer wins over the plan, unless it is part of the plan's text.
+	for i := len(ans.elems) - 1; i >= 0; i-- {
+		if e := ans.elems[i]; !p.holds(e.start, e.end) {
+			return answer(e)
+		}
+	}
+	if len(candidates) > 0 {
+		return r, err
+	}
+	switch {
+	case d.thinkCut:
+		return Result{}, errorf(ErrTruncated, "the output was cut off inside <think> before any plan or answer; think less and write the plan")
+	case ans.empty >= 0:
+		return Result{}, errorf(ErrEmpty, "the <answer> is empty; write the answer between <answer> and </answer>")
+	}
+	if e := unclosedAnswer(d, ans); e != nil {
+		return Result{}, e
+	}
+	d.m.add(len(d.text))
+	if strings.TrimSpace(d.text) == "" {
+		return Result{}, errorf(ErrEmpty, "the output has no plan and no answer; write a plan or an <answer>")
+	}
+	return Result{}, errorf(ErrUnknownFormat, "no plan or answer found in the output; write a plan in one of the supported formats or an <answer>")
+}
+
+// unclosedAnswer is the error for an output whose only answer is never
+// closed, or nil.
+func unclosedAnswer(d *doc, ans answerScan) *Error {
+	if ans.open < 0 {
+		return nil
+	}
+	line := d.line(ans.open)
+	return &Error{Kind: ErrSyntax, Line: line, Message: fmt.Sprintf(
+		"the <answer> at line %d is never closed; write the final answer as <answer>…</answer>", line)}
 }
 
 // parseAs parses d in format f and validates the plan.
-func parseAs(d *doc, f Format, o *Options) (Result, *Error) {
+func parseAs(d *doc, f Format, o *Options) (Result, *Error, parsed) {
 	p, err := parsers[f](d, o)
 	if err != nil {
-		return Result{}, err
+		return Result{}, err, p
 	}
 	if p.format == "" {
 		p.format = f
 	}
-	verr := validate(p.nodes, o)
+	verr := validate(d.m, p.nodes, o, p.format)
 	plan := &Plan{Format: p.format, Nodes: make([]Node, len(p.nodes))}
 	for i, n := range p.nodes {
 		if n.Deps == nil {
@@ -150,13 +224,13 @@ func parseAs(d *doc, f Format, o *Options) (Result, *Error) {
 	}
 	if p.cut == "" {
 		if verr != nil {
-			return Result{}, verr
+			return Result{}, verr, p
 		}
-		return Result{Format: p.format, Plan: plan}, nil
+		return Result{Format: p.format, Plan: plan}, nil, p
 	}
 	switch {
 	case len(p.nodes) == 0:
-		return Result{}, errorf(ErrTruncated, "the output was cut off %s before any complete node; write a shorter plan", p.cut)
+		return Result{}, errorf(ErrTruncated, "the output was cut off %s before any complete node; write a shorter plan", p.cut), p
 	case verr != nil:
 		verb := "do"
 		if len(p.nodes) == 1 {
@@ -165,10 +239,10 @@ func parseAs(d *doc, f Format, o *Options) (Result, *Error) {
 		e := errorf(ErrTruncated, "the output was cut off %s, and the %s before it %s not form a valid plan (%s); write a shorter plan",
 			p.cut, count(len(p.nodes), "complete node"), verb, verr.Message)
 		e.Node, e.Cycle, e.Line = verr.Node, verr.Cycle, verr.Line
-		return Result{}, e
+		return Result{}, e, p
 	}
 	return Result{Format: p.format, Plan: plan,
-		Truncated: fmt.Sprintf("the output was cut off %s; kept the %s before it", p.cut, count(len(p.nodes), "complete node"))}, nil
+		Truncated: fmt.Sprintf("the output was cut off %s; kept the %s before it", p.cut, count(len(p.nodes), "complete node"))}, nil, p
 }
 
 func count(n int, what string) string {
@@ -179,16 +253,24 @@ func count(n int, what string) string {
 }
 
 // Detect names the format of a planner's output, or returns FormatAuto if
-// it recognises none. An <answer> outside <think> blocks is FormatAnswer.
+// it recognises none. An output that Parse takes for an answer is
+// FormatAnswer.
 func Detect(text string) Format {
-	d := newDoc(text)
-	if d.answers() != nil {
-		return FormatAnswer
-	}
-	if c := detectAll(d); len(c) > 0 {
-		return c[0]
-	}
-	return FormatAuto
+	f := FormatAuto
+	_, _ = run(context.Background(), func(m *meter) {
+		o := Options{}.withDefaults()
+		d := newDoc(text, m)
+		if len(d.findAnswers(&o).elems) > 0 {
+			if r, _ := parseDoc(d, &o); r.Format == FormatAnswer {
+				f = FormatAnswer
+				return
+			}
+		}
+		if c := detectAll(d); len(c) > 0 {
+			f = c[0]
+		}
+	})
+	return f
 }
 
 // detectAll lists the formats whose markers appear in d, most likely
@@ -239,6 +321,7 @@ func detectAll(d *doc) []Format {
 			end += off
 		}
 		line := d.text[off:end]
+		d.m.add(2*len(line) + 1)
 		if _, _, ok := taskLine(line); ok {
 			weak(FormatTaskList)
 			break
@@ -287,6 +370,7 @@ func jsonKeyIndex(d *doc, key string) int {
 		for j < len(d.text) && (d.text[j] == ' ' || d.text[j] == '\t' || d.text[j] == '\n' || d.text[j] == '\r') {
 			j++
 		}
+		d.m.add(j - i)
 		if j < len(d.text) && d.text[j] == ':' {
 			return i
 		}

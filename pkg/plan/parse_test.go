@@ -163,7 +163,7 @@ func TestParseAnswer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := Parse(tt.in, Options{})
+			r, err := Parse(tt.in, Options{Stop: []string{"</answer>"}})
 			if err != nil {
 				t.Fatal(err)
 			}

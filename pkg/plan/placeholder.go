@@ -81,21 +81,12 @@ func Placeholders(s string) []string {
 	return out
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // Placeholders returns the names that the node's arguments refer to, in
 // order of first appearance (arguments in key order, recursively).
 func (n Node) Placeholders() []string {
 	var out []string
 	seen := map[string]bool{}
-	refs(n.Args, func(name, _ string) bool {
+	refs(nil, n.Args, func(name, _ string) bool {
 		if !seen[name] {
 			seen[name] = true
 			out = append(out, name)

@@ -34,16 +34,21 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 	if i := tagIndex(d, "plan", 0); i >= 0 {
 		gt := strings.IndexByte(d.text[i:], '>')
 		if gt < 0 {
+			d.m.add(len(d.text) - i)
 			p.cut = "inside the <plan> tag"
 			return p, nil
 		}
-		start = i + gt + 1
+		d.m.add(gt)
+		start, p.from, p.to = i+gt+1, i, i+gt+1
 		if c := d.index("</plan>", start); c >= 0 {
 			end, after = c, c+len("</plan>")
+			p.to = after
 		} else {
 			// Cut off inside the plan: the last line may be incomplete.
 			p.cut = "inside <plan>"
+			p.to = len(d.text)
 			if !strings.HasSuffix(d.text, "\n") {
+				d.m.add(len(d.text) - start)
 				if nl := strings.LastIndexByte(d.text[start:], '\n'); nl >= 0 {
 					end = start + nl
 				} else {
@@ -56,6 +61,9 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 	var cur *rawNode
 	sawDeps := map[int]bool{}
 	inline := map[int]bool{} // tasks that name their own tool
+	// more holds the lines that go on describing a task, joined at the end:
+	// appending them one by one would copy the description once per line.
+	more := map[int][]string{}
 	for off := start; off < end; {
 		nl := strings.IndexByte(d.text[off:end], '\n')
 		lineEnd := end
@@ -63,17 +71,25 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 			lineEnd = off + nl
 		}
 		line := d.text[off:lineEnd]
+		// Each line is trimmed, lowered and searched for a dozen keys.
+		d.m.add(16 * (len(line) + 1))
 		lineNo := d.line(off)
 		off = lineEnd + 1
 		if id, rest, ok := taskLine(line); ok {
 			p.nodes = append(p.nodes, rawNode{line: lineNo, Node: Node{ID: id, Args: map[string]any{}}})
 			cur = &p.nodes[len(p.nodes)-1]
+			if start == 0 && len(p.nodes) == 1 {
+				p.from = lineEnd - len(line)
+			}
+			if start == 0 {
+				p.to = lineEnd
+			}
 			desc, deps, hasDeps := splitDeps(rest)
 			if hasDeps {
 				cur.Deps, sawDeps[len(p.nodes)-1] = taskDeps(deps), true
 			}
 			desc = strings.TrimSpace(strings.Trim(desc, "*_ "))
-			if c, note, ok, _ := callRegion(desc); ok {
+			if c, note, ok, _ := callRegion(d.m, desc); ok {
 				cur.Tool, cur.Args, cur.Description = c.tool, c.args, note
 				inline[len(p.nodes)-1] = true
 			} else {
@@ -88,28 +104,42 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 		if field == "" {
 			continue
 		}
+		// Without a <plan> wrapper, the plan's text ends with its last
+		// task, dependency or tool line: prose after it is not plan.
+		planLine := func() {
+			if start == 0 {
+				p.to = lineEnd
+			}
+		}
 		if _, deps, ok := splitDeps(field); ok {
 			cur.Deps, sawDeps[len(p.nodes)-1] = taskDeps(deps), true
+			planLine()
 			continue
 		}
 		if k, v, ok := keyValue(field); ok {
 			switch k {
 			case "tool", "action":
-				if c, _, ok, _ := callRegion(v); ok {
+				if c, _, ok, _ := callRegion(d.m, v); ok {
 					cur.Tool, cur.Args = c.tool, c.args
 				} else {
 					cur.Tool = strings.Trim(v, "`*\"' ")
 				}
 				inline[len(p.nodes)-1] = true
+				planLine()
 				continue
 			case "input", "query", "args", "arguments":
 				cur.Args["input"] = strings.Trim(v, "`\"")
+				planLine()
 				continue
 			}
 		}
 		if !sawDeps[len(p.nodes)-1] && !inline[len(p.nodes)-1] {
-			cur.Description = strings.TrimSpace(cur.Description + " " + field)
+			more[len(p.nodes)-1] = append(more[len(p.nodes)-1], field)
 		}
+	}
+	for i, lines := range more {
+		n := &p.nodes[i]
+		n.Description = strings.TrimSpace(n.Description + " " + strings.Join(lines, " "))
 	}
 	if p.cut != "" && len(p.nodes) > 0 && !sawDeps[len(p.nodes)-1] {
 		// The last task's dependency line never came: it is incomplete.
@@ -118,9 +148,12 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 	if len(p.nodes) == 0 && p.cut == "" && start == 0 {
 		return p, errorf(ErrSyntax, "expected a task list such as \"T1: … - Dependencies: none\", but there is none")
 	}
-	calls, cut, err := toolTags(d, after, o)
+	calls, cut, to, err := toolTags(d, after, o)
 	if err != nil {
 		return p, err
+	}
+	if to > 0 {
+		p.to = to
 	}
 	if cut != "" && p.cut == "" {
 		p.cut = cut
@@ -159,31 +192,73 @@ type tagCall struct {
 }
 
 // toolTags collects the calls in tool tags <tool>q1|q2</tool> at or after
-// from. A tag cut off by the end of the output is reported in cut.
-func toolTags(d *doc, from int, o *Options) (calls []tagCall, cut string, err *Error) {
+// from. A tag cut off by the end of the output is reported in cut; to is
+// the end of the last tag read, or 0.
+func toolTags(d *doc, from int, o *Options) (calls []tagCall, cut string, to int, err *Error) {
 	s := d.text
-	// closeAt memoizes the next closing tag of each name so that many
-	// unclosed tags cost one scan each, not one scan per tag.
-	closeAt := map[string]int{}
-	lastTag := strings.LastIndexByte(s, '<')
-	for i := from; i < len(s); i++ {
-		if s[i] != '<' {
-			continue
+	// closes lists the closing tags </name> in order, each linked to the
+	// next one of its name, and next holds the first one of each name not
+	// yet passed: one scan, after which every opening tag finds its own
+	// closing tag without a scan of its own, however many distinct tags
+	// are left open.
+	type closeTag struct {
+		at   int
+		name string // lower case
+		next int    // index in closes of the next </name>, or -1
+	}
+	var closes []closeTag
+	for i := from; i < len(s); {
+		k := strings.Index(s[i:], "</")
+		if k < 0 {
+			d.m.add(len(s) - i)
+			break
 		}
+		d.m.add(k + 2)
+		i += k + 2
+		j := identAt(s, i)
+		if j > i && j < len(s) && s[j] == '>' {
+			d.m.add(j - i)
+			closes = append(closes, closeTag{at: i - 2, name: d.lower[i:j]})
+		}
+	}
+	next := make(map[string]int)
+	for k := len(closes) - 1; k >= 0; k-- {
+		c := &closes[k]
+		c.next = -1
+		if n, ok := next[c.name]; ok {
+			c.next = n
+		}
+		next[c.name] = k
+	}
+	d.m.add(len(closes))
+	lastTag := strings.LastIndexByte(s, '<')
+	d.m.add(len(s) - max(lastTag, from))
+	for i := from; i < len(s); i++ {
+		k := strings.IndexByte(s[i:], '<')
+		if k < 0 {
+			d.m.add(len(s) - i)
+			break
+		}
+		d.m.add(k + 1)
+		i += k
 		j := identAt(s, i+1)
 		if j == i+1 || j >= len(s) || s[j] != '>' {
 			continue
 		}
+		d.m.add(j - i)
 		name := s[i+1 : j]
-		lname := asciiLower(name)
+		lname := d.lower[i+1 : j]
 		if notToolTags[lname] {
 			continue
 		}
-		closeTag := "</" + lname + ">"
-		c, known := closeAt[lname]
-		if !known || c >= 0 && c < j+1 {
-			c = d.index(closeTag, j+1)
-			closeAt[lname] = c
+		c := -1
+		if k, ok := next[lname]; ok {
+			for k >= 0 && closes[k].at < j+1 {
+				k = closes[k].next
+			}
+			if next[lname] = k; k >= 0 {
+				c = closes[k].at
+			}
 		}
 		if c < 0 {
 			if lastTag < j+1 {
@@ -193,29 +268,32 @@ func toolTags(d *doc, from int, o *Options) (calls []tagCall, cut string, err *E
 				if !ok {
 					continue
 				}
+				d.m.add(len(s) - j)
 				parts := strings.Split(s[j+1:], "|")
 				for _, q := range parts[:len(parts)-1] {
 					if q = strings.TrimSpace(q); q != "" {
 						calls = append(calls, tagCall{tool: tool, input: q, line: d.line(i)})
 					}
 				}
-				return calls, fmt.Sprintf("inside <%s>", name), nil
+				return calls, fmt.Sprintf("inside <%s>", name), len(s), nil
 			}
 			continue
 		}
 		tool, ok := tagTool(name, o)
 		if !ok {
-			return nil, "", &Error{Kind: ErrUnknownTool, Line: d.line(i), Message: fmt.Sprintf(
+			return nil, "", 0, &Error{Kind: ErrUnknownTool, Line: d.line(i), Message: fmt.Sprintf(
 				"<%s> after the plan is not a known tool; the tools are: %s", name, strings.Join(o.Tools, ", "))}
 		}
+		d.m.add(2 * (c - j))
 		for _, q := range strings.Split(s[j+1:c], "|") {
 			if q = strings.TrimSpace(q); q != "" {
 				calls = append(calls, tagCall{tool: tool, input: q, line: d.line(i)})
 			}
 		}
-		i = c + len(closeTag) - 1
+		i = c + len("</>") + len(lname) - 1
+		to = i + 1
 	}
-	return calls, "", nil
+	return calls, "", to, nil
 }
 
 func tagTool(name string, o *Options) (string, bool) {

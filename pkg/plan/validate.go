@@ -13,7 +13,8 @@ const maxIDLen = 64
 
 // validate checks a parsed plan against the rules of DESIGN §4 and the
 // limits in o. It fills in default tools and canonical tool spellings.
-func validate(nodes []rawNode, o *Options) *Error {
+func validate(m *meter, nodes []rawNode, o *Options, format Format) *Error {
+	m.add(len(nodes))
 	if len(nodes) == 0 {
 		return errorf(ErrEmpty, "the plan has no nodes; write at least one step")
 	}
@@ -44,6 +45,7 @@ func validate(nodes []rawNode, o *Options) *Error {
 	for i, n := range nodes {
 		ids[i] = n.ID
 		deps[n.ID] = n.Deps
+		m.add(len(n.Deps))
 		for _, d := range n.Deps {
 			if _, ok := seen[d]; !ok {
 				return at(errorf(ErrUnknownDependency, "node %s depends on %s, which is not a node of the plan", n.ID, d), n)
@@ -73,22 +75,41 @@ func validate(nodes []rawNode, o *Options) *Error {
 			n.Tool = canon
 		}
 		for _, k := range sortedKeys(n.Args) {
-			if size := argSize(n.Args[k]); size > o.MaxArgBytes {
+			size := argSize(n.Args[k])
+			m.add(size)
+			if size > o.MaxArgBytes {
 				return at(errorf(ErrArgumentTooLarge, "node %s: argument %q is %d bytes; the limit is %d", n.ID, k, size, o.MaxArgBytes), *n)
 			}
 		}
 	}
+	// Numbers are node names only in plans that name nodes by number; in
+	// others "$100" or "x^{2}" is text.
+	numbered := format == FormatNumbered
+	for _, n := range nodes {
+		numbered = numbered || isNumber(n.ID)
+	}
 	for _, n := range nodes {
 		var bad *Error
-		refs(n.Args, func(name, lit string) bool {
-			if _, isNode := seen[name]; !isNode || contains(n.Deps, name) {
+		isDep := make(map[string]bool, len(n.Deps))
+		for _, d := range n.Deps {
+			isDep[d] = true
+		}
+		refs(m, n.Args, func(name, lit string) bool {
+			_, isNode := seen[name]
+			switch {
+			case isDep[name] || !numbered && isNumber(name):
 				return true
-			}
-			if name == n.ID {
+			case name == n.ID:
 				bad = errorf(ErrBadPlaceholder, "node %s refers to its own output with %s; a node can only use the outputs of its dependencies", n.ID, lit)
-			} else {
+			case isNode:
 				bad = errorf(ErrBadPlaceholder, "node %s uses %s, but %s is not one of its dependencies; add %s to its dependencies or remove %s",
 					n.ID, lit, name, name, lit)
+			case len(n.Deps) == 0:
+				bad = errorf(ErrBadPlaceholder, "node %s uses %s, but the plan has no node %s, and node %s has no dependencies; remove %s, or add the node it needs and depend on it",
+					n.ID, lit, name, n.ID, lit)
+			default:
+				bad = errorf(ErrBadPlaceholder, "node %s uses %s, but the plan has no node %s; a placeholder can only name one of node %s's dependencies: %s",
+					n.ID, lit, name, n.ID, strings.Join(n.Deps, ", "))
 			}
 			return false
 		})
@@ -97,6 +118,16 @@ func validate(nodes []rawNode, o *Options) *Error {
 		}
 	}
 	return nil
+}
+
+// isNumber reports whether s is all ASCII digits.
+func isNumber(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 func validID(id string) bool {
@@ -141,10 +172,14 @@ func argSize(v any) int {
 }
 
 // refs calls fn with the name and literal text of every placeholder in the
-// strings of v (maps in key order) until fn returns false.
-func refs(v any, fn func(name, lit string) bool) bool {
+// strings of v (maps in key order) until fn returns false. m, if not nil,
+// is charged for the bytes examined.
+func refs(m *meter, v any, fn func(name, lit string) bool) bool {
 	switch v := v.(type) {
 	case string:
+		if m != nil {
+			m.add(len(v))
+		}
 		for i := 0; i < len(v); i++ {
 			if v[i] != '{' && v[i] != '$' {
 				continue
@@ -160,13 +195,13 @@ func refs(v any, fn func(name, lit string) bool) bool {
 		}
 	case []any:
 		for _, x := range v {
-			if !refs(x, fn) {
+			if !refs(m, x, fn) {
 				return false
 			}
 		}
 	case map[string]any:
 		for _, k := range sortedKeys(v) {
-			if !refs(v[k], fn) {
+			if !refs(m, v[k], fn) {
 				return false
 			}
 		}

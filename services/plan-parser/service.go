@@ -5,10 +5,12 @@ package planparser
 
 import (
 	"context"
+	"errors"
 
 	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
@@ -66,7 +68,10 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		return nil
 	}
 	ctx = bus.WithTrace(ctx, info.Session.Trace)
-	msg := Parse(&out, info.Session.Config)
+	msg, err := ParseContext(ctx, &out, info.Session.Config)
+	if err != nil {
+		return err // stopping: the output is parsed again when redelivered
+	}
 	if pe, ok := msg.(*schema.PlanError); ok {
 		zerolog.Ctx(ctx).Info().Str("kind", pe.ErrorKind).Str("error", pe.Message).Msg("plan rejected")
 	}
@@ -88,7 +93,10 @@ func (s *Service) handlePartial(ctx context.Context, m bus.Msg) error {
 		return nil
 	}
 	ctx = bus.WithTrace(ctx, info.Session.Trace)
-	d := ParsePartial(&pp, info.Session.Config)
+	d, err := parsePartial(ctx, &pp, info.Session.Config)
+	if err != nil {
+		return err
+	}
 	if d == nil {
 		return nil
 	}
@@ -100,21 +108,46 @@ func (s *Service) handlePartial(ctx context.Context, m bus.Msg) error {
 // answers are left to the turn's final output, which decides.
 // Only the complete nodes are kept (schema.Config.PartialNodes).
 func ParsePartial(pp *schema.PlanPartial, cfg schema.Config) *schema.PlanDAG {
-	res, err := plan.Parse(pp.Text, cfg.ParseOptions())
+	d, _ := parsePartial(context.Background(), pp, cfg)
+	return d
+}
+
+// parsePartial is ParsePartial that stops when ctx ends, with its error.
+func parsePartial(ctx context.Context, pp *schema.PlanPartial, cfg schema.Config) (*schema.PlanDAG, error) {
+	res, err := plan.ParseContext(ctx, pp.Text, cfg.ParseOptions())
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, err
+	}
 	if err != nil || res.Plan == nil {
-		return nil
+		return nil, nil
 	}
 	p := *res.Plan
 	if p.Nodes = cfg.PartialNodes(p.Nodes); len(p.Nodes) == 0 {
-		return nil
+		return nil, nil
 	}
-	return &schema.PlanDAG{Rollout: pp.Rollout, Episode: pp.Episode, Turn: pp.Turn, Plan: p, Partial: true, Seq: pp.Seq}
+	return &schema.PlanDAG{Rollout: pp.Rollout, Episode: pp.Episode, Turn: pp.Turn, Plan: p, Partial: true, Seq: pp.Seq}, nil
 }
 
 // Parse turns one planner output into the message the rest of planact acts
 // on: a *schema.PlanDAG, *schema.PlanAnswer or *schema.PlanError.
 func Parse(out *schema.PlanOutput, cfg schema.Config) schema.Message {
-	res, err := plan.Parse(out.Text, cfg.ParseOptions())
+	msg, _ := ParseContext(context.Background(), out, cfg)
+	return msg
+}
+
+// ParseContext is Parse that stops when ctx ends: then it returns ctx's
+// error (wrapped) and no message, for the output to be parsed again.
+func ParseContext(ctx context.Context, out *schema.PlanOutput, cfg schema.Config) (schema.Message, error) {
+	opts := cfg.ParseOptions()
+	if out.FinishReason == engine.FinishStop {
+		// The engine may have stopped on a stop string and stripped it
+		// (an answer's "</answer>"): the parser must know which it may be.
+		opts.Stop = cfg.PlannerSampling.Stop
+	}
+	res, err := plan.ParseContext(ctx, out.Text, opts)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, err
+	}
 	if err != nil {
 		pe := &schema.PlanError{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, ErrorKind: "syntax", Message: err.Error(), FinishReason: out.FinishReason}
 		if e, ok := err.(*plan.Error); ok {
@@ -123,10 +156,10 @@ func Parse(out *schema.PlanOutput, cfg schema.Config) schema.Message {
 		if out.FinishReason == "length" && out.Text == "" {
 			pe.ErrorKind, pe.Message = schema.PlanErrContextFull, "the episode ran out of context before the planner could answer"
 		}
-		return pe
+		return pe, nil
 	}
 	if len(res.Answers) > 0 {
-		return &schema.PlanAnswer{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, Answers: res.Answers, FinishReason: out.FinishReason}
+		return &schema.PlanAnswer{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, Answers: res.Answers, FinishReason: out.FinishReason}, nil
 	}
-	return &schema.PlanDAG{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, Plan: *res.Plan, FinishReason: out.FinishReason}
+	return &schema.PlanDAG{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, Plan: *res.Plan, FinishReason: out.FinishReason}, nil
 }

@@ -1,7 +1,10 @@
 package planparser
 
 import (
+	"context"
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/planact/planact/pkg/schema"
@@ -55,5 +58,37 @@ func TestParsePartial(t *testing.T) {
 				t.Errorf("subject %s, want the DAG subject %s", d.Subject(), final.Subject())
 			}
 		})
+	}
+}
+
+func TestParseStopString(t *testing.T) {
+	cfg := schema.DefaultConfig()
+	cfg.PlannerSampling.Stop = []string{"</answer>"}
+	for _, tc := range []struct {
+		finish string
+		answer bool
+	}{
+		{"stop", true},    // the engine stopped on "</answer>" and stripped it
+		{"length", false}, // cut off: the answer was never closed
+	} {
+		msg := Parse(&schema.PlanOutput{Rollout: 7, Episode: 2, Turn: 3, Text: "I know it now.\n<answer>Paris", FinishReason: tc.finish}, cfg)
+		a, ok := msg.(*schema.PlanAnswer)
+		if ok != tc.answer || ok && !reflect.DeepEqual(a.Answers, []string{"Paris"}) {
+			t.Errorf("finish %s: got %#v, want an answer: %v", tc.finish, msg, tc.answer)
+		}
+	}
+}
+
+func TestParseContextStops(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	text := strings.Repeat(`<node id="s1">search(x{}}}}}}}}}}}}}</node><t1>`, 1<<16)
+	msg, err := ParseContext(ctx, &schema.PlanOutput{Rollout: 7, Episode: 2, Turn: 3, Text: text, FinishReason: "stop"}, schema.DefaultConfig())
+	if !errors.Is(err, context.Canceled) || msg != nil {
+		t.Fatalf("got %v, %v; want no message and context.Canceled", msg, err)
+	}
+	d, err := parsePartial(ctx, &schema.PlanPartial{Rollout: 7, Episode: 2, Turn: 3, Text: text}, schema.DefaultConfig())
+	if !errors.Is(err, context.Canceled) || d != nil {
+		t.Fatalf("partial: got %v, %v; want nothing and context.Canceled", d, err)
 	}
 }

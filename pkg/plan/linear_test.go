@@ -1,0 +1,193 @@
+package plan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The parser's work is counted in steps (bytes examined, see meter), so
+// these tests bound time without a clock: the steps per input byte must
+// not grow with the input, and must stay under maxStepsPerByte.
+const maxStepsPerByte = 160
+
+// grow writes prefix, then unit until the text has about n bytes, then
+// suffix. A '#' in unit becomes the repetition's number, so that every
+// repetition can name a distinct tag, node or placeholder.
+func grow(prefix, unit, suffix string, n int) string {
+	var b strings.Builder
+	b.WriteString(prefix)
+	numbered := strings.Contains(unit, "#")
+	for k := 0; b.Len() < n-len(suffix); k++ {
+		if numbered {
+			b.WriteString(strings.ReplaceAll(unit, "#", strconv.Itoa(k)))
+		} else {
+			b.WriteString(unit)
+		}
+	}
+	b.WriteString(suffix)
+	return b.String()
+}
+
+const taskPlan = "<plan>\nT1: Find the capital of France\n- Dependencies: none\n</plan>\n"
+
+// adversarial are malformed outputs that once made a pass of the parser
+// rescan what it had scanned (first six), and others of the same kinds.
+var adversarial = []struct{ name, prefix, unit, suffix string }{
+	{"unclosed <node> elements", "<graph>\n", "<node id=\"s#\">search(\"capital of France\")\n", ""},
+	{"'}' run in a bare call", "1. search(capital{", "}", ")\n2. join()\n"},
+	{"distinct unclosed tags after </plan>", taskPlan, "<tool#>", ""},
+	{"long task description", "T1: Find the capital\n", "and keep describing the task in more words\n", "- Dependencies: none\n"},
+	{"nested unclosed JSON objects", "", "{\"id\":", ""},
+	{"numbered calls across lines", "", "#. search(\"x', '\n", ""},
+	{"unclosed <node tags", "<graph>\n", "<node id=\"s#\" depends=\"s1\" ", ""},
+	{"unclosed graph tags", "", "<graph>", ""},
+	{"unclosed plan tags", "", "<plan>\nT#: x\n", ""},
+	{"distinct closed tags after </plan>", taskPlan, "<tool#>q</tool#>", ""},
+	{"unclosed JSON list of nodes", "[", "{\"id\":\"s#\",\"tool\":\"search\"},", ""},
+	{"unclosed step brackets", "", "[{\"action\":[", ""},
+	{"fences", "", "```json\n{\"nodes\":[", ""},
+	{"answer mentions", "", "put the result in <answer> tags, `<answer>x</answer>` ", ""},
+	{"unclosed answers", "", "<answer>", ""},
+	{"answers and plans", "", "<answer>x</answer><graph><node id=\"s#\">x</node></graph>", ""},
+	{"planner-written observations", "", "<observation>\ns1 search(\"x\") -> Paris\n</observation>\n<search>q</search>\n", ""},
+	{"unclosed think and observation", "", "<think><observation>", ""},
+	{"observations left open", "", "<observation><result>", ""},
+	{"backtick runs", "", "` `` ``` ", ""},
+	{"placeholders", "1. search(\"", "$# ${x} {s#} ", "\")\n2. join()\n"},
+	{"numbered lines", "", "#. search(\"x\") # note\n", "#. join()\n"},
+	{"task lines", "", "T#: search(\"x {T1}\") - Dependencies: T1\n", ""},
+	{"quotes in attributes", "<node ", "a='b\" ", ">"},
+}
+
+// steps parses text and returns the steps it took.
+func steps(t testing.TB, text string, opts Options) int {
+	t.Helper()
+	_, _, n, err := parseCounted(context.Background(), text, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// linearFormats are the formats each input is parsed as.
+var linearFormats = []Format{FormatAuto, FormatGraph, FormatTaskList, FormatJSON, FormatNumbered, FormatSteps, FormatAnswer}
+
+// checkLinear fails if parsing large costs more steps per byte than small,
+// beyond slack, or more than maxStepsPerByte. The slack is for thresholds
+// such as the JSON budget and encoding/json's nesting limit, which a small
+// input may stay under and a large one reach; work that grows with the
+// input (16 times more per byte from 4 KiB to 64 KiB, if quadratic) is far
+// beyond it.
+func checkLinear(t *testing.T, name, small, large string, opts Options) {
+	t.Helper()
+	s, l := steps(t, small, opts), steps(t, large, opts)
+	ps, pl := float64(s)/float64(len(small)), float64(l)/float64(len(large))
+	if pl > 1.5*ps+16 || pl > maxStepsPerByte {
+		t.Errorf("%s (format %s): %.1f steps per byte at %d bytes, %.1f at %d bytes", name, opts.Format, ps, len(small), pl, len(large))
+	}
+}
+
+func TestLinearWork(t *testing.T) {
+	for _, a := range adversarial {
+		t.Run(a.name, func(t *testing.T) {
+			small := grow(a.prefix, a.unit, a.suffix, 4<<10)
+			large := grow(a.prefix, a.unit, a.suffix, 64<<10)
+			for _, f := range linearFormats {
+				checkLinear(t, a.name, small, large, Options{Format: f, Stop: []string{"</answer>"}})
+			}
+		})
+	}
+}
+
+// TestLinearWorkGolden: the golden corpus, repeated, parses in linear work
+// too (realistic text, many times over).
+func TestLinearWorkGolden(t *testing.T) {
+	for _, in := range goldenInputs(t) {
+		small := grow("", in+"\n", "", 8<<10)
+		large := grow("", in+"\n", "", 128<<10)
+		checkLinear(t, "golden corpus", small, large, Options{})
+	}
+}
+
+// FuzzParseLinear looks for slow inputs: the output built from prefix, unit
+// repeated (with '#' numbered) and suffix must cost no more steps per byte
+// at 64 KiB than at 4 KiB.
+func FuzzParseLinear(f *testing.F) {
+	for i, a := range adversarial {
+		f.Add(a.prefix, a.unit, a.suffix, uint8(i))
+	}
+	f.Fuzz(func(t *testing.T, prefix, unit, suffix string, format uint8) {
+		if unit == "" || len(unit) > 256 || len(prefix)+len(suffix) > 1024 {
+			return
+		}
+		opts := Options{Format: linearFormats[int(format)%len(linearFormats)]}
+		if format&0x80 != 0 {
+			opts.Stop = []string{"</answer>"}
+		}
+		checkLinear(t, fmt.Sprintf("%q + %q… + %q", prefix, unit, suffix),
+			grow(prefix, unit, suffix, 4<<10), grow(prefix, unit, suffix, 64<<10), opts)
+	})
+}
+
+// countdown is a context that ends after its Err has been asked n times:
+// a cancellation in the middle of a parse, without a clock.
+type countdown struct {
+	context.Context
+	n int
+}
+
+func (c *countdown) Done() <-chan struct{} { return make(chan struct{}) }
+
+func (c *countdown) Err() error {
+	if c.n <= 0 {
+		return context.Canceled
+	}
+	c.n--
+	return nil
+}
+
+func TestParseContext(t *testing.T) {
+	huge := []string{
+		grow("<graph>\n", "<node id=\"s#\">search(\"capital of France\")\n", "", 1<<20),
+		grow("1. search(capital{", "}", ")\n2. join()\n", 1<<20),
+		grow(taskPlan, "<tool#>", "", 1<<20),
+		grow("", "{\"id\":", "", 1<<20),
+		grow("", "<answer> `x` <observation>", "", 1<<20),
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i, in := range huge {
+		t.Run(fmt.Sprintf("already cancelled %d", i), func(t *testing.T) {
+			r, err := ParseContext(cancelled, in, Options{})
+			var pe *Error
+			if !errors.Is(err, context.Canceled) || errors.As(err, &pe) || r.Plan != nil {
+				t.Fatalf("got %+v, %v; want context.Canceled", r, err)
+			}
+		})
+		t.Run(fmt.Sprintf("cancelled midway %d", i), func(t *testing.T) {
+			full := steps(t, in, Options{})
+			_, _, n, err := parseCounted(&countdown{Context: context.Background(), n: 3}, in, Options{})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want context.Canceled", err)
+			}
+			// Stopped at the fourth look at the context: a few passes over
+			// the text in (a look comes after each scan of it at most).
+			if n > 8*len(in) || n >= full/2 {
+				t.Errorf("stopped after %d steps (a whole parse takes %d)", n, full)
+			}
+		})
+	}
+	// A context that never ends changes nothing.
+	for _, in := range goldenInputs(t) {
+		r1, err1 := Parse(in, Options{})
+		r2, err2 := ParseContext(context.Background(), in, Options{})
+		if !reflect.DeepEqual(r1, r2) || !reflect.DeepEqual(err1, err2) {
+			t.Errorf("ParseContext differs from Parse on %q", in)
+		}
+	}
+}
