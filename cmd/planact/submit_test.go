@@ -65,6 +65,23 @@ func TestSubmit(t *testing.T) {
 		t.Errorf("tasks or config not taken: group %d, prompt %q", p.Samples[1].GroupIndex, p.Samples[0].Prompt)
 	}
 
+	// Not on a terminal, progress comes as plain lines on stderr, and the
+	// summary on stdout has words, not Go's map syntax.
+	out, errOut = syncBuffer{}, syncBuffer{}
+	err = run(ctx, []string{"submit", "--nats", url, "--rollout", "9", "--planner-engine", planner, "--actor-engine", actor,
+		"--tasks", tasks}, noenv, nil, &out, &errOut)
+	if err != nil {
+		t.Fatalf("submit: %v\n%s", err, errOut.String())
+	}
+	for _, want := range []string{"rollout 9: waiting for both roles", "rollout 9: 2/2 episodes ended", "acts"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("progress lacks %q:\n%s", want, errOut.String())
+		}
+	}
+	if strings.Contains(out.String(), "map[") || !strings.Contains(out.String(), "planner: ok") {
+		t.Errorf("summary:\n%s", out.String())
+	}
+
 	// The same rollout again is refused, and says why.
 	err = run(ctx, []string{"submit", "--nats", url, "--rollout", "5", "--planner-engine", planner, "--actor-engine", actor,
 		"--tasks", tasks}, noenv, nil, &out, &errOut)
