@@ -94,6 +94,11 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		// No room left to generate: the episode is out of context. An empty
 		// turn cut off by length lets the parser and dispatcher end it as
 		// truncated, through the same path as any plan cut off by length.
+		// An observation that itself does not fit is left out: the sample
+		// never holds more than the context a trainer was promised.
+		if len(input) > cfg.MaxContextTokens && len(segs) > 1 && segs[len(segs)-1].Kind == schema.SegObservation {
+			segs = segs[:len(segs)-1]
+		}
 		out.Segments, out.FinishReason = segs, engine.FinishLength
 		log.Warn().Int("context", len(input)).Int("max", cfg.MaxContextTokens).Msg("context full")
 		return s.Bus.Publish(ctx, out)
