@@ -218,6 +218,14 @@ func TestComposeCluster(t *testing.T) {
 	for _, line := range v.take() {
 		t.Errorf("permission violation during the rollout: %s", line)
 	}
+	// A trainer pauses and resumes its own role, as its own user.
+	paused, err := pc.Pause(rctx, schema.RolePlanner, client.PauseOptions{Timeout: time.Minute})
+	if err != nil || len(paused.Drained) != 1 || len(paused.Missing) != 0 {
+		t.Errorf("pause as trainer-planner: %+v, %v (violations %v)", paused, err, v.take())
+	}
+	if err := pc.Resume(rctx, schema.RolePlanner, "planner-v8"); err != nil {
+		t.Errorf("resume as trainer-planner: %v", err)
+	}
 
 	// One more process started without --replicas (so, 1) must not
 	// shrink them.
@@ -371,6 +379,8 @@ func checkForbidden(t *testing.T, url string, v *violations, n int64) {
 		{user: "trainer-planner", what: "publish an act's work item", publish: r("act.N.run.0.t9-X")},
 		{user: "trainer-planner", what: "arrive as the actor", publish: r("rollout.N.arrive.actor")},
 		{user: "trainer-planner", what: "cancel as the actor", publish: r("rollout.N.cancel.actor")},
+		{user: "trainer-planner", what: "pause the actor", publish: "control.actor.pause"},
+		{user: "trainer-planner", what: "say a gateway drained", publish: "control.planner.drained.x"},
 		{user: "trainer-planner", what: "read the actor's result", request: r("$JS.API.DIRECT.GET.ROLLOUT.rollout.N.result.actor")},
 		{user: "trainer-planner", what: "subscribe to the actor's results", subscribe: "rollout.*.result.actor"},
 		{user: "trainer-planner", what: "open the actor's result objects", request: "$JS.API.STREAM.INFO.OBJ_results_actor"},

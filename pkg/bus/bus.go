@@ -18,6 +18,7 @@ const (
 	StreamRollout = "ROLLOUT"
 	StreamPlan    = "PLAN"
 	StreamAct     = "ACT"
+	StreamControl = "CONTROL"
 	BucketSession = "sessions"
 	BucketRuns    = "runs"
 	// ObjectTasks holds task lists too large for an arrival message.

@@ -66,7 +66,7 @@ func (p Provisioning) Validate() error {
 	return nil
 }
 
-// StreamConfigs are the three streams planact uses.
+// StreamConfigs are the streams planact uses.
 func (p Provisioning) StreamConfigs() []jetstream.StreamConfig {
 	p = p.withDefaults()
 	mk := func(name, subj, desc string) jetstream.StreamConfig {
@@ -90,10 +90,13 @@ func (p Provisioning) StreamConfigs() []jetstream.StreamConfig {
 	// Trainers read their results by subject with direct gets, which the
 	// server's permissions can restrict to a role's own subjects.
 	rollout.AllowDirect = true
+	control := mk(StreamControl, "control.>", "planact control: trainers pausing and resuming their roles around weight swaps")
+	control.AllowDirect = true // trainers read the answer to their pause by subject
 	return []jetstream.StreamConfig{
 		rollout,
 		mk(StreamPlan, "plan.>", "planact plans: requests, planner outputs, parsed DAGs, answers, parse errors"),
 		mk(StreamAct, "act.>", "planact acts: work items and outcomes"),
+		control,
 	}
 }
 

@@ -77,7 +77,9 @@ func NewMsg(ctx context.Context, m schema.Message) (*nats.Msg, error) {
 	h := msg.Header
 	h.Set(schema.HdrSchema, m.Kind())
 	h.Set(schema.HdrContentType, schema.ContentType)
-	h.Set(schema.HdrRollout, strconv.FormatInt(meta.Rollout, 10))
+	if meta.Rollout >= 0 {
+		h.Set(schema.HdrRollout, strconv.FormatInt(meta.Rollout, 10))
+	}
 	if meta.Episode >= 0 {
 		h.Set(schema.HdrEpisode, strconv.Itoa(meta.Episode))
 	}

@@ -85,6 +85,14 @@ func (b *Bus) AddService(cfg ServiceConfig) (*Service, error) {
 	return s, nil
 }
 
+// ID is the service instance's id (what `nats micro ls` shows).
+func (s *Service) ID() string {
+	if s == nil {
+		return ""
+	}
+	return s.identity.ID
+}
+
 // Stop stops answering.
 func (s *Service) Stop() {
 	s.mu.Lock()

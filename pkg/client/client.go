@@ -230,11 +230,7 @@ func (c *Client) result(ctx context.Context, n int64, role string, mine arrival)
 		}
 		defer func() { _ = sub.Unsubscribe() }()
 	}
-	recheck := c.Recheck
-	if recheck <= 0 {
-		recheck = 2 * time.Second
-	}
-	t := time.NewTicker(recheck)
+	t := time.NewTicker(c.recheck())
 	defer t.Stop()
 	accept := func(data []byte) (*schema.Result, error) {
 		var r schema.Result
@@ -282,9 +278,15 @@ func (c *Client) result(ctx context.Context, n int64, role string, mine arrival)
 
 // lastResult reads the last message on subj from the ROLLOUT stream, or nil.
 func (c *Client) lastResult(ctx context.Context, subj string) ([]byte, error) {
+	return c.lastOn(ctx, bus.StreamRollout, subj)
+}
+
+// lastOn reads the last message on subj from stream with a direct get (no
+// consumer; a trainer's permissions can allow it subject by subject), or nil.
+func (c *Client) lastOn(ctx context.Context, stream, subj string) ([]byte, error) {
 	rctx, cancel := context.WithTimeout(ctx, bus.PublishTimeout)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(rctx, "$JS.API.DIRECT.GET."+bus.StreamRollout+"."+subj, nil)
+	m, err := c.nc.RequestWithContext(rctx, "$JS.API.DIRECT.GET."+stream+"."+subj, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -369,4 +371,82 @@ func expired(ctx context.Context) error {
 		return context.DeadlineExceeded
 	}
 	return nil
+}
+
+// PauseOptions say how a pause treats the generations that run.
+type PauseOptions struct {
+	// Abort aborts the generations that run (they are sent again after
+	// Resume); otherwise Pause waits for them to finish.
+	Abort bool
+	// Timeout bounds the pause: not resumed by then, the work waiting for
+	// the role fails, saying why. Default 10 minutes.
+	Timeout time.Duration
+	Reason  string
+}
+
+// Pause stops planact sending new generations of role to its engine, so
+// that its trainer can swap the weights. It returns once no generation of
+// the role runs on any gateway (those that did not say so in time are in
+// the answer's Missing). Call Resume with the new weight version after.
+func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schema.Paused, error) {
+	p := &schema.Pause{Role: role, Mode: schema.PauseWait, TimeoutS: o.Timeout.Seconds(), Reason: o.Reason, AtMs: time.Now().UnixMilli()}
+	if o.Abort {
+		p.Mode = schema.PauseAbort
+	}
+	answer := subject.Control(role, "paused")
+	answers := make(chan *nats.Msg, 8)
+	sub, err := c.nc.ChanSubscribe(answer, answers)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	msg, err := bus.NewMsg(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if err := untilUp(ctx, func(ctx context.Context) error { _, err := c.js.PublishMsg(ctx, msg); return err }); err != nil {
+		return nil, fmt.Errorf("pause %s: %w", role, err)
+	}
+	accept := func(data []byte) *schema.Paused {
+		var ans schema.Paused
+		if schema.Unmarshal(data, &ans) != nil || ans.PauseID != p.MsgID() {
+			return nil
+		}
+		return &ans
+	}
+	t := time.NewTicker(c.recheck())
+	defer t.Stop()
+	for {
+		if data, err := c.lastOn(ctx, bus.StreamControl, answer); err == nil && data != nil {
+			if ans := accept(data); ans != nil {
+				return ans, nil
+			}
+		}
+		select {
+		case m := <-answers:
+			if ans := accept(m.Data); ans != nil {
+				return ans, nil
+			}
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("pause %s: no answer: %w", role, ctx.Err())
+		}
+	}
+}
+
+// Resume lets planact send the generations of role again, from the weights
+// of weightVersion (what samples record from now on).
+func (c *Client) Resume(ctx context.Context, role, weightVersion string) error {
+	msg, err := bus.NewMsg(ctx, &schema.Resume{Role: role, WeightVersion: weightVersion, AtMs: time.Now().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	return untilUp(ctx, func(ctx context.Context) error { _, err := c.js.PublishMsg(ctx, msg); return err })
+}
+
+func (c *Client) recheck() time.Duration {
+	if c.Recheck > 0 {
+		return c.Recheck
+	}
+	return 2 * time.Second
 }

@@ -370,6 +370,8 @@ const (
 	ActErrInvalid     = "invalid"     // will never work: bad arguments, unknown tool, a 4xx
 	ActErrUnavailable = "unavailable" // no actor-gateway answered
 	ActErrDuplicate   = "duplicate"   // repeats a call of the episode that failed
+	ActErrPaused      = "paused"      // the actor role stayed paused past its pause's time-out
+	ActErrStale       = "stale"       // the actor's weights were older than max_staleness allows
 )
 
 // Generation is one engine call as a trainer needs it: token-exact.
@@ -564,6 +566,7 @@ const (
 	ActorCodeInvalid     = "400"
 	ActorCodeUnavailable = "503"
 	ActorCodeTimeout     = "504" // the caller's deadline passed
+	ActorCodePaused      = "423" // the actor role is paused: send it again after the resume
 )
 
 // ActorSubject is the actor-gateway's service endpoint.

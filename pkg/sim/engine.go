@@ -77,6 +77,7 @@ type Engine struct {
 	fired         map[string]int // counted marker + key -> times fired
 
 	requests atomic.Int64
+	running  atomic.Int64
 	tokens   atomic.Int64
 }
 
@@ -123,6 +124,9 @@ func (e *Engine) WeightVersion() string {
 func (e *Engine) Stats() (requests, tokens int64) {
 	return e.requests.Load(), e.tokens.Load()
 }
+
+// Running is the number of generations under way now.
+func (e *Engine) Running() int64 { return e.running.Load() }
 
 // World returns the engine's question world.
 func (e *Engine) World() *World { return e.world }
@@ -206,6 +210,8 @@ func (e *Engine) generate(ctx context.Context, in genInput, progress func(out *g
 			return nil, ctx.Err()
 		}
 	}
+	e.running.Add(1)
+	defer e.running.Add(-1)
 	if hang {
 		<-ctx.Done()
 		return nil, ctx.Err()

@@ -43,6 +43,29 @@ func Status(n int64) string { return fmt.Sprintf("rollout.%d.status", n) }
 // Result carries role's samples of rollout n.
 func Result(n int64, role string) string { return fmt.Sprintf("rollout.%d.result.%s", n, role) }
 
+// Group carries role's samples of group g of rollout n, as soon as every
+// task of the group has ended (and passed the rollout's group filter).
+func Group(n int64, role string, g int) string {
+	return fmt.Sprintf("rollout.%d.result.%s.group.%d", n, role, g)
+}
+
+// Groups matches every group of role's of rollout n.
+func Groups(n int64, role string) string { return fmt.Sprintf("rollout.%d.result.%s.group.*", n, role) }
+
+// Control subjects: a trainer pauses its role's generations before it
+// swaps weights and resumes them after (not tied to one rollout). The
+// session-store takes the pauses and resumes; a gateway says, on
+// control.<role>.drained.<gateway>, that it runs none of the role's
+// generations any more.
+const (
+	AllPause  = "control.*.pause"
+	AllResume = "control.*.resume"
+)
+
+// Control is where the trainer of role sends a control verb (pause, resume)
+// and where planact answers (paused, drained).
+func Control(role, verb string) string { return fmt.Sprintf("control.%s.%s", role, verb) }
+
 // Rejected answers one arrival of role that planact refused; it stays apart
 // from Result so that a rejection never hides the rollout's real result.
 func Rejected(n int64, role string) string {

@@ -87,7 +87,7 @@ func (s *Service) outcome(ctx context.Context, n int64, e int, key string) (*sch
 // when the rollout ended meanwhile (the act is abandoned).
 func (s *Service) execute(ctx context.Context, info *session.Info, run *schema.ActRun) (*schema.ActDone, error) {
 	// The act stops at once when the rollout ends (cancel, time-out).
-	ctx, stop := s.aborts.watch(ctx, run.Rollout)
+	ctx, stop := s.follow.Rollout(ctx, run.Rollout)
 	defer stop()
 	log := zerolog.Ctx(ctx)
 	cfg := info.Session.Config
@@ -96,11 +96,36 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *schema.A
 		NodeID: run.Node.ID, Tool: run.Node.Tool, Input: run.Node.Input(), StartedMs: nowMs(),
 	}
 	var unavailableSince time.Time
+	tool, _ := cfg.Tool(run.Node.Tool)
+	gate := s.follow.Gate(schema.RoleActor)
 	for attempt := 1; ; {
 		done.Attempts = attempt
+		if tool.Kind != schema.ToolHTTP {
+			// No generation while the actor role is paused: the act waits,
+			// and the wait is no attempt and no part of its time-out.
+			if err := gate.Wait(ctx); err != nil {
+				if ctx.Err() == nil {
+					done.Status, done.Error, done.ErrorKind = schema.ActFailed, err.Error(), schema.ActErrPaused
+					break
+				}
+				if context.Cause(ctx) == errRolloutOver {
+					return nil, nil
+				}
+				return nil, ctx.Err()
+			}
+		}
 		actx, cancel := context.WithTimeout(ctx, schema.Seconds(cfg.ActTimeoutS))
 		out, gen, err := s.try(actx, info, run)
 		cancel()
+		if errors.Is(err, errActorPaused) && ctx.Err() == nil {
+			// Stopped or refused by a pause: sent again once it is resumed.
+			// The gate may not have seen the pause yet: a little wait.
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			continue
+		}
 		if err == nil {
 			done.Status, done.Output, done.Generation, done.Error, done.ErrorKind = schema.ActDoneOK, out, gen, "", ""
 			break
@@ -166,6 +191,10 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *schema.A
 // errActorTimedOut: the actor-gateway stopped the generation at the act's
 // deadline, just before the act would have timed out here.
 var errActorTimedOut = fail.Transientf("the generation reached the act's deadline")
+
+// errActorPaused: the actor-gateway did not run the generation (or stopped
+// it) because the actor role is paused.
+var errActorPaused = fail.Transientf("the actor role is paused")
 
 // errNoActorGateway: nothing answers on the actor-gateway's endpoint.
 var errNoActorGateway = fail.Transientf("no actor-gateway is running")
@@ -238,6 +267,8 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *schema
 	}
 	if code := reply.Header.Get(micro.ErrorCodeHeader); code == schema.ActorCodeTimeout {
 		return nil, errActorTimedOut // the gateway gave up at our deadline
+	} else if code == schema.ActorCodePaused {
+		return nil, errActorPaused
 	} else if code != "" {
 		kind := fail.Transient
 		if strings.HasPrefix(code, "4") {

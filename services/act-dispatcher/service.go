@@ -52,8 +52,9 @@ type Service struct {
 	Deps
 	sessions *session.Cache
 
-	aborts  aborts
-	running running // rollouts in the running state, for the watchdog
+	// follow knows which rollouts run (the watchdog's), cancels the acts
+	// of one that ends, and holds acts while the actor role is paused.
+	follow  *session.Follower
 	priorMu sync.Mutex
 	prior   map[string]map[string]priorAct // finished turn's run key -> its successful calls
 }
@@ -79,6 +80,8 @@ func Run(ctx context.Context, d Deps) error {
 		d.RetryBase = 200 * time.Millisecond
 	}
 	s := &Service{Deps: d, sessions: session.NewCache(d.Bus), prior: map[string]map[string]priorAct{}}
+	s.follow = session.NewFollower(d.Bus, d.Log)
+	s.follow.OnEnd = s.sessions.Forget
 	consumers := []struct {
 		c bus.Consumer
 		h bus.Handler
@@ -96,7 +99,7 @@ func Run(ctx context.Context, d Deps) error {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		errs <- s.watchSessions(ctx)
+		errs <- s.follow.Run(ctx)
 	}()
 	go func() {
 		defer wg.Done()

@@ -36,7 +36,7 @@ func (s *Service) watchdog(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		for _, sess := range s.running.snapshot() {
+		for _, sess := range s.follow.Running() {
 			for e := 0; e < sess.Episodes && ctx.Err() == nil; e++ {
 				if _, ended := slices.BinarySearch(sess.Ended, e); ended {
 					continue

@@ -19,6 +19,7 @@ import (
 	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/telemetry"
 )
 
@@ -37,6 +38,7 @@ const (
 	CodeInvalid     = schema.ActorCodeInvalid
 	CodeUnavailable = schema.ActorCodeUnavailable
 	CodeTimeout     = schema.ActorCodeTimeout
+	CodePaused      = schema.ActorCodePaused
 )
 
 // Deps are what the actor-gateway needs.
@@ -61,6 +63,14 @@ func Run(ctx context.Context, d Deps) error {
 	// time of each generation, until its reply: it runs on its own
 	// goroutine, so the subscription's callback returns at once.
 	ep := d.Bus.Service().Endpoint("generate", schema.ActorSubject, QueueGroup, map[string]string{"schema": "actor.generate/1"})
+	// The actor role's state: generations are not sent while it is paused,
+	// and the gateway says when it runs none any more.
+	follow := session.NewFollower(d.Bus, d.Log)
+	go func() { _ = follow.Run(ctx) }()
+	gate := follow.Gate(schema.RoleActor)
+	if id := d.Bus.Service().ID(); id != "" {
+		go follow.AnswerPauses(ctx, schema.RoleActor, id)
+	}
 	slots := make(chan struct{}, d.MaxInFlight)
 	var wg sync.WaitGroup
 	sub, err := d.Bus.NC.QueueSubscribe(schema.ActorSubject, QueueGroup, func(m *nats.Msg) {
@@ -74,7 +84,7 @@ func Run(ctx context.Context, d Deps) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			err := serve(ctx, d, m)
+			err := serve(ctx, d, gate, m)
 			ep.Record(time.Since(began), err)
 		}()
 	})
@@ -87,12 +97,20 @@ func Run(ctx context.Context, d Deps) error {
 	return nil
 }
 
-// serve answers one request and returns the error it answered with.
-func serve(ctx context.Context, d Deps, m *nats.Msg) error {
+// serve answers one request and returns the error it answered with. While
+// the actor role is paused it runs nothing: the caller is told to send the
+// request again after the resume, and a pause that aborts generations
+// answers those running the same way.
+func serve(ctx context.Context, d Deps, gate *session.Gate, m *nats.Msg) error {
 	var req schema.ActorRequest
 	if err := schema.Unmarshal(m.Data, &req); err != nil {
 		return replyError(m, CodeInvalid, err.Error())
 	}
+	if st := gate.State(); st.Paused {
+		return replyError(m, CodePaused, fmt.Sprintf("the actor role is paused (pause %d): send it again after the resume", st.Epoch))
+	}
+	ctx, done := gate.Track(ctx)
+	defer done()
 	log := d.Log.With().Int64("rollout", req.Rollout).Int("episode", req.Episode).Str("node", req.Key).Str("role", schema.RoleActor).Logger()
 	if req.DeadlineMs > 0 {
 		// The caller has stopped waiting by then: a generation still running
@@ -105,6 +123,8 @@ func serve(ctx context.Context, d Deps, m *nats.Msg) error {
 	if err != nil {
 		code := CodeUnavailable
 		switch {
+		case errors.Is(context.Cause(ctx), session.ErrPaused):
+			code = CodePaused // aborted by the pause; sent again after the resume
 		case errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded:
 			code = CodeTimeout
 		case !fail.IsRetryable(err):

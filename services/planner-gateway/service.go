@@ -40,6 +40,9 @@ type Deps struct {
 type Service struct {
 	Deps
 	sessions *session.Cache
+	// follow cancels the turns of rollouts that end and holds them while
+	// the planner role is paused.
+	follow *session.Follower
 }
 
 // Run serves until ctx ends.
@@ -56,7 +59,12 @@ func Run(ctx context.Context, d Deps) error {
 	if d.RetryBase == 0 {
 		d.RetryBase = 500 * time.Millisecond
 	}
-	s := &Service{Deps: d, sessions: session.NewCache(d.Bus)}
+	s := &Service{Deps: d, sessions: session.NewCache(d.Bus), follow: session.NewFollower(d.Bus, d.Log)}
+	s.follow.OnEnd = s.sessions.Forget
+	go func() { _ = s.follow.Run(ctx) }()
+	if id := d.Bus.Service().ID(); id != "" {
+		go s.follow.AnswerPauses(ctx, schema.RolePlanner, id)
+	}
 	return d.Bus.Consume(ctx, bus.Consumer{
 		Stream:      bus.StreamPlan,
 		Durable:     Name,

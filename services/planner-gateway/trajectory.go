@@ -2,6 +2,7 @@ package plannergateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
 	"github.com/planact/planact/pkg/telemetry"
 )
@@ -55,8 +57,16 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 			return err
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, schema.Seconds(cfg.PlannerTimeoutS))
-	defer cancel()
+	// The turn is abandoned at once when its rollout ends (cancelled, timed
+	// out, enough groups): its engine request is aborted.
+	ctx, stop := s.follow.Rollout(ctx, req.Rollout)
+	defer stop()
+	// No generation while the planner role is paused: the turn waits, and
+	// the wait is no part of its time-out.
+	gate := s.follow.Gate(schema.RolePlanner)
+	if err := gate.Wait(ctx); err != nil {
+		return s.over(ctx, err)
+	}
 	lease, err := s.Engines.Acquire(ctx, eng.Protocol, eng.URL, eng.Model)
 	if err != nil {
 		return fail.E(fail.Transient, err)
@@ -104,7 +114,28 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		return s.Bus.Publish(ctx, out)
 	}
 	start := time.Now()
-	gen, err := s.generate(ctx, lease.Client, cfg, req, engine.Request{InputIDs: input, Sampling: sampling}, mayStream)
+	var gen engine.Generation
+	for {
+		gctx, done := gate.Track(ctx)
+		gctx, cancel := context.WithTimeout(gctx, schema.Seconds(cfg.PlannerTimeoutS))
+		gen, err = s.generate(gctx, lease.Client, cfg, req, engine.Request{InputIDs: input, Sampling: sampling}, mayStream)
+		paused := errors.Is(context.Cause(gctx), session.ErrPaused)
+		cancel()
+		done()
+		if err == nil || !paused || ctx.Err() != nil {
+			break
+		}
+		// Aborted by a pause: generated again, from the new weights, once
+		// the role is resumed (and not streamed: partials went out).
+		log.Info().Msg("planner turn aborted by a pause; generated again after the resume")
+		mayStream = false
+		if err := gate.Wait(ctx); err != nil {
+			return s.over(ctx, err)
+		}
+	}
+	if err != nil && ctx.Err() != nil {
+		return s.over(ctx, err)
+	}
 	if err != nil {
 		return fmt.Errorf("planner generate: %w", err)
 	}
@@ -120,6 +151,17 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	})
 	log.Debug().Int("tokens", len(gen.OutputIDs)).Str("finish", gen.FinishReason).Msg("planner turn")
 	return s.Bus.Publish(ctx, out)
+}
+
+// over says what a turn that could not go on returns: nothing when its
+// rollout ended (the request is dropped), else err (a pause that expired:
+// permanent; shutting down: the request is redelivered).
+func (s *Service) over(ctx context.Context, err error) error {
+	if context.Cause(ctx) == session.ErrRolloutOver {
+		zerolog.Ctx(ctx).Debug().Msg("rollout over; planner turn abandoned")
+		return nil
+	}
+	return err
 }
 
 // generate runs the planner engine. When the rollout streams plans and the

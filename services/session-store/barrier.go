@@ -115,6 +115,15 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		log.Warn().Str("state", sess.State).Msg("arrival after the rollout ended without this role")
 		return s.Bus.Publish(ctx, &schema.Result{Rollout: a.Rollout, Role: a.Role, Status: status,
 			Reason: "arrived after the rollout ended: " + sess.Reason})
+	}
+	if wrote {
+		// The trainer's weights as it arrives: the role's current version,
+		// which staleness is counted from.
+		if err := s.noteVersion(ctx, a.Role, a.WeightVersion); err != nil {
+			return err
+		}
+	}
+	switch {
 	case wrote && sess.State == schema.SessionWaiting:
 		log.Info().Msg("arrived, waiting for the other role")
 		_ = s.status(ctx, a.Rollout, "arrived", -1, a.Role)

@@ -76,8 +76,17 @@ func Run(ctx context.Context, d Deps) error {
 	}
 	s := &Service{Deps: d, index: newIndex()}
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	wg.Add(2)
+	errs := make(chan error, 3)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		errs <- d.Bus.Consume(ctx, bus.Consumer{
+			Stream:      bus.StreamControl,
+			Durable:     Name + "-control",
+			Filters:     []string{subject.AllPause, subject.AllResume},
+			Concurrency: 4,
+		}, s.handleControl)
+	}()
 	go func() {
 		defer wg.Done()
 		errs <- s.sweep(ctx)

@@ -2,6 +2,7 @@ package sessionstore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 type index struct {
 	mu      sync.Mutex
 	entries map[int64]indexed
+	roles   map[string]schema.RoleState // paused roles, whose pause may expire
 }
 
 type indexed struct {
@@ -27,7 +29,27 @@ type indexed struct {
 	at   time.Time
 }
 
-func newIndex() *index { return &index{entries: map[int64]indexed{}} }
+func newIndex() *index { return &index{entries: map[int64]indexed{}, roles: map[string]schema.RoleState{}} }
+
+func (x *index) putRole(st *schema.RoleState) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !st.Paused || st.Expired {
+		delete(x.roles, st.Role)
+		return
+	}
+	x.roles[st.Role] = *st
+}
+
+func (x *index) pausedRoles() []schema.RoleState {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := make([]schema.RoleState, 0, len(x.roles))
+	for _, st := range x.roles {
+		out = append(out, st)
+	}
+	return out
+}
 
 func (x *index) put(n int64, sess *schema.Session, at time.Time) {
 	x.mu.Lock()
@@ -83,6 +105,13 @@ func (s *Service) follow(ctx context.Context) {
 			continue
 		}
 		for e := range w.Updates() {
+			if e != nil && strings.HasPrefix(e.Key(), "role.") {
+				var st schema.RoleState
+				if e.Operation() == jetstream.KeyValuePut && schema.Unmarshal(e.Value(), &st) == nil {
+					s.index.putRole(&st)
+				}
+				continue
+			}
 			if e == nil || strings.Contains(e.Key(), ".") {
 				continue // end of the initial values, or a task list
 			}
@@ -104,9 +133,17 @@ func (s *Service) follow(ctx context.Context) {
 	}
 }
 
-// sweepOnce looks at every indexed session once.
+// sweepOnce looks at every indexed session once, and at every paused role.
 func (s *Service) sweepOnce(ctx context.Context) {
 	now := s.Now()
+	for _, st := range s.index.pausedRoles() {
+		if now.Before(time.UnixMilli(st.DeadlineMs)) {
+			continue
+		}
+		err := s.expirePause(ctx, st)
+		telemetry.Recoveries.WithLabelValues(Name, "pause-expired").Inc()
+		s.Log.Warn().Err(err).Str("role", st.Role).Int64("epoch", st.Epoch).Msg("a pause outlived its time-out: the role's waiting work fails")
+	}
 	grace := s.Grace
 	retention := s.Bus.Provisioning.ResultRetention
 	for _, e := range s.index.snapshot() {
@@ -147,4 +184,18 @@ func (s *Service) settleFresh(ctx context.Context, n int64) error {
 		return err
 	}
 	return s.settle(ctx, sess)
+}
+
+// expirePause marks the pause st holds as expired: the gateways fail the
+// work that waits for the role, saying why, instead of holding it forever.
+func (s *Service) expirePause(ctx context.Context, st schema.RoleState) error {
+	_, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(st.Role), func(v *schema.RoleState, _ bool) (bool, error) {
+		if !v.Paused || v.Expired || v.Epoch != st.Epoch {
+			return false, nil
+		}
+		v.Expired = true
+		v.Reason = fmt.Sprintf("pause time-out (%s): no resume came", time.Duration(v.DeadlineMs-v.SinceMs)*time.Millisecond)
+		return true, nil
+	})
+	return err
 }

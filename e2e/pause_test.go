@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/planact/planact/pkg/client"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+)
+
+// TestPauseAndResume: a trainer pauses its role before it swaps weights.
+// With wait, Pause returns once the running generation finished; while
+// paused nothing reaches the engine; after Resume the rollout goes on and
+// ends with every episode completed. With abort, the running generation is
+// aborted and sent again after Resume; no act fails and each has one
+// sample.
+func TestPauseAndResume(t *testing.T) {
+	for _, abort := range []bool{false, true} {
+		name := "wait"
+		if abort {
+			name = "abort"
+		}
+		t.Run(name, func(t *testing.T) {
+			// Slow acts: a pause lands while one runs.
+			e := startSem(t, semOptions{planner: sim.Config{Seed: 93}, actor: sim.Config{Seed: 94, TTFT: 400 * time.Millisecond}})
+			ctx, cancel := context.WithTimeout(context.Background(), patience)
+			defer cancel()
+			n := int64(940)
+			if abort {
+				n = 941
+			}
+			results := e.start(t, n, e.tasks(2, 1, n), nil)
+			eventually(t, "an act running on the engine", func() bool { return e.actorEngine.Running() > 0 })
+			trainer := e.trainer(t)
+			paused, err := trainer.Pause(ctx, schema.RoleActor, client.PauseOptions{Abort: abort, Timeout: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(paused.Drained) == 0 || len(paused.Missing) != 0 {
+				t.Errorf("paused: drained %v, missing %v; want the actor-gateway drained", paused.Drained, paused.Missing)
+			}
+			if abort && paused.Aborted == 0 {
+				t.Errorf("an abort pause aborted nothing, with a generation running")
+			}
+			if running := e.actorEngine.Running(); running != 0 {
+				t.Errorf("paused, yet %d generations run on the engine", running)
+			}
+			before, _ := e.actorEngine.Stats()
+			time.Sleep(time.Second) // the paused role's acts are ready to run: none may reach the engine
+			if after, _ := e.actorEngine.Stats(); after != before {
+				t.Errorf("%d generations reached the engine while the actor was paused", after-before)
+			}
+			if err := trainer.Resume(ctx, schema.RoleActor, "actor-v9"); err != nil {
+				t.Fatal(err)
+			}
+			o := <-results
+			if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK {
+				t.Fatalf("after the resume: %v %v %+v", o.perr, o.aerr, o.planner)
+			}
+			if got := o.planner.Stats.EpisodeStatus[schema.EpisodeCompleted]; got != 2 || len(o.planner.Stats.Failures) != 0 {
+				t.Errorf("episodes %v, failures %v: a pause must fail nothing", o.planner.Stats.EpisodeStatus, o.planner.Stats.Failures)
+			}
+			seen := map[string]bool{}
+			for _, s := range o.actor.Samples {
+				k := s.RolloutID + "/" + s.Metadata["key"].(string)
+				if seen[k] {
+					t.Errorf("act %s has two samples", k)
+				}
+				seen[k] = true
+			}
+		})
+	}
+}
+
+// TestPauseTimesOut: a pause never resumed ends in a clear time-out: the
+// work waiting for the role fails saying so, and the rollout ends.
+func TestPauseTimesOut(t *testing.T) {
+	e := startSem(t, semOptions{planner: sim.Config{Seed: 95}, actor: sim.Config{Seed: 96}})
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	trainer := e.trainer(t)
+	if _, err := trainer.Pause(ctx, schema.RoleActor, client.PauseOptions{Timeout: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 942
+	o := <-e.start(t, n, e.tasks(1, 1, n), &schema.Config{FailurePolicy: schema.PolicyFail})
+	if !errors.Is(o.perr, client.ErrFailed) || !strings.Contains(o.planner.Reason, "pause time-out") {
+		t.Fatalf("a rollout whose actor stayed paused: %v %+v", o.perr, o.planner)
+	}
+	if o.planner.Stats.Failures[schema.ActErrPaused] == 0 {
+		t.Errorf("failures %v, want the paused acts counted", o.planner.Stats.Failures)
+	}
+	// Resumed, the role works again.
+	if err := trainer.Resume(ctx, schema.RoleActor, ""); err != nil {
+		t.Fatal(err)
+	}
+	o = <-e.start(t, n+1, e.tasks(1, 1, n+1), nil)
+	if o.perr != nil || o.planner.Status != schema.ResultOK {
+		t.Fatalf("after the resume: %v %+v", o.perr, o.planner)
+	}
+}
+

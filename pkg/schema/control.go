@@ -1,0 +1,138 @@
+package schema
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/planact/planact/pkg/subject"
+)
+
+// Pause modes: what happens to the generations of a role that are running
+// when it is paused.
+const (
+	PauseWait  = "wait"  // they finish; Pause returns when they have
+	PauseAbort = "abort" // they are aborted on the engine and sent again after Resume
+)
+
+// Pause asks planact to stop sending generations of Role to its engine,
+// before its trainer swaps the weights. Nothing in flight is lost: running
+// generations finish (wait) or are aborted and sent again after Resume
+// (abort). A pause not resumed within TimeoutS ends in a time-out: the
+// work waiting for the role fails, saying so.
+type Pause struct {
+	Envelope
+	Role     string  `json:"role"`
+	Mode     string  `json:"mode"`                // wait (default) or abort
+	TimeoutS float64 `json:"timeout_s,omitempty"` // default 600
+	Reason   string  `json:"reason,omitempty"`
+	AtMs     int64   `json:"at_ms"`
+}
+
+func (m *Pause) Kind() string    { return "control.pause/1" }
+func (m *Pause) Subject() string { return subject.Control(m.Role, "pause") }
+func (m *Pause) MsgID() string   { return fmt.Sprintf("pause.%s.%d", m.Role, m.AtMs) }
+func (m *Pause) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
+
+// DefaultPauseTimeoutS is how long a pause may last unless it says.
+const DefaultPauseTimeoutS = 600
+
+// Resume lets planact send generations of Role again, from the weights of
+// WeightVersion (the version the engine now runs; samples record it).
+type Resume struct {
+	Envelope
+	Role          string `json:"role"`
+	WeightVersion string `json:"weight_version,omitempty"`
+	AtMs          int64  `json:"at_ms"`
+}
+
+func (m *Resume) Kind() string    { return "control.resume/1" }
+func (m *Resume) Subject() string { return subject.Control(m.Role, "resume") }
+func (m *Resume) MsgID() string   { return fmt.Sprintf("resume.%s.%d", m.Role, m.AtMs) }
+func (m *Resume) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
+
+// Paused answers a Pause once no generation of the role runs on any
+// gateway (Drained lists the gateways that said so; Missing those that did
+// not in time, gone or stuck): the trainer may swap its weights.
+type Paused struct {
+	Envelope
+	Role    string   `json:"role"`
+	Epoch   int64    `json:"epoch"`
+	PauseID string   `json:"pause_id"` // the Pause's Nats-Msg-Id
+	Mode    string   `json:"mode"`
+	Drained []string `json:"drained,omitempty"`
+	Missing []string `json:"missing,omitempty"`
+	Aborted int      `json:"aborted,omitempty"` // generations aborted, to be sent again
+	AtMs    int64    `json:"at_ms"`
+}
+
+func (m *Paused) Kind() string    { return "control.paused/1" }
+func (m *Paused) Subject() string { return subject.Control(m.Role, "paused") }
+func (m *Paused) MsgID() string   { return fmt.Sprintf("paused.%s.%d", m.Role, m.Epoch) }
+func (m *Paused) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
+
+// Drained is a gateway saying that, for the pause of the given epoch, it
+// runs no generation of the role any more.
+type Drained struct {
+	Envelope
+	Role    string `json:"role"`
+	Epoch   int64  `json:"epoch"`
+	Gateway string `json:"gateway"` // its service instance id
+	Aborted int    `json:"aborted,omitempty"`
+	AtMs    int64  `json:"at_ms"`
+}
+
+func (m *Drained) Kind() string    { return "control.drained/1" }
+func (m *Drained) Subject() string { return subject.Control(m.Role, "drained") + "." + m.Gateway }
+func (m *Drained) MsgID() string   { return fmt.Sprintf("drained.%s.%d.%s", m.Role, m.Epoch, m.Gateway) }
+func (m *Drained) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
+
+// RoleState is the KV value (bucket sessions, key "role.<role>") that says
+// whether a role's generations may be sent, and which weights its engine
+// runs. Written by the session-store, by compare-and-set.
+type RoleState struct {
+	Role   string `json:"role"`
+	Paused bool   `json:"paused,omitempty"`
+	Mode   string `json:"mode,omitempty"`
+	// Epoch counts pauses and resumes; gateways answer a pause by its epoch.
+	Epoch      int64  `json:"epoch"`
+	PauseID    string `json:"pause_id,omitempty"`
+	SinceMs    int64  `json:"since_ms,omitempty"`
+	DeadlineMs int64  `json:"deadline_ms,omitempty"`
+	// Expired: the pause outlived its deadline; the role's waiting work fails.
+	Expired bool   `json:"expired,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// Answered is the epoch whose pause was answered (Paused published).
+	Answered int64 `json:"answered,omitempty"`
+	// WeightVersion is the newest version of the role's weights planact
+	// knows of (from resumes and arrivals), the trainer's current one.
+	WeightVersion string `json:"weight_version,omitempty"`
+}
+
+// RoleKey is the KV key of a role's state.
+func RoleKey(role string) string { return "role." + role }
+
+// VersionNumber reads the number a weight version ends in ("step-7": 7,
+// "v12": 12, "42": 42); ok is false when it ends in none. Staleness is
+// counted in these numbers.
+func VersionNumber(v string) (n int64, ok bool) {
+	i := len(v)
+	for i > 0 && v[i-1] >= '0' && v[i-1] <= '9' {
+		i--
+	}
+	if i == len(v) {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v[i:], 10, 64)
+	return n, err == nil
+}
+
+// Newer reports whether version a is newer than b: by their numbers when
+// both have one, else a differs from an empty b.
+func Newer(a, b string) bool {
+	na, oka := VersionNumber(a)
+	nb, okb := VersionNumber(b)
+	if oka && okb {
+		return na > nb
+	}
+	return a != "" && b == ""
+}

@@ -1,0 +1,304 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+)
+
+// ErrRolloutOver is the cause of the context of work on a rollout that
+// ended (cancelled, timed out, enough groups): the work is abandoned.
+var ErrRolloutOver = errors.New("rollout is over")
+
+// ErrPaused is the cause of the context of a generation aborted because its
+// role was paused in abort mode: it is sent again after the resume.
+var ErrPaused = errors.New("role paused: the generation is sent again after the resume")
+
+// Follower follows the sessions bucket for a service: which rollouts run
+// (and cancels the work registered for one that ends), and the state of
+// each role (holding the generations of a paused role). A watch that ends
+// (a NATS restart) starts again.
+type Follower struct {
+	bus *bus.Bus
+	log zerolog.Logger
+	// OnEnd, when set, is called (outside the follower's lock) when a
+	// rollout's session becomes final.
+	OnEnd func(n int64)
+
+	mu      sync.Mutex
+	running map[int64]schema.Session
+	work    map[int64]map[*int]context.CancelCauseFunc
+	gates   map[string]*Gate
+}
+
+// NewFollower returns a follower of b's sessions bucket; Run follows it.
+func NewFollower(b *bus.Bus, log zerolog.Logger) *Follower {
+	return &Follower{bus: b, log: log, running: map[int64]schema.Session{}, work: map[int64]map[*int]context.CancelCauseFunc{}, gates: map[string]*Gate{}}
+}
+
+// Run follows the bucket until ctx ends.
+func (f *Follower) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		w, err := f.bus.Sessions.WatchAll(ctx)
+		if err != nil {
+			f.log.Warn().Err(err).Msg("sessions watch; trying again")
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for e := range w.Updates() {
+			if e != nil {
+				f.update(e)
+			}
+		}
+		_ = w.Stop()
+	}
+	return nil
+}
+
+func (f *Follower) update(e jetstream.KeyValueEntry) {
+	key := e.Key()
+	if role, ok := strings.CutPrefix(key, "role."); ok {
+		var st schema.RoleState
+		if e.Operation() == jetstream.KeyValuePut && schema.Unmarshal(e.Value(), &st) == nil {
+			f.Gate(role).set(st)
+		}
+		return
+	}
+	if strings.Contains(key, ".") {
+		return // a task list
+	}
+	n, err := strconv.ParseInt(key, 10, 64)
+	if err != nil {
+		return
+	}
+	var sess schema.Session
+	if e.Operation() != jetstream.KeyValuePut || schema.Unmarshal(e.Value(), &sess) != nil {
+		f.mu.Lock()
+		delete(f.running, n)
+		f.mu.Unlock()
+		return
+	}
+	f.mu.Lock()
+	if sess.State == schema.SessionRunning {
+		f.running[n] = sess
+		f.mu.Unlock()
+		return
+	}
+	delete(f.running, n)
+	if !sess.Final() {
+		f.mu.Unlock()
+		return
+	}
+	if k := len(f.work[n]); k > 0 {
+		f.log.Info().Int64("rollout", n).Str("state", sess.State).Int("work", k).Msg("rollout over; work in flight abandoned")
+	}
+	for _, cancel := range f.work[n] {
+		cancel(ErrRolloutOver)
+	}
+	delete(f.work, n)
+	f.mu.Unlock()
+	if f.OnEnd != nil {
+		f.OnEnd(n)
+	}
+}
+
+// Running lists the rollouts in the running state.
+func (f *Follower) Running() []schema.Session {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]schema.Session, 0, len(f.running))
+	for _, s := range f.running {
+		out = append(out, s)
+	}
+	return out
+}
+
+// Rollout returns a context for work on rollout n, cancelled with
+// ErrRolloutOver when the rollout ends; done releases it.
+func (f *Follower) Rollout(ctx context.Context, n int64) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	tok := new(int)
+	f.mu.Lock()
+	if f.work[n] == nil {
+		f.work[n] = map[*int]context.CancelCauseFunc{}
+	}
+	f.work[n][tok] = cancel
+	f.mu.Unlock()
+	return ctx, func() {
+		f.mu.Lock()
+		delete(f.work[n], tok)
+		if len(f.work[n]) == 0 {
+			delete(f.work, n)
+		}
+		f.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// Gate returns the gate of role.
+func (f *Follower) Gate(role string) *Gate {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := f.gates[role]
+	if g == nil {
+		g = newGate(role)
+		f.gates[role] = g
+	}
+	return g
+}
+
+// Gate holds the generations of a paused role. A gateway waits on it before
+// it sends a generation, and tracks the generations it runs, so that a pause
+// in abort mode aborts them and a pause can be answered once none runs.
+type Gate struct {
+	role string
+
+	mu       sync.Mutex
+	state    schema.RoleState
+	changed  chan struct{} // closed and replaced at every change
+	inflight map[*int]context.CancelCauseFunc
+	aborted  int // generations aborted by the current pause
+}
+
+func newGate(role string) *Gate {
+	return &Gate{role: role, changed: make(chan struct{}), inflight: map[*int]context.CancelCauseFunc{}}
+}
+
+func (g *Gate) set(st schema.RoleState) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	newPause := st.Paused && (!g.state.Paused || st.Epoch != g.state.Epoch)
+	g.state = st
+	if newPause {
+		g.aborted = 0
+		if st.Mode == schema.PauseAbort {
+			for _, cancel := range g.inflight {
+				cancel(ErrPaused)
+				g.aborted++
+			}
+		}
+	}
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// State is the role's state as last seen.
+func (g *Gate) State() schema.RoleState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.state
+}
+
+// Wait returns when the role may generate: at once unless it is paused.
+// A pause that outlived its deadline fails the wait, saying so.
+func (g *Gate) Wait(ctx context.Context) error {
+	for {
+		g.mu.Lock()
+		st, changed := g.state, g.changed
+		g.mu.Unlock()
+		switch {
+		case !st.Paused:
+			return nil
+		case st.Expired:
+			return fail.Permanentf("the %s role was paused at %s and not resumed in time: %s", g.role,
+				time.UnixMilli(st.SinceMs).UTC().Format(time.RFC3339), st.Reason)
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Track registers a generation that runs: a pause in abort mode cancels
+// its context with ErrPaused. done releases it.
+func (g *Gate) Track(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	tok := new(int)
+	g.mu.Lock()
+	g.inflight[tok] = cancel
+	g.mu.Unlock()
+	return ctx, func() {
+		g.mu.Lock()
+		delete(g.inflight, tok)
+		g.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// Drained waits until no generation runs under the pause of epoch, and
+// returns how many the pause aborted; false when the role was resumed (or
+// paused again) meanwhile, or ctx ended.
+func (g *Gate) Drained(ctx context.Context, epoch int64) (aborted int, ok bool) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		g.mu.Lock()
+		st, n, aborted := g.state, len(g.inflight), g.aborted
+		g.mu.Unlock()
+		if !st.Paused || st.Epoch != epoch {
+			return 0, false
+		}
+		if n == 0 {
+			return aborted, true
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return 0, false
+		}
+	}
+}
+
+// AnswerPauses publishes, for every pause of the gate's role, that this
+// gateway runs no generation of it any more (in abort mode once it has
+// aborted them, in wait mode once they finished), until ctx ends.
+func (f *Follower) AnswerPauses(ctx context.Context, role, gateway string) {
+	g := f.Gate(role)
+	var answered int64
+	for ctx.Err() == nil {
+		g.mu.Lock()
+		st, changed := g.state, g.changed
+		g.mu.Unlock()
+		if st.Paused && !st.Expired && st.Epoch != answered {
+			if aborted, ok := g.Drained(ctx, st.Epoch); ok {
+				d := &schema.Drained{Role: role, Epoch: st.Epoch, Gateway: gateway, Aborted: aborted, AtMs: time.Now().UnixMilli()}
+				if err := f.bus.Publish(ctx, d); err != nil {
+					f.log.Warn().Err(err).Str("role", role).Int64("epoch", st.Epoch).Msg("drained not said; trying again")
+					select {
+					case <-ctx.Done():
+					case <-time.After(time.Second):
+					}
+					continue
+				}
+				answered = st.Epoch
+			}
+			continue
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// String is for logs.
+func (g *Gate) String() string {
+	st := g.State()
+	return fmt.Sprintf("%s paused=%v epoch=%d", g.role, st.Paused, st.Epoch)
+}

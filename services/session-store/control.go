@@ -1,0 +1,240 @@
+package sessionstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// gateways names the service that sends each role's generations to its
+// engine: the one that answers for the role when it is paused.
+var gateways = map[string]string{schema.RolePlanner: "planner-gateway", schema.RoleActor: "actor-gateway"}
+
+// handleControl takes a trainer's pause or resume of its role.
+func (s *Service) handleControl(ctx context.Context, m bus.Msg) error {
+	_, verb, _ := controlSubject(m.Subject)
+	switch verb {
+	case "pause":
+		return s.handlePause(ctx, m)
+	case "resume":
+		return s.handleResume(ctx, m)
+	}
+	return fail.Invalidf("session-store: unexpected subject %s", m.Subject)
+}
+
+// handlePause records a pause of a role, then answers it once every
+// gateway of the role runs none of its generations.
+func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
+	var p schema.Pause
+	if err := schema.UnmarshalStrict(m.Data, &p); err != nil {
+		return err
+	}
+	if err := checkControl(m.Subject, p.Role); err != nil {
+		return err
+	}
+	if p.Mode == "" {
+		p.Mode = schema.PauseWait
+	}
+	if p.Mode != schema.PauseWait && p.Mode != schema.PauseAbort {
+		return fail.Invalidf("pause of %s: mode %q: want wait or abort", p.Role, p.Mode)
+	}
+	if p.TimeoutS == 0 {
+		p.TimeoutS = schema.DefaultPauseTimeoutS
+	}
+	if math.IsNaN(p.TimeoutS) || p.TimeoutS < 0 || p.TimeoutS > schema.MaxRolloutTimeoutS {
+		return fail.Invalidf("pause of %s: timeout_s %g: want a number of seconds above 0 and at most %d", p.Role, p.TimeoutS, schema.MaxRolloutTimeoutS)
+	}
+	id := m.ID()
+	st, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(p.Role), func(v *schema.RoleState, _ bool) (bool, error) {
+		v.Role = p.Role
+		if v.Paused && v.PauseID == id {
+			return false, nil // this pause, delivered again
+		}
+		now := s.nowMs()
+		v.Epoch++
+		v.Paused, v.Mode, v.PauseID, v.SinceMs, v.Expired, v.Reason = true, p.Mode, id, now, false, p.Reason
+		v.DeadlineMs = now + schema.Seconds(p.TimeoutS).Milliseconds()
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	zerolog.Ctx(ctx).Info().Str("role", p.Role).Str("mode", st.Mode).Int64("epoch", st.Epoch).Msg("role paused")
+	return s.answerPause(ctx, st)
+}
+
+// handleResume lets a role's generations go again, from its new weights.
+func (s *Service) handleResume(ctx context.Context, m bus.Msg) error {
+	var r schema.Resume
+	if err := schema.UnmarshalStrict(m.Data, &r); err != nil {
+		return err
+	}
+	if err := checkControl(m.Subject, r.Role); err != nil {
+		return err
+	}
+	_, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(r.Role), func(v *schema.RoleState, _ bool) (bool, error) {
+		v.Role = r.Role
+		changed := false
+		if v.Paused {
+			v.Epoch++
+			v.Paused, v.Mode, v.PauseID, v.SinceMs, v.DeadlineMs, v.Expired, v.Reason = false, "", "", 0, 0, false, ""
+			changed = true
+		}
+		if r.WeightVersion != "" && r.WeightVersion != v.WeightVersion {
+			v.WeightVersion, changed = r.WeightVersion, true
+		}
+		return changed, nil
+	})
+	if err == nil && wrote {
+		zerolog.Ctx(ctx).Info().Str("role", r.Role).Str("weight_version", r.WeightVersion).Msg("role resumed")
+	}
+	return err
+}
+
+// controlSubject reads control.<role>.<verb>.
+func controlSubject(subj string) (role, verb string, ok bool) {
+	parts := strings.Split(subj, ".")
+	if len(parts) != 3 || parts[0] != "control" {
+		return "", "", false
+	}
+	return parts[1], parts[2], true
+}
+
+// checkControl refuses a control message of another role than planner or
+// actor, or whose subject names another role than its body.
+func checkControl(subj, role string) error {
+	if role != schema.RolePlanner && role != schema.RoleActor {
+		return fail.Invalidf("%s: role %q: want planner or actor", subj, role)
+	}
+	if r, _, _ := controlSubject(subj); r != role {
+		return fail.Invalidf("%s names another role than the body (%s): they must agree", subj, role)
+	}
+	return nil
+}
+
+// answerPause publishes the Paused answer of the pause st holds, once every
+// gateway of the role said it drained (or the pause's deadline passed; the
+// answer then names those that did not), and records that it did.
+func (s *Service) answerPause(ctx context.Context, st schema.RoleState) error {
+	if !st.Paused || st.Answered == st.Epoch {
+		return nil
+	}
+	drained, missing, aborted, err := s.waitDrained(ctx, st)
+	if err != nil {
+		return err
+	}
+	ans := &schema.Paused{Role: st.Role, Epoch: st.Epoch, PauseID: st.PauseID, Mode: st.Mode,
+		Drained: drained, Missing: missing, Aborted: aborted, AtMs: s.nowMs()}
+	if err := s.Bus.Publish(ctx, ans); err != nil {
+		return err
+	}
+	_, _, err = bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(st.Role), func(v *schema.RoleState, _ bool) (bool, error) {
+		if v.Epoch != st.Epoch || v.Answered == st.Epoch {
+			return false, nil
+		}
+		v.Answered = st.Epoch
+		return true, nil
+	})
+	if len(missing) > 0 {
+		zerolog.Ctx(ctx).Warn().Str("role", st.Role).Strs("missing", missing).Msg("paused; some gateways did not say they drained")
+	}
+	return err
+}
+
+// waitDrained finds the role's gateways and waits until each has said, on
+// control.<role>.drained.<gateway>, that it drained for the pause's epoch.
+func (s *Service) waitDrained(ctx context.Context, st schema.RoleState) (drained, missing []string, aborted int, err error) {
+	deadline := time.UnixMilli(st.DeadlineMs)
+	for {
+		ids := s.gatewayIDs(gateways[st.Role])
+		drained, missing, aborted = nil, nil, 0
+		for _, id := range ids {
+			m, err := s.Bus.LastMsg(ctx, bus.StreamControl, subject.Control(st.Role, "drained")+"."+id)
+			if err != nil {
+				return nil, nil, 0, err
+			}
+			var d schema.Drained
+			if m != nil && schema.Unmarshal(m.Data, &d) == nil && d.Epoch == st.Epoch {
+				drained = append(drained, id)
+				aborted += d.Aborted
+			} else {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			return drained, missing, aborted, nil
+		}
+		// Still paused this epoch? (A resume may have come meanwhile.)
+		cur, _, _, err := bus.GetFresh[schema.RoleState](ctx, s.Bus.Sessions, schema.RoleKey(st.Role))
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if !cur.Paused || cur.Epoch != st.Epoch {
+			return drained, missing, aborted, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// gatewayIDs lists the instances of the gateway service that answer
+// $SRV.PING now.
+func (s *Service) gatewayIDs(name string) []string {
+	inbox := nats.NewInbox()
+	sub, err := s.Bus.NC.SubscribeSync(inbox)
+	if err != nil {
+		return nil
+	}
+	defer sub.Unsubscribe()
+	if err := s.Bus.NC.PublishRequest("$SRV.PING."+name, inbox, nil); err != nil {
+		return nil
+	}
+	var ids []string
+	for {
+		m, err := sub.NextMsg(250 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		var p micro.Ping
+		if json.Unmarshal(m.Data, &p) == nil && p.ID != "" {
+			ids = append(ids, p.ID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// noteVersion records a role's weight version seen in an arrival when it is
+// newer than the one the role state holds: the trainer's current weights.
+func (s *Service) noteVersion(ctx context.Context, role, version string) error {
+	if version == "" {
+		return nil
+	}
+	_, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(role), func(v *schema.RoleState, _ bool) (bool, error) {
+		if v.WeightVersion == version || !schema.Newer(version, v.WeightVersion) {
+			return false, nil
+		}
+		v.Role, v.WeightVersion = role, version
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("note %s weight version: %w", role, err)
+	}
+	return nil
+}
