@@ -101,6 +101,13 @@ func cases() []wireCase {
 		msgCase(&schema.Cancel{Rollout: 42, Role: schema.RolePlanner, Reason: "trainer preempted", AtMs: 1767225602000}),
 		msgCase(&schema.ActorRequest{Rollout: 42, Episode: 1, Key: "t1-s2", Engine: engineA, Prompt: gen.Prompt, Sampling: schema.Sampling{Temperature: schema.Float(1), TopP: schema.Float(1), MaxNewTokens: 128}}),
 		msgCase(&schema.ActorReply{Generation: *gen}),
+		msgCase(&schema.Pause{Role: schema.RoleActor, Mode: schema.PauseAbort, TimeoutS: 300, Reason: "weight sync step 8", AtMs: 1767225700000}),
+		msgCase(&schema.Resume{Role: schema.RoleActor, WeightVersion: "actor-v4", AtMs: 1767225730000}),
+		msgCase(&schema.Paused{Role: schema.RoleActor, Epoch: 7, PauseID: "pause.actor.1767225700000", Mode: schema.PauseAbort,
+			Drained: []string{"x9Lq2vOa1b"}, Aborted: 3, AtMs: 1767225700410}),
+		msgCase(&schema.Drained{Role: schema.RoleActor, Epoch: 7, Gateway: "x9Lq2vOa1b", Aborted: 3, AtMs: 1767225700400}),
+		{file: "kv.role.v1.schema.json", value: &schema.RoleState{Role: schema.RoleActor, Paused: true, Mode: schema.PauseAbort, Epoch: 7,
+			PauseID: "pause.actor.1767225700000", SinceMs: 1767225700000, DeadlineMs: 1767226000000, WeightVersion: "actor-v3"}},
 		{file: "kv.session.v1.schema.json", value: &schema.Session{
 			Rollout: 42, State: schema.SessionRunning,
 			Roles: map[string]schema.RoleInfo{
