@@ -136,3 +136,14 @@ func Newer(a, b string) bool {
 	}
 	return a != "" && b == ""
 }
+
+// Behind says how many versions version is behind newest, when both end in
+// a number; ok is false when one does not (staleness cannot be counted).
+func Behind(newest, version string) (behind int64, ok bool) {
+	n, okn := VersionNumber(newest)
+	v, okv := VersionNumber(version)
+	if !okn || !okv {
+		return 0, false
+	}
+	return max(n-v, 0), true
+}

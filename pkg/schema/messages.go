@@ -316,6 +316,7 @@ const (
 	PlanErrPlannerUnavailable = "planner_unavailable" // the engine kept failing
 	PlanErrPlannerRejected    = "planner_rejected"    // the engine or planact refused the request
 	PlanErrContextFull        = "context_full"        // no room left in the context to generate
+	PlanErrStale              = "stale"               // the planner's weights are older than max_staleness allows
 )
 
 // PlanError is a plan that could not be used, with a message precise enough

@@ -69,6 +69,11 @@ type Config struct {
 	// StreamPlans releases a turn's nodes while the planner is still
 	// writing: the planner-gateway publishes the plan so far as it grows.
 	StreamPlans bool `json:"stream_plans,omitempty"`
+	// MaxStaleness bounds, in weight versions (the numbers versions end
+	// in), how far behind the trainer's newest weights a generation's may
+	// be: older, the work is not started; a sample whose oldest segment is
+	// further behind at the end is marked stale. 0: no bound.
+	MaxStaleness int `json:"max_staleness,omitempty"`
 }
 
 // DefaultConfig is what a rollout gets for every field its trainers leave zero.
@@ -192,6 +197,7 @@ func (c Config) Validate() error {
 		{"max_nodes", c.MaxNodes, 1, MaxNodesLimit},
 		{"max_context_tokens", c.MaxContextTokens, MinContextTokens, MaxContextTokensLimit},
 		{"act_retries", c.ActRetries, -1, MaxActRetries},
+		{"max_staleness", c.MaxStaleness, 0, 1 << 20},
 	} {
 		if r.v < r.min || r.v > r.max {
 			return fmt.Errorf("config: %s %d: want %d to %d", r.name, r.v, r.min, r.max)
@@ -464,6 +470,8 @@ type NodeState struct {
 	Input  string    `json:"input,omitempty"` // as executed, placeholders replaced
 	Output string    `json:"output,omitempty"`
 	Error  string    `json:"error,omitempty"`
+	// ErrorKind of a failed node: an ActErr… value.
+	ErrorKind string `json:"error_kind,omitempty"`
 	// CachedFrom is the key of the earlier act of the episode with the same
 	// tool and arguments whose result this node takes (the duplicate guard);
 	// while that act is still running the node stays released and waits.

@@ -33,7 +33,7 @@ func (s *Service) record(ctx context.Context, info *session.Info, d *schema.ActD
 		if !exists || n == nil || n.Terminal() || r.Finished {
 			return false, nil // recorded already, or a turn already over
 		}
-		n.Status, n.Output, n.Error = d.Status, d.Output, d.Error
+		n.Status, n.Output, n.Error, n.ErrorKind = d.Status, d.Output, d.Error, d.ErrorKind
 		cached = resolveWaiters(r, n)
 		if n.Status == schema.NodeFailed && policy != schema.PolicySkip {
 			skipPending(r, "not run: the turn stopped after "+n.Node.ID+" failed")

@@ -2,6 +2,7 @@ package actdispatcher
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -112,6 +113,16 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *schema.A
 					return nil, nil
 				}
 				return nil, ctx.Err()
+			}
+			// Bounded staleness: no act on weights too far behind the
+			// trainer's (an engine that does not report its version runs,
+			// as far as planact knows, the role's newest).
+			if eng, _, err := info.Engine(schema.RoleActor); err == nil {
+				newest := gate.State().WeightVersion
+				if why := session.Stale(newest, s.versions.Of(eng.URL, newest), cfg.MaxStaleness); why != "" {
+					done.Status, done.Error, done.ErrorKind = schema.ActFailed, why, schema.ActErrStale
+					break
+				}
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, schema.Seconds(cfg.ActTimeoutS))
@@ -280,8 +291,12 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *schema
 	if err := schema.Unmarshal(reply.Data, &r); err != nil {
 		return nil, err
 	}
+	// The version of the weights that generated the act: what the engine
+	// reports wins (it generated it); else the actor role's version as its
+	// trainer last announced it (a resume, an arrival), else the arrival's.
+	s.versions.Note(eng.URL, r.Generation.WeightVersion)
 	if r.Generation.WeightVersion == "" {
-		r.Generation.WeightVersion = version
+		r.Generation.WeightVersion = cmp.Or(s.follow.Gate(schema.RoleActor).State().WeightVersion, version)
 	}
 	return &r.Generation, nil
 }

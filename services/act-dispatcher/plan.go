@@ -143,6 +143,8 @@ func (s *Service) handleParseError(ctx context.Context, info *session.Info, pe *
 	cfg := info.Session.Config
 	reason := pe.ErrorKind + ": " + pe.Message
 	switch {
+	case pe.ErrorKind == schema.PlanErrStale:
+		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeAborted, nil, reason)
 	case pe.ErrorKind == schema.PlanErrPlannerUnavailable || pe.ErrorKind == schema.PlanErrPlannerRejected:
 		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeFailed, nil, reason)
 	case pe.ErrorKind == schema.PlanErrContextFull:
@@ -163,12 +165,19 @@ func (s *Service) handleParseError(ctx context.Context, info *session.Info, pe *
 func (s *Service) finishTurn(ctx context.Context, info *session.Info, r *schema.Run) error {
 	cfg := info.Session.Config
 	var failed []string
+	stale := ""
 	for _, n := range r.Nodes {
 		if n.Status == schema.NodeFailed {
 			failed = append(failed, n.Node.ID+": "+n.Error)
+			if n.ErrorKind == schema.ActErrStale {
+				stale = n.Error
+			}
 		}
 	}
 	switch {
+	case stale != "":
+		// Weights too old to start work with: the episode stops.
+		return s.endEpisode(ctx, r.Rollout, r.Episode, r.Turn, schema.EpisodeAborted, nil, "stale: "+stale)
 	case cfg.FailurePolicy == schema.PolicyFail && len(failed) > 0:
 		return s.endEpisode(ctx, r.Rollout, r.Episode, r.Turn, schema.EpisodeFailed, nil, "act failed: "+strings.Join(failed, "; "))
 	case r.Turn >= cfg.MaxTurns:

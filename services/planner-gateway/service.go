@@ -43,7 +43,14 @@ type Service struct {
 	// follow cancels the turns of rollouts that end and holds them while
 	// the planner role is paused.
 	follow *session.Follower
+	// versions are the weight versions the planner engines last reported.
+	versions session.Versions
 }
+
+// errStale: the planner engine's weights are too old to start a turn with.
+type errStale struct{ why string }
+
+func (e errStale) Error() string { return e.why }
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, d Deps) error {
@@ -86,7 +93,8 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 	log := zerolog.Ctx(ctx)
 	var err error
 	for attempt := 1; attempt <= s.MaxAttempts; attempt++ {
-		if err = s.plan(ctx, &req); err == nil || !fail.IsRetryable(err) || errors.Is(err, session.ErrNoSession) || ctx.Err() != nil {
+		var stale errStale
+		if err = s.plan(ctx, &req); err == nil || !fail.IsRetryable(err) || errors.As(err, &stale) || errors.Is(err, session.ErrNoSession) || ctx.Err() != nil {
 			break
 		}
 		wait := min(s.RetryBase<<(attempt-1), 30*time.Second)
@@ -100,7 +108,11 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		return err
 	}
 	kind := schema.PlanErrPlannerRejected
-	if fail.IsRetryable(err) {
+	var stale errStale
+	switch {
+	case errors.As(err, &stale):
+		kind = schema.PlanErrStale
+	case fail.IsRetryable(err):
 		kind = schema.PlanErrPlannerUnavailable
 	}
 	log.Error().Err(err).Str("kind", kind).Msg("planner turn failed for good")

@@ -1,6 +1,7 @@
 package plannergateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,6 +67,13 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	gate := s.follow.Gate(schema.RolePlanner)
 	if err := gate.Wait(ctx); err != nil {
 		return s.over(ctx, err)
+	}
+	// Bounded staleness: no turn on weights too far behind the trainer's.
+	// What the engine runs is what it last reported; an engine that does
+	// not report runs, as far as planact knows, the role's newest weights.
+	newest := gate.State().WeightVersion
+	if why := session.Stale(newest, s.versions.Of(eng.URL, newest), cfg.MaxStaleness); why != "" {
+		return errStale{why}
 	}
 	lease, err := s.Engines.Acquire(ctx, eng.Protocol, eng.URL, eng.Model)
 	if err != nil {
@@ -139,9 +147,13 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	if err != nil {
 		return fmt.Errorf("planner generate: %w", err)
 	}
+	// The version of the weights that generated the turn: what the engine
+	// reports wins (it generated it); else the role's version as its trainer
+	// last announced it (a resume, an arrival), else the arrival's.
+	s.versions.Note(eng.URL, gen.WeightVersion)
 	out.Text, out.FinishReason, out.WeightVersion = gen.Text, gen.FinishReason, gen.WeightVersion
 	if out.WeightVersion == "" {
-		out.WeightVersion = req.WeightVersion
+		out.WeightVersion = cmp.Or(gate.State().WeightVersion, req.WeightVersion)
 	}
 	out.LatencyMs = time.Since(start).Milliseconds()
 	telemetry.EngineSeconds.WithLabelValues(schema.RolePlanner).Observe(time.Since(start).Seconds())

@@ -52,6 +52,10 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 		return nil, nil, err
 	}
 
+	newest, err := s.newestVersions(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	scorer := s.scorer(sess.Config)
 	stats := schema.Stats{Episodes: len(eps), Failures: map[string]int{}, EpisodeStatus: map[string]int{}, Tokens: map[string]int{}}
 	planner = &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: status, Reason: reason}
@@ -79,6 +83,7 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 		}
 		rewards += ep.reward
 		if ps, ok := plannerSample(n, e, ep); ok {
+			markStaleness(&ps, newest[schema.RolePlanner], sess.Config.MaxStaleness)
 			planner.Samples = append(planner.Samples, ps)
 			stats.Tokens[schema.RolePlanner] += len(ps.Tokens)
 		}
@@ -100,6 +105,7 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 				stats.CachedActs++
 			}
 			if as, ok := actorSample(n, e, ep, d); ok {
+				markStaleness(&as, newest[schema.RoleActor], sess.Config.MaxStaleness)
 				mine = append(mine, as)
 				stats.Tokens[schema.RoleActor] += len(as.Tokens)
 			}
@@ -252,7 +258,6 @@ func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 		Tokens: append([]int(nil), prompt.IDs...),
 	}
 	var resp strings.Builder
-	versions := map[string]bool{}
 	for _, seg := range out.Segments[1:] {
 		resp.WriteString(seg.Text)
 		smp.Tokens = append(smp.Tokens, seg.IDs...)
@@ -270,8 +275,9 @@ func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 				smp.RolloutLogProbs = append(smp.RolloutLogProbs, 0)
 			}
 		}
-		if gen && seg.Version != "" && !versions[seg.Version] {
-			versions[seg.Version] = true
+		if gen {
+			// One version per generated segment (each turn), as slime's
+			// weight_versions: what generated it, in order.
 			smp.WeightVersions = append(smp.WeightVersions, seg.Version)
 		}
 	}
@@ -373,5 +379,39 @@ func (s *Service) scorer(cfg schema.Config) func(ctx context.Context, t schema.T
 		}
 	default:
 		return func(_ context.Context, t schema.Task, a string) (float64, error) { return reward.F1(a, t.Label), nil }
+	}
+}
+
+// newestVersions reads each role's newest weight version (resumes and
+// arrivals), what staleness is counted from.
+func (s *Service) newestVersions(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		st, _, _, err := bus.GetFresh[schema.RoleState](ctx, s.Bus.Sessions, schema.RoleKey(role))
+		if err != nil {
+			return nil, err
+		}
+		out[role] = st.WeightVersion
+	}
+	return out, nil
+}
+
+// markStaleness records in a sample's metadata how many versions its oldest
+// segment's weights are behind the trainer's newest (when versions end in
+// numbers), and marks it stale past maxStaleness, so that the trainer can
+// drop or re-weight it.
+func markStaleness(smp *schema.Sample, newest string, maxStaleness int) {
+	worst, known := int64(0), false
+	for _, v := range smp.WeightVersions {
+		if b, ok := schema.Behind(newest, v); ok {
+			worst, known = max(worst, b), true
+		}
+	}
+	if !known {
+		return
+	}
+	smp.Metadata["staleness"] = worst
+	if maxStaleness > 0 && worst > int64(maxStaleness) {
+		smp.Metadata["stale"] = true
 	}
 }

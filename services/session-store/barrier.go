@@ -171,6 +171,11 @@ func (s *Service) validateArrival(a *schema.Arrive, p subject.Parsed) error {
 		if err := cfg.Validate(); err != nil {
 			return fail.E(fail.Invalid, err)
 		}
+		if cfg.MaxStaleness > 0 && a.WeightVersion != "" {
+			if _, ok := schema.VersionNumber(a.WeightVersion); !ok {
+				return fail.Invalidf("weight_version %q: with max_staleness, versions must end in a number (staleness is counted in them)", a.WeightVersion)
+			}
+		}
 		// The session must outlive the rollout: it is kept for the history.
 		if life := schema.Seconds(cfg.BarrierTimeoutS + cfg.RolloutTimeoutS); life >= s.Bus.Provisioning.History {
 			return fail.Invalidf("config: barrier_timeout_s + rollout_timeout_s = %v: want less than the history planact keeps (%v)", life, s.Bus.Provisioning.History)
