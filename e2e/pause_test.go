@@ -104,7 +104,6 @@ func TestPauseTimesOut(t *testing.T) {
 	}
 }
 
-
 // TestBoundedStaleness: the actor trainer announces newer weights (a
 // resume with actor-v9) while its engine still runs actor-v3 (what the
 // engine reports). With max_staleness 1 no act is started on weights six

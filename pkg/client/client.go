@@ -303,7 +303,7 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 		return r, err
 	}
 	if r.SamplesObject != "" {
-		if err := c.fetchSamples(ctx, r); err != nil {
+		if err := c.fetchSamples(ctx, r.Role, r.SamplesObject, &r.Samples); err != nil {
 			return r, err
 		}
 	}
@@ -332,21 +332,21 @@ func (c *Client) Rollout(ctx context.Context, a *schema.Arrive, timeout time.Dur
 	return c.result(ctx, a.Rollout, a.Role, at)
 }
 
-// fetchSamples reads r's samples from its role's object store. The result
-// says the object is there, so any failure (a server restarting, a leader
-// moving) is tried again, with back-off, until ctx ends.
-func (c *Client) fetchSamples(ctx context.Context, r *schema.Result) error {
+// fetchSamples reads samples from role's object store. The message that
+// names the object says it is there, so any failure (a server restarting,
+// a leader moving) is tried again, with back-off, until ctx ends.
+func (c *Client) fetchSamples(ctx context.Context, role, object string, samples *[]schema.Sample) error {
 	wait := 100 * time.Millisecond
 	for {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		data, err := c.getObject(actx, bus.ObjectResults(r.Role), r.SamplesObject)
+		data, err := c.getObject(actx, bus.ObjectResults(role), object)
 		cancel()
 		if err == nil {
-			return schema.Unmarshal(data, &r.Samples)
+			return schema.Unmarshal(data, samples)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("samples %s: %w (%w)", r.SamplesObject, err, ctx.Err())
+			return fmt.Errorf("samples %s: %w (%w)", object, err, ctx.Err())
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 2*time.Second)

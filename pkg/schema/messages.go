@@ -473,6 +473,50 @@ type Sample struct {
 	Metadata        map[string]any `json:"metadata,omitempty"`
 }
 
+// Task states: how each task of a rollout ended, in its result.
+const (
+	TaskTrained    = "trained"    // its samples are delivered (in a delivered group)
+	TaskFiltered   = "filtered"   // its group did not pass the group filter
+	TaskAborted    = "aborted"    // stopped: enough groups (over-sampling), or cancelled
+	TaskFailed     = "failed"     // its episode failed; Reason says why
+	TaskUnfinished = "unfinished" // still running when the rollout timed out
+)
+
+// TaskOutcome is how one task (one episode) of a rollout ended.
+type TaskOutcome struct {
+	Episode    int    `json:"episode"`
+	GroupIndex int    `json:"group_index"`
+	Index      int    `json:"index"`
+	State      string `json:"state"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// Group is role's share of one group of a rollout (the copies of one task),
+// published as soon as every task of the group ended and the group passed
+// the rollout's filter; the rollout's result still follows, with every
+// delivered group's samples.
+type Group struct {
+	Envelope
+	Rollout       int64         `json:"rollout"`
+	Role          string        `json:"role"`
+	GroupIndex    int           `json:"group_index"`
+	Samples       []Sample      `json:"samples,omitempty"`
+	SamplesObject string        `json:"samples_object,omitempty"`
+	SampleCount   int           `json:"sample_count"`
+	Tasks         []TaskOutcome `json:"tasks"`
+	// Delivered are the rollout's groups delivered so far, this one last.
+	Delivered []int `json:"delivered"`
+	Groups    int   `json:"groups"` // groups of the rollout
+	AtMs      int64 `json:"at_ms"`
+}
+
+func (m *Group) Kind() string    { return "rollout.group/1" }
+func (m *Group) Subject() string { return subject.Group(m.Rollout, m.Role, m.GroupIndex) }
+func (m *Group) MsgID() string {
+	return fmt.Sprintf("group.%d.%s.%d", m.Rollout, m.Role, m.GroupIndex)
+}
+func (m *Group) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }
+
 // Stats summarise a rollout for one role.
 type Stats struct {
 	Episodes       int            `json:"episodes"`
@@ -486,6 +530,7 @@ type Stats struct {
 	ActsPerEpisode float64        `json:"acts_per_episode"`
 	Failures       map[string]int `json:"failures,omitempty"`
 	EpisodeStatus  map[string]int `json:"episode_status,omitempty"`
+	TaskStates     map[string]int `json:"task_states,omitempty"` // tasks by how they ended (Task…)
 	StartedMs      int64          `json:"started_ms,omitempty"`  // when the barrier released the rollout
 	FinishedMs     int64          `json:"finished_ms,omitempty"` // when the rollout ended
 	WallMs         int64          `json:"wall_ms"`
@@ -504,6 +549,8 @@ type Result struct {
 	SamplesObject string   `json:"samples_object,omitempty"`
 	SampleCount   int      `json:"sample_count"`
 	Stats         Stats    `json:"stats"`
+	// Tasks says how every task of the rollout ended (none is left out).
+	Tasks []TaskOutcome `json:"tasks,omitempty"`
 	// ArrivalID names the arrival the result answers: the arrival's
 	// Nats-Msg-Id, or "seq:<stream sequence>" for one published without.
 	// A rejection (Rejected) goes to the rejection subject, never the result's.

@@ -95,7 +95,14 @@ func cases() []wireCase {
 			Stats: schema.Stats{
 				Episodes: 2, Completed: 2, Correct: 1, Accuracy: 0.5, MeanReward: 0.75, MeanTurns: 2, Acts: 5, ActsPerEpisode: 2.5,
 				EpisodeStatus: map[string]int{schema.EpisodeCompleted: 2}, WallMs: 3100, Tokens: map[string]int{"planner": 1840, "actor": 310},
+				TaskStates: map[string]int{schema.TaskTrained: 2},
 			},
+			Tasks: []schema.TaskOutcome{{Episode: 0, GroupIndex: 0, Index: 0, State: schema.TaskTrained}, {Episode: 1, GroupIndex: 0, Index: 1, State: schema.TaskTrained}},
+		}),
+		msgCase(&schema.Group{
+			Rollout: 42, Role: schema.RolePlanner, GroupIndex: 0, Samples: []schema.Sample{sample}, SampleCount: 1,
+			Tasks:     []schema.TaskOutcome{{Episode: 0, GroupIndex: 0, Index: 0, State: schema.TaskTrained}, {Episode: 1, GroupIndex: 0, Index: 1, State: schema.TaskTrained}},
+			Delivered: []int{0}, Groups: 1, AtMs: 1767225603100,
 		}),
 		msgCase(&schema.Timeout{Rollout: 42, TimeoutKind: schema.TimeoutBarrier, DeadlineMs: 1767227400000}),
 		msgCase(&schema.Cancel{Rollout: 42, Role: schema.RolePlanner, Reason: "trainer preempted", AtMs: 1767225602000}),
@@ -116,6 +123,7 @@ func cases() []wireCase {
 			},
 			Config: cfg.WithDefaults(), ConfigFrom: schema.RolePlanner, Episodes: 2, Ended: []int{0},
 			Trace: "4bf92f3577b34da6a3ce929d0e0e4736", CreatedMs: 1767225600010, StartedMs: 1767225600110,
+			Outbox: []string{schema.EffectGroup(3)}, Groups: []schema.GroupState{{Index: 1, State: schema.GroupDelivered}, {Index: 0, State: schema.GroupFiltered, Reason: "spread: all 2 rewards are 1"}},
 		}},
 		{file: "kv.tasklist.v1.schema.json", value: &schema.TaskList{Tasks: tasks}},
 		{file: "kv.run.v1.schema.json", value: &schema.Run{Rollout: 42, Episode: 1, Turn: 1, Schedule: schema.ScheduleEager, Nodes: []*schema.NodeState{

@@ -69,6 +69,19 @@ type Config struct {
 	// StreamPlans releases a turn's nodes while the planner is still
 	// writing: the planner-gateway publishes the plan so far as it grows.
 	StreamPlans bool `json:"stream_plans,omitempty"`
+	// StreamGroups publishes each group (the copies of one task) on
+	// rollout.N.result.<role>.group.<g> as soon as all its tasks ended, for
+	// a trainer that trains on groups as they come. A group filter or
+	// target_groups implies it.
+	StreamGroups bool `json:"stream_groups,omitempty"`
+	// GroupFilter decides which complete groups (the copies of one task)
+	// are delivered: "none" (the default), "spread" (groups whose rewards
+	// all equal are dropped: they give group-relative advantages nothing),
+	// or the URL of a filter server (POST the group → {"keep", "reason"}).
+	GroupFilter string `json:"group_filter,omitempty"`
+	// TargetGroups, over-sampling: the rollout ends as soon as this many
+	// groups were delivered; the episodes still running are stopped. 0: all.
+	TargetGroups int `json:"target_groups,omitempty"`
 	// MaxStaleness bounds, in weight versions (the numbers versions end
 	// in), how far behind the trainer's newest weights a generation's may
 	// be: older, the work is not started; a sample whose oldest segment is
@@ -198,6 +211,7 @@ func (c Config) Validate() error {
 		{"max_context_tokens", c.MaxContextTokens, MinContextTokens, MaxContextTokensLimit},
 		{"act_retries", c.ActRetries, -1, MaxActRetries},
 		{"max_staleness", c.MaxStaleness, 0, 1 << 20},
+		{"target_groups", c.TargetGroups, 0, 1 << 20},
 	} {
 		if r.v < r.min || r.v > r.max {
 			return fmt.Errorf("config: %s %d: want %d to %d", r.name, r.v, r.min, r.max)
@@ -219,6 +233,15 @@ func (c Config) Validate() error {
 	}
 	if err := c.validateReward(); err != nil {
 		return err
+	}
+	switch {
+	case c.GroupFilter == "", c.GroupFilter == FilterNone, c.GroupFilter == FilterSpread:
+	case strings.HasPrefix(c.GroupFilter, "http://") || strings.HasPrefix(c.GroupFilter, "https://"):
+		if err := checkURL(c.GroupFilter); err != nil {
+			return fmt.Errorf("config: group_filter %q: %w", c.GroupFilter, err)
+		}
+	default:
+		return fmt.Errorf("config: group_filter %q: want none, spread or the URL of a filter server", c.GroupFilter)
 	}
 	if err := c.PlannerSampling.validate("planner_sampling", c.MaxContextTokens); err != nil {
 		return err
@@ -300,6 +323,17 @@ func checkURL(raw string) error {
 }
 
 // ParseOptions are the parser options of the rollout's plans.
+// Grouped reports whether the rollout's groups are decided and published as
+// they complete (stream_groups, a group filter or target_groups).
+func (c Config) Grouped() bool {
+	return c.StreamGroups || c.Filtering()
+}
+
+// Filtering reports whether some complete groups may not be delivered.
+func (c Config) Filtering() bool {
+	return c.TargetGroups > 0 || (c.GroupFilter != "" && c.GroupFilter != FilterNone)
+}
+
 func (c Config) ParseOptions() plan.Options {
 	return plan.Options{Format: plan.Format(c.ParseFormat), Tools: c.ToolNames(), MaxNodes: c.MaxNodes}
 }
@@ -367,6 +401,31 @@ type RoleInfo struct {
 	ArrivalID string `json:"arrival_id,omitempty"`
 }
 
+// Group filters.
+const (
+	FilterNone   = "none"
+	FilterSpread = "spread"
+)
+
+// GroupState is how a complete group of a rollout ended.
+type GroupState struct {
+	Index  int    `json:"index"`
+	State  string `json:"state"` // delivered, filtered or surplus
+	Reason string `json:"reason,omitempty"`
+}
+
+// Group states.
+const (
+	GroupDelivered = "delivered"
+	GroupFiltered  = "filtered"
+	// GroupSurplus: complete and passed, but target_groups were already
+	// delivered (groups that completed together); not delivered.
+	GroupSurplus = "surplus"
+)
+
+// EffectGroup is the outbox effect that delivers group g: "group:<g>".
+func EffectGroup(g int) string { return fmt.Sprintf("group:%d", g) }
+
 // Effects a session records as decided before they are published (its
 // outbox): whoever reads the session next — a handler, a redelivery, the
 // session-store's sweep — publishes them, idempotently, and removes them.
@@ -401,6 +460,30 @@ type Session struct {
 	// Objects are the result objects ("bucket/name") the rollout left in the
 	// object stores, removed once the result retention has passed.
 	Objects []string `json:"objects,omitempty"`
+	// Groups are the groups that completed, delivered or filtered, in the
+	// order they did.
+	Groups []GroupState `json:"groups,omitempty"`
+}
+
+// Group returns how group g ended, if it did.
+func (s *Session) Group(g int) (GroupState, bool) {
+	for _, gs := range s.Groups {
+		if gs.Index == g {
+			return gs, true
+		}
+	}
+	return GroupState{}, false
+}
+
+// Delivered lists the delivered groups, in the order they were.
+func (s *Session) Delivered() []int {
+	var out []int
+	for _, gs := range s.Groups {
+		if gs.State == GroupDelivered {
+			out = append(out, gs.Index)
+		}
+	}
+	return out
 }
 
 // Final reports whether the rollout has ended.

@@ -84,7 +84,7 @@ func Run(ctx context.Context, d Deps) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			err := serve(ctx, d, gate, m)
+			err := serve(ctx, d, follow, gate, m)
 			ep.Record(time.Since(began), err)
 		}()
 	})
@@ -101,7 +101,7 @@ func Run(ctx context.Context, d Deps) error {
 // the actor role is paused it runs nothing: the caller is told to send the
 // request again after the resume, and a pause that aborts generations
 // answers those running the same way.
-func serve(ctx context.Context, d Deps, gate *session.Gate, m *nats.Msg) error {
+func serve(ctx context.Context, d Deps, follow *session.Follower, gate *session.Gate, m *nats.Msg) error {
 	var req schema.ActorRequest
 	if err := schema.Unmarshal(m.Data, &req); err != nil {
 		return replyError(m, CodeInvalid, err.Error())
@@ -111,6 +111,10 @@ func serve(ctx context.Context, d Deps, gate *session.Gate, m *nats.Msg) error {
 	}
 	ctx, done := gate.Track(ctx)
 	defer done()
+	// A rollout that ends (cancelled, timed out, enough groups) stops its
+	// generations on the engine at once.
+	ctx, stop := follow.Rollout(ctx, req.Rollout)
+	defer stop()
 	log := d.Log.With().Int64("rollout", req.Rollout).Int("episode", req.Episode).Str("node", req.Key).Str("role", schema.RoleActor).Logger()
 	if req.DeadlineMs > 0 {
 		// The caller has stopped waiting by then: a generation still running
@@ -125,6 +129,9 @@ func serve(ctx context.Context, d Deps, gate *session.Gate, m *nats.Msg) error {
 		switch {
 		case errors.Is(context.Cause(ctx), session.ErrPaused):
 			code = CodePaused // aborted by the pause; sent again after the resume
+		case context.Cause(ctx) == session.ErrRolloutOver:
+			log.Info().Msg("rollout over; generation stopped")
+			return replyError(m, CodeUnavailable, "rollout is over")
 		case errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded:
 			code = CodeTimeout
 		case !fail.IsRetryable(err):

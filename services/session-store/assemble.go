@@ -15,11 +15,11 @@ import (
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/reward"
 	"github.com/planact/planact/pkg/schema"
-	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
 )
 
-// episode is what assembly gathers about one episode from the streams.
+// episode is what assembly gathers about one episode from the streams, and
+// the samples it gives.
 type episode struct {
 	task      schema.Task
 	end       *schema.EpisodeEnd
@@ -27,65 +27,55 @@ type episode struct {
 	acts      []*schema.ActDone
 	reward    float64
 	rewardErr string
+	correct   bool
+
+	planner *schema.Sample  // nil: none (did not end, or no trajectory)
+	actor   []schema.Sample // one per executed act
 }
 
-// assemble builds both roles' results of a rollout from what its episodes
-// left in the streams: every episode's end, its last planner output (its
-// trajectory) and the outcome of every act the end lists. Each is read from
-// its stream's leader, by subject. Episodes that did not end (time-out,
-// abort) give no samples.
-func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, actor *schema.Result, err error) {
+// gather reads the episodes listed (all when which is nil) from the
+// streams: every episode's end, its last planner output (its trajectory)
+// and the outcome of every act the end lists, each by subject from its
+// stream's leader; it scores those that ended and builds their samples.
+func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []schema.Task, which []int) (map[int]*episode, error) {
 	n := sess.Rollout
-	status, reason := sess.Status, sess.Reason
-	tasks, _, err := session.LoadTasks(ctx, s.Bus.Sessions, s.Bus.Tasks, n)
-	if err != nil {
-		return nil, nil, err
+	if which == nil {
+		for e := range tasks {
+			which = append(which, e)
+		}
 	}
-	eps := make([]*episode, len(tasks))
-	for i, t := range tasks {
-		eps[i] = &episode{task: t}
+	eps := make(map[int]*episode, len(which))
+	for _, e := range which {
+		eps[e] = &episode{task: tasks[e]}
 	}
-	err = forEach(ctx, len(eps), readers, func(ctx context.Context, e int) error {
-		return s.readEpisode(ctx, n, e, eps[e])
+	err := forEach(ctx, len(which), readers, func(ctx context.Context, i int) error {
+		return s.readEpisode(ctx, n, which[i], eps[which[i]])
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-
 	newest, err := s.newestVersions(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	scorer := s.scorer(sess.Config)
-	stats := schema.Stats{Episodes: len(eps), Failures: map[string]int{}, EpisodeStatus: map[string]int{}, Tokens: map[string]int{}}
-	planner = &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: status, Reason: reason}
-	actor = &schema.Result{Rollout: n, Role: schema.RoleActor, Status: status, Reason: reason}
-	var turns, rewards float64
-	for e, ep := range eps {
+	for _, e := range which {
+		ep := eps[e]
 		if ep.end == nil {
-			stats.EpisodeStatus["unfinished"]++
 			continue
 		}
-		stats.Completed++
-		stats.EpisodeStatus[ep.end.Status]++
-		turns += float64(ep.end.Turns)
 		if ep.end.Status == schema.EpisodeCompleted {
 			// A reward that cannot be computed (the reward server is down)
 			// costs that episode its reward, not the rollout its samples.
 			if ep.reward, err = scorer(ctx, ep.task, strings.Join(ep.end.Answers, " | ")); err != nil {
 				ep.reward, ep.rewardErr = 0, err.Error()
-				stats.Failures["reward"]++
 				zerolog.Ctx(ctx).Warn().Err(err).Int("episode", e).Msg("reward failed; episode scores 0")
 			}
-			if reward.ExactMatch(strings.Join(ep.end.Answers, " "), ep.task.Label) == 1 {
-				stats.Correct++
-			}
+			ep.correct = reward.ExactMatch(strings.Join(ep.end.Answers, " "), ep.task.Label) == 1
 		}
-		rewards += ep.reward
 		if ps, ok := plannerSample(n, e, ep); ok {
 			markStaleness(&ps, newest[schema.RolePlanner], sess.Config.MaxStaleness)
-			planner.Samples = append(planner.Samples, ps)
-			stats.Tokens[schema.RolePlanner] += len(ps.Tokens)
+			ep.planner = &ps
 		}
 		sort.Slice(ep.acts, func(i, j int) bool {
 			a, b := ep.acts[i], ep.acts[j]
@@ -94,7 +84,65 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 			}
 			return a.Key < b.Key
 		})
-		var mine []schema.Sample
+		for _, d := range ep.acts {
+			if as, ok := actorSample(n, e, ep, d); ok {
+				markStaleness(&as, newest[schema.RoleActor], sess.Config.MaxStaleness)
+				ep.actor = append(ep.actor, as)
+			}
+		}
+		if sess.Config.SplitActReward && len(ep.actor) > 0 {
+			for i := range ep.actor {
+				ep.actor[i].Reward = ep.reward / float64(len(ep.actor))
+			}
+		}
+	}
+	return eps, nil
+}
+
+// assemble builds both roles' results of a rollout: its stats, how every
+// task ended, and the samples: those of the groups delivered (as they were
+// delivered) and, when the rollout neither filters groups nor stops at a
+// number of them, those of every other episode that ended. Episodes that
+// did not end (time-out, abort) give no samples.
+func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, actor *schema.Result, err error) {
+	n := sess.Rollout
+	status, reason := sess.Status, sess.Reason
+	tasks, err := s.tasks(ctx, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	eps, err := s.gather(ctx, sess, tasks, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	stats := schema.Stats{Episodes: len(tasks), Failures: map[string]int{}, EpisodeStatus: map[string]int{}, Tokens: map[string]int{}, TaskStates: map[string]int{}}
+	planner = &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: status, Reason: reason}
+	actor = &schema.Result{Rollout: n, Role: schema.RoleActor, Status: status, Reason: reason}
+	filtering := sess.Config.Filtering()
+	delivered := map[int]bool{}
+	for _, g := range sess.Delivered() {
+		delivered[g] = true
+	}
+	var turns, rewards float64
+	for e := range tasks {
+		ep := eps[e]
+		outcome := taskOutcome(sess, e, ep, filtering)
+		planner.Tasks = append(planner.Tasks, outcome)
+		stats.TaskStates[outcome.State]++
+		if ep.end == nil {
+			stats.EpisodeStatus[schema.TaskUnfinished]++
+			continue
+		}
+		stats.Completed++
+		stats.EpisodeStatus[ep.end.Status]++
+		turns += float64(ep.end.Turns)
+		rewards += ep.reward
+		if ep.correct {
+			stats.Correct++
+		}
+		if ep.rewardErr != "" {
+			stats.Failures["reward"]++
+		}
 		for _, d := range ep.acts {
 			if d.Status == schema.ActFailed && d.ErrorKind != schema.ActErrDuplicate {
 				// A duplicate that failed with the act it repeats is that
@@ -104,19 +152,31 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 			if d.Status == schema.ActCached {
 				stats.CachedActs++
 			}
-			if as, ok := actorSample(n, e, ep, d); ok {
-				markStaleness(&as, newest[schema.RoleActor], sess.Config.MaxStaleness)
-				mine = append(mine, as)
-				stats.Tokens[schema.RoleActor] += len(as.Tokens)
-			}
 		}
-		if sess.Config.SplitActReward && len(mine) > 0 {
-			for i := range mine {
-				mine[i].Reward = ep.reward / float64(len(mine))
-			}
+		stats.Acts += len(ep.actor)
+		if delivered[ep.task.GroupIndex] || filtering {
+			continue // delivered groups come as they were delivered; others are not delivered
 		}
-		stats.Acts += len(mine)
-		actor.Samples = append(actor.Samples, mine...)
+		if ep.planner != nil {
+			planner.Samples = append(planner.Samples, *ep.planner)
+		}
+		actor.Samples = append(actor.Samples, ep.actor...)
+	}
+	actor.Tasks = planner.Tasks
+	for _, g := range sess.Delivered() {
+		for _, r := range []*schema.Result{planner, actor} {
+			samples, err := s.groupSamples(ctx, n, r.Role, g)
+			if err != nil {
+				return nil, nil, err
+			}
+			r.Samples = append(r.Samples, samples...)
+		}
+	}
+	for _, smp := range planner.Samples {
+		stats.Tokens[schema.RolePlanner] += len(smp.Tokens)
+	}
+	for _, smp := range actor.Samples {
+		stats.Tokens[schema.RoleActor] += len(smp.Tokens)
 	}
 	if stats.Completed > 0 {
 		c := float64(stats.Completed)
@@ -138,6 +198,32 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 	planner.Status, planner.Reason, actor.Status, actor.Reason = status, reason, status, reason
 	planner.Stats, actor.Stats = stats, stats
 	return planner, actor, nil
+}
+
+// taskOutcome says how the task of episode e ended: every task ends in
+// exactly one state, and the result reports it.
+func taskOutcome(sess *schema.Session, e int, ep *episode, filtering bool) schema.TaskOutcome {
+	out := schema.TaskOutcome{Episode: e, GroupIndex: ep.task.GroupIndex, Index: ep.task.Index}
+	gs, complete := sess.Group(ep.task.GroupIndex)
+	switch {
+	case ep.end == nil && sess.State == schema.SessionTimeout:
+		out.State, out.Reason = schema.TaskUnfinished, "still running at the rollout's time-out"
+	case ep.end == nil:
+		out.State, out.Reason = schema.TaskAborted, "stopped: "+sess.Reason
+	case ep.end.Status == schema.EpisodeFailed:
+		out.State, out.Reason = schema.TaskFailed, ep.end.Reason
+	case ep.end.Status == schema.EpisodeAborted:
+		out.State, out.Reason = schema.TaskAborted, ep.end.Reason
+	case complete && gs.State == schema.GroupFiltered:
+		out.State, out.Reason = schema.TaskFiltered, gs.Reason
+	case complete && gs.State == schema.GroupSurplus:
+		out.State, out.Reason = schema.TaskAborted, gs.Reason
+	case complete || !filtering:
+		out.State = schema.TaskTrained
+	default:
+		out.State, out.Reason = schema.TaskAborted, "its group was not complete when the rollout ended: "+sess.Reason
+	}
+	return out
 }
 
 // readers bounds the reads assembly has in flight at once.
@@ -184,7 +270,7 @@ func (s *Service) readEpisode(ctx context.Context, n int64, e int, ep *episode) 
 // truth makes a result's status and reason say what happened to the
 // episodes: a rollout whose episodes all failed is failed, not ok, and the
 // reason names the most frequent cause.
-func truth(status, reason string, eps []*episode) (string, string) {
+func truth(status, reason string, eps map[int]*episode) (string, string) {
 	failed, ended := 0, 0
 	causes := map[string]int{}
 	for _, ep := range eps {

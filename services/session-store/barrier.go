@@ -83,6 +83,9 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 			s.end(v, schema.SessionDone, schema.ResultInvalid, "tasks unusable: "+err.Error())
 		case len(tasks) == 0:
 			s.end(v, schema.SessionDone, schema.ResultInvalid, "no tasks: neither arrival carried any")
+		case v.Config.TargetGroups > groupCount(tasks):
+			s.end(v, schema.SessionDone, schema.ResultInvalid, fmt.Sprintf("config: target_groups %d: the batch has only %d groups (distinct group_index)",
+				v.Config.TargetGroups, groupCount(tasks)))
 		default:
 			v.State, v.Episodes = schema.SessionRunning, len(tasks)
 			v.Settle(schema.EffectBarrier) // no need to schedule it any more
@@ -157,6 +160,9 @@ func (s *Service) validateArrival(a *schema.Arrive, p subject.Parsed) error {
 	case "", "sglang", "openai":
 	default:
 		return fail.Invalidf("engine protocol %q: want sglang or openai", a.Engine.Protocol)
+	}
+	if a.Config != nil && len(a.Tasks) > 0 && a.Config.TargetGroups > groupCount(a.Tasks) {
+		return fail.Invalidf("config: target_groups %d: the batch has only %d groups (distinct group_index)", a.Config.TargetGroups, groupCount(a.Tasks))
 	}
 	if len(a.Tasks) > 0 && a.TasksObject != "" {
 		return fail.Invalidf("arrival carries both tasks and tasks_object")

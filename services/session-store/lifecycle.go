@@ -3,6 +3,8 @@ package sessionstore
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +24,13 @@ func (s *Service) handleEpisodeEnd(ctx context.Context, m bus.Msg) error {
 	if err := m.Decode(&end); err != nil {
 		return err
 	}
+	var tasks []schema.Task
+	if cfg, ok := s.index.config(end.Rollout); !ok || cfg.Grouped() {
+		var err error
+		if tasks, err = s.tasks(ctx, end.Rollout); err != nil {
+			return rolloutErr(end.Rollout, err)
+		}
+	}
 	sess, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(end.Rollout), func(v *schema.Session, exists bool) (bool, error) {
 		if !exists {
 			return false, fail.Permanentf("episode end for rollout %d, which has no session", end.Rollout)
@@ -36,6 +45,22 @@ func (s *Service) handleEpisodeEnd(ctx context.Context, m bus.Msg) error {
 			return false, nil
 		}
 		v.Acts += len(end.Acts)
+		// The group of the episode is complete when all its tasks ended: it
+		// is delivered (or filtered) at once.
+		if v.Config.Grouped() && end.Episode < len(tasks) {
+			g, members := groupOf(tasks, end.Episode)
+			complete := true
+			for _, e := range members {
+				if _, ended := slices.BinarySearch(v.Ended, e); !ended {
+					complete = false
+				}
+			}
+			if complete && !v.Owes(schema.EffectGroup(g)) {
+				if _, known := v.Group(g); !known {
+					v.Outbox = append(v.Outbox, schema.EffectGroup(g))
+				}
+			}
+		}
 		if v.EndedCount() == v.Episodes {
 			s.end(v, schema.SessionDone, schema.ResultOK, "")
 		}
@@ -158,30 +183,79 @@ func (s *Service) end(v *schema.Session, state, status, reason string) {
 
 // settle publishes the effects in sess's outbox, in order, and then
 // records them as done. Every effect is idempotent, so a settle that
-// crashes half-way is completed by whoever sees the session next.
+// crashes half-way is completed by whoever sees the session next. Settling
+// may decide more (a delivered group may end an over-sampled rollout):
+// those effects are settled in turn.
 func (s *Service) settle(ctx context.Context, sess schema.Session) error {
 	if len(sess.Outbox) == 0 {
 		return nil
 	}
 	ctx = bus.WithTrace(ctx, sess.Trace)
+	unlock, waited := s.locks.lock(sess.Rollout)
+	defer unlock()
+	if waited {
+		// Another handler settled meanwhile: go on from what it left.
+		fresh, _, found, err := bus.GetFresh[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout))
+		if err != nil {
+			return rolloutErr(sess.Rollout, err)
+		}
+		if !found {
+			return nil
+		}
+		sess = fresh
+	}
+	for len(sess.Outbox) > 0 {
+		next, err := s.settleOnce(ctx, sess)
+		if err != nil {
+			return rolloutErr(sess.Rollout, err)
+		}
+		if slices.Equal(next.Outbox, sess.Outbox) {
+			return nil // nothing settled (the session changed meanwhile): the next reader goes on
+		}
+		sess = next
+	}
+	return nil
+}
+
+func (s *Service) settleOnce(ctx context.Context, sess schema.Session) (schema.Session, error) {
 	var done []string
 	var res *published
+	var groups []schema.GroupState
+	var objects []string
 	for _, effect := range sess.Outbox {
 		var err error
-		switch effect {
-		case schema.EffectBarrier:
+		switch {
+		case effect == schema.EffectBarrier:
 			err = s.scheduleTimeout(ctx, sess.Rollout, schema.TimeoutBarrier, sess.BarrierDeadlineMs())
-		case schema.EffectStart:
+		case effect == schema.EffectStart:
 			err = s.start(ctx, &sess)
-		case schema.EffectResults:
+		case strings.HasPrefix(effect, "group:"):
+			var g int
+			if _, err = fmt.Sscanf(effect, "group:%d", &g); err != nil {
+				err = fail.Permanentf("effect %q: %w", effect, err)
+				break
+			}
+			var gs schema.GroupState
+			if gs, sess, err = s.decideGroup(ctx, sess, g); err == nil && gs.State == schema.GroupDelivered {
+				var objs []string
+				objs, err = s.deliverGroup(ctx, &sess, g)
+				objects = append(objects, objs...)
+			}
+			if err == nil {
+				groups = append(groups, gs)
+			}
+		case effect == schema.EffectResults:
 			res, err = s.publishResults(ctx, &sess)
-		case schema.EffectCleanup:
+			if res != nil {
+				objects = append(objects, res.objects...)
+			}
+		case effect == schema.EffectCleanup:
 			err = s.cleanup(ctx, &sess, res)
 		default:
 			err = fail.Permanentf("unknown effect %q in the outbox", effect)
 		}
 		if err != nil {
-			return rolloutErr(sess.Rollout, fmt.Errorf("%s: %w", effect, err))
+			return sess, fmt.Errorf("%s: %w", effect, err)
 		}
 		done = append(done, effect)
 	}
@@ -190,25 +264,30 @@ func (s *Service) settle(ctx context.Context, sess schema.Session) error {
 			return false, nil
 		}
 		changed := v.Settle(done...)
-		if res != nil && v.Final() {
-			// The session tells what the trainers were told.
-			if v.Status != res.status || v.Reason != res.reason || len(res.objects) > 0 && len(v.Objects) == 0 {
-				v.Status, v.Reason = res.status, res.reason
-				v.Objects = res.objects
-				changed = true
+		for _, obj := range objects {
+			if !slices.Contains(v.Objects, obj) {
+				v.Objects, changed = append(v.Objects, obj), true
 			}
+		}
+		if res != nil && v.Final() && (v.Status != res.status || v.Reason != res.reason) {
+			// The session tells what the trainers were told.
+			v.Status, v.Reason, changed = res.status, res.reason, true
 		}
 		return changed, nil
 	})
 	if err != nil {
-		return rolloutErr(sess.Rollout, err)
+		return sess, err
+	}
+	for _, gs := range groups {
+		_ = s.Bus.Publish(ctx, &schema.Status{Rollout: sess.Rollout, Event: "group-" + gs.State, Episode: -1,
+			Detail: fmt.Sprintf("group %d %s", gs.Index, gs.Reason), AtMs: s.nowMs()})
 	}
 	if res != nil && res.first {
 		telemetry.RolloutsFinished.WithLabelValues(final.Status).Inc()
 		zerolog.Ctx(ctx).Info().Str("status", final.Status).Str("reason", final.Reason).Msg("rollout finished")
 		_ = s.status(ctx, sess.Rollout, "finished", -1, final.Status)
 	}
-	return nil
+	return final, nil
 }
 
 // cleanup removes what a finished rollout no longer needs: its run state
@@ -217,6 +296,7 @@ func (s *Service) settle(ctx context.Context, sess schema.Session) error {
 func (s *Service) cleanup(ctx context.Context, sess *schema.Session, res *published) error {
 	n := sess.Rollout
 	s.cancelSchedules(ctx, n, schema.TimeoutBarrier, schema.TimeoutRollout)
+	s.forgetTasks(n)
 	if err := s.Bus.Purge(ctx, "KV_"+bus.BucketRuns, fmt.Sprintf("$KV.%s.%d.>", bus.BucketRuns, n)); err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
 )
 
@@ -51,7 +52,9 @@ type Deps struct {
 // Service is a running session-store.
 type Service struct {
 	Deps
-	index *index
+	index     *index
+	taskCache *taskCache
+	locks     rolloutLocks
 }
 
 // Run serves until ctx ends.
@@ -74,7 +77,7 @@ func Run(ctx context.Context, d Deps) error {
 	if d.ResultPatience == 0 {
 		d.ResultPatience = 2 * time.Minute
 	}
-	s := &Service{Deps: d, index: newIndex()}
+	s := &Service{Deps: d, index: newIndex(), taskCache: &taskCache{lists: map[int64][]schema.Task{}}}
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	wg.Add(3)

@@ -29,7 +29,9 @@ type indexed struct {
 	at   time.Time
 }
 
-func newIndex() *index { return &index{entries: map[int64]indexed{}, roles: map[string]schema.RoleState{}} }
+func newIndex() *index {
+	return &index{entries: map[int64]indexed{}, roles: map[string]schema.RoleState{}}
+}
 
 func (x *index) putRole(st *schema.RoleState) {
 	x.mu.Lock()
@@ -198,4 +200,13 @@ func (s *Service) expirePause(ctx context.Context, st schema.RoleState) error {
 		return true, nil
 	})
 	return err
+}
+
+// config returns rollout n's configuration, if the index follows it (a
+// rollout config never changes).
+func (x *index) config(n int64) (schema.Config, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e, ok := x.entries[n]
+	return e.sess.Config, ok
 }

@@ -1,0 +1,286 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/planact/planact/pkg/client"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+)
+
+// copyOf is copy i of group g: the question of the group, with markers.
+func (e *semEnv) copyOf(g, i int, q string, markers ...string) schema.Task {
+	t := e.question(g, q, markers...)
+	t.GroupIndex, t.Index = g, g*10+i
+	return t
+}
+
+// tasksByState counts a result's tasks by state, checking that every task
+// of the rollout is there exactly once.
+func tasksByState(t *testing.T, r *schema.Result, tasks int) map[string][]schema.TaskOutcome {
+	t.Helper()
+	out := map[string][]schema.TaskOutcome{}
+	seen := map[int]bool{}
+	for _, o := range r.Tasks {
+		if seen[o.Episode] {
+			t.Errorf("task of episode %d reported twice", o.Episode)
+		}
+		seen[o.Episode] = true
+		out[o.State] = append(out[o.State], o)
+	}
+	if len(seen) != tasks {
+		t.Errorf("%d tasks reported, want every one of %d: %+v", len(seen), tasks, r.Tasks)
+	}
+	for state, os := range out {
+		if r.Stats.TaskStates[state] != len(os) {
+			t.Errorf("stats.task_states[%s] = %d, tasks say %d", state, r.Stats.TaskStates[state], len(os))
+		}
+	}
+	return out
+}
+
+// TestGroupsStreamBeforeTheEnd: a group whose tasks all ended is delivered
+// while another group still runs (its act hangs); the Go client's Groups
+// stream yields it with its samples, the rollout then ends (cancelled), the
+// stream ends, and the result holds the delivered group's samples and says
+// how every task ended.
+func TestGroupsStreamBeforeTheEnd(t *testing.T) {
+	e := startSem(t, semOptions{planner: sim.Config{Seed: 101}, actor: sim.Config{Seed: 102}})
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	const n = 1010
+	tasks := []schema.Task{
+		e.copyOf(0, 0, population("France")), e.copyOf(0, 1, population("France")),
+		e.copyOf(1, 0, population("Spain"), sim.FaultActorHang), e.copyOf(1, 1, population("Spain")),
+	}
+	results := e.start(t, n, tasks, &schema.Config{ActTimeoutS: 300, StreamGroups: true})
+	trainer := e.trainer(t)
+	var got []*schema.Group
+	for g, err := range trainer.Groups(ctx, n, schema.RolePlanner) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, g)
+		if len(got) == 1 {
+			// The other group hangs: the rollout is still running.
+			if sess, _ := e.session(t, n); sess.Final() {
+				t.Fatalf("group %d came only after the rollout ended", g.GroupIndex)
+			}
+			if err := trainer.Cancel(ctx, n, schema.RolePlanner, "enough"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(got) != 1 || got[0].GroupIndex != 0 {
+		t.Fatalf("groups streamed: %+v, want group 0 alone", got)
+	}
+	g := got[0]
+	if g.SampleCount != 2 || len(g.Samples) != 2 || g.Groups != 2 || len(g.Delivered) != 1 || g.Delivered[0] != 0 {
+		t.Errorf("group 0: %d samples (count %d), groups %d, delivered %v", len(g.Samples), g.SampleCount, g.Groups, g.Delivered)
+	}
+	for _, s := range g.Samples {
+		if s.GroupIndex != 0 || len(s.Tokens) == 0 {
+			t.Errorf("group 0 sample: group %d, %d tokens", s.GroupIndex, len(s.Tokens))
+		}
+	}
+	o := <-results
+	if o.planner == nil || o.planner.Status != schema.ResultAborted {
+		t.Fatalf("result: %v %+v", o.perr, o.planner)
+	}
+	states := tasksByState(t, o.planner, len(tasks))
+	// Group 0 was delivered; Spain's hung copy was stopped (aborted); its
+	// other copy ended, and with no group filter its sample is delivered
+	// with the result (trained).
+	if len(states[schema.TaskTrained]) != 3 || len(states[schema.TaskAborted]) != 1 || states[schema.TaskAborted][0].Episode != 2 {
+		t.Errorf("task states %+v: want episodes 0, 1 and 3 trained, 2 (hung) aborted", states)
+	}
+	var fromGroup int
+	for _, s := range o.planner.Samples {
+		if s.GroupIndex == 0 {
+			fromGroup++
+		}
+	}
+	if fromGroup != 2 {
+		t.Errorf("the result holds %d samples of the delivered group, want 2", fromGroup)
+	}
+	// The actor's stream, read after the end, yields the same group.
+	var actorGroups []int
+	for g, err := range trainer.Groups(ctx, n, schema.RoleActor) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		actorGroups = append(actorGroups, g.GroupIndex)
+		if len(g.Samples) == 0 {
+			t.Errorf("actor group %d has no samples", g.GroupIndex)
+		}
+	}
+	if len(actorGroups) != 1 || actorGroups[0] != 0 {
+		t.Errorf("actor groups after the end: %v, want [0]", actorGroups)
+	}
+}
+
+// TestOverSampling: with target_groups 2 of 4, the rollout ends once two
+// groups were delivered: the stragglers (acts that hang on the engine) are
+// stopped at once (their engine requests end, nothing waits for their act
+// time-out), their tasks say they were aborted, and exactly the two groups
+// are delivered.
+func TestOverSampling(t *testing.T) {
+	e := startSem(t, semOptions{planner: sim.Config{Seed: 103}, actor: sim.Config{Seed: 104}})
+	const n = 1011
+	tasks := []schema.Task{
+		e.copyOf(0, 0, population("France")), e.copyOf(0, 1, population("France")),
+		e.copyOf(1, 0, population("Spain"), sim.FaultActorHang), e.copyOf(1, 1, population("Spain")),
+		e.copyOf(2, 0, population("Germany")), e.copyOf(2, 1, population("Germany")),
+		e.copyOf(3, 0, population("Italy"), sim.FaultActorHang), e.copyOf(3, 1, population("Italy"), sim.FaultActorHang),
+	}
+	start := time.Now()
+	o := <-e.start(t, n, tasks, &schema.Config{ActTimeoutS: 600, RolloutTimeoutS: 900, TargetGroups: 2})
+	if o.perr != nil || o.planner.Status != schema.ResultOK {
+		t.Fatalf("over-sampled rollout: %v %+v", o.perr, o.planner)
+	}
+	if !strings.Contains(o.planner.Reason, "2 groups delivered (target_groups 2)") {
+		t.Errorf("reason %q: want it to say the target was reached", o.planner.Reason)
+	}
+	states := tasksByState(t, o.planner, len(tasks))
+	var trainedGroups []int
+	for _, tk := range states[schema.TaskTrained] {
+		if !contains(trainedGroups, tk.GroupIndex) {
+			trainedGroups = append(trainedGroups, tk.GroupIndex)
+		}
+	}
+	if len(trainedGroups) != 2 || len(states[schema.TaskTrained]) != 4 {
+		t.Errorf("trained: %+v, want the tasks of two groups", states[schema.TaskTrained])
+	}
+	for _, tk := range states[schema.TaskAborted] {
+		if tk.Reason == "" {
+			t.Errorf("aborted task %d without a reason", tk.Episode)
+		}
+	}
+	if got := len(states[schema.TaskAborted]); got != 4 {
+		t.Errorf("aborted tasks: %d (%v), want the 4 of the two groups not needed", got, o.planner.Stats.TaskStates)
+	}
+	for _, s := range o.planner.Samples {
+		if !contains(trainedGroups, s.GroupIndex) {
+			t.Errorf("sample of group %d, which was not delivered", s.GroupIndex)
+		}
+	}
+	// The hung acts are stopped on the engine, not left to their time-out.
+	eventually(t, "the stopped acts to leave the engine", func() bool { return e.actorEngine.Running() == 0 })
+	if took := time.Since(start); took > 5*time.Minute {
+		t.Errorf("the rollout took %v: the stragglers were waited for", took)
+	}
+	if sess, _ := e.session(t, n); len(sess.Delivered()) != 2 {
+		t.Errorf("session: delivered %v, want 2 groups", sess.Delivered())
+	}
+}
+
+// TestGroupFilters: the built-in spread filter drops a group whose rewards
+// all equal and delivers one with spread; a remote filter decides by its
+// answer, and a filter that cannot be asked keeps the group, saying so.
+func TestGroupFilters(t *testing.T) {
+	e := startSem(t, semOptions{planner: sim.Config{Seed: 105}, actor: sim.Config{Seed: 106}})
+	tasks := func() []schema.Task {
+		return []schema.Task{
+			e.copyOf(0, 0, population("France")), e.copyOf(0, 1, population("France")),
+			e.copyOf(1, 0, population("Spain"), sim.FaultActorWrong), e.copyOf(1, 1, population("Spain")),
+		}
+	}
+	t.Run("spread", func(t *testing.T) {
+		o := <-e.start(t, 1020, tasks(), &schema.Config{GroupFilter: "spread"})
+		if o.perr != nil {
+			t.Fatal(o.perr)
+		}
+		states := tasksByState(t, o.planner, 4)
+		for _, tk := range states[schema.TaskFiltered] {
+			if tk.GroupIndex != 0 || !strings.HasPrefix(tk.Reason, "spread: all 2 rewards are") {
+				t.Errorf("filtered %+v: want group 0 (both right), with the filter's reason", tk)
+			}
+		}
+		if len(states[schema.TaskFiltered]) != 2 || len(states[schema.TaskTrained]) != 2 {
+			t.Fatalf("task states %v, want group 0 filtered and group 1 trained", o.planner.Stats.TaskStates)
+		}
+		for _, s := range append(o.planner.Samples, o.actor.Samples...) {
+			if s.GroupIndex != 1 {
+				t.Errorf("a sample of filtered group %d was delivered", s.GroupIndex)
+			}
+		}
+		if len(o.planner.Samples) != 2 {
+			t.Errorf("%d planner samples, want group 1's 2", len(o.planner.Samples))
+		}
+	})
+	t.Run("remote", func(t *testing.T) {
+		var mu sync.Mutex
+		var asked []int
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var req struct {
+				GroupIndex int       `json:"group_index"`
+				Rewards    []float64 `json:"rewards"`
+				Prompt     string    `json:"prompt"`
+			}
+			if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Rewards) != 2 || req.Prompt == "" {
+				http.Error(w, "bad request", http.StatusBadRequest)
+				return
+			}
+			mu.Lock()
+			asked = append(asked, req.GroupIndex)
+			mu.Unlock()
+			if req.GroupIndex == 1 {
+				http.Error(w, "judge is down", http.StatusServiceUnavailable)
+				return
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"keep": false, "reason": "too easy"})
+		}))
+		defer srv.Close()
+		o := <-e.start(t, 1021, tasks(), &schema.Config{GroupFilter: srv.URL})
+		if o.perr != nil {
+			t.Fatal(o.perr)
+		}
+		states := tasksByState(t, o.planner, 4)
+		if len(states[schema.TaskFiltered]) != 2 || states[schema.TaskFiltered][0].Reason != "filter: too easy" {
+			t.Errorf("filtered: %+v, want group 0 with the filter's reason", states[schema.TaskFiltered])
+		}
+		if len(states[schema.TaskTrained]) != 2 || states[schema.TaskTrained][0].GroupIndex != 1 {
+			t.Errorf("trained: %+v, want group 1 (the filter could not be asked: kept)", states[schema.TaskTrained])
+		}
+		mu.Lock()
+		if len(asked) != 2 {
+			t.Errorf("the filter was asked about groups %v, want each of 2 once", asked)
+		}
+		mu.Unlock()
+		sess, _ := e.session(t, 1021)
+		if gs, ok := sess.Group(1); !ok || !strings.Contains(gs.Reason, "could not be asked") {
+			t.Errorf("group 1 state %+v: want it kept, saying the filter could not be asked", gs)
+		}
+	})
+}
+
+func contains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// TestTargetGroupsBeyondTheBatch: asking for more groups than the batch has
+// is refused at once, naming the field.
+func TestTargetGroupsBeyondTheBatch(t *testing.T) {
+	e := startSem(t, semOptions{planner: sim.Config{Seed: 107}, actor: sim.Config{Seed: 108}})
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	tasks := []schema.Task{e.copyOf(0, 0, population("France")), e.copyOf(0, 1, population("France"))}
+	_, err := e.trainer(t).Rollout(ctx, &schema.Arrive{Rollout: 1030, Role: schema.RolePlanner, Engine: e.planner, Tasks: tasks,
+		Config: &schema.Config{TargetGroups: 2}}, 0)
+	if !errors.Is(err, client.ErrRejected) || !strings.Contains(err.Error(), "target_groups 2: the batch has only 1 groups") {
+		t.Fatalf("target_groups beyond the batch: %v, want ErrRejected naming target_groups", err)
+	}
+}

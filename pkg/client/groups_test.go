@@ -1,0 +1,102 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/client"
+	"github.com/planact/planact/pkg/schema"
+)
+
+// TestGroupsCatchUpAndEnd: groups published before the stream started are
+// found (the last group message lists them all), one published while it
+// runs comes by subscription, and the result ends the stream; a group the
+// last message does not list (published out of order) is found from the
+// result's tasks.
+func TestGroupsCatchUpAndEnd(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "planact")
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Recheck = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 77
+	group := func(g int, delivered ...int) *schema.Group {
+		return &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: g, Delivered: delivered, Groups: 5,
+			Samples: []schema.Sample{{GroupIndex: g, Index: g, RolloutID: "77-0"}},
+			Tasks:   []schema.TaskOutcome{{Episode: g, GroupIndex: g, Index: g, State: schema.TaskTrained}}}
+	}
+	// Group 1 was decided after group 2 but published before it: the last
+	// message (group 2's) does not list it.
+	for _, g := range []*schema.Group{group(4, 4), group(1, 4, 2, 1), group(2, 4, 2)} {
+		if err := b.Publish(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []int
+	for g, err := range c.Groups(ctx, n, schema.RoleActor) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, g.GroupIndex)
+		if len(g.Samples) != 1 || g.Samples[0].GroupIndex != g.GroupIndex {
+			t.Errorf("group %d samples %+v", g.GroupIndex, g.Samples)
+		}
+		switch len(got) {
+		case 2:
+			if err := b.Publish(ctx, group(3, 4, 2, 1, 3)); err != nil {
+				t.Fatal(err)
+			}
+		case 3:
+			var tasks []schema.TaskOutcome
+			for i := range 5 {
+				tasks = append(tasks, schema.TaskOutcome{Episode: i, GroupIndex: i, Index: i, State: schema.TaskTrained})
+			}
+			if err := b.Publish(ctx, &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK, Tasks: tasks}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if fmt.Sprint(got) != "[4 2 3 1]" {
+		t.Fatalf("groups %v: want 4 and 2 (listed by the last), 3 (as it came), 1 (named by the result)", got)
+	}
+	seen := map[int]bool{}
+	for _, g := range got {
+		if seen[g] {
+			t.Errorf("group %d yielded twice", g)
+		}
+		seen[g] = true
+	}
+	if seen[0] {
+		t.Error("group 0 was never published")
+	}
+}
+
+// TestGroupsEndsWithTheContext: no result, the stream ends with ErrTimeout.
+func TestGroupsEndsWithTheContext(t *testing.T) {
+	_, url := bustest.Server(t)
+	bustest.Bus(t, url, "planact")
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var last error
+	for g, err := range c.Groups(ctx, 78, schema.RolePlanner) {
+		if g != nil {
+			t.Fatalf("a group of a rollout that has none: %+v", g)
+		}
+		last = err
+	}
+	if !errors.Is(last, client.ErrTimeout) {
+		t.Fatalf("the stream ended with %v, want ErrTimeout", last)
+	}
+}

@@ -1,0 +1,345 @@
+package sessionstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// A group (the copies of one task, sharing a group_index) is delivered to
+// the trainers as soon as all its tasks have ended and it passed the
+// rollout's group filter, on rollout.N.result.<role>.group.<g>: an
+// asynchronous trainer can train on it before the rollout ends. With
+// target_groups, the rollout ends as soon as that many were delivered: the
+// episodes still running are stopped (their engine requests aborted, their
+// acts not retried), and the result says which tasks were.
+
+// groupOf returns the group of episode e and the episodes in it.
+func groupOf(tasks []schema.Task, e int) (g int, members []int) {
+	g = tasks[e].GroupIndex
+	return g, groupMembers(tasks, g)
+}
+
+// groupCount is the number of distinct groups of a batch.
+func groupCount(tasks []schema.Task) int {
+	seen := map[int]bool{}
+	for _, t := range tasks {
+		seen[t.GroupIndex] = true
+	}
+	return len(seen)
+}
+
+// decideGroup records how the complete group g ends (its filter's verdict,
+// or surplus when target_groups were already delivered) before anything is
+// published: a redo publishes what was decided, never asks the filter
+// again. A delivery that reaches target_groups ends the rollout in the same
+// write. It returns the session as written.
+func (s *Service) decideGroup(ctx context.Context, sess schema.Session, g int) (schema.GroupState, schema.Session, error) {
+	if gs, ok := sess.Group(g); ok {
+		return gs, sess, nil
+	}
+	tasks, err := s.tasks(ctx, sess.Rollout)
+	if err != nil {
+		return schema.GroupState{}, sess, err
+	}
+	members := groupMembers(tasks, g)
+	eps, err := s.gather(ctx, &sess, tasks, members)
+	if err != nil {
+		return schema.GroupState{}, sess, err
+	}
+	verdict := s.filter(ctx, &sess, g, members, eps)
+	var gs schema.GroupState
+	written, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), func(v *schema.Session, exists bool) (bool, error) {
+		if !exists {
+			return false, fail.Permanentf("group %d of rollout %d, which has no session", g, sess.Rollout)
+		}
+		if known, ok := v.Group(g); ok {
+			gs = known // decided by another reader
+			return false, nil
+		}
+		gs = verdict
+		k := v.Config.TargetGroups
+		if gs.State == schema.GroupDelivered && k > 0 && len(v.Delivered()) >= k {
+			gs = schema.GroupState{Index: g, State: schema.GroupSurplus,
+				Reason: fmt.Sprintf("not delivered: the %d groups asked for (target_groups) were delivered before it completed", k)}
+		}
+		v.Groups = append(v.Groups, gs)
+		if gs.State == schema.GroupDelivered && k > 0 && len(v.Delivered()) == k && v.State == schema.SessionRunning {
+			// Over-sampling: enough groups. The episodes still running are
+			// stopped (the services follow the session), nothing waits for them.
+			s.end(v, schema.SessionDone, schema.ResultOK, fmt.Sprintf("%d groups delivered (target_groups %d); %d of %d episodes had ended, the others were stopped",
+				k, k, v.EndedCount(), v.Episodes))
+		}
+		return true, nil
+	})
+	if err != nil {
+		return schema.GroupState{}, sess, err
+	}
+	return gs, written, nil
+}
+
+// deliverGroup publishes delivered group g to every role that arrived,
+// each once (a role's group subject that holds a message was published),
+// and returns the objects its samples went to.
+func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int) ([]string, error) {
+	n := sess.Rollout
+	var missing []string
+	for _, role := range arrivedRoles(sess) {
+		m, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.Group(n, role, g))
+		if err != nil {
+			return nil, err
+		}
+		if m == nil {
+			missing = append(missing, role)
+		}
+	}
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	tasks, err := s.tasks(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	members := groupMembers(tasks, g)
+	eps, err := s.gather(ctx, sess, tasks, members)
+	if err != nil {
+		return nil, err
+	}
+	var outcomes []schema.TaskOutcome
+	for _, e := range members {
+		outcomes = append(outcomes, taskOutcome(sess, e, eps[e], true))
+	}
+	// The groups delivered so far, in the order decided, up to this one.
+	var delivered []int
+	for _, gs := range sess.Groups {
+		if gs.State == schema.GroupDelivered {
+			delivered = append(delivered, gs.Index)
+		}
+		if gs.Index == g {
+			break
+		}
+	}
+	var objects []string
+	for _, role := range missing {
+		msg := &schema.Group{Rollout: n, Role: role, GroupIndex: g, Tasks: outcomes, Delivered: delivered, Groups: groupCount(tasks), AtMs: s.nowMs()}
+		for _, e := range members {
+			if role == schema.RolePlanner && eps[e].planner != nil {
+				msg.Samples = append(msg.Samples, *eps[e].planner)
+			}
+			if role == schema.RoleActor {
+				msg.Samples = append(msg.Samples, eps[e].actor...)
+			}
+		}
+		obj, err := s.publishSamples(ctx, msg, fmt.Sprintf("rollout-%d-%s.group-%d.samples", n, role, g))
+		if err != nil {
+			return nil, err
+		}
+		if obj != "" {
+			objects = append(objects, obj)
+		}
+	}
+	return objects, nil
+}
+
+func groupMembers(tasks []schema.Task, g int) []int {
+	var members []int
+	for e, t := range tasks {
+		if t.GroupIndex == g {
+			members = append(members, e)
+		}
+	}
+	return members
+}
+
+// publishSamples publishes a group message, moving its samples to the
+// role's object store (under name) when the message would be too large to
+// carry them; it returns the object ("bucket/name") or "".
+func (s *Service) publishSamples(ctx context.Context, m *schema.Group, name string) (string, error) {
+	m.SampleCount = len(m.Samples)
+	body, err := schema.Marshal(m)
+	if err != nil {
+		return "", fail.E(fail.Permanent, err)
+	}
+	obj := ""
+	if len(body) > s.InlineLimit {
+		data, err := schema.Marshal(m.Samples)
+		if err != nil {
+			return "", fail.E(fail.Permanent, err)
+		}
+		store := s.Bus.Results[m.Role]
+		if _, err := store.PutBytes(ctx, name, data); err != nil {
+			return "", fail.Transientf("store %s: %w", name, err)
+		}
+		m.Samples, m.SamplesObject, obj = nil, name, bus.ObjectResults(m.Role)+"/"+name
+	}
+	_, err = s.Bus.PublishOnce(ctx, m)
+	return obj, err
+}
+
+// groupSamples reads back the samples of a delivered group, as they were
+// delivered.
+func (s *Service) groupSamples(ctx context.Context, n int64, role string, g int) ([]schema.Sample, error) {
+	m, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.Group(n, role, g))
+	if err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, nil // the role did not arrive
+	}
+	var grp schema.Group
+	if err := schema.Unmarshal(m.Data, &grp); err != nil {
+		return nil, err
+	}
+	if grp.SamplesObject == "" {
+		return grp.Samples, nil
+	}
+	data, err := s.Bus.Results[role].GetBytes(ctx, grp.SamplesObject)
+	if err != nil {
+		return nil, fail.Transientf("group %d samples %s: %w", g, grp.SamplesObject, err)
+	}
+	var samples []schema.Sample
+	if err := schema.Unmarshal(data, &samples); err != nil {
+		return nil, err
+	}
+	return samples, nil
+}
+
+// filter applies the rollout's group filter to a complete group.
+func (s *Service) filter(ctx context.Context, sess *schema.Session, g int, members []int, eps map[int]*episode) schema.GroupState {
+	gs := schema.GroupState{Index: g, State: schema.GroupDelivered}
+	var rewards []float64
+	for _, e := range members {
+		if ep := eps[e]; ep.end != nil {
+			rewards = append(rewards, ep.reward)
+		}
+	}
+	switch f := sess.Config.GroupFilter; {
+	case f == "" || f == schema.FilterNone:
+	case f == schema.FilterSpread:
+		if len(rewards) < 2 {
+			gs.State, gs.Reason = schema.GroupFiltered, fmt.Sprintf("spread: %d reward(s), no spread to learn from", len(rewards))
+		} else if slices.Min(rewards) == slices.Max(rewards) {
+			gs.State, gs.Reason = schema.GroupFiltered, fmt.Sprintf("spread: all %d rewards are %g", len(rewards), rewards[0])
+		}
+	default:
+		keep, why, err := s.remoteFilter(ctx, f, sess, g, members, eps, rewards)
+		switch {
+		case err != nil:
+			// A filter that cannot be asked keeps the group (its samples are
+			// not silently lost) and says so.
+			gs.Reason = "kept: the group filter could not be asked: " + err.Error()
+		case !keep:
+			gs.State, gs.Reason = schema.GroupFiltered, "filter: "+why
+		default:
+			gs.Reason = why
+		}
+	}
+	return gs
+}
+
+// remoteFilter asks a filter server whether to keep a group:
+// POST {rollout, group_index, prompt, label, rewards, responses} → {"keep": bool, "reason": "…"}.
+// It is bounded: a slow filter does not hold the rollout back.
+func (s *Service) remoteFilter(ctx context.Context, url string, sess *schema.Session, g int, members []int, eps map[int]*episode, rewards []float64) (bool, string, error) {
+	first := eps[members[0]].task
+	var responses []string
+	for _, e := range members {
+		if ep := eps[e]; ep.end != nil {
+			responses = append(responses, strings.Join(ep.end.Answers, " | "))
+		}
+	}
+	body, _ := json.Marshal(map[string]any{"rollout": sess.Rollout, "group_index": g, "prompt": first.Prompt, "label": first.Label,
+		"rewards": rewards, "responses": responses})
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return false, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, "", err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusOK {
+		return false, "", fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))
+	}
+	var v struct {
+		Keep   *bool  `json:"keep"`
+		Reason string `json:"reason"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil || v.Keep == nil {
+		return false, "", fmt.Errorf("want {\"keep\": bool, \"reason\": string}, got %q", strings.TrimSpace(string(data)))
+	}
+	return *v.Keep, v.Reason, nil
+}
+
+func arrivedRoles(sess *schema.Session) []string {
+	var roles []string
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		if _, ok := sess.Roles[role]; ok {
+			roles = append(roles, role)
+		}
+	}
+	return roles
+}
+
+// taskCache keeps the task lists of recent rollouts (they never change): a
+// group's completion is checked at every episode end, and reading a large
+// list from the object store each time would cost the rollout's size per
+// episode.
+type taskCache struct {
+	mu    sync.Mutex
+	lists map[int64][]schema.Task
+}
+
+// maxCachedRollouts bounds the cache; past it, an arbitrary entry goes.
+const maxCachedRollouts = 256
+
+// tasks returns rollout n's tasks, nil when they are gone (the rollout
+// ended and was cleaned up).
+func (s *Service) tasks(ctx context.Context, n int64) ([]schema.Task, error) {
+	c := s.taskCache
+	c.mu.Lock()
+	tasks, ok := c.lists[n]
+	c.mu.Unlock()
+	if ok {
+		return tasks, nil
+	}
+	tasks, found, err := session.LoadTasks(ctx, s.Bus.Sessions, s.Bus.Tasks, n)
+	if err != nil || !found {
+		return nil, err
+	}
+	c.mu.Lock()
+	if len(c.lists) >= maxCachedRollouts {
+		for k := range c.lists {
+			delete(c.lists, k)
+			break
+		}
+	}
+	c.lists[n] = tasks
+	c.mu.Unlock()
+	return tasks, nil
+}
+
+// forgetTasks drops rollout n's tasks from the cache.
+func (s *Service) forgetTasks(n int64) {
+	s.taskCache.mu.Lock()
+	delete(s.taskCache.lists, n)
+	s.taskCache.mu.Unlock()
+}
