@@ -99,10 +99,13 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		return s.Bus.Publish(ctx, out)
 	}
 	start := time.Now()
-	gen, err := s.generate(ctx, lease.Client, cfg, req, engine.Request{InputIDs: input, Sampling: sampling}, mayStream)
+	r := engine.Request{InputIDs: input, Messages: messages(segs), RoutingKey: engine.EpisodeKey(req.Rollout, req.Episode), Sampling: sampling}
+	gen, err := s.generate(ctx, lease.Client, cfg, req, r, mayStream)
 	if err != nil {
 		return fmt.Errorf("planner generate: %w", err)
 	}
+	// A chat engine rendered the newest segment with its template: those are its ids.
+	segs[len(segs)-1].IDs = engine.TrajectoryIDs(r, gen, segs[len(segs)-1].IDs)
 	out.Text, out.FinishReason, out.WeightVersion = gen.Text, gen.FinishReason, gen.WeightVersion
 	if out.WeightVersion == "" {
 		out.WeightVersion = req.WeightVersion
@@ -204,6 +207,21 @@ func (s *Service) unstreamed(ctx context.Context, req *schema.PlanRequest) (bool
 		return false, err
 	}
 	return pp.Turn < req.Turn, nil
+}
+
+// messages are the episode's segments as a conversation, for chat engines:
+// the prompt and the observations are the user's turns, generations the
+// assistant's.
+func messages(segs []schema.Segment) []engine.Message {
+	msgs := make([]engine.Message, len(segs))
+	for i, seg := range segs {
+		role := engine.RoleUser
+		if seg.Kind == schema.SegGenerated {
+			role = engine.RoleAssistant
+		}
+		msgs[i] = engine.Message{Role: role, Text: seg.Text, IDs: seg.IDs}
+	}
+	return msgs
 }
 
 func toEngine(s schema.Sampling) engine.Sampling {
