@@ -319,7 +319,7 @@ func TestAbortOnCancel(t *testing.T) {
 					}
 					errc <- err
 				}()
-				waitFor(t, "the generation running", func() bool { return e.Running() == 1 })
+				waitFor(t, "the generation running", func() bool { return e.InFlight() == 1 })
 				if !deadline {
 					cancel()
 				}
@@ -334,7 +334,7 @@ func TestAbortOnCancel(t *testing.T) {
 					}
 					return false
 				})
-				waitFor(t, "the engine idle", func() bool { return e.Running() == 0 })
+				waitFor(t, "the engine idle", func() bool { return e.InFlight() == 0 })
 			})
 		}
 	}
@@ -353,7 +353,7 @@ func TestAbortNamedRequest(t *testing.T) {
 		}
 		gc <- g
 	}()
-	waitFor(t, "the generation running", func() bool { return e.Running() == 1 })
+	waitFor(t, "the generation running", func() bool { return e.InFlight() == 1 })
 	if err := c.(*SGLang).Abort(context.Background(), "act-7"); err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +432,7 @@ func TestPauseResume(t *testing.T) {
 			if g.FinishReason != "" {
 				busy = 0
 			}
-			waitFor(t, "the new request in the engine", func() bool { return e.Running() == busy+1 })
+			waitFor(t, "the new request in the engine", func() bool { return e.InFlight() == busy+1 })
 			held := chunks.Load()
 			select {
 			case g := <-queued:

@@ -88,7 +88,7 @@ func TestAbortRequestEndpoint(t *testing.T) {
 			tc.body["rid"] = "req-1"
 			first := make(chan struct{})
 			done := generateAsyncStream(t, srv.URL, tc.body, first)
-			waitFor(t, func() bool { return e.Running() == 1 })
+			waitFor(t, func() bool { return e.InFlight() == 1 })
 			if tc.tokens {
 				<-first // it has written a little
 			}
@@ -138,7 +138,7 @@ func TestPauseEndpoints(t *testing.T) {
 			srv := httptest.NewServer(e)
 			defer srv.Close()
 			running := generateAsync(t, srv.URL, map[string]any{"text": "Input: capital of Peru " + FaultHang, "rid": "h"})
-			waitFor(t, func() bool { return e.Running() == 1 })
+			waitFor(t, func() bool { return e.InFlight() == 1 })
 			var reply map[string]any
 			if code := post(t, srv.URL+tc.path, tc.body, &reply); code != tc.code {
 				t.Fatalf("%s: %d %v", tc.path, code, reply)
@@ -165,7 +165,7 @@ func TestPauseEndpoints(t *testing.T) {
 			if tc.aborts {
 				busy = 0
 			}
-			waitFor(t, func() bool { return e.Running() == busy+1 })
+			waitFor(t, func() bool { return e.InFlight() == busy+1 })
 			select {
 			case g := <-queued:
 				t.Fatalf("a request ran while paused: %+v", g)
@@ -196,7 +196,7 @@ func TestVLLMPauseWait(t *testing.T) {
 	srv := httptest.NewServer(e)
 	defer srv.Close()
 	running := generateAsync(t, srv.URL, map[string]any{"text": "Input: capital of Peru " + FaultHang, "rid": "h"})
-	waitFor(t, func() bool { return e.Running() == 1 })
+	waitFor(t, func() bool { return e.InFlight() == 1 })
 	paused := make(chan int, 1)
 	go func() { paused <- post(t, srv.URL+"/pause?mode=wait", nil, nil) }()
 	waitFor(t, func() bool { p, _ := e.Paused(); return p })
@@ -237,7 +237,7 @@ func TestWeightEndpoints(t *testing.T) {
 	}
 
 	running := generateAsync(t, srv.URL, map[string]any{"text": "Input: capital of Peru " + FaultHang, "rid": "h"})
-	waitFor(t, func() bool { return e.Running() == 1 })
+	waitFor(t, func() bool { return e.InFlight() == 1 })
 	updated := make(chan map[string]any, 1)
 	go func() {
 		var out map[string]any
@@ -246,7 +246,7 @@ func TestWeightEndpoints(t *testing.T) {
 	}()
 	waitFor(t, e.Holding)
 	queued := generateAsync(t, srv.URL, map[string]any{"text": actorPrompt})
-	waitFor(t, func() bool { return e.Running() == 2 })
+	waitFor(t, func() bool { return e.InFlight() == 2 })
 	select {
 	case out := <-updated:
 		t.Fatalf("weights updated while a generation ran: %v", out)
@@ -265,7 +265,7 @@ func TestWeightEndpoints(t *testing.T) {
 
 	// abort_all_requests: the running generation ends, aborted.
 	running = generateAsync(t, srv.URL, map[string]any{"text": "Input: capital of Peru " + FaultHang, "rid": "h2"})
-	waitFor(t, func() bool { return e.Running() == 1 })
+	waitFor(t, func() bool { return e.InFlight() == 1 })
 	post(t, srv.URL+"/update_weights_from_disk", map[string]any{"model_path": "/ckpt/4", "weight_version": "v4", "abort_all_requests": true}, nil)
 	if g := <-running; g.MetaInfo.FinishReason == nil || g.MetaInfo.FinishReason.Type != "abort" || e.WeightVersion() != "v4" {
 		t.Errorf("after an update that aborts: %+v, version %q", g, e.WeightVersion())
@@ -342,7 +342,7 @@ func TestRoutingKeysAndStats(t *testing.T) {
 	var st Stats
 	get(t, srv.URL+"/sim/stats", &st)
 	want := map[string]int{"1-0": 2, "1-1": 2}
-	if !reflect.DeepEqual(st.RoutingKeys, want) || !reflect.DeepEqual(e.RoutingKeys(), want) || st.Requests != 5 || st.WeightVersion != "v5" || st.Running != 0 || st.Paused {
+	if !reflect.DeepEqual(st.RoutingKeys, want) || !reflect.DeepEqual(e.RoutingKeys(), want) || st.Requests != 5 || st.WeightVersion != "v5" || st.InFlight != 0 || st.Paused {
 		t.Errorf("stats = %+v", st)
 	}
 }

@@ -567,8 +567,9 @@ func (e *Engine) Aborts() []Abort {
 	return slices.Clone(e.aborts)
 }
 
-// Running is the number of generations in the engine.
-func (e *Engine) Running() int {
+// InFlight is the number of generation requests in the engine: running,
+// or waiting for a slot or for a pause to end.
+func (e *Engine) InFlight() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return len(e.runs)

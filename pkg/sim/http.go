@@ -416,7 +416,7 @@ func (e *Engine) handleIsPaused(w http.ResponseWriter, r *http.Request) {
 type Stats struct {
 	Requests      int64          `json:"requests"`
 	Tokens        int64          `json:"tokens"`
-	Running       int            `json:"running"`
+	InFlight      int            `json:"in_flight"`
 	WeightVersion string         `json:"weight_version"`
 	Paused        bool           `json:"paused"`
 	PauseMode     string         `json:"pause_mode,omitempty"`
@@ -427,7 +427,7 @@ type Stats struct {
 func (e *Engine) handleStats(w http.ResponseWriter, r *http.Request) {
 	requests, tokens := e.Stats()
 	paused, mode := e.Paused()
-	writeJSON(w, http.StatusOK, Stats{Requests: requests, Tokens: tokens, Running: e.Running(), WeightVersion: e.WeightVersion(),
+	writeJSON(w, http.StatusOK, Stats{Requests: requests, Tokens: tokens, InFlight: e.InFlight(), WeightVersion: e.WeightVersion(),
 		Paused: paused, PauseMode: mode, RoutingKeys: e.RoutingKeys(), Aborts: e.Aborts()})
 }
 
