@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/planact/planact/internal/demo"
 	"github.com/planact/planact/pkg/sim"
@@ -25,6 +26,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	weightVersion := fs.String("weight-version", "v1", "initial weight version (reported as <role>-<version>)")
 	errorRate := fs.Float64("error-rate", 0, "probability that a request fails with 500")
 	hangRate := fs.Float64("hang-rate", 0, "probability that a request never completes")
+	busyRate := fs.Float64("busy-rate", 0, "probability that a request is turned away with 429 Too Many Requests and a Retry-After header")
+	retryAfter := fs.String("retry-after", "1", "the Retry-After header of a 429: seconds or an HTTP date")
+	chatStripThink := fs.Bool("chat-strip-think", false, "the chat template drops <think> blocks from earlier assistant turns (as Qwen3's does), so openai-chat trajectories cannot stay token-exact")
 	malformedRate := fs.Float64("malformed-rate", 0, "probability that the planner writes a malformed plan")
 	cyclicRate := fs.Float64("cyclic-rate", 0, "probability that the planner writes a cyclic plan")
 	actorErrorRate := fs.Float64("actor-error-rate", sim.Defaults.ActorErrorRate, "probability that the actor answers a lookup wrongly")
@@ -40,9 +44,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	for _, p := range []struct {
 		name string
 		v    float64
-	}{{"error-rate", *errorRate}, {"hang-rate", *hangRate}, {"malformed-rate", *malformedRate},
+	}{{"error-rate", *errorRate}, {"hang-rate", *hangRate}, {"busy-rate", *busyRate}, {"malformed-rate", *malformedRate},
 		{"cyclic-rate", *cyclicRate}, {"actor-error-rate", *actorErrorRate}, {"stepwise", *stepwise}} {
-		if p.v < 0 || p.v > 1 {
+		if !(p.v >= 0 && p.v <= 1) {
 			return fmt.Errorf("sim: --%s %v is not a probability", p.name, p.v)
 		}
 	}
@@ -62,7 +66,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	faults := sim.Faults{ErrorRate: *errorRate, HangRate: *hangRate, MalformedPlanRate: *malformedRate, CyclicPlanRate: *cyclicRate}
+	if *retryAfter == "" || strings.ContainsAny(*retryAfter, "\r\n") {
+		return fmt.Errorf("sim: --retry-after %q: want seconds or an HTTP date", *retryAfter)
+	}
+	faults := sim.Faults{ErrorRate: *errorRate, HangRate: *hangRate, BusyRate: *busyRate, MalformedPlanRate: *malformedRate, CyclicPlanRate: *cyclicRate}
 	var stopped []<-chan struct{}
 	for _, e := range []struct {
 		role, addr string
@@ -71,7 +78,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		eng := sim.New(sim.Config{
 			Role: e.role, Seed: e.seed, TTFT: *ttft, PerToken: *perToken, Concurrency: *concurrency,
 			WeightVersion: e.role + "-" + *weightVersion, ActorErrorRate: *actorErrorRate,
-			PlannerStepwise: *stepwise, Faults: faults,
+			PlannerStepwise: *stepwise, Faults: faults, RetryAfter: *retryAfter, ChatStripThink: *chatStripThink,
 		})
 		url, done, err := sim.ServeEngine(ctx, e.addr, eng)
 		if err != nil {
@@ -80,7 +87,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		stopped = append(stopped, done)
 		fmt.Fprintf(stdout, "%s engine: %s\n", e.role, url)
 	}
-	fmt.Fprintln(stdout, "simulated engines ready (SGLang /generate and OpenAI /v1/completions); Ctrl-C stops")
+	fmt.Fprintln(stdout, "simulated engines ready (SGLang /generate, OpenAI /v1/completions and /v1/chat/completions; GET /sim/stats shows routing keys and aborts); Ctrl-C stops")
 	<-ctx.Done()
 	for _, done := range stopped {
 		<-done

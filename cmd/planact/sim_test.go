@@ -39,7 +39,7 @@ func TestRunSim(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		errc <- runSim(ctx, []string{"--planner-addr", "127.0.0.1:0", "--actor-addr", "127.0.0.1:0",
-			"--ttft", "0s", "--per-token", "0s"}, &out, io.Discard)
+			"--ttft", "0s", "--per-token", "0s", "--busy-rate", "0.5", "--retry-after", "0", "--chat-strip-think"}, &out, io.Discard)
 	}()
 	urlRe := regexp.MustCompile(`(?m)^(planner|actor) engine: (http://\S+)$`)
 	deadline := time.Now().Add(10 * time.Second)
@@ -50,12 +50,14 @@ func TestRunSim(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	for _, m := range urlRe.FindAllStringSubmatch(out.String(), -1) {
-		resp, err := http.Get(m[2] + "/health")
-		if err != nil || resp.StatusCode != 200 {
-			t.Errorf("%s health: %v %v", m[1], resp, err)
-		}
-		if resp != nil {
-			resp.Body.Close()
+		for _, path := range []string{"/health", "/sim/stats"} {
+			resp, err := http.Get(m[2] + path)
+			if err != nil || resp.StatusCode != 200 {
+				t.Errorf("%s %s: %v %v", m[1], path, resp, err)
+			}
+			if resp != nil {
+				resp.Body.Close()
+			}
 		}
 	}
 	cancel()
@@ -90,8 +92,16 @@ func TestSimTasksFeedSubmit(t *testing.T) {
 }
 
 func TestRunSimFlags(t *testing.T) {
-	if err := runSim(context.Background(), []string{"--error-rate", "2"}, io.Discard, io.Discard); err == nil {
-		t.Error("accepted an error rate of 2")
+	for _, args := range [][]string{
+		{"--error-rate", "2"},
+		{"--busy-rate", "-0.1"},
+		{"--busy-rate", "NaN"},
+		{"--retry-after", ""},
+		{"--retry-after", "1\r\nX-Evil: 1"},
+	} {
+		if err := runSim(context.Background(), args, io.Discard, io.Discard); err == nil {
+			t.Errorf("accepted %q", args)
+		}
 	}
 	if err := runSim(context.Background(), []string{"-h"}, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v", err)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/planact/planact/internal/demo"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
+	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
 	"github.com/planact/planact/pkg/subject"
@@ -35,7 +37,7 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 	role := fs.String("role", "both", "arrive as planner, actor, or both")
 	plannerURL := fs.String("planner-engine", "", "planner engine URL (for --role planner or both)")
 	actorURL := fs.String("actor-engine", "", "actor engine URL (for --role actor or both)")
-	protocol := fs.String("protocol", "sglang", "engine protocol: sglang or openai")
+	protocol := fs.String("protocol", "sglang", "engine protocol: "+strings.Join(engine.Protocols, ", "))
 	tasksFile := fs.String("tasks", "", "JSON Lines file of tasks ({\"prompt\":…,\"label\":…,\"group_index\":…,\"index\":…}); '-' for stdin")
 	simTasks := fs.Int("sim-tasks", 0, "instead of --tasks: this many questions of the simulated world")
 	configFile := fs.String("config", "", "JSON file with the rollout configuration (see README)")

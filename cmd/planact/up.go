@@ -16,6 +16,7 @@ import (
 	"github.com/planact/planact/internal/stack"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/embedded"
+	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
 	"github.com/planact/planact/pkg/telemetry"
@@ -38,7 +39,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	serverCA := fs.String("tls-server-ca", "", "require client certificates signed by these CAs (PEM) on the embedded server; planact's own connections use --tls-cert/--tls-key")
 	plannerURL := fs.String("planner-url", "", "planner engine URL (default: start a simulated one)")
 	actorURL := fs.String("actor-url", "", "actor engine URL (default: start a simulated one)")
-	protocol := fs.String("protocol", "sglang", "engine protocol for --planner-url/--actor-url: sglang or openai")
+	protocol := fs.String("protocol", "sglang", "engine protocol for --planner-url/--actor-url: "+strings.Join(engine.Protocols, ", "))
 	runDemo := fs.Bool("demo", false, "play both trainers for a few rollouts, print progress and a summary, then exit")
 	asJSON := fs.Bool("json", false, "with --demo: print the summary as one JSON object on stdout")
 	rollouts := fs.Int("rollouts", 3, "with --demo: rollouts to play")
@@ -288,8 +289,8 @@ func checkDemoFlags(rollouts, tasks, group int, format, protocol string, rates .
 		return fmt.Errorf("up: --samples-per-prompt %d: want at least 1", group)
 	case !slices.Contains(schema.PlanFormats, format):
 		return fmt.Errorf("up: --plan-format %q: want one of %s", format, strings.Join(schema.PlanFormats, ", "))
-	case protocol != "sglang" && protocol != "openai":
-		return fmt.Errorf("up: --protocol %q: want sglang or openai", protocol)
+	case !slices.Contains(engine.Protocols, protocol):
+		return fmt.Errorf("up: --protocol %q: want one of %s", protocol, strings.Join(engine.Protocols, ", "))
 	}
 	for _, r := range rates {
 		if math.IsNaN(r) || r < 0 || r > 1 {

@@ -1,17 +1,19 @@
 // Package engine talks to inference engines: SGLang's native API and
-// OpenAI-compatible servers (vLLM, SGLang, llama.cpp). It returns token-exact
-// generations (output ids and their log-probs) so that trajectories are
-// never re-tokenized from text.
+// OpenAI-compatible servers (vLLM, SGLang, llama.cpp), completions and chat.
+// It returns token-exact generations (output ids and their log-probs) so
+// that trajectories are never re-tokenized from text, keeps an episode on
+// one engine behind a router, waits out busy engines, aborts what its
+// caller gave up on, and pauses engines for weight updates.
 package engine
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
+	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,10 +31,46 @@ type Sampling struct {
 
 // Request is one generation request. InputIDs are preferred because they
 // keep the trajectory token-exact; Text is used only when there are no ids.
+// A chat engine (ProtocolOpenAIChat) takes Messages instead, or Text as one
+// user message, and renders the prompt with its own chat template.
 type Request struct {
 	InputIDs []int    `msgpack:"input_ids,omitempty" json:"input_ids,omitempty"`
 	Text     string   `msgpack:"text,omitempty" json:"text,omitempty"`
 	Sampling Sampling `msgpack:"sampling" json:"sampling"`
+	// Messages are the conversation so far, for chat engines; completion
+	// engines ignore them. Every message but the last carries the ids the
+	// trajectory holds for it: the engine's rendering of the conversation
+	// must begin with them (see Generation.PromptIDs).
+	Messages []Message `msgpack:"messages,omitempty" json:"messages,omitempty"`
+	// RoutingKey keeps the requests of one episode on one engine behind a
+	// router (its prefix cache holds the episode's context): sent as the
+	// X-SMG-Routing-Key header, and as SGLang's routing_key. See EpisodeKey.
+	RoutingKey string `msgpack:"routing_key,omitempty" json:"routing_key,omitempty"`
+	// ID names the request on the engine (SGLang's rid), so that it can be
+	// aborted when the caller gives up; empty, the client makes a unique one.
+	ID string `msgpack:"id,omitempty" json:"id,omitempty"`
+}
+
+// Message is one turn of a conversation sent to a chat engine.
+type Message struct {
+	Role string `msgpack:"role" json:"role"` // RoleUser, RoleAssistant or "system"
+	Text string `msgpack:"text" json:"text"`
+	// IDs are the trajectory's ids of this message as the engine rendered
+	// it before (the prompt's ids, a generation's ids, an observation with
+	// the template's glue); nil for the newest message.
+	IDs []int `msgpack:"ids,omitempty" json:"ids,omitempty"`
+}
+
+// Roles of chat messages.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+)
+
+// EpisodeKey is the routing key of an episode's requests, "<rollout>-<episode>":
+// the planner's turns and the episode's acts share it.
+func EpisodeKey(rollout int64, episode int) string {
+	return strconv.FormatInt(rollout, 10) + "-" + strconv.Itoa(episode)
 }
 
 // Finish reasons of a Generation.
@@ -51,7 +89,28 @@ type Generation struct {
 	PromptTokens  int           `msgpack:"prompt_tokens" json:"prompt_tokens"`
 	WeightVersion string        `msgpack:"weight_version,omitempty" json:"weight_version,omitempty"`
 	Latency       time.Duration `msgpack:"latency" json:"latency"`
+	// PromptIDs are set by engines that render the prompt themselves (chat):
+	// the ids the engine generated from. They begin with the ids of every
+	// message but the last (checked); the rest is the last message as the
+	// chat template wrote it, the trajectory's ids for that message.
+	PromptIDs []int `msgpack:"prompt_ids,omitempty" json:"prompt_ids,omitempty"`
 }
+
+// PauseMode says what a paused engine does with the requests it is running.
+type PauseMode string
+
+// Pause modes. SGLang's /pause_generation knows abort, in_place and retract;
+// vLLM's /pause knows abort, wait and keep (PauseInPlace).
+const (
+	PauseAbort   PauseMode = "abort"    // running requests end now, finish reason abort
+	PauseInPlace PauseMode = "in_place" // running requests hold where they are until Resume
+	PauseRetract PauseMode = "retract"  // running requests go back to the queue (their cache is freed) until Resume
+	PauseWait    PauseMode = "wait"     // running requests finish; new ones wait for Resume
+)
+
+// ErrNotSupported is returned (wrapped, permanent) by an operation the
+// engine's protocol or server does not have.
+var ErrNotSupported = errors.New("not supported by the engine")
 
 // Client is an inference engine.
 type Client interface {
@@ -59,6 +118,13 @@ type Client interface {
 	// Tokenize uses the engine's own tokenizer endpoint, without special tokens.
 	Tokenize(ctx context.Context, text string) ([]int, error)
 	Health(ctx context.Context) error
+	// Pause stops the engine generating, as mode says, until Resume: for a
+	// weight update. Requests sent meanwhile wait on the engine.
+	Pause(ctx context.Context, mode PauseMode) error
+	// Resume lets a paused engine generate again.
+	Resume(ctx context.Context) error
+	// WeightVersion is the version of the weights the engine serves now.
+	WeightVersion(ctx context.Context) (string, error)
 }
 
 // Streamer is a Client that can report the text while it is generated.
@@ -70,14 +136,31 @@ type Streamer interface {
 
 // Protocols understood by New.
 const (
-	ProtocolSGLang = "sglang"
-	ProtocolOpenAI = "openai"
+	ProtocolSGLang     = "sglang"      // SGLang's native /generate
+	ProtocolOpenAI     = "openai"      // /v1/completions with token ids as the prompt
+	ProtocolOpenAIChat = "openai-chat" // /v1/chat/completions: the server applies its chat template
 )
 
+// Protocols lists every protocol New understands.
+var Protocols = []string{ProtocolSGLang, ProtocolOpenAI, ProtocolOpenAIChat}
+
+// Options configure a client.
+type Options struct {
+	Model   string       // sent in OpenAI requests
+	HTTP    *http.Client // nil means http.DefaultClient
+	Backoff Backoff      // how a busy engine (429, 503) is waited out
+}
+
 // New returns a client for the engine at url. protocol is "sglang" (the
-// default when empty) or "openai"; model is sent in OpenAI requests. A nil
-// hc means http.DefaultClient.
+// default when empty), "openai" or "openai-chat"; model is sent in OpenAI
+// requests. A nil hc means http.DefaultClient.
 func New(protocol, url, model string, hc *http.Client) (Client, error) {
+	return NewClient(protocol, url, Options{Model: model, HTTP: hc})
+}
+
+// NewClient is New with every option.
+func NewClient(protocol, url string, o Options) (Client, error) {
+	hc := o.HTTP
 	if hc == nil {
 		hc = http.DefaultClient
 	}
@@ -87,82 +170,19 @@ func New(protocol, url, model string, hc *http.Client) (Client, error) {
 	}
 	switch protocol {
 	case "", ProtocolSGLang:
-		return &SGLang{base: url, hc: hc}, nil
+		return &SGLang{conn: conn{base: url, hc: hc, backoff: o.Backoff.withDefaults()}}, nil
 	case ProtocolOpenAI:
-		return &OpenAI{base: strings.TrimSuffix(url, "/v1"), model: model, hc: hc}, nil
+		return &OpenAI{conn: conn{base: strings.TrimSuffix(url, "/v1"), hc: hc, backoff: o.Backoff.withDefaults()}, model: o.Model}, nil
+	case ProtocolOpenAIChat:
+		return &Chat{conn: conn{base: strings.TrimSuffix(url, "/v1"), hc: hc, backoff: o.Backoff.withDefaults()}, model: o.Model}, nil
 	default:
-		return nil, fail.Invalidf("engine: unknown protocol %q (want sglang or openai)", protocol)
+		return nil, fail.Invalidf("engine: unknown protocol %q (want %s)", protocol, strings.Join(Protocols, ", "))
 	}
 }
 
 func checkRequest(r Request) error {
-	if len(r.InputIDs) == 0 && r.Text == "" {
+	if len(r.InputIDs) == 0 && r.Text == "" && len(r.Messages) == 0 {
 		return fail.Invalidf("engine: request has neither input ids nor text")
-	}
-	return nil
-}
-
-// do sends a JSON request and returns the response for the caller to read;
-// the body is closed unless the status is 200. Errors are classified:
-// transport errors, time-outs, 408, 429 and 5xx are transient, other
-// statuses permanent.
-func do(ctx context.Context, hc *http.Client, method, url string, in any) (*http.Response, error) {
-	var body io.Reader
-	if in != nil {
-		data, err := json.Marshal(in)
-		if err != nil {
-			return nil, fail.E(fail.Invalid, fmt.Errorf("encode request: %w", err))
-		}
-		body = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
-	if err != nil {
-		return nil, fail.Permanentf("%s %s: %w", method, url, err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			// Deadline counts as transient, cancellation as unknown (fail.KindOf).
-			return nil, fmt.Errorf("%s %s: %w", method, url, ctx.Err())
-		}
-		return nil, fail.Transientf("%s %s: %w", method, url, err)
-	}
-	if resp.StatusCode == http.StatusOK {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-	return nil, statusError(method+" "+url, resp.StatusCode, msg)
-}
-
-func statusError(op string, status int, body []byte) error {
-	err := fmt.Errorf("%s: %d %s: %s", op, status, http.StatusText(status), bytes.TrimSpace(body))
-	if status == http.StatusTooManyRequests || status == http.StatusRequestTimeout || status >= 500 {
-		return fail.E(fail.Transient, err)
-	}
-	return fail.E(fail.Permanent, err)
-}
-
-// doJSON sends in and decodes a 200 reply into out.
-func doJSON(ctx context.Context, hc *http.Client, method, url string, in, out any) error {
-	resp, err := do(ctx, hc, method, url, in)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if out == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		// A cut connection shows up here too, so retrying is reasonable.
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s %s: %w", method, url, ctx.Err())
-		}
-		return fail.Transientf("%s %s: decode reply: %w", method, url, err)
 	}
 	return nil
 }

@@ -216,7 +216,7 @@ func TestErrorKinds(t *testing.T) {
 				}
 				srv := httptest.NewServer(tc.handler)
 				defer srv.Close()
-				c, _ := New(proto, srv.URL, "m", nil)
+				c, _ := NewClient(proto, srv.URL, Options{Model: "m", Backoff: Backoff{Attempts: 2, Base: time.Millisecond}})
 				_, err := c.Generate(context.Background(), Request{Text: "x"})
 				if fail.KindOf(err) != tc.want {
 					t.Errorf("error %v has kind %v, want %v", err, fail.KindOf(err), tc.want)
@@ -237,7 +237,7 @@ func TestTransportErrors(t *testing.T) {
 	if _, err := c.Generate(context.Background(), Request{}); fail.KindOf(err) != fail.Invalid {
 		t.Errorf("empty request: %v kind %v", err, fail.KindOf(err))
 	}
-	if _, err := New("grpc", url, "", nil); fail.KindOf(err) != fail.Invalid {
+	if _, err := New("grpc", url, "", nil); fail.KindOf(err) != fail.Invalid || !strings.Contains(err.Error(), "openai-chat") {
 		t.Errorf("unknown protocol: %v", err)
 	}
 

@@ -28,15 +28,18 @@ import (
 //	POST /tokenize {"model","prompt","add_special_tokens":false} -> {"tokens":[…]} (vLLM, SGLang)
 //	GET  /health
 //
+// A routing key goes in the X-SMG-Routing-Key header. When the caller's
+// context ends, closing the connection is the abort: vLLM and SGLang abort
+// a request whose client disconnects.
+//
 // Output ids come from choices[].token_ids (vLLM return_token_ids) or, failing
 // that, from logprobs.tokens written as "token_id:<id>" (vLLM
 // return_tokens_as_token_ids). A server that returns neither yields a
 // Generation without OutputIDs; token-exact callers must treat that as an error.
 // The two vLLM extensions are ignored by servers that do not know them.
 type OpenAI struct {
-	base  string
+	conn
 	model string
-	hc    *http.Client
 }
 
 type oaiRequest struct {
@@ -64,15 +67,21 @@ type oaiChoice struct {
 	TokenIDs []int `json:"token_ids"`
 }
 
+type oaiUsage struct {
+	PromptTokens int `json:"prompt_tokens"`
+}
+
+// oaiMetadata is where SGLang's OpenAI-compatible server reports the
+// weight version.
+type oaiMetadata struct {
+	WeightVersion json.RawMessage `json:"weight_version"`
+}
+
 type oaiReply struct {
-	Choices []oaiChoice `json:"choices"`
-	Usage   *struct {
-		PromptTokens int `json:"prompt_tokens"`
-	} `json:"usage"`
-	Metadata *struct {
-		WeightVersion json.RawMessage `json:"weight_version"`
-	} `json:"metadata"`
-	Error json.RawMessage `json:"error"`
+	Choices  []oaiChoice     `json:"choices"`
+	Usage    *oaiUsage       `json:"usage"`
+	Metadata *oaiMetadata    `json:"metadata"`
+	Error    json.RawMessage `json:"error"`
 }
 
 func (c *OpenAI) request(r Request, stream bool) oaiRequest {
@@ -106,7 +115,7 @@ func (c *OpenAI) Generate(ctx context.Context, r Request) (Generation, error) {
 	}
 	start := time.Now()
 	var out oaiReply
-	if err := doJSON(ctx, c.hc, http.MethodPost, c.base+"/v1/completions", c.request(r, false), &out); err != nil {
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/completions", c.request(r, false), &out, routingHeader(r.RoutingKey)); err != nil {
 		return Generation{}, fmt.Errorf("openai completions: %w", err)
 	}
 	if len(out.Choices) == 0 {
@@ -129,7 +138,7 @@ func (c *OpenAI) GenerateStream(ctx context.Context, r Request, onChunk func(str
 		return Generation{}, err
 	}
 	start := time.Now()
-	resp, err := do(ctx, c.hc, http.MethodPost, c.base+"/v1/completions", c.request(r, true))
+	resp, err := c.do(ctx, http.MethodPost, "/v1/completions", c.request(r, true), routingHeader(r.RoutingKey))
 	if err != nil {
 		return Generation{}, fmt.Errorf("openai completions stream: %w", err)
 	}
@@ -170,7 +179,8 @@ func (c *OpenAI) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	return g, nil
 }
 
-// oaiAccumulator joins a reply, or the deltas of a stream, into a Generation.
+// oaiAccumulator joins a reply, or the deltas of a stream, into a
+// Generation: completions and chat completions alike.
 type oaiAccumulator struct {
 	text          strings.Builder
 	tokens        []string
@@ -178,36 +188,51 @@ type oaiAccumulator struct {
 	tokenIDs      []int
 	finish        string
 	promptTokens  int
+	promptIDs     []int
 	weightVersion string
 }
 
 func (a *oaiAccumulator) add(r *oaiReply) {
-	if r.Usage != nil {
-		a.promptTokens = r.Usage.PromptTokens
-	}
-	if r.Metadata != nil {
-		if v := rawString(r.Metadata.WeightVersion); v != "" {
-			a.weightVersion = v
-		}
-	}
+	a.envelope(r.Usage, r.Metadata)
 	if len(r.Choices) == 0 {
 		return
 	}
 	ch := r.Choices[0]
-	a.text.WriteString(ch.Text)
+	var tokens []string
+	var lps []*float64
 	if ch.Logprobs != nil {
-		a.tokens = append(a.tokens, ch.Logprobs.Tokens...)
-		for _, lp := range ch.Logprobs.TokenLogprobs {
-			v := 0.0
-			if lp != nil {
-				v = *lp
-			}
-			a.logprobs = append(a.logprobs, v)
+		tokens, lps = ch.Logprobs.Tokens, ch.Logprobs.TokenLogprobs
+	}
+	a.choice(ch.Text, tokens, lps, ch.TokenIDs, ch.FinishReason)
+}
+
+// envelope takes what a reply says besides its choices.
+func (a *oaiAccumulator) envelope(usage *oaiUsage, meta *oaiMetadata) {
+	if usage != nil {
+		a.promptTokens = usage.PromptTokens
+	}
+	if meta != nil {
+		if v := rawString(meta.WeightVersion); v != "" {
+			a.weightVersion = v
 		}
 	}
-	a.tokenIDs = append(a.tokenIDs, ch.TokenIDs...)
-	if ch.FinishReason != "" {
-		a.finish = ch.FinishReason
+}
+
+// choice adds one choice's text, tokens, log-probs and ids (deltas when
+// streaming).
+func (a *oaiAccumulator) choice(text string, tokens []string, lps []*float64, ids []int, finish string) {
+	a.text.WriteString(text)
+	a.tokens = append(a.tokens, tokens...)
+	for _, lp := range lps {
+		v := 0.0
+		if lp != nil {
+			v = *lp
+		}
+		a.logprobs = append(a.logprobs, v)
+	}
+	a.tokenIDs = append(a.tokenIDs, ids...)
+	if finish != "" {
+		a.finish = finish
 	}
 }
 
@@ -218,6 +243,7 @@ func (a *oaiAccumulator) generation() (Generation, error) {
 		FinishReason:  normalizeFinish(a.finish),
 		PromptTokens:  a.promptTokens,
 		WeightVersion: a.weightVersion,
+		PromptIDs:     a.promptIDs,
 	}
 	switch {
 	case len(a.tokenIDs) > 0:
@@ -246,13 +272,31 @@ func (a *oaiAccumulator) generation() (Generation, error) {
 
 // Tokenize calls the server's /tokenize (vLLM, SGLang) without special tokens.
 func (c *OpenAI) Tokenize(ctx context.Context, text string) ([]int, error) {
-	return tokenize(ctx, c.hc, c.base, c.model, text)
+	return c.tokenize(ctx, c.model, text)
 }
 
 // Health calls GET /health.
 func (c *OpenAI) Health(ctx context.Context) error {
-	if err := doJSON(ctx, c.hc, http.MethodGet, c.base+"/health", nil, nil); err != nil {
+	if err := c.health(ctx); err != nil {
 		return fmt.Errorf("openai health: %w", err)
 	}
 	return nil
+}
+
+// Pause calls vLLM's POST /pause?mode= (abort, wait, or keep for
+// in_place), else SGLang's POST /pause_generation; ErrNotSupported when the
+// server has neither.
+func (c *OpenAI) Pause(ctx context.Context, mode PauseMode) error {
+	return c.openaiPause(ctx, "openai pause", mode)
+}
+
+// Resume calls vLLM's POST /resume, else SGLang's POST /continue_generation.
+func (c *OpenAI) Resume(ctx context.Context) error {
+	return c.openaiResume(ctx, "openai resume")
+}
+
+// WeightVersion asks SGLang's GET /get_weight_version; vLLM has no such
+// thing (ErrNotSupported).
+func (c *OpenAI) WeightVersion(ctx context.Context) (string, error) {
+	return c.weightVersion(ctx, "openai weight version")
 }

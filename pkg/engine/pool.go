@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"container/list"
 	"context"
 	"net"
 	"net/http"
@@ -10,12 +11,15 @@ import (
 
 // Pool shares one client per engine and bounds the generations in flight
 // on each engine, so that a burst of acts queues here instead of
-// overloading a server.
+// overloading a server. Callers wait for a slot first come, first served;
+// one that gives up (its context ends) leaves the queue and takes no slot.
 type Pool struct {
 	// Limit is the maximum concurrent generations per engine; 0 means 64.
 	Limit int
 	// HTTP is shared by every client; nil means a pooled transport sized for Limit.
 	HTTP *http.Client
+	// Backoff is how the clients wait out a busy engine (429, 503).
+	Backoff Backoff
 
 	once    sync.Once
 	mu      sync.Mutex
@@ -24,40 +28,56 @@ type Pool struct {
 
 type pooled struct {
 	client Client
-	slots  chan struct{}
+	slots  *slots
 }
 
 // Lease is a client with one of its engine's slots held; Release it.
 type Lease struct {
 	Client
-	p *pooled
+	p    *pooled
+	once sync.Once
 }
 
-// Release gives the slot back.
-func (l *Lease) Release() { <-l.p.slots }
+// Release gives the slot back (once; later calls do nothing).
+func (l *Lease) Release() { l.once.Do(l.p.slots.release) }
 
 // Acquire waits for a free slot on the engine and returns its client.
 func (p *Pool) Acquire(ctx context.Context, protocol, url, model string) (*Lease, error) {
+	e, err := p.engine(protocol, url, model)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.slots.acquire(ctx); err != nil {
+		return nil, err
+	}
+	return &Lease{Client: e.client, p: e}, nil
+}
+
+// Client returns the engine's shared client without taking a slot: for
+// what is not a generation (Pause, Resume, WeightVersion, Health).
+func (p *Pool) Client(protocol, url, model string) (Client, error) {
+	e, err := p.engine(protocol, url, model)
+	if err != nil {
+		return nil, err
+	}
+	return e.client, nil
+}
+
+func (p *Pool) engine(protocol, url, model string) (*pooled, error) {
 	p.init()
 	key := protocol + " " + url + " " + model
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	e := p.engines[key]
 	if e == nil {
-		c, err := New(protocol, url, model, p.HTTP)
+		c, err := NewClient(protocol, url, Options{Model: model, HTTP: p.HTTP, Backoff: p.Backoff})
 		if err != nil {
-			p.mu.Unlock()
 			return nil, err
 		}
-		e = &pooled{client: c, slots: make(chan struct{}, p.Limit)}
+		e = &pooled{client: c, slots: &slots{limit: p.Limit}}
 		p.engines[key] = e
 	}
-	p.mu.Unlock()
-	select {
-	case e.slots <- struct{}{}:
-		return &Lease{Client: e.client, p: e}, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return e, nil
 }
 
 func (p *Pool) init() {
@@ -78,11 +98,86 @@ func (p *Pool) init() {
 
 // InFlight is the number of generations running on the engine at url.
 func (p *Pool) InFlight(protocol, url, model string) int {
+	used, _ := p.counts(protocol, url, model)
+	return used
+}
+
+// Waiting is the number of callers waiting for a slot on the engine at url.
+func (p *Pool) Waiting(protocol, url, model string) int {
+	_, waiting := p.counts(protocol, url, model)
+	return waiting
+}
+
+func (p *Pool) counts(protocol, url, model string) (used, waiting int) {
 	p.init()
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if e := p.engines[protocol+" "+url+" "+model]; e != nil {
-		return len(e.slots)
+	e := p.engines[protocol+" "+url+" "+model]
+	p.mu.Unlock()
+	if e == nil {
+		return 0, 0
 	}
-	return 0
+	e.slots.mu.Lock()
+	defer e.slots.mu.Unlock()
+	return e.slots.used, e.slots.waiters.Len()
+}
+
+// slots is a counting semaphore whose waiters are served in the order they
+// came. A freed slot goes straight to the first waiter, so a newcomer never
+// overtakes the queue.
+type slots struct {
+	mu      sync.Mutex
+	limit   int
+	used    int
+	waiters list.List // of chan struct{}, closed when the slot is granted
+}
+
+func (s *slots) acquire(ctx context.Context) error {
+	s.mu.Lock()
+	if s.used < s.limit && s.waiters.Len() == 0 {
+		s.used++
+		s.mu.Unlock()
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	granted := make(chan struct{})
+	elem := s.waiters.PushBack(granted)
+	s.mu.Unlock()
+	select {
+	case <-granted:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		select {
+		case <-granted:
+			// Granted as the context ended: pass the slot on.
+			s.used--
+			s.grant()
+		default:
+			s.waiters.Remove(elem)
+		}
+		s.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+func (s *slots) release() {
+	s.mu.Lock()
+	s.used--
+	s.grant()
+	s.mu.Unlock()
+}
+
+// grant hands free slots to the first waiters; s.mu is held.
+func (s *slots) grant() {
+	for s.used < s.limit {
+		front := s.waiters.Front()
+		if front == nil {
+			return
+		}
+		s.used++
+		close(s.waiters.Remove(front).(chan struct{}))
+	}
 }

@@ -80,3 +80,84 @@ func TestPoolBoundsGenerationsPerEngine(t *testing.T) {
 		t.Errorf("peak concurrency %d, want 3", got)
 	}
 }
+
+// TestPoolQueuesFairly: callers waiting for a slot get it in the order they
+// came; one that gives up leaves the queue and takes no slot from those
+// behind it.
+func TestPoolQueuesFairly(t *testing.T) {
+	p := &Pool{Limit: 1}
+	const proto, url = "sglang", "http://engine.invalid"
+	ctx := context.Background()
+	held, err := p.Acquire(ctx, proto, url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 3)
+	cancelB, cancelled := context.WithCancel(ctx)
+	errB := make(chan error, 1)
+	for i, name := range []string{"a", "b", "c"} {
+		go func() {
+			wctx := ctx
+			if name == "b" {
+				wctx = cancelB
+			}
+			l, err := p.Acquire(wctx, proto, url, "")
+			if name == "b" {
+				errB <- err
+				if err == nil {
+					l.Release()
+				}
+				return
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- name // before Release: the order in got is the order served
+			l.Release()
+		}()
+		// Queue them one after the other.
+		deadline := time.Now().Add(10 * time.Second)
+		for p.Waiting(proto, url, "") != i+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %s never queued", name)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	cancelled()
+	if err := <-errB; err == nil {
+		t.Fatal("a waiter that gave up got a slot")
+	}
+	if n := p.Waiting(proto, url, ""); n != 2 {
+		t.Fatalf("%d waiting after one gave up, want 2", n)
+	}
+	// A newcomer does not overtake the queue.
+	late := make(chan string, 1)
+	go func() {
+		l, err := p.Acquire(ctx, proto, url, "")
+		if err == nil {
+			late <- "late"
+			l.Release()
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Waiting(proto, url, "") != 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("newcomer never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	held.Release()
+	held.Release() // a second Release is harmless
+	if a, c, l := <-got, <-got, <-late; a != "a" || c != "c" || l != "late" {
+		t.Errorf("served %s, %s, %s; want a, c, late", a, c, l)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for p.InFlight(proto, url, "") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d slots still held", p.InFlight(proto, url, ""))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -29,12 +28,18 @@ import (
 //	POST /tokenize  {"prompt":"…","add_special_tokens":false} -> {"tokens":[…],"count",…}
 //	GET  /health    200 when the server is up
 //
+// Every /generate carries a "rid" (GenerateReqInput.rid) so that a request
+// the caller gives up on can be aborted with POST /abort_request {"rid"};
+// and, with a routing key, "routing_key" (GenerateReqInput.routing_key, for
+// SGLang's routing-key scheduling) and the X-SMG-Routing-Key header (for
+// SGLang's router). Older servers ignore fields they do not know at the top
+// level of the request.
+//
 // Output ids come from output_token_logprobs (id of each triple) when
 // present, else from output_ids. sampling_seed is sent only when Seed != 0
 // because older servers reject unknown sampling parameters.
 type SGLang struct {
-	base string
-	hc   *http.Client
+	conn
 }
 
 type sglSampling struct {
@@ -51,6 +56,8 @@ type sglRequest struct {
 	SamplingParams sglSampling `json:"sampling_params"`
 	ReturnLogprob  bool        `json:"return_logprob"`
 	Stream         bool        `json:"stream,omitempty"`
+	RID            string      `json:"rid,omitempty"`
+	RoutingKey     string      `json:"routing_key,omitempty"`
 }
 
 type sglReply struct {
@@ -70,7 +77,13 @@ type sglReply struct {
 }
 
 func (c *SGLang) request(r Request, stream bool) sglRequest {
+	rid := r.ID
+	if rid == "" {
+		rid = newRID(r.RoutingKey)
+	}
 	in := sglRequest{
+		RID:        rid,
+		RoutingKey: r.RoutingKey,
 		SamplingParams: sglSampling{
 			Temperature:  r.Sampling.Temperature,
 			TopP:         r.Sampling.TopP,
@@ -89,14 +102,17 @@ func (c *SGLang) request(r Request, stream bool) sglRequest {
 	return in
 }
 
-// Generate runs one generation with POST /generate.
+// Generate runs one generation with POST /generate. When ctx ends first,
+// the engine is told to abort the request.
 func (c *SGLang) Generate(ctx context.Context, r Request) (Generation, error) {
 	if err := checkRequest(r); err != nil {
 		return Generation{}, err
 	}
 	start := time.Now()
+	in := c.request(r, false)
 	var out sglReply
-	if err := doJSON(ctx, c.hc, http.MethodPost, c.base+"/generate", c.request(r, false), &out); err != nil {
+	if err := c.doJSON(ctx, http.MethodPost, "/generate", in, &out, routingHeader(r.RoutingKey)); err != nil {
+		c.abortIfGivenUp(ctx, in.RID)
 		return Generation{}, fmt.Errorf("sglang generate: %w", err)
 	}
 	g, err := out.generation(out.OutputIDs)
@@ -108,13 +124,20 @@ func (c *SGLang) Generate(ctx context.Context, r Request) (Generation, error) {
 }
 
 // GenerateStream runs one generation with "stream": true, calling onChunk
-// with the cumulative text after every event.
-func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(string)) (Generation, error) {
+// with the cumulative text after every event. When ctx ends first, the
+// engine is told to abort the request.
+func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(string)) (g Generation, err error) {
 	if err := checkRequest(r); err != nil {
 		return Generation{}, err
 	}
 	start := time.Now()
-	resp, err := do(ctx, c.hc, http.MethodPost, c.base+"/generate", c.request(r, true))
+	in := c.request(r, true)
+	defer func() {
+		if err != nil {
+			c.abortIfGivenUp(ctx, in.RID)
+		}
+	}()
+	resp, err := c.do(ctx, http.MethodPost, "/generate", in, routingHeader(r.RoutingKey))
 	if err != nil {
 		return Generation{}, fmt.Errorf("sglang generate stream: %w", err)
 	}
@@ -214,7 +237,7 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 		last.MetaInfo.OutputTokenLogprobs = accLPs
 	}
 	last.Text = text
-	g, err := last.generation(ids)
+	g, err = last.generation(ids)
 	if err != nil {
 		return Generation{}, fmt.Errorf("sglang generate stream: %w", err)
 	}
@@ -281,32 +304,44 @@ func rawString(raw json.RawMessage) string {
 
 // Tokenize calls POST /tokenize without special tokens.
 func (c *SGLang) Tokenize(ctx context.Context, text string) ([]int, error) {
-	return tokenize(ctx, c.hc, c.base, "", text)
+	return c.tokenize(ctx, "", text)
 }
 
 // Health calls GET /health.
 func (c *SGLang) Health(ctx context.Context) error {
-	if err := doJSON(ctx, c.hc, http.MethodGet, c.base+"/health", nil, nil); err != nil {
+	if err := c.health(ctx); err != nil {
 		return fmt.Errorf("sglang health: %w", err)
 	}
 	return nil
 }
 
-// tokenize speaks the /tokenize endpoint shared by SGLang and vLLM:
-// {"model"?, "prompt", "add_special_tokens"} -> {"tokens": […]}.
-func tokenize(ctx context.Context, hc *http.Client, base, model, text string) ([]int, error) {
-	in := map[string]any{"prompt": text, "add_special_tokens": false}
-	if model != "" {
-		in["model"] = model
+// Pause calls POST /pause_generation with the mode (abort, in_place or
+// retract; SGLang has no wait).
+func (c *SGLang) Pause(ctx context.Context, mode PauseMode) error {
+	return c.sglangPause(ctx, "sglang pause", mode)
+}
+
+// Resume calls POST /continue_generation.
+func (c *SGLang) Resume(ctx context.Context) error {
+	return c.sglangResume(ctx, "sglang resume")
+}
+
+// WeightVersion calls GET /get_weight_version (GET /get_model_info on
+// servers without it).
+func (c *SGLang) WeightVersion(ctx context.Context) (string, error) {
+	return c.weightVersion(ctx, "sglang weight version")
+}
+
+// Abort tells the engine to abort the request named rid (Request.ID).
+func (c *SGLang) Abort(ctx context.Context, rid string) error {
+	return c.sglangAbort(ctx, rid)
+}
+
+// abortIfGivenUp aborts request rid on the engine when the caller's context
+// has ended (a cancelled rollout, a time-out, a deadline), in the
+// background: the caller, who has given up, does not wait for the engine.
+func (c *SGLang) abortIfGivenUp(ctx context.Context, rid string) {
+	if ctx.Err() != nil {
+		go func() { _ = c.sglangAbort(ctx, rid) }()
 	}
-	var out struct {
-		Tokens *[]int `json:"tokens"`
-	}
-	if err := doJSON(ctx, hc, http.MethodPost, base+"/tokenize", in, &out); err != nil {
-		return nil, fmt.Errorf("tokenize: %w", err)
-	}
-	if out.Tokens == nil {
-		return nil, fail.E(fail.Permanent, errors.New(`tokenize: reply has no "tokens"`))
-	}
-	return *out.Tokens, nil
 }

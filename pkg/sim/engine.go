@@ -8,7 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +44,13 @@ type Config struct {
 	PlannerStepwise float64
 	Faults          Faults
 	World           *World // nil = DefaultWorld()
+	// RetryAfter is the Retry-After header of a busy reply (429): seconds
+	// or an HTTP date; "" means "1".
+	RetryAfter string
+	// ChatStripThink makes the chat template drop <think>…</think> from
+	// earlier assistant turns, as Qwen3's does: a conversation re-rendered
+	// every turn then differs from the trajectory it extends.
+	ChatStripThink bool
 }
 
 // Defaults of the simulated world, the same for `planact up` and `planact
@@ -62,6 +72,7 @@ type Faults struct {
 	HangRate          float64 // never reply
 	MalformedPlanRate float64 // planner: a plan that does not parse
 	CyclicPlanRate    float64 // planner: a plan with a cycle
+	BusyRate          float64 // reply 429 Too Many Requests, with Retry-After
 }
 
 // Engine is a simulated inference engine; it implements http.Handler.
@@ -73,18 +84,55 @@ type Engine struct {
 
 	mu            sync.Mutex
 	weightVersion string
+	modelPath     string
 	seen          map[uint64]int // request content -> times seen, for fault rolls
 	fired         map[string]int // counted marker + key -> times fired
+	runs          map[*run]bool  // generations in the engine, admitted or waiting
+	routing       map[string]int // routing key -> requests
+	aborts        []Abort
+	// The gate: paused (a pause, until continue) and draining (a weight
+	// update or vLLM's pause in mode wait, until what runs has finished)
+	// hold new requests; frozen holds running ones too. gateCh is closed
+	// and replaced at every change.
+	paused    bool
+	pauseMode string
+	frozen    bool
+	draining  int
+	gateCh    chan struct{}
 
 	requests atomic.Int64
 	running  atomic.Int64
 	tokens   atomic.Int64
 }
 
+// Abort records a generation the engine was told to abort, or whose client
+// went away.
+type Abort struct {
+	RID string `json:"rid"`
+	// By is how: "abort_request" (SGLang's POST /abort_request), "pause"
+	// (a pause in mode abort), "update" (a weight update with
+	// abort_all_requests) or "disconnect" (the client closed the connection
+	// before the generation ended, which is how vLLM aborts).
+	By string `json:"by"`
+	// Running is whether the generation was still in the engine.
+	Running bool `json:"running"`
+}
+
+// run is one generation in the engine.
+type run struct {
+	rid     string
+	abort   chan struct{} // closed to abort the generation
+	done    chan struct{} // closed when it has left the engine
+	started bool          // past the gate; e.mu
+	aborted bool          // e.mu
+	by      string        // e.mu
+}
+
 // New returns a simulated engine.
 func New(cfg Config) *Engine {
 	e := &Engine{cfg: cfg, world: cfg.World, weightVersion: cfg.WeightVersion,
-		seen: map[uint64]int{}, fired: map[string]int{}}
+		seen: map[uint64]int{}, fired: map[string]int{}, runs: map[*run]bool{}, routing: map[string]int{},
+		gateCh: make(chan struct{})}
 	if e.world == nil {
 		e.world = DefaultWorld()
 	}
@@ -119,6 +167,14 @@ func (e *Engine) WeightVersion() string {
 	return e.weightVersion
 }
 
+// ModelPath is the model the engine reports (Config.Model, or what the last
+// weight update loaded).
+func (e *Engine) ModelPath() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return cmpOr(e.modelPath, e.cfg.Model)
+}
+
 // Stats returns the number of generation requests received and of output
 // tokens generated.
 func (e *Engine) Stats() (requests, tokens int64) {
@@ -134,6 +190,19 @@ func (e *Engine) World() *World { return e.world }
 // errInjected is a fault: the HTTP layer replies 500.
 var errInjected = errors.New("sim: injected engine error")
 
+// errBusy is a fault: the HTTP layer replies status (429 or 503), with a
+// Retry-After header when retryAfter is set.
+type errBusy struct {
+	status     int
+	retryAfter string
+}
+
+func (e errBusy) Error() string { return fmt.Sprintf("sim: injected busy engine (%d)", e.status) }
+
+// errAborted ends a generation that was aborted; not an HTTP error: the
+// reply is what was generated, with finish reason abort.
+var errAborted = errors.New("sim: generation aborted")
+
 // errBadInput is a request the engine cannot serve: the HTTP layer replies 400.
 type errBadInput struct{ msg string }
 
@@ -141,11 +210,13 @@ func (e errBadInput) Error() string { return e.msg }
 
 // genInput is one generation request, protocol-independent.
 type genInput struct {
-	ids    []int  // prompt ids
-	prompt string // decoded prompt
-	maxNew int    // 0: default; < 0: an explicit limit of zero
-	stop   []string
-	seed   int64 // the request's sampling seed; 0: none
+	ids        []int  // prompt ids
+	prompt     string // decoded prompt
+	maxNew     int    // 0: default; < 0: an explicit limit of zero
+	stop       []string
+	seed       int64  // the request's sampling seed; 0: none
+	rid        string // the request's id (SGLang's rid), for /abort_request
+	routingKey string // X-SMG-Routing-Key, else SGLang's routing_key
 }
 
 // genOutput is a finished generation.
@@ -155,6 +226,7 @@ type genOutput struct {
 	logprobs      []float64
 	finish        string // stop | length | abort
 	matched       any    // for SGLang's finish_reason.matched
+	abortMsg      string // for SGLang's finish_reason.message
 	weightVersion string
 	promptTokens  int
 	ttft          time.Duration
@@ -166,9 +238,13 @@ const defaultMaxNew = 4096
 
 // generate produces the output of one request, waiting for a slot and
 // simulating latency. progress, when set, is called as tokens are produced
-// with the number of tokens so far (streaming).
-func (e *Engine) generate(ctx context.Context, in genInput, progress func(out *genOutput, n int) error) (*genOutput, error) {
+// with the number of tokens so far (streaming). A generation aborted while
+// it runs (POST /abort_request, a pause in mode abort) ends with what it
+// had generated and finish reason abort.
+func (e *Engine) generate(ctx context.Context, in genInput, progress func(out *genOutput, n int) error) (_ *genOutput, err error) {
 	e.requests.Add(1)
+	r := e.enter(in)
+	defer func() { e.leave(r, ctx, err) }()
 	role := e.cfg.Role
 	if role == "" {
 		role = RoleActor
@@ -193,6 +269,12 @@ func (e *Engine) generate(ctx context.Context, in genInput, progress func(out *g
 		}
 		return false
 	}
+	switch {
+	case fires("busy") || roll(e.cfg.Faults.BusyRate, e.cfg.Seed, "busy", in.prompt, occurrence):
+		return nil, errBusy{status: http.StatusTooManyRequests, retryAfter: cmpOr(e.cfg.RetryAfter, "1")}
+	case fires("unavailable"):
+		return nil, errBusy{status: http.StatusServiceUnavailable}
+	}
 	errKind, hangKind := "error", "hang"
 	if role == RoleActor {
 		errKind, hangKind = "actor-error", "actor-hang"
@@ -202,19 +284,29 @@ func (e *Engine) generate(ctx context.Context, in genInput, progress func(out *g
 	}
 	hang := fires("hang") || fires(hangKind) || roll(e.cfg.Faults.HangRate, e.cfg.Seed, "hang", in.prompt, occurrence)
 
+	// A paused engine holds new requests, as SGLang's tokenizer manager does.
+	if err := e.admit(ctx, r); err != nil {
+		return e.aborted(in, r, err, 0)
+	}
 	if e.sem != nil {
 		select {
 		case e.sem <- struct{}{}:
 			defer func() { <-e.sem }()
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-r.abort:
+			return e.aborted(in, r, errAborted, 0)
 		}
 	}
 	e.running.Add(1)
 	defer e.running.Add(-1)
 	if hang {
-		<-ctx.Done()
-		return nil, ctx.Err()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-r.abort:
+			return e.aborted(in, r, errAborted, 0)
+		}
 	}
 
 	var text string
@@ -225,11 +317,268 @@ func (e *Engine) generate(ctx context.Context, in genInput, progress func(out *g
 		text = e.actorOutput(in.prompt, occurrence, fires)
 	}
 	out := e.finish(in, text, truncated)
-	if err := e.play(ctx, out, progress); err != nil {
+	if n, err := e.play(ctx, r, out, progress); err != nil {
+		if errors.Is(err, errAborted) {
+			out.cut(n, e.abortMessage(r))
+			e.tokens.Add(int64(n))
+			return out, nil
+		}
 		return nil, err
 	}
 	e.tokens.Add(int64(len(out.ids)))
 	return out, nil
+}
+
+// aborted is the reply to a generation aborted before its first token.
+func (e *Engine) aborted(in genInput, r *run, err error, n int) (*genOutput, error) {
+	if !errors.Is(err, errAborted) {
+		return nil, err
+	}
+	out := e.finish(in, "", true)
+	out.cut(n, e.abortMessage(r))
+	return out, nil
+}
+
+// cut ends the output after n tokens, aborted.
+func (out *genOutput) cut(n int, msg string) {
+	n = min(n, len(out.ids))
+	out.text = out.textAt(n)
+	out.ids, out.logprobs = out.ids[:n], out.logprobs[:n]
+	out.finish, out.matched, out.abortMsg = "abort", nil, msg
+}
+
+func (e *Engine) abortMessage(r *run) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return fmt.Sprintf("Abort request %s (%s)", r.rid, r.by)
+}
+
+// enter registers a generation and counts its routing key.
+func (e *Engine) enter(in genInput) *run {
+	r := &run{rid: in.rid, abort: make(chan struct{}), done: make(chan struct{})}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if in.routingKey != "" {
+		if len(e.routing) > 1<<16 {
+			clear(e.routing)
+		}
+		e.routing[in.routingKey]++
+	}
+	e.runs[r] = true
+	return r
+}
+
+// leave unregisters a generation; one that ends because its client went
+// away is recorded as aborted by disconnect.
+func (e *Engine) leave(r *run, ctx context.Context, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.runs, r)
+	close(r.done)
+	if err != nil && ctx.Err() != nil && !r.aborted {
+		e.record(Abort{RID: r.rid, By: "disconnect", Running: true})
+	}
+}
+
+// record keeps an abort for Aborts; e.mu is held.
+func (e *Engine) record(a Abort) {
+	if len(e.aborts) >= 1024 {
+		e.aborts = e.aborts[1:]
+	}
+	e.aborts = append(e.aborts, a)
+}
+
+// abortRun aborts one generation; e.mu is held.
+func (e *Engine) abortRun(r *run, by string) {
+	if !r.aborted {
+		r.aborted, r.by = true, by
+		close(r.abort)
+	}
+}
+
+// AbortRequest aborts the generation named rid, as SGLang's POST
+// /abort_request does, or every generation with all; it reports whether
+// one was running.
+func (e *Engine) AbortRequest(rid string, all bool) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	found := false
+	for r := range e.runs {
+		if all || (rid != "" && r.rid == rid) {
+			e.abortRun(r, "abort_request")
+			found = true
+		}
+	}
+	if all {
+		rid = "*"
+	}
+	e.record(Abort{RID: rid, By: "abort_request", Running: found})
+	return found
+}
+
+// abortStarted aborts every generation past the gate; e.mu is held.
+func (e *Engine) abortStarted(by string) int {
+	n := 0
+	for r := range e.runs {
+		if r.started {
+			e.abortRun(r, by)
+			e.record(Abort{RID: r.rid, By: by, Running: true})
+			n++
+		}
+	}
+	return n
+}
+
+// changed wakes whoever waits on the gate; e.mu is held.
+func (e *Engine) changed() {
+	close(e.gateCh)
+	e.gateCh = make(chan struct{})
+}
+
+// Pause pauses the engine as SGLang's /pause_generation does: new requests
+// wait until Continue; running ones end now (mode abort) or hold where they
+// are (in_place, retract; vLLM's keep). Mode wait, vLLM's, lets running
+// generations finish and returns when they have (or ctx ends).
+func (e *Engine) Pause(ctx context.Context, mode string) error {
+	e.mu.Lock()
+	switch mode {
+	case "abort", "":
+		mode = "abort"
+		e.abortStarted("pause")
+	case "in_place", "retract", "keep":
+		e.frozen = true
+	case "wait":
+	default:
+		e.mu.Unlock()
+		return fmt.Errorf("invalid mode %q: expected one of abort, retract, in_place (SGLang) or abort, wait, keep (vLLM)", mode)
+	}
+	e.paused, e.pauseMode = true, mode
+	e.changed()
+	e.mu.Unlock()
+	if mode == "wait" {
+		return e.drained(ctx)
+	}
+	return nil
+}
+
+// Continue lets a paused engine generate again.
+func (e *Engine) Continue() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.paused, e.pauseMode, e.frozen = false, "", false
+	e.changed()
+}
+
+// Paused reports whether the engine is paused, and in which mode.
+func (e *Engine) Paused() (bool, string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.paused, e.pauseMode
+}
+
+// Holding reports whether new requests wait: the engine is paused, or a
+// weight update waits for the running generations.
+func (e *Engine) Holding() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.paused || e.draining > 0
+}
+
+// drained waits until every generation past the gate has left the engine.
+func (e *Engine) drained(ctx context.Context) error {
+	for {
+		e.mu.Lock()
+		var wait <-chan struct{}
+		for r := range e.runs {
+			if r.started {
+				wait = r.done
+				break
+			}
+		}
+		e.mu.Unlock()
+		if wait == nil {
+			return nil
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// UpdateWeights changes the weight version (and, when path is set, the
+// model path) the way SGLang's weight updates do: new requests wait while
+// the generations running finish (or are aborted, with abortAll), then the
+// version changes.
+func (e *Engine) UpdateWeights(ctx context.Context, version, path string, abortAll bool) error {
+	e.mu.Lock()
+	e.draining++
+	if abortAll {
+		e.abortStarted("update")
+	}
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.draining--
+		e.changed()
+		e.mu.Unlock()
+	}()
+	if err := e.drained(ctx); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	if version != "" {
+		e.weightVersion = version
+	}
+	if path != "" {
+		e.modelPath = path
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+// admit holds a new request while the engine is paused or draining.
+func (e *Engine) admit(ctx context.Context, r *run) error {
+	for {
+		e.mu.Lock()
+		if !e.paused && e.draining == 0 {
+			r.started = true
+			e.mu.Unlock()
+			return nil
+		}
+		ch := e.gateCh
+		e.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.abort:
+			return errAborted
+		}
+	}
+}
+
+// RoutingKeys returns how many requests came with each routing key.
+func (e *Engine) RoutingKeys() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.routing)
+}
+
+// Aborts returns the aborts the engine saw, oldest first (the last 1024).
+func (e *Engine) Aborts() []Abort {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.aborts)
+}
+
+// InFlight is the number of generation requests in the engine: running,
+// or waiting for a slot or for a pause to end.
+func (e *Engine) InFlight() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.runs)
 }
 
 // finish turns the model's text into output tokens, applying stop strings
@@ -276,37 +625,99 @@ func (e *Engine) finish(in genInput, text string, truncated bool) *genOutput {
 	return out
 }
 
-// play waits as long as the generation would take, reporting progress.
-func (e *Engine) play(ctx context.Context, out *genOutput, progress func(*genOutput, int) error) error {
+// play waits as long as the generation would take, reporting progress,
+// and holding while the engine is paused in place. It returns the number of
+// tokens generated when the generation is aborted (errAborted).
+func (e *Engine) play(ctx context.Context, r *run, out *genOutput, progress func(*genOutput, int) error) (int, error) {
 	if progress == nil {
-		return sleep(ctx, out.ttft+time.Duration(len(out.ids))*e.cfg.PerToken)
+		total := out.ttft + time.Duration(len(out.ids))*e.cfg.PerToken
+		begin := time.Now()
+		paused, err := e.wait(ctx, r, total)
+		if err != nil {
+			n := 0
+			if ran := time.Since(begin) - paused - out.ttft; ran > 0 && e.cfg.PerToken > 0 {
+				n = min(int(ran/e.cfg.PerToken), len(out.ids))
+			}
+			return n, err
+		}
+		return len(out.ids), nil
 	}
 	// Paced against the clock from the start, not by adding up short
 	// sleeps (each oversleeps), so that a streamed generation takes as long
 	// as an unstreamed one; chunks carry at least a millisecond of tokens,
-	// as a server's stream interval does.
+	// as a server's stream interval does. Time paused moves the start.
 	begin := time.Now()
-	if err := sleep(ctx, out.ttft); err != nil {
-		return err
+	paused, err := e.wait(ctx, r, out.ttft)
+	if err != nil {
+		return 0, err
 	}
+	begin = begin.Add(paused)
 	step := 16 // no pacing: still stream in several chunks
 	if e.cfg.PerToken > 0 {
 		step = max(1, int(time.Millisecond/e.cfg.PerToken))
 	}
 	for n := 0; n < len(out.ids); {
 		k := min(step, len(out.ids)-n)
-		if err := sleep(ctx, time.Until(begin.Add(out.ttft+time.Duration(n+k)*e.cfg.PerToken))); err != nil {
-			return err
+		paused, err := e.wait(ctx, r, time.Until(begin.Add(out.ttft+time.Duration(n+k)*e.cfg.PerToken)))
+		if err != nil {
+			return n, err
 		}
+		begin = begin.Add(paused)
 		n += k
 		if n == len(out.ids) {
 			break // the last chunk carries the finish reason; the caller sends it
 		}
 		if err := progress(out, n); err != nil {
-			return err
+			return n, err
 		}
 	}
-	return nil
+	return len(out.ids), nil
+}
+
+// wait lets d of generation time pass: time while the engine is frozen
+// (paused in place) does not count, and is returned. It ends early with
+// ctx's error, or errAborted.
+func (e *Engine) wait(ctx context.Context, r *run, d time.Duration) (paused time.Duration, err error) {
+	for {
+		e.mu.Lock()
+		frozen, ch := e.frozen, e.gateCh
+		e.mu.Unlock()
+		if frozen {
+			since := time.Now()
+			select {
+			case <-ch:
+				paused += time.Since(since)
+				continue
+			case <-ctx.Done():
+				return paused, ctx.Err()
+			case <-r.abort:
+				return paused, errAborted
+			}
+		}
+		if d <= 0 {
+			select {
+			case <-r.abort:
+				return paused, errAborted
+			default:
+				return paused, ctx.Err()
+			}
+		}
+		since := time.Now()
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+			return paused, nil
+		case <-ch:
+			t.Stop()
+			d -= time.Since(since)
+		case <-ctx.Done():
+			t.Stop()
+			return paused, ctx.Err()
+		case <-r.abort:
+			t.Stop()
+			return paused, errAborted
+		}
+	}
 }
 
 // jittered scales d by 1 + j·(E-1), E exponential with mean 1 drawn from h.
@@ -317,20 +728,6 @@ func jittered(d time.Duration, j float64, h uint64) time.Duration {
 	u := float64(h>>11) / float64(1<<53) // uniform in [0, 1)
 	f := 1 + j*(-math.Log1p(-u)-1)
 	return time.Duration(float64(d) * max(f, 0.05))
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // textAt is the text visible after n output tokens.

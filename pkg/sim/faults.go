@@ -16,7 +16,8 @@ import (
 // question (planner) or input (actor), so that retries and re-plans recover.
 //
 // The planner engine reacts to FaultError, FaultHang and the plan faults; the
-// actor engine to FaultError, FaultHang and the actor faults. The simulated
+// actor engine to FaultError, FaultHang and the actor faults; both to
+// FaultBusy and FaultUnavailable. The simulated
 // planner copies actor markers found in the question into the query of the
 // first node of each plan it writes, so they reach the actor's Input.
 const (
@@ -29,6 +30,12 @@ const (
 	FaultActorError    = "#fault:actor-error"    // the actor engine replies 500
 	FaultActorHang     = "#fault:actor-hang"     // the actor engine never replies
 	FaultActorWrong    = "#fault:actor-wrong"    // the actor answers a wrong fact
+	// FaultBusy: either engine replies 429 Too Many Requests with a
+	// Retry-After header (Config.RetryAfter), as a loaded server or router does.
+	FaultBusy = "#fault:busy"
+	// FaultUnavailable: either engine replies 503 Service Unavailable
+	// without Retry-After, so that clients back off on their own.
+	FaultUnavailable = "#fault:unavailable"
 )
 
 // FaultTimes returns a marker that fires only the first n times.

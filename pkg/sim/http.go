@@ -28,7 +28,16 @@ func (e *Engine) routes() *http.ServeMux {
 	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
 	m.HandleFunc("GET /health_generate", func(w http.ResponseWriter, r *http.Request) {})
 	m.HandleFunc("GET /get_model_info", e.handleModelInfo)
+	m.HandleFunc("GET /get_weight_version", e.handleWeightVersion)
 	m.HandleFunc("POST /update_weight_version", e.handleUpdateWeightVersion)
+	m.HandleFunc("POST /update_weights_from_disk", e.handleUpdateWeightsFromDisk)
+	m.HandleFunc("POST /abort_request", e.handleAbortRequest)
+	m.HandleFunc("POST /pause_generation", e.handlePauseGeneration)
+	m.HandleFunc("POST /continue_generation", e.handleContinueGeneration)
+	// vLLM's pause and resume (VLLM_SERVER_DEV_MODE).
+	m.HandleFunc("POST /pause", e.handleVLLMPause)
+	m.HandleFunc("POST /resume", e.handleVLLMResume)
+	m.HandleFunc("GET /is_paused", e.handleIsPaused)
 	// OpenAI-compatible API.
 	m.HandleFunc("POST /v1/completions", e.handleCompletions)
 	m.HandleFunc("POST /v1/chat/completions", e.handleChat)
@@ -36,6 +45,8 @@ func (e *Engine) routes() *http.ServeMux {
 	m.HandleFunc("POST /v1/tokenize", e.handleTokenize)
 	// Reward server.
 	m.HandleFunc("POST /reward", e.handleReward)
+	// What the simulator saw, for tests and curious people.
+	m.HandleFunc("GET /sim/stats", e.handleStats)
 	return m
 }
 
@@ -55,9 +66,15 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 // writeGenError replies to a failed generation.
 func writeGenError(w http.ResponseWriter, r *http.Request, err error) {
 	var bad errBadInput
+	var busy errBusy
 	switch {
 	case errors.As(err, &bad):
 		writeError(w, http.StatusBadRequest, bad.msg)
+	case errors.As(err, &busy):
+		if busy.retryAfter != "" {
+			w.Header().Set("Retry-After", busy.retryAfter)
+		}
+		writeError(w, busy.status, err.Error())
 	case errors.Is(err, errInjected):
 		writeError(w, http.StatusInternalServerError, err.Error())
 	case r.Context().Err() != nil:
@@ -118,6 +135,13 @@ type sglGenerateReq struct {
 	ReturnLogprob bool   `json:"return_logprob"`
 	Stream        bool   `json:"stream"`
 	RID           string `json:"rid"`
+	RoutingKey    string `json:"routing_key"`
+}
+
+// routingKey is what a router would route by: the X-SMG-Routing-Key header
+// (sgl-model-gateway), else SGLang's routing_key field.
+func routingKey(r *http.Request, body string) string {
+	return cmpOr(r.Header.Get("X-SMG-Routing-Key"), body)
 }
 
 func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request) {
@@ -157,6 +181,7 @@ func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	if rid == "" {
 		rid = fmt.Sprintf("sim-%x", hash64(time.Now().UnixNano(), in.prompt))
 	}
+	in.rid, in.routingKey = rid, routingKey(r, req.RoutingKey)
 	if !req.Stream {
 		out, err := e.generate(r.Context(), in, nil)
 		if err != nil {
@@ -187,6 +212,8 @@ func sglReply(rid string, out *genOutput, n int, final bool, logprobs bool) map[
 		switch out.finish {
 		case "length":
 			fr["length"] = len(out.ids)
+		case "abort":
+			fr["message"] = out.abortMsg
 		default:
 			fr["matched"] = out.matched
 		}
@@ -249,7 +276,7 @@ func (e *Engine) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 
 func (e *Engine) handleModelInfo(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
-		"model_path":     e.cfg.Model,
+		"model_path":     e.ModelPath(),
 		"tokenizer_path": "sim-bytes",
 		"is_generation":  true,
 		"weight_version": e.WeightVersion(),
@@ -257,16 +284,151 @@ func (e *Engine) handleModelInfo(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// handleWeightVersion is SGLang's GET /get_weight_version.
+func (e *Engine) handleWeightVersion(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"weight_version": e.WeightVersion()})
+}
+
+// handleUpdateWeightVersion is SGLang's POST /update_weight_version
+// (UpdateWeightVersionReqInput: new_version, abort_all_requests).
 func (e *Engine) handleUpdateWeightVersion(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		NewVersion string `json:"new_version"`
+		NewVersion       string `json:"new_version"`
+		AbortAllRequests bool   `json:"abort_all_requests"`
 	}
 	if err := decodeBody(r, &req); err != nil || req.NewVersion == "" {
 		writeError(w, http.StatusBadRequest, `"new_version" is required`)
 		return
 	}
+	if req.AbortAllRequests {
+		e.mu.Lock()
+		e.abortStarted("update")
+		e.mu.Unlock()
+	}
 	e.SetWeightVersion(req.NewVersion)
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "message": "updated", "weight_version": req.NewVersion})
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "message": "Weight version updated to " + req.NewVersion, "new_version": req.NewVersion})
+}
+
+// handleUpdateWeightsFromDisk is SGLang's POST /update_weights_from_disk
+// (UpdateWeightFromDiskReqInput: model_path, load_format, abort_all_requests,
+// weight_version): the simulator has no weights to load, but it waits for
+// running generations (or aborts them) and takes the new version, as SGLang does.
+func (e *Engine) handleUpdateWeightsFromDisk(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		ModelPath        string  `json:"model_path"`
+		WeightVersion    *string `json:"weight_version"`
+		AbortAllRequests bool    `json:"abort_all_requests"`
+	}
+	if err := decodeBody(r, &req); err != nil || req.ModelPath == "" {
+		writeError(w, http.StatusBadRequest, `"model_path" is required`)
+		return
+	}
+	version := ""
+	if req.WeightVersion != nil {
+		version = *req.WeightVersion
+	}
+	if err := e.UpdateWeights(r.Context(), version, req.ModelPath, req.AbortAllRequests); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "message": err.Error(), "num_paused_requests": 0})
+		return
+	}
+	msg := "Succeeded to update model weights."
+	if version != "" {
+		msg += " Weight version updated to " + version + "."
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "message": msg, "num_paused_requests": 0})
+}
+
+// handleAbortRequest is SGLang's POST /abort_request (AbortReq: rid,
+// abort_all). It answers 200 whether or not the request was running.
+func (e *Engine) handleAbortRequest(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		RID      string `json:"rid"`
+		AbortAll bool   `json:"abort_all"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeGenError(w, r, err)
+		return
+	}
+	e.AbortRequest(req.RID, req.AbortAll)
+	w.WriteHeader(http.StatusOK)
+}
+
+// handlePauseGeneration is SGLang's POST /pause_generation
+// (PauseGenerationReqInput: mode abort | retract | in_place, default abort).
+func (e *Engine) handlePauseGeneration(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Mode string `json:"mode"`
+	}
+	if r.ContentLength != 0 {
+		if err := decodeBody(r, &req); err != nil {
+			writeGenError(w, r, err)
+			return
+		}
+	}
+	switch req.Mode {
+	case "", "abort", "retract", "in_place":
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("Invalid mode: %q. Expected one of ['abort', 'retract', 'in_place'].", req.Mode))
+		return
+	}
+	if err := e.Pause(r.Context(), req.Mode); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"message": "Generation paused successfully.", "status": "ok"})
+}
+
+// handleContinueGeneration is SGLang's POST /continue_generation.
+func (e *Engine) handleContinueGeneration(w http.ResponseWriter, r *http.Request) {
+	e.Continue()
+	writeJSON(w, http.StatusOK, map[string]any{"message": "Generation continued successfully.", "status": "ok"})
+}
+
+// handleVLLMPause is vLLM's POST /pause?mode=abort|wait|keep (default abort).
+func (e *Engine) handleVLLMPause(w http.ResponseWriter, r *http.Request) {
+	mode := cmpOr(r.URL.Query().Get("mode"), "abort")
+	switch mode {
+	case "abort", "wait", "keep":
+	default:
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": fmt.Sprintf("invalid pause mode %q", mode)})
+		return
+	}
+	if err := e.Pause(r.Context(), mode); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "paused"})
+}
+
+// handleVLLMResume is vLLM's POST /resume.
+func (e *Engine) handleVLLMResume(w http.ResponseWriter, r *http.Request) {
+	e.Continue()
+	writeJSON(w, http.StatusOK, map[string]any{"status": "resumed"})
+}
+
+// handleIsPaused is vLLM's GET /is_paused.
+func (e *Engine) handleIsPaused(w http.ResponseWriter, r *http.Request) {
+	paused, _ := e.Paused()
+	writeJSON(w, http.StatusOK, map[string]any{"is_paused": paused})
+}
+
+// Stats is what GET /sim/stats reports.
+type Stats struct {
+	Requests      int64          `json:"requests"`
+	Tokens        int64          `json:"tokens"`
+	InFlight      int            `json:"in_flight"`
+	WeightVersion string         `json:"weight_version"`
+	Paused        bool           `json:"paused"`
+	PauseMode     string         `json:"pause_mode,omitempty"`
+	RoutingKeys   map[string]int `json:"routing_keys"`
+	Aborts        []Abort        `json:"aborts"`
+}
+
+func (e *Engine) handleStats(w http.ResponseWriter, r *http.Request) {
+	requests, tokens := e.Stats()
+	paused, mode := e.Paused()
+	writeJSON(w, http.StatusOK, Stats{Requests: requests, Tokens: tokens, InFlight: e.InFlight(), WeightVersion: e.WeightVersion(),
+		Paused: paused, PauseMode: mode, RoutingKeys: e.RoutingKeys(), Aborts: e.Aborts()})
 }
 
 // ---- OpenAI-compatible ----
@@ -280,12 +442,15 @@ type oaiCommon struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	ReturnTokensAsTokenIDs bool  `json:"return_tokens_as_token_ids"`
-	ReturnTokenIDs         bool  `json:"return_token_ids"`
-	Seed                   int64 `json:"seed"`
+	ReturnTokensAsTokenIDs bool   `json:"return_tokens_as_token_ids"`
+	ReturnTokenIDs         bool   `json:"return_token_ids"`
+	Seed                   int64  `json:"seed"`
+	RequestID              string `json:"request_id"` // vLLM's
 }
 
-func (c *oaiCommon) apply(in *genInput) {
+func (c *oaiCommon) apply(in *genInput, r *http.Request, id string) {
+	in.rid = cmpOr(c.RequestID, id)
+	in.routingKey = routingKey(r, "")
 	switch {
 	case c.MaxCompletionTokens != nil:
 		in.maxNew = *c.MaxCompletionTokens
@@ -334,8 +499,8 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		writeGenError(w, r, err)
 		return
 	}
-	req.apply(&in)
 	id := fmt.Sprintf("cmpl-%x", hash64(time.Now().UnixNano(), in.prompt))
+	req.apply(&in, r, id)
 	model := cmpOr(req.Model, e.cfg.Model)
 	// choice renders tokens [from, to) of the output.
 	choice := func(out *genOutput, from, to int, finish string) map[string]any {
@@ -419,16 +584,28 @@ func completionPrompt(raw json.RawMessage) (genInput, error) {
 	return genInput{}, errBadInput{"prompt must be a string, a list of token ids, or a batch of one"}
 }
 
-// chatTemplate is the simulator's chat template: one "<|role|>\ncontent\n"
-// block per message, then "<|assistant|>\n".
-func chatTemplate(msgs []chatMessage) string {
-	var b strings.Builder
+// chatTemplate is the simulator's chat template, rendered straight to ids
+// as a real template's special tokens are: per message "<|role|>\n" and
+// the content, then EOS, the token the model ends its turns with; then
+// "<|assistant|>\n" for the reply. A generation that ends with EOS is thus
+// rendered back, in the next turn's conversation, as exactly the ids it
+// was; with ChatStripThink, earlier assistant turns lose their <think>
+// blocks first, as Qwen3's template does, and the conversation no longer
+// extends its trajectory.
+func (e *Engine) chatTemplate(msgs []chatMessage) []int {
+	var ids []int
 	for _, m := range msgs {
-		fmt.Fprintf(&b, "<|%s|>\n%s\n", m.Role, m.text())
+		text := m.text()
+		if e.cfg.ChatStripThink && m.Role == "assistant" {
+			text = thinkRe.ReplaceAllString(text, "")
+		}
+		ids = append(ids, Encode("<|"+m.Role+"|>\n"+text)...)
+		ids = append(ids, EOSID)
 	}
-	b.WriteString("<|assistant|>\n")
-	return b.String()
+	return append(ids, Encode("<|assistant|>\n")...)
 }
+
+var thinkRe = regexp.MustCompile(`(?s)<think>.*?</think>\s*`)
 
 type chatMessage struct {
 	Role    string          `json:"role"`
@@ -466,9 +643,13 @@ func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "messages must not be empty")
 		return
 	}
-	in := promptFromText(chatTemplate(req.Messages))
-	req.apply(&in)
+	in, err := promptFromIDs(e.chatTemplate(req.Messages))
+	if err != nil {
+		writeGenError(w, r, err)
+		return
+	}
 	id := fmt.Sprintf("chatcmpl-%x", hash64(time.Now().UnixNano(), in.prompt))
+	req.apply(&in, r, id)
 	model := cmpOr(req.Model, e.cfg.Model)
 	logprobs := func(out *genOutput, from, to int) any {
 		if !req.Logprobs {
@@ -494,11 +675,12 @@ func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
 		}
 		ch := map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": out.text},
 			"logprobs": logprobs(out, 0, len(out.ids)), "finish_reason": out.finish}
-		if req.ReturnTokenIDs {
-			ch["token_ids"] = out.ids
-			ch["prompt_token_ids"] = in.ids
-		}
 		body := envelope(out, "chat.completion", []any{ch})
+		if req.ReturnTokenIDs {
+			// vLLM: choices[].token_ids, and prompt_token_ids beside the choices.
+			ch["token_ids"] = out.ids
+			body["prompt_token_ids"] = in.ids
+		}
 		body["usage"] = usage(out)
 		writeJSON(w, http.StatusOK, body)
 		return
@@ -511,11 +693,15 @@ func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
 			d["role"] = "assistant"
 		}
 		ch := map[string]any{"index": 0, "delta": d, "logprobs": logprobs(out, sent, to), "finish_reason": nullable(finish)}
+		chunk := envelope(out, "chat.completion.chunk", []any{ch})
 		if req.ReturnTokenIDs {
 			ch["token_ids"] = out.ids[sent:to]
+			if sent == 0 {
+				chunk["prompt_token_ids"] = in.ids // vLLM: only in the first chunk
+			}
 		}
 		sent = to
-		return envelope(out, "chat.completion.chunk", []any{ch})
+		return chunk
 	}
 	out, err := e.generate(r.Context(), in, func(out *genOutput, n int) error {
 		return sse.send(delta(out, n, ""))

@@ -182,13 +182,15 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest) 
 	start := time.Now()
 	s := req.Sampling
 	temperature, topP := s.Values()
-	g, err := lease.Generate(ctx, engine.Request{InputIDs: ids, Sampling: engine.Sampling{
+	r := engine.Request{InputIDs: ids, Text: req.Prompt, RoutingKey: engine.EpisodeKey(req.Rollout, req.Episode), Sampling: engine.Sampling{
 		Temperature: temperature, TopP: topP, MaxNewTokens: s.MaxNewTokens, Stop: s.Stop,
 		Seed: s.GenerationSeed(req.Rollout, req.Episode, req.Key),
-	}})
+	}}
+	g, err := lease.Generate(ctx, r)
 	if err != nil {
 		return schema.Generation{}, err
 	}
+	ids = engine.TrajectoryIDs(r, g, ids) // a chat engine's rendering of the prompt
 	telemetry.EngineSeconds.WithLabelValues(schema.RoleActor).Observe(time.Since(start).Seconds())
 	return schema.Generation{
 		Prompt: req.Prompt, PromptIDs: ids, Text: g.Text, OutputIDs: g.OutputIDs, LogProbs: g.LogProbs,

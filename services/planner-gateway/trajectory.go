@@ -122,11 +122,12 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		return s.Bus.Publish(ctx, out)
 	}
 	start := time.Now()
+	r := engine.Request{InputIDs: input, Messages: messages(segs), RoutingKey: engine.EpisodeKey(req.Rollout, req.Episode), Sampling: sampling}
 	var gen engine.Generation
 	for {
 		gctx, done := gate.Track(ctx)
 		gctx, cancel := context.WithTimeout(gctx, schema.Seconds(cfg.PlannerTimeoutS))
-		gen, err = s.generate(gctx, lease.Client, cfg, req, engine.Request{InputIDs: input, Sampling: sampling}, mayStream)
+		gen, err = s.generate(gctx, lease.Client, cfg, req, r, mayStream)
 		paused := errors.Is(context.Cause(gctx), session.ErrPaused)
 		cancel()
 		done()
@@ -147,6 +148,8 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	if err != nil {
 		return fmt.Errorf("planner generate: %w", err)
 	}
+	// A chat engine rendered the newest segment with its template: those are its ids.
+	segs[len(segs)-1].IDs = engine.TrajectoryIDs(r, gen, segs[len(segs)-1].IDs)
 	// The version of the weights that generated the turn: what the engine
 	// reports wins (it generated it); else the role's version as its trainer
 	// last announced it (a resume, an arrival), else the arrival's.
@@ -263,6 +266,21 @@ func (s *Service) unstreamed(ctx context.Context, req *schema.PlanRequest) (bool
 		return false, err
 	}
 	return pp.Turn < req.Turn, nil
+}
+
+// messages are the episode's segments as a conversation, for chat engines:
+// the prompt and the observations are the user's turns, generations the
+// assistant's.
+func messages(segs []schema.Segment) []engine.Message {
+	msgs := make([]engine.Message, len(segs))
+	for i, seg := range segs {
+		role := engine.RoleUser
+		if seg.Kind == schema.SegGenerated {
+			role = engine.RoleAssistant
+		}
+		msgs[i] = engine.Message{Role: role, Text: seg.Text, IDs: seg.IDs}
+	}
+	return msgs
 }
 
 func toEngine(s schema.Sampling) engine.Sampling {

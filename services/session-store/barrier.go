@@ -3,11 +3,14 @@ package sessionstore
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
@@ -156,10 +159,8 @@ func (s *Service) validateArrival(a *schema.Arrive, p subject.Parsed) error {
 	if a.Engine.URL == "" {
 		return fail.Invalidf("%s arrived without an engine url", a.Role)
 	}
-	switch a.Engine.Protocol {
-	case "", "sglang", "openai":
-	default:
-		return fail.Invalidf("engine protocol %q: want sglang or openai", a.Engine.Protocol)
+	if a.Engine.Protocol != "" && !slices.Contains(engine.Protocols, a.Engine.Protocol) {
+		return fail.Invalidf("engine protocol %q: want one of %s", a.Engine.Protocol, strings.Join(engine.Protocols, ", "))
 	}
 	if a.Config != nil && len(a.Tasks) > 0 && a.Config.TargetGroups > groupCount(a.Tasks) {
 		return fail.Invalidf("config: target_groups %d: the batch has only %d groups (distinct group_index)", a.Config.TargetGroups, groupCount(a.Tasks))
