@@ -81,7 +81,9 @@ func run(groups, copies, stragglers int, actTimeout time.Duration, out io.Writer
 	}
 	conn := bus.ConnOptions{URL: srv.ClientURL()}
 	served := make(chan error, 1)
-	go func() { served <- stack.Serve(ctx, stack.Services, stack.Options{Conn: conn, Log: zerolog.Nop(), EngineLimit: 512}) }()
+	go func() {
+		served <- stack.Serve(ctx, stack.Services, stack.Options{Conn: conn, Log: zerolog.Nop(), EngineLimit: 512})
+	}()
 	nc, err := conn.Dial("bench-oversample")
 	if err != nil {
 		return err
