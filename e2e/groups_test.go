@@ -173,7 +173,21 @@ func TestOverSampling(t *testing.T) {
 		}
 	}
 	// The hung acts are stopped on the engine, not left to their time-out.
-	eventually(t, "the stopped acts to leave the engine", func() bool { return e.actorEngine.Running() == 0 })
+	eventually(t, "the stopped acts to leave the engine", func() bool { return e.actorEngine.InFlight() == 0 })
+	// ... aborted: by SGLang's own abort endpoint, or the closed connection
+	// when that came first (the engine saw the caller go).
+	stopped, byEndpoint := map[string]bool{}, 0
+	for _, a := range e.actorEngine.Aborts() {
+		if a.Running {
+			stopped[a.RID] = true
+		}
+		if a.By == "abort_request" {
+			byEndpoint++
+		}
+	}
+	if len(stopped) != 3 || byEndpoint < 3 {
+		t.Errorf("aborts seen by the engine %+v: want the 3 hung acts aborted, each sent /abort_request", e.actorEngine.Aborts())
+	}
 	if took := time.Since(start); took > 5*time.Minute {
 		t.Errorf("the rollout took %v: the stragglers were waited for", took)
 	}

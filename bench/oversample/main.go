@@ -1,14 +1,20 @@
-// Command oversample measures what over-sampling saves when a few tasks
+// Command oversample measures what over-sampling saves when some tasks
 // straggle. A batch of G groups (the copies of one task) runs through every
-// service on an embedded server with simulated engines; in S of the groups
-// one copy's act hangs on the engine until its act time-out. The baseline,
-// in the same run, waits for every group (it ends when the stragglers time
-// out); over-sampling asks for target_groups = G − S and ends as soon as
-// that many groups were delivered, stopping the stragglers. It prints the
-// wall time of each, the ratio to the baseline, how many groups were
-// delivered and how the tasks ended.
+// service on an embedded server with simulated engines, twice per
+// scenario: the baseline, in the same run, waits for every group;
+// over-sampling asks for target_groups = G − S and ends as soon as that
+// many groups were delivered, stopping the rest. Two scenarios:
 //
-//	go run ./bench/oversample [-groups 16] [-copies 4] [-stragglers 4] [-act-timeout 10s]
+//   - long-tailed: the actor's time to first token is long-tailed per
+//     prompt (exponential, mean -actor-ttft, spread -jitter), as on a loaded
+//     server: a few acts take many times the mean;
+//   - hung: in S groups one copy's act hangs on the engine until its act
+//     time-out (every turn: the planner plans again, and it hangs again).
+//
+// It prints the wall time of each, the ratio to the baseline, how many
+// groups were delivered and how the tasks ended.
+//
+//	go run ./bench/oversample [-groups 16] [-copies 4] [-stragglers 4] [-act-timeout 10s] [-actor-ttft 200ms] [-jitter 3]
 package main
 
 import (
@@ -38,13 +44,28 @@ import (
 func main() {
 	groups := flag.Int("groups", 16, "groups in the batch")
 	copies := flag.Int("copies", 4, "copies of each task (samples per prompt)")
-	stragglers := flag.Int("stragglers", 4, "groups with one copy whose act hangs")
-	actTimeout := flag.Duration("act-timeout", 10*time.Second, "act time-out: how long a straggler holds the baseline back")
+	stragglers := flag.Int("stragglers", 4, "groups not waited for (target_groups = groups − stragglers); in the hung scenario, groups with a hung act")
+	actTimeout := flag.Duration("act-timeout", 10*time.Second, "act time-out: how long a hung act holds the baseline back, per turn")
+	actorTTFT := flag.Duration("actor-ttft", 200*time.Millisecond, "long-tailed scenario: the actor's mean time to first token")
+	jitter := flag.Float64("jitter", 3, "long-tailed scenario: spread of the actor's time to first token (see sim.Config.LatencyJitter)")
 	flag.Parse()
-	if err := run(*groups, *copies, *stragglers, *actTimeout, os.Stdout); err != nil {
+	o := options{groups: *groups, copies: *copies, stragglers: *stragglers, actTimeout: *actTimeout, actorTTFT: *actorTTFT, jitter: *jitter}
+	if err := run(o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/oversample:", err)
 		os.Exit(1)
 	}
+}
+
+type options struct {
+	groups, copies, stragglers int
+	actTimeout, actorTTFT      time.Duration
+	jitter                     float64
+}
+
+type scenario struct {
+	name  string
+	actor sim.Config // the actor engine's latency
+	hang  bool       // one copy of the last stragglers groups hangs
 }
 
 type row struct {
@@ -54,30 +75,63 @@ type row struct {
 	wall   time.Duration
 }
 
-func run(groups, copies, stragglers int, actTimeout time.Duration, out io.Writer) error {
-	if groups < 1 || copies < 1 || stragglers < 0 || stragglers >= groups {
-		return fmt.Errorf("want groups ≥ 1, copies ≥ 1 and 0 ≤ stragglers < groups (got %d, %d, %d)", groups, copies, stragglers)
+func run(o options, out io.Writer) error {
+	if o.groups < 1 || o.copies < 1 || o.stragglers < 1 || o.stragglers >= o.groups {
+		return fmt.Errorf("want groups ≥ 1, copies ≥ 1 and 1 ≤ stragglers < groups (got %d, %d, %d)", o.groups, o.copies, o.stragglers)
 	}
+	fmt.Fprintf(out, "planact over-sampling benchmark: %d groups × %d copies; target_groups %d\n", o.groups, o.copies, o.groups-o.stragglers)
+	scenarios := []scenario{
+		{name: fmt.Sprintf("long-tailed (actor ttft mean %v, jitter %.1f)", o.actorTTFT, o.jitter),
+			actor: sim.Config{TTFT: o.actorTTFT, PerToken: 200 * time.Microsecond, LatencyJitter: o.jitter}},
+		{name: fmt.Sprintf("hung (1 act in %d groups, %v act time-out per turn)", o.stragglers, o.actTimeout),
+			actor: sim.Config{TTFT: 30 * time.Millisecond, PerToken: 200 * time.Microsecond, LatencyJitter: 1}, hang: true},
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\trollout\twall s\tvs baseline\tgroups delivered\tsamples\ttasks by state\t")
+	for i, sc := range scenarios {
+		rows, err := measure(o, sc, int64(i))
+		if err != nil {
+			return fmt.Errorf("%s: %w", sc.name, err)
+		}
+		for _, r := range rows {
+			delivered := map[int]bool{}
+			for _, t := range r.res.Tasks {
+				if t.State == schema.TaskTrained {
+					delivered[t.GroupIndex] = true
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2fx faster\t%d\t%d\t%s\t\n", sc.name, r.name, r.wall.Seconds(), rows[0].wall.Seconds()/r.wall.Seconds(),
+				len(delivered), len(r.res.Samples), states(r.res.Stats.TaskStates))
+		}
+	}
+	return tw.Flush()
+}
+
+// measure runs a scenario's baseline and over-sampled rollouts on a fresh
+// server, on the same tasks.
+func measure(o options, sc scenario, seed int64) ([]row, error) {
 	dir, err := os.MkdirTemp("", "planact-bench-*")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	srv, err := embedded.Start(embedded.Options{Dir: dir, Port: -1})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer srv.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	planner := sim.Config{Role: schema.RolePlanner, Seed: 1, TTFT: 30 * time.Millisecond, PerToken: 200 * time.Microsecond, LatencyJitter: 1, WeightVersion: "planner-v1"}
+	actor := sc.actor
+	actor.Role, actor.Seed, actor.WeightVersion = schema.RoleActor, 2, "actor-v1"
 	engines := map[string]string{}
-	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
-		u, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: role, Seed: 1, TTFT: 30 * time.Millisecond, PerToken: 200 * time.Microsecond,
-			LatencyJitter: 1, WeightVersion: role + "-v1"})
+	for _, cfg := range []sim.Config{planner, actor} {
+		u, err := sim.Serve(ctx, "127.0.0.1:0", cfg)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		engines[role] = u
+		engines[cfg.Role] = u
 	}
 	conn := bus.ConnOptions{URL: srv.ClientURL()}
 	served := make(chan error, 1)
@@ -86,52 +140,42 @@ func run(groups, copies, stragglers int, actTimeout time.Duration, out io.Writer
 	}()
 	nc, err := conn.Dial("bench-oversample")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer nc.Close()
 	c, err := client.New(nc)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fmt.Fprintf(out, "planact over-sampling benchmark: %d groups × %d copies; in %d groups one copy's act hangs until its %v time-out (every turn: the planner plans again, and it hangs again)\n",
-		groups, copies, stragglers, actTimeout)
-	rows := []row{{name: "every group (baseline)"}, {name: fmt.Sprintf("target_groups %d", groups-stragglers), target: groups - stragglers}}
+	hung := 0
+	if sc.hang {
+		hung = o.stragglers
+	}
+	tasks := batch(o.groups, o.copies, hung, seed)
+	rows := []row{{name: "every group (baseline)"}, {name: fmt.Sprintf("target_groups %d", o.groups-o.stragglers), target: o.groups - o.stragglers}}
 	for i := range rows {
 		r := &rows[i]
-		tasks := batch(groups, copies, stragglers, int64(i))
 		cfg := schema.DefaultConfig()
-		cfg.ActTimeoutS, cfg.ActRetries, cfg.StreamGroups, cfg.TargetGroups = actTimeout.Seconds(), -1, true, r.target
+		cfg.ActTimeoutS, cfg.ActRetries, cfg.StreamGroups, cfg.TargetGroups = o.actTimeout.Seconds(), -1, true, r.target
 		begin := time.Now()
 		if r.res, err = rollout(ctx, c, int64(i+1), engines, tasks, &cfg); err != nil {
-			return fmt.Errorf("%s: %w", r.name, err)
+			return nil, fmt.Errorf("%s: %w", r.name, err)
 		}
 		r.wall = time.Since(begin)
 	}
 	cancel()
 	if err := <-served; err != nil && !errors.Is(err, context.Canceled) {
-		return err
+		return nil, err
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\twall s\tvs baseline\tgroups delivered\tsamples\ttasks by state\t")
-	for _, r := range rows {
-		delivered := map[int]bool{}
-		for _, t := range r.res.Tasks {
-			if t.State == schema.TaskTrained {
-				delivered[t.GroupIndex] = true
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2fx faster\t%d\t%d\t%s\t\n", r.name, r.wall.Seconds(), rows[0].wall.Seconds()/r.wall.Seconds(),
-			len(delivered), len(r.res.Samples), states(r.res.Stats.TaskStates))
-	}
-	return tw.Flush()
+	return rows, nil
 }
 
-// batch is groups × copies tasks; the first copy of the last stragglers
-// groups carries a marker that makes its act hang on the simulated engine.
-func batch(groups, copies, stragglers int, seed int64) []schema.Task {
+// batch is groups × copies tasks; the first copy of the last hung groups
+// carries a marker that makes its act hang on the simulated engine.
+func batch(groups, copies, hung int, seed int64) []schema.Task {
 	tasks := demo.Tasks(sim.DefaultWorld(), groups, copies, seed, "")
 	for i := range tasks {
-		if tasks[i].GroupIndex >= groups-stragglers && tasks[i].Index%copies == 0 {
+		if tasks[i].GroupIndex >= groups-hung && tasks[i].Index%copies == 0 {
 			tasks[i].Prompt += " " + sim.FaultActorHang
 		}
 	}
