@@ -11,6 +11,7 @@ import (
 
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // Bucket is a KV bucket of planact. Its plain reads are direct gets, which
@@ -23,6 +24,8 @@ type Bucket struct {
 	replicated bool
 }
 
+func (kv *Bucket) count(op string) { telemetry.KVOps.WithLabelValues(kv.Bucket(), op).Inc() }
+
 // maxCASAttempts bounds how often Mutate retries after losing a race.
 const maxCASAttempts = 50
 
@@ -30,6 +33,7 @@ const maxCASAttempts = 50
 // On a replicated bucket the value may be a moment old: use it to read, not
 // to decide to drop or skip work (GetFresh).
 func Get[T any](ctx context.Context, kv *Bucket, key string) (v T, rev uint64, found bool, err error) {
+	kv.count("get")
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return v, 0, false, nil
@@ -49,6 +53,7 @@ func GetFresh[T any](ctx context.Context, kv *Bucket, key string) (v T, rev uint
 	if !kv.replicated {
 		return Get[T](ctx, kv, key)
 	}
+	kv.count("get_fresh")
 	e, err := kv.bus.kvGetFresh(ctx, kv.Bucket(), key)
 	if err != nil || e == nil {
 		return v, 0, false, err
@@ -66,6 +71,7 @@ func Create(ctx context.Context, kv *Bucket, key string, v any) (created bool, e
 	if err != nil {
 		return false, fail.E(fail.Permanent, err)
 	}
+	kv.count("create")
 	if _, err := kv.Create(ctx, key, data); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return false, nil
@@ -113,14 +119,17 @@ func Mutate[T any](ctx context.Context, kv *Bucket, key string, fn func(v *T, ex
 			return zero, false, fail.E(fail.Permanent, err)
 		}
 		if found {
+			kv.count("update")
 			_, err = kv.Update(ctx, key, data, rev)
 		} else {
+			kv.count("create")
 			_, err = kv.Create(ctx, key, data)
 		}
 		if err == nil {
 			return v, true, nil
 		}
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			telemetry.KVConflicts.WithLabelValues(kv.Bucket()).Inc()
 			// Lost the race (or read a stale value): read from the leader
 			// next, after a little random back-off, so that writers
 			// contending for one key spread out instead of colliding again.

@@ -39,6 +39,10 @@ type Config struct {
 	WeightVersion  string
 	Model          string  // name reported by the OpenAI API (default "sim-<role>")
 	ActorErrorRate float64 // probability that the actor answers a lookup wrongly (0 = always right)
+	// PlanWidth, when set, makes the planner answer every question with one
+	// plan of PlanWidth independent lookups and, once it has seen their
+	// observations, the answer: a plan of known width, for benchmarks.
+	PlanWidth int
 	// PlannerStepwise is the fraction of questions (chosen per question) that
 	// the planner plans one hop per turn instead of the whole graph at once.
 	PlannerStepwise float64
@@ -787,6 +791,9 @@ func (e *Engine) fire(m marker, key string) bool {
 func (e *Engine) plannerOutput(prompt, occurrence string, fires func(string) bool) (string, bool) {
 	p := parsePlannerPrompt(prompt)
 	question := stripMarkers(p.question)
+	if e.cfg.PlanWidth > 0 {
+		return widePlan(p, question, e.cfg.PlanWidth)
+	}
 	stepwise := roll(e.cfg.PlannerStepwise, e.cfg.Seed, "stepwise", question)
 	answer, nodes, think, _ := e.world.plannerTurn(p, stepwise)
 	if len(nodes) == 0 {

@@ -424,3 +424,18 @@ func breakPlan(f planFault, format, think string, nodes []planNode) (string, boo
 	}
 	return renderPlan(format, think, nodes), false
 }
+
+// widePlan is the planner's turn with PlanWidth set: width independent
+// lookups first, the answer once they were observed.
+func widePlan(p plannerPrompt, question string, width int) (string, bool) {
+	if p.turns > 0 {
+		return fmt.Sprintf("<think>I have what I need.</think>\n<answer>%d facts about %s</answer>", len(p.observed), question), false
+	}
+	nodes := make([]planNode, width)
+	for i := range nodes {
+		// Short queries: a plan of many nodes stays well inside the
+		// planner's token budget in every format.
+		nodes[i] = planNode{query: fmt.Sprintf("fact %d of q%x", i+1, hash64(0, question)&0xffffff), tool: p.tool}
+	}
+	return breakPlan(planOK, p.format, fmt.Sprintf("%d independent lookups.", width), nodes)
+}

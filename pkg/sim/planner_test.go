@@ -366,3 +366,27 @@ func TestDeterminism(t *testing.T) {
 		t.Errorf("error pattern %v vs %v", x, y)
 	}
 }
+
+// TestPlanWidth: with PlanWidth the planner writes one plan of that many
+// independent lookups in every format, then answers.
+func TestPlanWidth(t *testing.T) {
+	for _, width := range []int{1, 4, 28} {
+		planner := New(Config{Role: RolePlanner, Seed: 1, PlanWidth: width})
+		actor := New(Config{Role: RoleActor, Seed: 1})
+		for _, format := range Formats {
+			t.Run(fmt.Sprintf("%d/%s", width, format), func(t *testing.T) {
+				var nodes int
+				ans, turns, transcript := runEpisode(t, planner, actor, "What is the capital of France?", format, 4, func(turn int, n testNode) bool {
+					nodes++
+					if len(n.deps) != 0 {
+						t.Errorf("node %q depends on %v: want independent lookups", n.query, n.deps)
+					}
+					return false
+				})
+				if turns != 2 || nodes != width || !strings.Contains(ans, fmt.Sprintf("%d facts", width)) {
+					t.Fatalf("%d nodes in %d turns, answer %q: want %d nodes, then the answer\n%s", nodes, turns, ans, width, transcript)
+				}
+			})
+		}
+	}
+}

@@ -44,6 +44,14 @@ var (
 		Name: "planact_recoveries_total",
 		Help: "Work finished or handed out again because no message did (a crash, a lost message, a bug): the session-store's sweep and the act-dispatcher's watchdog, by service and action.",
 	}, []string{"service", "action"})
+	KVOps = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_kv_ops_total",
+		Help: "Key-value operations, by bucket and operation (get: a direct get any replica may answer; get_fresh: a read from the leader; create, update: compare-and-set writes).",
+	}, []string{"bucket", "op"})
+	KVConflicts = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_kv_conflicts_total",
+		Help: "Compare-and-set writes that lost a race (another writer changed the key since it was read) and were tried again, by bucket.",
+	}, []string{"bucket"})
 	EngineSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "planact_engine_request_seconds",
 		Help:    "Engine generation latency, by role.",
