@@ -99,7 +99,6 @@ func TestChaosCluster(t *testing.T) {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
 	w.t.Log(string(trimNewline(p)))
 	return len(p), nil
 }

@@ -35,6 +35,7 @@ type Proc struct {
 	cmd       *exec.Cmd
 	done      chan struct{} // closed when the current process has exited
 	expected  bool          // the harness asked for the current process to end
+	retired   bool          // killed for good: Start refuses
 	stopped   bool          // SIGSTOPped
 	starts    int
 	logOffset int64
@@ -55,6 +56,9 @@ func (p *Proc) Start() error {
 	defer p.mu.Unlock()
 	if p.cmd != nil {
 		return fmt.Errorf("%s: already running", p.Name)
+	}
+	if p.retired {
+		return fmt.Errorf("%s: retired", p.Name)
 	}
 	f, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -112,6 +116,15 @@ func (p *Proc) Kill() {
 	p.mu.Unlock()
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	<-done
+}
+
+// Retire kills the process for good: a later Start (a supervisor's, a
+// fault's repair) is refused, so nothing outlives the topology.
+func (p *Proc) Retire() {
+	p.mu.Lock()
+	p.retired = true
+	p.mu.Unlock()
+	p.Kill()
 }
 
 // Stop freezes the process group (SIGSTOP): it holds its connections and

@@ -373,8 +373,8 @@ func (t *Topology) ServiceProcs(service string) []*Proc {
 	return ps
 }
 
-// Close kills every process (SIGKILL to each process group). It is safe to
-// call more than once.
+// Close kills every process (SIGKILL to each process group) for good. It
+// is safe to call more than once.
 func (t *Topology) Close() {
 	t.mu.Lock()
 	t.closing = true
@@ -382,7 +382,7 @@ func (t *Topology) Close() {
 	var wg sync.WaitGroup
 	for _, p := range t.Procs() {
 		wg.Add(1)
-		go func() { defer wg.Done(); p.Kill() }()
+		go func() { defer wg.Done(); p.Retire() }()
 	}
 	wg.Wait()
 }
