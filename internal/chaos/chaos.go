@@ -155,12 +155,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return fail(err)
 	}
 	defer obs.Stop()
-	planner, err := top.Connect("trainer", "planact-chaos-planner")
+	planner, err := top.Connect(top.TrainerUser(schema.RolePlanner), "planact-chaos-planner")
 	if err != nil {
 		return fail(err)
 	}
 	defer planner.Close()
-	actor, err := top.Connect("trainer", "planact-chaos-actor")
+	actor, err := top.Connect(top.TrainerUser(schema.RoleActor), "planact-chaos-actor")
 	if err != nil {
 		return fail(err)
 	}
@@ -239,6 +239,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	rep.Leftovers = checkLeftovers(ctx, js, o, obs.Last(), say)
 	rep.Exits = top.Exits()
+	if o.Auth {
+		rep.Violations = top.Violations()
+	}
 	rep.ObserverErrors = obs.Errors()
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	rep.Verdict()

@@ -77,7 +77,9 @@ type Report struct {
 	Recovery  map[string]RecoveryStats `json:"recovery"`
 	Leftovers Leftovers                `json:"leftovers"`
 	Exits     []Exit                   `json:"unexpected_exits,omitempty"`
-	Problems  []RolloutCheck           `json:"problems,omitempty"` // rollouts that are not ok
+	// Violations are the permission violations the nodes logged (Auth).
+	Violations []string       `json:"permission_violations,omitempty"`
+	Problems   []RolloutCheck `json:"problems,omitempty"` // rollouts that are not ok
 	// ObserverErrors are what the harness's own consumers went through
 	// (resets after restarts); they are not planact's failures.
 	ObserverErrors []string `json:"observer_errors,omitempty"`
@@ -102,7 +104,7 @@ func (r *Report) Verdict() {
 			failed++
 		}
 	}
-	r.Pass = r.Err == "" && r.Tally.Clean() && failed == 0 && r.Leftovers.Total() == 0 && r.Leftovers.Err == ""
+	r.Pass = r.Err == "" && r.Tally.Clean() && failed == 0 && r.Leftovers.Total() == 0 && r.Leftovers.Err == "" && len(r.Violations) == 0
 }
 
 // Failures lists why the run did not pass, one line each.
@@ -135,8 +137,11 @@ func (r *Report) Failures() []string {
 			out = append(out, fmt.Sprintf("fault %s on %s could not be carried out: %s", f.Kind, f.Target, f.Err))
 		}
 	}
+	if len(r.Violations) > 0 {
+		out = append(out, fmt.Sprintf("%d permission violations, first: %s", len(r.Violations), r.Violations[0]))
+	}
 	if l := r.Leftovers; l.Total() > 0 || l.Err != "" {
-		out = append(out, fmt.Sprintf("left after retention (%s): %d session keys, %d run keys, %d objects %s", l.Retention, l.Sessions, l.Runs, l.Objects, l.Err))
+		out = append(out, fmt.Sprintf("left after retention (%s): keys %s; objects %s %s", l.Retention, formatCounts(l.Keys), formatCounts(l.PerStore), l.Err))
 	}
 	return out
 }
@@ -176,8 +181,8 @@ func Markdown(reports []*Report) string {
 			b.WriteString("\n")
 		}
 		l := r.Leftovers
-		fmt.Fprintf(&b, "left after retention (%s, waited %s): sessions %d, runs %d, objects %d; stream messages %s\n",
-			l.Retention, secs(l.Waited), l.Sessions, l.Runs, l.Objects, formatCounts(l.Messages))
+		fmt.Fprintf(&b, "left after retention (%s, waited %s): keys %s; objects %s; stream messages %s\n",
+			l.Retention, secs(l.Waited), formatCounts(l.Keys), formatCounts(l.PerStore), formatCounts(l.Messages))
 		if l.Err != "" {
 			fmt.Fprintf(&b, "(counting failed: %s)\n", l.Err)
 		}

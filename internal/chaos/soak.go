@@ -171,12 +171,12 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 		return fail(err)
 	}
 	defer obs.Stop()
-	planner, err := top.Connect("trainer", "planact-soak-planner")
+	planner, err := top.Connect(top.TrainerUser(schema.RolePlanner), "planact-soak-planner")
 	if err != nil {
 		return fail(err)
 	}
 	defer planner.Close()
-	actor, err := top.Connect("trainer", "planact-soak-actor")
+	actor, err := top.Connect(top.TrainerUser(schema.RoleActor), "planact-soak-actor")
 	if err != nil {
 		return fail(err)
 	}
@@ -276,7 +276,7 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 	obs.Stop()
 
 	end := rep.Samples[len(rep.Samples)-1].State
-	rep.KeysEndOfLoad, rep.ObjectsEnd = end.Keys, end.Objects
+	rep.KeysEndOfLoad, rep.ObjectsEnd = end.Keys, end.ObjectCount()
 	deadline := time.Now()
 	desc := "none: planact serve has no --history/--result-retention; counted right after the load"
 	if o.Bin.RetentionFlags && (o.Retention.History > 0 || o.Retention.Results > 0) {
@@ -339,7 +339,7 @@ func trends(samples []SoakSample) ([]MemoryTrend, []ConsumerTrend) {
 		mem = append(mem, m)
 	}
 	var cons []ConsumerTrend
-	for _, st := range Streams {
+	for _, st := range names(samples, func(s BusState) map[string]int { return s.Consumers }) {
 		c := ConsumerTrend{Stream: st}
 		for _, s := range load {
 			n := s.State.Consumers[st]
@@ -354,6 +354,17 @@ func trends(samples []SoakSample) ([]MemoryTrend, []ConsumerTrend) {
 		cons = append(cons, c)
 	}
 	return mem, cons
+}
+
+// names returns the keys that field has in any sample, sorted.
+func names[V any](samples []SoakSample, field func(BusState) map[string]V) []string {
+	seen := map[string]bool{}
+	for _, s := range samples {
+		for k := range field(s.State) {
+			seen[k] = true
+		}
+	}
+	return sortedKeys(seen)
 }
 
 func mean(v []float64) float64 {

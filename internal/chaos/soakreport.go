@@ -67,17 +67,26 @@ func writeSoakCSV(path string, r *SoakReport) error {
 	defer f.Close()
 	w := csv.NewWriter(f)
 	procs := procNames(r)
+	streams := names(r.Samples, func(s BusState) map[string]int { return s.Consumers })
+	buckets := names(r.Samples, func(s BusState) map[string]int { return s.Keys })
+	stores := names(r.Samples, func(s BusState) map[string]int { return s.Objects })
 	head := []string{"t_s", "phase", "rollouts"}
 	for _, p := range procs {
 		head = append(head, "rss_mb_"+p)
 	}
-	for _, s := range Streams {
+	for _, s := range streams {
 		head = append(head, "consumers_"+s)
 	}
-	for _, s := range Streams {
+	for _, s := range streams {
 		head = append(head, "messages_"+s)
 	}
-	head = append(head, "keys_"+bus.BucketSession, "keys_"+bus.BucketRuns, "objects", "err")
+	for _, b := range buckets {
+		head = append(head, "keys_"+b)
+	}
+	for _, o := range stores {
+		head = append(head, "objects_"+o)
+	}
+	head = append(head, "err")
 	if err := w.Write(head); err != nil {
 		return err
 	}
@@ -86,14 +95,19 @@ func writeSoakCSV(path string, r *SoakReport) error {
 		for _, p := range procs {
 			row = append(row, strconv.FormatFloat(float64(s.RSS[p])/(1<<20), 'f', 1, 64))
 		}
-		for _, st := range Streams {
+		for _, st := range streams {
 			row = append(row, strconv.Itoa(s.State.Consumers[st]))
 		}
-		for _, st := range Streams {
+		for _, st := range streams {
 			row = append(row, strconv.FormatUint(s.State.Messages[st], 10))
 		}
-		row = append(row, strconv.Itoa(s.State.Keys[bus.BucketSession]), strconv.Itoa(s.State.Keys[bus.BucketRuns]),
-			strconv.Itoa(s.State.Objects), s.Err)
+		for _, b := range buckets {
+			row = append(row, strconv.Itoa(s.State.Keys[b]))
+		}
+		for _, o := range stores {
+			row = append(row, strconv.Itoa(s.State.Objects[o]))
+		}
+		row = append(row, s.Err)
 		if err := w.Write(row); err != nil {
 			return err
 		}
@@ -140,20 +154,22 @@ func plotSoak(path string, r *SoakReport) error {
 	}
 	cons := plot.New()
 	cons.Title.Text = "consumers per stream"
-	if err := series(cons, Streams, func(s SoakSample, st string) float64 { return float64(s.State.Consumers[st]) }); err != nil {
+	streams := names(r.Samples, func(s BusState) map[string]int { return s.Consumers })
+	if err := series(cons, streams, func(s SoakSample, st string) float64 { return float64(s.State.Consumers[st]) }); err != nil {
 		return err
 	}
 	keys := plot.New()
-	keys.Title.Text = "keys per bucket, objects in the store"
-	names := []string{"keys " + bus.BucketSession, "keys " + bus.BucketRuns, "objects"}
-	if err := series(keys, names, func(s SoakSample, n string) float64 {
-		switch n {
-		case names[0]:
-			return float64(s.State.Keys[bus.BucketSession])
-		case names[1]:
-			return float64(s.State.Keys[bus.BucketRuns])
+	keys.Title.Text = "keys per bucket, objects in all object stores"
+	var lines []string
+	for _, b := range names(r.Samples, func(s BusState) map[string]int { return s.Keys }) {
+		lines = append(lines, "keys "+b)
+	}
+	lines = append(lines, "objects")
+	if err := series(keys, lines, func(s SoakSample, n string) float64 {
+		if b, ok := strings.CutPrefix(n, "keys "); ok {
+			return float64(s.State.Keys[b])
 		}
-		return float64(s.State.Objects)
+		return float64(s.State.ObjectCount())
 	}); err != nil {
 		return err
 	}
@@ -208,8 +224,8 @@ func SoakMarkdown(reports []*SoakReport) string {
 			fmt.Fprintf(&b, "| %s | %d | %d | %d | %d |\n", c.Stream, c.FirstHalfMax, c.SecondHalfMax, c.EndOfLoad, c.AfterRetention)
 		}
 		l := r.Leftovers
-		fmt.Fprintf(&b, "\nafter the load: waited %s; left: sessions %d, runs %d, objects %d; stream messages %s\n",
-			secs(l.Waited), l.Sessions, l.Runs, l.Objects, formatCounts(l.Messages))
+		fmt.Fprintf(&b, "\nafter the load: waited %s; left: keys %s; objects %s; stream messages %s\n",
+			secs(l.Waited), formatCounts(l.Keys), formatCounts(l.PerStore), formatCounts(l.Messages))
 		if len(r.Exits) > 0 {
 			b.WriteString("\nunexpected exits:\n")
 			for _, e := range r.Exits {

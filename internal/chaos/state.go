@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,49 +12,59 @@ import (
 	"github.com/planact/planact/pkg/bus"
 )
 
-// Streams are the streams whose consumers and messages are counted: the
-// three of planact and those behind the buckets and the object store.
-var Streams = []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, "KV_" + bus.BucketSession, "KV_" + bus.BucketRuns, "OBJ_" + bus.ObjectResults}
-
-// BusState is what JetStream holds for planact at one moment.
+// BusState is what JetStream holds at one moment. Streams, buckets and
+// object stores are found, not named, so that a planact that adds or
+// renames one is still counted whole.
 type BusState struct {
-	Consumers map[string]int    `json:"consumers"` // per stream
+	Consumers map[string]int    `json:"consumers"` // per stream (buckets' and object stores' too)
 	Messages  map[string]uint64 `json:"messages"`  // per stream
 	Keys      map[string]int    `json:"keys"`      // per KV bucket: live keys
-	Objects   int               `json:"objects"`   // in the object store
+	Objects   map[string]int    `json:"objects"`   // per object store
+}
+
+// ObjectCount is the number of objects in every store.
+func (s BusState) ObjectCount() int {
+	n := 0
+	for _, v := range s.Objects {
+		n += v
+	}
+	return n
 }
 
 // ReadBusState reads consumers and messages per stream (stream info),
-// live keys per bucket and objects in the store. What cannot be read is
-// left out and its error returned, joined.
+// live keys per bucket and objects per store. What cannot be read is left
+// out and its error returned, joined.
 func ReadBusState(ctx context.Context, js jetstream.JetStream) (BusState, error) {
-	s := BusState{Consumers: map[string]int{}, Messages: map[string]uint64{}, Keys: map[string]int{}}
+	s := BusState{Consumers: map[string]int{}, Messages: map[string]uint64{}, Keys: map[string]int{}, Objects: map[string]int{}}
 	var errs []error
-	for _, name := range Streams {
-		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err := js.Stream(ictx, name)
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("stream %s: %w", name, err))
-			continue
-		}
-		info := st.CachedInfo()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	lister := js.ListStreams(lctx)
+	for info := range lister.Info() {
+		name := info.Config.Name
 		s.Consumers[name] = info.State.Consumers
 		s.Messages[name] = info.State.Msgs
-	}
-	for _, bucket := range []string{bus.BucketSession, bus.BucketRuns} {
-		n, err := countKeys(ctx, js, bucket)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("kv %s: %w", bucket, err))
-			continue
+		switch {
+		case strings.HasPrefix(name, "KV_"):
+			bucket := strings.TrimPrefix(name, "KV_")
+			n, err := countKeys(ctx, js, bucket)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("kv %s: %w", bucket, err))
+				continue
+			}
+			s.Keys[bucket] = n
+		case strings.HasPrefix(name, "OBJ_"):
+			store := strings.TrimPrefix(name, "OBJ_")
+			n, err := countObjects(ctx, js, store)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("object store %s: %w", store, err))
+				continue
+			}
+			s.Objects[store] = n
 		}
-		s.Keys[bucket] = n
 	}
-	n, err := countObjects(ctx, js)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("object store %s: %w", bus.ObjectResults, err))
-	} else {
-		s.Objects = n
+	if err := lister.Err(); err != nil {
+		errs = append(errs, fmt.Errorf("list streams: %w", err))
 	}
 	return s, errors.Join(errs...)
 }
@@ -77,14 +88,14 @@ func countKeys(ctx context.Context, js jetstream.JetStream, bucket string) (int,
 	return n, ctx.Err()
 }
 
-func countObjects(ctx context.Context, js jetstream.JetStream) (int, error) {
+func countObjects(ctx context.Context, js jetstream.JetStream, store string) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	store, err := js.ObjectStore(ctx, bus.ObjectResults)
+	obs, err := js.ObjectStore(ctx, store)
 	if err != nil {
 		return 0, err
 	}
-	objs, err := store.List(ctx)
+	objs, err := obs.List(ctx)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return 0, nil
 	}
@@ -93,9 +104,11 @@ func countObjects(ctx context.Context, js jetstream.JetStream) (int, error) {
 
 // Leftovers is what planact left in JetStream after its retention.
 type Leftovers struct {
-	Sessions int               `json:"sessions"` // keys in KV sessions
-	Runs     int               `json:"runs"`     // keys in KV runs
-	Objects  int               `json:"objects"`  // objects in the results store
+	Sessions int               `json:"sessions"`  // keys in KV sessions
+	Runs     int               `json:"runs"`      // keys in KV runs
+	Keys     map[string]int    `json:"keys"`      // per bucket, these two and any other
+	Objects  int               `json:"objects"`   // in every object store
+	PerStore map[string]int    `json:"per_store"` // objects per store
 	Messages map[string]uint64 `json:"stream_messages,omitempty"`
 	// Retention says what was waited for: the flags given to the services,
 	// or why none could be.
@@ -104,11 +117,20 @@ type Leftovers struct {
 	Err       string        `json:"err,omitempty"`
 }
 
-// Total is the number of keys and objects left.
-func (l Leftovers) Total() int { return l.Sessions + l.Runs + l.Objects }
+// Total is the number of keys (in every bucket) and objects left.
+func (l Leftovers) Total() int {
+	n := l.Objects
+	for _, k := range l.Keys {
+		n += k
+	}
+	return n
+}
 
 func leftoversOf(s BusState) Leftovers {
-	return Leftovers{Sessions: s.Keys[bus.BucketSession], Runs: s.Keys[bus.BucketRuns], Objects: s.Objects, Messages: s.Messages}
+	return Leftovers{
+		Sessions: s.Keys[bus.BucketSession], Runs: s.Keys[bus.BucketRuns], Keys: s.Keys,
+		Objects: s.ObjectCount(), PerStore: s.Objects, Messages: s.Messages,
+	}
 }
 
 // WaitLeftovers polls the bus until no key or object is left or until

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -81,6 +82,8 @@ type Topology struct {
 	PlannerURL string
 	ActorURL   string
 
+	knownUsers map[string]string // from accounts.conf, when Auth is on
+
 	mu      sync.Mutex
 	closing bool
 	exits   []Exit
@@ -146,7 +149,10 @@ func (t *Topology) startNATS(ctx context.Context) error {
 	if t.Opts.Kind == Cluster {
 		routes = ports[n : 2*n]
 	}
-	env := t.passwordEnv()
+	env, err := t.passwordEnv()
+	if err != nil {
+		return err
+	}
 	for i := range n {
 		name := fmt.Sprintf("nats-%d", i+1)
 		spec := NodeSpec{Name: name, ClientPort: ports[i], HTTPPort: ports[2*n+i], StoreDir: filepath.Join(t.Opts.Dir, name, "jetstream")}
@@ -349,6 +355,24 @@ func (t *Topology) Exits() []Exit {
 	return append([]Exit(nil), t.exits...)
 }
 
+// Violations returns the permission violations the nodes logged (with
+// Auth on, a service that needs a subject its user may not use).
+func (t *Topology) Violations() []string {
+	var out []string
+	for _, n := range t.Nodes {
+		data, err := os.ReadFile(n.Proc.Log)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, "Violation") {
+				out = append(out, n.Spec.Name+": "+line)
+			}
+		}
+	}
+	return out
+}
+
 // Procs returns every process of the topology.
 func (t *Topology) Procs() []*Proc {
 	var ps []*Proc
@@ -387,18 +411,52 @@ func (t *Topology) Close() {
 	wg.Wait()
 }
 
-// Credentials of the compose users, when Auth is on.
+// Users are the NATS users of compose/nats/accounts.conf with the
+// environment variable that holds each one's password; read from the file
+// so that users added there need nothing here.
+func (t *Topology) users() (map[string]string, error) {
+	data, err := os.ReadFile(filepath.Join(t.Opts.Root, "compose", "nats", "accounts.conf"))
+	if err != nil {
+		return nil, err
+	}
+	users := map[string]string{}
+	for _, m := range userLine.FindAllStringSubmatch(string(data), -1) {
+		users[m[1]] = m[2]
+	}
+	if len(users) == 0 {
+		return nil, errors.New("accounts.conf: no users with a $PLANACT_PW_… password")
+	}
+	return users, nil
+}
+
+var userLine = regexp.MustCompile(`user:\s*([A-Za-z0-9_-]+)\s*,?\s*password:\s*\$([A-Za-z0-9_]+)`)
+
 func password(user string) string { return "chaos-" + user }
 
-func (t *Topology) passwordEnv() []string {
+// passwordEnv sets every user's password for nats-server, when Auth is on.
+func (t *Topology) passwordEnv() ([]string, error) {
 	if !t.Opts.Auth {
-		return nil
+		return nil, nil
 	}
+	users, err := t.users()
+	if err != nil {
+		return nil, err
+	}
+	t.knownUsers = users
 	var env []string
-	for _, u := range []string{SessionStore, PlannerGateway, PlanParser, ActDispatcher, ActorGateway, "trainer", "admin", "sys"} {
-		env = append(env, "PLANACT_PW_"+strings.ToUpper(strings.ReplaceAll(u, "-", "_"))+"="+password(u))
+	for u, v := range users {
+		env = append(env, v+"="+password(u))
 	}
-	return env
+	return env, nil
+}
+
+// TrainerUser is the NATS user a trainer of role connects as: its own
+// (trainer-<role>) where accounts.conf has one, else trainer.
+func (t *Topology) TrainerUser(role string) string {
+	if _, ok := t.knownUsers["trainer-"+role]; ok {
+		return "trainer-" + role
+	}
+	return "trainer"
 }
 
 // ClientURLs returns the comma-separated client URLs of every node, with
