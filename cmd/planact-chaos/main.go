@@ -73,6 +73,7 @@ type common struct {
 	history     time.Duration
 	results     time.Duration
 	logLevel    string
+	serveFlags  string
 }
 
 func (c *common) register(fs *flag.FlagSet, duration time.Duration, rollouts int) {
@@ -89,6 +90,7 @@ func (c *common) register(fs *flag.FlagSet, duration time.Duration, rollouts int
 	fs.StringVar(&c.work, "work", "", "parent of the work directories (configs, data, logs; default: the system's temporary directory)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the work directories (logs, JetStream stores) after the run")
 	fs.BoolVar(&c.auth, "auth", false, "run NATS with the users and permissions of compose/nats/accounts.conf")
+	fs.StringVar(&c.serveFlags, "serve-flags", "", "more flags for every `planact serve`, space-separated (e.g. \"--stall-timeout 30s\")")
 	fs.StringVar(&c.logLevel, "log-level", "", "PLANACT_LOG_LEVEL of the services (debug shows why a message was dropped)")
 }
 
@@ -178,7 +180,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			Rollouts: c.rollouts, Concurrency: c.concurrency, Tasks: c.tasks, PerPrompt: c.perPrompt,
 			Faults: *faults, Span: c.duration, RolloutTimeout: *rolloutTimeout, ActTimeout: *actTimeout,
 			Retention: chaos.Retention{History: c.history, Results: c.results},
-			Auth:      c.auth, LogLevel: c.logLevel, Progress: stdout,
+			Auth:      c.auth, LogLevel: c.logLevel, ServeFlags: strings.Fields(c.serveFlags), Progress: stdout,
 		}
 		o.Kinds = chaos.FaultKinds(top)
 		if *kinds != "" {
@@ -256,7 +258,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			Duration: c.duration, Interval: *interval,
 			Concurrency: c.concurrency, Tasks: c.tasks, PerPrompt: c.perPrompt,
 			Retention: chaos.Retention{History: c.history, Results: c.results},
-			Auth:      c.auth, LogLevel: c.logLevel, Progress: stdout,
+			Auth:      c.auth, LogLevel: c.logLevel, ServeFlags: strings.Fields(c.serveFlags), Progress: stdout,
 		})
 		if c.keep || err != nil {
 			fmt.Fprintf(stdout, "%s: logs and stores kept in %s\n", top, dir)

@@ -62,7 +62,8 @@ type Options struct {
 	RetentionSlack time.Duration
 	Auth           bool
 	Processes      map[string]int
-	LogLevel       string // of the services
+	LogLevel       string   // of the services
+	ServeFlags     []string // more flags of `planact serve`, e.g. --stall-timeout 30s
 	Progress       io.Writer
 }
 
@@ -133,7 +134,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	top, err := StartTopology(ctx, TopologyOptions{
 		Kind: o.Topology, Dir: o.Dir, Root: o.Root, Bin: o.Bin, Auth: o.Auth,
-		Retention: retention, Processes: o.Processes, Progress: o.Progress, LogLevel: o.LogLevel,
+		Retention: retention, Processes: o.Processes, Progress: o.Progress, LogLevel: o.LogLevel, ServeFlags: o.ServeFlags,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("start %s: %w", o.Topology, err))
@@ -166,9 +167,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer actor.Close()
 
-	schedule := NewSchedule(ScheduleOptions{Topology: o.Topology, Faults: o.Faults, Span: o.Span, Kinds: o.Kinds, Seed: o.Seed})
+	ackWaits := AckWaits(ctx, js)
+	rep.Settings.AckWaits = map[string]string{}
+	for svc, d := range ackWaits {
+		rep.Settings.AckWaits[svc] = d.String()
+	}
+	schedule := NewSchedule(ScheduleOptions{Topology: o.Topology, Faults: o.Faults, Span: o.Span, Kinds: o.Kinds, Seed: o.Seed, AckWaits: ackWaits})
 	rep.Settings.Faults = schedule
-	say("seed %d, %d faults planned:", o.Seed, len(schedule))
+	say("seed %d, ack waits %v, %d faults planned:", o.Seed, rep.Settings.AckWaits, len(schedule))
 	for _, f := range schedule {
 		say("  %s", f)
 	}

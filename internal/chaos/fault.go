@@ -49,6 +49,36 @@ func DefaultAckWaits() map[string]time.Duration {
 	return map[string]time.Duration{ActDispatcher: 30 * time.Second, PlannerGateway: 60 * time.Second}
 }
 
+// AckWaits reads the ack wait of every durable consumer of planact's
+// streams and returns the longest per service (a consumer belongs to the
+// service its name starts with). Services it cannot read keep the
+// defaults.
+func AckWaits(ctx context.Context, js jetstream.JetStream) map[string]time.Duration {
+	out := DefaultAckWaits()
+	found := map[string]time.Duration{}
+	for _, stream := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct} {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st, err := js.Stream(lctx, stream)
+		if err != nil {
+			cancel()
+			continue
+		}
+		lister := st.ListConsumers(lctx)
+		for info := range lister.Info() {
+			for _, svc := range ServiceNames {
+				if strings.HasPrefix(info.Config.Durable, svc) {
+					found[svc] = max(found[svc], info.Config.AckWait)
+				}
+			}
+		}
+		cancel()
+	}
+	for svc, d := range found {
+		out[svc] = d
+	}
+	return out
+}
+
 // Fault is one planned fault.
 type Fault struct {
 	Kind string        `json:"kind"`

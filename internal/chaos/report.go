@@ -52,17 +52,18 @@ func ThisMachine() Machine {
 
 // Settings are the knobs of a run, as reported.
 type Settings struct {
-	Seed           int64    `json:"seed"`
-	Rollouts       int      `json:"rollouts"` // asked for, at least
-	Concurrency    int      `json:"concurrency"`
-	Tasks          int      `json:"tasks"`
-	PerPrompt      int      `json:"samples_per_prompt"`
-	RolloutTimeout string   `json:"rollout_timeout"`
-	ActTimeout     string   `json:"act_timeout"`
-	Span           string   `json:"span"`
-	Faults         []Fault  `json:"schedule,omitempty"`
-	ServeArgs      []string `json:"serve_args"`
-	Auth           bool     `json:"auth"`
+	Seed           int64             `json:"seed"`
+	Rollouts       int               `json:"rollouts"` // asked for, at least
+	Concurrency    int               `json:"concurrency"`
+	Tasks          int               `json:"tasks"`
+	PerPrompt      int               `json:"samples_per_prompt"`
+	RolloutTimeout string            `json:"rollout_timeout"`
+	ActTimeout     string            `json:"act_timeout"`
+	Span           string            `json:"span"`
+	Faults         []Fault           `json:"schedule,omitempty"`
+	AckWaits       map[string]string `json:"ack_waits,omitempty"` // the stops outlast these
+	ServeArgs      []string          `json:"serve_args"`
+	Auth           bool              `json:"auth"`
 }
 
 // Report is the outcome of one chaos run on one topology.

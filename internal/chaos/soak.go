@@ -39,7 +39,8 @@ type SoakOptions struct {
 	RetentionSlack time.Duration
 	Auth           bool
 	Processes      map[string]int
-	LogLevel       string // of the services
+	LogLevel       string   // of the services
+	ServeFlags     []string // more flags of `planact serve`
 	Progress       io.Writer
 }
 
@@ -150,7 +151,7 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 	}
 	top, err := StartTopology(ctx, TopologyOptions{
 		Kind: o.Topology, Dir: o.Dir, Root: o.Root, Bin: o.Bin, Auth: o.Auth,
-		Retention: retention, Processes: o.Processes, Progress: o.Progress, LogLevel: o.LogLevel,
+		Retention: retention, Processes: o.Processes, Progress: o.Progress, LogLevel: o.LogLevel, ServeFlags: o.ServeFlags,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("start %s: %w", o.Topology, err))

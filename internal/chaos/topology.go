@@ -64,7 +64,9 @@ type TopologyOptions struct {
 	Processes map[string]int // per service; nil = DefaultProcesses
 	SimFlags  []string       // extra flags of `planact sim`
 	LogLevel  string         // PLANACT_LOG_LEVEL of the services; "" = theirs (info)
-	Progress  io.Writer      // one line per lifecycle event; nil = quiet
+	// ServeFlags are more flags of `planact serve`, given to every service.
+	ServeFlags []string
+	Progress   io.Writer // one line per lifecycle event; nil = quiet
 }
 
 // Node is one nats-server.
@@ -280,6 +282,7 @@ func (t *Topology) ServeArgs(service string) []string {
 	if r := t.Opts.Retention; r.Results > 0 {
 		args = append(args, "--result-retention", r.Results.String())
 	}
+	args = append(args, t.Opts.ServeFlags...)
 	return append(args, service)
 }
 
