@@ -161,6 +161,9 @@ func Markdown(reports []*Report) string {
 	}
 	for _, r := range reports {
 		fmt.Fprintf(&b, "\n### %s\n\n", r.Topology)
+		m := r.Machine
+		fmt.Fprintf(&b, "machine: nproc %d (%s), %s GiB, %s, %s; load average at start %s; started %s\n\n",
+			m.CPUs, m.CPU, m.MemoryGiB, m.Go, m.OS, m.Load, r.Started.UTC().Format(time.RFC3339))
 		s := r.Settings
 		fmt.Fprintf(&b, "seed %d, %.0fs, %d rollouts (%d in flight, %d tasks × %d), rollout timeout %s, act timeout %s; `planact %s`\n\n",
 			s.Seed, r.Seconds, r.Tally.Rollouts, s.Concurrency, s.Tasks, s.PerPrompt, s.RolloutTimeout, s.ActTimeout, strings.Join(s.ServeArgs, " "))
