@@ -46,6 +46,7 @@ type RolloutCheck struct {
 func Check(rec RolloutRecord, results map[string]int, executed map[string]bool) RolloutCheck {
 	c := RolloutCheck{Rollout: rec.Rollout, Episodes: rec.Episodes, ExecutedActs: len(executed)}
 	problem := func(format string, a ...any) { c.Problems = append(c.Problems, fmt.Sprintf(format, a...)) }
+	var clientProblems []string // after the others: they say less
 	for _, r := range []struct {
 		role string
 		out  RoleOutcome
@@ -53,7 +54,7 @@ func Check(rec RolloutRecord, results map[string]int, executed map[string]bool) 
 		c.ResultMessages += results[r.role]
 		c.ClientErrors += len(r.out.ClientErrors)
 		if len(r.out.ClientErrors) > 0 {
-			problem("%s: the client gave up %d times before the deadline (first: %s)", r.role, len(r.out.ClientErrors), r.out.ClientErrors[0])
+			clientProblems = append(clientProblems, fmt.Sprintf("%s: the client gave up %d times before the deadline (first: %s)", r.role, len(r.out.ClientErrors), r.out.ClientErrors[0]))
 		}
 		switch {
 		case results[r.role] == 0 && r.out.Status == "":
@@ -124,6 +125,7 @@ func Check(rec RolloutRecord, results map[string]int, executed map[string]bool) 
 		}
 	}
 
+	c.Problems = append(c.Problems, clientProblems...)
 	switch {
 	case c.Lost:
 		c.Verdict = VerdictLost

@@ -3,6 +3,8 @@ package chaos
 import (
 	"sort"
 	"time"
+
+	"github.com/planact/planact/pkg/schema"
 )
 
 // Recovery says how the rollouts in flight came through one fault.
@@ -12,7 +14,9 @@ import (
 // result had been stored by then. An episode moves when the bus stores a
 // message that shows it moving: an act outcome (act.N.done.E.K), a planner
 // output (plan.N.out.E), its end (rollout.N.end.E), or a result of its
-// rollout. Times are JetStream's stored times, on the clock of the machine.
+// rollout when it is ok (a partial result after the rollout's time-out
+// does not move the episodes it gave up on). Times are JetStream's stored
+// times, on the clock of the machine.
 // An episode that had not moved for StallWindow before F (nor had its
 // rollout started in that window) was stuck already: it is counted apart,
 // so that one earlier hang does not stand for every later fault.
@@ -51,6 +55,7 @@ func RecoveryOf(at time.Time, recs []RolloutRecord, events func(int64) []Event) 
 		if !rec.Started.Before(at) {
 			continue
 		}
+		resultMoves := rec.Planner.Status == schema.ResultOK && rec.Actor.Status == schema.ResultOK
 		done := false
 		ended := map[int]bool{}
 		for _, ev := range evs {
@@ -87,7 +92,7 @@ func RecoveryOf(at time.Time, recs []RolloutRecord, events func(int64) []Event) 
 			r.InFlight++
 			moved := time.Time{}
 			for _, ev := range evs {
-				if ev.At.After(at) && (ev.Episode == e || ev.What == "result") {
+				if ev.At.After(at) && (ev.Episode == e || ev.What == "result" && resultMoves) {
 					moved = ev.At
 					break
 				}

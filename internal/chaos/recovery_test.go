@@ -5,18 +5,20 @@ import (
 	"time"
 
 	"github.com/planact/planact/internal/chaos"
+	"github.com/planact/planact/pkg/schema"
 )
 
 func TestRecoveryOf(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	fault := at(10)
+	ok := chaos.RoleOutcome{Status: schema.ResultOK}
 	recs := []chaos.RolloutRecord{
-		{Rollout: 1, Episodes: 2, Started: at(1)},   // episode 0 ended before the fault; 1 moves 4s after
-		{Rollout: 2, Episodes: 1, Started: at(2)},   // its result came before the fault: not in flight
-		{Rollout: 3, Episodes: 2, Started: at(9)},   // episode 0 moves at +1s, episode 1 never
-		{Rollout: 4, Episodes: 1, Started: at(12)},  // started after the fault
-		{Rollout: 5, Episodes: 1, Started: at(-60)}, // stuck since long before the fault
+		{Rollout: 1, Episodes: 2, Started: at(1), Planner: ok, Actor: ok},   // episode 0 ended before the fault; 1 moves 4s after
+		{Rollout: 2, Episodes: 1, Started: at(2), Planner: ok, Actor: ok},   // its result came before the fault: not in flight
+		{Rollout: 3, Episodes: 2, Started: at(9), Planner: ok, Actor: ok},   // episode 0 moves at +1s, episode 1 never
+		{Rollout: 4, Episodes: 1, Started: at(12), Planner: ok, Actor: ok},  // started after the fault
+		{Rollout: 5, Episodes: 1, Started: at(-60), Planner: ok, Actor: ok}, // stuck since long before the fault
 	}
 	events := map[int64][]chaos.Event{
 		1: {{At: at(5), Episode: 0, What: "end"}, {At: at(14), Episode: 1, What: "act"}},
@@ -36,5 +38,12 @@ func TestRecoveryOf(t *testing.T) {
 	r = chaos.RecoveryOf(fault, recs, func(n int64) []chaos.Event { return events[n] })
 	if r.Unrecovered != 0 || r.Full != 6*time.Second {
 		t.Errorf("after the result: recovery %+v, want every episode moved within 6s", r)
+	}
+
+	// A partial result (the rollout's time-out) moves nothing.
+	recs[2].Planner.Status, recs[2].Actor.Status = schema.ResultPartial, schema.ResultPartial
+	r = chaos.RecoveryOf(fault, recs, func(n int64) []chaos.Event { return events[n] })
+	if r.Unrecovered != 1 || r.Full != 4*time.Second {
+		t.Errorf("after a partial result: recovery %+v, want one episode never moved", r)
 	}
 }
