@@ -222,7 +222,8 @@ had started and neither the episode's end nor the rollout's result was stored by
 JetStream stores an act outcome, a planner output or the end of that episode, or a result of its
 rollout. "first progress" is F to the first such message of any rollout; "all moved" is F until every
 episode in flight at F had moved; "never moved" counts episodes that did not move again. Episodes that
-had not moved for 45s before F were stuck already and are counted apart ("stuck before"), not timed.
+had not moved for 45s before F were stuck already and are counted apart ("stuck before"), not timed;
+"–" means nothing was in flight at F (for instance, every trainer was still waiting for a result already published).
 "target ready" is F until the killed process (or node, after /healthz) was ready again.
 `
 
