@@ -56,8 +56,9 @@ type SoakSample struct {
 
 // Soak phases.
 const (
-	PhaseLoad      = "load"
-	PhaseRetention = "retention"
+	PhaseLoad      = "load"      // rollouts start
+	PhaseDrain     = "drain"     // no more start; those in flight end (a hung one at its deadline)
+	PhaseRetention = "retention" // waiting for the retention to empty the buckets
 )
 
 // MemoryTrend compares a process's mean RSS over the second third of the
@@ -208,6 +209,7 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 
 	loadDone := make(chan struct{})
 	samplerDone := make(chan struct{})
+	until := make(chan struct{})
 	go func() {
 		defer close(samplerDone)
 		tick := time.NewTicker(o.Interval)
@@ -220,15 +222,20 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				sample(PhaseLoad, nil)
+				phase := PhaseLoad
+				select {
+				case <-until:
+					phase = PhaseDrain
+				default:
+				}
+				sample(phase, nil)
 				mu.Lock()
 				n := len(recs)
 				mu.Unlock()
-				say("%s: %d rollouts", time.Since(start).Round(time.Second), n)
+				say("%s %s: %d rollouts finished", phase, time.Since(start).Round(time.Second), n)
 			}
 		}
 	}()
-	until := make(chan struct{})
 	go func() {
 		select {
 		case <-time.After(o.Duration):
@@ -249,15 +256,16 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 			mu.Unlock()
 		},
 	})
-	loadSeconds := time.Since(start).Seconds()
+	drained := time.Since(start)
 	close(loadDone)
 	<-samplerDone
 	if err != nil {
 		return fail(err)
 	}
-	sample(PhaseLoad, nil)
-	rep.RolloutsPerSec = float64(len(recs)) / loadSeconds
-	say("load done: %d rollouts in %.0fs (%.1f/s); checking the ledger", len(recs), loadSeconds, rep.RolloutsPerSec)
+	sample(PhaseDrain, nil)
+	rep.RolloutsPerSec = float64(len(recs)) / o.Duration.Seconds()
+	say("load done: %d rollouts in %s (%.1f/s), the last ended after %s; checking the ledger",
+		len(recs), o.Duration, rep.RolloutsPerSec, drained.Round(time.Second))
 
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	err = obs.CaughtUp(cctx)
@@ -294,7 +302,7 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 	})
 	sample(PhaseRetention, nil)
 	l.Retention = desc
-	l.Waited = time.Since(start) - time.Duration(loadSeconds*float64(time.Second))
+	l.Waited = time.Since(start) - drained
 	rep.Leftovers = l
 	rep.Memory, rep.Consumers = trends(rep.Samples)
 	rep.Exits = top.Exits()

@@ -125,6 +125,8 @@ func plotSoak(path string, r *SoakReport) error {
 			endLoad = s.Seconds
 		}
 	}
+	// The dashed line marks the end of the load (then the drain and the
+	// retention phases).
 	series := func(p *plot.Plot, names []string, value func(SoakSample, string) float64) error {
 		var vs []any
 		for _, name := range names {
@@ -195,7 +197,7 @@ func plotSoak(path string, r *SoakReport) error {
 // memory and consumer trends.
 func SoakMarkdown(reports []*SoakReport) string {
 	var b strings.Builder
-	b.WriteString("| topology | load | rollouts | per second | not ok | memory flat after warm-up | consumers bounded | keys at end of load (sessions/runs) | objects | left after retention (sessions/runs/objects) |\n")
+	b.WriteString("| topology | load | rollouts | per second of load | not ok | memory flat after warm-up | consumers bounded | keys when the last rollout ended (sessions/runs) | objects then | left after retention (sessions/runs/objects) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range reports {
 		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %d | %s | %s | %d/%d | %d | %d/%d/%d |\n",
@@ -219,7 +221,7 @@ func SoakMarkdown(reports []*SoakReport) string {
 		for _, t := range mem {
 			fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.3f | %.1f |\n", t.Proc, t.WarmMB, t.LastMB, t.Ratio, t.MaxMB)
 		}
-		b.WriteString("\n| stream | consumers, max 1st half | max 2nd half | end of load | after retention |\n|---|---|---|---|---|\n")
+		b.WriteString("\n| stream | consumers, max 1st half of the load | max 2nd half | end of load | at the end |\n|---|---|---|---|---|\n")
 		for _, c := range r.Consumers {
 			fmt.Fprintf(&b, "| %s | %d | %d | %d | %d |\n", c.Stream, c.FirstHalfMax, c.SecondHalfMax, c.EndOfLoad, c.AfterRetention)
 		}
