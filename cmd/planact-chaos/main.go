@@ -230,6 +230,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var c common
 	c.register(fs, 10*time.Minute, 0)
 	interval := fs.Duration("interval", 5*time.Second, "time between samples")
+	rolloutTimeout := fs.Duration("rollout-timeout", 2*time.Minute, "rollouts' deadline (rollout_timeout_s); trainers wait a minute longer")
 	fs.DurationVar(&c.history, "history", 2*time.Minute, "planact serve --history, when it has the flag")
 	fs.DurationVar(&c.results, "result-retention", time.Minute, "planact serve --result-retention, when it has the flag")
 	if err := fs.Parse(args); err != nil {
@@ -255,12 +256,12 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		rep, err := chaos.Soak(ctx, chaos.SoakOptions{
 			Topology: top, Root: root, Bin: bin, Dir: dir, Seed: c.seed,
-			Duration: c.duration, Interval: *interval,
+			Duration: c.duration, Interval: *interval, RolloutTimeout: *rolloutTimeout,
 			Concurrency: c.concurrency, Tasks: c.tasks, PerPrompt: c.perPrompt,
 			Retention: chaos.Retention{History: c.history, Results: c.results},
 			Auth:      c.auth, LogLevel: c.logLevel, ServeFlags: strings.Fields(c.serveFlags), Progress: stdout,
 		})
-		if c.keep || err != nil {
+		if c.keep || err != nil || rep != nil && rep.Tally.OK != rep.Tally.Rollouts {
 			fmt.Fprintf(stdout, "%s: logs and stores kept in %s\n", top, dir)
 		} else {
 			os.RemoveAll(dir)
