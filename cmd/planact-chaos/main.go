@@ -142,9 +142,10 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.register(fs, 3*time.Minute, 100)
 	faults := fs.Int("faults", 0, "faults per topology (0 = each kind of the topology once)")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default: all of the topology)")
-	rolloutTimeout := fs.Duration("rollout-timeout", 5*time.Minute, "rollouts' deadline (rollout_timeout_s); trainers wait a minute longer")
+	rolloutTimeout := fs.Duration("rollout-timeout", 5*time.Minute, "rollouts' deadline (rollout_timeout_s); trainers wait the barrier time-out and a minute longer")
+	barrierTimeout := fs.Duration("barrier-timeout", time.Minute, "how long one role waits for the other (barrier_timeout_s)")
 	actTimeout := fs.Duration("act-timeout", 10*time.Second, "per-attempt act time-out (act_timeout_s)")
-	fs.DurationVar(&c.history, "history", 6*time.Minute, "planact serve --history, when it has the flag (must outlast a rollout)")
+	fs.DurationVar(&c.history, "history", 8*time.Minute, "planact serve --history, when it has the flag (must outlast the barrier and rollout time-outs)")
 	fs.DurationVar(&c.results, "result-retention", time.Minute, "planact serve --result-retention, when it has the flag")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -178,7 +179,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		o := chaos.Options{
 			Topology: top, Root: root, Bin: bin, Dir: dir, Seed: c.seed,
 			Rollouts: c.rollouts, Concurrency: c.concurrency, Tasks: c.tasks, PerPrompt: c.perPrompt,
-			Faults: *faults, Span: c.duration, RolloutTimeout: *rolloutTimeout, ActTimeout: *actTimeout,
+			Faults: *faults, Span: c.duration, RolloutTimeout: *rolloutTimeout, BarrierTimeout: *barrierTimeout, ActTimeout: *actTimeout,
 			Retention: chaos.Retention{History: c.history, Results: c.results},
 			Auth:      c.auth, LogLevel: c.logLevel, ServeFlags: strings.Fields(c.serveFlags), Progress: stdout,
 		}
@@ -230,8 +231,9 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var c common
 	c.register(fs, 10*time.Minute, 0)
 	interval := fs.Duration("interval", 5*time.Second, "time between samples")
-	rolloutTimeout := fs.Duration("rollout-timeout", 2*time.Minute, "rollouts' deadline (rollout_timeout_s); trainers wait a minute longer")
-	fs.DurationVar(&c.history, "history", 2*time.Minute, "planact serve --history, when it has the flag")
+	rolloutTimeout := fs.Duration("rollout-timeout", 2*time.Minute, "rollouts' deadline (rollout_timeout_s); trainers wait the barrier time-out and a minute longer")
+	barrierTimeout := fs.Duration("barrier-timeout", time.Minute, "how long one role waits for the other (barrier_timeout_s)")
+	fs.DurationVar(&c.history, "history", 4*time.Minute, "planact serve --history, when it has the flag (must outlast the barrier and rollout time-outs)")
 	fs.DurationVar(&c.results, "result-retention", time.Minute, "planact serve --result-retention, when it has the flag")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -256,7 +258,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		rep, err := chaos.Soak(ctx, chaos.SoakOptions{
 			Topology: top, Root: root, Bin: bin, Dir: dir, Seed: c.seed,
-			Duration: c.duration, Interval: *interval, RolloutTimeout: *rolloutTimeout,
+			Duration: c.duration, Interval: *interval, RolloutTimeout: *rolloutTimeout, BarrierTimeout: *barrierTimeout,
 			Concurrency: c.concurrency, Tasks: c.tasks, PerPrompt: c.perPrompt,
 			Retention: chaos.Retention{History: c.history, Results: c.results},
 			Auth:      c.auth, LogLevel: c.logLevel, ServeFlags: strings.Fields(c.serveFlags), Progress: stdout,

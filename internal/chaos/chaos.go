@@ -49,9 +49,12 @@ type Options struct {
 	// that the system is seen working after it.
 	Settle time.Duration
 
-	// RolloutTimeout is the rollouts' deadline (rollout_timeout_s); the
-	// trainers wait Grace longer for planact to say so.
+	// RolloutTimeout is the rollouts' deadline (rollout_timeout_s) and
+	// BarrierTimeout how long one role waits for the other
+	// (barrier_timeout_s); the trainers wait both and Grace longer for
+	// planact to say so.
 	RolloutTimeout time.Duration
+	BarrierTimeout time.Duration
 	Grace          time.Duration
 	ActTimeout     time.Duration // act_timeout_s
 	// Retention is passed to the services when the planact binary takes
@@ -95,6 +98,9 @@ func (o *Options) defaults() {
 	if o.RolloutTimeout <= 0 {
 		o.RolloutTimeout = 5 * time.Minute
 	}
+	if o.BarrierTimeout <= 0 {
+		o.BarrierTimeout = time.Minute
+	}
 	if o.Grace <= 0 {
 		o.Grace = time.Minute
 	}
@@ -108,7 +114,22 @@ func (o *Options) defaults() {
 
 // rolloutConfig is what the planner's arrival asks for.
 func (o *Options) rolloutConfig() schema.Config {
-	return schema.Config{RolloutTimeoutS: o.RolloutTimeout.Seconds(), ActTimeoutS: o.ActTimeout.Seconds()}
+	return schema.Config{
+		RolloutTimeoutS: o.RolloutTimeout.Seconds(), BarrierTimeoutS: o.BarrierTimeout.Seconds(),
+		ActTimeoutS: o.ActTimeout.Seconds(),
+	}
+}
+
+// wait is how long a trainer waits for its result.
+func (o *Options) wait() time.Duration { return o.BarrierTimeout + o.RolloutTimeout + o.Grace }
+
+// checkRetention refuses a history that a rollout could outlive: planact
+// would forget a rollout (its session, its messages) while it runs.
+func (o *Options) checkRetention() error {
+	if h := o.Retention.History; o.Bin.RetentionFlags && h > 0 && h <= o.BarrierTimeout+o.RolloutTimeout {
+		return fmt.Errorf("history %s: want more than the barrier and rollout time-outs (%s + %s)", h, o.BarrierTimeout, o.RolloutTimeout)
+	}
+	return nil
 }
 
 // Run carries out one chaos run and returns its report; an error means the
@@ -118,7 +139,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep := &Report{Topology: o.Topology, Started: time.Now(), Machine: ThisMachine()}
 	rep.Settings = Settings{
 		Seed: o.Seed, Rollouts: o.Rollouts, Concurrency: o.Concurrency, Tasks: o.Tasks, PerPrompt: o.PerPrompt,
-		RolloutTimeout: o.RolloutTimeout.String(), ActTimeout: o.ActTimeout.String(), Span: o.Span.String(), Auth: o.Auth,
+		RolloutTimeout: o.RolloutTimeout.String(), BarrierTimeout: o.BarrierTimeout.String(),
+		ActTimeout: o.ActTimeout.String(), Span: o.Span.String(), Auth: o.Auth,
 	}
 	say := progressFunc(o.Progress, o.Topology)
 	fail := func(err error) (*Report, error) {
@@ -128,6 +150,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return rep, err
 	}
 
+	if err := o.checkRetention(); err != nil {
+		return fail(err)
+	}
 	retention := o.Retention
 	if !o.Bin.RetentionFlags {
 		retention = Retention{}
@@ -205,7 +230,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		ActorEngine:   schema.Engine{URL: top.ActorURL, Protocol: "sglang"},
 		FirstRollout:  o.FirstRollout, Rollouts: o.Rollouts, Concurrency: o.Concurrency,
 		Tasks: o.Tasks, PerPrompt: o.PerPrompt, Seed: o.Seed, Config: o.rolloutConfig(),
-		Wait: o.RolloutTimeout + o.Grace, Until: settled,
+		Wait: o.wait(), Until: settled,
 		Done: func(r RolloutRecord) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -62,9 +62,9 @@ func TestChaosCluster(t *testing.T) {
 		Topology: chaos.Cluster, Root: root, Bin: bin, Dir: work, Seed: seed,
 		Rollouts: 24, Concurrency: 4, Tasks: 2, PerPrompt: 1,
 		Faults: len(kinds), Kinds: kinds, Span: time.Minute, Gap: 5 * time.Second, Settle: 10 * time.Second,
-		// A rollout's deadline stays below the history, so that planact
+		// A rollout's deadlines stay below the history, so that planact
 		// itself ends a late one before its session may expire.
-		RolloutTimeout: 100 * time.Second, Grace: 30 * time.Second,
+		BarrierTimeout: 20 * time.Second, RolloutTimeout: 90 * time.Second, Grace: 30 * time.Second,
 		Retention:      chaos.Retention{History: 2 * time.Minute, Results: 30 * time.Second},
 		RetentionSlack: 75 * time.Second,
 		Progress:       testWriter{t},

@@ -58,6 +58,7 @@ type Settings struct {
 	Tasks          int               `json:"tasks"`
 	PerPrompt      int               `json:"samples_per_prompt"`
 	RolloutTimeout string            `json:"rollout_timeout"`
+	BarrierTimeout string            `json:"barrier_timeout"`
 	ActTimeout     string            `json:"act_timeout"`
 	Span           string            `json:"span"`
 	Faults         []Fault           `json:"schedule,omitempty"`
@@ -165,8 +166,9 @@ func Markdown(reports []*Report) string {
 		fmt.Fprintf(&b, "machine: nproc %d (%s), %s GiB, %s, %s; load average at start %s; started %s\n\n",
 			m.CPUs, m.CPU, m.MemoryGiB, m.Go, m.OS, m.Load, r.Started.UTC().Format(time.RFC3339))
 		s := r.Settings
-		fmt.Fprintf(&b, "seed %d, %.0fs, %d rollouts (%d in flight, %d tasks × %d), rollout timeout %s, act timeout %s; `planact %s`\n\n",
-			s.Seed, r.Seconds, r.Tally.Rollouts, s.Concurrency, s.Tasks, s.PerPrompt, s.RolloutTimeout, s.ActTimeout, strings.Join(s.ServeArgs, " "))
+		fmt.Fprintf(&b, "seed %d, %.0fs, %d rollouts (%d in flight, %d tasks × %d), barrier timeout %s, rollout timeout %s, act timeout %s, ack waits %s; `planact %s`\n\n",
+			s.Seed, r.Seconds, r.Tally.Rollouts, s.Concurrency, s.Tasks, s.PerPrompt, s.BarrierTimeout, s.RolloutTimeout, s.ActTimeout,
+			formatCounts(s.AckWaits), strings.Join(s.ServeArgs, " "))
 		t := r.Tally
 		fmt.Fprintf(&b, "episodes %d, planner samples %d; executed acts (ACT stream) %d, actor samples %d; duplicate samples %d, missing %d, extra %d\n\n",
 			t.Episodes, t.PlannerSamples, t.ExecutedActs, t.ActorSamples, t.DuplicateSamples, t.MissingSamples, t.ExtraSamples)
@@ -260,7 +262,7 @@ func secs(d time.Duration) string {
 	return fmt.Sprintf("%.1fs", d.Seconds())
 }
 
-func formatCounts[V int | uint64](m map[string]V) string {
+func formatCounts[V int | uint64 | string](m map[string]V) string {
 	if len(m) == 0 {
 		return "–"
 	}
@@ -271,7 +273,7 @@ func formatCounts[V int | uint64](m map[string]V) string {
 	sort.Strings(keys)
 	var parts []string
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		parts = append(parts, fmt.Sprintf("%s %v", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
 }

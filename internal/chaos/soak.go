@@ -30,6 +30,7 @@ type SoakOptions struct {
 	FirstRollout int64
 
 	RolloutTimeout time.Duration
+	BarrierTimeout time.Duration
 	Grace          time.Duration
 	ActTimeout     time.Duration
 	// Retention is passed to the services when the binary takes the flags;
@@ -133,18 +134,23 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 		o.Interval = 5 * time.Second
 	}
 	co := Options{Concurrency: o.Concurrency, Tasks: o.Tasks, PerPrompt: o.PerPrompt, FirstRollout: o.FirstRollout,
-		RolloutTimeout: o.RolloutTimeout, Grace: o.Grace, ActTimeout: o.ActTimeout, RetentionSlack: o.RetentionSlack, Rollouts: 1}
+		RolloutTimeout: o.RolloutTimeout, BarrierTimeout: o.BarrierTimeout, Grace: o.Grace, ActTimeout: o.ActTimeout,
+		RetentionSlack: o.RetentionSlack, Rollouts: 1, Bin: o.Bin, Retention: o.Retention}
 	co.defaults()
 	rep := &SoakReport{Topology: o.Topology, Started: time.Now(), Machine: ThisMachine()}
 	rep.Settings = Settings{
 		Seed: o.Seed, Concurrency: co.Concurrency, Tasks: co.Tasks, PerPrompt: co.PerPrompt,
-		RolloutTimeout: co.RolloutTimeout.String(), ActTimeout: co.ActTimeout.String(), Span: o.Duration.String(), Auth: o.Auth,
+		RolloutTimeout: co.RolloutTimeout.String(), BarrierTimeout: co.BarrierTimeout.String(),
+		ActTimeout: co.ActTimeout.String(), Span: o.Duration.String(), Auth: o.Auth,
 	}
 	say := progressFunc(o.Progress, o.Topology)
 	fail := func(err error) (*SoakReport, error) {
 		rep.Err = err.Error()
 		rep.Seconds = time.Since(rep.Started).Seconds()
 		return rep, err
+	}
+	if err := co.checkRetention(); err != nil {
+		return fail(err)
 	}
 	retention := o.Retention
 	if !o.Bin.RetentionFlags {
@@ -249,7 +255,7 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 		ActorEngine:   schema.Engine{URL: top.ActorURL, Protocol: "sglang"},
 		FirstRollout:  co.FirstRollout, Concurrency: co.Concurrency,
 		Tasks: co.Tasks, PerPrompt: co.PerPrompt, Seed: o.Seed, Config: co.rolloutConfig(),
-		Wait: co.RolloutTimeout + co.Grace, Until: until,
+		Wait: co.wait(), Until: until,
 		Done: func(r RolloutRecord) {
 			mu.Lock()
 			recs = append(recs, r)
