@@ -244,7 +244,7 @@ func SoakMarkdown(reports []*SoakReport) string {
 			}
 		}
 	}
-	fmt.Fprintf(&b, "\nMemory is flat when every process's mean RSS over the last third of the load is at most %.0f%% above its mean over the second third (the first third is warm-up). Consumers are bounded when no stream has more in the second half of the load than in the first. The harness's own consumers are counted too: three ordered consumers, and each trainer's result wait makes one that the server removes 30s after it stops pulling.\n", (FlatRatio-1)*100)
+	fmt.Fprintf(&b, "\nMemory is flat when every process's mean RSS over the last third of the load is at most %.0f%% above its mean over the second third (the first third is warm-up). Consumers are bounded when no stream has more in the second half of the load than in the first. The harness's own consumers are counted too: three ordered consumers, plus whatever pkg/client makes to wait for results. Memory of nats-server grows until the load has lasted longer than the history: for a flat line, soak for several times --history.\n", (FlatRatio-1)*100)
 	return b.String()
 }
 
