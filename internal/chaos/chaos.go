@@ -263,6 +263,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			rep.Problems = append(rep.Problems, c)
 		}
 	}
+	rep.Pickup = PickupOf(recs, obs.ResultAt)
 	for i := range rep.Faults {
 		rep.Faults[i].Recovery = RecoveryOf(rep.Faults[i].At, recs, obs.Events)
 	}

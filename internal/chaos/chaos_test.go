@@ -64,7 +64,9 @@ func TestChaosCluster(t *testing.T) {
 		Faults: len(kinds), Kinds: kinds, Span: time.Minute, Gap: 5 * time.Second, Settle: 10 * time.Second,
 		// A rollout's deadlines stay below the history, so that planact
 		// itself ends a late one before its session may expire.
-		BarrierTimeout: 20 * time.Second, RolloutTimeout: 90 * time.Second, Grace: 30 * time.Second,
+		// The barrier outlasts a whole-cluster restart: a trainer's
+		// arrival may wait for the cluster to come back.
+		BarrierTimeout: 40 * time.Second, RolloutTimeout: 75 * time.Second, Grace: 30 * time.Second,
 		Retention:      chaos.Retention{History: 2 * time.Minute, Results: 30 * time.Second},
 		RetentionSlack: 75 * time.Second,
 		Progress:       testWriter{t},

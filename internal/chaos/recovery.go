@@ -141,10 +141,12 @@ func SumRecovery(faults []FaultRecord) map[string]RecoveryStats {
 			if !f.Ready.IsZero() {
 				ready = append(ready, f.Ready.Sub(f.At))
 			}
+			if f.Recovery.FirstProgress > 0 {
+				firsts = append(firsts, f.Recovery.FirstProgress)
+			}
 			if !f.Recovery.Measured {
 				continue
 			}
-			firsts = append(firsts, f.Recovery.FirstProgress)
 			fulls = append(fulls, f.Recovery.Full)
 			s.MaxFull = max(s.MaxFull, f.Recovery.Full)
 			s.Unrecovered += f.Recovery.Unrecovered

@@ -47,3 +47,19 @@ func TestRecoveryOf(t *testing.T) {
 		t.Errorf("after a partial result: recovery %+v, want one episode never moved", r)
 	}
 }
+
+func TestPickupOf(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var recs []chaos.RolloutRecord
+	stored := map[int64]time.Time{}
+	for i := range 100 {
+		n := int64(i)
+		recs = append(recs, chaos.RolloutRecord{Rollout: n, Ended: t0.Add(time.Duration(i+1) * time.Millisecond)})
+		stored[n] = t0
+	}
+	recs = append(recs, chaos.RolloutRecord{Rollout: 500, Ended: t0.Add(time.Hour)}) // its result never stored: not counted
+	p := chaos.PickupOf(recs, func(n int64) (time.Time, bool) { at, ok := stored[n]; return at, ok })
+	if p.Median != 51*time.Millisecond || p.P99 != 100*time.Millisecond || p.Max != 100*time.Millisecond {
+		t.Errorf("pickup %+v", p)
+	}
+}

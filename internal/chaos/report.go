@@ -69,12 +69,15 @@ type Settings struct {
 
 // Report is the outcome of one chaos run on one topology.
 type Report struct {
-	Topology  string                   `json:"topology"`
-	Started   time.Time                `json:"started"`
-	Seconds   float64                  `json:"seconds"`
-	Machine   Machine                  `json:"machine"`
-	Settings  Settings                 `json:"settings"`
-	Tally     Tally                    `json:"ledger"`
+	Topology string    `json:"topology"`
+	Started  time.Time `json:"started"`
+	Seconds  float64   `json:"seconds"`
+	Machine  Machine   `json:"machine"`
+	Settings Settings  `json:"settings"`
+	Tally    Tally     `json:"ledger"`
+	// Pickup is how long trainers took to get a result after the bus had
+	// stored it (pkg/client's wait), over every rollout with both results.
+	Pickup    Pickup                   `json:"result_pickup"`
 	Faults    []FaultRecord            `json:"faults"`
 	Recovery  map[string]RecoveryStats `json:"recovery"`
 	Leftovers Leftovers                `json:"leftovers"`
@@ -87,6 +90,32 @@ type Report struct {
 	ObserverErrors []string `json:"observer_errors,omitempty"`
 	Err            string   `json:"err,omitempty"` // the run could not be completed
 	Pass           bool     `json:"pass"`
+}
+
+// Pickup sums up how late trainers got results that the bus had stored.
+type Pickup struct {
+	Median time.Duration `json:"median_ns"`
+	P99    time.Duration `json:"p99_ns"`
+	Max    time.Duration `json:"max_ns"`
+}
+
+// PickupOf measures, for every rollout whose results the observer saw,
+// the time from the later of its two results being stored to the trainers
+// having both.
+func PickupOf(recs []RolloutRecord, resultAt func(int64) (time.Time, bool)) Pickup {
+	var ds []time.Duration
+	for _, r := range recs {
+		at, ok := resultAt(r.Rollout)
+		if !ok || r.Ended.IsZero() {
+			continue
+		}
+		ds = append(ds, max(r.Ended.Sub(at), 0))
+	}
+	if len(ds) == 0 {
+		return Pickup{}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return Pickup{Median: ds[len(ds)/2], P99: ds[(len(ds)*99)/100], Max: ds[len(ds)-1]}
 }
 
 // FaultsByKind counts the faults injected, per kind.
@@ -172,6 +201,8 @@ func Markdown(reports []*Report) string {
 		t := r.Tally
 		fmt.Fprintf(&b, "episodes %d, planner samples %d; executed acts (ACT stream) %d, actor samples %d; duplicate samples %d, missing %d, extra %d\n\n",
 			t.Episodes, t.PlannerSamples, t.ExecutedActs, t.ActorSamples, t.DuplicateSamples, t.MissingSamples, t.ExtraSamples)
+		fmt.Fprintf(&b, "trainers got their results after the bus stored them: median %s, p99 %s, max %s\n\n",
+			secs(r.Pickup.Median), secs(r.Pickup.P99), secs(r.Pickup.Max))
 		if len(r.Faults) > 0 {
 			b.WriteString("| fault | injected | target ready (median) | first progress (median) | all in-flight episodes moved (median / max) | never moved | stuck before |\n")
 			b.WriteString("|---|---|---|---|---|---|---|\n")

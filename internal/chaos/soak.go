@@ -90,6 +90,7 @@ type SoakReport struct {
 	Settings       Settings        `json:"settings"`
 	Tally          Tally           `json:"ledger"`
 	RolloutsPerSec float64         `json:"rollouts_per_second"`
+	Pickup         Pickup          `json:"result_pickup"`
 	Memory         []MemoryTrend   `json:"memory"`
 	Consumers      []ConsumerTrend `json:"consumers"`
 	KeysEndOfLoad  map[string]int  `json:"keys_end_of_load"`
@@ -288,6 +289,7 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 			rep.Problems = append(rep.Problems, c)
 		}
 	}
+	rep.Pickup = PickupOf(recs, obs.ResultAt)
 	obs.Stop()
 
 	end := rep.Samples[len(rep.Samples)-1].State

@@ -215,6 +215,8 @@ func SoakMarkdown(reports []*SoakReport) string {
 		if r.Err != "" {
 			fmt.Fprintf(&b, "run failed: %s\n\n", r.Err)
 		}
+		fmt.Fprintf(&b, "trainers got their results after the bus stored them: median %s, p99 %s, max %s\n\n",
+			secs(r.Pickup.Median), secs(r.Pickup.P99), secs(r.Pickup.Max))
 		b.WriteString("| process | mean RSS, 2nd third (MB) | mean RSS, last third (MB) | ratio | max (MB) |\n|---|---|---|---|---|\n")
 		mem := append([]MemoryTrend(nil), r.Memory...)
 		sort.Slice(mem, func(i, j int) bool { return mem[i].Proc < mem[j].Proc })
