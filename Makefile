@@ -7,7 +7,7 @@ FUZZPKGS ?= ./pkg/plan
 
 NATSCLI  ?= v0.5.1
 
-.PHONY: run up build test tools unit fuzz-smoke fuzz lint bench tidy clean
+.PHONY: run up build test tools unit fuzz-smoke fuzz lint bench chaos soak tidy clean
 
 ## run: the embedded default — NATS, the five services, simulated engines, and a demo of both trainers
 run:
@@ -47,6 +47,18 @@ lint:
 ## bench: the benchmark programs under bench/, each printing its table
 bench:
 	@for d in bench/*/; do [ -f "$$d/main.go" ] || continue; echo "== $$d"; $(GO) run ./$$d || exit 1; done
+
+## chaos: the real topology as processes (single node, then a three-node cluster), broken on a
+## seeded schedule; checks the ledger and writes chaos/results/chaos.{md,json}. CHAOSFLAGS adds flags.
+CHAOSFLAGS ?=
+chaos:
+	$(GO) run ./cmd/planact-chaos chaos --out chaos/results $(CHAOSFLAGS)
+
+## soak: rollouts for --duration (default 10m) per topology, sampling memory, consumers, keys and
+## objects; writes chaos/results/soak.{md,json} and soak-<topology>.{csv,png}. SOAKFLAGS adds flags.
+SOAKFLAGS ?=
+soak:
+	$(GO) run ./cmd/planact-chaos soak --out chaos/results $(SOAKFLAGS)
 
 tidy:
 	$(GO) mod tidy
