@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -19,8 +20,13 @@ func TestNodeConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range []string{"SESSION_STORE", "PLANNER_GATEWAY", "PLAN_PARSER", "ACT_DISPATCHER", "ACTOR_GATEWAY", "TRAINER", "ADMIN", "SYS"} {
-		t.Setenv("PLANACT_PW_"+u, "pw")
+	// Every password accounts.conf refers to, as compose/.env would set it.
+	conf, err := os.ReadFile(filepath.Join(root, "compose", "nats", "accounts.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range regexp.MustCompile(`\$(PLANACT_PW_[A-Z_]+)`).FindAllStringSubmatch(string(conf), -1) {
+		t.Setenv(v[1], "pw")
 	}
 	routes := []int{16001, 16002, 16003}
 	tests := []struct {
