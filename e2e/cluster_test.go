@@ -376,7 +376,7 @@ func checkForbidden(t *testing.T, url string, v *violations, n int64) {
 	}
 	r := func(s string) string { return strings.ReplaceAll(s, "N", fmt.Sprint(n)) }
 	actions := []action{
-		{user: "trainer-planner", what: "publish an act's work item", publish: r("act.N.run.0.t9-X")},
+		{user: "trainer-planner", what: "publish an act's outcome", publish: r("act.N.done.0.t9-X")},
 		{user: "trainer-planner", what: "arrive as the actor", publish: r("rollout.N.arrive.actor")},
 		{user: "trainer-planner", what: "cancel as the actor", publish: r("rollout.N.cancel.actor")},
 		{user: "trainer-planner", what: "pause the actor", publish: "control.actor.pause"},
@@ -395,10 +395,10 @@ func checkForbidden(t *testing.T, url string, v *violations, n int64) {
 		{user: "act-dispatcher", what: "purge the history", request: "$JS.API.STREAM.PURGE.ACT"},
 		{user: "actor-gateway", what: "publish a plan", publish: r("plan.N.dag.0")},
 		{user: "actor-gateway", what: "write a run state", publish: r("$KV.runs.N.0.1")},
-		{user: "plan-parser", what: "publish a work item", publish: r("act.N.run.0.t1-s1")},
+		{user: "plan-parser", what: "publish an act's outcome", publish: r("act.N.done.0.t1-s1")},
 		{user: "planner-gateway", what: "publish a result", publish: r("rollout.N.result.planner")},
 		{user: "planner-gateway", what: "write a session", publish: r("$KV.sessions.N")},
-		{user: "session-store", what: "publish a work item", publish: r("act.N.run.0.t1-s1")},
+		{user: "session-store", what: "publish an act's outcome", publish: r("act.N.done.0.t1-s1")},
 	}
 	for _, a := range actions {
 		t.Run(a.user+" may not "+a.what, func(t *testing.T) {

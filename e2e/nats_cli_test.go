@@ -273,7 +273,7 @@ func TestHeadersAndDecode(t *testing.T) {
 	}
 	for _, want := range []string{
 		"rollout.arrive/1", "rollout.start/1", "rollout.status/1", "rollout.timeout/1", "plan.req/1", "plan.out/1",
-		"plan.dag/1", "plan.answer/1", "act.run/1", "act.done/1", "actor.generate/1", "rollout.end/1", "rollout.result/1",
+		"plan.dag/1", "plan.answer/1", "act.done/1", "actor.generate/1", "rollout.end/1", "rollout.result/1",
 	} {
 		if kinds[want] == 0 {
 			t.Errorf("no %s message seen (seen: %v)", want, kinds)
@@ -405,7 +405,7 @@ func compileSchemas(t *testing.T) map[string]*jsonschema.Schema {
 	return out
 }
 
-// TestMessageTrace: `nats trace act.9.run.0.t1-T1` — a message published
+// TestMessageTrace: `nats trace plan.9.dag.0` — a message published
 // with a Nats-Trace-Dest header makes the server report what it did with
 // it (ingress, the stream that stored it, the subscriptions it reached).
 // With Nats-Trace-Only the message goes nowhere; only the trace is made.
@@ -436,8 +436,8 @@ func TestMessageTrace(t *testing.T) {
 	}{
 		// Nothing consumes status events but people: safe to deliver.
 		{"delivered", &schema.Status{Rollout: 9, Event: "traced", Episode: -1, AtMs: 1}, bus.StreamRollout, false},
-		// A work item must not reach the act-dispatcher: trace only.
-		{"trace-only", &schema.ActRun{Rollout: 9, Episode: 0, Turn: 1, Key: "t1-T1"}, bus.StreamAct, true},
+		// A plan must not reach the act-dispatcher: trace only.
+		{"trace-only", &schema.PlanDAG{Rollout: 9, Episode: 0, Turn: 1}, bus.StreamPlan, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -490,12 +490,12 @@ func TestMessageTrace(t *testing.T) {
 			}
 		})
 	}
-	// The trace-only work item reached no stream.
-	act, err := js.Stream(ctx, bus.StreamAct)
+	// The trace-only plan reached no stream.
+	plans, err := js.Stream(ctx, bus.StreamPlan)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := act.GetLastMsgForSubject(ctx, cases[1].msg.Subject()); err == nil {
-		t.Error("a trace-only act.run was stored in ACT")
+	if _, err := plans.GetLastMsgForSubject(ctx, cases[1].msg.Subject()); err == nil {
+		t.Error("a trace-only plan was stored in PLAN")
 	}
 }

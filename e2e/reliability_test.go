@@ -150,7 +150,6 @@ func TestNoConsumerPerWait(t *testing.T) {
 	want := map[string][]string{
 		bus.StreamRollout: {sessionstore.Name},
 		bus.StreamPlan:    {actdispatcher.Name + "-plan", "plan-parser", plannergateway.Name},
-		bus.StreamAct:     {actdispatcher.Name + "-run"},
 	}
 	if got := consumers(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("consumers after 12 rollouts: %v, want only the services' durables %v", got, want)
@@ -252,12 +251,12 @@ func TestWatchdogAsksThePlannerAgain(t *testing.T) {
 	}
 }
 
-// TestWatchdogReissuesALostAct: the act-dispatcher recorded a node as
-// released and crashed before its work item went out, and the plan that
-// released it was acknowledged: nothing would ever run the act. The
-// watchdog finds the episode without progress and issues the act; the
-// episode ends, with one outcome and one sample per act.
-func TestWatchdogReissuesALostAct(t *testing.T) {
+// TestWatchdogTakesOverALostTurn: the act-dispatcher recorded a turn's
+// first nodes as released and crashed, and the plan that made it the
+// turn's runner was acknowledged (lost): nothing would ever run the acts.
+// The watchdog finds the episode without progress and hands the turn over;
+// the episode ends, with one outcome and one sample per act.
+func TestWatchdogTakesOverALostTurn(t *testing.T) {
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 71}, actor: sim.Config{Seed: 72}, stall: time.Second})
 	ctx := context.Background()
 	const n = 731

@@ -416,8 +416,9 @@ func byKeyStatus(r schema.Run, key string) string {
 }
 
 // TestSemanticsLongActStaysInProgress: an act that runs for several ack
-// waits is not redelivered to another worker meanwhile, because the
-// consume loop keeps telling JetStream it is in progress; it runs once.
+// waits does not move its turn to another replica meanwhile, because the
+// consume loop keeps telling JetStream the turn's plan is in progress; it
+// runs once.
 func TestSemanticsLongActStaysInProgress(t *testing.T) {
 	e := startSem(t, semOptions{
 		planner: sim.Config{Seed: 31},
@@ -429,9 +430,9 @@ func TestSemanticsLongActStaysInProgress(t *testing.T) {
 	if o.perr != nil || o.aerr != nil {
 		t.Fatalf("rollout: %v %v", o.perr, o.aerr)
 	}
-	info := e.runConsumer(t)
+	info := e.turnConsumer(t)
 	if info.NumRedelivered != 0 {
-		t.Errorf("%d work items redelivered while their acts ran (ack wait 1s, acts 3s)", info.NumRedelivered)
+		t.Errorf("%d turns redelivered while their acts ran (ack wait 1s, acts 3s)", info.NumRedelivered)
 	}
 	requests, _ := e.actorEngine.Stats()
 	if acts := len(o.actor.Samples); acts != 2 || requests != int64(acts) {

@@ -256,10 +256,11 @@ func (e *semEnv) episodeEnded(t *testing.T, n int64, ep int) bool {
 	return m != nil
 }
 
-// runConsumer describes the act-dispatcher's work-item consumer.
-func (e *semEnv) runConsumer(t *testing.T) *jetstream.ConsumerInfo {
+// turnConsumer describes the act-dispatcher's consumer of plans: a turn's
+// plan stays pending (in progress) while the turn runs.
+func (e *semEnv) turnConsumer(t *testing.T) *jetstream.ConsumerInfo {
 	t.Helper()
-	c, err := e.bus.JS.Consumer(context.Background(), bus.StreamAct, "act-dispatcher-run")
+	c, err := e.bus.JS.Consumer(context.Background(), bus.StreamPlan, "act-dispatcher-plan")
 	if err != nil {
 		t.Fatal(err)
 	}

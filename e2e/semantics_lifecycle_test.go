@@ -89,7 +89,7 @@ func TestSemanticsRolloutTimeout(t *testing.T) {
 	if !errors.Is(n.perr, client.ErrTimeout) || !errors.Is(n.aerr, client.ErrTimeout) || n.planner.Status != schema.ResultTimeout {
 		t.Errorf("no episode ended: %v %v %+v", n.perr, n.aerr, n.planner)
 	}
-	eventually(t, "the hanging acts to be abandoned", func() bool { return e.runConsumer(t).NumAckPending == 0 })
+	eventually(t, "the hanging acts to be abandoned", func() bool { return e.turnConsumer(t).NumAckPending == 0 })
 	d := e.dones(t, 271)
 	if _, ok := d["1/t1-s1"]; ok {
 		t.Errorf("the abandoned act published an outcome")
@@ -143,40 +143,41 @@ func TestSemanticsCancelWhileNextRuns(t *testing.T) {
 			t.Errorf("aborted: actor sample of unfinished episode %s", s.RolloutID)
 		}
 	}
-	eventually(t, "the hanging act to be abandoned", func() bool { return e.runConsumer(t).NumAckPending == 0 })
+	eventually(t, "the hanging act to be abandoned", func() bool { return e.turnConsumer(t).NumAckPending == 0 })
 	if _, ok := e.dones(t, n)["1/t1-s1"]; ok {
 		t.Errorf("the abandoned act published an outcome")
 	}
 }
 
-// TestSemanticsActRedelivery: an act's work item published again after the
-// act finished does not run again, and an act whose dispatcher dies
-// mid-call runs again on redelivery; either way one outcome, one sample.
-func TestSemanticsActRedelivery(t *testing.T) {
+// TestSemanticsTurnRedelivery: a turn's plan published again after the
+// turn finished runs nothing again, and a turn whose dispatcher stops while
+// an act runs is taken over on redelivery, its act run again; either way
+// one outcome, one sample.
+func TestSemanticsTurnRedelivery(t *testing.T) {
 	e := startSem(t, semOptions{})
 	const n = 291
 	running := e.start(t, n, []schema.Task{e.question(0, population("Egypt")), e.question(1, population("Kenya"), sim.FaultActorHang)},
 		&schema.Config{ActTimeoutS: 30})
 	eventually(t, "episode 0 to end", func() bool { return e.episodeEnded(t, n, 0) })
 
-	st, err := e.bus.JS.Stream(context.Background(), bus.StreamAct)
+	st, err := e.bus.JS.Stream(context.Background(), bus.StreamPlan)
 	if err != nil {
 		t.Fatal(err)
 	}
-	work, err := st.GetLastMsgForSubject(context.Background(), subject.ActRun(n, 0, "t1-s1"))
+	plan, err := st.GetLastMsgForSubject(context.Background(), subject.PlanDAG(n, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	before, _ := e.actorEngine.Stats()
-	again := nats.NewMsg(work.Subject)
-	again.Data, again.Header = work.Data, work.Header
+	again := nats.NewMsg(plan.Subject)
+	again.Data, again.Header = plan.Data, plan.Header
 	again.Header.Set(jetstream.MsgIDHeader, "published-again")
 	if _, err := e.bus.JS.PublishMsg(context.Background(), again); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the work item to be handled", func() bool {
-		info := e.runConsumer(t)
-		return info.NumPending == 0 && info.NumAckPending == 1 // only the hanging act
+	eventually(t, "the plan to be handled", func() bool {
+		info := e.turnConsumer(t)
+		return info.NumPending == 0 && info.NumAckPending == 1 // only the hanging act's turn
 	})
 	if after, _ := e.actorEngine.Stats(); after != before {
 		t.Errorf("the act ran again: %d generations", after-before)
@@ -194,14 +195,14 @@ func TestSemanticsActRedelivery(t *testing.T) {
 	checkOnePerAct(t, r.actor)
 
 	// The services stop while the act hangs (its first call only); the
-	// restarted dispatcher gets the work item again and completes it.
+	// restarted dispatcher gets the turn's plan again and takes it over.
 	const m = 292
 	generations, _ := e.actorEngine.Stats()
 	finished := e.start(t, m, []schema.Task{e.question(0, population("Poland"), sim.FaultTimes(sim.FaultActorHang, 1))}, &schema.Config{ActTimeoutS: 30})
 	eventually(t, "the act to hang in the actor engine", func() bool {
-		info := e.runConsumer(t)
+		info := e.turnConsumer(t)
 		started, _ := e.actorEngine.Stats()
-		return info.NumAckPending == 1 && e.count(t, bus.StreamAct, subject.ActRun(m, 0, "t1-s1")) == 1 && started > generations
+		return info.NumAckPending == 1 && started > generations
 	})
 	e.stop()
 	e.serve(t)
@@ -212,7 +213,7 @@ func TestSemanticsActRedelivery(t *testing.T) {
 		t.Errorf("%d outcomes for one act", k)
 	}
 	if x := e.dones(t, m)["0/t1-s1"]; x.Status != schema.ActDoneOK {
-		t.Errorf("the redelivered act: %s (%s)", x.Status, x.Error)
+		t.Errorf("the act of the turn taken over: %s (%s)", x.Status, x.Error)
 	}
 }
 

@@ -162,8 +162,8 @@ func (g *gatedPlanner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // TestStreamingReleasesEarly: the planner holds back the end of its plan
-// until the first node's act has been published; the act only exists if
-// the node was released from a partial plan, so no clock is involved.
+// until the first node's act has an outcome; the act only ran if the node
+// was released from a partial plan, so no clock is involved.
 func TestStreamingReleasesEarly(t *testing.T) {
 	e := startSem(t, semOptions{actor: sim.Config{Seed: 6}})
 	g := &gatedPlanner{release: make(chan struct{})}
@@ -174,7 +174,7 @@ func TestStreamingReleasesEarly(t *testing.T) {
 	const n = 610
 	nc := bustest.Conn(t, e.url)
 	var once sync.Once
-	sub, err := nc.Subscribe(subject.ActRun(n, 0, subject.NodeKey(1, "s1")), func(*nats.Msg) {
+	sub, err := nc.Subscribe(subject.ActDone(n, 0, subject.NodeKey(1, "s1")), func(*nats.Msg) {
 		once.Do(func() { close(g.release) })
 	})
 	if err != nil {

@@ -44,7 +44,7 @@ func TestUpDemoJSON(t *testing.T) {
 }
 
 func TestDecode(t *testing.T) {
-	body, err := schema.Marshal(&schema.ActRun{Rollout: 7, Episode: 1, Turn: 2, Key: "t2-s1"})
+	body, err := schema.Marshal(&schema.ActDone{Rollout: 7, Episode: 1, Turn: 2, Key: "t2-s1", Status: schema.ActDoneOK})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestDecode(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &v); err != nil {
 		t.Fatalf("not JSON: %v: %s", err, out.String())
 	}
-	if v["schema"] != "act.run/1" || v["key"] != "t2-s1" || v["rollout"] != float64(7) {
+	if v["schema"] != "act.done/1" || v["key"] != "t2-s1" || v["rollout"] != float64(7) {
 		t.Errorf("decoded %v", v)
 	}
 	out.Reset()

@@ -152,11 +152,6 @@ func Describe(data []byte) string {
 		if schema.Unmarshal(data, &v) == nil {
 			return fmt.Sprintf("turn %d: %s: %s", v.Turn, v.ErrorKind, v.Message)
 		}
-	case "act.run":
-		var v schema.ActRun
-		if schema.Unmarshal(data, &v) == nil {
-			return fmt.Sprintf("run %s(%q)", v.Node.Tool, clip(v.Node.Input(), 60))
-		}
 	case "act.done":
 		var v schema.ActDone
 		if schema.Unmarshal(data, &v) == nil {

@@ -81,7 +81,7 @@ func TestPublishIsIdempotentByMsgID(t *testing.T) {
 	_, url := bustest.Server(t)
 	b := bustest.Bus(t, url, "t")
 	ctx := context.Background()
-	m := &schema.ActRun{Rollout: 3, Episode: 1, Turn: 1, Key: "t1-s1"}
+	m := &schema.ActDone{Rollout: 3, Episode: 1, Turn: 1, Key: "t1-s1", Status: schema.ActDoneOK}
 	for i := 0; i < 3; i++ {
 		if err := b.Publish(ctx, m); err != nil {
 			t.Fatal(err)
@@ -341,7 +341,7 @@ func TestPublishAll(t *testing.T) {
 	ctx := context.Background()
 	var ms []schema.Message
 	for i := 0; i < 100; i++ {
-		ms = append(ms, &schema.ActRun{Rollout: 9, Episode: i % 10, Turn: 1, Key: fmt.Sprintf("t1-s%d", i/10)})
+		ms = append(ms, &schema.ActDone{Rollout: 9, Episode: i % 10, Turn: 1, Key: fmt.Sprintf("t1-s%d", i/10), Status: schema.ActDoneOK})
 	}
 	ms = append(ms, ms[:10]...) // duplicates are dropped by message id
 	if err := b.PublishAll(ctx, ms...); err != nil {

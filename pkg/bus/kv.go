@@ -92,6 +92,13 @@ func Create(ctx context.Context, kv *Bucket, key string, v any) (created bool, e
 // the first read may have been stale, it is confirmed against the leader
 // before Mutate returns without writing.
 func Mutate[T any](ctx context.Context, kv *Bucket, key string, fn func(v *T, exists bool) (bool, error)) (T, bool, error) {
+	v, _, wrote, err := MutateRev(ctx, kv, key, fn)
+	return v, wrote, err
+}
+
+// MutateRev is Mutate that also returns the revision of the value returned
+// (0 when the key does not exist), for a writer that goes on with Update.
+func MutateRev[T any](ctx context.Context, kv *Bucket, key string, fn func(v *T, exists bool) (bool, error)) (T, uint64, bool, error) {
 	var zero T
 	fresh := false
 	for attempt := 0; attempt < maxCASAttempts; attempt++ {
@@ -101,48 +108,77 @@ func Mutate[T any](ctx context.Context, kv *Bucket, key string, fn func(v *T, ex
 		}
 		v, rev, found, err := read(ctx, kv, key)
 		if err != nil {
-			return zero, false, err
+			return zero, 0, false, err
 		}
 		changed, err := fn(&v, found)
 		if err != nil {
-			return v, false, err
+			return v, rev, false, err
 		}
 		if !changed {
 			if fresh || !kv.replicated {
-				return v, false, nil
+				return v, rev, false, nil
 			}
 			fresh = true // confirm the decision on the leader's value
 			continue
 		}
 		data, err := schema.Marshal(&v)
 		if err != nil {
-			return zero, false, fail.E(fail.Permanent, err)
+			return zero, 0, false, fail.E(fail.Permanent, err)
 		}
 		if found {
 			kv.count("update")
-			_, err = kv.Update(ctx, key, data, rev)
+			rev, err = kv.Update(ctx, key, data, rev)
 		} else {
 			kv.count("create")
-			_, err = kv.Create(ctx, key, data)
+			rev, err = kv.Create(ctx, key, data)
 		}
 		if err == nil {
-			return v, true, nil
+			return v, rev, true, nil
 		}
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-			telemetry.KVConflicts.WithLabelValues(kv.Bucket()).Inc()
-			// Lost the race (or read a stale value): read from the leader
-			// next, after a little random back-off, so that writers
-			// contending for one key spread out instead of colliding again.
-			fresh = true
-			wait := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 5)))
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-				return zero, false, fail.Transientf("kv write %s: %w", key, ctx.Err())
-			}
-			continue
+		if !isConflict(err) {
+			return zero, 0, false, fail.Transientf("kv write %s: %w", key, err)
 		}
-		return zero, false, fail.Transientf("kv write %s: %w", key, err)
+		telemetry.KVConflicts.WithLabelValues(kv.Bucket()).Inc()
+		// Lost the race (or read a stale value): read from the leader next,
+		// after a little random back-off, so that writers contending for
+		// one key spread out instead of colliding again.
+		fresh = true
+		wait := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 5)))
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return zero, 0, false, fail.Transientf("kv write %s: %w", key, ctx.Err())
+		}
 	}
-	return zero, false, fail.Transientf("kv write %s: still contended after %d attempts", key, maxCASAttempts)
+	return zero, 0, false, fail.Transientf("kv write %s: still contended after %d attempts", key, maxCASAttempts)
+}
+
+// Update writes v under key if the key is still at revision rev (0: if it
+// does not exist), and returns the new revision. conflict is true, with no
+// error, when another writer changed the key since rev: the caller reads it
+// again (GetFresh) and decides anew.
+func Update(ctx context.Context, kv *Bucket, key string, v any, rev uint64) (newRev uint64, conflict bool, err error) {
+	data, err := schema.Marshal(v)
+	if err != nil {
+		return 0, false, fail.E(fail.Permanent, err)
+	}
+	if rev == 0 {
+		kv.count("create")
+		newRev, err = kv.Create(ctx, key, data)
+	} else {
+		kv.count("update")
+		newRev, err = kv.Update(ctx, key, data, rev)
+	}
+	if isConflict(err) {
+		telemetry.KVConflicts.WithLabelValues(kv.Bucket()).Inc()
+		return 0, true, nil
+	}
+	if err != nil {
+		return 0, false, fail.Transientf("kv write %s: %w", key, err)
+	}
+	return newRev, false, nil
+}
+
+func isConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
 }

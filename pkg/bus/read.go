@@ -137,8 +137,9 @@ func (b *Bus) Purge(ctx context.Context, stream, subject string) error {
 
 // Republish publishes again a message the stream holds, under a new message
 // id (its old one with suffix), so that the duplicate window does not drop
-// it: how stuck work is handed out once more.
-func (b *Bus) Republish(ctx context.Context, m *StoredMsg, suffix string) error {
+// it: how stuck work is handed out once more. extra headers are set on the
+// copy (pairs of name, value).
+func (b *Bus) Republish(ctx context.Context, m *StoredMsg, suffix string, extra ...string) error {
 	msg := nats.NewMsg(m.Subject)
 	msg.Data = m.Data
 	for k, v := range m.Header {
@@ -148,5 +149,8 @@ func (b *Bus) Republish(ctx context.Context, m *StoredMsg, suffix string) error 
 		msg.Header[k] = append([]string(nil), v...)
 	}
 	msg.Header.Set("Nats-Msg-Id", m.Header.Get("Nats-Msg-Id")+"."+suffix)
+	for i := 0; i+1 < len(extra); i += 2 {
+		msg.Header.Set(extra[i], extra[i+1])
+	}
 	return b.publishMsg(ctx, msg)
 }

@@ -338,23 +338,6 @@ func (m *PlanError) MsgID() string {
 }
 func (m *PlanError) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn} }
 
-// ActRun is a work item: a node whose dependencies are done, with its
-// placeholders already replaced by their outputs.
-type ActRun struct {
-	Envelope
-	Rollout int64     `json:"rollout"`
-	Episode int       `json:"episode"`
-	Turn    int       `json:"turn"`
-	Key     string    `json:"key"`
-	Node    plan.Node `json:"node"`
-}
-
-func (m *ActRun) Kind() string    { return "act.run/1" }
-func (m *ActRun) Subject() string { return subject.ActRun(m.Rollout, m.Episode, m.Key) }
-func (m *ActRun) MsgID() string   { return fmt.Sprintf("act.run.%d.%d.%s", m.Rollout, m.Episode, m.Key) }
-func (m *ActRun) Meta() Meta {
-	return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn, Node: m.Key}
-}
 
 // Act outcomes.
 const (
@@ -403,8 +386,11 @@ type ActDone struct {
 	ErrorKind  string      `json:"error_kind,omitempty"` // for failed acts: ActErr… values
 	Attempts   int         `json:"attempts,omitempty"`
 	Generation *Generation `json:"generation,omitempty"` // set when the actor model ran
+	ReleasedMs int64       `json:"released_ms,omitempty"` // when its dependencies allowed it to run
 	StartedMs  int64       `json:"started_ms,omitempty"`
 	EndedMs    int64       `json:"ended_ms,omitempty"`
+	// Replica is the act-dispatcher replica that ran it (its service id).
+	Replica string `json:"replica,omitempty"`
 }
 
 func (m *ActDone) Kind() string    { return "act.done/1" }

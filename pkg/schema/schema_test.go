@@ -84,7 +84,6 @@ func cases() []wireCase {
 		msgCase(&schema.PlanPartial{Rollout: 42, Episode: 1, Turn: 1, Seq: 1, Text: "<graph><node id=\"s1\">search(\"capital of France\")</node>"}),
 		msgCase(&schema.PlanAnswer{Rollout: 42, Episode: 1, Turn: 2, Answers: []string{"Seine"}, FinishReason: "stop"}),
 		msgCase(&schema.PlanError{Rollout: 42, Episode: 1, Turn: 1, ErrorKind: string(plan.ErrCycle), Message: "the dependencies form a cycle: s1 -> s2 -> s1", FinishReason: "stop"}),
-		msgCase(&schema.ActRun{Rollout: 42, Episode: 1, Turn: 1, Key: "t1-s2", Node: plan.Node{ID: "s2", Tool: "search", Args: map[string]any{"query": "capital of France"}, Deps: []string{"s1"}}}),
 		msgCase(&schema.ActDone{
 			Rollout: 42, Episode: 1, Turn: 1, Key: "t1-s2", NodeID: "s2", Tool: "search", Input: "capital of France",
 			Status: schema.ActDoneOK, Output: "Paris", Attempts: 1, Generation: gen, StartedMs: 1767225601000, EndedMs: 1767225601041,
@@ -329,16 +328,17 @@ func TestSchemasAreStrict(t *testing.T) {
 	}
 }
 
-// A nested type is strict too: a node without its tool is rejected.
+// A nested type is strict too: a plan node without its tool is rejected.
 func TestNestedRequired(t *testing.T) {
-	s := compile(t)["act.run.v1.schema.json"]
-	v := jsonValue(t, wireJSON(t, &schema.ActRun{Rollout: 1, Turn: 1, Key: "t1-T1", Node: plan.Node{ID: "T1", Tool: "search"}})).(map[string]any)
+	s := compile(t)["plan.dag.v1.schema.json"]
+	d := &schema.PlanDAG{Rollout: 1, Turn: 1, Plan: plan.Plan{Format: plan.FormatGraph, Nodes: []plan.Node{{ID: "T1", Tool: "search", Args: map[string]any{"query": "x"}}}}}
+	v := jsonValue(t, wireJSON(t, d)).(map[string]any)
 	if err := s.Validate(v); err != nil {
 		t.Fatal(err)
 	}
-	delete(v["node"].(map[string]any), "tool")
+	delete(v["plan"].(map[string]any)["nodes"].([]any)[0].(map[string]any), "tool")
 	if err := s.Validate(v); err == nil {
-		t.Fatal("an act.run whose node has no tool validates")
+		t.Fatal("a plan.dag whose node has no tool validates")
 	}
 }
 
@@ -377,19 +377,19 @@ func mustJSON(t *testing.T, v any) []byte {
 }
 
 func TestUnmarshalRejectsUnknownVersion(t *testing.T) {
-	body, err := msgpack.Marshal(map[string]any{"schema": "act.run/2", "rollout": 1, "turn": 1, "key": "t1-T1"})
+	body, err := msgpack.Marshal(map[string]any{"schema": "act.done/2", "rollout": 1, "turn": 1, "key": "t1-T1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m schema.ActRun
+	var m schema.ActDone
 	err = schema.Unmarshal(body, &m)
 	if err == nil {
-		t.Fatal("an act.run/2 body decodes into an act.run/1 reader")
+		t.Fatal("an act.done/2 body decodes into an act.done/1 reader")
 	}
 	if fail.KindOf(err) != fail.Invalid {
 		t.Errorf("kind %v, want invalid (no retry): %v", fail.KindOf(err), err)
 	}
-	for _, want := range []string{"act.run/2", "act.run/1"} {
+	for _, want := range []string{"act.done/2", "act.done/1"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
@@ -401,7 +401,7 @@ func TestUnmarshalRejectsMissingSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m schema.ActRun
+	var m schema.ActDone
 	err = schema.Unmarshal(body, &m)
 	if err == nil {
 		t.Fatal("a body without schema decodes")
@@ -419,9 +419,9 @@ func TestUnmarshalRejectsOtherKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m schema.ActRun
+	var m schema.PlanDAG
 	if err := schema.Unmarshal(body, &m); err == nil || !strings.Contains(err.Error(), "act.done/1") {
-		t.Errorf("act.done body into act.run reader: %v", err)
+		t.Errorf("act.done body into plan.dag reader: %v", err)
 	}
 }
 

@@ -559,6 +559,8 @@ type NodeState struct {
 	// tool and arguments whose result this node takes (the duplicate guard);
 	// while that act is still running the node stays released and waits.
 	CachedFrom string `json:"cached_from,omitempty"`
+	// ReleasedMs is when the node was released (unix ms).
+	ReleasedMs int64 `json:"released_ms,omitempty"`
 }
 
 // Terminal reports whether the node will not change any more.
@@ -583,6 +585,23 @@ type Run struct {
 	// created from a streamed, partial plan is incomplete until then, and
 	// a turn finishes only when its run is complete and every node terminal.
 	Complete bool `json:"complete,omitempty"`
+	// Runner names the work item that runs the turn: the stream sequence of
+	// the plan.N.dag.E message whose handler created the run (or took it
+	// over). That handler keeps the message in progress until the turn is
+	// over; if its replica stops, the message goes to another replica,
+	// which finds its sequence here and goes on with the turn.
+	Runner uint64 `json:"runner,omitempty"`
+}
+
+// Clone returns a copy of r that shares nothing it can change.
+func (r *Run) Clone() Run {
+	c := *r
+	c.Nodes = make([]*NodeState, len(r.Nodes))
+	for i, n := range r.Nodes {
+		cp := *n
+		c.Nodes[i] = &cp
+	}
+	return c
 }
 
 // RunKey is the KV key of a run.

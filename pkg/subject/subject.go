@@ -25,7 +25,6 @@ const (
 	AllPlanDAG    = "plan.*.dag.*"
 	AllPlanAnswer = "plan.*.answer.*"
 	AllPlanError  = "plan.*.error.*"
-	AllActRun     = "act.*.run.>"
 	AllActDone    = "act.*.done.>"
 )
 
@@ -105,14 +104,15 @@ func PlanAnswer(n int64, e int) string { return fmt.Sprintf("plan.%d.answer.%d",
 // PlanError carries a parse error.
 func PlanError(n int64, e int) string { return fmt.Sprintf("plan.%d.error.%d", n, e) }
 
-// ActRun is a work item: node key k of episode e is ready to execute.
-func ActRun(n int64, e int, k string) string { return fmt.Sprintf("act.%d.run.%d.%s", n, e, k) }
 
 // ActDone carries the outcome of node key k.
 func ActDone(n int64, e int, k string) string { return fmt.Sprintf("act.%d.done.%d.%s", n, e, k) }
 
 // ActDoneFilter matches every act outcome of rollout n.
 func ActDoneFilter(n int64) string { return fmt.Sprintf("act.%d.done.>", n) }
+
+// ActDones matches the act outcomes of episode e of rollout n.
+func ActDones(n int64, e int) string { return fmt.Sprintf("act.%d.done.%d.*", n, e) }
 
 // NodeKey is the episode-unique key of node id in turn t, safe as one
 // subject token and as part of a KV key: "t1-T3".

@@ -15,7 +15,6 @@ func TestParseRoundTrip(t *testing.T) {
 		{Timeout(7, "barrier"), Parsed{Domain: "rollout", Verb: "timeout", Rollout: 7, Episode: -1, Detail: "barrier"}},
 		{PlanReq(12, 0), Parsed{Domain: "plan", Verb: "req", Rollout: 12, Episode: 0}},
 		{PlanDAG(12, 4), Parsed{Domain: "plan", Verb: "dag", Rollout: 12, Episode: 4}},
-		{ActRun(1, 2, NodeKey(3, "T1")), Parsed{Domain: "act", Verb: "run", Rollout: 1, Episode: 2, Node: "t3-T1"}},
 		{ActDone(1, 2, NodeKey(1, "step.1 x")), Parsed{Domain: "act", Verb: "done", Rollout: 1, Episode: 2, Node: "t1-step_1_x"}},
 	}
 	for _, c := range cases {

@@ -25,51 +25,6 @@ import (
 	"github.com/planact/planact/pkg/telemetry"
 )
 
-// handleRun executes one act: retries transient failures with exponential
-// back-off and jitter, bounds every attempt by the act time-out, publishes
-// the outcome and records it in the turn's run state. The consume loop
-// keeps the message in progress meanwhile, so JetStream does not hand it
-// to another replica while this one lives.
-//
-// An act has one outcome whatever happens: a work item delivered again (a
-// crash, a re-issue by the watchdog) finds it on act.N.done.E.K and records
-// that one instead of running the act again, and of two replicas that ran
-// the same act (one stopped past its ack wait, say) the stream keeps the
-// first outcome published; the other records that one.
-func (s *Service) handleRun(ctx context.Context, m bus.Msg) error {
-	var run schema.ActRun
-	if err := m.Decode(&run); err != nil {
-		return err
-	}
-	info, ctx, err := s.info(ctx, run.Rollout)
-	if err != nil || info == nil {
-		return err
-	}
-	done, err := s.outcome(ctx, run.Rollout, run.Episode, run.Key)
-	if err != nil {
-		return err
-	}
-	if done == nil {
-		if done, err = s.execute(ctx, info, &run); err != nil || done == nil {
-			return err
-		}
-		stored, err := s.Bus.PublishOnce(ctx, done)
-		if err != nil {
-			return err
-		}
-		if !stored {
-			zerolog.Ctx(ctx).Info().Msg("the act already has an outcome (run twice); recording the first")
-			if done, err = s.outcome(ctx, run.Rollout, run.Episode, run.Key); err != nil {
-				return err
-			}
-			if done == nil {
-				return fail.Transientf("act %s: the outcome the stream refused as a second one is not there", run.Key)
-			}
-		}
-	}
-	return s.record(ctx, info, done)
-}
-
 // outcome returns the act's outcome if one was published, read from the
 // ACT stream's leader.
 func (s *Service) outcome(ctx context.Context, n int64, e int, key string) (*schema.ActDone, error) {
@@ -85,16 +40,15 @@ func (s *Service) outcome(ctx context.Context, n int64, e int, key string) (*sch
 }
 
 // execute runs the act with its retries and returns its outcome, or nil
-// when the rollout ended meanwhile (the act is abandoned).
-func (s *Service) execute(ctx context.Context, info *session.Info, run *schema.ActRun) (*schema.ActDone, error) {
-	// The act stops at once when the rollout ends (cancel, time-out).
-	ctx, stop := s.follow.Rollout(ctx, run.Rollout)
-	defer stop()
+// when the rollout ended meanwhile (the act is abandoned). ctx is the
+// turn's: it ends when the rollout does (cancel, time-out, enough groups).
+func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*schema.ActDone, error) {
 	log := zerolog.Ctx(ctx)
 	cfg := info.Session.Config
 	done := &schema.ActDone{
 		Rollout: run.Rollout, Episode: run.Episode, Turn: run.Turn, Key: run.Key,
-		NodeID: run.Node.ID, Tool: run.Node.Tool, Input: run.Node.Input(), StartedMs: nowMs(),
+		NodeID: run.Node.ID, Tool: run.Node.Tool, Input: run.Node.Input(), ReleasedMs: run.ReleasedMs, StartedMs: nowMs(),
+		Replica: s.replica(),
 	}
 	var unavailableSince time.Time
 	tool, _ := cfg.Tool(run.Node.Tool)
@@ -218,7 +172,7 @@ func backoff(base time.Duration, attempt int) time.Duration {
 }
 
 // try runs the node's tool once.
-func (s *Service) try(ctx context.Context, info *session.Info, run *schema.ActRun) (string, *schema.Generation, error) {
+func (s *Service) try(ctx context.Context, info *session.Info, run *act) (string, *schema.Generation, error) {
 	tool, ok := info.Session.Config.Tool(run.Node.Tool)
 	if !ok {
 		return "", nil, fail.Permanentf("unknown tool %q", run.Node.Tool)
@@ -253,7 +207,7 @@ func ActorPrompt(tool schema.Tool, input string) string {
 }
 
 // callActor asks the actor-gateway service for a generation.
-func (s *Service) callActor(ctx context.Context, info *session.Info, run *schema.ActRun, tool schema.Tool, input string) (*schema.Generation, error) {
+func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, tool schema.Tool, input string) (*schema.Generation, error) {
 	eng, version, err := info.Engine(schema.RoleActor)
 	if err != nil {
 		return nil, err
@@ -325,4 +279,18 @@ func (s *Service) callHTTP(ctx context.Context, tool schema.Tool, input string) 
 		return "", fail.Permanentf("tool %s: HTTP %d: %s", tool.Name, resp.StatusCode, strings.TrimSpace(string(data)))
 	}
 	return strings.TrimSpace(string(data)), nil
+}
+
+func nowMs() int64 { return time.Now().UnixMilli() }
+
+// actBudget is how long an act of a rollout with cfg may legitimately take,
+// all its attempts and back-offs included.
+func (s *Service) actBudget(cfg schema.Config) time.Duration {
+	cfg = cfg.WithDefaults()
+	attempts := max(cfg.ActRetries, 0) + 1
+	budget := time.Duration(attempts) * schema.Seconds(cfg.ActTimeoutS)
+	for a := 1; a < attempts; a++ {
+		budget += backoff(s.RetryBase, a) * 3 / 2 // at most 1.5x with its jitter
+	}
+	return budget
 }

@@ -30,7 +30,7 @@ func (s *Service) handlePlan(ctx context.Context, m bus.Msg) error {
 		if err != nil || info == nil {
 			return err
 		}
-		return s.applyDAG(ctx, info, &d)
+		return s.handleDAG(ctx, info, m, &d)
 	case "answer":
 		var a schema.PlanAnswer
 		if err := m.Decode(&a); err != nil {
@@ -64,45 +64,6 @@ func (s *Service) handleAnswer(ctx context.Context, a *schema.PlanAnswer) error 
 	return s.endEpisode(ctx, a.Rollout, a.Episode, a.Turn, status, a.Answers, "answered")
 }
 
-// applyDAG creates the turn's run state, or merges a streamed plan into
-// it, and releases the nodes that are ready.
-func (s *Service) applyDAG(ctx context.Context, info *session.Info, d *schema.PlanDAG) error {
-	log := zerolog.Ctx(ctx)
-	if d.Partial {
-		over, err := s.finalOut(ctx, d)
-		if err != nil || over {
-			return err // the final output decides the turn from here
-		}
-	}
-	cfg := info.Session.Config
-	key := schema.RunKey(d.Rollout, d.Episode, d.Turn)
-	prior, err := s.priorActs(ctx, d.Rollout, d.Episode, d.Turn)
-	if err != nil {
-		return err
-	}
-	var newly, cached []*schema.NodeState
-	var conflicts []string
-	var finishedNow bool
-	run, wrote, err := bus.Mutate(ctx, s.Bus.Runs, key, func(r *schema.Run, exists bool) (bool, error) {
-		newly, cached, finishedNow = nil, nil, false
-		var changed bool
-		changed, conflicts = applyPlan(r, exists, d, cfg.Schedule, cfg.FailurePolicy)
-		newly, cached = advance(r, prior)
-		if r.Complete && len(r.Nodes) > 0 && !r.Finished && allTerminal(r) {
-			r.Finished, finishedNow = true, true // every call answered from the cache, or run from partial plans
-		}
-		return changed || len(newly) > 0 || len(cached) > 0 || finishedNow, nil
-	})
-	if err != nil {
-		return err
-	}
-	if len(conflicts) > 0 {
-		log.Warn().Strs("nodes", conflicts).Msg("the final plan differs from nodes already released from a partial plan; kept them as released")
-	}
-	log.Debug().Bool("partial", d.Partial).Int("seq", d.Seq).Int("nodes", len(run.Nodes)).Int("released", len(newly)).Int("cached", len(cached)).Msg("plan accepted")
-	return s.publishOutcome(ctx, info, &run, newly, cached, finishedNow, !wrote)
-}
-
 // finalOut reports whether the planner output that ends the turn of the
 // partial plan d has been published: from then on the final DAG, answer or
 // error decides, and a late partial must not start a run of its own.
@@ -118,21 +79,22 @@ func (s *Service) finalOut(ctx context.Context, d *schema.PlanDAG) (bool, error)
 	return out.Turn >= d.Turn, nil
 }
 
-// publishOutcome publishes what a write of the run state implied: the acts
-// it released, the outcomes it answered from the cache, and the end of the
-// turn. When the write had been made before (again: a message handled a
-// second time finds the state it would write), everything the state
-// implies is published again, in case a crash came between that write and
-// its publishes; message ids make that idempotent.
-func (s *Service) publishOutcome(ctx context.Context, info *session.Info, run *schema.Run, newly, cached []*schema.NodeState, finishedNow, again bool) error {
-	if again {
-		newly, cached = released(run)
-		finishedNow = run.Finished
+// publishOutcome publishes again what a finished run implies (a crash may
+// have come between the write that finished it and its publishes): the
+// outcomes answered from the cache, and the turn's next step. Message ids
+// make it idempotent.
+func (s *Service) publishOutcome(ctx context.Context, info *session.Info, run *schema.Run) error {
+	t := &runner{s: s, run: *run}
+	var cached []*schema.NodeState
+	for _, n := range run.Nodes {
+		if n.CachedFrom != "" && n.Terminal() {
+			cached = append(cached, n)
+		}
 	}
-	if err := s.publishRuns(ctx, run, newly, cached); err != nil {
+	if err := t.publishCached(ctx, cached); err != nil {
 		return err
 	}
-	if finishedNow {
+	if run.Finished {
 		return s.finishTurn(ctx, info, run)
 	}
 	return nil
@@ -216,32 +178,6 @@ func (s *Service) endEpisode(ctx context.Context, n int64, e, turns int, status 
 	return s.Bus.Publish(ctx, &schema.EpisodeEnd{
 		Rollout: n, Episode: e, Turns: turns, Status: status, Answers: answers, Reason: reason, Acts: acts, AtMs: nowMs(),
 	})
-}
-
-// publishRuns publishes the work items of released nodes, and the outcome
-// of nodes answered from the cache (or failed with the call they repeat),
-// so that the act stream tells every node's story.
-func (s *Service) publishRuns(ctx context.Context, r *schema.Run, run, cached []*schema.NodeState) error {
-	msgs := make([]schema.Message, 0, len(run)+len(cached))
-	for _, n := range run {
-		msgs = append(msgs, &schema.ActRun{Rollout: r.Rollout, Episode: r.Episode, Turn: r.Turn, Key: n.Key, Node: n.Node})
-	}
-	now := nowMs()
-	for _, n := range cached {
-		status, kind := schema.ActCached, ""
-		if n.Status == schema.NodeFailed {
-			status, kind = schema.ActFailed, schema.ActErrDuplicate
-		}
-		done := &schema.ActDone{
-			Rollout: r.Rollout, Episode: r.Episode, Turn: r.Turn, Key: n.Key, NodeID: n.Node.ID, Tool: n.Node.Tool,
-			Input: n.Input, Status: status, Output: n.Output, Error: n.Error, ErrorKind: kind, StartedMs: now, EndedMs: now,
-		}
-		msgs = append(msgs, done)
-	}
-	if len(msgs) == 0 {
-		return nil
-	}
-	return s.Bus.PublishAll(ctx, msgs...)
 }
 
 // priorActs gathers the successful calls of the episode's earlier turns,

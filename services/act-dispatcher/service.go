@@ -3,12 +3,15 @@
 // as soon as its dependencies allow, executes the acts (through the
 // actor-gateway or an HTTP tool) with retries and time-outs, and when the
 // turn is over asks the planner for the next turn or ends the episode.
-// Replicas share durable consumers and keep no state of their own.
+// Replicas share one durable consumer of plans: each turn is run by the
+// replica that took its plan (see turn.go), and another takes it over from
+// what JetStream holds if that one stops.
 package actdispatcher
 
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -28,14 +31,17 @@ type Deps struct {
 	Log zerolog.Logger
 	// ActConcurrency bounds the acts this replica executes at once; default 256.
 	ActConcurrency int
+	// Turns bounds the turns this replica runs at once (each holds its plan
+	// message until the turn is over); default 4096.
+	Turns int
 	// HTTP calls HTTP tools; nil means a client with sane time-outs.
 	HTTP *http.Client
 	// RetryBase is the first retry back-off; it doubles, with jitter; default 200ms.
 	RetryBase time.Duration
 	// RunAckWait is how long JetStream waits for a sign of life of the
-	// replica running an act before it hands the work item to another; the
-	// consume loop signals progress every third of it while the act runs.
-	// Default bus.DefaultAckWait.
+	// replica running a turn before it hands the turn's plan to another
+	// replica, which takes the turn over; the consume loop signals progress
+	// every third of it while the turn runs. Default bus.DefaultAckWait.
 	RunAckWait time.Duration
 	// UnavailablePatience is how long an act waits for an actor-gateway to
 	// answer at all before it fails as unavailable; default 30s.
@@ -59,6 +65,8 @@ type Service struct {
 	versions session.Versions
 	priorMu  sync.Mutex
 	prior    map[string]map[string]priorAct // finished turn's run key -> its successful calls
+	runners  runners                        // the turns this replica runs
+	slots    chan struct{}                  // acts in flight
 }
 
 // Run serves until ctx ends.
@@ -81,21 +89,20 @@ func Run(ctx context.Context, d Deps) error {
 	if d.RetryBase == 0 {
 		d.RetryBase = 200 * time.Millisecond
 	}
-	s := &Service{Deps: d, sessions: session.NewCache(d.Bus), prior: map[string]map[string]priorAct{}}
+	if d.Turns == 0 {
+		d.Turns = 4096
+	}
+	s := &Service{Deps: d, sessions: session.NewCache(d.Bus), prior: map[string]map[string]priorAct{},
+		runners: runners{m: map[string]*runner{}}, slots: make(chan struct{}, d.ActConcurrency)}
 	s.follow = session.NewFollower(d.Bus, d.Log)
 	s.follow.OnEnd = s.sessions.Forget
 	consumers := []struct {
 		c bus.Consumer
 		h bus.Handler
 	}{
-		{bus.Consumer{Stream: bus.StreamPlan, Durable: Name + "-plan", Concurrency: 64,
+		{bus.Consumer{Stream: bus.StreamPlan, Durable: Name + "-plan", Concurrency: d.Turns, AckWait: d.RunAckWait,
 			Filters: []string{subject.AllPlanDAG, subject.AllPlanAnswer, subject.AllPlanError}}, s.handlePlan},
-		{bus.Consumer{Stream: bus.StreamAct, Durable: Name + "-run", Concurrency: d.ActConcurrency,
-			Filters: []string{subject.AllActRun}, AckWait: d.RunAckWait}, s.handleRun},
 	}
-	// Outcomes are recorded by the replica that ran the act; the consumer
-	// that once recorded them from the stream is gone.
-	_ = d.Bus.JS.DeleteConsumer(ctx, bus.StreamAct, Name+"-done")
 	errs := make(chan error, len(consumers)+2)
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -136,4 +143,24 @@ func (s *Service) info(ctx context.Context, n int64) (*session.Info, context.Con
 		return nil, ctx, nil
 	}
 	return info, bus.WithTrace(ctx, info.Session.Trace), nil
+}
+
+// HdrTakeover, on a plan message the watchdog publishes again, names the
+// runner (Run.Runner) the turn is taken from: the replica that handles the
+// copy runs the turn from then on.
+const HdrTakeover = "Planact-Takeover"
+
+// parseSeq reads a runner's sequence from a header; ok is false when the
+// header is absent or not a number.
+func parseSeq(s string) (seq uint64, ok bool) {
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil
+}
+
+// replica names this replica in the outcomes of the acts it runs.
+func (s *Service) replica() string {
+	if svc := s.Bus.Service(); svc != nil {
+		return svc.ID()
+	}
+	return ""
 }

@@ -4,9 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
@@ -127,7 +126,7 @@ func (s *Service) driveOn(ctx context.Context, info *session.Info, e int, last, 
 		if d.Partial {
 			return "plan-request", s.askAgain(ctx, n, e, tag) // the planner stopped mid-plan
 		}
-		return "run", s.driveRun(ctx, info, &d, tag)
+		return "run", s.driveRun(ctx, info, last, &d, tag)
 	case "answer":
 		var a schema.PlanAnswer
 		if err := schema.Unmarshal(last.Data, &a); err != nil {
@@ -153,56 +152,23 @@ func (s *Service) askAgain(ctx context.Context, n int64, e int, tag string) erro
 	return s.Bus.Republish(ctx, req, tag)
 }
 
-// driveRun moves the run of the plan d on: it creates it if it is missing,
-// records the outcomes published but not recorded, re-issues the acts that
-// have none, and publishes what the run state implies (releases, the end
-// of the turn).
-func (s *Service) driveRun(ctx context.Context, info *session.Info, d *schema.PlanDAG, tag string) error {
+// driveRun moves the turn of the plan d on: a finished turn publishes its
+// next step again; otherwise the plan is published again, naming the turn's
+// runner, and the replica that handles the copy takes the turn over from
+// what is recorded (its outcomes, the acts released without one).
+func (s *Service) driveRun(ctx context.Context, info *session.Info, last *bus.StoredMsg, d *schema.PlanDAG, tag string) error {
 	r, _, found, err := bus.GetFresh[schema.Run](ctx, s.Bus.Runs, schema.RunKey(d.Rollout, d.Episode, d.Turn))
 	if err != nil {
 		return err
 	}
-	if !found || !r.Complete {
-		// The plan was not applied, or a streamed run never got its final
-		// plan: apply it, which publishes what follows.
-		return s.applyDAG(ctx, info, d)
+	if found && r.Finished {
+		return s.publishOutcome(ctx, info, &r)
 	}
-	inFlight, _ := released(&r)
-	for _, node := range inFlight {
-		done, err := s.outcome(ctx, r.Rollout, r.Episode, node.Key)
-		if err != nil {
-			return err
-		}
-		if done != nil {
-			if err := s.record(ctx, info, done); err != nil {
-				return err
-			}
-			continue
-		}
-		run := &schema.ActRun{Rollout: r.Rollout, Episode: r.Episode, Turn: r.Turn, Key: node.Key, Node: node.Node}
-		issued, err := s.Bus.LastMsg(ctx, bus.StreamAct, run.Subject())
-		if err != nil {
-			return err
-		}
-		if issued == nil {
-			// Released, and its work item never went out (a crash between
-			// the two): it goes out now, under its own id.
-			zerolog.Ctx(ctx).Warn().Str("node", node.Key).Msg("watchdog: act released but never issued; issued")
-			err = s.Bus.Publish(ctx, run)
-		} else {
-			zerolog.Ctx(ctx).Warn().Str("node", node.Key).Msg("watchdog: act issued long ago and without an outcome; issued again")
-			err = s.Bus.PublishAs(ctx, run, run.MsgID()+"."+tag)
-		}
-		if err != nil {
-			return err
-		}
+	var extra []string
+	if found {
+		extra = []string{HdrTakeover, strconv.FormatUint(r.Runner, 10)}
 	}
-	if len(inFlight) == 0 {
-		// Nothing runs: publish what the run state implies (releases, the
-		// end of the turn), in case that was lost.
-		return s.publishOutcome(ctx, info, &r, nil, nil, false, true)
-	}
-	return nil
+	return s.Bus.Republish(ctx, last, tag, extra...)
 }
 
 // stallFor is how long an episode of a rollout with cfg, whose last plan
@@ -222,12 +188,7 @@ func (s *Service) stallFor(cfg schema.Config, last *bus.StoredMsg) time.Duration
 	case "req", "partial", "out":
 		return max(s.Stall, schema.Seconds(cfg.PlannerTimeoutS)+30*time.Second)
 	case "dag":
-		attempts := max(cfg.ActRetries, 0) + 1
-		budget := time.Duration(attempts) * schema.Seconds(cfg.ActTimeoutS)
-		for a := 1; a < attempts; a++ {
-			budget += backoff(s.RetryBase, a) * 3 / 2 // at most 1.5x with its jitter
-		}
-		return max(s.Stall, budget)
+		return max(s.Stall, s.actBudget(cfg))
 	}
 	return s.Stall
 }

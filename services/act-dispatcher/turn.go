@@ -1,0 +1,629 @@
+package actdispatcher
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/plan"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// A turn is run by one replica, its runner: the handler of the plan message
+// that created the turn's run state keeps that message in progress until the
+// turn is over. The runner holds the run in memory, executes the acts it
+// releases, and writes the run state only when a decision must be recorded
+// before it is acted on: the nodes it releases (before they run) and the end
+// of the turn (before the next planner turn is asked for). An act's outcome
+// is recorded by its act.N.done.E.K message, one per act ever. Acts of one
+// turn that finish together therefore never race on the run state, and a
+// wide turn costs two writes, not one per act.
+//
+// If the runner's replica stops, JetStream hands its plan message to another
+// replica, whose handler finds the message's sequence in the run (Runner)
+// and takes the turn over from what is recorded: the outcomes published,
+// the nodes released without one (run again: the stream keeps the first
+// outcome of an act run twice). A plan message of the same turn handled
+// elsewhere (a streamed plan grows on several replicas) is merged into the
+// run by compare-and-set, and the runner, which follows the turn's plan
+// subject while its plan is incomplete, merges it too. Every write is a
+// compare-and-set of the runner's view: a runner that loses one (another
+// runner took over, a plan was merged) reads the run again and decides anew.
+
+// act is one node to execute.
+type act struct {
+	Rollout    int64
+	Episode    int
+	Turn       int
+	Key        string
+	Node       plan.Node
+	ReleasedMs int64
+}
+
+// runner runs one turn.
+type runner struct {
+	s     *Service
+	info  *session.Info
+	key   string
+	seq   uint64 // the plan message that owns the turn
+	prior map[string]priorAct
+	log   *zerolog.Logger
+
+	run schema.Run // as this runner last read or wrote it, with the outcomes it knows applied
+	rev uint64
+
+	known    map[string]*schema.ActDone // outcomes, by node key
+	mine     map[string]bool            // nodes this runner executes (or executed)
+	awaiting time.Time                  // since when it waits for outcomes of nodes it does not run
+
+	mu     sync.Mutex
+	inbox  []*schema.ActDone
+	dag    *schema.PlanDAG // the newest plan handed over, not merged yet
+	wake   chan struct{}
+	closed bool
+
+	acts sync.WaitGroup
+}
+
+// runners are the turns this replica runs, by run key.
+type runners struct {
+	mu sync.Mutex
+	m  map[string]*runner
+}
+
+func (rs *runners) get(key string) *runner {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.m[key]
+}
+
+func (rs *runners) put(key string, r *runner) {
+	rs.mu.Lock()
+	rs.m[key] = r
+	rs.mu.Unlock()
+}
+
+func (rs *runners) remove(key string, r *runner) {
+	rs.mu.Lock()
+	if rs.m[key] == r {
+		delete(rs.m, key)
+	}
+	rs.mu.Unlock()
+}
+
+// offer hands a plan of the turn to the runner; false when it has stopped
+// taking them (the turn is over or its runner stopping).
+func (r *runner) offer(d *schema.PlanDAG) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	if r.dag == nil || newer(d, r.dag) {
+		r.dag = d
+	}
+	r.notify()
+	return true
+}
+
+// newer reports whether plan a supersedes plan b of the same turn.
+func newer(a, b *schema.PlanDAG) bool {
+	if a.Partial != b.Partial {
+		return !a.Partial
+	}
+	return a.Seq > b.Seq
+}
+
+func (r *runner) deliver(d *schema.ActDone) {
+	r.mu.Lock()
+	r.inbox = append(r.inbox, d)
+	r.notify()
+	r.mu.Unlock()
+}
+
+func (r *runner) notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns what arrived since the last call.
+func (r *runner) take() ([]*schema.ActDone, *schema.PlanDAG) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	in, d := r.inbox, r.dag
+	r.inbox, r.dag = nil, nil
+	return in, d
+}
+
+// handleDAG takes a plan of a turn: it hands it to this replica's runner of
+// the turn, or creates the run and runs the turn, or takes over a turn whose
+// runner was this very message (redelivered: the replica that ran it
+// stopped) or one the watchdog hands over, or merges the plan into a turn
+// another replica runs.
+func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, d *schema.PlanDAG) error {
+	if d.Partial {
+		over, err := s.finalOut(ctx, d)
+		if err != nil || over {
+			return err // the final output decides the turn from here
+		}
+	}
+	key := schema.RunKey(d.Rollout, d.Episode, d.Turn)
+	if t := s.runners.get(key); t != nil && t.offer(d) {
+		return nil
+	}
+	prior, err := s.priorActs(ctx, d.Rollout, d.Episode, d.Turn)
+	if err != nil {
+		return err
+	}
+	takeover, handed := parseSeq(m.Header.Get(HdrTakeover))
+	cfg := info.Session.Config
+	var mine, finished bool
+	var conflicts []string
+	var newly, cached []*schema.NodeState
+	run, rev, _, err := bus.MutateRev(ctx, s.Bus.Runs, key, func(r *schema.Run, exists bool) (bool, error) {
+		mine, finished, conflicts, newly, cached = false, false, nil, nil, nil
+		if exists && r.Finished {
+			finished = true
+			return false, nil
+		}
+		var changed bool
+		changed, conflicts = applyPlan(r, exists, d, cfg.Schedule, cfg.FailurePolicy)
+		switch {
+		case !exists:
+			r.Runner, mine = m.Seq, true
+		case r.Runner == m.Seq:
+			mine = true // this message runs the turn: its replica stopped
+		case handed && r.Runner == takeover:
+			r.Runner, mine, changed = m.Seq, true, true // handed over by the watchdog
+		}
+		if !mine {
+			return changed, nil
+		}
+		newly, cached = advance(r, prior)
+		stamp(newly, cached)
+		return changed || len(newly) > 0 || len(cached) > 0, nil
+	})
+	if err != nil {
+		return err
+	}
+	log := zerolog.Ctx(ctx)
+	if len(conflicts) > 0 {
+		log.Warn().Strs("nodes", conflicts).Msg("the final plan differs from nodes already released from a partial plan; kept them as released")
+	}
+	if finished {
+		// Over, and perhaps its next step lost in a crash: published again
+		// (message ids make it idempotent).
+		return s.publishOutcome(ctx, info, &run)
+	}
+	if !mine {
+		log.Debug().Bool("partial", d.Partial).Msg("plan merged into the turn another replica runs")
+		return nil
+	}
+	t := &runner{
+		s: s, info: info, key: key, seq: m.Seq, prior: prior, log: log, run: run, rev: rev,
+		known: map[string]*schema.ActDone{}, mine: map[string]bool{}, wake: make(chan struct{}, 1),
+	}
+	s.runners.put(key, t)
+	defer s.runners.remove(key, t)
+	log.Debug().Bool("partial", d.Partial).Int("nodes", len(run.Nodes)).Int("released", len(newly)).Msg("running the turn")
+	return t.runTurn(ctx, newly, cached)
+}
+
+// stamp records when nodes were released.
+func stamp(lists ...[]*schema.NodeState) {
+	now := nowMs()
+	for _, l := range lists {
+		for _, n := range l {
+			if n.ReleasedMs == 0 {
+				n.ReleasedMs = now
+			}
+		}
+	}
+}
+
+// runTurn runs the turn until it is over: newly and cached are what the
+// write that made this runner released.
+func (t *runner) runTurn(ctx context.Context, newly, cached []*schema.NodeState) (err error) {
+	n := t.run.Rollout
+	// Stopped at once when the rollout ends (cancel, time-out, enough groups).
+	ctx, stop := t.s.follow.Rollout(ctx, n)
+	defer stop()
+	defer func() {
+		t.mu.Lock()
+		t.closed = true
+		t.mu.Unlock()
+		// Acts still running stop with ctx; their outcomes, if any, are
+		// published by them and found by whoever runs the turn next.
+		stop()
+		t.acts.Wait()
+		if err != nil && context.Cause(ctx) == session.ErrRolloutOver {
+			err = nil // nothing more to do for a rollout that ended
+		}
+	}()
+	// Released before this runner came (its replica stopped): their
+	// outcomes, or they run again.
+	if err := t.recover(ctx, newly); err != nil {
+		return err
+	}
+	if err := t.publishCached(ctx, cached); err != nil {
+		return err
+	}
+	t.start(ctx, newly)
+	var subs []*nats.Subscription
+	defer func() {
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
+		}
+	}()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		done, err := t.step(ctx)
+		if err != nil || done {
+			return err
+		}
+		// Others' work this runner waits for: a plan still growing on
+		// other replicas, outcomes of acts it does not run. It follows
+		// their subjects (no consumer), and takes over acts whose runner
+		// went quiet for longer than they may legitimately take.
+		if len(subs) == 0 && (!t.run.Complete || len(t.others()) > 0) {
+			if subs, err = t.follow(ctx); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-t.wake:
+		case <-tick.C:
+			if len(subs) > 0 {
+				if err := t.check(ctx); errors.Is(err, errSuperseded) {
+					return nil
+				} else if err != nil {
+					return err
+				}
+			}
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// step applies what arrived, records the decisions it implies, and starts
+// the acts released. It returns true once the turn is over.
+func (t *runner) step(ctx context.Context) (bool, error) {
+	outcomes, d := t.take()
+	for _, o := range outcomes {
+		if _, ok := t.known[o.Key]; !ok {
+			t.known[o.Key] = o
+		}
+	}
+	for {
+		next := t.run.Clone()
+		changed := false
+		if d != nil {
+			changed, _ = applyPlan(&next, true, d, next.Schedule, t.info.Session.Config.FailurePolicy)
+		}
+		resolved, applied := t.apply(&next)
+		newly, cached := advance(&next, t.prior)
+		stamp(newly, cached)
+		finished := next.Complete && allTerminal(&next)
+		next.Finished = finished
+		if !changed && len(newly) == 0 && len(cached) == 0 && !finished {
+			// Nothing to record: outcomes are recorded by their messages,
+			// and so are the waiters they resolve (published now).
+			if applied {
+				t.run = next
+			}
+			return false, t.publishCached(ctx, resolved)
+		}
+		rev, conflict, err := bus.Update(ctx, t.s.Bus.Runs, t.key, &next, t.rev)
+		if err != nil {
+			return false, err
+		}
+		if conflict {
+			if over, err := t.reread(ctx); err != nil || over {
+				return over, err
+			}
+			continue
+		}
+		t.run, t.rev = next, rev
+		if err := t.publishCached(ctx, append(resolved, cached...)); err != nil {
+			return false, err
+		}
+		t.start(ctx, newly)
+		if finished {
+			return true, t.s.finishTurn(ctx, t.info, &t.run)
+		}
+		return false, nil
+	}
+}
+
+// apply gives the nodes of r the outcomes the runner knows, as recording
+// them in the run would: waiters on a call get its result (returned: their
+// outcomes are to be published), a failure stops the pending nodes unless
+// the policy skips. changed reports whether it changed r.
+func (t *runner) apply(r *schema.Run) (resolved []*schema.NodeState, changed bool) {
+	policy := t.info.Session.Config.FailurePolicy
+	for _, n := range r.Nodes {
+		d, ok := t.known[n.Key]
+		if !ok || n.Status != schema.NodeReleased || n.CachedFrom != "" {
+			continue
+		}
+		n.Status, n.Output, n.Error, n.ErrorKind = d.Status, d.Output, d.Error, d.ErrorKind
+		if d.Status == schema.ActCached {
+			n.Status = schema.NodeCached
+		}
+		resolved = append(resolved, resolveWaiters(r, n)...)
+		if n.Status == schema.NodeFailed && policy != schema.PolicySkip {
+			skipPending(r, "not run: the turn stopped after "+n.Node.ID+" failed")
+		}
+		changed = true
+	}
+	return resolved, changed
+}
+
+// reread reads the run from the leader after a lost compare-and-set; it
+// returns true when this runner is done with the turn: another finished it,
+// or took it over (the watchdog handed it on).
+func (t *runner) reread(ctx context.Context) (bool, error) {
+	r, rev, found, err := bus.GetFresh[schema.Run](ctx, t.s.Bus.Runs, t.key)
+	if err != nil {
+		return false, err
+	}
+	if !found {
+		return false, fail.Permanentf("run %s is gone (its rollout ended)", t.key)
+	}
+	t.run, t.rev = r, rev
+	if r.Finished {
+		return true, t.s.publishOutcome(ctx, t.info, &r)
+	}
+	if r.Runner != t.seq {
+		t.log.Warn().Uint64("runner", r.Runner).Msg("the turn was taken over; this runner stops")
+		return true, nil
+	}
+	return false, nil
+}
+
+// recover finds, for the nodes released before this runner came (not in
+// newly), the outcomes published meanwhile; those without one run again.
+func (t *runner) recover(ctx context.Context, newly []*schema.NodeState) error {
+	fresh := map[string]bool{}
+	for _, n := range newly {
+		fresh[n.Key] = true
+	}
+	var again []*schema.NodeState
+	for _, n := range t.run.Nodes {
+		if n.Status != schema.NodeReleased || n.CachedFrom != "" || fresh[n.Key] {
+			continue
+		}
+		d, err := t.s.outcome(ctx, t.run.Rollout, t.run.Episode, n.Key)
+		if err != nil {
+			return err
+		}
+		if d != nil {
+			t.known[n.Key] = d
+			continue
+		}
+		again = append(again, n)
+	}
+	if len(again) > 0 {
+		t.log.Info().Int("acts", len(again)).Msg("taking the turn over: acts released without an outcome run again")
+		t.start(ctx, again)
+	}
+	return nil
+}
+
+// others are the released nodes whose outcome the runner waits for but
+// does not produce: another runner's.
+func (t *runner) others() []*schema.NodeState {
+	var out []*schema.NodeState
+	for _, n := range t.run.Nodes {
+		if n.Status == schema.NodeReleased && n.CachedFrom == "" && !t.mine[n.Key] {
+			if _, ok := t.known[n.Key]; !ok {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// follow subscribes to the turn's plans and its act outcomes, so that what
+// other replicas do reaches this runner; check then reads what was published
+// before the subscriptions.
+func (t *runner) follow(ctx context.Context) ([]*nats.Subscription, error) {
+	n, e, turn := t.run.Rollout, t.run.Episode, t.run.Turn
+	nc := t.s.Bus.NC
+	var subs []*nats.Subscription
+	onDAG := func(m *nats.Msg) {
+		var d schema.PlanDAG
+		if schema.Unmarshal(m.Data, &d) == nil && d.Turn == turn {
+			t.offer(&d)
+		}
+	}
+	onDone := func(m *nats.Msg) {
+		var d schema.ActDone
+		if schema.Unmarshal(m.Data, &d) == nil && d.Turn == turn {
+			t.deliver(&d)
+		}
+	}
+	for _, f := range []struct {
+		subj string
+		cb   nats.MsgHandler
+	}{{subject.PlanDAG(n, e), onDAG}, {subject.ActDones(n, e), onDone}} {
+		sub, err := nc.Subscribe(f.subj, f.cb)
+		if err != nil {
+			for _, s := range subs {
+				_ = s.Unsubscribe()
+			}
+			return nil, fail.Transientf("follow %s: %w", f.subj, err)
+		}
+		subs = append(subs, sub)
+	}
+	return subs, t.check(ctx)
+}
+
+// check reads what the runner waits for from the streams (in case it was
+// published before it followed, or a message was missed): the turn's newest
+// plan, the outcomes of others' acts. Acts whose runner stayed quiet for
+// longer than an act may take are taken over.
+func (t *runner) check(ctx context.Context) error {
+	if !t.run.Complete {
+		m, err := t.s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanDAG(t.run.Rollout, t.run.Episode))
+		if err != nil {
+			return err
+		}
+		var d schema.PlanDAG
+		if m != nil && schema.Unmarshal(m.Data, &d) == nil && d.Turn == t.run.Turn {
+			t.offer(&d)
+		}
+		// The planner's final output may not be a plan at all (it answered,
+		// or wrote something the parser refused): then no final plan comes,
+		// and the answer or error moves the episode on without this run.
+		if over, err := t.superseded(ctx); err != nil || over {
+			if over {
+				t.log.Info().Msg("the turn's final output is not a plan; the acts of its partial plan are abandoned")
+				t.mu.Lock()
+				t.closed = true
+				t.mu.Unlock()
+				return errSuperseded
+			}
+			return err
+		}
+	}
+	others := t.others()
+	if len(others) == 0 {
+		t.awaiting = time.Time{}
+		return nil
+	}
+	if t.awaiting.IsZero() {
+		t.awaiting = time.Now()
+	}
+	var quiet []*schema.NodeState
+	for _, n := range others {
+		d, err := t.s.outcome(ctx, t.run.Rollout, t.run.Episode, n.Key)
+		if err != nil {
+			return err
+		}
+		if d != nil {
+			t.deliver(d)
+		} else {
+			quiet = append(quiet, n)
+		}
+	}
+	if len(quiet) > 0 && time.Since(t.awaiting) > t.s.actBudget(t.info.Session.Config) {
+		t.log.Warn().Int("acts", len(quiet)).Msg("acts released by another runner have no outcome after their whole budget; run here")
+		t.start(ctx, quiet)
+		t.awaiting = time.Time{}
+	}
+	return nil
+}
+
+// errSuperseded ends a runner whose turn was decided by an answer or a
+// parse error after its partial plan.
+var errSuperseded = errors.New("the turn's final output is not a plan")
+
+// superseded reports whether the turn's final planner output was parsed
+// into an answer or an error instead of a plan.
+func (t *runner) superseded(ctx context.Context) (bool, error) {
+	n, e := t.run.Rollout, t.run.Episode
+	for _, subj := range []string{subject.PlanAnswer(n, e), subject.PlanError(n, e)} {
+		m, err := t.s.Bus.LastMsg(ctx, bus.StreamPlan, subj)
+		if err != nil || m == nil {
+			if err != nil {
+				return false, err
+			}
+			continue
+		}
+		var v struct {
+			Turn int `json:"turn"`
+		}
+		if err := schema.Unmarshal(m.Data, &v); err == nil && v.Turn >= t.run.Turn {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// publishCached publishes the outcomes of nodes answered from the cache
+// (or failed with the call they repeat), so that the act stream tells every
+// node's story.
+func (t *runner) publishCached(ctx context.Context, cached []*schema.NodeState) error {
+	if len(cached) == 0 {
+		return nil
+	}
+	now := nowMs()
+	msgs := make([]schema.Message, 0, len(cached))
+	for _, n := range cached {
+		status, kind := schema.ActCached, ""
+		if n.Status == schema.NodeFailed {
+			status, kind = schema.ActFailed, schema.ActErrDuplicate
+		}
+		msgs = append(msgs, &schema.ActDone{
+			Rollout: t.run.Rollout, Episode: t.run.Episode, Turn: t.run.Turn, Key: n.Key, NodeID: n.Node.ID, Tool: n.Node.Tool,
+			Input: n.Input, Status: status, Output: n.Output, Error: n.Error, ErrorKind: kind,
+			ReleasedMs: n.ReleasedMs, StartedMs: now, EndedMs: now, Replica: t.s.replica(),
+		})
+	}
+	return t.s.Bus.PublishAll(ctx, msgs...)
+}
+
+// start executes nodes, each on its own goroutine within the replica's
+// bound on acts in flight; each outcome is published (the first of an act
+// run twice wins) and handed to the runner.
+func (t *runner) start(ctx context.Context, nodes []*schema.NodeState) {
+	for _, n := range nodes {
+		t.mine[n.Key] = true
+		a := &act{Rollout: t.run.Rollout, Episode: t.run.Episode, Turn: t.run.Turn, Key: n.Key, Node: n.Node, ReleasedMs: n.ReleasedMs}
+		t.acts.Add(1)
+		go func() {
+			defer t.acts.Done()
+			d, err := t.s.runAct(ctx, t.info, a)
+			if err != nil {
+				if ctx.Err() == nil {
+					t.log.Warn().Err(err).Str("node", a.Key).Msg("act outcome could not be published; the turn's next runner runs it again")
+				}
+				return
+			}
+			if d != nil {
+				t.deliver(d)
+			}
+		}()
+	}
+}
+
+// runAct executes an act within the replica's bound on acts in flight and
+// publishes its outcome; it returns the outcome the stream holds (another
+// run's, when the act ran twice), or nil when the act was abandoned (its
+// rollout ended, the replica stops).
+func (s *Service) runAct(ctx context.Context, info *session.Info, a *act) (*schema.ActDone, error) {
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil
+	}
+	done, err := s.execute(ctx, info, a)
+	<-s.slots
+	if err != nil || done == nil {
+		return nil, err
+	}
+	stored, err := s.Bus.PublishOnce(ctx, done)
+	if err != nil {
+		return nil, err
+	}
+	if !stored {
+		zerolog.Ctx(ctx).Info().Str("node", a.Key).Msg("the act already has an outcome (run twice); the first counts")
+		if done, err = s.outcome(ctx, a.Rollout, a.Episode, a.Key); err != nil || done == nil {
+			return nil, fail.Transientf("act %s: the outcome the stream refused as a second one is not there (%v)", a.Key, err)
+		}
+	}
+	return done, nil
+}
