@@ -338,7 +338,6 @@ func (m *PlanError) MsgID() string {
 }
 func (m *PlanError) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn} }
 
-
 // Act outcomes.
 const (
 	ActDoneOK = "done"
@@ -385,7 +384,7 @@ type ActDone struct {
 	Error      string      `json:"error,omitempty"`
 	ErrorKind  string      `json:"error_kind,omitempty"` // for failed acts: ActErr… values
 	Attempts   int         `json:"attempts,omitempty"`
-	Generation *Generation `json:"generation,omitempty"` // set when the actor model ran
+	Generation *Generation `json:"generation,omitempty"`  // set when the actor model ran
 	ReleasedMs int64       `json:"released_ms,omitempty"` // when its dependencies allowed it to run
 	StartedMs  int64       `json:"started_ms,omitempty"`
 	EndedMs    int64       `json:"ended_ms,omitempty"`

@@ -104,7 +104,6 @@ func PlanAnswer(n int64, e int) string { return fmt.Sprintf("plan.%d.answer.%d",
 // PlanError carries a parse error.
 func PlanError(n int64, e int) string { return fmt.Sprintf("plan.%d.error.%d", n, e) }
 
-
 // ActDone carries the outcome of node key k.
 func ActDone(n int64, e int, k string) string { return fmt.Sprintf("act.%d.done.%d.%s", n, e, k) }
 
