@@ -17,6 +17,10 @@ import nats
 
 ROLLOUT_STREAM = "ROLLOUT"
 RECHECK_S = 2.0  # how often the wait reads the result subjects again
+# Above this encoded size the tasks go to the object store "tasks" and the
+# arrival names them (tasks_object), as the Go client does: NATS servers
+# refuse messages over 1 MiB by default.
+INLINE_TASKS_LIMIT = 256 << 10
 
 
 def traceparent(rollout: int) -> str:
@@ -27,9 +31,10 @@ def traceparent(rollout: int) -> str:
     return f"00-{trace_id}-{span_id}-01"
 
 
-def arrival_message(rollout, role, engine, weight_version, tasks=None, config=None, at_ms=None):
+def arrival_message(rollout, role, engine, weight_version, tasks=None, config=None, at_ms=None, tasks_object=None):
     """The subject, headers and msgpack body of an arrival (schema
-    rollout.arrive/1) on rollout.<N>.arrive.<role>."""
+    rollout.arrive/1) on rollout.<N>.arrive.<role>. tasks_object names tasks
+    put in the object store instead (see offload_tasks)."""
     at_ms = at_ms or int(time.time() * 1000)
     body = {
         "schema": "rollout.arrive/1",
@@ -41,6 +46,8 @@ def arrival_message(rollout, role, engine, weight_version, tasks=None, config=No
     }
     if tasks:  # usually the planner's arrival brings the batch
         body["tasks"] = tasks
+    if tasks_object:
+        body["tasks_object"] = tasks_object
     if config:
         body["config"] = config
     headers = {
@@ -57,10 +64,27 @@ def arrival_message(rollout, role, engine, weight_version, tasks=None, config=No
     return f"rollout.{rollout}.arrive.{role}", headers, msgpack.packb(body, use_bin_type=True)
 
 
+async def offload_tasks(js, rollout, role, tasks):
+    """Puts tasks too large for a message in the object store "tasks" (a
+    msgpack TaskList, schema kv.tasklist) and returns the object's name, or
+    None when they fit in the arrival."""
+    data = msgpack.packb({"tasks": tasks}, use_bin_type=True)
+    if len(data) <= INLINE_TASKS_LIMIT:
+        return None
+    name = f"rollout-{rollout}-{role}.tasks"
+    store = await js.object_store("tasks")
+    await store.put(name, data)
+    return name
+
+
 async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=None):
     """Publish the arrival with JetStream. Returns its Nats-Msg-Id, which a
     rejection of it carries as arrival_id."""
-    subject, headers, body = arrival_message(rollout, role, engine, weight_version, tasks, config)
+    tasks_object = await offload_tasks(js, rollout, role, tasks) if tasks else None
+    if tasks_object:
+        tasks = None
+    subject, headers, body = arrival_message(rollout, role, engine, weight_version, tasks, config,
+                                             tasks_object=tasks_object)
     await js.publish(subject, body, headers=headers)
     return headers["Nats-Msg-Id"]
 
@@ -73,11 +97,11 @@ def arrival_ms(arrival_id):
         return 0
 
 
-async def last_on(nc, subject):
-    """The last message on subject in the ROLLOUT stream (a direct get, no
-    consumer), or None."""
+async def last_on(nc, subject, stream=ROLLOUT_STREAM):
+    """The last message on subject in stream (a direct get, no consumer), or
+    None."""
     try:
-        msg = await nc.request(f"$JS.API.DIRECT.GET.{ROLLOUT_STREAM}.{subject}", b"", timeout=5)
+        msg = await nc.request(f"$JS.API.DIRECT.GET.{stream}.{subject}", b"", timeout=5)
     except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
         return None  # the server is away: read again later
     if msg.headers and msg.headers.get("Status"):
@@ -140,11 +164,17 @@ async def accept(js, role, data, arrival_id):
         # used before): the rejection that names this arrival follows.
         return None
     if result.get("samples_object"):  # too large to be inline: this role's object store
-        store = await js.object_store(f"results_{role}")
-        obj = await store.get(result["samples_object"])
-        result["samples"] = msgpack.unpackb(obj.data, raw=False)
+        result["samples"] = await fetch_samples(js, role, result["samples_object"])
     result.setdefault("samples", [])  # absent means empty
     return result
+
+
+async def fetch_samples(js, role, name):
+    """The samples a result or group keeps in the role's object store
+    results_<role> (a msgpack list of samples)."""
+    store = await js.object_store(f"results_{role}")
+    obj = await store.get(name)
+    return msgpack.unpackb(obj.data, raw=False)
 
 
 async def rollout(nats_url, rollout_id, role, engine, weight_version, tasks=None, config=None, timeout_s=3600):

@@ -1,0 +1,750 @@
+"""slime rollouts from planact: point slime's --rollout-function-path here.
+
+slime (THUDM/slime) calls its rollout function once per rollout step with
+`generate_rollout(args, rollout_id, data_source, evaluation=False)` and
+trains on the `list[list[Sample]]` it returns (the signature of
+slime/rollout/sglang_rollout.py and of --rollout-function-path in
+slime/utils/arguments.py, slime 624b824a, Aug 2026). With this module, the
+planner's slime job and the actor's slime job each arrive for rollout N at
+planact as their role, with their own SGLang router as the engine, and get
+their samples back from planact, token-exact:
+
+    PYTHONPATH=/path/to/planact/examples/python:$PYTHONPATH
+    python train.py ... --rollout-function-path slime_planact.generate_rollout \\
+        --eval-function-path slime.rollout.sglang_rollout.generate_rollout
+
+Ray starts slime's RolloutManager, where the function runs, in another
+process: put PYTHONPATH and the PLANACT_* variables in the job's
+runtime env (`ray job submit --runtime-env-json '{"env_vars": {...}}'`),
+as slime's scripts do for their own variables.
+
+Configuration, from the environment (a bad value is an error that names
+the variable):
+
+  PLANACT_ROLE            planner | actor. Required: the role this job
+                          trains. The planner's job reads the batch from
+                          slime's data source and sends it (the tasks) and
+                          PLANACT_CONFIG; the actor's job sends neither
+                          (planact takes the planner's) and leaves its data
+                          source alone.
+  PLANACT_NATS_URL        planact's NATS, default nats://127.0.0.1:4222.
+  PLANACT_NATS_USER       with PLANACT_NATS_PASSWORD: the role's NATS user
+  PLANACT_NATS_PASSWORD   (trainer-planner or trainer-actor in compose/).
+  PLANACT_NATS_CREDS      or a .creds file.
+  PLANACT_CONFIG          the rollout's planact config, a JSON object
+                          (schemas/defs.v1.schema.json#/$defs/config:
+                          max_turns, tools, planner_sampling, actor_sampling,
+                          reward, max_staleness, stream_groups, group_filter,
+                          target_groups, ...). Give both jobs the same: the
+                          planner's is sent, and with stream_groups,
+                          group_filter or target_groups each job reads the
+                          groups as planact delivers them. slime's
+                          --rollout-temperature etc. do not apply: sampling
+                          is planner_sampling / actor_sampling here.
+  PLANACT_STALE           keep (default) | mask | drop: what to do with a
+                          sample planact marked metadata.stale (its weights
+                          more than max_staleness versions behind). keep:
+                          train on it, metadata says stale; mask: keep it in
+                          its group (for the group's baseline) with
+                          remove_sample=True, so slime zeroes its loss mask;
+                          drop: leave it out of the batch. Counted in the
+                          metrics (planact/stale_samples, .../stale_dropped).
+  PLANACT_TIMEOUT_S       how long to wait for planact's answer; default
+                          the config's barrier_timeout_s + rollout_timeout_s
+                          (planact's defaults 1800 + 3600) + 300.
+  PLANACT_ENGINE_URL      the engine URL planact's gateways call; default
+                          slime's router, http://<args.sglang_router_ip>:
+                          <args.sglang_router_port>.
+  PLANACT_ROLLOUT_OFFSET  planact's rollout id is this + slime's rollout_id
+                          (default 0). planact refuses a rollout id that
+                          already ran (for as long as its history keeps it):
+                          after a restart that reruns rollout ids, give both
+                          jobs a new offset.
+
+Decisions:
+- planact's answer is the samples or an error: a timeout, a rejection or a
+  failed rollout raises PlanactError (status and planact's reason), and so
+  does a result with no samples. There is no fallback to slime's own
+  rollout: it would train this role alone on single-turn samples while the
+  other job waits, and the actor's job has no prompts of its own.
+- Results "partial" (the rollout ran out of time) and "aborted" (cancelled)
+  are trained on with the samples that finished, as docs/python_trainer.md
+  says, with a warning giving planact's reason.
+- Over-sampling follows slime's flags: the planner sends
+  --over-sampling-batch-size groups (slime defaults it to
+  --rollout-batch-size) and, when that is more than --rollout-batch-size,
+  target_groups defaults to --rollout-batch-size: the rollout ends when that
+  many groups are complete, like slime's own over-sampling. slime's
+  --dynamic-sampling-filter-path cannot run inside planact: use
+  group_filter ("spread" drops the groups whose rewards all equal, as
+  slime's check_reward_nonzero_std; a URL asks your own filter). With
+  --partial-rollout, the groups planact stopped before they finished go back
+  to slime's data source (add_samples), as slime's rollout does with its
+  aborted groups; they start again from their prompt.
+- evaluation=True raises: evaluate with slime's own function
+  (--eval-function-path, above); a planact rollout id names one rollout of
+  both jobs.
+- The weight version the arrival announces is what the engine reports
+  (SGLang's /get_weight_version on the router's workers), which slime sets
+  on every weight update.
+
+Samples: planact's sample fields are slime's (docs/python_trainer.md);
+every sample becomes a slime Sample with the same tokens, response_length,
+loss_mask, rollout_log_probs, reward, weight_versions, prompt, response,
+group_index and index, its status mapped (completed, truncated, aborted,
+failed -> Sample.Status.COMPLETED, TRUNCATED, ABORTED, FAILED) and
+planact's metadata added to it (planact's keys win; with planact_rollout_id
+and planact_role).
+A planner sample starts from the data source's Sample of its task (its
+label, metadata and other fields kept). planact's rollout_id, shared by the
+samples of one episode (the actor has one per act), becomes an int shared
+the same way in Sample.rollout_id, which slime's loss uses to count one
+episode once. The batch is one list per group_index, in group order.
+
+Around weight updates, pause(role) and resume(role, weight_version) hold
+the role's generations in planact while its engine's weights change (see
+their docstrings and docs/python_trainer.md, "Training with slime").
+
+Older slime: a Sample without rollout_id (before May 2026) gets none; a
+Status without FAILED (before Dec 2025) gets ABORTED for failed samples;
+without slime.rollout.base_types (before Oct 2025) the function returns
+the list itself, as those versions expect. Only the current version's names
+are checked by the tests.
+
+Needs nats-py and msgpack, and trainer.py (next to this file), whose wire
+helpers it uses.
+"""
+
+import asyncio
+import copy
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+import urllib.request
+
+import msgpack
+import nats
+
+import trainer
+from slime.utils.types import Sample
+
+try:
+    from slime.rollout.base_types import RolloutFnTrainOutput
+except ImportError:  # slime before Oct 2025 (#471) takes the list itself
+    RolloutFnTrainOutput = None
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("planner", "actor")
+STALE_POLICIES = ("keep", "mask", "drop")
+CONTROL_STREAM = "CONTROL"
+# planact's defaults (defs.v1.schema.json#/$defs/config), for the wait's bound.
+DEFAULT_BARRIER_TIMEOUT_S = 1800
+DEFAULT_ROLLOUT_TIMEOUT_S = 3600
+DEFAULT_PAUSE_TIMEOUT_S = 600
+# planact sample status -> slime Sample.Status member
+STATUSES = {"completed": "COMPLETED", "truncated": "TRUNCATED", "aborted": "ABORTED", "failed": "FAILED"}
+# task states (rollout.result tasks) whose group is given back to slime's data
+# source with --partial-rollout: stopped before they ended
+STOPPED_STATES = ("aborted", "unfinished")
+
+
+class PlanactError(RuntimeError):
+    """planact did not give this role's samples: status is planact's
+    (timeout, invalid, failed, ...) or the module's (unreachable, empty)."""
+
+    def __init__(self, status, reason):
+        super().__init__(f"planact: {status}: {reason}")
+        self.status, self.reason = status, reason
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The PLANACT_* configuration of a rollout job."""
+
+    role: str
+    connect: dict  # nats.connect() options
+    config: dict
+    stale: str
+    timeout_s: float
+    engine_url: str
+    rollout_offset: int
+
+    @property
+    def streams_groups(self):
+        """Whether planact delivers groups as they complete (a group filter or
+        target_groups implies it)."""
+        c = self.config
+        return bool(c.get("stream_groups") or c.get("target_groups") or c.get("group_filter") not in (None, "", "none"))
+
+
+def connect_options(env=os.environ):
+    """nats.connect() options from PLANACT_NATS_URL, _USER, _PASSWORD, _CREDS."""
+    options = {"servers": [env.get("PLANACT_NATS_URL") or "nats://127.0.0.1:4222"]}
+    user, password = env.get("PLANACT_NATS_USER", ""), env.get("PLANACT_NATS_PASSWORD", "")
+    if bool(user) != bool(password):
+        raise ValueError("PLANACT_NATS_USER and PLANACT_NATS_PASSWORD go together: set both or neither")
+    if user:
+        options.update(user=user, password=password)
+    if env.get("PLANACT_NATS_CREDS"):
+        options["user_credentials"] = env["PLANACT_NATS_CREDS"]
+    return options
+
+
+def settings_from_env(env=os.environ):
+    """The rollout job's Settings; a ValueError names the variable that is wrong."""
+    role = env.get("PLANACT_ROLE", "")
+    if role not in ROLES:
+        raise ValueError(f"PLANACT_ROLE={role!r}: want planner or actor (the role this slime job trains)")
+    config = parse_config(env.get("PLANACT_CONFIG", ""))
+    stale = env.get("PLANACT_STALE") or "keep"
+    if stale not in STALE_POLICIES:
+        raise ValueError(f"PLANACT_STALE={stale!r}: want keep, mask or drop")
+    if stale == "mask" and "remove_sample" not in Sample.__dataclass_fields__:
+        raise ValueError("PLANACT_STALE=mask needs slime's Sample.remove_sample (slime since Nov 2025): use keep or drop")
+    default_timeout = config.get("barrier_timeout_s", DEFAULT_BARRIER_TIMEOUT_S) + config.get(
+        "rollout_timeout_s", DEFAULT_ROLLOUT_TIMEOUT_S) + 300
+    timeout_s = number_from_env(env, "PLANACT_TIMEOUT_S", default_timeout, positive=True)
+    offset = number_from_env(env, "PLANACT_ROLLOUT_OFFSET", 0, integer=True)
+    return Settings(role=role, connect=connect_options(env), config=config, stale=stale, timeout_s=timeout_s,
+                    engine_url=env.get("PLANACT_ENGINE_URL", ""), rollout_offset=offset)
+
+
+def number_from_env(env, name, default, positive=False, integer=False):
+    text = env.get(name, "")
+    if not text:
+        return default
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: want {'an integer' if integer else 'a number'}") from None
+    if (positive and value <= 0) or value < 0 or not math.isfinite(value):
+        raise ValueError(f"{name}={text!r}: want a {'positive' if positive else 'non-negative'} number")
+    return value
+
+
+def parse_config(text):
+    """PLANACT_CONFIG as a dict. planact checks the whole config (and rejects
+    the arrival saying what is wrong); here only what this module reads."""
+    if not text.strip():
+        return {}
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"PLANACT_CONFIG is not JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"PLANACT_CONFIG must be a JSON object (planact's rollout config), not {type(config).__name__}")
+    checks = {
+        "target_groups": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        "stream_groups": lambda v: isinstance(v, bool),
+        "group_filter": lambda v: isinstance(v, str),
+        "barrier_timeout_s": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
+        "rollout_timeout_s": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
+    }
+    for key, ok in checks.items():
+        if key in config and not ok(config[key]):
+            raise ValueError(f"PLANACT_CONFIG {key}={config[key]!r} is not valid (see schemas/defs.v1.schema.json#/$defs/config)")
+    return config
+
+
+# The rollout function.
+
+
+def generate_rollout(args, rollout_id, data_source, evaluation=False):
+    """slime's rollout function: this role's samples of planact rollout
+    PLANACT_ROLLOUT_OFFSET + rollout_id, grouped by group_index, with
+    metrics (see the module's docstring)."""
+    if evaluation:
+        raise ValueError("slime_planact does not evaluate: set --eval-function-path "
+                         "slime.rollout.sglang_rollout.generate_rollout (or your own eval function)")
+    settings = settings_from_env()
+    n = settings.rollout_offset + rollout_id
+    engine = settings.engine_url or router_url(args)
+    groups, config = [], None
+    if settings.role == "planner":  # checked before the batch is taken from the data source
+        count, config = batch_plan(args, settings.config)
+        groups = data_source.get_samples(count)
+    fields = arrival_fields(n, settings.role, engine, engine_weight_version(engine), groups, config)
+    logger.info("rollout %d: arriving as the %s with engine %s (weights %r), %d tasks; waiting up to %gs",
+                n, settings.role, engine, fields["weight_version"], len(fields["tasks"] or []), settings.timeout_s)
+    result, delivered = asyncio.run(run_rollout(settings, fields))
+    samples = rollout_samples(result, delivered)
+    batch, counts = slime_batch(samples, settings.role, settings.stale, originals_of(groups))
+    if getattr(args, "partial_rollout", False) and groups:
+        stopped = stopped_groups(result, groups)
+        if stopped:
+            logger.info("rollout %d: %d groups stopped before they ended go back to the data source", n, len(stopped))
+            data_source.add_samples(stopped)
+    metrics = rollout_metrics(result, delivered, counts, settings.streams_groups)
+    if not batch:
+        raise PlanactError("empty", f"rollout {n} gave the {settings.role} no samples to train on "
+                                    f"(status {result['status']}; {result.get('reason') or 'no reason given'}; "
+                                    f"tasks {task_states(result)}; stale dropped {counts['stale_dropped']})")
+    if RolloutFnTrainOutput is None:
+        return batch
+    return RolloutFnTrainOutput(samples=batch, metrics=metrics)
+
+
+def batch_plan(args, config):
+    """How many prompt groups the planner sends, and the config it sends:
+    slime's over-sampling flags in planact's terms (see the docstring)."""
+    if getattr(args, "dynamic_sampling_filter_path", None):
+        raise ValueError("--dynamic-sampling-filter-path runs in slime's own rollout, not in planact's: "
+                         'set group_filter in PLANACT_CONFIG instead ("spread" is check_reward_nonzero_std, '
+                         "or the URL of your filter server)")
+    batch_size = args.rollout_batch_size
+    count = getattr(args, "over_sampling_batch_size", None) or batch_size
+    target = config.get("target_groups", 0)
+    if target > count:
+        raise ValueError(f"PLANACT_CONFIG target_groups={target} is more than the {count} groups a rollout sends "
+                         "(--over-sampling-batch-size, else --rollout-batch-size)")
+    if count > batch_size and not target:
+        config = {**config, "target_groups": batch_size}
+    return count, config
+
+
+def router_url(args):
+    ip, port = getattr(args, "sglang_router_ip", None), getattr(args, "sglang_router_port", None)
+    if not ip or not port:
+        raise ValueError("slime's args have no sglang_router_ip/port to give planact as the engine: set PLANACT_ENGINE_URL")
+    return f"http://{ip}:{port}"
+
+
+def engine_weight_version(url, timeout_s=5.0):
+    """The weight version the engine at url runs: SGLang's GET
+    /get_weight_version on each worker the router lists (GET /workers, as
+    slime's sglang_rollout.abort reads them), the newest; or the url's own
+    when it is one server. "" (with a warning) when none answers: planact
+    then knows only the versions the engine reports with each generation."""
+    def get(u):
+        with urllib.request.urlopen(u, timeout=timeout_s) as r:
+            return json.load(r)
+
+    try:
+        urls = [w["url"] for w in get(f"{url}/workers")["workers"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        urls = [url]
+    versions = []
+    for u in urls:
+        try:
+            versions.append(str(get(f"{u}/get_weight_version")["weight_version"]))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            logger.warning("no weight version from %s: %s", u, e)
+    if not versions:
+        logger.warning("the engine at %s reports no weight version: the arrival announces none", url)
+        return ""
+    return max(versions, key=version_number)
+
+
+def version_number(version):
+    """The number a weight version ends in, -1 if none (planact counts
+    staleness in these: schema.VersionNumber)."""
+    digits = len(version) - len(version.rstrip("0123456789"))
+    return int(version[-digits:]) if digits else -1
+
+
+def tasks_from_groups(groups):
+    """planact tasks (schema defs task) from slime's prompt groups: one per
+    Sample, with its group_index and index."""
+    tasks, seen = [], set()
+    for group in groups:
+        for s in group:
+            where = f"data source sample (group_index {s.group_index}, index {s.index})"
+            if not isinstance(s.group_index, int) or not isinstance(s.index, int):
+                raise ValueError(f"{where}: planact tasks need slime's group_index and index")
+            if (s.group_index, s.index) in seen:
+                raise ValueError(f"{where} comes twice in the batch")
+            seen.add((s.group_index, s.index))
+            if not isinstance(s.prompt, str) or not s.prompt:
+                raise ValueError(f"{where}: the prompt must be non-empty text (planact writes the planner's prompt "
+                                 "around it: give slime the question, without --apply-chat-template)")
+            if any(v is not None for v in (getattr(s, "multimodal_inputs", None) or {}).values()):
+                raise ValueError(f"{where} has multimodal inputs: planact rollouts are text only")
+            task = {"group_index": s.group_index, "index": s.index, "prompt": s.prompt}
+            if s.label is not None and s.label != "":
+                # planact's labels are text (f1/em and reward servers read them)
+                task["label"] = s.label if isinstance(s.label, str) else json.dumps(s.label)
+            if s.metadata:
+                try:
+                    msgpack.packb(s.metadata)
+                except (TypeError, ValueError) as e:
+                    raise ValueError(f"{where}: its metadata cannot go to planact: {e}") from None
+                task["metadata"] = s.metadata
+            tasks.append(task)
+    return tasks
+
+
+def arrival_fields(rollout, role, engine_url, weight_version, groups, config):
+    """The arrival, as trainer.arrive / trainer.arrival_message take it: the
+    planner brings the tasks and the config, the actor neither."""
+    return {
+        "rollout": rollout,
+        "role": role,
+        "engine": {"url": engine_url, "protocol": "sglang"},
+        "weight_version": weight_version,
+        "tasks": tasks_from_groups(groups) or None,
+        "config": config or None,
+    }
+
+
+def originals_of(groups):
+    """The data source's Samples by (group_index, index)."""
+    return {(s.group_index, s.index): s for group in groups for s in group}
+
+
+# Waiting for planact.
+
+
+async def run_rollout(settings, fields):
+    """Arrives and waits: returns the result and, when planact delivers
+    groups, the groups delivered ({group_index: group message})."""
+    n, role = fields["rollout"], fields["role"]
+    nc = await connect(settings.connect)
+    try:
+        js = nc.jetstream()
+        arrival_id = await trainer.arrive(js, **fields)
+        try:
+            if settings.streams_groups:
+                result, delivered = await wait_groups(nc, js, n, role, arrival_id, settings.timeout_s)
+            else:
+                result, delivered = await trainer.wait_result(nc, js, n, role, arrival_id, settings.timeout_s), {}
+        except nats.errors.TimeoutError:
+            raise PlanactError("timeout", f"no {role} result for rollout {n} within PLANACT_TIMEOUT_S="
+                                          f"{settings.timeout_s:g}s: is planact up, and did the other job arrive?") from None
+    finally:
+        await nc.close()
+    check_status(result, n, role)
+    return result, delivered
+
+
+async def connect(options):
+    try:
+        return await nats.connect(**options)
+    except Exception as e:  # nats-py raises several kinds; all mean the same here
+        raise PlanactError("unreachable", f"cannot connect to planact's NATS at {options['servers']} "
+                                          f"(PLANACT_NATS_URL): {e!r}") from e
+
+
+def check_status(result, n, role):
+    """Raises unless the result has samples to train on (docs/python_trainer.md, 3)."""
+    status, reason = result.get("status"), result.get("reason") or "no reason given"
+    if status in ("partial", "aborted"):
+        logger.warning("rollout %d: %s: %s; training the %s on the %d samples that finished",
+                       n, status, reason, role, len(result["samples"]))
+    elif status != "ok":
+        raise PlanactError(status, f"rollout {n} ({role}): {reason}")
+
+
+async def wait_groups(nc, js, rollout, role, arrival_id, timeout_s):
+    """This role's groups as planact delivers them, until its result (or the
+    rejection of this arrival): returns (result, {group_index: group}).
+    Subscribes to the groups and the result, and reads the last of each from
+    the stream now and every few seconds (any group missed by then is read
+    by its own subject: the last group message lists all delivered so far,
+    the result every task); the wire protocol of schemas/README.md, 5."""
+    base = f"rollout.{rollout}.result.{role}"
+    result_subjects = [base, f"{base}.rejected"]
+    arrived = asyncio.Queue()
+
+    async def on_msg(msg):
+        await arrived.put((msg.subject, msg.data))
+
+    subs = [await nc.subscribe(s, cb=on_msg) for s in result_subjects + [f"{base}.group.*"]]
+    delivered = {}
+
+    async def take(data):
+        """Keeps the group in data unless it was; returns the message."""
+        group = decode_group(data, role)
+        gi = group.get("group_index", 0)
+        if gi not in delivered:
+            if group.get("samples_object"):
+                group["samples"] = await trainer.fetch_samples(js, role, group["samples_object"])
+            delivered[gi] = group
+            logger.info("rollout %d: group %d delivered (%d of %s)", rollout, gi, len(delivered), group.get("groups", "?"))
+        return group
+
+    async def catch_up(named):
+        for gi in named:
+            if gi not in delivered:
+                data = await trainer.last_on(nc, f"{base}.group.{gi}")
+                if data is not None:
+                    await take(data)
+
+    async def finish(data):
+        result = await trainer.accept(js, role, data, arrival_id)
+        if result is not None:
+            await catch_up(sorted({t.get("group_index", 0) for t in result.get("tasks", []) if t["state"] == "trained"}))
+        return result
+
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            last = await trainer.last_on(nc, f"{base}.group.*")
+            if last is not None:
+                await catch_up((await take(last)).get("delivered", []))
+            for subject in result_subjects:
+                result = await finish(await trainer.last_on(nc, subject))
+                if result is not None:
+                    return result, delivered
+            while True:  # what the subscriptions bring, until the next read
+                left = min(trainer.RECHECK_S, deadline - time.monotonic())
+                if left <= 0:
+                    break
+                try:
+                    subject, data = await asyncio.wait_for(arrived.get(), timeout=left)
+                except asyncio.TimeoutError:
+                    break
+                if subject in result_subjects:
+                    result = await finish(data)
+                    if result is not None:
+                        return result, delivered
+                else:
+                    await take(data)
+            if time.monotonic() >= deadline:
+                raise nats.errors.TimeoutError
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()
+
+
+def decode_group(data, role):
+    group = msgpack.unpackb(data, raw=False)
+    if group.get("schema") != "rollout.group/1":
+        raise ValueError(f"unexpected group schema {group.get('schema')!r}")
+    if group.get("role") != role:
+        raise ValueError(f"a group of the {group.get('role')!r} on the {role}'s subject")
+    return group
+
+
+# From planact's samples to slime's.
+
+
+def rollout_samples(result, delivered):
+    """This role's planact samples: the delivered groups' as they came, then
+    the result's samples of the groups not delivered (a rollout that filters
+    nothing has them: the finished copies of a group the rollout's end cut
+    short). The result holds the delivered groups' samples again: not taken
+    twice."""
+    samples = [s for gi in sorted(delivered) for s in delivered[gi].get("samples", [])]
+    samples += [s for s in result.get("samples", []) if s.get("group_index", 0) not in delivered]
+    return samples
+
+
+def slime_batch(samples, role, stale="keep", originals=None):
+    """slime's list[list[Sample]]: one list per group_index, in group order,
+    samples in index order (an episode's actor samples in the order they
+    came). stale is the PLANACT_STALE policy. Returns (batch, counts)."""
+    originals = originals or {}
+    ordered = sorted(samples, key=lambda s: (s.get("group_index", 0), s.get("index", 0)))
+    rollout_ids, groups = {}, {}
+    counts = {"samples": len(samples), "stale_samples": 0, "stale_dropped": 0}
+    for s in ordered:
+        is_stale = bool(s.get("metadata", {}).get("stale"))
+        counts["stale_samples"] += is_stale
+        if is_stale and stale == "drop":
+            counts["stale_dropped"] += 1
+            continue
+        key = (s.get("group_index", 0), s.get("index", 0))
+        if role == "planner" and originals and key not in originals:
+            raise ValueError(f"planact returned a planner sample for group {key[0]} index {key[1]}, a task this rollout did not send")
+        sample = slime_sample(s, role, rollout_ids, originals.get(key))
+        if is_stale and stale == "mask":
+            sample.remove_sample = True  # slime zeroes its loss mask (RolloutManager._convert_samples_to_train_data)
+        groups.setdefault(key[0], []).append(sample)
+    if counts["stale_dropped"]:
+        logger.warning("%d stale %s samples dropped (PLANACT_STALE=drop)", counts["stale_dropped"], role)
+    return [groups[g] for g in sorted(groups)], counts
+
+
+def slime_sample(s, role, rollout_ids, original=None):
+    """One planact sample (schema defs sample) as a slime Sample, token-exact.
+    rollout_ids maps planact's rollout ids (one per episode) to slime's ints."""
+    gi, index = s.get("group_index", 0), s.get("index", 0)
+    where = f"planact {role} sample {s.get('rollout_id')!r} (group {gi}, index {index})"
+    tokens = list(s.get("tokens", []))
+    n = s.get("response_length", 0)
+    loss_mask = list(s.get("loss_mask", []))
+    log_probs = [float(x) for x in s.get("rollout_log_probs", [])]
+    if n > len(tokens):
+        raise ValueError(f"{where}: response_length {n} is more than its {len(tokens)} tokens")
+    if len(loss_mask) != n:
+        raise ValueError(f"{where}: {len(loss_mask)} loss mask entries for {n} response tokens")
+    if log_probs and len(log_probs) != n:
+        raise ValueError(f"{where}: {len(log_probs)} log-probs for {n} response tokens")
+    sample = copy.deepcopy(original) if original is not None else Sample()
+    sample.group_index, sample.index = gi, index
+    if "rollout_id" in Sample.__dataclass_fields__:  # slime since May 2026 (#1933)
+        sample.rollout_id = rollout_ids.setdefault(s["rollout_id"], len(rollout_ids))
+    sample.prompt = s.get("prompt", "")
+    sample.tokens = tokens
+    sample.response = s.get("response", "")
+    sample.response_length = n
+    sample.loss_mask = loss_mask
+    sample.rollout_log_probs = log_probs or None  # none from the engine: slime computes its own
+    sample.reward = float(s.get("reward", 0.0))
+    sample.status = slime_status(s.get("status"), where)
+    sample.weight_versions = list(s.get("weight_versions", []))
+    if original is None:  # a planner sample keeps its task's label as slime had it
+        sample.label = s.get("label")
+    sample.metadata = {**(sample.metadata or {}), **s.get("metadata", {}),
+                       "planact_rollout_id": s["rollout_id"], "planact_role": role}
+    return sample
+
+
+def slime_status(status, where):
+    name = STATUSES.get(status)
+    if name is None:
+        raise ValueError(f"{where}: status {status!r}: want one of {', '.join(STATUSES)}")
+    if not hasattr(Sample.Status, name):  # FAILED: slime since Dec 2025 (#1219)
+        name = "ABORTED"
+    return Sample.Status[name]
+
+
+def task_states(result):
+    """How the rollout's tasks ended: {state: count}."""
+    states = {}
+    for t in result.get("tasks", []):
+        states[t["state"]] = states.get(t["state"], 0) + 1
+    return states
+
+
+def stopped_groups(result, groups):
+    """The data source's groups none of whose tasks ended (aborted or
+    unfinished: over-sampling stopped them, or the rollout's end)."""
+    ended = {t.get("group_index", 0) for t in result.get("tasks", []) if t["state"] not in STOPPED_STATES}
+    told = {t.get("group_index", 0) for t in result.get("tasks", [])}
+    return [g for g in groups if g and g[0].group_index in told and g[0].group_index not in ended]
+
+
+def rollout_metrics(result, delivered, counts, streamed):
+    """slime logs these with its rollout metrics (RolloutFnTrainOutput.metrics)."""
+    stats = result.get("stats", {})
+    metrics = {f"planact/tasks_{state}": k for state, k in task_states(result).items()}
+    metrics.update({
+        "planact/samples": counts["samples"],
+        "planact/stale_samples": counts["stale_samples"],
+        "planact/stale_dropped": counts["stale_dropped"],
+        "planact/accuracy": stats.get("accuracy", 0.0),
+        "planact/mean_reward": stats.get("mean_reward", 0.0),
+        "planact/mean_turns": stats.get("mean_turns", 0.0),
+        "planact/acts": stats.get("acts", 0),
+        "planact/wall_s": stats.get("wall_ms", 0) / 1000,
+    })
+    if streamed:
+        metrics["planact/groups_delivered"] = len(delivered)
+    return metrics
+
+
+# Pause and resume around weight updates.
+
+
+def pause(role, mode="wait", timeout_s=DEFAULT_PAUSE_TIMEOUT_S, reason="", wait_s=None):
+    """Holds the role's generations in planact before its engine's weights
+    change, and returns once none runs: planact's answer (control.paused/1:
+    drained, missing, aborted). mode "wait" lets the running generations
+    finish, "abort" aborts them (planact sends them again after the resume).
+    Not resumed within timeout_s, planact fails the work waiting for the
+    role. wait_s bounds the wait for the answer (default timeout_s + 30:
+    planact answers by the pause's time-out at the latest). Connects with
+    PLANACT_NATS_URL (and _USER, _PASSWORD, _CREDS)."""
+    subject, headers, body = pause_message(role, mode, timeout_s, reason)
+    wait_s = timeout_s + 30 if wait_s is None else wait_s
+    return asyncio.run(run_pause(connect_options(), role, subject, headers, body, wait_s))
+
+
+def resume(role, weight_version):
+    """Lets the role's generations go again, on the engine's new weights:
+    weight_version is what the engine runs now (slime's updaters count
+    versions "1", "2", ... from --update-weight-start-version), planact's
+    newest for staleness."""
+    subject, headers, body = resume_message(role, weight_version)
+    asyncio.run(publish(connect_options(), subject, headers, body))
+
+
+def control_message(kind, role, verb, body, at_ms):
+    """Subject, headers and msgpack body of a control message, as
+    pkg/bus.NewMsg sends it (no rollout: no Planact-Rollout)."""
+    if role not in ROLES:
+        raise ValueError(f"role {role!r}: want planner or actor")
+    body = {"schema": kind, "role": role, **body, "at_ms": at_ms}
+    headers = {
+        "Planact-Schema": kind,
+        "Planact-Role": role,
+        "Content-Type": "application/msgpack",
+        "Nats-Msg-Id": f"{verb}.{role}.{at_ms}",  # schema.Pause/Resume MsgID; a paused answer names it
+    }
+    return f"control.{role}.{verb}", headers, msgpack.packb(body, use_bin_type=True)
+
+
+def pause_message(role, mode="wait", timeout_s=DEFAULT_PAUSE_TIMEOUT_S, reason="", at_ms=None):
+    """control.pause/1 on control.<role>.pause."""
+    if mode not in ("wait", "abort"):
+        raise ValueError(f"pause mode {mode!r}: want wait or abort")
+    if not 0 < timeout_s <= 604800:
+        raise ValueError(f"pause timeout_s {timeout_s}: want more than 0, at most 604800 (a week)")
+    body = {"mode": mode, "timeout_s": timeout_s}
+    if reason:
+        body["reason"] = reason
+    return control_message("control.pause/1", role, "pause", body, at_ms or int(time.time() * 1000))
+
+
+def resume_message(role, weight_version, at_ms=None):
+    """control.resume/1 on control.<role>.resume."""
+    body = {"weight_version": str(weight_version)} if weight_version not in (None, "") else {}
+    return control_message("control.resume/1", role, "resume", body, at_ms or int(time.time() * 1000))
+
+
+async def publish(options, subject, headers, body):
+    nc = await connect(options)
+    try:
+        await nc.jetstream().publish(subject, body, headers=headers)
+    finally:
+        await nc.close()
+
+
+async def run_pause(options, role, subject, headers, body, wait_s):
+    """Publishes the pause and waits for the answer that names it
+    (pause_id), found by subscription or, every few seconds, by a direct
+    get on the CONTROL stream, as pkg/client's Pause does."""
+    answer_subject, pause_id = f"control.{role}.paused", headers["Nats-Msg-Id"]
+    nc = await connect(options)
+    answers = asyncio.Queue()
+
+    async def on_msg(msg):
+        await answers.put(msg.data)
+
+    def answered(data):
+        if data is None:
+            return None
+        answer = msgpack.unpackb(data, raw=False)
+        return answer if answer.get("pause_id") == pause_id else None
+
+    try:
+        sub = await nc.subscribe(answer_subject, cb=on_msg)
+        try:
+            await nc.jetstream().publish(subject, body, headers=headers)
+            deadline = time.monotonic() + wait_s
+            while True:
+                answer = answered(await trainer.last_on(nc, answer_subject, stream=CONTROL_STREAM))
+                while answer is None:
+                    left = min(trainer.RECHECK_S, deadline - time.monotonic())
+                    if left <= 0:
+                        break
+                    try:
+                        answer = answered(await asyncio.wait_for(answers.get(), timeout=left))
+                    except asyncio.TimeoutError:
+                        break
+                if answer is not None:
+                    if answer.get("missing"):
+                        logger.warning("pause %s: gateways %s did not say they stopped in time",
+                                       pause_id, ", ".join(answer["missing"]))
+                    return answer
+                if time.monotonic() >= deadline:
+                    raise PlanactError("timeout", f"no answer to pause {pause_id} on {answer_subject} within {wait_s:g}s")
+        finally:
+            await sub.unsubscribe()
+    finally:
+        await nc.close()

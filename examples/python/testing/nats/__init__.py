@@ -1,0 +1,110 @@
+"""An in-memory stand-in for nats-py, for the Go tests of the Python
+examples (nats-py cannot be installed where they run); see ../README.md.
+
+Streams are lists of messages, filled by JetStream publishes and by
+store() (what a test puts there as planact would). A direct get
+($JS.API.DIRECT.GET.<stream>.<subject>, wildcards included) answers with
+the last matching message, or a 404 as the server does; a stream it does
+not know has no responders. Subscriptions get what is stored after they
+were made. Every JetStream publish is kept in `published`, and each
+function in `on_publish` is called with it (a test answers a pause that
+way)."""
+
+import asyncio
+from types import SimpleNamespace
+
+from . import errors
+
+STREAMS = {"ROLLOUT": "rollout.", "CONTROL": "control."}  # name -> subject prefix
+
+streams = {name: [] for name in STREAMS}  # name -> [(subject, data)]
+objects = {}  # bucket -> {name: bytes}
+published = []  # SimpleNamespace(subject, data, headers), in order
+on_publish = []  # fn(msg), called after each JetStream publish
+connections = []  # the options of each connect()
+_subscriptions = []
+
+
+def matches(pattern, subject):
+    """NATS subject matching: * is one token, > the rest."""
+    want, got = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(got) > i
+        if i >= len(got) or (token != "*" and token != got[i]):
+            return False
+    return len(want) == len(got)
+
+
+def store(subject, data):
+    """Appends a message to the stream that takes subject, and hands it to
+    the subscriptions that match."""
+    name = next(n for n, prefix in STREAMS.items() if subject.startswith(prefix))
+    streams[name].append((subject, data))
+    for sub in list(_subscriptions):
+        if matches(sub.subject, subject):
+            asyncio.get_running_loop().create_task(sub.cb(SimpleNamespace(subject=subject, data=data, headers=None)))
+
+
+async def connect(servers=None, **options):
+    connections.append({"servers": servers, **options})
+    return Client()
+
+
+class Subscription:
+    def __init__(self, subject, cb):
+        self.subject, self.cb = subject, cb
+
+    async def unsubscribe(self):
+        _subscriptions.remove(self)
+
+
+class Client:
+    async def subscribe(self, subject, cb=None):
+        sub = Subscription(subject, cb)
+        _subscriptions.append(sub)
+        return sub
+
+    async def request(self, subject, payload=b"", timeout=None):
+        prefix = "$JS.API.DIRECT.GET."
+        if not subject.startswith(prefix):
+            raise errors.NoRespondersError
+        stream, _, wanted = subject[len(prefix):].partition(".")
+        if stream not in streams:
+            raise errors.NoRespondersError
+        for subj, data in reversed(streams[stream]):
+            if matches(wanted, subj):
+                return SimpleNamespace(subject=subj, data=data, headers={"Nats-Subject": subj})
+        return SimpleNamespace(subject=subject, data=b"", headers={"Status": "404", "Description": "Message Not Found"})
+
+    def jetstream(self):
+        return JetStream()
+
+    async def close(self):
+        pass
+
+
+class JetStream:
+    async def publish(self, subject, payload=b"", headers=None):
+        msg = SimpleNamespace(subject=subject, data=payload, headers=dict(headers or {}))
+        published.append(msg)
+        store(subject, payload)
+        for fn in on_publish:
+            fn(msg)
+        return SimpleNamespace(stream=next(n for n, p in STREAMS.items() if subject.startswith(p)), seq=len(published))
+
+    async def object_store(self, bucket):
+        return ObjectStore(objects.setdefault(bucket, {}))
+
+
+class ObjectStore:
+    def __init__(self, objs):
+        self.objs = objs
+
+    async def put(self, name, data):
+        self.objs[name] = bytes(data)
+
+    async def get(self, name):
+        if name not in self.objs:
+            raise errors.ObjectNotFoundError(name)
+        return SimpleNamespace(data=self.objs[name])

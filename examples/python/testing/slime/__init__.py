@@ -1,0 +1,1 @@
+"""Stand-in for THUDM/slime in tests; see ../README.md."""

@@ -1,0 +1,18 @@
+"""slime.rollout.base_types as in THUDM/slime 624b824a."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from slime.utils.types import Sample
+
+
+@dataclass
+class RolloutFnTrainOutput:
+    samples: list[list[Sample]]
+    metrics: dict[str, Any] = None
+
+
+@dataclass
+class RolloutFnEvalOutput:
+    data: dict[str, dict[str, Any]]
+    metrics: dict[str, Any] = None
