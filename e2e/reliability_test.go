@@ -34,7 +34,9 @@ import (
 func TestResultsOwedAfterACrash(t *testing.T) {
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 61}, actor: sim.Config{Seed: 62}, inline: 1})
 	ctx := context.Background()
-	// The result object stores are gone, so results cannot be published.
+	// Every service is up (each provisions what is missing when it starts);
+	// then the result object stores go, so results cannot be published.
+	waitServices(t, bustest.Conn(t, e.url))
 	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
 		if err := e.bus.JS.DeleteObjectStore(ctx, bus.ObjectResults(role)); err != nil {
 			t.Fatal(err)

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 func TestProvisionIsIdempotent(t *testing.T) {
@@ -228,6 +230,51 @@ func TestMutateUnderContention(t *testing.T) {
 	created, err := bus.Create(ctx, b.Sessions, "counter", &schema.Session{})
 	if err != nil || created {
 		t.Errorf("Create on an existing key: created %v err %v, want false nil", created, err)
+	}
+}
+
+// TestMutateFrom: from a value and its revision the write needs no read;
+// when another writer came in between, the key is read again and the
+// change applied to what is there; the caller's value is not changed.
+func TestMutateFrom(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx := context.Background()
+	held, rev, _, err := bus.MutateRev(ctx, b.Sessions, "from", func(v *schema.Session, _ bool) (bool, error) {
+		v.Outbox = []string{"a", "b"}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := func() float64 {
+		return testutil.ToFloat64(telemetry.KVOps.WithLabelValues(bus.BucketSession, "get")) +
+			testutil.ToFloat64(telemetry.KVOps.WithLabelValues(bus.BucketSession, "get_fresh"))
+	}
+	settleA := func(v *schema.Session, _ bool) (bool, error) { return v.Settle("a"), nil }
+	before := reads()
+	v, rev2, wrote, err := bus.MutateFrom(ctx, b.Sessions, "from", held, rev, settleA)
+	if err != nil || !wrote || len(v.Outbox) != 1 || rev2 <= rev {
+		t.Fatalf("MutateFrom: %+v rev %d wrote %v err %v", v.Outbox, rev2, wrote, err)
+	}
+	if got := reads() - before; got != 0 {
+		t.Errorf("%v reads for a write from a known revision, want 0", got)
+	}
+	if len(held.Outbox) != 2 {
+		t.Errorf("the caller's value changed: %v", held.Outbox)
+	}
+	// Another writer: the held revision is old; the change lands on the
+	// value that is there.
+	if _, _, err := bus.Mutate(ctx, b.Sessions, "from", func(v *schema.Session, _ bool) (bool, error) {
+		v.Outbox = append(v.Outbox, "c")
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	held.Outbox = []string{"a", "b", "x"}
+	v, _, wrote, err = bus.MutateFrom(ctx, b.Sessions, "from", held, rev2, func(v *schema.Session, _ bool) (bool, error) { return v.Settle("b"), nil })
+	if err != nil || !wrote || fmt.Sprint(v.Outbox) != "[c]" {
+		t.Fatalf("after a conflict: %v wrote %v err %v, want [c] (b settled on the stored value)", v.Outbox, wrote, err)
 	}
 }
 

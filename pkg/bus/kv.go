@@ -153,6 +153,42 @@ func MutateRev[T any](ctx context.Context, kv *Bucket, key string, fn func(v *T,
 	return zero, 0, false, fail.Transientf("kv write %s: still contended after %d attempts", key, maxCASAttempts)
 }
 
+// MutateFrom is MutateRev for a caller that holds the value at revision rev
+// (it read or wrote it): fn is applied to a copy of v and the result
+// written at once, without a read; only when another writer came in
+// between is the key read again, as MutateRev does. rev 0 means unknown.
+func MutateFrom[T any](ctx context.Context, kv *Bucket, key string, v T, rev uint64, fn func(v *T, exists bool) (bool, error)) (T, uint64, bool, error) {
+	if rev == 0 {
+		return MutateRev(ctx, kv, key, fn)
+	}
+	// fn may change what v shares (slices, maps): it works on a copy.
+	data, err := schema.Marshal(&v)
+	if err != nil {
+		return v, 0, false, fail.E(fail.Permanent, err)
+	}
+	var cur T
+	if err := schema.Unmarshal(data, &cur); err != nil {
+		return v, 0, false, fail.E(fail.Permanent, err)
+	}
+	changed, err := fn(&cur, true)
+	if err != nil {
+		return cur, rev, false, err
+	}
+	if !changed {
+		// A decision not to write rests on a read, not on what the
+		// caller held (another writer may have come since).
+		return MutateRev(ctx, kv, key, fn)
+	}
+	newRev, conflict, err := Update(ctx, kv, key, &cur, rev)
+	if err != nil {
+		return cur, 0, false, err
+	}
+	if conflict {
+		return MutateRev(ctx, kv, key, fn)
+	}
+	return cur, newRev, true, nil
+}
+
 // Update writes v under key if the key is still at revision rev (0: if it
 // does not exist), and returns the new revision. conflict is true, with no
 // error, when another writer changed the key since rev: the caller reads it

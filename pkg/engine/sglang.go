@@ -71,7 +71,7 @@ type sglReply struct {
 		PromptTokens        int               `json:"prompt_tokens"`
 		CompletionTokens    *int              `json:"completion_tokens"`
 		WeightVersion       json.RawMessage   `json:"weight_version"`
-		OutputTokenLogprobs []json.RawMessage `json:"output_token_logprobs"`
+		OutputTokenLogprobs logprobList     `json:"output_token_logprobs"`
 	} `json:"meta_info"`
 	Error json.RawMessage `json:"error"`
 }
@@ -149,7 +149,7 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 		accIDs  []int // output_ids appended, for servers that stream deltas
 		prefix  = true
 		lastIDs []int
-		accLPs  []json.RawMessage // output_token_logprobs appended, likewise
+		accLPs  logprobList // output_token_logprobs appended, likewise
 		// Once two events show the server streams cumulatively (SGLang's
 		// default), every event repeats all ids and log-probs so far:
 		// decoding each fully costs O(n²). Then only the text of each event
@@ -198,7 +198,7 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 		}
 		lastIDs = ev.OutputIDs
 		accIDs = append(accIDs, ev.OutputIDs...)
-		accLPs = append(accLPs, ev.MetaInfo.OutputTokenLogprobs...)
+		accLPs.append(ev.MetaInfo.OutputTokenLogprobs)
 		last, seen = ev, true
 		// The second event tells: still a prefix of ids and text, and ids
 		// as many as the server says it generated, means cumulative.
@@ -227,13 +227,13 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 		if err := json.Unmarshal(lastRaw, &ev); err != nil {
 			return Generation{}, fail.Transientf("sglang generate stream: decode last event: %w", err)
 		}
-		last, lastIDs, accIDs, accLPs = ev, ev.OutputIDs, nil, nil
+		last, lastIDs, accIDs, accLPs = ev, ev.OutputIDs, nil, logprobList{}
 	}
 	ids := lastIDs
 	if n := last.MetaInfo.CompletionTokens; (n != nil && len(accIDs) == *n && len(lastIDs) != *n) || (n == nil && !prefix) {
 		ids = accIDs
 	}
-	if n := last.MetaInfo.CompletionTokens; n != nil && len(accLPs) == *n && len(last.MetaInfo.OutputTokenLogprobs) != *n {
+	if n := last.MetaInfo.CompletionTokens; n != nil && len(accLPs.ids) == *n && len(last.MetaInfo.OutputTokenLogprobs.ids) != *n {
 		last.MetaInfo.OutputTokenLogprobs = accLPs
 	}
 	last.Text = text
@@ -266,20 +266,8 @@ func (out *sglReply) generation(ids []int) (Generation, error) {
 		g.FinishReason = normalizeFinish(fr.Type)
 	}
 	g.WeightVersion = rawString(out.MetaInfo.WeightVersion)
-	if lps := out.MetaInfo.OutputTokenLogprobs; len(lps) > 0 {
-		g.LogProbs = make([]float64, len(lps))
-		g.OutputIDs = make([]int, len(lps))
-		for i, raw := range lps {
-			var triple []json.RawMessage
-			if err := json.Unmarshal(raw, &triple); err != nil || len(triple) < 2 {
-				return Generation{}, fail.Transientf("output_token_logprobs[%d] = %s: not [logprob, id, text]", i, raw)
-			}
-			// A null logprob happens for the first token of some servers; keep 0.
-			_ = json.Unmarshal(triple[0], &g.LogProbs[i])
-			if err := json.Unmarshal(triple[1], &g.OutputIDs[i]); err != nil {
-				return Generation{}, fail.Transientf("output_token_logprobs[%d] = %s: bad token id", i, raw)
-			}
-		}
+	if lps := out.MetaInfo.OutputTokenLogprobs; len(lps.ids) > 0 {
+		g.LogProbs, g.OutputIDs = lps.logprobs, lps.ids
 		if len(ids) > 0 && len(ids) != len(g.OutputIDs) {
 			return Generation{}, fail.Transientf("%d output ids but %d log-probs", len(ids), len(g.OutputIDs))
 		}

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -75,15 +76,30 @@ func Marshal(v any) ([]byte, error) {
 			e.setSchema(m.Kind())
 		}
 	}
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
+	buf := buffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	enc := msgpack.GetEncoder()
+	enc.Reset(buf)
 	enc.SetCustomStructTag("json")
 	enc.SetOmitEmpty(true)
-	if err := enc.Encode(v); err != nil {
+	err := enc.Encode(v)
+	msgpack.PutEncoder(enc)
+	out := bytes.Clone(buf.Bytes())
+	if buf.Cap() <= maxPooledBuffer {
+		buffers.Put(buf)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("encode %T: %w", v, err)
 	}
-	return buf.Bytes(), nil
+	return out, nil
 }
+
+// buffers are reused by Marshal: a body grows its buffer once, not at
+// every encode.
+var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBuffer keeps a rare huge body's buffer out of the pool.
+const maxPooledBuffer = 4 << 20
 
 // Unmarshal decodes msgpack data into v. When v is a Message, the body's
 // schema must be one this reader knows: same kind, same major version.
@@ -106,6 +122,30 @@ func Unmarshal(data []byte, v any) error {
 			return fail.Invalidf("decode %s: body has no schema field", want)
 		}
 		return fail.Invalidf("decode: body is %q, this reader understands %q", got, want)
+	}
+	return nil
+}
+
+// UnmarshalPart decodes the fields of a body of kind m that v has (a
+// struct with the json names of those fields, Envelope embedded), skipping
+// the rest: for a reader that needs little of a large message (the parser
+// reads a planner output's text, not its token trajectory). The body's
+// schema must be m's, as Unmarshal checks.
+func UnmarshalPart[T any](data []byte, m Message, v *T) error {
+	dec := msgpack.NewDecoder(bytes.NewReader(data))
+	dec.SetCustomStructTag("json")
+	if err := dec.Decode(v); err != nil {
+		return fail.Invalidf("decode %s: %w", m.Kind(), err)
+	}
+	e, ok := any(v).(enveloped)
+	if !ok {
+		return fail.Permanentf("decode %s: %T has no Envelope", m.Kind(), v)
+	}
+	if got := e.schema(); got != m.Kind() {
+		if got == "" {
+			return fail.Invalidf("decode %s: body has no schema field", m.Kind())
+		}
+		return fail.Invalidf("decode: body is %q, this reader understands %q", got, m.Kind())
 	}
 	return nil
 }

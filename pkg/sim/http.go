@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -228,11 +229,7 @@ func sglReply(rid string, out *genOutput, n int, final bool, logprobs bool) map[
 		"weight_version":    out.weightVersion,
 	}
 	if logprobs {
-		lps := make([][3]any, n)
-		for i := range n {
-			lps[i] = [3]any{out.logprobs[i], out.ids[i], nil}
-		}
-		meta["output_token_logprobs"] = lps
+		meta["output_token_logprobs"] = logprobTriples{out.logprobs[:n], out.ids[:n]}
 		meta["input_token_logprobs"] = [][3]any{}
 	}
 	return map[string]any{"text": out.textAt(n), "output_ids": out.ids[:n], "meta_info": meta}
@@ -804,4 +801,27 @@ func (s *sseWriter) done() {
 func Serve(ctx context.Context, addr string, cfg Config) (string, error) {
 	url, _, err := ServeEngine(ctx, addr, New(cfg))
 	return url, err
+}
+
+// logprobTriples is SGLang's output_token_logprobs, [[logprob, id, null], …],
+// written in one pass: a long plan has thousands.
+type logprobTriples struct {
+	logprobs []float64
+	ids      []int
+}
+
+func (l logprobTriples) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 2+len(l.ids)*32)
+	b = append(b, '[')
+	for i, id := range l.ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '[')
+		b = strconv.AppendFloat(b, l.logprobs[i], 'g', -1, 64)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(id), 10)
+		b = append(b, ",null]"...)
+	}
+	return append(b, ']'), nil
 }

@@ -6,6 +6,7 @@ package planparser
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/rs/zerolog"
 
@@ -56,10 +57,20 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 	if p.Verb == "partial" {
 		return s.handlePartial(ctx, m)
 	}
-	var out schema.PlanOutput
-	if err := m.Decode(&out); err != nil {
-		return err
+	// The parser reads the output's text, not the episode's trajectory the
+	// message also carries (thousands of token ids): those are skipped.
+	var head struct {
+		schema.Envelope
+		Rollout      int64  `json:"rollout"`
+		Episode      int    `json:"episode"`
+		Turn         int    `json:"turn"`
+		Text         string `json:"text"`
+		FinishReason string `json:"finish_reason"`
 	}
+	if err := schema.UnmarshalPart(m.Data, &schema.PlanOutput{}, &head); err != nil {
+		return fmt.Errorf("%s: %w", m.Subject, err)
+	}
+	out := schema.PlanOutput{Rollout: head.Rollout, Episode: head.Episode, Turn: head.Turn, Text: head.Text, FinishReason: head.FinishReason}
 	info, err := s.sessions.Get(ctx, out.Rollout)
 	if err != nil {
 		return err

@@ -13,7 +13,6 @@ import (
 	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
-	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
 	"github.com/planact/planact/pkg/telemetry"
 )
@@ -40,14 +39,18 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 	}
 	if len(a.Tasks) > 0 || a.TasksObject != "" {
 		// The first arrival with tasks wins; later lists are ignored.
-		if _, err := bus.Create(ctx, s.Bus.Sessions, schema.TasksKey(a.Rollout), &schema.TaskList{Tasks: a.Tasks, Object: a.TasksObject}); err != nil {
+		created, err := bus.Create(ctx, s.Bus.Sessions, schema.TasksKey(a.Rollout), &schema.TaskList{Tasks: a.Tasks, Object: a.TasksObject})
+		if err != nil {
 			return rolloutErr(a.Rollout, err)
+		}
+		if created && len(a.Tasks) > 0 {
+			s.keepTasks(a.Rollout, a.Tasks) // the barrier and every episode end need them
 		}
 	}
 
 	var late bool  // the role arrives at a rollout that ended without it
 	var again bool // another arrival of a role that has arrived
-	sess, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(a.Rollout), func(v *schema.Session, exists bool) (bool, error) {
+	sess, rev, wrote, err := bus.MutateRev(ctx, s.Bus.Sessions, schema.SessionKey(a.Rollout), func(v *schema.Session, exists bool) (bool, error) {
 		late, again = false, false
 		if !exists {
 			trace := bus.TraceFrom(ctx)
@@ -75,7 +78,7 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		if len(v.Roles) < 2 {
 			return true, nil
 		}
-		tasks, _, err := session.LoadTasks(ctx, s.Bus.Sessions, s.Bus.Tasks, a.Rollout)
+		tasks, err := s.tasks(ctx, a.Rollout)
 		if err != nil && fail.IsRetryable(err) {
 			return false, err
 		}
@@ -139,7 +142,7 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 	case !wrote:
 		log.Info().Str("state", sess.State).Msg("arrival delivered again")
 	}
-	return s.settle(ctx, sess)
+	return s.settle(ctx, sess, rev)
 }
 
 // validateArrival checks what a trainer sent before anything is stored.
@@ -233,23 +236,29 @@ func subjectToken(s string) bool {
 // start fans out the rollout: its deadline, the start event and the first
 // plan request of every episode. Every publish is idempotent.
 func (s *Service) start(ctx context.Context, sess *schema.Session) error {
-	// The deadline first: whatever fails after it, the rollout will end.
-	if err := s.scheduleTimeout(ctx, sess.Rollout, schema.TimeoutRollout, sess.DeadlineMs()); err != nil {
-		return err
-	}
-	s.cancelSchedules(ctx, sess.Rollout, schema.TimeoutBarrier)
-	if err := s.Bus.Publish(ctx, &schema.Start{Rollout: sess.Rollout, Episodes: sess.Episodes, DeadlineMs: sess.DeadlineMs(), AtMs: sess.StartedMs}); err != nil {
-		return err
-	}
+	// The deadline, the start and the first plan requests go out at once
+	// (their acks awaited together): a start costs one round trip, not one
+	// per step. If any fails, the effect stays in the outbox and all of it
+	// is published again (message ids make that idempotent), so the
+	// rollout's deadline is in place before the effect is settled.
+	deadline := make(chan error, 1)
+	go func() { deadline <- s.scheduleTimeout(ctx, sess.Rollout, schema.TimeoutRollout, sess.DeadlineMs()) }()
 	version := sess.Roles[schema.RolePlanner].WeightVersion
-	reqs := make([]schema.Message, sess.Episodes)
-	for e := range reqs {
-		reqs[e] = &schema.PlanRequest{Rollout: sess.Rollout, Episode: e, Turn: 1, WeightVersion: version}
+	msgs := make([]schema.Message, 0, sess.Episodes+2)
+	msgs = append(msgs, &schema.Start{Rollout: sess.Rollout, Episodes: sess.Episodes, DeadlineMs: sess.DeadlineMs(), AtMs: sess.StartedMs})
+	for e := range sess.Episodes {
+		msgs = append(msgs, &schema.PlanRequest{Rollout: sess.Rollout, Episode: e, Turn: 1, WeightVersion: version})
 	}
-	if err := s.Bus.PublishAll(ctx, reqs...); err != nil {
+	msgs = append(msgs, &schema.Status{Rollout: sess.Rollout, Event: "started", Episode: -1, Detail: fmt.Sprintf("%d episodes", sess.Episodes), AtMs: s.nowMs()})
+	err := s.Bus.PublishAll(ctx, msgs...)
+	if derr := <-deadline; derr != nil {
+		return derr
+	}
+	if err != nil {
 		return fmt.Errorf("start episodes: %w", err)
 	}
-	return s.status(ctx, sess.Rollout, "started", -1, fmt.Sprintf("%d episodes", sess.Episodes))
+	s.cancelSchedules(ctx, sess.Rollout, schema.TimeoutBarrier)
+	return nil
 }
 
 func (s *Service) status(ctx context.Context, n int64, event string, episode int, detail string) error {

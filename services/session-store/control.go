@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -223,8 +224,8 @@ func (s *Service) gatewayIDs(name string) []string {
 // noteVersion records a role's weight version seen in an arrival when it is
 // newer than the one the role state holds: the trainer's current weights.
 func (s *Service) noteVersion(ctx context.Context, role, version string) error {
-	if version == "" {
-		return nil
+	if version == "" || s.noted.seen(role, version) {
+		return nil // recorded already: versions only move forward
 	}
 	_, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(role), func(v *schema.RoleState, _ bool) (bool, error) {
 		if v.WeightVersion == version || !schema.Newer(version, v.WeightVersion) {
@@ -236,5 +237,28 @@ func (s *Service) noteVersion(ctx context.Context, role, version string) error {
 	if err != nil {
 		return fmt.Errorf("note %s weight version: %w", role, err)
 	}
+	s.noted.note(role, version)
 	return nil
+}
+
+// notedVersions are the weight versions this process has recorded per role:
+// a version noted once needs no write when the next arrival brings it again.
+type notedVersions struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (n *notedVersions) seen(role, version string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.m[role] == version
+}
+
+func (n *notedVersions) note(role, version string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.m == nil {
+		n.m = map[string]string{}
+	}
+	n.m[role] = version
 }

@@ -47,22 +47,22 @@ func groupCount(tasks []schema.Task) int {
 // published: a redo publishes what was decided, never asks the filter
 // again. A delivery that reaches target_groups ends the rollout in the same
 // write. It returns the session as written.
-func (s *Service) decideGroup(ctx context.Context, sess schema.Session, g int) (schema.GroupState, schema.Session, error) {
+func (s *Service) decideGroup(ctx context.Context, sess schema.Session, rev uint64, g int) (schema.GroupState, schema.Session, uint64, error) {
 	if gs, ok := sess.Group(g); ok {
-		return gs, sess, nil
+		return gs, sess, rev, nil
 	}
 	tasks, err := s.tasks(ctx, sess.Rollout)
 	if err != nil {
-		return schema.GroupState{}, sess, err
+		return schema.GroupState{}, sess, rev, err
 	}
 	members := groupMembers(tasks, g)
 	eps, err := s.gather(ctx, &sess, tasks, members)
 	if err != nil {
-		return schema.GroupState{}, sess, err
+		return schema.GroupState{}, sess, rev, err
 	}
 	verdict := s.filter(ctx, &sess, g, members, eps)
 	var gs schema.GroupState
-	written, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), func(v *schema.Session, exists bool) (bool, error) {
+	written, writtenRev, _, err := bus.MutateFrom(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), sess, rev, func(v *schema.Session, exists bool) (bool, error) {
 		if !exists {
 			return false, fail.Permanentf("group %d of rollout %d, which has no session", g, sess.Rollout)
 		}
@@ -86,9 +86,9 @@ func (s *Service) decideGroup(ctx context.Context, sess schema.Session, g int) (
 		return true, nil
 	})
 	if err != nil {
-		return schema.GroupState{}, sess, err
+		return schema.GroupState{}, sess, rev, err
 	}
-	return gs, written, nil
+	return gs, written, writtenRev, nil
 }
 
 // deliverGroup publishes delivered group g to every role that arrived,
@@ -325,7 +325,15 @@ func (s *Service) tasks(ctx context.Context, n int64) ([]schema.Task, error) {
 	if err != nil || !found {
 		return nil, err
 	}
+	s.keepTasks(n, tasks)
+	return tasks, nil
+}
+
+// keepTasks caches rollout n's tasks (as stored: the first list wins).
+func (s *Service) keepTasks(n int64, tasks []schema.Task) {
+	c := s.taskCache
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if len(c.lists) >= maxCachedRollouts {
 		for k := range c.lists {
 			delete(c.lists, k)
@@ -333,8 +341,6 @@ func (s *Service) tasks(ctx context.Context, n int64) ([]schema.Task, error) {
 		}
 	}
 	c.lists[n] = tasks
-	c.mu.Unlock()
-	return tasks, nil
 }
 
 // forgetTasks drops rollout n's tasks from the cache.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,64 +19,138 @@ import (
 )
 
 // handleEpisodeEnd counts an episode end; the end that completes the count
-// ends the rollout, in the same write.
+// ends the rollout, in the same write. Ends of one rollout that arrive
+// together are recorded in one write (see endQueue): episodes that end at
+// the same moment do not race on the session.
 func (s *Service) handleEpisodeEnd(ctx context.Context, m bus.Msg) error {
 	var end schema.EpisodeEnd
 	if err := m.Decode(&end); err != nil {
 		return err
 	}
-	var tasks []schema.Task
-	if cfg, ok := s.index.config(end.Rollout); !ok || cfg.Grouped() {
-		var err error
-		if tasks, err = s.tasks(ctx, end.Rollout); err != nil {
-			return rolloutErr(end.Rollout, err)
-		}
+	n := end.Rollout
+	mine := &pendingEnd{end: &end, done: make(chan struct{})}
+	s.ends.add(n, mine)
+	unlock, _ := s.ends.locks.lock(n)
+	select {
+	case <-mine.done:
+		unlock() // recorded with others, by the handler that wrote them
+		return mine.err
+	default:
 	}
-	sess, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(end.Rollout), func(v *schema.Session, exists bool) (bool, error) {
-		if !exists {
-			return false, fail.Permanentf("episode end for rollout %d, which has no session", end.Rollout)
+	batch := s.ends.take(n) // mine, and those that came while the last write ran
+	sess, rev, err := s.recordEnds(ctx, n, batch)
+	for _, p := range batch {
+		if p.err == nil {
+			p.err = err
 		}
-		if v.State != schema.SessionRunning {
-			return false, nil
-		}
-		if end.Episode < 0 || end.Episode >= v.Episodes {
-			return false, fail.Invalidf("rollout %d has no episode %d", end.Rollout, end.Episode)
-		}
-		if !v.MarkEnded(end.Episode) {
-			return false, nil
-		}
-		v.Acts += len(end.Acts)
-		// The group of the episode is complete when all its tasks ended: it
-		// is delivered (or filtered) at once.
-		if v.Config.Grouped() && end.Episode < len(tasks) {
-			g, members := groupOf(tasks, end.Episode)
-			complete := true
-			for _, e := range members {
-				if _, ended := slices.BinarySearch(v.Ended, e); !ended {
-					complete = false
-				}
-			}
-			if complete && !v.Owes(schema.EffectGroup(g)) {
-				if _, known := v.Group(g); !known {
-					v.Outbox = append(v.Outbox, schema.EffectGroup(g))
-				}
-			}
-		}
-		if v.EndedCount() == v.Episodes {
-			s.end(v, schema.SessionDone, schema.ResultOK, "")
-		}
-		return true, nil
-	})
+		close(p.done)
+	}
+	unlock()
 	if err != nil {
-		return rolloutErr(end.Rollout, err)
+		return rolloutErr(n, err)
 	}
 	ctx = bus.WithTrace(ctx, sess.Trace)
-	if wrote {
-		zerolog.Ctx(ctx).Debug().Str("status", end.Status).Int("ended", sess.EndedCount()).Int("episodes", sess.Episodes).Msg("episode ended")
-		_ = s.Bus.Publish(ctx, &schema.Status{Rollout: end.Rollout, Event: "episode-" + end.Status, Episode: end.Episode,
-			Detail: fmt.Sprintf("%d/%d", sess.EndedCount(), sess.Episodes), Ended: sess.EndedCount(), Episodes: sess.Episodes, Acts: sess.Acts, AtMs: s.nowMs()})
+	for _, p := range batch {
+		if p.wrote {
+			e := p.end
+			zerolog.Ctx(ctx).Debug().Int("episode", e.Episode).Str("status", e.Status).Int("ended", sess.EndedCount()).Int("episodes", sess.Episodes).Msg("episode ended")
+			_ = s.Bus.Publish(ctx, &schema.Status{Rollout: n, Event: "episode-" + e.Status, Episode: e.Episode,
+				Detail: fmt.Sprintf("%d/%d", sess.EndedCount(), sess.Episodes), Ended: sess.EndedCount(), Episodes: sess.Episodes, Acts: sess.Acts, AtMs: s.nowMs()})
+		}
 	}
-	return s.settle(ctx, sess)
+	if mine.err != nil {
+		return rolloutErr(n, mine.err)
+	}
+	return s.settle(ctx, sess, rev)
+}
+
+// recordEnds marks the episodes of batch ended in rollout n's session, in
+// one write, with what follows: a group complete, the rollout over. An end
+// that names no episode of the rollout gets its own error.
+func (s *Service) recordEnds(ctx context.Context, n int64, batch []*pendingEnd) (schema.Session, uint64, error) {
+	var tasks []schema.Task
+	if cfg, ok := s.index.config(n); !ok || cfg.Grouped() {
+		var err error
+		if tasks, err = s.tasks(ctx, n); err != nil {
+			return schema.Session{}, 0, err
+		}
+	}
+	sess, rev, _, err := bus.MutateRev(ctx, s.Bus.Sessions, schema.SessionKey(n), func(v *schema.Session, exists bool) (bool, error) {
+		if !exists {
+			return false, fail.Permanentf("episode end for rollout %d, which has no session", n)
+		}
+		changed := false
+		for _, p := range batch {
+			p.wrote, p.err = false, nil
+			e := p.end.Episode
+			switch {
+			case v.State != schema.SessionRunning:
+				continue
+			case e < 0 || e >= v.Episodes:
+				p.err = fail.Invalidf("rollout %d has no episode %d", n, e)
+				continue
+			case !v.MarkEnded(e):
+				continue // counted before (a redelivery)
+			}
+			p.wrote, changed = true, true
+			v.Acts += len(p.end.Acts)
+			// The group of the episode is complete when all its tasks
+			// ended: it is delivered (or filtered) at once.
+			if v.Config.Grouped() && e < len(tasks) {
+				g, members := groupOf(tasks, e)
+				complete := true
+				for _, m := range members {
+					if _, ended := slices.BinarySearch(v.Ended, m); !ended {
+						complete = false
+					}
+				}
+				if complete && !v.Owes(schema.EffectGroup(g)) {
+					if _, known := v.Group(g); !known {
+						v.Outbox = append(v.Outbox, schema.EffectGroup(g))
+					}
+				}
+			}
+			if v.EndedCount() == v.Episodes {
+				s.end(v, schema.SessionDone, schema.ResultOK, "")
+			}
+		}
+		return changed, nil
+	})
+	return sess, rev, err
+}
+
+// pendingEnd is an episode end waiting to be recorded.
+type pendingEnd struct {
+	end   *schema.EpisodeEnd
+	done  chan struct{} // closed once recorded (or refused)
+	wrote bool
+	err   error
+}
+
+// endQueue gathers the episode ends of each rollout that wait for the
+// rollout's write in progress; the handler that writes next records them
+// all (group commit).
+type endQueue struct {
+	mu    sync.Mutex
+	q     map[int64][]*pendingEnd
+	locks rolloutLocks
+}
+
+func (q *endQueue) add(n int64, p *pendingEnd) {
+	q.mu.Lock()
+	if q.q == nil {
+		q.q = map[int64][]*pendingEnd{}
+	}
+	q.q[n] = append(q.q[n], p)
+	q.mu.Unlock()
+}
+
+func (q *endQueue) take(n int64) []*pendingEnd {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.q[n]
+	delete(q.q, n)
+	return out
 }
 
 // handleTimeout ends a rollout whose deadline passed while it was still in
@@ -97,7 +172,7 @@ func (s *Service) handleTimeout(ctx context.Context, m bus.Msg) error {
 // scheduled message fires on a whole second and may be early.
 func (s *Service) timeOut(ctx context.Context, n int64, kind string) error {
 	var early time.Duration
-	sess, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(n), func(v *schema.Session, exists bool) (bool, error) {
+	sess, rev, _, err := bus.MutateRev(ctx, s.Bus.Sessions, schema.SessionKey(n), func(v *schema.Session, exists bool) (bool, error) {
 		early = 0
 		switch {
 		case !exists:
@@ -130,7 +205,7 @@ func (s *Service) timeOut(ctx context.Context, n int64, kind string) error {
 	if early > 0 {
 		return fail.After(early, fmt.Errorf("rollout %d: %s time-out fired %v before its deadline", n, kind, early))
 	}
-	return s.settle(bus.WithTrace(ctx, sess.Trace), sess)
+	return s.settle(bus.WithTrace(ctx, sess.Trace), sess, rev)
 }
 
 // handleCancel aborts a waiting or running rollout.
@@ -150,7 +225,7 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 		reason += ": " + c.Reason
 	}
 	var unknown bool
-	sess, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(c.Rollout), func(v *schema.Session, exists bool) (bool, error) {
+	sess, rev, wrote, err := bus.MutateRev(ctx, s.Bus.Sessions, schema.SessionKey(c.Rollout), func(v *schema.Session, exists bool) (bool, error) {
 		unknown = !exists
 		if !exists || v.Final() {
 			return false, nil
@@ -170,7 +245,7 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 	if wrote {
 		zerolog.Ctx(ctx).Warn().Str("reason", reason).Msg("rollout aborted")
 	}
-	return s.settle(ctx, sess)
+	return s.settle(ctx, sess, rev)
 }
 
 // end records in v that the rollout ended: its final state, the result
@@ -186,7 +261,9 @@ func (s *Service) end(v *schema.Session, state, status, reason string) {
 // crashes half-way is completed by whoever sees the session next. Settling
 // may decide more (a delivered group may end an over-sampled rollout):
 // those effects are settled in turn.
-func (s *Service) settle(ctx context.Context, sess schema.Session) error {
+// rev is the revision of sess when the caller read or wrote it (0 if
+// unknown): the write that settles needs no read then.
+func (s *Service) settle(ctx context.Context, sess schema.Session, rev uint64) error {
 	if len(sess.Outbox) == 0 {
 		return nil
 	}
@@ -195,29 +272,29 @@ func (s *Service) settle(ctx context.Context, sess schema.Session) error {
 	defer unlock()
 	if waited {
 		// Another handler settled meanwhile: go on from what it left.
-		fresh, _, found, err := bus.GetFresh[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout))
+		fresh, freshRev, found, err := bus.GetFresh[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout))
 		if err != nil {
 			return rolloutErr(sess.Rollout, err)
 		}
 		if !found {
 			return nil
 		}
-		sess = fresh
+		sess, rev = fresh, freshRev
 	}
 	for len(sess.Outbox) > 0 {
-		next, err := s.settleOnce(ctx, sess)
+		next, nextRev, err := s.settleOnce(ctx, sess, rev)
 		if err != nil {
 			return rolloutErr(sess.Rollout, err)
 		}
 		if slices.Equal(next.Outbox, sess.Outbox) {
 			return nil // nothing settled (the session changed meanwhile): the next reader goes on
 		}
-		sess = next
+		sess, rev = next, nextRev
 	}
 	return nil
 }
 
-func (s *Service) settleOnce(ctx context.Context, sess schema.Session) (schema.Session, error) {
+func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint64) (schema.Session, uint64, error) {
 	var done []string
 	var res *published
 	var groups []schema.GroupState
@@ -236,7 +313,7 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session) (schema.S
 				break
 			}
 			var gs schema.GroupState
-			if gs, sess, err = s.decideGroup(ctx, sess, g); err == nil && gs.State == schema.GroupDelivered {
+			if gs, sess, rev, err = s.decideGroup(ctx, sess, rev, g); err == nil && gs.State == schema.GroupDelivered {
 				var objs []string
 				objs, err = s.deliverGroup(ctx, &sess, g)
 				objects = append(objects, objs...)
@@ -255,11 +332,11 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session) (schema.S
 			err = fail.Permanentf("unknown effect %q in the outbox", effect)
 		}
 		if err != nil {
-			return sess, fmt.Errorf("%s: %w", effect, err)
+			return sess, rev, fmt.Errorf("%s: %w", effect, err)
 		}
 		done = append(done, effect)
 	}
-	final, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), func(v *schema.Session, exists bool) (bool, error) {
+	final, finalRev, _, err := bus.MutateFrom(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), sess, rev, func(v *schema.Session, exists bool) (bool, error) {
 		if !exists {
 			return false, nil
 		}
@@ -276,7 +353,7 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session) (schema.S
 		return changed, nil
 	})
 	if err != nil {
-		return sess, err
+		return sess, rev, err
 	}
 	for _, gs := range groups {
 		_ = s.Bus.Publish(ctx, &schema.Status{Rollout: sess.Rollout, Event: "group-" + gs.State, Episode: -1,
@@ -287,7 +364,7 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session) (schema.S
 		zerolog.Ctx(ctx).Info().Str("status", final.Status).Str("reason", final.Reason).Msg("rollout finished")
 		_ = s.status(ctx, sess.Rollout, "finished", -1, final.Status)
 	}
-	return final, nil
+	return final, finalRev, nil
 }
 
 // cleanup removes what a finished rollout no longer needs: its run state

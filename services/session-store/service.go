@@ -55,6 +55,8 @@ type Service struct {
 	index     *index
 	taskCache *taskCache
 	locks     rolloutLocks
+	ends      endQueue
+	noted     notedVersions
 }
 
 // Run serves until ctx ends.

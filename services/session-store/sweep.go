@@ -181,11 +181,11 @@ func (s *Service) sweepOnce(ctx context.Context) {
 
 // settleFresh reads rollout n's session from the leader and settles it.
 func (s *Service) settleFresh(ctx context.Context, n int64) error {
-	sess, _, found, err := bus.GetFresh[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(n))
+	sess, rev, found, err := bus.GetFresh[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(n))
 	if err != nil || !found {
 		return err
 	}
-	return s.settle(ctx, sess)
+	return s.settle(ctx, sess, rev)
 }
 
 // expirePause marks the pause st holds as expired: the gateways fail the

@@ -1,0 +1,188 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+
+	"github.com/planact/planact/pkg/fail"
+)
+
+// logprobList is SGLang's meta_info.output_token_logprobs: one
+// [logprob, token_id, token_text] per generated token (the logprob may be
+// null, the text null or a string). A planner turn has thousands of them,
+// so they are read in one pass rather than as a JSON value each: the
+// common shape by hand, anything else through encoding/json.
+type logprobList struct {
+	logprobs []float64
+	ids      []int
+}
+
+func (l *logprobList) append(o logprobList) {
+	l.logprobs = append(l.logprobs, o.logprobs...)
+	l.ids = append(l.ids, o.ids...)
+}
+
+// UnmarshalJSON reads the list.
+func (l *logprobList) UnmarshalJSON(b []byte) error {
+	if lps, ids, ok := scanLogprobs(b); ok {
+		l.logprobs, l.ids = lps, ids
+		return nil
+	}
+	var triples []json.RawMessage
+	if err := json.Unmarshal(b, &triples); err != nil {
+		return err
+	}
+	if triples == nil {
+		*l = logprobList{}
+		return nil
+	}
+	l.logprobs, l.ids = make([]float64, len(triples)), make([]int, len(triples))
+	for i, raw := range triples {
+		var triple []json.RawMessage
+		if err := json.Unmarshal(raw, &triple); err != nil || len(triple) < 2 {
+			return fail.Transientf("output_token_logprobs[%d] = %s: not [logprob, id, text]", i, raw)
+		}
+		// A null logprob happens for the first token of some servers; keep 0.
+		_ = json.Unmarshal(triple[0], &l.logprobs[i])
+		if err := json.Unmarshal(triple[1], &l.ids[i]); err != nil {
+			return fail.Transientf("output_token_logprobs[%d] = %s: bad token id", i, raw)
+		}
+	}
+	return nil
+}
+
+// scanLogprobs reads [[lp, id, …], …] where lp is a number or null and id
+// an integer; ok is false for any other shape (the caller falls back).
+// encoding/json has checked that b is valid JSON.
+func scanLogprobs(b []byte) (lps []float64, ids []int, ok bool) {
+	p := &scanner{b: b}
+	if p.skip(); p.peek() == 'n' {
+		return nil, nil, p.word("null")
+	}
+	if !p.eat('[') {
+		return nil, nil, false
+	}
+	n := bytes.Count(b, []byte{'['}) // an upper bound on the entries
+	lps, ids = make([]float64, 0, n), make([]int, 0, n)
+	if p.eat(']') {
+		return lps, ids, true
+	}
+	for {
+		if !p.eat('[') {
+			return nil, nil, false
+		}
+		lp := 0.0 // null: the first token of some servers
+		if p.peek() == 'n' {
+			if !p.word("null") {
+				return nil, nil, false
+			}
+		} else {
+			v, err := strconv.ParseFloat(p.number(), 64)
+			if err != nil {
+				return nil, nil, false
+			}
+			lp = v
+		}
+		if !p.eat(',') {
+			return nil, nil, false
+		}
+		id, err := strconv.Atoi(p.number())
+		if err != nil {
+			return nil, nil, false
+		}
+		// The rest of the entry (the token's text) is not needed.
+		if !p.closeArray() {
+			return nil, nil, false
+		}
+		lps, ids = append(lps, lp), append(ids, id)
+		if p.eat(']') {
+			return lps, ids, true
+		}
+		if !p.eat(',') {
+			return nil, nil, false
+		}
+	}
+}
+
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (p *scanner) skip() {
+	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\n' || p.b[p.i] == '\t' || p.b[p.i] == '\r') {
+		p.i++
+	}
+}
+
+func (p *scanner) peek() byte {
+	if p.i < len(p.b) {
+		return p.b[p.i]
+	}
+	return 0
+}
+
+// eat consumes c (after white space) if it comes next.
+func (p *scanner) eat(c byte) bool {
+	p.skip()
+	if p.peek() != c {
+		return false
+	}
+	p.i++
+	p.skip()
+	return true
+}
+
+func (p *scanner) word(w string) bool {
+	if !bytes.HasPrefix(p.b[p.i:], []byte(w)) {
+		return false
+	}
+	p.i += len(w)
+	p.skip()
+	return true
+}
+
+// number returns the JSON number that comes next.
+func (p *scanner) number() string {
+	p.skip()
+	start := p.i
+	for p.i < len(p.b) {
+		switch c := p.b[p.i]; {
+		case c >= '0' && c <= '9', c == '-', c == '+', c == '.', c == 'e', c == 'E':
+			p.i++
+			continue
+		}
+		break
+	}
+	s := string(p.b[start:p.i])
+	p.skip()
+	return s
+}
+
+// closeArray skips to the end of the array being read (its remaining
+// values: strings, numbers, null) and past its ']'.
+func (p *scanner) closeArray() bool {
+	for p.i < len(p.b) {
+		switch c := p.b[p.i]; c {
+		case ']':
+			p.i++
+			p.skip()
+			return true
+		case '"':
+			p.i++
+			for p.i < len(p.b) && p.b[p.i] != '"' {
+				if p.b[p.i] == '\\' {
+					p.i++
+				}
+				p.i++
+			}
+			p.i++
+		case '[', '{':
+			return false // nested values: not the usual shape
+		default:
+			p.i++
+		}
+	}
+	return false
+}

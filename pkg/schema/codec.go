@@ -1,0 +1,126 @@
+package schema
+
+import (
+	"encoding/binary"
+	"math"
+	"reflect"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Token ids and log-probs are most of what planact encodes: a planner
+// turn's trajectory is thousands of them, and so is every sample. The
+// msgpack library encodes a slice element by element through reflection,
+// looking each element's encoder up in a shared map; these loops write and
+// read the same bytes directly (ints in their smallest form, floats as
+// float64), several times faster.
+func init() {
+	msgpack.Register([]int(nil),
+		func(e *msgpack.Encoder, v reflect.Value) error {
+			if v.IsNil() {
+				return e.EncodeNil()
+			}
+			s := v.Interface().([]int)
+			buf := appendArrayLen(make([]byte, 0, 5+3*len(s)), len(s))
+			for _, x := range s {
+				buf = appendInt(buf, int64(x))
+			}
+			_, err := e.Writer().Write(buf)
+			return err
+		},
+		func(d *msgpack.Decoder, v reflect.Value) error {
+			n, err := d.DecodeArrayLen()
+			if err != nil || n == -1 {
+				if err == nil {
+					v.SetZero()
+				}
+				return err
+			}
+			// Grow as elements come: a length the body cannot back is not
+			// allocated up front.
+			s := make([]int, 0, min(n, maxPrealloc))
+			for range n {
+				x, err := d.DecodeInt64()
+				if err != nil {
+					return err
+				}
+				s = append(s, int(x))
+			}
+			v.Set(reflect.ValueOf(s))
+			return nil
+		})
+	msgpack.Register([]float64(nil),
+		func(e *msgpack.Encoder, v reflect.Value) error {
+			if v.IsNil() {
+				return e.EncodeNil()
+			}
+			s := v.Interface().([]float64)
+			buf := appendArrayLen(make([]byte, 0, 5+9*len(s)), len(s))
+			for _, x := range s {
+				buf = append(buf, 0xcb)
+				buf = binary.BigEndian.AppendUint64(buf, math.Float64bits(x))
+			}
+			_, err := e.Writer().Write(buf)
+			return err
+		},
+		func(d *msgpack.Decoder, v reflect.Value) error {
+			n, err := d.DecodeArrayLen()
+			if err != nil || n == -1 {
+				if err == nil {
+					v.SetZero()
+				}
+				return err
+			}
+			s := make([]float64, 0, min(n, maxPrealloc))
+			for range n {
+				x, err := d.DecodeFloat64()
+				if err != nil {
+					return err
+				}
+				s = append(s, x)
+			}
+			v.Set(reflect.ValueOf(s))
+			return nil
+		})
+}
+
+// maxPrealloc bounds what a decoder allocates before the elements arrive.
+const maxPrealloc = 1 << 16
+
+// appendArrayLen appends an array header, as msgpack.Encoder.EncodeArrayLen
+// writes it.
+func appendArrayLen(b []byte, n int) []byte {
+	switch {
+	case n < 16:
+		return append(b, 0x90|byte(n))
+	case n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, 0xdc), uint16(n))
+	}
+	return binary.BigEndian.AppendUint32(append(b, 0xdd), uint32(n))
+}
+
+// appendInt appends n in its smallest msgpack form, the bytes
+// msgpack.Encoder.EncodeInt writes.
+func appendInt(b []byte, n int64) []byte {
+	switch {
+	case n >= 0 && n <= math.MaxInt8:
+		return append(b, byte(n))
+	case n >= 0 && n <= math.MaxUint8:
+		return append(b, 0xcc, byte(n))
+	case n >= 0 && n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(n))
+	case n >= 0 && n <= math.MaxUint32:
+		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(n))
+	case n >= 0:
+		return binary.BigEndian.AppendUint64(append(b, 0xcf), uint64(n))
+	case n >= -32:
+		return append(b, byte(n))
+	case n >= math.MinInt8:
+		return append(b, 0xd0, byte(n))
+	case n >= math.MinInt16:
+		return binary.BigEndian.AppendUint16(append(b, 0xd1), uint16(n))
+	case n >= math.MinInt32:
+		return binary.BigEndian.AppendUint32(append(b, 0xd2), uint32(n))
+	}
+	return binary.BigEndian.AppendUint64(append(b, 0xd3), uint64(n))
+}
