@@ -68,9 +68,9 @@ type sglReply struct {
 			Type    string `json:"type"`
 			Message string `json:"message"`
 		} `json:"finish_reason"`
-		PromptTokens        int               `json:"prompt_tokens"`
-		CompletionTokens    *int              `json:"completion_tokens"`
-		WeightVersion       json.RawMessage   `json:"weight_version"`
+		PromptTokens        int             `json:"prompt_tokens"`
+		CompletionTokens    *int            `json:"completion_tokens"`
+		WeightVersion       json.RawMessage `json:"weight_version"`
 		OutputTokenLogprobs logprobList     `json:"output_token_logprobs"`
 	} `json:"meta_info"`
 	Error json.RawMessage `json:"error"`
