@@ -44,6 +44,9 @@ type Bus struct {
 	Log          zerolog.Logger
 
 	service *Service // what `nats micro` sees of this connection, if added
+	// single names the streams with one replica: no follower can lag
+	// behind, so their reads by subject are direct gets.
+	single map[string]bool
 }
 
 // Connect dials the servers c names, provisions the streams and buckets

@@ -92,12 +92,13 @@ func (p Provisioning) StreamConfigs() []jetstream.StreamConfig {
 	rollout.AllowDirect = true
 	control := mk(StreamControl, "control.>", "planact control: trainers pausing and resuming their roles around weight swaps")
 	control.AllowDirect = true // trainers read the answer to their pause by subject
-	return []jetstream.StreamConfig{
-		rollout,
-		mk(StreamPlan, "plan.>", "planact plans: requests, planner outputs, parsed DAGs, answers, parse errors"),
-		mk(StreamAct, "act.>", "planact acts: work items and outcomes"),
-		control,
-	}
+	// On a single node the services' reads by subject are direct gets (see
+	// Bus.LastMsg); on a cluster they stay reads from the leader.
+	plans := mk(StreamPlan, "plan.>", "planact plans: requests, planner outputs, parsed DAGs, answers, parse errors")
+	plans.AllowDirect = true
+	acts := mk(StreamAct, "act.>", "planact acts: outcomes")
+	acts.AllowDirect = true
+	return []jetstream.StreamConfig{rollout, plans, acts, control}
 }
 
 // provisionPatience bounds how long provisioning retries: on a fresh
@@ -127,6 +128,7 @@ func (b *Bus) provision(ctx context.Context, p Provisioning) error {
 
 func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
 	p = p.withDefaults()
+	b.single = map[string]bool{}
 	for _, cfg := range p.StreamConfigs() {
 		// Updating a stream that is already as wanted is not a no-op on the
 		// server (it rewrites the store's config, racing with consumers
@@ -134,12 +136,14 @@ func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
 		if st, err := b.JS.Stream(ctx, cfg.Name); err == nil {
 			cfg.Replicas = b.keepReplicas(cfg.Name, st.CachedInfo().Config.Replicas, cfg.Replicas)
 			if sameStream(st.CachedInfo().Config, cfg) {
+				b.single[cfg.Name] = cfg.Replicas <= 1
 				continue
 			}
 		}
 		if _, err := b.JS.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 		}
+		b.single[cfg.Name] = cfg.Replicas <= 1
 	}
 	var err error
 	b.Sessions, err = b.keyValue(ctx, jetstream.KeyValueConfig{
