@@ -29,6 +29,7 @@ type Pool struct {
 type pooled struct {
 	client Client
 	slots  *slots
+	tokens *tokenCache
 }
 
 // Lease is a client with one of its engine's slots held; Release it.
@@ -74,7 +75,7 @@ func (p *Pool) engine(protocol, url, model string) (*pooled, error) {
 		if err != nil {
 			return nil, err
 		}
-		e = &pooled{client: c, slots: &slots{limit: p.Limit}}
+		e = &pooled{client: c, slots: &slots{limit: p.Limit}, tokens: newTokenCache(tokenCacheSize)}
 		p.engines[key] = e
 	}
 	return e, nil

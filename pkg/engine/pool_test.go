@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -159,5 +161,52 @@ func TestPoolQueuesFairly(t *testing.T) {
 			t.Fatalf("%d slots still held", p.InFlight(proto, url, ""))
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestLeaseTokenizeRemembers: the same text is tokenized by the engine
+// once; what a caller does to the ids it got does not change the next
+// answer; a cache over its limit forgets the oldest text.
+func TestLeaseTokenizeRemembers(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		var req struct {
+			Prompt string `json:"prompt"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		ids := []int{}
+		for _, b := range []byte(req.Prompt) {
+			ids = append(ids, int(b))
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"tokens": ids})
+	}))
+	defer srv.Close()
+	p := &Pool{}
+	lease, err := p.Acquire(context.Background(), ProtocolSGLang, srv.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release()
+	ctx := context.Background()
+	first, err := lease.Tokenize(ctx, "ab")
+	if err != nil || !slices.Equal(first, []int{'a', 'b'}) {
+		t.Fatalf("tokenize: %v %v", first, err)
+	}
+	first[0] = 0 // a caller changing its copy
+	again, err := lease.Tokenize(ctx, "ab")
+	if err != nil || !slices.Equal(again, []int{'a', 'b'}) || calls.Load() != 1 {
+		t.Fatalf("again: %v %v after %d engine calls, want the first answer from one call", again, err, calls.Load())
+	}
+	c := newTokenCache(2)
+	c.put("x", []int{1})
+	c.put("y", []int{2})
+	c.get("x") // x is the most recent now
+	c.put("z", []int{3})
+	if _, ok := c.get("y"); ok {
+		t.Error("the least recently used text was kept over the limit")
+	}
+	if _, ok := c.get("x"); !ok {
+		t.Error("a recently used text was forgotten")
 	}
 }
