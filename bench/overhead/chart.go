@@ -52,7 +52,7 @@ func (r *Report) chart(path string) error {
 
 	// 2: latencies.
 	p2 := plot.New()
-	p2.Title.Text = "added latency (ms), 1 episode in flight" + suffix
+	p2.Title.Text = "added latency, 1 episode in flight (turns: those that ran acts)" + suffix
 	p2.Y.Label.Text = "ms"
 	var p50, p99 plotter.Values
 	names = nil
@@ -66,7 +66,7 @@ func (r *Report) chart(path string) error {
 		add(fmt.Sprintf("per act\nwidth %d", l.Width), l.PerAct)
 	}
 	for _, l := range r.Light {
-		add(fmt.Sprintf("per turn w/ acts\nwidth %d", l.Width), l.PerActingTurn)
+		add(fmt.Sprintf("per turn\nwidth %d", l.Width), l.PerActingTurn)
 	}
 	add("barrier", r.Barrier)
 	w := vg.Points(14)
@@ -108,7 +108,7 @@ func (r *Report) chart(path string) error {
 	p3.Y.Min, p3.Y.Max = 0, 1.35*maxOf(p95s, 1.05)
 	p3.Y.Tick.Marker = evenTicks{}
 
-	img := vgimg.New(16*vg.Inch, 5*vg.Inch)
+	img := vgimg.New(18*vg.Inch, 5.5*vg.Inch)
 	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: 1, Cols: 3, PadX: vg.Millimeter * 8, PadTop: vg.Millimeter * 3, PadBottom: vg.Millimeter * 3, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3}
 	for i, p := range []*plot.Plot{p1, p2, p3} {

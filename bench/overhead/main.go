@@ -76,12 +76,12 @@ type options struct {
 func defaults(quick bool) options {
 	o := options{
 		Quick:       quick,
-		PubMessages: 5000, PubRepeats: 5, PubInFlight: 256, KVOps: 2000, Requests: 5000,
-		Widths: []int{1, 4, 14, 28}, Episodes: 64, Concurrent: 4, ActsPerRun: 3000, MinRollouts: 8,
-		LightWidths: []int{1, 4}, LightRollouts: 100,
-		EagerSequential: 30, EagerBatch: 64, EagerRollouts: 2,
+		PubMessages: 10000, PubRepeats: 7, PubInFlight: 256, KVOps: 5000, Requests: 10000,
+		Widths: []int{1, 4, 14, 28}, Episodes: 64, Concurrent: 4, ActsPerRun: 6000, MinRollouts: 8,
+		LightWidths: []int{1, 4}, LightRollouts: 150,
+		EagerSequential: 50, EagerBatch: 64, EagerRollouts: 3,
 		PlannerTTFT: 20 * time.Millisecond, PlannerPerToken: 100 * time.Microsecond, ActorTTFT: 20 * time.Millisecond,
-		RolloutTimeout: 10 * time.Minute,
+		RolloutTimeout: 3 * time.Minute,
 	}
 	if quick {
 		o.PubMessages, o.PubRepeats, o.KVOps, o.Requests = 1000, 3, 300, 500
@@ -112,6 +112,7 @@ func main() {
 	eagerSeq := flag.Int("eager-sequential", 0, "eager: episodes run one at a time")
 	eagerBatch := flag.Int("eager-batch", 0, "eager: episodes in flight in the loaded case")
 	eagerRollouts := flag.Int("eager-rollouts", 0, "eager: rollouts of -eager-batch episodes, one after the other")
+	rolloutTimeout := flag.Duration("rollout-timeout", 0, "how long one rollout may take before the run fails (default 3m)")
 	flag.Parse()
 
 	o := defaults(*quick)
@@ -133,6 +134,9 @@ func main() {
 	set(&o.EagerSequential, *eagerSeq)
 	set(&o.EagerBatch, *eagerBatch)
 	set(&o.EagerRollouts, *eagerRollouts)
+	if *rolloutTimeout > 0 {
+		o.RolloutTimeout = *rolloutTimeout
+	}
 	if *widths != "" {
 		ws, err := parseInts(*widths)
 		if err != nil {

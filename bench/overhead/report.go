@@ -182,7 +182,7 @@ func (r *Report) check() error {
 
 func (r *Report) notes() []string {
 	n := []string{
-		"Server(s), the five services, the simulated engines and the client share this one process: CPU per act is all of it, and they compete for the same cores.",
+		"Server(s), the five services, the simulated engines and the client share this one process: CPU per act is all of it, and they compete for the same cores; \"cores busy\" is its CPU time over the wall time of the run (near nproc: bound by CPU).",
 		"Stored times are JetStream's metadata timestamps (when a stream stored the message); the barrier starts at the second arrival's publish acknowledgement, on the client's clock (the same process).",
 		"Stored messages per act are last-sequence deltas of every stream (KV_* and OBJ_* included): planact purges run state when a rollout ends.",
 		"NATS messages per act are varz in_msgs + out_msgs deltas, the client's and the bench's own included.",
@@ -268,7 +268,7 @@ func (r *Report) print(w io.Writer) error {
 
 	fmt.Fprintf(w, "\n8: per act, over the throughput runs of 4 (deltas ÷ acts; KV time: kv ops × baseline 2's p50)\n")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "width\tstored msgs\tof which KV_*\tNATS msgs\tkv ops\tKV time ms\tCAS conflicts\tCPU ms\tgoal\t\t")
+	fmt.Fprintln(tw, "width\tstored msgs\tof which KV_*\tNATS msgs\tkv ops\tKV time ms\tCAS conflicts\tCPU ms\tcores busy\tgoal\t\t")
 	for _, t := range r.Throughput {
 		kvStored := 0.0
 		for name, v := range t.PerAct.StoredByStream {
@@ -280,8 +280,8 @@ func (r *Report) print(w io.Writer) error {
 		if t.Width == 14 {
 			target, status = goal(figCAS14)
 		}
-		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.1f\t%.2f\t%.3f\t%.4f\t%.3f\t%s\t%s\t\n", t.Width, t.PerAct.StoredMsgs, kvStored, t.PerAct.NATSMsgs,
-			t.PerAct.KVOps, t.PerAct.KVOps*b.CAS.P50Ms, t.PerAct.CASConflicts, t.PerAct.CPUMs, target, status)
+		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.1f\t%.2f\t%.3f\t%.4f\t%.3f\t%.2f of %d\t%s\t%s\t\n", t.Width, t.PerAct.StoredMsgs, kvStored, t.PerAct.NATSMsgs,
+			t.PerAct.KVOps, t.PerAct.KVOps*b.CAS.P50Ms, t.PerAct.CASConflicts, t.PerAct.CPUMs, t.CoresBusy, r.Machine.CPUs, target, status)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

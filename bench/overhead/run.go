@@ -21,7 +21,10 @@ type Throughput struct {
 	WallSeconds        float64 `json:"wall_s"`
 	ActsPerS           float64 `json:"acts_per_s"`
 	RatioToRaw         float64 `json:"ratio_to_publish_consume"`
-	PerAct             PerAct  `json:"per_act"`
+	// CoresBusy is the process's CPU time over the wall time: near the
+	// machine's cores, the run was bound by CPU, not by the client.
+	CoresBusy float64 `json:"cores_busy"`
+	PerAct    PerAct  `json:"per_act"`
 }
 
 // Dist is a distribution of milliseconds.
@@ -164,11 +167,18 @@ func measurePlanact(o options, s *servers, pa *planact, rep *Report, p *progress
 			PerTurn: dist(all, rr), PerActingTurn: dist(acting, rr), PerFinalTurn: dist(final, rr),
 			ActorEngineMeanMs: meanEngineMs(before, after, schema.RoleActor), PlannerEngineMeanMs: meanEngineMs(before, after, schema.RolePlanner)}
 		l.PerActLessEngineP50 = l.PerAct.P50 - (l.ActorEngineMeanMs - tr.meanActEngineMs())
-		if l.PerAct.N == 0 || l.PerTurn.N == 0 {
-			return fmt.Errorf("light load, width %d: %d act and %d turn latencies found in the streams (%d acts reported)", w, l.PerAct.N, l.PerTurn.N, b.acts())
+		// Every episode plans its lookups in turn 1 and answers in turn 2:
+		// anything else means the streams were not read whole.
+		if n := len(b.results); l.PerAct.N != n*w || l.PerActingTurn.N != n || l.PerFinalTurn.N != n {
+			return fmt.Errorf("light load, width %d: the streams hold %d acts, %d turns with acts and %d answering turns of %d one-episode rollouts: want %d, %d and %d",
+				w, l.PerAct.N, l.PerActingTurn.N, l.PerFinalTurn.N, n, n*w, n, n)
 		}
 		rep.Light = append(rep.Light, l)
-		barriers = append(barriers, tr.barriers(b.acks)...)
+		bs := tr.barriers(b.acks)
+		if len(bs) != len(b.results) {
+			return fmt.Errorf("light load, width %d: %d rollout.N.start of %d rollouts found in the ROLLOUT stream", w, len(bs), len(b.results))
+		}
+		barriers = append(barriers, bs...)
 		p.say("light load, width %d: %d rollouts; added per act p50 %.3f ms p99 %.3f ms; per turn p50 %.3f ms p99 %.3f ms",
 			w, l.Rollouts, l.PerAct.P50, l.PerAct.P99, l.PerTurn.P50, l.PerTurn.P99)
 	}
@@ -205,6 +215,7 @@ func measurePlanact(o options, s *servers, pa *planact, rep *Report, p *progress
 		t.ActsPerS = float64(t.Acts) / t.WallSeconds
 		t.RatioToRaw = t.ActsPerS / rep.Baselines.PubSub.Median
 		t.PerAct = perAct(before, after, t.Acts)
+		t.CoresBusy = (after.cpu - before.cpu).Seconds() / t.WallSeconds
 		rep.Throughput = append(rep.Throughput, t)
 		p.say("throughput, width %d: %d acts in %.2fs = %.0f acts/s (%.3f of raw); per act %.1f stored msgs, %.1f NATS msgs, %.1f kv ops, %.3f CAS conflicts, %.2f ms CPU",
 			w, t.Acts, t.WallSeconds, t.ActsPerS, t.RatioToRaw, t.PerAct.StoredMsgs, t.PerAct.NATSMsgs, t.PerAct.KVOps, t.PerAct.CASConflicts, t.PerAct.CPUMs)
@@ -229,8 +240,8 @@ func measurePlanact(o options, s *servers, pa *planact, rep *Report, p *progress
 			return err
 		}
 		ratios, spans, paths := tr.eager()
-		if len(ratios) == 0 {
-			return fmt.Errorf("eager, %d in flight: no episode with a makespan and a critical path in the streams", load.inFlight)
+		if want := b.episodes(); len(ratios) != want {
+			return fmt.Errorf("eager, %d in flight: %d of %d episodes with a makespan and a critical path in the streams", load.inFlight, len(ratios), want)
 		}
 		e := Eager{InFlight: load.inFlight, Episodes: len(ratios), Acts: b.acts(), MeanRatio: mean(ratios), P95Ratio: percentile(ratios, 95),
 			MeanMakespanMs: mean(spans), MeanCriticalMs: mean(paths)}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/pkg/embedded"
 )
@@ -124,24 +126,92 @@ func startCluster(n int) (*servers, error) {
 			return nil, fmt.Errorf("node %d not ready for connections", i+1)
 		}
 	}
-	// JetStream needs a meta leader, known to every node, before anything
-	// can be created.
+	// JetStream needs a meta leader that sees every peer online before an
+	// R3 stream can be placed ("no suitable peers for placement" otherwise).
 	deadline := time.Now().Add(time.Minute)
-	for {
-		leader, current := false, true
-		for _, ns := range s.nodes {
-			current = current && ns.JetStreamIsCurrent()
-			leader = leader || ns.JetStreamIsLeader()
-		}
-		if leader && current {
-			break
-		}
+	for !s.metaReady() {
 		if time.Now().After(deadline) {
 			s.stop()
-			return nil, errors.New("the cluster elected no JetStream meta leader in a minute")
+			return nil, errors.New("the cluster's JetStream meta leader did not see every peer in a minute")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.serviceURL, s.clientURL = s.nodes[0].ClientURL(), s.nodes[1].ClientURL()
+	if err := s.probe(deadline); err != nil {
+		s.stop()
+		return nil, fmt.Errorf("cluster not ready: %w", err)
+	}
 	return s, nil
+}
+
+// metaReady: every node is current, and the meta leader sees the others
+// current and online.
+func (s *servers) metaReady() bool {
+	var leader *server.Server
+	for _, ns := range s.nodes {
+		if !ns.JetStreamIsCurrent() {
+			return false
+		}
+		if ns.JetStreamIsLeader() {
+			leader = ns
+		}
+	}
+	if leader == nil {
+		return false
+	}
+	jsz, err := leader.Jsz(&server.JSzOptions{})
+	if err != nil || jsz.Meta == nil || len(jsz.Meta.Replicas) != len(s.nodes)-1 {
+		return false
+	}
+	for _, p := range jsz.Meta.Replicas {
+		if !p.Current || p.Offline {
+			return false
+		}
+	}
+	return true
+}
+
+// probe creates a replicated stream, stores a message and reads it back
+// through a consumer from another node, until that works or the deadline.
+func (s *servers) probe(deadline time.Time) error {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var err error
+	for ctx.Err() == nil {
+		if err = s.probeOnce(ctx); err == nil {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return err
+}
+
+func (s *servers) probeOnce(ctx context.Context) error {
+	nc, js, err := dial(s.serviceURL, "overhead-probe")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	pnc, pjs, err := dial(s.clientURL, "overhead-probe-publisher")
+	if err != nil {
+		return err
+	}
+	defer pnc.Close()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH_PROBE", Subjects: []string{"bench.probe"}, Storage: jetstream.FileStorage, Replicas: s.replicas})
+	if err != nil {
+		return err
+	}
+	defer js.DeleteStream(context.WithoutCancel(ctx), "BENCH_PROBE")
+	if _, err := pjs.Publish(ctx, "bench.probe", []byte("probe")); err != nil {
+		return err
+	}
+	c, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "probe", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		return err
+	}
+	m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		return err
+	}
+	return m.Ack()
 }

@@ -150,13 +150,20 @@ func readTraces(ctx context.Context, js jetstream.JetStream, before map[string]u
 }
 
 // readStream hands every message of stream from sequence from on to fn,
-// with its stored time, until it has caught up.
+// with its stored time, up to the stream's last sequence when called.
+// (Not NumPending == 0: on a cluster the first message an ordered consumer
+// delivers may say so while the stream holds many more.)
 func readStream(ctx context.Context, js jetstream.JetStream, stream string, from uint64, fn func(m jetstream.Msg, at time.Time) error) error {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return err
 	}
-	if s.CachedInfo().State.LastSeq < from {
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	to := info.State.LastSeq
+	if to < from {
 		return nil
 	}
 	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
@@ -169,10 +176,10 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream string, from
 	}
 	defer it.Stop()
 	for {
-		// Messages deleted since (purged run state, time-out schedules)
-		// leave nothing to wait for: a quiet second means caught up.
-		m, err := it.Next(jetstream.NextMaxWait(time.Second))
+		m, err := it.Next(jetstream.NextMaxWait(5 * time.Second))
 		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			// The messages up to to were deleted since (time-out
+			// schedules are purged when a rollout ends): nothing more.
 			return nil
 		}
 		if err != nil {
@@ -182,10 +189,13 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream string, from
 		if err != nil {
 			return err
 		}
+		if md.Sequence.Stream > to {
+			return nil
+		}
 		if err := fn(m, md.Timestamp); err != nil {
 			return err
 		}
-		if md.NumPending == 0 {
+		if md.Sequence.Stream == to {
 			return nil
 		}
 	}
