@@ -114,11 +114,9 @@ func run(ctx context.Context, o options, log io.Writer) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = measurePlanact(o, s, pa, rep, p)
-	if serr := pa.stop(); err == nil {
-		err = serr
-	}
-	if err != nil {
+	// A service that failed stops the run: its error comes with what the
+	// run was doing.
+	if err := errors.Join(measurePlanact(o, s, pa, rep, p), pa.stop()); err != nil {
 		return nil, err
 	}
 	rep.Machine.LoadAfter = firstLine("/proc/loadavg")

@@ -50,7 +50,7 @@ type traces struct {
 	starts   map[int64]time.Time // rollout.N.start
 }
 
-// seqs is the last sequence of every stream.
+// lastSeqs is the last sequence of every stream.
 func lastSeqs(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
 	out := map[string]uint64{}
 	l := js.ListStreams(ctx)
