@@ -37,6 +37,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // options size the run; -quick shrinks every one of them.
@@ -70,7 +72,8 @@ type options struct {
 	PlannerPerToken time.Duration `json:"planner_per_token_ns"`
 	ActorTTFT       time.Duration `json:"actor_ttft_ns"`
 
-	RolloutTimeout time.Duration `json:"rollout_timeout_ns"`
+	RolloutTimeout time.Duration  `json:"rollout_timeout_ns"`
+	Log            zerolog.Logger `json:"-"` // the services'
 }
 
 func defaults(quick bool) options {
@@ -112,6 +115,7 @@ func main() {
 	eagerSeq := flag.Int("eager-sequential", 0, "eager: episodes run one at a time")
 	eagerBatch := flag.Int("eager-batch", 0, "eager: episodes in flight in the loaded case")
 	eagerRollouts := flag.Int("eager-rollouts", 0, "eager: rollouts of -eager-batch episodes, one after the other")
+	logLevel := flag.String("log", "", "the services' log level (debug, info, warn, error), as JSON on standard error; default none")
 	rolloutTimeout := flag.Duration("rollout-timeout", 0, "how long one rollout may take before the run fails (default 3m)")
 	flag.Parse()
 
@@ -134,6 +138,15 @@ func main() {
 	set(&o.EagerSequential, *eagerSeq)
 	set(&o.EagerBatch, *eagerBatch)
 	set(&o.EagerRollouts, *eagerRollouts)
+	if *logLevel != "" {
+		lvl, err := zerolog.ParseLevel(*logLevel)
+		if err != nil {
+			fail(fmt.Errorf("-log: %w", err))
+		}
+		o.Log = zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
+	} else {
+		o.Log = zerolog.Nop()
+	}
 	if *rolloutTimeout > 0 {
 		o.RolloutTimeout = *rolloutTimeout
 	}

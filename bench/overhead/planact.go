@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/internal/demo"
 	"github.com/planact/planact/internal/stack"
@@ -150,6 +149,7 @@ type planact struct {
 	next     int64 // the next rollout id
 	ctx      context.Context
 	stop     func() error
+	dump     func(n int64) // says what the streams hold of a rollout that failed
 }
 
 func startPlanact(ctx context.Context, o options, s *servers) (*planact, error) {
@@ -163,7 +163,7 @@ func startPlanact(ctx context.Context, o options, s *servers) (*planact, error) 
 	served := make(chan error, 1)
 	go func() {
 		served <- stack.Serve(ctx, stack.Services, stack.Options{
-			Conn: conn, Provisioning: bus.Provisioning{Replicas: s.replicas}, Log: zerolog.Nop(), EngineLimit: 512,
+			Conn: conn, Provisioning: bus.Provisioning{Replicas: s.replicas}, Log: o.Log, EngineLimit: 512,
 		})
 		cancel() // a service that failed stops every wait of the run
 	}()
@@ -250,6 +250,9 @@ func (p *planact) runBatch(rollouts, inFlight int, planner, actor string, tasks 
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
+				if len(errs) == 0 && p.ctx.Err() == nil && p.dump != nil {
+					p.dump(n) // what the streams hold of the first rollout that failed
+				}
 				errs = append(errs, err)
 				cancel()
 				return

@@ -132,6 +132,13 @@ func measurePlanact(o options, s *servers, pa *planact, rep *Report, p *progress
 		return err
 	}
 	defer nc.Close()
+	pa.dump = func(n int64) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := dumpRollout(ctx, js, p.w, n); err != nil {
+			p.say("rollout %d: cannot read its messages: %v", n, err)
+		}
+	}
 	rep.Engines = fmt.Sprintf("simulated, over HTTP: throughput and light load with zero latency (TTFT 0, per token 0, jitter 0), planner plans of PlanWidth independent lookups; eager: planner TTFT %v + %v/token, actor TTFT %v, jitter 0, the world's questions planned whole (PlannerStepwise 0)",
 		o.PlannerTTFT, o.PlannerPerToken, o.ActorTTFT)
 	cfg := schema.DefaultConfig()

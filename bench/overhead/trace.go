@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -330,4 +333,67 @@ func longestPath(p *plan.Plan, weight func(id string) int64) int64 {
 		longest = max(longest, finish(n.ID, 0))
 	}
 	return longest
+}
+
+// dumpRollout writes what the streams and the KV buckets hold of rollout
+// n, for a rollout that failed or hung: where it stopped.
+func dumpRollout(ctx context.Context, js jetstream.JetStream, w io.Writer, n int64) error {
+	fmt.Fprintf(w, "rollout %d failed; what the streams hold of it (stored time, stream, sequence, subject, turn):\n", n)
+	for stream, filter := range map[string]string{bus.StreamRollout: "rollout.%d.>", bus.StreamPlan: "plan.%d.>", bus.StreamAct: "act.%d.>"} {
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{fmt.Sprintf(filter, n)}})
+		if err != nil {
+			return err
+		}
+		it, err := c.Messages()
+		if err != nil {
+			return err
+		}
+		for {
+			m, err := it.Next(jetstream.NextMaxWait(2 * time.Second))
+			if err != nil {
+				break
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				break
+			}
+			fmt.Fprintf(w, "  %s  %-7s %8d  %s  turn %s\n", md.Timestamp.Format("15:04:05.000000"), stream, md.Sequence.Stream, m.Subject(), m.Headers().Get(schema.HdrTurn))
+			if md.NumPending == 0 {
+				break
+			}
+		}
+		it.Stop()
+	}
+	for _, bucket := range []string{bus.BucketSession, bus.BucketRuns} {
+		kv, err := js.KeyValue(ctx, bucket)
+		if err != nil {
+			return err
+		}
+		keys, err := kv.ListKeysFiltered(ctx, fmt.Sprint(n), fmt.Sprintf("%d.>", n))
+		if err != nil {
+			return err
+		}
+		for k := range keys.Keys() {
+			if strings.HasSuffix(k, ".tasks") {
+				continue
+			}
+			e, err := kv.Get(ctx, k)
+			if err != nil {
+				fmt.Fprintf(w, "  kv %s/%s: %v\n", bucket, k, err)
+				continue
+			}
+			var v any
+			if err := schema.Unmarshal(e.Value(), &v); err != nil {
+				fmt.Fprintf(w, "  kv %s/%s (revision %d): %d bytes, %v\n", bucket, k, e.Revision(), len(e.Value()), err)
+				continue
+			}
+			data, _ := json.Marshal(v)
+			fmt.Fprintf(w, "  kv %s/%s (revision %d): %s\n", bucket, k, e.Revision(), data)
+		}
+	}
+	return nil
 }
