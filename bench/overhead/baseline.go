@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/pkg/bus"
-	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
 )
 
@@ -26,7 +25,7 @@ type Baselines struct {
 // flight and a pull consumer (Consume, explicit ack) running at once on a
 // file stream of their own.
 type PubSub struct {
-	MessageBytes int       `json:"message_bytes"` // the msgpack size of a realistic act.run
+	MessageBytes int       `json:"message_bytes"` // the msgpack size of a realistic act.done
 	Messages     int       `json:"messages"`      // per repeat
 	InFlight     int       `json:"in_flight"`
 	Replicas     int       `json:"replicas"`
@@ -56,12 +55,24 @@ type Requests struct {
 	P99Ms    float64 `json:"p99_ms"`
 }
 
-// realisticActRun is an act as the act-dispatcher publishes it: the second
-// node of a chain, its placeholder already replaced.
-func realisticActRun() ([]byte, error) {
-	return schema.Marshal(&schema.ActRun{
-		Rollout: 1234, Episode: 37, Turn: 2, Key: "t2-s2",
-		Node: plan.Node{ID: "s2", Tool: "search", Args: map[string]any{"query": "population of Addis Ababa"}, Deps: []string{"s1"}},
+// realisticAct is an act's stored message as the act-dispatcher publishes
+// it: the act.done of a search that the actor model ran (a few dozen
+// tokens with their log-probs).
+func realisticAct() ([]byte, error) {
+	prompt, ids := make([]int, 96), make([]int, 48)
+	lps := make([]float64, 48)
+	for i := range prompt {
+		prompt[i] = 500 + i*11
+	}
+	for i := range ids {
+		ids[i], lps[i] = 1000+i*37, -0.05*float64(i%7)
+	}
+	now := time.Now().UnixMilli()
+	return schema.Marshal(&schema.ActDone{
+		Rollout: 1234, Episode: 37, Turn: 2, Key: "t2-s2", NodeID: "s2", Tool: "search",
+		Input: "population of Addis Ababa", Status: schema.ActDoneOK, Output: "Addis Ababa has about 3.9 million inhabitants.",
+		Attempts: 1, Generation: &schema.Generation{Prompt: "Search: population of Addis Ababa", PromptIDs: prompt, Text: "Addis Ababa has about 3.9 million inhabitants.", OutputIDs: ids, LogProbs: lps, FinishReason: "stop", LatencyMs: 12, WeightVersion: "7"},
+		ReleasedMs: now, StartedMs: now, EndedMs: now + 12, Replica: "act-dispatcher-0",
 	})
 }
 
@@ -80,7 +91,7 @@ func dial(url, name string) (*nats.Conn, jetstream.JetStream, error) {
 
 func runBaselines(ctx context.Context, o options, s *servers, p *progress) (*Baselines, error) {
 	var b Baselines
-	act, err := realisticActRun()
+	act, err := realisticAct()
 	if err != nil {
 		return nil, err
 	}

@@ -32,11 +32,12 @@ type turnTrace struct {
 	req, out  time.Time
 	plannerMs int64 // the planner engine's latency_ms of the turn's plan.out
 	dag       *plan.Plan
+	dagAt     time.Time // when the turn's plan.dag was stored: its roots could run from then
 }
 
 type actTrace struct {
 	turn      int
-	run, done time.Time
+	done      time.Time // when its act.done was stored
 	engineMs  int64
 	generated bool // the actor engine ran (not cached, not failed before)
 }
@@ -124,11 +125,7 @@ func readTraces(ctx context.Context, js jetstream.JetStream, before map[string]u
 					return fmt.Errorf("%s: %w", m.Subject(), err)
 				}
 				if tt := turn(ep(p.Rollout, p.Episode), d.Turn); !d.Partial && tt.dag == nil {
-					tt.dag = &d.Plan
-				}
-			case "act.run":
-				if a := act(ep(p.Rollout, p.Episode), p.Node); a.run.IsZero() {
-					a.run, a.turn = at, tn
+					tt.dag, tt.dagAt = &d.Plan, at
 				}
 			case "act.done":
 				a := act(ep(p.Rollout, p.Episode), p.Node)
@@ -204,14 +201,37 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream string, from
 	}
 }
 
-// addedPerAct is, for every act the actor engine ran, the time from its
-// act.run to its act.done being stored, less the engine's latency.
+// addedPerAct is, for every act the actor engine ran, the time from the
+// moment it could run (its turn's plan.dag stored, for a root; its last
+// dependency's act.done stored, otherwise) to its own act.done being
+// stored, less the engine's latency: everything planact did for it —
+// delivery to a dispatcher, release, the gateway, the record of its end.
 func (t *traces) addedPerAct() []float64 {
 	var out []float64
 	for _, x := range t.episodes {
-		for _, a := range x.acts {
-			if a.generated && !a.run.IsZero() && !a.done.IsZero() {
-				out = append(out, ms(a.done.Sub(a.run))-float64(a.engineMs))
+		for n, tt := range x.turns {
+			if tt.dag == nil {
+				continue
+			}
+			for _, node := range tt.dag.Nodes {
+				a := x.acts[subject.NodeKey(n, node.ID)]
+				if a == nil || !a.generated || a.done.IsZero() {
+					continue
+				}
+				ready, known := tt.dagAt, true
+				for _, d := range node.Deps {
+					da := x.acts[subject.NodeKey(n, d)]
+					if da == nil || da.done.IsZero() {
+						known = false
+						break
+					}
+					if da.done.After(ready) {
+						ready = da.done
+					}
+				}
+				if known {
+					out = append(out, ms(a.done.Sub(ready))-float64(a.engineMs))
+				}
 			}
 		}
 	}
