@@ -219,14 +219,18 @@ func planactThere(ctx context.Context, nc *nats.Conn, n int64, role string) erro
 	return nil
 }
 
+// isTerminal says whether w is a terminal (progress is redrawn in place
+// there, printed as plain lines elsewhere).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isatty.IsTerminal(f.Fd())
+}
+
 // watchProgress shows the rollout's progress as the session-store reports
 // it (episodes ended of all, acts): one line kept up to date on a
 // terminal, a plain line per change otherwise. stop ends it.
 func watchProgress(nc *nats.Conn, n int64, w io.Writer) (stop func()) {
-	tty := false
-	if f, ok := w.(*os.File); ok {
-		tty = isatty.IsTerminal(f.Fd())
-	}
+	tty := isTerminal(w)
 	var mu sync.Mutex
 	last := ""
 	show := func(line string) {

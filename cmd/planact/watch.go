@@ -15,15 +15,18 @@ import (
 	"github.com/planact/planact/pkg/schema"
 )
 
-// runWatch follows rollouts live: one line per message, from the beginning
-// of a rollout's history. Lines keep the order JetStream stored them within
-// each stream (ROLLOUT, PLAN, ACT); the three streams interleave.
+// runWatch follows rollouts live, from the beginning of their history:
+// one line per rollout with its progress (redrawn in place on a terminal,
+// a new line per change otherwise), or with -v one line per message. The
+// per-message lines keep the order JetStream stored them within each
+// stream (ROLLOUT, PLAN, ACT); the three streams interleave.
 func runWatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var conn bus.ConnOptions
 	conn.AddFlags(fs, "")
-	acts := fs.Bool("acts", true, "show act messages too")
+	acts := fs.Bool("acts", true, "with -v: show act messages too")
+	verbose := fs.Bool("v", false, "one line per message (plan, act, episode end, …) instead of one progress line per rollout")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: planact watch [flags] [rollout]   (all rollouts without one)")
 		fs.PrintDefaults()
@@ -47,6 +50,9 @@ func runWatch(ctx context.Context, args []string, getenv func(string) string, st
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
+	}
+	if !*verbose {
+		return watchBoard(ctx, js, rollout, stdout)
 	}
 	streams := map[string]string{
 		bus.StreamRollout: "rollout." + rollout + ".>",
@@ -81,6 +87,65 @@ func runWatch(ctx context.Context, args []string, getenv func(string) string, st
 		select {
 		case l := <-lines:
 			fmt.Fprintln(stdout, l)
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil
+			}
+			return ctx.Err()
+		}
+	}
+}
+
+// watchBoard follows ROLLOUT for rollout ("*" for all) and draws the
+// progress board until ctx ends.
+func watchBoard(ctx context.Context, js jetstream.JetStream, rollout string, stdout io.Writer) error {
+	type stored struct {
+		subject string
+		data    []byte
+		at      time.Time
+	}
+	msgs := make(chan stored, 256)
+	cons, err := js.OrderedConsumer(ctx, bus.StreamRollout, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"rollout." + rollout + ".>"}})
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", bus.StreamRollout, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		at := time.Now()
+		if md, _ := m.Metadata(); md != nil {
+			at = md.Timestamp
+		}
+		select {
+		case msgs <- stored{m.Subject(), m.Data(), at}:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer cc.Stop()
+	b, bw := newBoard(), &boardWriter{w: stdout, tty: isTerminal(stdout)}
+	tick := time.NewTicker(time.Second) // a running rollout's clock, on a terminal
+	defer tick.Stop()
+	for {
+		select {
+		case m := <-msgs:
+			changed := b.apply(m.subject, m.data, m.at)
+			// Draw once the burst of history is read, not per message.
+			for more := true; more; {
+				select {
+				case m := <-msgs:
+					changed = b.apply(m.subject, m.data, m.at) || changed
+				default:
+					more = false
+				}
+			}
+			if changed {
+				bw.draw(b)
+			}
+		case <-tick.C:
+			if bw.tty {
+				bw.draw(b)
+			}
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.Canceled) {
 				return nil

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// board is what `planact watch` shows without -v: one line per rollout,
+// built from the rollout's own messages on ROLLOUT (start, status, episode
+// ends, results), so that it shows rollouts that ran before it started as
+// well as those running now.
+type board struct {
+	rows  map[int64]*boardRow
+	order []int64 // rollouts in the order first seen
+}
+
+// boardRow is one rollout's progress.
+type boardRow struct {
+	n        int64
+	arrived  []string // roles that arrived, before the start
+	started  time.Time
+	episodes int
+	ended    int
+	acts     int
+	byStatus map[string]int // episodes ended, by status
+	status   string         // the result's status once it came (the first role's)
+	accuracy float64
+	reason   string
+	finished time.Time
+}
+
+func newBoard() *board { return &board{rows: map[int64]*boardRow{}} }
+
+func (b *board) row(n int64) *boardRow {
+	r, ok := b.rows[n]
+	if !ok {
+		r = &boardRow{n: n, byStatus: map[string]int{}}
+		b.rows[n] = r
+		b.order = append(b.order, n)
+	}
+	return r
+}
+
+// apply takes one message of the ROLLOUT stream, stored at at; it reports
+// whether the board changed. Messages it does not use are ignored.
+func (b *board) apply(subj string, data []byte, at time.Time) bool {
+	p, err := subject.Parse(subj)
+	if err != nil || p.Domain != "rollout" {
+		return false
+	}
+	r := b.row(p.Rollout)
+	switch p.Verb {
+	case "arrive":
+		// The role is the subject's last token: the body (which may
+		// carry thousands of tasks) is not read.
+		role := subj[strings.LastIndexByte(subj, '.')+1:]
+		if slices.Contains(r.arrived, role) {
+			return false
+		}
+		r.arrived = append(r.arrived, role)
+	case "start":
+		var v schema.Start
+		if schema.Unmarshal(data, &v) != nil {
+			return false
+		}
+		r.started, r.episodes = at, v.Episodes
+	case "status":
+		var v schema.Status
+		if schema.Unmarshal(data, &v) != nil || v.Episodes == 0 || v.Ended < r.ended {
+			return false
+		}
+		r.episodes, r.ended, r.acts = v.Episodes, v.Ended, v.Acts
+	case "end":
+		var v schema.EpisodeEnd
+		if schema.Unmarshal(data, &v) != nil {
+			return false
+		}
+		r.byStatus[v.Status]++
+	case "result":
+		if r.status != "" {
+			return false
+		}
+		var v schema.Result
+		var head struct {
+			schema.Envelope
+			Status string       `json:"status"`
+			Reason string       `json:"reason"`
+			Stats  schema.Stats `json:"stats"`
+		}
+		if schema.UnmarshalPart(data, &v, &head) != nil {
+			return false
+		}
+		r.status, r.reason, r.accuracy, r.finished = head.Status, head.Reason, head.Stats.Accuracy, at
+		if head.Stats.Episodes > 0 {
+			r.episodes = head.Stats.Episodes
+			r.ended = 0
+			for _, c := range head.Stats.EpisodeStatus {
+				r.ended += c
+			}
+			r.acts = max(r.acts, head.Stats.Acts+head.Stats.CachedActs)
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// shown are the rollouts to draw: every running one and the most recent
+// finished ones, at most limit lines, oldest first.
+func (b *board) shown(limit int) []*boardRow {
+	var out []*boardRow
+	for i := len(b.order) - 1; i >= 0 && len(out) < limit; i-- {
+		out = append(out, b.rows[b.order[i]])
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// line is r as one line: a bar of episodes ended of all, the acts, the
+// failures, and how it ended.
+func (r *boardRow) line(width int) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "rollout %-6d ", r.n)
+	switch {
+	case r.started.IsZero() && r.status == "":
+		if len(r.arrived) == 0 {
+			sb.WriteString("seen")
+		} else {
+			fmt.Fprintf(&sb, "waiting at the barrier (%s arrived)", strings.Join(r.arrived, ", "))
+		}
+		return sb.String()
+	}
+	sb.WriteString(bar(r.ended, r.episodes, width))
+	fmt.Fprintf(&sb, " %d/%d episodes, %d acts", r.ended, r.episodes, r.acts)
+	if f := r.byStatus[schema.EpisodeFailed]; f > 0 {
+		fmt.Fprintf(&sb, ", %d failed", f)
+	}
+	if t := r.byStatus[schema.EpisodeTruncated]; t > 0 {
+		fmt.Fprintf(&sb, ", %d truncated", t)
+	}
+	if r.status == "" {
+		if !r.started.IsZero() {
+			fmt.Fprintf(&sb, "  running %s", time.Since(r.started).Truncate(time.Second))
+		}
+		return sb.String()
+	}
+	fmt.Fprintf(&sb, "  %s, accuracy %.2f", r.status, r.accuracy)
+	if !r.started.IsZero() && !r.finished.IsZero() {
+		fmt.Fprintf(&sb, ", %s", r.finished.Sub(r.started).Round(time.Millisecond))
+	}
+	if r.reason != "" {
+		fmt.Fprintf(&sb, " (%s)", r.reason)
+	}
+	return sb.String()
+}
+
+// bar draws done of all in width cells.
+func bar(done, all, width int) string {
+	filled := 0
+	if all > 0 {
+		filled = min(width, done*width/all)
+	}
+	return "[" + strings.Repeat("#", filled) + strings.Repeat("-", width-filled) + "]"
+}
+
+// boardWriter draws a board: on a terminal it redraws its lines in place;
+// otherwise it prints a rollout's line each time it changes.
+type boardWriter struct {
+	w     io.Writer
+	tty   bool
+	drawn int // lines drawn last time, on a terminal
+	last  map[int64]string
+}
+
+const boardLines = 20 // rollouts shown at once on a terminal
+
+func (bw *boardWriter) draw(b *board) {
+	if !bw.tty {
+		if bw.last == nil {
+			bw.last = map[int64]string{}
+		}
+		for _, n := range b.order {
+			l := b.rows[n].line(20)
+			// The running time changes every second; a plain log shows
+			// progress, not the clock.
+			key := l
+			if i := strings.Index(l, "  running "); i >= 0 {
+				key = l[:i]
+			}
+			if bw.last[n] != key {
+				bw.last[n] = key
+				fmt.Fprintln(bw.w, l)
+			}
+		}
+		return
+	}
+	rows := b.shown(boardLines)
+	if bw.drawn > 0 {
+		fmt.Fprintf(bw.w, "\033[%dA", bw.drawn)
+	}
+	for _, r := range rows {
+		fmt.Fprintf(bw.w, "\r\033[K%s\n", r.line(30))
+	}
+	bw.drawn = len(rows)
+}
