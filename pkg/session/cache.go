@@ -97,11 +97,14 @@ func LoadTasks(ctx context.Context, kv *bus.Bucket, objects jetstream.ObjectStor
 	return inner.Tasks, true, nil
 }
 
-// Get returns rollout n's Info. A rollout without a session is a permanent
-// error: its messages belong to nothing. That is decided on a read from the
-// leader; a cached state may be up to Fresh old, which can only make a
-// rollout that just ended look running (its work is then dropped a moment
-// later), never the reverse.
+// Get returns rollout n's Info. Whatever would make a service drop work —
+// no session (its messages belong to nothing: a permanent error), or a
+// session that is not running — is decided on a read from the leader: a
+// direct get may be answered by a follower that has not yet seen the start,
+// and would show a running rollout as still waiting. A cached state may be
+// up to Fresh old, which can only make a rollout that just ended look
+// running (its work is then dropped a moment later), never the reverse:
+// only a fresh read puts a state that is not running in the cache.
 func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
 	now := time.Now()
 	fresh, idle := c.Fresh, c.Idle
@@ -136,9 +139,9 @@ func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
 	if e.info != nil && now.Sub(e.loaded) < fresh {
 		return e.info, nil
 	}
-	s, _, found, err := bus.Get[schema.Session](ctx, c.KV, schema.SessionKey(n))
-	if err == nil && !found {
-		s, _, found, err = bus.GetFresh[schema.Session](ctx, c.KV, schema.SessionKey(n))
+	s, _, found, err := readSession(ctx, c.KV, schema.SessionKey(n))
+	if err == nil && (!found || s.State != schema.SessionRunning) {
+		s, _, found, err = readSessionFresh(ctx, c.KV, schema.SessionKey(n))
 	}
 	if err != nil {
 		return nil, err
@@ -162,6 +165,13 @@ func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
 	e.info, e.loaded = info, now
 	return info, nil
 }
+
+// The session's reads: any replica's answer, and the leader's. Variables so
+// that a test can play a follower that lags.
+var (
+	readSession      = bus.Get[schema.Session]
+	readSessionFresh = bus.GetFresh[schema.Session]
+)
 
 // Forget drops rollout n from the cache.
 func (c *Cache) Forget(n int64) {

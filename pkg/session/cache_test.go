@@ -75,3 +75,30 @@ func TestCacheSeesStateChangesAndKeepsTasks(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A follower that has not yet seen a rollout start answers a direct get
+// with the session still waiting; the cache must not make a service drop
+// the rollout's work on that: a state that is not running is read again
+// from the leader (issue: a plan request dropped on a cluster as "rollout
+// over" and its episode stranded).
+func TestCacheDoesNotDropWorkOnAStaleRead(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx := context.Background()
+	sess := &schema.Session{Rollout: 3, State: schema.SessionRunning, Episodes: 1}
+	if _, err := bus.Create(ctx, b.Sessions, schema.SessionKey(3), sess); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Create(ctx, b.Sessions, schema.TasksKey(3), &schema.TaskList{Tasks: []schema.Task{{Prompt: "q"}}}); err != nil {
+		t.Fatal(err)
+	}
+	defer session.LagDirectReads()()
+	c := &session.Cache{KV: b.Sessions}
+	info, err := c.Get(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Active() {
+		t.Fatalf("a running rollout read as %s: its work would be dropped", info.Session.State)
+	}
+}
