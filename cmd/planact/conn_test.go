@@ -30,10 +30,11 @@ func TestConnectionSettingsCheckedFirst(t *testing.T) {
 	ca := bustest.NewPKI(t, "planact")
 	cert, _ := ca.Client("trainer")
 	commands := map[string][]string{
-		"serve":  {"serve", "actor-gateway"},
-		"submit": {"submit", "--rollout", "1", "--role", "actor", "--actor-engine", "http://127.0.0.1:1"},
-		"watch":  {"watch", "7"},
-		"up":     {"up", "--metrics", ""},
+		"serve":   {"serve", "actor-gateway"},
+		"submit":  {"submit", "--rollout", "1", "--role", "actor", "--actor-engine", "http://127.0.0.1:1"},
+		"watch":   {"watch", "7"},
+		"inspect": {"inspect", "7"},
+		"up":      {"up", "--metrics", ""},
 	}
 	for name, args := range commands {
 		for _, tc := range []struct {

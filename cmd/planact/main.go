@@ -22,7 +22,8 @@ Usage:
   planact sim [flags]                      run the simulated planner and actor engines
   planact parse [--format f] [--dot] [file] parse a plan and print its IR (or DOT)
   planact submit --rollout N [flags]       play one or both trainers for one rollout
-  planact watch [rollout]                  follow rollouts live, one line per message
+  planact watch [-v] [rollout]             follow rollouts live: a progress line per rollout (-v: per message)
+  planact inspect [--dot] <rollout> [ep]   a rollout's episodes and plans, or one episode's turns and act timeline
   planact decode [file]                    msgpack body (stdin or file) -> JSON; for nats --translate
   planact version
 
@@ -79,6 +80,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return runSubmit(ctx, rest, getenv, stdout, stderr)
 	case "watch":
 		return runWatch(ctx, rest, getenv, stdout, stderr)
+	case "inspect":
+		return runInspect(ctx, rest, getenv, stdout, stderr)
 	case "decode":
 		return runDecode(ctx, rest, stdin, stdout, stderr)
 	case "version":

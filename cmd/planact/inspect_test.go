@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+)
+
+// inspect reads a finished rollout from the streams: the rollout's
+// episodes with their plans, one episode's turns and act timeline, and
+// both as Graphviz.
+func TestInspect(t *testing.T) {
+	_, url := bustest.Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	planner, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RolePlanner, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RoleActor, Seed: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	sctx, stop := context.WithCancel(ctx)
+	go func() {
+		served <- stack.Serve(sctx, stack.Services, stack.Options{Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
+	}()
+	defer func() { stop(); <-served }()
+	if err := stack.WaitReady(ctx, bus.ConnOptions{URL: url}, stack.Services); err != nil {
+		t.Fatal(err)
+	}
+	tasks := filepath.Join(t.TempDir(), "tasks.jsonl")
+	os.WriteFile(tasks, []byte(`{"prompt":"What is the population of the capital of France?","label":"2.1 million"}`+"\n"+
+		`{"prompt":"What is the population of the capital of Japan?","label":"14 million"}`+"\n"), 0o644)
+	var out, errOut syncBuffer
+	if err := run(ctx, []string{"submit", "--nats", url, "--rollout", "3", "--planner-engine", planner, "--actor-engine", actor,
+		"--tasks", tasks}, noenv, nil, &out, &errOut); err != nil {
+		t.Fatalf("submit: %v\n%s", err, errOut.String())
+	}
+
+	inspect := func(args ...string) string {
+		t.Helper()
+		var out, errOut syncBuffer
+		if err := run(ctx, append([]string{"inspect", "--nats", url}, args...), noenv, nil, &out, &errOut); err != nil {
+			t.Fatalf("inspect %v: %v\n%s", args, err, errOut.String())
+		}
+		t.Logf("inspect %v:\n%s", args, out.String())
+		return out.String()
+	}
+	// The rollout: its status, an episode per line with each turn's plan.
+	got := inspect("3")
+	for _, want := range []string{"rollout 3: ok, 2/2 episodes ended", "episode", "t1: "} {
+		if !strings.Contains(got, want) {
+			t.Errorf("inspect 3 lacks %q:\n%s", want, got)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^1 +completed`).MatchString(got) {
+		t.Errorf("inspect 3 has no line for episode 1 completed:\n%s", got)
+	}
+	// The simulated planner looks things up: nodes that ran, with timings.
+	if !regexp.MustCompile(`\(done \d`).MatchString(got) {
+		t.Errorf("inspect 3 shows no node done with its duration:\n%s", got)
+	}
+
+	// One episode: turns, the node table with timings, the critical path.
+	got = inspect("3", "0")
+	for _, want := range []string{"rollout 3 episode 0: completed", "turn 1: plan", "node", "released", "critical path: t1-"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("inspect 3 0 lacks %q:\n%s", want, got)
+		}
+	}
+
+	// Graphviz: a digraph with a cluster per turn and the nodes coloured.
+	got = inspect("--dot", "3", "0")
+	if !strings.HasPrefix(got, "digraph planact {") || !strings.Contains(got, `subgraph "cluster_e0_t1"`) || !strings.Contains(got, `fillcolor="palegreen"`) {
+		t.Errorf("inspect --dot 3 0:\n%s", got)
+	}
+	if strings.Count(got, "{") != strings.Count(got, "}") {
+		t.Errorf("unbalanced braces in the dot output:\n%s", got)
+	}
+
+	// Mistakes are named.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"inspect", "--nats", url, "99"}, "rollout 99: the streams hold nothing of it (they hold 1 rollouts, from 3 to 3)"},
+		{[]string{"inspect", "--nats", url, "3", "7"}, "episode 7"},
+		{[]string{"inspect", "--nats", url, "x"}, `rollout "x"`},
+		{[]string{"inspect", "--nats", url, "--status", "happy", "3"}, `status "happy"`},
+		{[]string{"inspect", "--nats", url}, "name a rollout"},
+	} {
+		var sink syncBuffer
+		if err := run(ctx, c.args, noenv, nil, &sink, &sink); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error naming %s", c.args, err, c.want)
+		}
+	}
+}
