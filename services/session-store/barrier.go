@@ -48,6 +48,12 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		}
 	}
 
+	// The two arrivals of a rollout, when this process has both, take
+	// turns: run together, they race on the session key, and the loser
+	// backs off and reads again (the barrier's latency). Across replicas
+	// the compare-and-set still decides.
+	unlock, _ := s.arrivals.lock(a.Rollout)
+	defer unlock()
 	var late bool  // the role arrives at a rollout that ended without it
 	var again bool // another arrival of a role that has arrived
 	sess, rev, wrote, err := bus.MutateRev(ctx, s.Bus.Sessions, schema.SessionKey(a.Rollout), func(v *schema.Session, exists bool) (bool, error) {

@@ -55,6 +55,7 @@ type Service struct {
 	index     *index
 	taskCache *taskCache
 	locks     rolloutLocks
+	arrivals  rolloutLocks // one arrival of a rollout at a time (see handleArrive)
 	ends      endQueue
 	noted     notedVersions
 }
