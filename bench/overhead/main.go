@@ -115,6 +115,7 @@ func main() {
 	eagerSeq := flag.Int("eager-sequential", 0, "eager: episodes run one at a time")
 	eagerBatch := flag.Int("eager-batch", 0, "eager: episodes in flight in the loaded case")
 	eagerRollouts := flag.Int("eager-rollouts", 0, "eager: rollouts of -eager-batch episodes, one after the other")
+	eagerEngine := flag.Duration("eager-engine", 0, "eager: the simulated engines' time to first token, planner and actor (default 20ms); longer makes engine time dominate on a small machine")
 	logLevel := flag.String("log", "", "the services' log level (debug, info, warn, error), as JSON on standard error; default none")
 	rolloutTimeout := flag.Duration("rollout-timeout", 0, "how long one rollout may take before the run fails (default 3m)")
 	flag.Parse()
@@ -146,6 +147,12 @@ func main() {
 		o.Log = zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
 	} else {
 		o.Log = zerolog.Nop()
+	}
+	if *eagerEngine < 0 {
+		fail(fmt.Errorf("-eager-engine %v: want a positive duration", *eagerEngine))
+	}
+	if *eagerEngine > 0 {
+		o.PlannerTTFT, o.ActorTTFT = *eagerEngine, *eagerEngine
 	}
 	if *rolloutTimeout > 0 {
 		o.RolloutTimeout = *rolloutTimeout
