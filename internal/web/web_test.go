@@ -19,8 +19,8 @@ import (
 	"github.com/planact/planact/pkg/view"
 )
 
-// serve runs the web view of env's rollouts for the test.
-func serve(t *testing.T, url string) *httptest.Server {
+// openView opens a view of the rollouts at url for the test, its history read.
+func openView(t *testing.T, url string) *view.Reader {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -32,7 +32,13 @@ func serve(t *testing.T, url string) *httptest.Server {
 	if err := r.Synced(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(web.New(r))
+	return r
+}
+
+// serve runs the web view of the rollouts at url for the test.
+func serve(t *testing.T, url string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(web.New(openView(t, url)))
 	t.Cleanup(srv.Close)
 	return srv
 }

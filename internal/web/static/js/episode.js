@@ -38,7 +38,7 @@ function render(ep) {
     fact("acts done / failed / skipped / cached / running", `${ep.acts.done} / ${ep.acts.failed} / ${ep.acts.skipped} / ${ep.acts.cached} / ${ep.acts.running}`),
     fact("answer", (ep.answers || []).join(" | ") || "—"), fact("label", ep.label || "—"), fact("wall time", secs(ep.wall_ms))),
     ep.question ? el("p", {}, el("b", {}, "Question: "), ep.question) : "",
-    ep.reason ? el("p", {class: "muted"}, ep.reason) : "");
+    ep.reason && ep.status !== "completed" ? el("p", {class: "muted"}, ep.reason) : "");
   renderTimeline(ep);
   ep.turn_list.forEach(renderTurn);
 }
@@ -149,6 +149,7 @@ function renderGraph(t, v) {
     ],
     layout: {name: "dagre", rankDir: "LR", nodeSep: 20, rankSep: 50},
     userZoomingEnabled: false,
+    maxZoom: 1.2, // a small plan stays readable, not blown up to fill the box
     style: [
       {selector: "node", style: {"label": "data(label)", "text-wrap": "wrap", "text-valign": "center", "font-size": 10,
         "shape": "round-rectangle", "width": 70, "height": 34, "color": "#fff", "background-color": colors.pending}},

@@ -38,7 +38,7 @@ function render(r) {
     el("thead", {}, el("tr", {}, ["episode", "status", "reward", "turns", "acts done / failed", "answer", "label", "question"].map((h) => el("th", {}, h)))),
     el("tbody", {}, r.episode_list.map((e) => el("tr", {"data-episode": e.episode},
       el("td", {}, el("a", {href: `/rollouts/${n}/episodes/${e.episode}`}, e.episode)),
-      el("td", {}, badge(e.status), e.reason ? el("div", {class: "muted"}, e.reason) : null),
+      el("td", {}, badge(e.status), e.reason && e.status !== "completed" ? el("div", {class: "muted"}, e.reason) : null),
       el("td", {class: "num"}, num(e.reward)),
       el("td", {class: "num"}, e.turns),
       el("td", {class: "num"}, `${e.acts.done} / ${e.acts.failed}`),
