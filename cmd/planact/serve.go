@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/internal/web"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/telemetry"
 )
@@ -21,9 +23,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	replicas := fs.Int("replicas", 1, "JetStream replicas for streams and buckets created by this process (3 on a cluster)")
 	engineLimit := fs.Int("engine-limit", 64, "generations in flight per engine in each gateway")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address, e.g. :9464")
+	webAddr := fs.String("web-addr", web.DefaultAddr, "with the web target: serve the web view on this address (host:port)")
 	keep := retentionFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: planact serve [flags] <service...>   services:", stack.Services)
+		fmt.Fprintln(stderr, "usage: planact serve [flags] <service...>   services:", stack.Targets)
 		fs.PrintDefaults()
 	}
 	names, err := parseInterspersed(fs, args)
@@ -37,6 +40,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	if err := stack.Validate(names); err != nil {
 		return err
 	}
+	if flagSet(fs, "web-addr") && !slices.Contains(names, web.Name) {
+		return fmt.Errorf("serve: --web-addr is for the %s target, which is not among %v", web.Name, names)
+	}
 	conn, err = conn.Resolve(getenv)
 	if err != nil {
 		return err
@@ -45,7 +51,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	if _, err := telemetry.ServeMetrics(ctx, *metricsAddr); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	o := stack.Options{Conn: conn, Log: log, EngineLimit: *engineLimit, Provisioning: bus.Provisioning{Replicas: *replicas}}
+	o := stack.Options{Conn: conn, Log: log, EngineLimit: *engineLimit, Provisioning: bus.Provisioning{Replicas: *replicas}, WebAddr: *webAddr}
 	if err := keep.apply(&o); err != nil {
 		return err
 	}
@@ -67,4 +73,11 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		positional = append(positional, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
+}
+
+// flagSet reports whether flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/planact/planact/internal/demo"
 	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/internal/web"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/embedded"
 	"github.com/planact/planact/pkg/engine"
@@ -53,6 +54,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	stepwise := fs.Float64("sim-stepwise", sim.Defaults.PlannerStepwise, "fraction of questions the simulated planner plans one hop per turn")
 	services := fs.String("services", strings.Join(stack.Services, ","), "services to run in this process (comma-separated; \"none\" for only NATS and engines)")
 	metricsAddr := fs.String("metrics", "127.0.0.1:9464", "serve Prometheus /metrics on this address (\"\" = off)")
+	webAddr := fs.String("web", "", "serve the web view of rollouts on this address, e.g. "+web.DefaultAddr+" (default off)")
 	keep := retentionFlags(fs)
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default: warn with --demo, else info; $PLANACT_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
@@ -79,6 +81,13 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 			return err
 		}
 	}
+	switch {
+	case *webAddr != "" && !slices.Contains(names, web.Name):
+		names = append(names, web.Name)
+	case *webAddr == "" && slices.Contains(names, web.Name):
+		return fmt.Errorf("up: the %s service needs --web ADDR, e.g. --web %s", web.Name, web.DefaultAddr)
+	}
+	so.WebAddr = *webAddr
 	lo := telemetry.LogOptionsFromEnv(getenv)
 	if *logLevel != "" {
 		lo.Level = *logLevel
@@ -163,7 +172,20 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		served <- stack.Serve(ctx, names, so)
 	}()
 	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
-	err = stack.WaitReady(rctx, conn, names)
+	ready := make(chan error, 1)
+	go func() { ready <- stack.WaitReady(rctx, conn, names) }()
+	select {
+	case err = <-ready:
+	case serr := <-served:
+		// A service could not start (the web view's address in use, say):
+		// its error says why, without waiting for the others.
+		rcancel()
+		<-ready
+		if serr == nil {
+			serr = errors.New("up: the services stopped while starting")
+		}
+		return serr
+	}
 	rcancel()
 	if err != nil {
 		cancel()
@@ -173,6 +195,9 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	say("planact: services running: %s\n", strings.Join(names, ", "))
+	if *webAddr != "" {
+		say("planact: web view at http://%s/\n", *webAddr)
+	}
 
 	if !*runDemo {
 		say("planact: ready. Trainers arrive on rollout.<N>.arrive.<role>; Ctrl-C stops.\n")

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"sort"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/planact/planact/internal/web"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
 	actdispatcher "github.com/planact/planact/services/act-dispatcher"
@@ -31,6 +33,10 @@ import (
 var Services = []string{
 	sessionstore.Name, plannergateway.Name, planparser.Name, actdispatcher.Name, actorgateway.Name,
 }
+
+// Targets are what `serve` and `up` can run: the services and the web
+// view (web.Name), which only reads.
+var Targets = append(slices.Clone(Services), web.Name)
 
 // Options configure which services run and how.
 type Options struct {
@@ -54,13 +60,15 @@ type Options struct {
 	Stall time.Duration
 	// SweepEvery is how often the session-store's sweep runs; 0 = its default.
 	SweepEvery time.Duration
+	// WebAddr is where the web target listens (host:port).
+	WebAddr string
 }
 
-// Validate reports an unknown service name.
+// Validate reports an unknown target name.
 func Validate(names []string) error {
 	for _, n := range names {
-		if !slices.Contains(Services, n) {
-			return fmt.Errorf("unknown service %q (services: %s)", n, strings.Join(Services, ", "))
+		if !slices.Contains(Targets, n) {
+			return fmt.Errorf("unknown service %q (services: %s)", n, strings.Join(Targets, ", "))
 		}
 	}
 	return nil
@@ -83,10 +91,23 @@ func Serve(ctx context.Context, names []string, o Options) error {
 		}
 	}()
 	sorted := append([]string(nil), names...)
-	sort.SliceStable(sorted, func(i, j int) bool { return slices.Index(Services, sorted[i]) < slices.Index(Services, sorted[j]) })
+	sort.SliceStable(sorted, func(i, j int) bool { return slices.Index(Targets, sorted[i]) < slices.Index(Targets, sorted[j]) })
+	var webListener net.Listener
+	if slices.Contains(names, web.Name) {
+		// Before anything starts: an address in use is a mistake to say at once.
+		ln, err := web.Listen(o.WebAddr)
+		if err != nil {
+			return err
+		}
+		webListener = ln
+		defer ln.Close()
+	}
 	start := func() error {
 		for _, name := range sorted {
 			replicas := max(o.Replicas[name], 1)
+			if name == web.Name {
+				replicas = 1 // one listener, one address
+			}
 			for r := 0; r < replicas; r++ {
 				replica := replicaName(r)
 				log := o.Log.With().Str("service", name).Str("replica", replica).Logger()
@@ -98,7 +119,7 @@ func Serve(ctx context.Context, names []string, o Options) error {
 				if err := register(b, name, replica); err != nil {
 					return err
 				}
-				run := runner(name, b, log, o)
+				run := runner(name, b, log, o, webListener)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -141,6 +162,7 @@ var descriptions = map[string]string{
 	planparser.Name:     "planact: plans in, validated DAGs, answers or errors out",
 	actdispatcher.Name:  "planact: releases and executes acts, drives turns and episodes",
 	actorgateway.Name:   "planact: generations from the actor engines",
+	web.Name:            "planact: the web view of rollouts (reads only)",
 }
 
 // register makes a replica visible to `nats micro ls|info|stats`: its
@@ -179,7 +201,7 @@ func drain(ch chan error) []error {
 	return out
 }
 
-func runner(name string, b *bus.Bus, log zerolog.Logger, o Options) func(context.Context) error {
+func runner(name string, b *bus.Bus, log zerolog.Logger, o Options, webListener net.Listener) func(context.Context) error {
 	pool := &engine.Pool{Limit: o.EngineLimit}
 	switch name {
 	case sessionstore.Name:
@@ -200,6 +222,8 @@ func runner(name string, b *bus.Bus, log zerolog.Logger, o Options) func(context
 		return func(ctx context.Context) error {
 			return actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: log, Engines: pool})
 		}
+	case web.Name:
+		return func(ctx context.Context) error { return web.Run(ctx, b.NC, webListener, log) }
 	}
 	panic("stack: unvalidated service " + name)
 }

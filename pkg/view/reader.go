@@ -102,7 +102,9 @@ func (r *Reader) follow(ctx context.Context, js jetstream.JetStream, name string
 	r.mu.Lock()
 	r.until[name] = last
 	r.mu.Unlock()
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: followed[name]})
+	// The server removes the consumer InactiveThreshold after this process
+	// goes away without closing the Reader; Close removes it at once.
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: followed[name], InactiveThreshold: 30 * time.Second})
 	if err != nil {
 		return fmt.Errorf("view: follow %s: %w", name, err)
 	}
@@ -122,7 +124,14 @@ func (r *Reader) follow(ctx context.Context, js jetstream.JetStream, name string
 	if err != nil {
 		return fmt.Errorf("view: follow %s: %w", name, err)
 	}
-	r.stop = append(r.stop, cc.Stop)
+	r.stop = append(r.stop, func() {
+		cc.Stop()
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = s.DeleteConsumer(dctx, info.Name) // gone already is as good
+		}
+	})
 	return nil
 }
 

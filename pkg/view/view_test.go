@@ -2,14 +2,18 @@ package view_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/internal/stacktest"
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
 	"github.com/planact/planact/pkg/view"
@@ -209,6 +213,53 @@ func TestParseFilter(t *testing.T) {
 		_, err := view.ParseFilter(q)
 		if (err == nil) != (c.want == "") || err != nil && !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.query, err, c.want)
+		}
+	}
+}
+
+// A closed Reader leaves no consumer behind on the streams it read.
+func TestCloseLeavesNoConsumer(t *testing.T) {
+	env := stacktest.Start(t, sim.Config{Seed: 1}, sim.Config{Seed: 2})
+	nc := bustest.Conn(t, env.URL)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	consumers := func() map[string]int {
+		out := map[string]int{}
+		for _, name := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, "KV_" + bus.BucketRuns} {
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := s.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[name] = info.State.Consumers
+		}
+		return out
+	}
+	before := consumers()
+	r := open(t, env.URL)
+	during := consumers()
+	for name, n := range before {
+		if during[name] != n+1 {
+			t.Errorf("%s: %d consumers while the reader reads, %d before", name, during[name], n)
+		}
+	}
+	r.Close()
+	for {
+		after := consumers()
+		if fmt.Sprint(after) == fmt.Sprint(before) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("consumers %v after the reader closed, %v before", after, before)
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

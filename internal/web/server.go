@@ -1,0 +1,142 @@
+// Package web serves planact's web view: the pages Rollouts, Rollout and
+// Episode, the JSON they show, and live updates of it by Server-Sent
+// Events, all read from a view.Reader. Its pages and JavaScript libraries
+// are embedded in the binary: nothing to build or install.
+package web
+
+import (
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strconv"
+
+	"github.com/planact/planact/pkg/view"
+)
+
+//go:embed static
+var static embed.FS
+
+//go:embed page.html
+var pageHTML string
+
+var page = template.Must(template.New("page").Parse(pageHTML))
+
+// Server answers the web view's pages and endpoints.
+type Server struct {
+	view *view.Reader
+	mux  *http.ServeMux
+}
+
+// New returns the web view of what r reads.
+func New(r *view.Reader) *Server {
+	s := &Server{view: r, mux: http.NewServeMux()}
+	assets, _ := fs.Sub(static, "static")
+	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(assets)))
+
+	s.mux.HandleFunc("GET /{$}", s.page("rollouts"))
+	s.mux.HandleFunc("GET /rollouts/{n}", s.page("rollout"))
+	s.mux.HandleFunc("GET /rollouts/{n}/episodes/{e}", s.page("episode"))
+
+	s.mux.HandleFunc("GET /api/rollouts", s.json(s.rollouts))
+	s.mux.HandleFunc("GET /api/rollouts/{n}", s.json(s.rollout))
+	s.mux.HandleFunc("GET /api/rollouts/{n}/episodes/{e}", s.json(s.episode))
+	s.mux.HandleFunc("GET /api/rollouts/events", s.events(s.rollouts))
+	s.mux.HandleFunc("GET /api/rollouts/{n}/events", s.events(s.rollout))
+	s.mux.HandleFunc("GET /api/rollouts/{n}/episodes/{e}/events", s.events(s.episode))
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// errBadRequest marks errors in what the request asked for.
+var errBadRequest = errors.New("bad request")
+
+// A builder makes what an endpoint answers.
+type builder func(r *http.Request) (any, error)
+
+func (s *Server) rollouts(*http.Request) (any, error) { return s.view.Rollouts(), nil }
+
+func (s *Server) rollout(r *http.Request) (any, error) {
+	n, err := rolloutID(r)
+	if err != nil {
+		return nil, err
+	}
+	f, err := view.ParseFilter(r.URL.Query())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadRequest, err)
+	}
+	return s.view.Rollout(n, f)
+}
+
+func (s *Server) episode(r *http.Request) (any, error) {
+	n, err := rolloutID(r)
+	if err != nil {
+		return nil, err
+	}
+	e, err := strconv.Atoi(r.PathValue("e"))
+	if err != nil || e < 0 {
+		return nil, fmt.Errorf("%w: episode %q: want an episode index (0, 1, …)", errBadRequest, r.PathValue("e"))
+	}
+	return s.view.Episode(n, e)
+}
+
+func rolloutID(r *http.Request) (int64, error) {
+	n, err := strconv.ParseInt(r.PathValue("n"), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: rollout %q: want a rollout id (an integer)", errBadRequest, r.PathValue("n"))
+	}
+	return n, nil
+}
+
+// status is the HTTP status of a builder's error.
+func status(err error) int {
+	switch {
+	case errors.Is(err, errBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, view.ErrNotFound):
+		return http.StatusNotFound
+	}
+	return http.StatusInternalServerError
+}
+
+// json answers what build makes, as JSON; errors as {"error": "…"}.
+func (s *Server) json(build builder) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, err := build(r)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if err != nil {
+			w.WriteHeader(status(err))
+			v = map[string]string{"error": err.Error()}
+		}
+		_ = json.NewEncoder(w).Encode(v)
+	}
+}
+
+// page answers the HTML page named name; its script reads the ids from
+// the page and follows its events. An id that names nothing is a 404
+// page saying so.
+func (s *Server) page(name string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		data := map[string]string{"Page": name, "Rollout": r.PathValue("n"), "Episode": r.PathValue("e"), "Title": "Rollouts"}
+		var err error
+		switch name {
+		case "rollout":
+			_, err = s.rollout(r)
+			data["Title"] = "Rollout " + data["Rollout"]
+		case "episode":
+			_, err = s.episode(r)
+			data["Title"] = "Rollout " + data["Rollout"] + ", episode " + data["Episode"]
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if err != nil {
+			w.WriteHeader(status(err))
+			data["Page"], data["Error"] = "error", err.Error()
+		}
+		_ = page.Execute(w, data)
+	}
+}
