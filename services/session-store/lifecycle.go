@@ -54,6 +54,7 @@ func (s *Service) handleEpisodeEnd(ctx context.Context, m bus.Msg) error {
 		if p.wrote {
 			e := p.end
 			zerolog.Ctx(ctx).Debug().Int("episode", e.Episode).Str("status", e.Status).Int("ended", sess.EndedCount()).Int("episodes", sess.Episodes).Msg("episode ended")
+			recordEpisode(&sess, e)
 			_ = s.Bus.Publish(ctx, &schema.Status{Rollout: n, Event: "episode-" + e.Status, Episode: e.Episode,
 				Detail: fmt.Sprintf("%d/%d", sess.EndedCount(), sess.Episodes), Ended: sess.EndedCount(), Episodes: sess.Episodes, Acts: sess.Acts, AtMs: s.nowMs()})
 		}
@@ -361,6 +362,7 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 	}
 	if res != nil && res.first {
 		telemetry.RolloutsFinished.WithLabelValues(final.Status).Inc()
+		recordRollout(&final)
 		zerolog.Ctx(ctx).Info().Str("status", final.Status).Str("reason", final.Reason).Msg("rollout finished")
 		_ = s.status(ctx, sess.Rollout, "finished", -1, final.Status)
 	}
