@@ -238,8 +238,18 @@ func SpanOf(traceID string, n int64, episode, turn int) trace.SpanContext {
 	h.Write(tid[:])
 	h.Write(b[:])
 	var sid trace.SpanID
-	binary.BigEndian.PutUint64(sid[:], h.Sum64()|1) // never the invalid zero id
+	binary.BigEndian.PutUint64(sid[:], mix(h.Sum64())|1) // never the invalid zero id
 	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true})
+}
+
+// mix spreads every input bit over the whole id (splitmix64's finalizer):
+// places that differ in one number get unrelated ids, as random ones are.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // RecordSpan exports the span of rollout n, of its episode (turn 0), or of

@@ -337,10 +337,13 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 		}
 		done = append(done, effect)
 	}
+	var ended bool // this write settles the results: the rollout is over
 	final, finalRev, _, err := bus.MutateFrom(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), sess, rev, func(v *schema.Session, exists bool) (bool, error) {
+		ended = false
 		if !exists {
 			return false, nil
 		}
+		ended = v.Owes(schema.EffectResults) && slices.Contains(done, schema.EffectResults)
 		changed := v.Settle(done...)
 		for _, obj := range objects {
 			if !slices.Contains(v.Objects, obj) {
@@ -360,9 +363,11 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 		_ = s.Bus.Publish(ctx, &schema.Status{Rollout: sess.Rollout, Event: "group-" + gs.State, Episode: -1,
 			Detail: fmt.Sprintf("group %d %s", gs.Index, gs.Reason), AtMs: s.nowMs()})
 	}
+	if ended {
+		recordRollout(&final)
+	}
 	if res != nil && res.first {
 		telemetry.RolloutsFinished.WithLabelValues(final.Status).Inc()
-		recordRollout(&final)
 		zerolog.Ctx(ctx).Info().Str("status", final.Status).Str("reason", final.Reason).Msg("rollout finished")
 		_ = s.status(ctx, sess.Rollout, "finished", -1, final.Status)
 	}

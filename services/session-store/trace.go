@@ -14,8 +14,10 @@ import (
 // facts the session holds (telemetry.RecordSpan): the rollout's from its
 // first arrival (the session's creation: the barrier wait is part of it) to
 // its end, an episode's from the rollout's start (when its first plan
-// request went out) to its end. Each is recorded by the write that records
-// the end, which happens once, so a span is exported once.
+// request went out) to its end. Each is recorded after the write that
+// records its end (for the rollout: the write that settles its results,
+// whoever completes that), which happens once, so a span is exported once;
+// a process that stops between the two loses that span.
 
 // recordRollout exports the span of a rollout that ended.
 func recordRollout(sess *schema.Session) {
