@@ -64,11 +64,11 @@ var (
 	}, []string{"status"})
 	ActRetries = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "planact_act_retries_total",
-		Help: "Acts tried again after a failed attempt, by the attempt's error kind (transient, timeout, unavailable).",
+		Help: "Acts tried again after a failed attempt (or postponed while no actor-gateway answers), by error kind (error, timeout, unavailable).",
 	}, []string{"kind"})
 	ActFailures = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "planact_act_failures_total",
-		Help: "Acts that failed for good, after their last attempt, by error kind (transient, invalid, timeout, unavailable, paused, stale).",
+		Help: "Acts that failed for good, after their last attempt, by error kind (error, invalid, timeout, unavailable, paused, stale).",
 	}, []string{"kind"})
 	ActsInFlight = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "planact_acts_in_flight",
