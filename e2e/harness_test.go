@@ -16,6 +16,7 @@ import (
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // env is a running planact with simulated engines.
@@ -24,6 +25,9 @@ type env struct {
 	planner schema.Engine
 	actor   schema.Engine
 	world   *sim.World
+	// stop stops the services and waits for them (the test's cleanup does
+	// too): a test that reads what they exported at exit calls it first.
+	stop func()
 }
 
 type envOptions struct {
@@ -31,6 +35,7 @@ type envOptions struct {
 	inlineLimit int
 	planner     sim.Config
 	actor       sim.Config
+	tracing     *telemetry.Tracing
 }
 
 func start(t *testing.T, o envOptions) *env {
@@ -54,21 +59,27 @@ func start(t *testing.T, o envOptions) *env {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- stack.Serve(ctx, stack.Services, stack.Options{Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger(), Replicas: o.replicas, InlineLimit: o.inlineLimit})
+		done <- stack.Serve(ctx, stack.Services, stack.Options{Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger(), Replicas: o.replicas,
+			InlineLimit: o.inlineLimit, Tracing: o.tracing})
 	}()
-	t.Cleanup(func() {
-		cancel()
-		// Stopped while still starting, a service reports the cancelled
-		// context: that is not a failure.
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("services: %v", err)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			// Stopped while still starting, a service reports the cancelled
+			// context: that is not a failure.
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("services: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	return &env{
 		url:     url,
 		planner: schema.Engine{URL: pu, Protocol: "sglang"},
 		actor:   schema.Engine{URL: au, Protocol: "sglang"},
 		world:   sim.DefaultWorld(),
+		stop:    stop,
 	}
 }
 

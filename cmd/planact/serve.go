@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/planact/planact/internal/stack"
 	"github.com/planact/planact/internal/web"
@@ -51,7 +52,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	if _, err := telemetry.ServeMetrics(ctx, *metricsAddr); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	o := stack.Options{Conn: conn, Log: log, EngineLimit: *engineLimit, Provisioning: bus.Provisioning{Replicas: *replicas}, WebAddr: *webAddr}
+	tracing, err := telemetry.StartTracing(ctx, getenv, "planact-"+strings.Join(names, "+"))
+	if err != nil {
+		return err
+	}
+	o := stack.Options{Conn: conn, Log: log, EngineLimit: *engineLimit, Provisioning: bus.Provisioning{Replicas: *replicas}, WebAddr: *webAddr, Tracing: tracing}
 	if err := keep.apply(&o); err != nil {
 		return err
 	}

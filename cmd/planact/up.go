@@ -96,11 +96,17 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		lo.Level = "warn"
 	}
 	log := telemetry.NewLogger(stderr, lo)
+	tracing, err := telemetry.StartTracing(ctx, getenv, "planact")
+	if err != nil {
+		return err
+	}
+	defer tracing.Shutdown(context.Background()) // when no services ran; else the stack flushed it
+	so.Tracing = tracing
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
 	external := conn.URL != "" || getenv(bus.EnvURL) != ""
-	conn, err := conn.Resolve(getenv)
+	conn, err = conn.Resolve(getenv)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/planact/planact/internal/web"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
+	"github.com/planact/planact/pkg/telemetry"
 	actdispatcher "github.com/planact/planact/services/act-dispatcher"
 	actorgateway "github.com/planact/planact/services/actor-gateway"
 	planparser "github.com/planact/planact/services/plan-parser"
@@ -62,6 +63,9 @@ type Options struct {
 	SweepEvery time.Duration
 	// WebAddr is where the web target listens (host:port).
 	WebAddr string
+	// Tracing, if set, is flushed and shut down once the services stopped:
+	// their last spans are exported before Serve returns.
+	Tracing *telemetry.Tracing
 }
 
 // Validate reports an unknown target name.
@@ -80,6 +84,7 @@ func Serve(ctx context.Context, names []string, o Options) error {
 	if err := Validate(names); err != nil {
 		return err
 	}
+	defer flush(o)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -143,6 +148,15 @@ func Serve(ctx context.Context, names []string, o Options) error {
 	wg.Wait()
 	close(errs)
 	return errors.Join(drain(errs)...)
+}
+
+// flush exports the spans the services left in o.Tracing's buffer.
+func flush(o Options) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := o.Tracing.Shutdown(ctx); err != nil {
+		o.Log.Warn().Err(err).Msg("spans not exported")
+	}
 }
 
 // replicaName names replica r of this process so that replicas of one

@@ -406,9 +406,41 @@ func TestRolloutTraceIDMatchesThePythonExample(t *testing.T) {
 	if got := bus.RolloutTraceID(7); got != "44865295074b33ac1928b49b055f9bea" {
 		t.Errorf("trace id %q", got)
 	}
-	tp := bus.Traceparent(bus.RolloutTraceID(7), "x")
-	if bus.TraceIDOf(tp) != bus.RolloutTraceID(7) {
-		t.Errorf("traceparent %q does not carry the trace id", tp)
+}
+
+// TestTraceparentNamesTheMessagesPlaceInTheRollout: a message's traceparent
+// carries the rollout's trace id and, as parent, the span of its turn (its
+// episode's, the rollout's), the same for every message of that place and
+// however often it is published.
+func TestTraceparentNamesTheMessagesPlaceInTheRollout(t *testing.T) {
+	trace := bus.RolloutTraceID(7)
+	ctx := bus.WithTrace(context.Background(), trace)
+	for _, c := range []struct {
+		m             schema.Message
+		episode, turn int
+	}{
+		{&schema.PlanRequest{Rollout: 7, Episode: 2, Turn: 3}, 2, 3},
+		{&schema.PlanDAG{Rollout: 7, Episode: 2, Turn: 3}, 2, 3},
+		{&schema.ActDone{Rollout: 7, Episode: 2, Turn: 3, Key: "t3-s1"}, 2, 3},
+		{&schema.EpisodeEnd{Rollout: 7, Episode: 2}, 2, 0},
+		{&schema.Start{Rollout: 7}, -1, 0},
+	} {
+		msg, err := bus.NewMsg(ctx, c.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp := msg.Header.Get(schema.HdrTraceparent)
+		want := telemetry.SpanOf(trace, 7, c.episode, c.turn)
+		if wantTP := "00-" + trace + "-" + want.SpanID().String() + "-01"; tp != wantTP {
+			t.Errorf("%s: traceparent %q, want %q", c.m.Kind(), tp, wantTP)
+		}
+	}
+	a, b := telemetry.SpanOf(trace, 7, 2, 3), telemetry.SpanOf(trace, 7, 2, 4)
+	if a.SpanID() == b.SpanID() || a.SpanID() == telemetry.SpanOf(trace, 7, 2, 0).SpanID() {
+		t.Error("turns and their episode share a span id")
+	}
+	if msg, _ := bus.NewMsg(context.Background(), &schema.Start{Rollout: 7}); msg.Header.Get(schema.HdrTraceparent) != "" {
+		t.Error("a message outside any trace got a traceparent")
 	}
 }
 

@@ -175,6 +175,7 @@ func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw jetstream.M
 	if tid := TraceIDOf(m.Header.Get(schema.HdrTraceparent)); tid != "" {
 		hctx = WithTrace(hctx, tid)
 	}
+	hctx = ExtractSpan(hctx, m.Header) // the handler's spans hang under the message's place in the rollout
 
 	began := time.Now()
 	err := safeCall(hctx, h, m)

@@ -7,15 +7,18 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 type traceKey struct{}
@@ -44,17 +47,6 @@ func NewTraceID() string {
 func RolloutTraceID(n int64) string {
 	sum := sha256.Sum256([]byte(fmt.Sprintf("planact-rollout-%d", n)))
 	return hex.EncodeToString(sum[:16])
-}
-
-// Traceparent builds a W3C traceparent whose span id is derived from the
-// message id, so that a republished message carries the same header.
-func Traceparent(traceID, msgID string) string {
-	if len(traceID) != 32 {
-		return ""
-	}
-	h := fnv.New64a()
-	h.Write([]byte(msgID))
-	return fmt.Sprintf("00-%s-%016x-01", traceID, h.Sum64())
 }
 
 // TraceIDOf extracts the trace id of a traceparent header, or "".
@@ -95,10 +87,59 @@ func NewMsg(ctx context.Context, m schema.Message) (*nats.Msg, error) {
 	if id := m.MsgID(); id != "" {
 		h.Set(jetstream.MsgIDHeader, id)
 	}
-	if tp := Traceparent(TraceFrom(ctx), m.MsgID()); tp != "" {
-		h.Set(schema.HdrTraceparent, tp)
+	if tid := TraceFrom(ctx); tid != "" {
+		// The parent a message names is its place in the rollout (its
+		// turn's, episode's or the rollout's span; telemetry.SpanOf), the
+		// same however often it is published, so that the spans its
+		// handler starts, in any process, hang in the rollout's tree.
+		if sc := telemetry.SpanOf(tid, meta.Rollout, meta.Episode, meta.Turn); sc.IsValid() {
+			propagator.Inject(trace.ContextWithRemoteSpanContext(context.Background(), sc), headerCarrier(h))
+		}
 	}
 	return msg, nil
+}
+
+// propagator writes and reads the W3C traceparent header.
+var propagator = propagation.TraceContext{}
+
+// headerCarrier lets the propagator use NATS headers with their exact
+// (lower-case) names; http.Header's carrier would capitalize them.
+type headerCarrier nats.Header
+
+func (c headerCarrier) Get(key string) string {
+	if v := c[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (c headerCarrier) Set(key, value string) { c[key] = []string{value} }
+
+func (c headerCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// InjectSpan makes the span ctx holds the parent named by h's traceparent:
+// a request whose handler works for the caller's span (an act's attempt)
+// rather than for a place in the rollout. A ctx without a span leaves h as
+// it is.
+func InjectSpan(ctx context.Context, h nats.Header) {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.IsRemote() {
+		propagator.Inject(ctx, headerCarrier(h))
+	}
+}
+
+// ExtractSpan returns ctx with the parent span h's traceparent names, for
+// the spans its handler starts. With tracing off it returns ctx unchanged.
+func ExtractSpan(ctx context.Context, h nats.Header) context.Context {
+	if !telemetry.TracingOn() || h == nil {
+		return ctx
+	}
+	return propagator.Extract(ctx, headerCarrier(h))
 }
 
 // Publish publishes m to its stream and waits for the stream's ack. A

@@ -93,6 +93,18 @@ func (s *Service) ID() string {
 	return s.identity.ID
 }
 
+// Replica names the replica as people read it (its "replica" metadata,
+// "<host>:<pid>/<n>" when the stack started it), else its id.
+func (s *Service) Replica() string {
+	if s == nil {
+		return ""
+	}
+	if r := s.identity.Metadata["replica"]; r != "" {
+		return r
+	}
+	return s.identity.ID
+}
+
 // Stop stops answering.
 func (s *Service) Stop() {
 	s.mu.Lock()

@@ -57,6 +57,28 @@ var (
 		Help:    "Engine generation latency, by role.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
 	}, []string{"role"})
+	ActSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "planact_act_seconds",
+		Help:    "Time an act took from its first attempt to its outcome, retries and back-offs included, by outcome (done, failed).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
+	}, []string{"status"})
+	ActRetries = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_act_retries_total",
+		Help: "Acts tried again after a failed attempt (or postponed while no actor-gateway answers), by error kind (error, timeout, unavailable).",
+	}, []string{"kind"})
+	ActFailures = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_act_failures_total",
+		Help: "Acts that failed for good, after their last attempt, by error kind (error, invalid, timeout, unavailable, paused, stale).",
+	}, []string{"kind"})
+	ActsInFlight = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "planact_acts_in_flight",
+		Help: "Acts an act-dispatcher replica is executing now, by replica.",
+	}, []string{"replica"})
+	BarrierWaitSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "planact_barrier_wait_seconds",
+		Help:    "Time from a rollout's first arrival to its start (the other role's arrival), by the role that arrived last.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
+	}, []string{"role"})
 )
 
 // ServeMetrics serves /metrics on addr until ctx ends. An empty addr serves nothing.

@@ -16,6 +16,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
@@ -45,10 +48,21 @@ func (s *Service) outcome(ctx context.Context, n int64, e int, key string) (*sch
 func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*schema.ActDone, error) {
 	log := zerolog.Ctx(ctx)
 	cfg := info.Session.Config
+	began := time.Now()
 	done := &schema.ActDone{
 		Rollout: run.Rollout, Episode: run.Episode, Turn: run.Turn, Key: run.Key,
-		NodeID: run.Node.ID, Tool: run.Node.Tool, Input: run.Node.Input(), ReleasedMs: run.ReleasedMs, StartedMs: nowMs(),
+		NodeID: run.Node.ID, Tool: run.Node.Tool, Input: run.Node.Input(), ReleasedMs: run.ReleasedMs, StartedMs: began.UnixMilli(),
 		Replica: s.replica(),
+	}
+	// The act's span hangs under its turn's (the parent its plan message
+	// named); each attempt is a span under it, and the actor-gateway's
+	// generation one under the attempt.
+	ctx, span := telemetry.StartSpan(ctx, "act")
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.KeyRollout.Int64(run.Rollout), telemetry.KeyEpisode.Int(run.Episode), telemetry.KeyTurn.Int(run.Turn),
+			telemetry.KeyNode.String(run.Key), telemetry.KeyRole.String(schema.RoleActor), attribute.String("planact.tool", run.Node.Tool),
+			telemetry.KeyReplica.String(s.replicaName()), telemetry.KeyService.String(Name))
 	}
 	var unavailableSince time.Time
 	tool, _ := cfg.Tool(run.Node.Tool)
@@ -80,7 +94,9 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			}
 		}
 		actx, cancel := context.WithTimeout(ctx, schema.Seconds(cfg.ActTimeoutS))
+		actx, attemptSpan := telemetry.StartSpan(actx, "act attempt")
 		out, gen, err := s.try(actx, info, run)
+		endAttempt(attemptSpan, attempt, gen, err)
 		cancel()
 		if errors.Is(err, errActorPaused) && ctx.Err() == nil {
 			// Stopped or refused by a pause: sent again once it is resumed.
@@ -110,6 +126,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			return nil, ctx.Err() // shutting down: another replica takes over
 		}
 		wait := backoff(s.RetryBase, attempt)
+		retryKind := kind // what the next attempt, if any, tries again after
 		switch {
 		case errors.Is(err, errNoActorGateway):
 			// Not the act's failure (planact is starting, say): it waits
@@ -120,6 +137,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			if time.Since(unavailableSince) < s.UnavailablePatience {
 				log.Warn().Msg("no actor-gateway is running; act postponed")
 				wait = min(wait, time.Second)
+				retryKind = schema.ActErrUnavailable
 				break
 			}
 			done.Status, done.Error, done.ErrorKind = schema.ActFailed, err.Error(), schema.ActErrUnavailable
@@ -130,6 +148,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 		if done.ErrorKind == schema.ActErrUnavailable || !fail.IsRetryable(err) || attempt > max(cfg.ActRetries, 0)+1 {
 			break
 		}
+		telemetry.ActRetries.WithLabelValues(retryKind).Inc()
 		log.Debug().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("act failed, retrying")
 		select {
 		case <-time.After(wait):
@@ -147,10 +166,37 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 	}
 	done.EndedMs = nowMs()
 	telemetry.Acts.WithLabelValues(done.Status).Inc()
+	telemetry.ActSeconds.WithLabelValues(done.Status).Observe(time.Since(began).Seconds())
 	if done.Status == schema.ActFailed {
+		telemetry.ActFailures.WithLabelValues(done.ErrorKind).Inc()
 		log.Warn().Str("error", done.Error).Int("attempts", done.Attempts).Msg("act failed")
 	}
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.KeyStatus.String(done.Status), attribute.Int("planact.attempts", done.Attempts))
+		if done.Generation != nil {
+			span.SetAttributes(telemetry.KeyWeightVersion.String(done.Generation.WeightVersion))
+		}
+		if done.Status == schema.ActFailed {
+			span.SetAttributes(attribute.String("planact.error_kind", done.ErrorKind))
+			span.SetStatus(codes.Error, done.Error)
+		}
+	}
 	return done, nil
+}
+
+// endAttempt ends the span of one attempt of an act with how it went.
+func endAttempt(span trace.Span, attempt int, gen *schema.Generation, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("planact.attempt", attempt))
+		if gen != nil {
+			span.SetAttributes(telemetry.KeyWeightVersion.String(gen.WeightVersion))
+		}
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
 }
 
 // errActorTimedOut: the actor-gateway stopped the generation at the act's
@@ -223,6 +269,7 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 	if err != nil {
 		return nil, fail.E(fail.Permanent, err)
 	}
+	bus.InjectSpan(ctx, msg.Header) // the generation is the attempt's child
 	reply, err := s.Bus.NC.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {

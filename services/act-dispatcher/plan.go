@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
@@ -40,6 +41,7 @@ func (s *Service) handlePlan(ctx context.Context, m bus.Msg) error {
 		if err != nil || info == nil {
 			return err
 		}
+		s.recordTurn(ctx, info, a.Rollout, a.Episode, a.Turn, "answer")
 		return s.handleAnswer(ctx, &a)
 	case "error":
 		var pe schema.PlanError
@@ -50,6 +52,7 @@ func (s *Service) handlePlan(ctx context.Context, m bus.Msg) error {
 		if err != nil || info == nil {
 			return err
 		}
+		s.recordTurn(ctx, info, pe.Rollout, pe.Episode, pe.Turn, "error", attribute.String("planact.error_kind", pe.ErrorKind))
 		return s.handleParseError(ctx, info, &pe)
 	}
 	return fail.Invalidf("act-dispatcher: unexpected subject %s", m.Subject)

@@ -157,6 +157,14 @@ func parseSeq(s string) (seq uint64, ok bool) {
 	return n, err == nil
 }
 
+// replicaName names this replica for people: in metrics and spans.
+func (s *Service) replicaName() string {
+	if svc := s.Bus.Service(); svc != nil {
+		return svc.Replica()
+	}
+	return ""
+}
+
 // replica names this replica in the outcomes of the acts it runs.
 func (s *Service) replica() string {
 	if svc := s.Bus.Service(); svc != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
@@ -15,6 +16,7 @@ import (
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // A turn is run by one replica, its runner: the handler of the plan message
@@ -341,6 +343,7 @@ func (t *runner) step(ctx context.Context) (bool, error) {
 		}
 		t.start(ctx, newly)
 		if finished {
+			t.s.recordTurn(ctx, t.info, t.run.Rollout, t.run.Episode, t.run.Turn, "plan", attribute.Int("planact.nodes", len(t.run.Nodes)))
 			return true, t.s.finishTurn(ctx, t.info, &t.run)
 		}
 		return false, nil
@@ -610,7 +613,10 @@ func (s *Service) runAct(ctx context.Context, info *session.Info, a *act) (*sche
 	case <-ctx.Done():
 		return nil, nil
 	}
+	inFlight := telemetry.ActsInFlight.WithLabelValues(s.replicaName())
+	inFlight.Inc()
 	done, err := s.execute(ctx, info, a)
+	inFlight.Dec()
 	<-s.slots
 	if err != nil || done == nil {
 		return nil, err

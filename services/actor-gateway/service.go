@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
@@ -106,6 +108,22 @@ func serve(ctx context.Context, d Deps, follow *session.Follower, gate *session.
 	if err := schema.Unmarshal(m.Data, &req); err != nil {
 		return replyError(m, CodeInvalid, err.Error())
 	}
+	// The generation's span hangs under the act's attempt that asked for it.
+	ctx, span := telemetry.StartSpan(bus.ExtractSpan(ctx, m.Header), "actor generation")
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.KeyRollout.Int64(req.Rollout), telemetry.KeyEpisode.Int(req.Episode), telemetry.KeyNode.String(req.Key),
+			telemetry.KeyRole.String(schema.RoleActor), telemetry.KeyReplica.String(d.Bus.Service().Replica()), telemetry.KeyService.String(Name))
+	}
+	err := generate(ctx, d, follow, gate, m, &req)
+	if err != nil && span.IsRecording() {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
+// generate runs req on its engine and answers m, as serve says.
+func generate(ctx context.Context, d Deps, follow *session.Follower, gate *session.Gate, m *nats.Msg, req *schema.ActorRequest) error {
 	if st := gate.State(); st.Paused {
 		return replyError(m, CodePaused, fmt.Sprintf("the actor role is paused (pause %d): send it again after the resume", st.Epoch))
 	}
@@ -123,7 +141,7 @@ func serve(ctx context.Context, d Deps, follow *session.Follower, gate *session.
 		ctx, cancel = context.WithDeadline(ctx, time.UnixMilli(req.DeadlineMs))
 		defer cancel()
 	}
-	gen, err := Generate(ctx, d.Engines, &req)
+	gen, err := Generate(ctx, d.Engines, req)
 	if err != nil {
 		code := CodeUnavailable
 		switch {
@@ -186,7 +204,18 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest) 
 		Temperature: temperature, TopP: topP, MaxNewTokens: s.MaxNewTokens, Stop: s.Stop,
 		Seed: s.GenerationSeed(req.Rollout, req.Episode, req.Key),
 	}}
-	g, err := lease.Generate(ctx, r)
+	ectx, span := telemetry.StartSpan(ctx, "actor engine")
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("planact.engine", req.Engine.URL), attribute.Int("planact.input_tokens", len(ids)))
+	}
+	g, err := lease.Generate(ectx, r)
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.KeyWeightVersion.String(g.WeightVersion), attribute.Int("planact.output_tokens", len(g.OutputIDs)))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
 	if err != nil {
 		return schema.Generation{}, err
 	}

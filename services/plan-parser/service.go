@@ -9,6 +9,8 @@ import (
 	"fmt"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
@@ -17,6 +19,7 @@ import (
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // Name is the service's name on the bus.
@@ -79,7 +82,9 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		return nil
 	}
 	ctx = bus.WithTrace(ctx, info.Session.Trace)
-	msg, err := ParseContext(ctx, &out, info.Session.Config)
+	pctx, span := s.startParse(ctx, out.Rollout, out.Episode, out.Turn, false)
+	msg, err := ParseContext(pctx, &out, info.Session.Config)
+	endParse(span, msg)
 	if err != nil {
 		return err // stopping: the output is parsed again when redelivered
 	}
@@ -87,6 +92,32 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		zerolog.Ctx(ctx).Info().Str("kind", pe.ErrorKind).Str("error", pe.Message).Msg("plan rejected")
 	}
 	return s.Bus.Publish(ctx, msg)
+}
+
+// startParse starts the span of one parse, under the turn's span (the
+// parent the planner output named).
+func (s *Service) startParse(ctx context.Context, n int64, e, turn int, partial bool) (context.Context, trace.Span) {
+	ctx, span := telemetry.StartSpan(ctx, "plan parsing")
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.KeyRollout.Int64(n), telemetry.KeyEpisode.Int(e), telemetry.KeyTurn.Int(turn),
+			attribute.Bool("planact.partial", partial), telemetry.KeyReplica.String(s.Bus.Service().Replica()), telemetry.KeyService.String(Name))
+	}
+	return ctx, span
+}
+
+// endParse ends a parse's span with what the parse found.
+func endParse(span trace.Span, msg schema.Message) {
+	if span.IsRecording() {
+		switch m := msg.(type) {
+		case *schema.PlanDAG:
+			span.SetAttributes(attribute.String("planact.outcome", "plan"), attribute.Int("planact.nodes", len(m.Plan.Nodes)))
+		case *schema.PlanAnswer:
+			span.SetAttributes(attribute.String("planact.outcome", "answer"))
+		case *schema.PlanError:
+			span.SetAttributes(attribute.String("planact.outcome", "error"), attribute.String("planact.error_kind", m.ErrorKind))
+		}
+	}
+	span.End()
 }
 
 // handlePartial parses the plan so far of a streamed turn, and publishes
@@ -104,7 +135,13 @@ func (s *Service) handlePartial(ctx context.Context, m bus.Msg) error {
 		return nil
 	}
 	ctx = bus.WithTrace(ctx, info.Session.Trace)
-	d, err := parsePartial(ctx, &pp, info.Session.Config)
+	pctx, span := s.startParse(ctx, pp.Rollout, pp.Episode, pp.Turn, true)
+	d, err := parsePartial(pctx, &pp, info.Session.Config)
+	if d != nil {
+		endParse(span, d)
+	} else {
+		span.End()
+	}
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
@@ -16,6 +18,7 @@ import (
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // Name is the service's name on the bus.
@@ -91,10 +94,21 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		return err
 	}
 	log := zerolog.Ctx(ctx)
+	// The generation's span hangs under the turn's (the parent the request
+	// named), with every attempt in it; what is published after it names
+	// the turn as its parent, not this span.
+	gctx, span := telemetry.StartSpan(ctx, "plan generation")
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.KeyRollout.Int64(req.Rollout), telemetry.KeyEpisode.Int(req.Episode), telemetry.KeyTurn.Int(req.Turn),
+			telemetry.KeyRole.String(schema.RolePlanner), telemetry.KeyReplica.String(s.Bus.Service().Replica()), telemetry.KeyService.String(Name))
+	}
+	defer span.End()
 	var err error
+	attempts := 0
 	for attempt := 1; attempt <= s.MaxAttempts; attempt++ {
 		var stale errStale
-		if err = s.plan(ctx, &req); err == nil || !fail.IsRetryable(err) || errors.As(err, &stale) || errors.Is(err, session.ErrNoSession) || ctx.Err() != nil {
+		attempts = attempt
+		if err = s.plan(gctx, &req); err == nil || !fail.IsRetryable(err) || errors.As(err, &stale) || errors.Is(err, session.ErrNoSession) || ctx.Err() != nil {
 			break
 		}
 		wait := min(s.RetryBase<<(attempt-1), 30*time.Second)
@@ -102,6 +116,12 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
+		}
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("planact.attempts", attempts))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
 		}
 	}
 	if err == nil || errors.Is(err, session.ErrNoSession) || ctx.Err() != nil {

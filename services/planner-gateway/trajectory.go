@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
@@ -124,8 +126,13 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	start := time.Now()
 	r := engine.Request{InputIDs: input, Messages: messages(segs), RoutingKey: engine.EpisodeKey(req.Rollout, req.Episode), Sampling: sampling}
 	var gen engine.Generation
+	ectx, span := telemetry.StartSpan(ctx, "planner engine")
+	defer span.End() // a return from the loop; ending twice is harmless
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("planact.engine", eng.URL), attribute.Int("planact.input_tokens", len(input)))
+	}
 	for {
-		gctx, done := gate.Track(ctx)
+		gctx, done := gate.Track(ectx)
 		gctx, cancel := context.WithTimeout(gctx, schema.Seconds(cfg.PlannerTimeoutS))
 		gen, err = s.generate(gctx, lease.Client, cfg, req, r, mayStream)
 		paused := errors.Is(context.Cause(gctx), session.ErrPaused)
@@ -142,6 +149,14 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 			return s.over(ctx, err)
 		}
 	}
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.KeyWeightVersion.String(gen.WeightVersion), attribute.Int("planact.output_tokens", len(gen.OutputIDs)),
+			attribute.String("planact.finish_reason", gen.FinishReason))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
 	if err != nil && ctx.Err() != nil {
 		return s.over(ctx, err)
 	}

@@ -145,6 +145,7 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 	case wrote && sess.State == schema.SessionRunning:
 		log.Info().Int("episodes", sess.Episodes).Msg("both roles arrived, rollout starts")
 		telemetry.RolloutsStarted.Inc()
+		telemetry.BarrierWaitSeconds.WithLabelValues(a.Role).Observe(float64(sess.StartedMs-sess.CreatedMs) / 1000)
 	case !wrote:
 		log.Info().Str("state", sess.State).Msg("arrival delivered again")
 	}

@@ -54,6 +54,7 @@ func (s *Service) handleEpisodeEnd(ctx context.Context, m bus.Msg) error {
 		if p.wrote {
 			e := p.end
 			zerolog.Ctx(ctx).Debug().Int("episode", e.Episode).Str("status", e.Status).Int("ended", sess.EndedCount()).Int("episodes", sess.Episodes).Msg("episode ended")
+			recordEpisode(&sess, e)
 			_ = s.Bus.Publish(ctx, &schema.Status{Rollout: n, Event: "episode-" + e.Status, Episode: e.Episode,
 				Detail: fmt.Sprintf("%d/%d", sess.EndedCount(), sess.Episodes), Ended: sess.EndedCount(), Episodes: sess.Episodes, Acts: sess.Acts, AtMs: s.nowMs()})
 		}
@@ -336,10 +337,13 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 		}
 		done = append(done, effect)
 	}
+	var ended bool // this write settles the results: the rollout is over
 	final, finalRev, _, err := bus.MutateFrom(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), sess, rev, func(v *schema.Session, exists bool) (bool, error) {
+		ended = false
 		if !exists {
 			return false, nil
 		}
+		ended = v.Owes(schema.EffectResults) && slices.Contains(done, schema.EffectResults)
 		changed := v.Settle(done...)
 		for _, obj := range objects {
 			if !slices.Contains(v.Objects, obj) {
@@ -358,6 +362,9 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 	for _, gs := range groups {
 		_ = s.Bus.Publish(ctx, &schema.Status{Rollout: sess.Rollout, Event: "group-" + gs.State, Episode: -1,
 			Detail: fmt.Sprintf("group %d %s", gs.Index, gs.Reason), AtMs: s.nowMs()})
+	}
+	if ended {
+		recordRollout(&final)
 	}
 	if res != nil && res.first {
 		telemetry.RolloutsFinished.WithLabelValues(final.Status).Inc()
