@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/pkg/fail"
 )
@@ -130,6 +131,22 @@ type kvEntry struct {
 	Time     time.Time
 }
 
+// kvDeleted says whether a KV stream message marks its key gone: a delete
+// or purge (KV-Operation), or a marker the server wrote when the key's
+// value aged out or was removed (Nats-Marker-Reason, on buckets with limit
+// markers), which has an empty body — as nats.go's own Get reads them.
+func kvDeleted(h nats.Header) bool {
+	switch h.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return true
+	}
+	switch h.Get(jetstream.MarkerReasonHeader) {
+	case "MaxAge", "Purge", "Remove":
+		return true
+	}
+	return false
+}
+
 // kvGetFresh reads key of bucket from the leader of the bucket's stream;
 // nil when the key does not exist or was deleted.
 func (b *Bus) kvGetFresh(ctx context.Context, bucket, key string) (*kvEntry, error) {
@@ -137,7 +154,7 @@ func (b *Bus) kvGetFresh(ctx context.Context, bucket, key string) (*kvEntry, err
 	if err != nil || m == nil {
 		return nil, err
 	}
-	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+	if kvDeleted(m.Header) {
 		return nil, nil
 	}
 	return &kvEntry{Value: m.Data, Revision: m.Seq, Time: m.Time}, nil
