@@ -9,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/planact/planact/internal/bustest"
-	"github.com/planact/planact/internal/stack"
-	"github.com/planact/planact/pkg/bus"
-	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/internal/stacktest"
 	"github.com/planact/planact/pkg/sim"
 )
 
@@ -20,26 +17,10 @@ import (
 // episodes with their plans, one episode's turns and act timeline, and
 // both as Graphviz.
 func TestInspect(t *testing.T) {
-	_, url := bustest.Server(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	planner, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RolePlanner, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	actor, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RoleActor, Seed: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	sctx, stop := context.WithCancel(ctx)
-	go func() {
-		served <- stack.Serve(sctx, stack.Services, stack.Options{Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
-	}()
-	defer func() { stop(); <-served }()
-	if err := stack.WaitReady(ctx, bus.ConnOptions{URL: url}, stack.Services); err != nil {
-		t.Fatal(err)
-	}
+	e := stacktest.Start(t, sim.Config{Seed: 1}, sim.Config{Seed: 2})
+	url, planner, actor := e.URL, e.Planner.URL, e.Actor.URL
 	tasks := filepath.Join(t.TempDir(), "tasks.jsonl")
 	os.WriteFile(tasks, []byte(`{"prompt":"What is the population of the capital of France?","label":"2.1 million"}`+"\n"+
 		`{"prompt":"What is the population of the capital of Japan?","label":"14 million"}`+"\n"), 0o644)
