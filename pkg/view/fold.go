@@ -24,6 +24,9 @@ type rolloutState struct {
 	resultAt  time.Time
 	episodes  map[int]*episodeState
 	versions  map[string]map[string]bool // role -> weight versions seen
+	// compacted: the texts of its turns and acts were dropped from memory
+	// (see compact.go); its episodes are read again when asked for.
+	compacted bool
 }
 
 type episodeState struct {
@@ -110,6 +113,8 @@ type state struct {
 	// loadTasks fetches a task list stored in the object store; nil in
 	// tests that need none.
 	loadTasks func(object string) []schema.Task
+	// keepFull is how many finished rollouts keep their texts (0: all).
+	keepFull int
 }
 
 // apply folds one stream message into the state and reports the rollout
@@ -166,6 +171,9 @@ func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
 		}
 		m.Samples = nil
 		r.result, r.resultAt = &m, at
+		if s.keepFull > 0 {
+			s.compact(s.keepFull)
+		}
 	case "plan.req":
 		var m schema.PlanRequest
 		if schema.Unmarshal(data, &m) != nil {

@@ -42,24 +42,48 @@ type Reader struct {
 
 	subs map[chan struct{}]bool
 
+	js       jetstream.JetStream
+	reloaded *episodeCache // episodes of compacted rollouts, read again
+
 	stop []func()
 	now  func() time.Time
+}
+
+// Options tune a Reader.
+type Options struct {
+	// KeepFull is how many finished rollouts keep their episodes' texts
+	// in memory (0: DefaultKeepFull); older ones are read again from the
+	// streams when an episode of theirs is asked for.
+	KeepFull int
 }
 
 // Open starts reading planact's history and live traffic over nc, from the
 // first message the streams hold. The streams and the runs bucket must
 // exist (planact has run on the server once). Close stops the reading.
 func Open(ctx context.Context, nc *nats.Conn) (*Reader, error) {
+	return OpenWith(ctx, nc, Options{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, nc *nats.Conn, o Options) (*Reader, error) {
+	if o.KeepFull < 0 {
+		return nil, fmt.Errorf("view: KeepFull %d: want 0 (the default, %d) or more", o.KeepFull, DefaultKeepFull)
+	}
+	if o.KeepFull == 0 {
+		o.KeepFull = DefaultKeepFull
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("view: jetstream: %w", err)
 	}
 	r := &Reader{
-		st:    state{rollouts: map[int64]*rolloutState{}},
-		seqs:  map[string]uint64{},
-		until: map[string]uint64{},
-		subs:  map[chan struct{}]bool{},
-		now:   time.Now,
+		st:       state{rollouts: map[int64]*rolloutState{}, keepFull: o.KeepFull},
+		seqs:     map[string]uint64{},
+		until:    map[string]uint64{},
+		subs:     map[chan struct{}]bool{},
+		js:       js,
+		reloaded: newEpisodeCache(64),
+		now:      time.Now,
 	}
 	if tasks, err := js.ObjectStore(ctx, bus.ObjectTasks); err == nil {
 		r.st.loadTasks = func(object string) []schema.Task { return loadTasks(tasks, object) }
@@ -299,20 +323,43 @@ func (r *Reader) Rollout(n int64, f Filter) (*Rollout, error) {
 	return out, nil
 }
 
-// Episode returns episode e of rollout n in full.
+// Episode returns episode e of rollout n in full. An episode of a rollout
+// whose texts were dropped from memory (see DefaultKeepFull) is read again
+// from the streams, and remembered: a finished rollout does not change.
 func (r *Reader) Episode(n int64, e int) (*Episode, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	ro := r.st.rollouts[n]
 	if ro == nil {
+		r.mu.Unlock()
 		return nil, fmt.Errorf("rollout %d: %w", n, ErrNotFound)
 	}
 	ep := ro.episodes[e]
 	if ep == nil {
 		if ro.start == nil || e < 0 || e >= ro.start.Episodes {
+			r.mu.Unlock()
 			return nil, fmt.Errorf("rollout %d episode %d: %w", n, e, ErrNotFound)
 		}
 		ep = &episodeState{e: e}
 	}
-	return ro.fullEpisode(ep, r.now()), nil
+	if !ro.compacted {
+		defer r.mu.Unlock()
+		return ro.fullEpisode(ep, r.now()), nil
+	}
+	head := *ro // what the reload needs of the rollout, copied under the lock
+	now := r.now()
+	r.mu.Unlock()
+
+	key := epKey{n, e}
+	if out, ok := r.reloaded.get(key); ok {
+		return out, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	full, err := r.reload(ctx, &head, e)
+	if err != nil {
+		return nil, err
+	}
+	out := full.fullEpisode(full.episode(e), now)
+	r.reloaded.put(key, out)
+	return out, nil
 }

@@ -2,6 +2,7 @@ package view_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"slices"
@@ -262,4 +263,66 @@ func TestCloseLeavesNoConsumer(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// Of the finished rollouts beyond KeepFull, the view keeps only what its
+// lists need; an episode of theirs is read again from the streams and is
+// the same as one kept in full.
+func TestOldRolloutsAreReadAgain(t *testing.T) {
+	env := stacktest.Start(t, sim.Config{Seed: 1}, sim.Config{Seed: 2})
+	tasks := stacktest.Tasks(3, 1, 1)
+	for n := int64(1); n <= 3; n++ {
+		env.Begin(t, n, tasks, &schema.Config{MaxTurns: 3})
+		env.Wait(t, n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	full := open(t, env.URL)
+	small, err := view.OpenWith(ctx, bustest.Conn(t, env.URL), view.Options{KeepFull: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(small.Close)
+	if err := small.Synced(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := asJSON(t, small.Rollouts()), asJSON(t, full.Rollouts()); got != want {
+		t.Errorf("summaries differ once texts are dropped:\n%s\nwant\n%s", got, want)
+	}
+	for n := int64(1); n <= 3; n++ {
+		a, err := small.Rollout(n, view.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := full.Rollout(n, view.Filter{})
+		if asJSON(t, a.EpisodeList) != asJSON(t, b.EpisodeList) {
+			t.Errorf("rollout %d: episodes\n%s\nwant\n%s", n, asJSON(t, a.EpisodeList), asJSON(t, b.EpisodeList))
+		}
+		for e := range tasks {
+			got, err := small.Episode(n, e)
+			if err != nil {
+				t.Fatalf("rollout %d episode %d: %v", n, e, err)
+			}
+			want, _ := full.Episode(n, e)
+			if len(got.TurnList) == 0 || got.TurnList[0].Output == "" {
+				t.Errorf("rollout %d episode %d: no turns read again: %+v", n, e, got)
+			}
+			if asJSON(t, got) != asJSON(t, want) {
+				t.Errorf("rollout %d episode %d read again:\n%s\nwant\n%s", n, e, asJSON(t, got), asJSON(t, want))
+			}
+		}
+	}
+	if !view.Compacted(small, 1) || view.Compacted(small, 3) || view.Compacted(full, 1) {
+		t.Errorf("compacted: rollout 1 %v, rollout 3 %v (KeepFull 1); rollout 1 %v (default)",
+			view.Compacted(small, 1), view.Compacted(small, 3), view.Compacted(full, 1))
+	}
+}
+
+func asJSON(t *testing.T, v any) string {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }
