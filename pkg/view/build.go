@@ -1,6 +1,7 @@
 package view
 
 import (
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -18,6 +19,13 @@ func (r *rolloutState) summary(now time.Time) RolloutSummary {
 	s := RolloutSummary{Rollout: r.n, Status: StatusWaiting, ArrivedAt: r.arrivedAt, StartedAt: r.startedAt, WeightVersions: map[string][]string{}}
 	if r.start != nil {
 		s.Status, s.Episodes = StatusRunning, r.start.Episodes
+	} else if len(r.rejected) > 0 {
+		roles := slices.Sorted(maps.Keys(r.rejected))
+		reasons := make([]string, len(roles))
+		for i, role := range roles {
+			reasons[i] = role + " arrival refused: " + r.rejected[role]
+		}
+		s.Status, s.Reason = StatusRejected, strings.Join(reasons, "; ")
 	}
 	for role, vs := range r.versions {
 		for v := range vs {

@@ -24,6 +24,8 @@ type rolloutState struct {
 	resultAt  time.Time
 	episodes  map[int]*episodeState
 	versions  map[string]map[string]bool // role -> weight versions seen
+	// rejected holds, by role, why its last arrival was refused.
+	rejected map[string]string
 	// compacted: the texts of its turns and acts were dropped from memory
 	// (see compact.go); its episodes are read again when asked for.
 	compacted bool
@@ -145,6 +147,7 @@ func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
 		}
 		m.Tasks = nil
 		r.arrivals[m.Role] = &m
+		delete(r.rejected, m.Role) // an arrival after a refusal: waiting again
 		r.version(m.Role, m.WeightVersion)
 	case "rollout.start":
 		var m schema.Start
@@ -162,10 +165,18 @@ func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
 		ep.end, ep.endedAt = &m, at
 	case "rollout.result":
 		var m schema.Result
-		if schema.Unmarshal(data, &m) != nil || m.Rejected {
+		if schema.Unmarshal(data, &m) != nil {
 			return 0, false
 		}
 		r := s.rollout(m.Rollout, at)
+		if m.Rejected {
+			// An arrival refused; its trainer may send a corrected one.
+			if r.rejected == nil {
+				r.rejected = map[string]string{}
+			}
+			r.rejected[m.Role] = m.Reason
+			return m.Rollout, true
+		}
 		if r.result != nil && m.Role != schema.RolePlanner {
 			return 0, false
 		}

@@ -21,10 +21,9 @@ import (
 var ErrNotFound = errors.New("not found")
 
 // followed are the subjects the view reads, by stream: every fact of a
-// rollout except the live chunks of plans, time-out schedules, groups and
-// rejections.
+// rollout except the live chunks of plans, time-out schedules and groups.
 var followed = map[string][]string{
-	bus.StreamRollout: {"rollout.*.arrive.*", "rollout.*.start", "rollout.*.end.*", "rollout.*.result.*"},
+	bus.StreamRollout: {"rollout.*.arrive.*", "rollout.*.start", "rollout.*.end.*", "rollout.*.result.*", "rollout.*.result.*.rejected"},
 	bus.StreamPlan:    {"plan.*.req.*", "plan.*.out.*", "plan.*.dag.*", "plan.*.answer.*", "plan.*.error.*"},
 	bus.StreamAct:     {"act.*.done.>"},
 }
@@ -296,7 +295,7 @@ func (r *Reader) Rollouts() []RolloutSummary {
 	now := r.now()
 	out := make([]RolloutSummary, 0, len(r.st.rollouts))
 	for _, ro := range r.st.rollouts {
-		if len(ro.arrivals) == 0 && ro.start == nil {
+		if len(ro.arrivals) == 0 && ro.start == nil && len(ro.rejected) == 0 {
 			continue // only traces of a rollout whose arrivals are gone
 		}
 		out = append(out, ro.summary(now))

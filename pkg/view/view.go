@@ -14,6 +14,9 @@ import "time"
 const (
 	StatusWaiting = "waiting" // one trainer has arrived
 	StatusRunning = "running" // the barrier released it; no result yet
+	// StatusRejected: an arrival was refused (the reason says why) and
+	// no corrected one came since.
+	StatusRejected = "rejected"
 )
 
 // Episode and act statuses besides those of schema.

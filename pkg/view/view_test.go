@@ -326,3 +326,40 @@ func asJSON(t *testing.T, v any) string {
 	}
 	return string(data)
 }
+
+// A rollout whose arrival was refused says so, with the reason, until a
+// corrected arrival comes.
+func TestRejectedArrival(t *testing.T) {
+	env := stacktest.Start(t, sim.Config{Seed: 1}, sim.Config{Seed: 2})
+	b := bustest.Bus(t, env.URL, "trainer")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bad := &schema.Arrive{Rollout: 8, Role: schema.RolePlanner, Engine: env.Planner, Tasks: stacktest.Tasks(1, 1, 1), Config: &schema.Config{MaxTurns: -2}}
+	if err := b.Publish(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	r := open(t, env.URL)
+	var s view.RolloutSummary
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if l := r.Rollouts(); len(l) == 1 {
+			s = l[0]
+		}
+		if s.Status == view.StatusRejected || time.Now().After(deadline) {
+			break
+		}
+	}
+	if s.Status != view.StatusRejected || !strings.Contains(s.Reason, "planner arrival refused") || !strings.Contains(s.Reason, "max_turns") {
+		t.Fatalf("rollout 8: %+v; want it rejected, naming max_turns", s)
+	}
+	env.Begin(t, 8, stacktest.Tasks(1, 1, 1), &schema.Config{MaxTurns: 2})
+	env.Wait(t, 8)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		s = r.Rollouts()[0]
+		if s.Status == schema.ResultOK || time.Now().After(deadline) {
+			break
+		}
+	}
+	if s.Status != schema.ResultOK {
+		t.Errorf("rollout 8 after a corrected arrival: %+v", s)
+	}
+}
