@@ -18,14 +18,16 @@
 #
 # Usage: compose/run-local.sh [--keep] [demo flags…]   (--keep: stay up after the demo)
 # Ports are settable in the environment: CLIENT_PORT, ROUTE_PORT, MONITOR_PORT
-# (each the first of three), SIM_PORT (planner engine; the actor's is the next).
+# (each the first of three), SIM_PORT (planner engine; the actor's is the next),
+# WEB_PORT (the web view, served as the read-only viewer user; 18080).
 set -euo pipefail
 
 client_port="${CLIENT_PORT:-14222}"
 route_port="${ROUTE_PORT:-16222}"
 monitor_port="${MONITOR_PORT:-18222}"
 sim_port="${SIM_PORT:-30100}"
-for p in "$client_port" "$route_port" "$monitor_port" "$sim_port"; do
+web_port="${WEB_PORT:-18080}"
+for p in "$client_port" "$route_port" "$monitor_port" "$sim_port" "$web_port"; do
   [[ "$p" =~ ^[0-9]+$ ]] && (( p > 0 && p < 65534 )) || { echo "run-local: port $p: want a number from 1 to 65533" >&2; exit 2; }
 done
 
@@ -58,7 +60,7 @@ log "building planact into $work"
 (cd "$root" && go build -o "$work/planact" ./cmd/planact)
 planact="$work/planact"
 
-for u in SESSION_STORE PLANNER_GATEWAY PLAN_PARSER ACT_DISPATCHER ACTOR_GATEWAY TRAINER_PLANNER TRAINER_ACTOR ADMIN SYS; do
+for u in SESSION_STORE PLANNER_GATEWAY PLAN_PARSER ACT_DISPATCHER ACTOR_GATEWAY TRAINER_PLANNER TRAINER_ACTOR VIEWER ADMIN SYS; do
   export "PLANACT_PW_$u=${PLANACT_PW_PREFIX:-local}-$u"
 done
 
@@ -142,7 +144,11 @@ for r in 0 1; do serve actor-gateway "$r"; done
 for f in planner-gateway-0 plan-parser-0 act-dispatcher-0 act-dispatcher-1 act-dispatcher-2 actor-gateway-0 actor-gateway-1; do
   wait_for "$work/$f.log" "service started"
 done
-log "services up; logs in $work"
+NATS_URL="nats://127.0.0.1:${ports[2]}" NATS_USER="$(user_of viewer)" NATS_PASSWORD="$(password_of viewer)" \
+  "$planact" serve --web-addr "127.0.0.1:$web_port" web >"$work/web.log" 2>&1 &
+pids+=($!)
+wait_for "$work/web.log" "service started"
+log "services up; logs in $work; the web view on http://127.0.0.1:$web_port/"
 
 NATS_URL="nats://127.0.0.1:${ports[1]}" NATS_USER="$(user_of admin)" NATS_PASSWORD="$(password_of admin)" \
   "$planact" up --demo --services none --metrics "" \

@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/internal/stack"
+	"github.com/planact/planact/internal/web"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
@@ -34,6 +37,7 @@ var composeUsers = map[string]string{
 	"actor-gateway":   "PLANACT_PW_ACTOR_GATEWAY",
 	"trainer-planner": "PLANACT_PW_TRAINER_PLANNER",
 	"trainer-actor":   "PLANACT_PW_TRAINER_ACTOR",
+	"viewer":          "PLANACT_PW_VIEWER",
 	"admin":           "PLANACT_PW_ADMIN",
 	"sys":             "PLANACT_PW_SYS",
 }
@@ -251,7 +255,62 @@ func TestComposeCluster(t *testing.T) {
 		}
 	}
 
+	// The web view runs as the read-only viewer user and shows the rollout.
+	checkWebAsViewer(t, ctx, urls[2], n, len(tasks))
+	for _, line := range v.take() {
+		t.Errorf("permission violation of the web view: %s", line)
+	}
+
 	checkForbidden(t, urls[0], v, n)
+}
+
+// checkWebAsViewer serves the web view as compose's viewer user and reads
+// rollout n from its JSON: finished ok, with its episodes.
+func checkWebAsViewer(t *testing.T, ctx context.Context, url string, n int64, episodes int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	wctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() {
+		served <- stack.Serve(wctx, []string{web.Name}, stack.Options{Conn: bus.ConnOptions{URL: withUser(url, "viewer")}, Log: bustest.Logger(), WebAddr: addr})
+	}()
+	defer func() {
+		stop()
+		if err := <-served; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("web view as viewer: %v", err)
+		}
+	}()
+	var ro struct {
+		Status      string `json:"status"`
+		EpisodeList []struct {
+			Status string `json:"status"`
+		} `json:"episode_list"`
+	}
+	deadline := time.Now().Add(patience)
+	for {
+		resp, err := http.Get(fmt.Sprintf("http://%s/api/rollouts/%d", addr, n))
+		if err == nil {
+			err = func() error {
+				defer resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("status %s", resp.Status)
+				}
+				return json.NewDecoder(resp.Body).Decode(&ro)
+			}()
+		}
+		if err == nil && ro.Status == schema.ResultOK && len(ro.EpisodeList) == episodes {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("web view as viewer: rollout %d: %+v, %v", n, ro, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // serveCluster provisions R3 streams and buckets and starts every service as
@@ -399,6 +458,16 @@ func checkForbidden(t *testing.T, url string, v *violations, n int64) {
 		{user: "planner-gateway", what: "publish a result", publish: r("rollout.N.result.planner")},
 		{user: "planner-gateway", what: "write a session", publish: r("$KV.sessions.N")},
 		{user: "session-store", what: "publish an act's outcome", publish: r("act.N.done.0.t1-s1")},
+		{user: "viewer", what: "arrive as a trainer", publish: r("rollout.N.arrive.planner")},
+		{user: "viewer", what: "publish a plan", publish: r("plan.N.dag.0")},
+		{user: "viewer", what: "write a run state", publish: r("$KV.runs.N.0.1")},
+		{user: "viewer", what: "create a stream", request: "$JS.API.STREAM.CREATE.ROLLOUT"},
+		{user: "viewer", what: "delete a stream", request: "$JS.API.STREAM.DELETE.PLAN"},
+		{user: "viewer", what: "read the sessions bucket", request: r("$JS.API.DIRECT.GET.KV_sessions.$KV.sessions.N")},
+		{user: "viewer", what: "read a result's samples", request: "$JS.API.STREAM.INFO.OBJ_results_planner"},
+		{user: "viewer", what: "take work from a service's consumer", request: "$JS.API.CONSUMER.MSG.NEXT.PLAN.plan-parser"},
+		{user: "viewer", what: "delete a service's consumer", request: "$JS.API.CONSUMER.DELETE.PLAN.act-dispatcher-plan"},
+		{user: "viewer", what: "change a service's consumer", request: "$JS.API.CONSUMER.CREATE.ROLLOUT.session-store"},
 	}
 	for _, a := range actions {
 		t.Run(a.user+" may not "+a.what, func(t *testing.T) {

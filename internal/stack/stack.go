@@ -116,7 +116,15 @@ func Serve(ctx context.Context, names []string, o Options) error {
 			for r := 0; r < replicas; r++ {
 				replica := replicaName(r)
 				log := o.Log.With().Str("service", name).Str("replica", replica).Logger()
-				b, err := bus.Connect(ctx, o.Conn, fmt.Sprintf("planact-%s-%s", name, replica), log, o.Provisioning)
+				connect := func() (*bus.Bus, error) {
+					return bus.Connect(ctx, o.Conn, fmt.Sprintf("planact-%s-%s", name, replica), log, o.Provisioning)
+				}
+				if name == web.Name {
+					// The web view only reads: it provisions nothing, so it
+					// can run as a read-only user (compose's viewer).
+					connect = func() (*bus.Bus, error) { return bus.ConnectReader(o.Conn, "planact-web-"+replica, log) }
+				}
+				b, err := connect()
 				if err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}

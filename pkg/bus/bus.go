@@ -53,16 +53,7 @@ type Bus struct {
 // (idempotently) and returns a Bus. name shows up in `nats server report
 // connections`. The connection reconnects for ever.
 func Connect(ctx context.Context, c ConnOptions, name string, log zerolog.Logger, p Provisioning) (*Bus, error) {
-	nc, err := c.Dial(name,
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn().Err(err).Msg("nats disconnected")
-			}
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info().Str("url", c.ConnectedUrlRedacted()).Msg("nats reconnected") }),
-	)
+	nc, err := dialForever(c, name, log)
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +63,39 @@ func Connect(ctx context.Context, c ConnOptions, name string, log zerolog.Logger
 		return nil, err
 	}
 	return b, nil
+}
+
+// ConnectReader dials like Connect but provisions nothing, for a process
+// that only reads what planact wrote (the web view): it needs no right to
+// create or change a stream, so it can run as a read-only user. Its Bus
+// has the connection, JetStream and service registration; the buckets and
+// stores are nil.
+func ConnectReader(c ConnOptions, name string, log zerolog.Logger) (*Bus, error) {
+	nc, err := dialForever(c, name, log)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return &Bus{NC: nc, JS: js, Log: log}, nil
+}
+
+// dialForever dials the servers c names with a connection that reconnects
+// for ever, logging when it loses and regains the server.
+func dialForever(c ConnOptions, name string, log zerolog.Logger) (*nats.Conn, error) {
+	return c.Dial(name,
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn().Err(err).Msg("nats disconnected")
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info().Str("url", c.ConnectedUrlRedacted()).Msg("nats reconnected") }),
+	)
 }
 
 // Open provisions over an existing connection and returns a Bus.
