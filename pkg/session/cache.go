@@ -21,7 +21,8 @@ import (
 // know (never arrived, or expired): its messages belong to nothing.
 var ErrNoSession = errors.New("no session")
 
-// Info is what a service needs to know of a rollout.
+// Info is what a service needs to know of a rollout. Tasks are loaded only
+// while it runs (Active).
 type Info struct {
 	Session schema.Session
 	Tasks   []schema.Task
@@ -150,6 +151,16 @@ func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
 		return nil, fail.E(fail.Permanent, fmt.Errorf("rollout %d: %w", n, ErrNoSession))
 	}
 	info := &Info{Session: s}
+	if s.State != schema.SessionRunning {
+		// Its work is dropped: no task is needed (those read before are
+		// kept), and a rollout that ended may have had its task list
+		// removed already.
+		if e.info != nil {
+			info.Tasks = e.info.Tasks
+		}
+		e.info, e.loaded = info, now
+		return info, nil
+	}
 	if e.info != nil && len(e.info.Tasks) > 0 {
 		info.Tasks = e.info.Tasks
 	} else {

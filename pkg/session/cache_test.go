@@ -102,3 +102,23 @@ func TestCacheDoesNotDropWorkOnAStaleRead(t *testing.T) {
 		t.Fatalf("a running rollout read as %s: its work would be dropped", info.Session.State)
 	}
 }
+
+// A rollout that ended may have had its task list removed already: its
+// session still reads, as not running, so that its late work is dropped
+// quietly instead of failing with "no tasks".
+func TestCacheReadsAnEndedRolloutWithoutTasks(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx := context.Background()
+	sess := &schema.Session{Rollout: 4, State: schema.SessionDone, Episodes: 2}
+	if _, err := bus.Create(ctx, b.Sessions, schema.SessionKey(4), sess); err != nil {
+		t.Fatal(err)
+	}
+	info, err := (&session.Cache{KV: b.Sessions}).Get(ctx, 4)
+	if err != nil {
+		t.Fatalf("an ended rollout without tasks: %v", err)
+	}
+	if info.Active() {
+		t.Errorf("rollout 4 reads as running: %v", info)
+	}
+}
