@@ -90,7 +90,12 @@ func (c *common) register(fs *flag.FlagSet, duration time.Duration, rollouts int
 	fs.StringVar(&c.work, "work", "", "parent of the work directories (configs, data, logs; default: the system's temporary directory)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the work directories (logs, JetStream stores) after the run")
 	fs.BoolVar(&c.auth, "auth", false, "run NATS with the users and permissions of compose/nats/accounts.conf")
-	fs.StringVar(&c.serveFlags, "serve-flags", "", "more flags for every `planact serve`, space-separated (e.g. \"--stall-timeout 30s\")")
+	// The watchdog's stall time-out is 5 minutes by default, as long as a
+	// chaos rollout's whole deadline: it would never get the chance to
+	// drive on an episode that a fault left without progress. A minute
+	// lets the self-healing act within the deadline, as it does within a
+	// real rollout's hour.
+	fs.StringVar(&c.serveFlags, "serve-flags", "--stall-timeout 1m", "flags for every `planact serve`, space-separated")
 	fs.StringVar(&c.logLevel, "log-level", "", "PLANACT_LOG_LEVEL of the services (debug shows why a message was dropped)")
 }
 
