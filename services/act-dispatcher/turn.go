@@ -71,6 +71,11 @@ type runner struct {
 	dag    *schema.PlanDAG // the newest plan handed over, not merged yet
 	wake   chan struct{}
 	closed bool
+	// halt, once set, ends the runner: an act whose outcome could not be
+	// published (the turn is handed back, to be run again from what is
+	// recorded), or errHandedOver (the watchdog gave the turn to another
+	// handler of this replica).
+	halt error
 
 	acts sync.WaitGroup
 }
@@ -131,6 +136,22 @@ func (r *runner) deliver(d *schema.ActDone) {
 	r.mu.Unlock()
 }
 
+// stop ends the runner with err at its next step (the first err counts).
+func (r *runner) stop(err error) {
+	r.mu.Lock()
+	if r.halt == nil {
+		r.halt = err
+	}
+	r.notify()
+	r.mu.Unlock()
+}
+
+func (r *runner) halted() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.halt
+}
+
 func (r *runner) notify() {
 	select {
 	case r.wake <- struct{}{}:
@@ -160,14 +181,23 @@ func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, 
 		}
 	}
 	key := schema.RunKey(d.Rollout, d.Episode, d.Turn)
-	if t := s.runners.get(key); t != nil && t.offer(d) {
-		return nil
+	takeover, handed := parseSeq(m.Header.Get(HdrTakeover))
+	if t := s.runners.get(key); t != nil {
+		if !handed {
+			if t.offer(d) {
+				return nil
+			}
+		} else if t.seq == takeover {
+			// The watchdog hands over the turn this replica's runner holds
+			// without progress: that runner stops, and this handler runs
+			// the turn from what is recorded.
+			t.stop(errHandedOver)
+		}
 	}
 	prior, err := s.priorActs(ctx, d.Rollout, d.Episode, d.Turn)
 	if err != nil {
 		return err
 	}
-	takeover, handed := parseSeq(m.Header.Get(HdrTakeover))
 	cfg := info.Session.Config
 	var mine, finished bool
 	var conflicts []string
@@ -270,6 +300,16 @@ func (t *runner) runTurn(ctx context.Context, newly, cached []*schema.NodeState)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
+		switch err := t.halted(); {
+		case errors.Is(err, errHandedOver):
+			t.log.Warn().Msg("the watchdog handed the turn over; this runner stops")
+			return nil
+		case err != nil:
+			// Handed back: the plan message is delivered again and its
+			// handler runs the turn on from what is recorded, the act
+			// whose outcome was lost among those run again.
+			return err
+		}
 		done, err := t.step(ctx)
 		if err != nil || done {
 			return err
@@ -530,6 +570,10 @@ func (t *runner) check(ctx context.Context) error {
 	return nil
 }
 
+// errHandedOver ends a runner whose turn the watchdog handed to another
+// handler on this replica.
+var errHandedOver = errors.New("the turn was handed over")
+
 // errSuperseded ends a runner whose turn was decided by an answer or a
 // parse error after its partial plan.
 var errSuperseded = errors.New("the turn's final output is not a plan")
@@ -592,7 +636,8 @@ func (t *runner) start(ctx context.Context, nodes []*schema.NodeState) {
 			d, err := t.s.runAct(ctx, t.info, a)
 			if err != nil {
 				if ctx.Err() == nil {
-					t.log.Warn().Err(err).Str("node", a.Key).Msg("act outcome could not be published; the turn's next runner runs it again")
+					t.log.Warn().Err(err).Str("node", a.Key).Msg("act outcome could not be published; the turn is handed back and the act run again")
+					t.stop(fail.Transientf("act %s: outcome not published: %w", a.Key, err))
 				}
 				return
 			}
@@ -601,6 +646,12 @@ func (t *runner) start(ctx context.Context, nodes []*schema.NodeState) {
 			}
 		}()
 	}
+}
+
+// publishOutcome publishes an act's outcome once (a variable, so that a
+// test can make it fail as a server that goes away does).
+var publishOutcome = func(ctx context.Context, b *bus.Bus, done *schema.ActDone) (bool, error) {
+	return b.PublishOnce(ctx, done)
 }
 
 // runAct executes an act within the replica's bound on acts in flight and
@@ -621,7 +672,7 @@ func (s *Service) runAct(ctx context.Context, info *session.Info, a *act) (*sche
 	if err != nil || done == nil {
 		return nil, err
 	}
-	stored, err := s.Bus.PublishOnce(ctx, done)
+	stored, err := publishOutcome(ctx, s.Bus, done)
 	if err != nil {
 		return nil, err
 	}
