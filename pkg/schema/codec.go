@@ -29,25 +29,10 @@ func init() {
 			return err
 		},
 		func(d *msgpack.Decoder, v reflect.Value) error {
-			n, err := d.DecodeArrayLen()
-			if err != nil || n == -1 {
-				if err == nil {
-					v.SetZero()
-				}
-				return err
-			}
-			// Grow as elements come: a length the body cannot back is not
-			// allocated up front.
-			s := make([]int, 0, min(n, maxPrealloc))
-			for range n {
+			return decodeSlice(d, v, func(d *msgpack.Decoder) (int, error) {
 				x, err := d.DecodeInt64()
-				if err != nil {
-					return err
-				}
-				s = append(s, int(x))
-			}
-			v.Set(reflect.ValueOf(s))
-			return nil
+				return int(x), err
+			})
 		})
 	msgpack.Register([]float64(nil),
 		func(e *msgpack.Encoder, v reflect.Value) error {
@@ -64,24 +49,31 @@ func init() {
 			return err
 		},
 		func(d *msgpack.Decoder, v reflect.Value) error {
-			n, err := d.DecodeArrayLen()
-			if err != nil || n == -1 {
-				if err == nil {
-					v.SetZero()
-				}
-				return err
-			}
-			s := make([]float64, 0, min(n, maxPrealloc))
-			for range n {
-				x, err := d.DecodeFloat64()
-				if err != nil {
-					return err
-				}
-				s = append(s, x)
-			}
-			v.Set(reflect.ValueOf(s))
-			return nil
+			return decodeSlice(d, v, (*msgpack.Decoder).DecodeFloat64)
 		})
+}
+
+// decodeSlice decodes an array (or nil) into v, a []T, one element at a
+// time with elem. The slice grows as elements come: a length the body
+// cannot back is not allocated up front.
+func decodeSlice[T any](d *msgpack.Decoder, v reflect.Value, elem func(*msgpack.Decoder) (T, error)) error {
+	n, err := d.DecodeArrayLen()
+	if err != nil || n == -1 {
+		if err == nil {
+			v.SetZero()
+		}
+		return err
+	}
+	s := make([]T, 0, min(n, maxPrealloc))
+	for range n {
+		x, err := elem(d)
+		if err != nil {
+			return err
+		}
+		s = append(s, x)
+	}
+	v.Set(reflect.ValueOf(s))
+	return nil
 }
 
 // maxPrealloc bounds what a decoder allocates before the elements arrive.
