@@ -178,7 +178,13 @@ func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
 		return fmt.Errorf("tasks of rollout %d: %w", a.Rollout, err)
 	}
 	name := fmt.Sprintf("rollout-%d-%s.tasks", a.Rollout, a.Role)
-	if _, err := store.PutBytes(ctx, name, data); err != nil {
+	// Put again where the stream did not answer (a loaded or restarting
+	// server): the object has one name, so a second put replaces the first.
+	err = untilUp(ctx, func(ctx context.Context) error {
+		_, err := store.PutBytes(ctx, name, data)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("tasks of rollout %d: %w", a.Rollout, err)
 	}
 	a.Tasks, a.TasksObject = nil, name
