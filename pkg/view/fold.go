@@ -146,6 +146,11 @@ func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
 			r.config = m.Config
 		}
 		m.Tasks = nil
+		if len(r.arrivals) == 0 || at.Before(r.arrivedAt) {
+			// The rollout may have been seen first in another stream,
+			// read at the same time: it arrived with its first arrival.
+			r.arrivedAt = at
+		}
 		r.arrivals[m.Role] = &m
 		delete(r.rejected, m.Role) // an arrival after a refusal: waiting again
 		r.version(m.Role, m.WeightVersion)
