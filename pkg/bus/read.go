@@ -44,6 +44,11 @@ func (b *Bus) MsgAt(ctx context.Context, stream string, seq uint64) (*StoredMsg,
 	return b.msgGet(ctx, stream, map[string]any{"seq": seq})
 }
 
+// ErrNotAnswered is in the error of a read that JetStream did not answer
+// (no leader yet, a node restarting): planact's own state is out of reach
+// for a moment, which is no fault of an engine or of the work itself.
+var ErrNotAnswered = errors.New("JetStream did not answer")
+
 // apiTimeout bounds one JetStream API request.
 const apiTimeout = 5 * time.Second
 
@@ -59,7 +64,7 @@ func (b *Bus) msgGet(ctx context.Context, stream string, req map[string]any) (*S
 		if errors.Is(err, nats.ErrNoResponders) {
 			err = fmt.Errorf("stream %s has no leader: %w", stream, err)
 		}
-		return nil, fail.Transientf("read %s %v: %w", stream, req, err)
+		return nil, fail.Transientf("read %s %v: %w (%w)", stream, req, err, ErrNotAnswered)
 	}
 	var resp struct {
 		Error *struct {
@@ -105,7 +110,7 @@ func (b *Bus) directGet(ctx context.Context, stream string, body []byte, req map
 		if errors.Is(err, nats.ErrNoResponders) {
 			err = fmt.Errorf("stream %s does not answer direct gets: %w", stream, err)
 		}
-		return nil, fail.Transientf("read %s %v: %w", stream, req, err)
+		return nil, fail.Transientf("read %s %v: %w (%w)", stream, req, err, ErrNotAnswered)
 	}
 	switch status := reply.Header.Get("Status"); status {
 	case "":

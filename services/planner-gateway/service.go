@@ -108,7 +108,8 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 	for attempt := 1; attempt <= s.MaxAttempts; attempt++ {
 		var stale errStale
 		attempts = attempt
-		if err = s.plan(gctx, &req); err == nil || !fail.IsRetryable(err) || errors.As(err, &stale) || errors.Is(err, session.ErrNoSession) || ctx.Err() != nil {
+		if err = s.plan(gctx, &req); err == nil || !fail.IsRetryable(err) || errors.As(err, &stale) || errors.Is(err, session.ErrNoSession) ||
+			errors.Is(err, bus.ErrNotAnswered) || ctx.Err() != nil {
 			break
 		}
 		wait := min(s.RetryBase<<(attempt-1), 30*time.Second)
@@ -125,6 +126,12 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		}
 	}
 	if err == nil || errors.Is(err, session.ErrNoSession) || ctx.Err() != nil {
+		return err
+	}
+	if errors.Is(err, bus.ErrNotAnswered) {
+		// planact's own streams did not answer (a NATS leader moving): no
+		// fault of the planner, so the turn does not fail; the request is
+		// handed back and delivered again once they answer.
 		return err
 	}
 	kind := schema.PlanErrPlannerRejected
