@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
@@ -19,7 +19,8 @@ import (
 // one line per rollout with its progress (redrawn in place on a terminal,
 // a new line per change otherwise), or with -v one line per message. The
 // per-message lines keep the order JetStream stored them within each
-// stream (ROLLOUT, PLAN, ACT); the three streams interleave.
+// stream (ROLLOUT, PLAN, ACT, each trainer's); the streams interleave. It
+// reads with direct gets and creates no consumer, so the viewer may run it.
 func runWatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -47,42 +48,26 @@ func runWatch(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("watch: %w", err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	if !*verbose {
-		return watchBoard(ctx, js, rollout, stdout)
+		return watchBoard(ctx, nc, rollout, stdout)
 	}
 	streams := map[string]string{
 		bus.StreamRollout: "rollout." + rollout + ".>",
 		bus.StreamPlan:    "plan." + rollout + ".>",
 	}
+	for _, role := range bus.Roles {
+		streams[bus.StreamTrainer(role)] = "rollout." + rollout + ".>"
+	}
 	if *acts {
 		streams[bus.StreamAct] = "act." + rollout + ".>"
 	}
 	lines := make(chan string, 256)
-	for stream, filter := range streams {
-		cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-		if err != nil {
-			return fmt.Errorf("watch %s: %w", stream, err)
+	follow(ctx, nc, streams, func(m bus.StoredMsg) {
+		select {
+		case lines <- fmt.Sprintf("%s %-28s %s", m.Time.Format("15:04:05.000"), m.Subject, Describe(m.Data)):
+		case <-ctx.Done():
 		}
-		cc, err := cons.Consume(func(m jetstream.Msg) {
-			md, _ := m.Metadata()
-			at := time.Now()
-			if md != nil {
-				at = md.Timestamp
-			}
-			select {
-			case lines <- fmt.Sprintf("%s %-28s %s", at.Format("15:04:05.000"), m.Subject(), Describe(m.Data())):
-			case <-ctx.Done():
-			}
-		})
-		if err != nil {
-			return err
-		}
-		defer cc.Stop()
-	}
+	})
 	for {
 		select {
 		case l := <-lines:
@@ -96,33 +81,37 @@ func runWatch(ctx context.Context, args []string, getenv func(string) string, st
 	}
 }
 
-// watchBoard follows ROLLOUT for rollout ("*" for all) and draws the
-// progress board until ctx ends.
-func watchBoard(ctx context.Context, js jetstream.JetStream, rollout string, stdout io.Writer) error {
+// watchPoll is how often watch reads what is new when nothing was.
+const watchPoll = 200 * time.Millisecond
+
+// follow reads each stream on its filter from its first message, in stream
+// order, with direct gets (no consumer: the viewer may run it), handing
+// every message to fn until ctx ends.
+func follow(ctx context.Context, nc *nats.Conn, streams map[string]string, fn func(bus.StoredMsg)) {
+	for stream, filter := range streams {
+		go func() { _ = bus.Follow(ctx, nc, stream, filter, 1, watchPoll, fn) }()
+	}
+}
+
+// watchBoard follows ROLLOUT and the trainers' arrivals for rollout ("*"
+// for all) and draws the progress board until ctx ends.
+func watchBoard(ctx context.Context, nc *nats.Conn, rollout string, stdout io.Writer) error {
 	type stored struct {
 		subject string
 		data    []byte
 		at      time.Time
 	}
 	msgs := make(chan stored, 256)
-	cons, err := js.OrderedConsumer(ctx, bus.StreamRollout, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"rollout." + rollout + ".>"}})
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", bus.StreamRollout, err)
+	streams := map[string]string{bus.StreamRollout: "rollout." + rollout + ".>"}
+	for _, role := range bus.Roles {
+		streams[bus.StreamTrainer(role)] = "rollout." + rollout + ".arrive." + role
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		at := time.Now()
-		if md, _ := m.Metadata(); md != nil {
-			at = md.Timestamp
-		}
+	follow(ctx, nc, streams, func(m bus.StoredMsg) {
 		select {
-		case msgs <- stored{m.Subject(), m.Data(), at}:
+		case msgs <- stored{m.Subject, m.Data, m.Time}:
 		case <-ctx.Done():
 		}
 	})
-	if err != nil {
-		return err
-	}
-	defer cc.Stop()
 	b, bw := newBoard(), &boardWriter{w: stdout, tty: isTerminal(stdout)}
 	tick := time.NewTicker(time.Second) // a running rollout's clock, on a terminal
 	defer tick.Stop()

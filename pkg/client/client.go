@@ -6,6 +6,8 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"sync"
@@ -165,10 +167,11 @@ func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
 	if len(data) <= limit {
 		return nil
 	}
+	bucket := bus.ObjectTasks(a.Role)
 	var store jetstream.ObjectStore
 	err = untilUp(ctx, func(ctx context.Context) error {
 		var err error
-		store, err = c.js.ObjectStore(ctx, bus.ObjectTasks)
+		store, err = c.js.ObjectStore(ctx, bucket)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			return jetstream.ErrStreamNotFound // planact has not provisioned yet
 		}
@@ -177,18 +180,31 @@ func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
 	if err != nil {
 		return fmt.Errorf("tasks of rollout %d: %w", a.Rollout, err)
 	}
-	name := fmt.Sprintf("rollout-%d-%s.tasks", a.Rollout, a.Role)
-	// Put again where the stream did not answer (a loaded or restarting
-	// server): the object has one name, so a second put replaces the first.
+	// The name carries the list's digest: a list is written once under its
+	// name (a trainer may not purge its store, which replacing an object
+	// would need), and the same list sent again is found there.
+	sum := bus.SHA256(data)
+	name := fmt.Sprintf("rollout-%d-%s-%s.tasks", a.Rollout, a.Role, sum[:16])
 	err = untilUp(ctx, func(ctx context.Context) error {
+		if info, err := store.GetInfo(ctx, name); err == nil && info.Size == uint64(len(data)) && info.Digest == objectDigest(data) {
+			return nil // put before (a retried arrival)
+		}
+		// Put again where the stream did not answer (a loaded or restarting
+		// server).
 		_, err := store.PutBytes(ctx, name, data)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("tasks of rollout %d: %w", a.Rollout, err)
 	}
-	a.Tasks, a.TasksObject = nil, name
+	a.Tasks, a.TasksObject, a.TasksSHA256 = nil, name, sum
 	return nil
+}
+
+// objectDigest is the digest an object store records for data.
+func objectDigest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:])
 }
 
 // Cancel aborts a rollout, as the trainer of role: both roles get an
@@ -345,7 +361,7 @@ func (c *Client) fetchSamples(ctx context.Context, role, object string, samples 
 	wait := 100 * time.Millisecond
 	for {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		data, err := c.getObject(actx, bus.ObjectResults(role), object)
+		data, err := bus.ReadObject(actx, c.nc, bus.ObjectResults(role), object)
 		cancel()
 		if err == nil {
 			return schema.Unmarshal(data, samples)
@@ -357,14 +373,6 @@ func (c *Client) fetchSamples(ctx context.Context, role, object string, samples 
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
-}
-
-func (c *Client) getObject(ctx context.Context, bucket, name string) ([]byte, error) {
-	store, err := c.js.ObjectStore(ctx, bucket)
-	if err != nil {
-		return nil, err
-	}
-	return store.GetBytes(ctx, name)
 }
 
 // expired returns why ctx is over, also when its deadline has passed but

@@ -532,7 +532,13 @@ func (s *Session) EndedCount() int { return len(s.Ended) }
 // large for a KV value stays in the object store and the value names it.
 type TaskList struct {
 	Tasks  []Task `json:"tasks,omitempty"`
-	Object string `json:"object,omitempty"` // the list is this TaskList in the object store
+	Object string `json:"object,omitempty"` // the list is this TaskList in the object store Bucket
+	// Bucket is the object store of Object: tasks_<role> of the role
+	// whose arrival brought the list.
+	Bucket string `json:"bucket,omitempty"`
+	// SHA256 is the digest the arrival named for Object: whoever reads the
+	// object checks it, so a list changed after the arrival is refused.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // Node states of a run.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/pkg/bus"
@@ -51,10 +52,10 @@ func (i *Info) Engine(role string) (schema.Engine, string, error) {
 // Cache loads Infos, refreshing the session (its state may change) after
 // Fresh and keeping the tasks (they never change) until the entry idles out.
 type Cache struct {
-	KV      *bus.Bucket
-	Objects jetstream.ObjectStore // where large task lists are
-	Fresh   time.Duration         // default 1s
-	Idle    time.Duration         // default 1m: a rollout not used for that long is read again if needed
+	KV    *bus.Bucket
+	NC    *nats.Conn    // reads large task lists from their object store
+	Fresh time.Duration // default 1s
+	Idle  time.Duration // default 1m: a rollout not used for that long is read again if needed
 
 	mu      sync.Mutex
 	entries map[int64]*entry
@@ -69,11 +70,11 @@ type entry struct {
 }
 
 // NewCache returns a cache over the bus's sessions bucket and object store.
-func NewCache(b *bus.Bus) *Cache { return &Cache{KV: b.Sessions, Objects: b.Tasks} }
+func NewCache(b *bus.Bus) *Cache { return &Cache{KV: b.Sessions, NC: b.NC} }
 
 // LoadTasks reads rollout n's tasks, from the object store when the KV
 // value names an object. found is false when no arrival brought tasks.
-func LoadTasks(ctx context.Context, kv *bus.Bucket, objects jetstream.ObjectStore, n int64) ([]schema.Task, bool, error) {
+func LoadTasks(ctx context.Context, kv *bus.Bucket, nc *nats.Conn, n int64) ([]schema.Task, bool, error) {
 	tl, _, found, err := bus.GetFresh[schema.TaskList](ctx, kv, schema.TasksKey(n))
 	if err != nil || !found {
 		return nil, found, err
@@ -81,21 +82,36 @@ func LoadTasks(ctx context.Context, kv *bus.Bucket, objects jetstream.ObjectStor
 	if tl.Object == "" {
 		return tl.Tasks, true, nil
 	}
-	if objects == nil {
-		return nil, true, fail.Permanentf("rollout %d: tasks are in object %s, but no object store is open", n, tl.Object)
+	tasks, err := ReadTaskList(ctx, nc, tl)
+	if err != nil {
+		return nil, true, fmt.Errorf("rollout %d: %w", n, err)
 	}
-	data, err := objects.GetBytes(ctx, tl.Object)
+	return tasks, true, nil
+}
+
+// ReadTaskList reads the task list tl names in its object store, and
+// refuses it unless its bytes have the SHA-256 the arrival named: a
+// trainer may write its own store, so a list changed after the arrival
+// must not be run.
+func ReadTaskList(ctx context.Context, nc *nats.Conn, tl schema.TaskList) ([]schema.Task, error) {
+	if tl.Bucket == "" || tl.SHA256 == "" {
+		return nil, fail.Permanentf("task object %s: no object store or SHA-256 recorded for it (an arrival of an older planact)", tl.Object)
+	}
+	data, err := bus.ReadObject(ctx, nc, tl.Bucket, tl.Object)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, true, fail.Permanentf("rollout %d: task object %s is gone", n, tl.Object)
+		return nil, fail.Permanentf("task object %s/%s is gone", tl.Bucket, tl.Object)
 	}
 	if err != nil {
-		return nil, true, fail.Transientf("rollout %d: task object %s: %w", n, tl.Object, err)
+		return nil, fmt.Errorf("task object %s/%s: %w", tl.Bucket, tl.Object, err)
+	}
+	if got := bus.SHA256(data); got != tl.SHA256 {
+		return nil, fail.Permanentf("task object %s/%s: its SHA-256 is %s, the arrival named %s: the list changed after the arrival", tl.Bucket, tl.Object, got, tl.SHA256)
 	}
 	var inner schema.TaskList
 	if err := schema.UnmarshalValueStrict(data, &inner, "task list "+tl.Object); err != nil {
-		return nil, true, fmt.Errorf("rollout %d: task object %s: %w", n, tl.Object, err)
+		return nil, fmt.Errorf("task object %s/%s: %w", tl.Bucket, tl.Object, err)
 	}
-	return inner.Tasks, true, nil
+	return inner.Tasks, nil
 }
 
 // Get returns rollout n's Info. Whatever would make a service drop work —
@@ -164,7 +180,7 @@ func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
 	if e.info != nil && len(e.info.Tasks) > 0 {
 		info.Tasks = e.info.Tasks
 	} else {
-		tasks, found, err := LoadTasks(ctx, c.KV, c.Objects, n)
+		tasks, found, err := LoadTasks(ctx, c.KV, c.NC, n)
 		if err != nil {
 			return nil, err
 		}

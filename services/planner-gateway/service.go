@@ -4,6 +4,7 @@
 package plannergateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -75,12 +76,13 @@ func Run(ctx context.Context, d Deps) error {
 	if id := d.Bus.Service().ID(); id != "" {
 		go s.follow.AnswerPauses(ctx, schema.RolePlanner, id)
 	}
-	return d.Bus.Consume(ctx, bus.Consumer{
-		Stream:      bus.StreamPlan,
-		Durable:     Name,
-		Filters:     []string{subject.AllPlanReq},
-		Concurrency: d.Concurrency,
-	}, s.handle)
+	return d.Bus.Consume(ctx, Consumers(d)[0], s.handle)
+}
+
+// Consumers are the planner-gateway's durable consumers (`planact
+// provision` creates them): the plan requests.
+func Consumers(d Deps) []bus.Consumer {
+	return []bus.Consumer{{Stream: bus.StreamPlan, Durable: Name, Filters: []string{subject.AllPlanReq}, Concurrency: cmp.Or(d.Concurrency, 64)}}
 }
 
 // handle runs one planner turn, trying a transiently failing engine again

@@ -206,7 +206,7 @@ func (s *Service) groupSamples(ctx context.Context, n int64, role string, g int)
 	if grp.SamplesObject == "" {
 		return grp.Samples, nil
 	}
-	data, err := s.Bus.Results[role].GetBytes(ctx, grp.SamplesObject)
+	data, err := bus.ReadObject(ctx, s.Bus.NC, bus.ObjectResults(role), grp.SamplesObject)
 	if err != nil {
 		return nil, fail.Transientf("group %d samples %s: %w", g, grp.SamplesObject, err)
 	}
@@ -321,7 +321,7 @@ func (s *Service) tasks(ctx context.Context, n int64) ([]schema.Task, error) {
 	if ok {
 		return tasks, nil
 	}
-	tasks, found, err := session.LoadTasks(ctx, s.Bus.Sessions, s.Bus.Tasks, n)
+	tasks, found, err := session.LoadTasks(ctx, s.Bus.Sessions, s.Bus.NC, n)
 	if err != nil || !found {
 		return nil, err
 	}

@@ -389,8 +389,10 @@ func (s *Service) cleanup(ctx context.Context, sess *schema.Session, res *publis
 		return err
 	}
 	if found && tl.Object != "" {
-		if err := s.Bus.Tasks.Delete(ctx, tl.Object); err != nil && !isNotFound(err) {
-			return fail.Transientf("delete task object %s: %w", tl.Object, err)
+		if store := s.taskStore(tl.Bucket); store != nil {
+			if err := store.Delete(ctx, tl.Object); err != nil && !isNotFound(err) {
+				return fail.Transientf("delete task object %s/%s: %w", tl.Bucket, tl.Object, err)
+			}
 		}
 	}
 	if err := s.Bus.Purge(ctx, "KV_"+bus.BucketSession, fmt.Sprintf("$KV.%s.%s", bus.BucketSession, schema.TasksKey(n))); err != nil {
@@ -444,6 +446,15 @@ func (s *Service) retire(ctx context.Context, n int64) error {
 	return err
 }
 
+func (s *Service) taskStore(bucket string) jetstream.ObjectStore {
+	for role, store := range s.Bus.Tasks {
+		if bus.ObjectTasks(role) == bucket {
+			return store
+		}
+	}
+	return nil
+}
+
 func (s *Service) resultStore(bucket string) jetstream.ObjectStore {
 	for role, store := range s.Bus.Results {
 		if bus.ObjectResults(role) == bucket {
@@ -467,6 +478,6 @@ func (s *Service) scheduleTimeout(ctx context.Context, n int64, kind string, dea
 // fires anyway finds the rollout moved on and does nothing.
 func (s *Service) cancelSchedules(ctx context.Context, n int64, kinds ...string) {
 	for _, kind := range kinds {
-		_ = s.Bus.Purge(ctx, bus.StreamRollout, subject.TimeoutSchedule(n, kind))
+		_ = s.Bus.Purge(ctx, bus.StreamTimeout, subject.TimeoutSchedule(n, kind))
 	}
 }
