@@ -97,7 +97,7 @@ type Dups struct {
 	Acts          int     `json:"acts"`
 	ActorExtra    int     `json:"actor_extra_calls"`
 	PerAct        float64 `json:"per_act"`
-	AfterAbort    int     `json:"after_abort"`     // the call before was aborted or its client left: a pause's abort, a stopped episode
+	AfterAbort    int     `json:"after_abort"`     // the call before was aborted, its client left (a pause's abort, a stopped episode) or it was refused busy (429)
 	WhileRunning  int     `json:"while_running"`   // sent while an earlier call of the same generation was still in the engine
 	AfterComplete int     `json:"after_completed"` // sent after an earlier call had ended ok
 	// Unexplained is WhileRunning + AfterComplete: no abort says why.
@@ -118,6 +118,10 @@ type ProcFigs struct {
 	// StartRSSMB is the resident set when the step began (0 for the
 	// trainers, which start with it).
 	StartRSSMB float64 `json:"start_rss_mb"`
+	// MeanCores is CPUS over the makespan; PeakCores the most it used in
+	// one sampling interval (0.5 s): a process near 1 is saturated.
+	MeanCores float64 `json:"mean_cores"`
+	PeakCores float64 `json:"peak_cores"`
 }
 
 // GroupFigs sums a group of processes.
@@ -127,6 +131,7 @@ type GroupFigs struct {
 	PerActMs  float64 `json:"cpu_ms_per_act"`
 	PerCallMs float64 `json:"cpu_ms_per_engine_call"`
 	PeakRSSMB float64 `json:"peak_rss_mb"` // sum of the processes' peaks
+	StartRSSMB float64 `json:"start_rss_mb"`
 	// GrowthMB is what the step added: peak RSS less the RSS when it began.
 	GrowthMB float64 `json:"growth_mb"`
 	// KBPerEpisode is GrowthMB over the peak episodes in flight: the memory
@@ -373,7 +378,7 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, before, a
 		}
 		peak := max(a.PeakRS, lastSample(samples, p.Name).PeakRS)
 		f := ProcFigs{Name: p.Name, Group: p.Group, CPUS: cpu.Seconds(), PerActMs: ms(cpu) / actsN, PerCallMs: ms(cpu) / callsN,
-			PeakRSSMB: mb(peak), StartRSSMB: mb(b.RSS)}
+			PeakRSSMB: mb(peak), StartRSSMB: mb(b.RSS), MeanCores: cpu.Seconds() / r.Run.MakespanS}
 		r.Processes = append(r.Processes, f)
 		r.Run.StepCPUSeconds += f.CPUS
 		for _, g := range []string{p.Group, combinedGroup(p.Group)} {
@@ -384,6 +389,7 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, before, a
 			gf.Processes++
 			gf.CPUS += f.CPUS
 			gf.PeakRSSMB += f.PeakRSSMB
+			gf.StartRSSMB += f.StartRSSMB
 			gf.GrowthMB += max(0, f.PeakRSSMB-f.StartRSSMB)
 			r.Groups[g] = gf
 		}
@@ -631,9 +637,9 @@ func peaks(evs []event) (run, wait, both int) {
 // cores turns the samples into CPU cores used per group over time.
 func (r *Report) cores(samples []sample, t0 int64) {
 	r.Series.CoresByGroup = map[string][]float64{}
-	group := map[string]string{}
-	for _, p := range r.Processes {
-		group[p.Name] = p.Group
+	group, index := map[string]string{}, map[string]int{}
+	for i, p := range r.Processes {
+		group[p.Name], index[p.Name] = p.Group, i
 	}
 	for i := 1; i < len(samples); i++ {
 		a, b := samples[i-1], samples[i]
@@ -644,7 +650,15 @@ func (r *Report) cores(samples []sample, t0 int64) {
 		r.Series.SampleS = append(r.Series.SampleS, float64(b.At.UnixNano()-t0)/1e9)
 		sum := map[string]float64{}
 		for name, st := range b.Stats {
-			sum[group[name]] += (st.CPU - a.Stats[name].CPU).Seconds() / dt
+			prev, ok := a.Stats[name]
+			if !ok {
+				continue // started in between
+			}
+			c := (st.CPU - prev.CPU).Seconds() / dt
+			sum[group[name]] += c
+			if i, ok := index[name]; ok {
+				r.Processes[i].PeakCores = max(r.Processes[i].PeakCores, c)
+			}
 		}
 		for _, g := range []string{groupPlanact, groupNATS, groupEngines, groupTrainer} {
 			r.Series.CoresByGroup[g] = append(r.Series.CoresByGroup[g], sum[g])

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/planact/planact/pkg/engine"
@@ -61,8 +62,9 @@ type Call struct {
 	Prompt     int    `json:"prompt_tokens"`
 	// Outcome: ok, aborted (POST /abort_request or a weight update that
 	// aborts), disconnected (the client went away: planact gave up or was
-	// paused), cut (max_new_tokens below the drawn length) or refused (a
-	// request the engine could not place; Error says why).
+	// paused), cut (max_new_tokens below the drawn length), busy (answered
+	// 429: the queue was full) or refused (a request the engine could not
+	// place; Error says why).
 	Outcome string `json:"outcome"`
 	Error   string `json:"error,omitempty"`
 }
@@ -102,6 +104,8 @@ type benchEngine struct {
 	scripts *scripts
 	slots   chan struct{}
 	mux     *http.ServeMux
+	waiting atomic.Int64 // requests waiting for a slot
+	inSlot  atomic.Int64 // requests holding one
 
 	mu        sync.Mutex
 	version   string
@@ -127,6 +131,7 @@ func newBenchEngine(role string, em EngineModel, s *scripts, version string) *be
 	})
 	m.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
 	m.HandleFunc("GET /health_generate", func(http.ResponseWriter, *http.Request) {})
+	m.HandleFunc("GET /metrics", e.handleMetrics)
 	m.HandleFunc("GET /bench/calls", e.handleCalls)
 	e.mux = m
 	return e
@@ -273,21 +278,37 @@ func (e *benchEngine) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			e.mu.Unlock()
 		}()
 	}
-	// Continuous batching: Limit at once, the rest wait in arrival order.
+	// Continuous batching: Limit at once, the rest wait in arrival order
+	// (up to QueueLimit of them).
 	c.QueuedNs = time.Now().UnixNano()
+	if n := e.waiting.Add(1); e.em.QueueLimit > 0 && n > int64(e.em.QueueLimit) && len(e.slots) == cap(e.slots) {
+		e.waiting.Add(-1)
+		c.Outcome = "busy"
+		e.record(c)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("%d requests wait for a slot already", e.em.QueueLimit))
+		return
+	}
 	select {
 	case e.slots <- struct{}{}:
+		e.waiting.Add(-1)
 	case <-r.Context().Done():
+		e.waiting.Add(-1)
 		c.Outcome = "disconnected"
 		e.record(c)
 		return
 	case why := <-abort:
+		e.waiting.Add(-1)
 		c.Outcome = "aborted"
 		e.record(c)
 		e.reply(w, req.RID, gen, ids[:0], "abort", why, len(req.InputIDs))
 		return
 	}
-	defer func() { <-e.slots }()
+	e.inSlot.Add(1)
+	defer func() {
+		e.inSlot.Add(-1)
+		<-e.slots
+	}()
 	admitted := time.Now()
 	c.AdmittedNs = admitted.UnixNano()
 	t := time.NewTimer(service)
@@ -435,6 +456,16 @@ func (e *benchEngine) handleUpdateWeightVersion(w http.ResponseWriter, r *http.R
 	e.version = req.NewVersion
 	e.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "message": "Weight version updated to " + req.NewVersion, "new_version": req.NewVersion})
+}
+
+// handleMetrics serves SGLang's gauges of what runs and what waits, as its
+// /metrics does, and the limit (SGLang's max_running_requests).
+func (e *benchEngine) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	label := fmt.Sprintf(`{model_name="bench-%s"}`, e.role)
+	fmt.Fprintf(w, "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs%s %d\n", label, e.inSlot.Load())
+	fmt.Fprintf(w, "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs%s %d\n", label, e.waiting.Load())
+	fmt.Fprintf(w, "# TYPE sglang:max_running_requests gauge\nsglang:max_running_requests%s %d\n", label, e.em.Limit)
 }
 
 func (e *benchEngine) handleCalls(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -198,5 +199,45 @@ func TestEngineRecordsDisconnectsAndRefusals(t *testing.T) {
 	_ = json.NewDecoder(resp.Body).Decode(&body)
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body.Message, "X-SMG-Routing-Key") {
 		t.Errorf("no routing key: %d %q, want 400 naming the header", resp.StatusCode, body.Message)
+	}
+}
+
+// With a bounded queue, a request beyond it is answered 429 with
+// Retry-After, and the engine's gauges say what runs and what waits.
+func TestEngineAnswersBusyBeyondItsQueue(t *testing.T) {
+	m := fastModel()
+	m.Planner.TTFT = LogNormal{Median: 3600}
+	m.Planner.Limit, m.Planner.QueueLimit = 1, 1
+	srv, c := startEngine(t, &m, rolePlanner)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for e := range 2 {
+		go func() { _, _ = c.Generate(ctx, engine.Request{Text: "Question: q", RoutingKey: engine.EpisodeKey(1, e)}) }()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(srv.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		_, _ = io.Copy(&b, resp.Body)
+		resp.Body.Close()
+		if strings.Contains(b.String(), `sglang:num_running_reqs{model_name="bench-planner"} 1`) &&
+			strings.Contains(b.String(), `sglang:num_queue_reqs{model_name="bench-planner"} 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("one running and one waiting never showed:\n%s", b.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, err := http.Post(srv.URL+"/generate", "application/json", strings.NewReader(`{"text":"Question: q","routing_key":"1-2"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("a third request: %s, Retry-After %q; want 429 with Retry-After", resp.Status, resp.Header.Get("Retry-After"))
 	}
 }

@@ -21,7 +21,7 @@
 // baseline every per-act figure is divided by. See docs/benchmarks.md.
 //
 //	go run ./bench/step                      # 256 prompts × 8 copies, 2 rollouts: a few minutes
-//	go run ./bench/step -quick               # 16 × 4: under a minute, results in step-quick.*
+//	go run ./bench/step -quick               # 16 × 4: about a minute, printed only
 //	go run ./bench/step -replicas act-dispatcher=2,actor-gateway=2 -planner-limit 256
 package main
 

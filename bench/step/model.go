@@ -126,6 +126,10 @@ type EngineModel struct {
 	// prefix-cache miss on a long context.
 	Stragglers float64    `json:"straggler_rate"`
 	Slowdown   [2]float64 `json:"straggler_slowdown"`
+	// QueueLimit bounds the requests waiting for a slot: one more is
+	// answered 429 Too Many Requests with Retry-After, as a server with a
+	// bounded queue (or a router in front of it) does. 0: no bound.
+	QueueLimit int `json:"queue_limit,omitempty"`
 }
 
 // MeanService is the mean service time of a generation, stragglers included.
@@ -180,6 +184,8 @@ func (m *Model) Check() error {
 			errs = append(errs, fmt.Errorf("%s engine: straggler rate %g: want 0…1", e.name, e.m.Stragglers))
 		case e.m.Slowdown[0] < 1 || e.m.Slowdown[1] < e.m.Slowdown[0]:
 			errs = append(errs, fmt.Errorf("%s engine: straggler slowdown %v: want 1 ≤ low ≤ high", e.name, e.m.Slowdown))
+		case e.m.QueueLimit < 0:
+			errs = append(errs, fmt.Errorf("%s engine: queue limit %d: want ≥ 0 (0: no bound)", e.name, e.m.QueueLimit))
 		}
 	}
 	if len(m.Turns) == 0 || len(m.Width) == 0 {

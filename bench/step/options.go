@@ -69,6 +69,7 @@ func engineFlags(fs *flag.FlagSet, role string, em *EngineModel) {
 	fs.Float64Var(&em.Tokens.Median, role+"-tokens", em.Tokens.Median, "median output tokens of a "+role+" generation")
 	fs.Float64Var(&em.Tokens.Sigma, role+"-tokens-sigma", em.Tokens.Sigma, "log-normal σ of the "+role+"'s output length")
 	fs.IntVar(&em.MaxTokens, role+"-max-tokens", em.MaxTokens, "cap on a "+role+" generation's drawn length")
+	fs.IntVar(&em.QueueLimit, role+"-queue-limit", em.QueueLimit, "requests the "+role+" engine lets wait for a slot; more are answered 429 with Retry-After (0: no bound)")
 }
 
 // durFlag binds a duration flag to seconds in a float.
@@ -88,7 +89,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		RawMessages: 20000, Timeout: 30 * time.Minute, Out: "bench/results", Name: "step", Model: defaultModel()}
 	fs := flag.NewFlagSet("step", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.BoolVar(&o.Quick, "quick", false, "a quick step: 16 prompts × 4 copies, results named step-quick (flags given override)")
+	fs.BoolVar(&o.Quick, "quick", false, "a quick step: 16 prompts × 4 copies, printed only (flags given override; with -out, files named step-quick)")
 	fs.IntVar(&o.Prompts, "prompts", o.Prompts, "prompts (tasks) per rollout: slime's rollout_batch_size")
 	fs.IntVar(&o.Model.Copies, "copies", o.Model.Copies, "copies of each prompt (a group): slime's n_samples_per_prompt")
 	fs.IntVar(&o.Rollouts, "rollouts", o.Rollouts, "rollouts (training steps) in the run; each after the first arrives while the one before is consumed")
@@ -129,6 +130,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		}
 		if !set["name"] {
 			o.Name = "step-quick"
+		}
+		if !set["out"] {
+			o.Out = "" // print only: make bench leaves the tree as it was
 		}
 		if !set["raw-messages"] {
 			o.RawMessages = 10000

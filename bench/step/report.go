@@ -110,7 +110,7 @@ func (r *Report) text(w io.Writer, o options) {
 	fmt.Fprintln(w, "\nduplicate engine calls (calls beyond one per generation)")
 	fmt.Fprintf(w, "  planner: %d turns, %d extra calls (%.4f per turn); actor: %d acts, %d extra calls (%.4f per act)\n",
 		d.PlannerTurns, d.PlannerExtra, d.PerTurn, d.Acts, d.ActorExtra, d.PerAct)
-	fmt.Fprintf(w, "  sent after the earlier call was aborted or abandoned (a pause's abort, a stopped episode): %d; while an earlier call still ran: %d; after one had ended ok: %d\n",
+	fmt.Fprintf(w, "  sent after the earlier call was aborted, abandoned (a pause's abort, a stopped episode) or refused busy: %d; while an earlier call still ran: %d; after one had ended ok: %d\n",
 		d.AfterAbort, d.WhileRunning, d.AfterComplete)
 	fmt.Fprintf(w, "  a generation is identified by its %s\n", d.Identity)
 	for _, e := range d.Examples {
@@ -119,13 +119,13 @@ func (r *Report) text(w io.Writer, o options) {
 
 	fmt.Fprintf(w, "\nCPU during the step (/proc/PID/stat utime+stime), per act (%d acts) and per engine call (%d calls); peak RSS (VmHWM)\n", r.Dups.Acts, r.Run.EngineCalls)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  process\tgroup\tCPU s\tms per act\tms per engine call\tpeak RSS MB\tRSS at start MB\tgrowth KB per episode in flight\t")
+	fmt.Fprintln(tw, "  process\tgroup\tCPU s\tcores mean/peak\tms per act\tms per engine call\tpeak RSS MB\tRSS at start MB\tgrowth KB per episode in flight\t")
 	for _, p := range r.Processes {
-		fmt.Fprintf(tw, "  %s\t%s\t%.2f\t%.3f\t%.3f\t%.0f\t%.0f\t\t\n", p.Name, p.Group, p.CPUS, p.PerActMs, p.PerCallMs, p.PeakRSSMB, p.StartRSSMB)
+		fmt.Fprintf(tw, "  %s\t%s\t%.2f\t%.2f/%.2f\t%.3f\t%.3f\t%.0f\t%.0f\t\t\n", p.Name, p.Group, p.CPUS, p.MeanCores, p.PeakCores, p.PerActMs, p.PerCallMs, p.PeakRSSMB, p.StartRSSMB)
 	}
 	for _, g := range []string{groupPlanact, groupNATS, "planact+nats", groupEngines, groupTrainer} {
 		gf := r.Groups[g]
-		fmt.Fprintf(tw, "  %s (%d processes)\t\t%.2f\t%.3f\t%.3f\t%.0f\t%.0f\t%.1f\t\n", g, gf.Processes, gf.CPUS, gf.PerActMs, gf.PerCallMs, gf.PeakRSSMB, gf.PeakRSSMB-gf.GrowthMB, gf.KBPerEpisode)
+		fmt.Fprintf(tw, "  %s (%d processes)\t\t%.2f\t\t%.3f\t%.3f\t%.0f\t%.0f\t%.1f\t\n", g, gf.Processes, gf.CPUS, gf.PerActMs, gf.PerCallMs, gf.PeakRSSMB, gf.StartRSSMB, gf.KBPerEpisode)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "  all processes: %.1f CPU-s over the %.0f s step (%.2f of %d cores)\n", r.Run.StepCPUSeconds, r.Run.MakespanS, r.Run.StepCPUSeconds/r.Run.MakespanS, mc.CPUs)
