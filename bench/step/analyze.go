@@ -19,10 +19,13 @@ type Report struct {
 	Run      RunFigs  `json:"run"`
 	Rollouts []RollFg `json:"rollouts"`
 	Bound    Bound    `json:"bound"`
-	Replay   Replay   `json:"replay"`
-	Planner  EngFigs  `json:"planner_engine"`
-	Actor    EngFigs  `json:"actor_engine"`
-	Dups     Dups     `json:"duplicates"`
+	Replay   Replay   `json:"replay"` // engines in arrival order
+	// ReplayPriority is the replay with engines serving the longest path
+	// left first: what a scheduler that orders the work could reach.
+	ReplayPriority Replay  `json:"replay_priority"`
+	Planner        EngFigs `json:"planner_engine"`
+	Actor          EngFigs `json:"actor_engine"`
+	Dups           Dups    `json:"duplicates"`
 	// Processes are every process of the run with its CPU (during the step)
 	// and memory; Groups sums them by group (planact, nats, engines,
 	// trainer), and "planact+nats" is what planact costs in all.
@@ -38,28 +41,38 @@ type Report struct {
 
 // RunFigs are the run's headline figures.
 type RunFigs struct {
-	MakespanS      float64 `json:"makespan_s"` // first barrier → last result in a trainer's hands
-	BoundS         float64 `json:"bound_s"`
-	RatioToBound   float64 `json:"makespan_over_bound"`
-	ReplayS        float64 `json:"replay_s"`
-	ReplayToBound  float64 `json:"replay_over_bound"`
-	RatioToReplay  float64 `json:"makespan_over_replay"`
-	Episodes       int     `json:"episodes"`
-	EpisodesPeak   int     `json:"episodes_in_flight_peak"` // as the engines saw them
-	PlannerTurns   int     `json:"planner_turns"`           // distinct turns generated to the end
-	Acts           int     `json:"acts"`                    // distinct acts generated to the end
-	ActsPlanact    int     `json:"acts_planact"`            // the results' stats.acts, summed
-	EngineCalls    int     `json:"engine_calls"`            // /generate requests of both engines
-	FirstCallS     float64 `json:"first_call_s"`            // first barrier → the first generation request
-	EngineEndS     float64 `json:"engine_end_s"`            // first barrier → the last generation's end
-	AfterEngineS   float64 `json:"after_engines_s"`         // the last generation's end → the last result
-	StepCPUSeconds float64 `json:"step_cpu_s"`              // all processes, during the step
+	MakespanS       float64 `json:"makespan_s"` // first barrier → last result in a trainer's hands
+	BoundS          float64 `json:"bound_s"`
+	RatioToBound    float64 `json:"makespan_over_bound"`
+	ReplayS         float64 `json:"replay_s"`
+	ReplayToBound   float64 `json:"replay_over_bound"`
+	RatioToReplay   float64 `json:"makespan_over_replay"`
+	PriorityS       float64 `json:"replay_priority_s"`
+	PriorityToBound float64 `json:"replay_priority_over_bound"`
+	Episodes        int     `json:"episodes"`
+	EpisodesPeak    int     `json:"episodes_in_flight_peak"` // as the engines saw them
+	PlannerTurns    int     `json:"planner_turns"`           // distinct turns generated to the end
+	Acts            int     `json:"acts"`                    // distinct acts generated to the end
+	ActsPlanact     int     `json:"acts_planact"`            // the results' stats.acts, summed
+	EngineCalls     int     `json:"engine_calls"`            // /generate requests of both engines
+	FirstCallS      float64 `json:"first_call_s"`            // first barrier → the first generation request
+	EngineEndS      float64 `json:"engine_end_s"`            // first barrier → the last generation's end
+	AfterEngineS    float64 `json:"after_engines_s"`         // the last generation's end → the last result
+	StepCPUSeconds  float64 `json:"step_cpu_s"`              // all processes, during the step
 }
 
 // RollFg is one rollout's figures.
 type RollFg struct {
-	Rollout    int64          `json:"rollout"`
-	ArriveS    float64        `json:"arrive_s"` // its barrier, from the first barrier
+	Rollout int64   `json:"rollout"`
+	ArriveS float64 `json:"arrive_s"` // its barrier, from the first barrier
+	// StartS, LastGroupS and StoredS are when planact stored the rollout's
+	// start, its last group (the target reached) and the later of its two
+	// results; SettleS is StoredS - LastGroupS: how long the results took
+	// once the rollout was decided.
+	StartS     float64        `json:"start_stored_s"`
+	LastGroupS float64        `json:"last_group_stored_s"`
+	StoredS    float64        `json:"results_stored_s"`
+	SettleS    float64        `json:"settle_s"`
 	ResultS    float64        `json:"result_s"` // both results in the trainers' hands
 	MakespanS  float64        `json:"makespan_s"`
 	BoundS     float64        `json:"bound_s"` // its own bound, as if alone on the engines
@@ -126,11 +139,11 @@ type ProcFigs struct {
 
 // GroupFigs sums a group of processes.
 type GroupFigs struct {
-	Processes int     `json:"processes"`
-	CPUS      float64 `json:"cpu_s"`
-	PerActMs  float64 `json:"cpu_ms_per_act"`
-	PerCallMs float64 `json:"cpu_ms_per_engine_call"`
-	PeakRSSMB float64 `json:"peak_rss_mb"` // sum of the processes' peaks
+	Processes  int     `json:"processes"`
+	CPUS       float64 `json:"cpu_s"`
+	PerActMs   float64 `json:"cpu_ms_per_act"`
+	PerCallMs  float64 `json:"cpu_ms_per_engine_call"`
+	PeakRSSMB  float64 `json:"peak_rss_mb"` // sum of the processes' peaks
 	StartRSSMB float64 `json:"start_rss_mb"`
 	// GrowthMB is what the step added: peak RSS less the RSS when it began.
 	GrowthMB float64 `json:"growth_mb"`
@@ -210,7 +223,7 @@ func (k genKey) String() string {
 	return fmt.Sprintf("actor r%d e%d t%d n%d", k.rollout, k.episode, k.turn, k.n+1)
 }
 
-func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, before, after snapshot, samples []sample, c *cluster) error {
+func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []Stored, before, after snapshot, samples []sample, c *cluster) error {
 	m := &o.Model
 	first := int64(1)
 	// Time zero: the first rollout's barrier (both arrivals stored).
@@ -249,7 +262,8 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, before, a
 	limits := [2]int{m.Planner.Limit, m.Actor.Limit}
 	pauses := time.Duration(o.Rollouts-1) * o.Swap
 	r.Bound = LowerBound(works, limits, [2]time.Duration{pauses, pauses})
-	r.Replay = ReplayRun(m, scripts, targets, limits, o.Swap, o.PauseAbort)
+	r.Replay = ReplayRun(m, scripts, targets, limits, o.Swap, o.PauseAbort, false)
+	r.ReplayPriority = ReplayRun(m, scripts, targets, limits, o.Swap, o.PauseAbort, true)
 
 	// Rollouts.
 	var acts int
@@ -268,6 +282,24 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, before, a
 			f.FirstGroup = rel(p.Groups[0].AtNs)
 		}
 		f.BoundS = LowerBound(works[i:i+1], limits, [2]time.Duration{}).S
+		if i < len(stored) {
+			st := stored[i]
+			for _, m := range st.Missing {
+				r.Checks = append(r.Checks, "not found in the streams: "+m)
+			}
+			if st.StartNs > 0 {
+				f.StartS = rel(st.StartNs)
+			}
+			if st.LastGroupNs > 0 {
+				f.LastGroupS = rel(st.LastGroupNs)
+			}
+			if st.ResultNs[0] > 0 && st.ResultNs[1] > 0 {
+				f.StoredS = rel(max(st.ResultNs[0], st.ResultNs[1]))
+				if st.LastGroupNs > 0 {
+					f.SettleS = f.StoredS - f.LastGroupS
+				}
+			}
+		}
 		if p.Status != schema.ResultOK {
 			r.Checks = append(r.Checks, fmt.Sprintf("rollout %d ended %s: %s", p.Rollout, p.Status, p.Reason))
 		}
@@ -285,6 +317,8 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, before, a
 	r.Run.RatioToBound = r.Run.MakespanS / r.Bound.S
 	r.Run.ReplayToBound = r.Replay.S / r.Bound.S
 	r.Run.RatioToReplay = r.Run.MakespanS / r.Replay.S
+	r.Run.PriorityS = r.ReplayPriority.S
+	r.Run.PriorityToBound = r.ReplayPriority.S / r.Bound.S
 	r.Run.Episodes = o.Rollouts * o.Prompts * m.Copies
 	r.Run.ActsPlanact = acts
 

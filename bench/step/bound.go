@@ -128,11 +128,13 @@ func LowerBound(rollouts []RolloutWork, limits [2]int, paused [2]time.Duration) 
 // Replay is the run played again without planact: every episode released
 // at time 0, each generation sent the instant it may run (acts as soon as
 // their dependencies are done, the next turn as soon as the plan's acts
-// are), engines serving their limit at once in arrival order, rollouts
-// ending at their target groups (the rest stopped at once), and after each
-// rollout but the last a weight swap of swap per role. It is what an
-// eager scheduler with zero coordination cost would take: not a bound
-// (a smarter order could beat it), but a schedule that exists.
+// are), engines serving their limit at once in arrival order (or, with
+// priority, the waiting generation whose episode has the longest path
+// left first), rollouts ending at their target groups (the rest stopped at
+// once), and after each rollout but the last a weight swap of swap per
+// role. It is what an eager scheduler with zero coordination cost would
+// take: not a bound (a smarter order could beat it), but a schedule that
+// exists.
 type Replay struct {
 	S float64 `json:"s"`
 	// RolloutS is when each rollout ended.
@@ -170,6 +172,58 @@ type replayGen struct {
 	act     int // -1: planner
 	service time.Duration
 	run     int // starts so far
+	// left is the episode's longest path from this generation's start to
+	// its end; seq the order it was first sent in.
+	left time.Duration
+	seq  int
+}
+
+// genQueue holds the generations waiting for an engine slot: in the order
+// sent (FIFO), or the longest path left first.
+type genQueue struct {
+	gens     []*replayGen
+	priority bool
+}
+
+func (q *genQueue) Len() int { return len(q.gens) }
+func (q *genQueue) Less(i, j int) bool {
+	a, b := q.gens[i], q.gens[j]
+	if q.priority && a.left != b.left {
+		return a.left > b.left
+	}
+	return a.seq < b.seq
+}
+func (q *genQueue) Swap(i, j int) { q.gens[i], q.gens[j] = q.gens[j], q.gens[i] }
+func (q *genQueue) Push(x any)    { q.gens = append(q.gens, x.(*replayGen)) }
+func (q *genQueue) Pop() any {
+	x := q.gens[len(q.gens)-1]
+	q.gens = q.gens[:len(q.gens)-1]
+	return x
+}
+
+// pathsLeft is, for every generation of an episode, its longest path to
+// the episode's end: [turn][0] the planner's, [turn][1+k] act k's.
+func pathsLeft(ep *Episode) [][]time.Duration {
+	out := make([][]time.Duration, len(ep.Turns))
+	var after time.Duration // from the end of turn t's acts to the episode's end
+	for t := len(ep.Turns) - 1; t >= 0; t-- {
+		turn := ep.Turns[t]
+		out[t] = make([]time.Duration, 1+len(turn.Acts))
+		// An act's path: itself, the longest chain of its dependents, then
+		// the rest of the episode.
+		for k := len(turn.Acts) - 1; k >= 0; k-- {
+			tail := after
+			for j := k + 1; j < len(turn.Acts); j++ {
+				if slices.Contains(turn.Acts[j].Deps, k) {
+					tail = max(tail, out[t][1+j])
+				}
+			}
+			out[t][1+k] = turn.Acts[k].Gen.Service() + tail
+		}
+		out[t][0] = turn.Planner.Service() + longestChain(turn.Acts) + after
+		after = out[t][0]
+	}
+	return out
 }
 
 type replayEpisode struct {
@@ -177,19 +231,22 @@ type replayEpisode struct {
 	rollout int
 	group   int
 	done    []bool // acts of the current turn done
-	left    int    // acts of the current turn not done
+	undone  int    // acts of the current turn not done
 	stopped bool
+	left    [][]time.Duration // pathsLeft
 }
 
 // ReplayRun plays rollouts (episodes in index order per rollout, groups
 // by Model.Group) on engines of limits, swapping weights for swap after
 // each rollout but the last (abort: generations running then are stopped
-// and sent again after the swap; else the swap waits for them).
-func ReplayRun(m *Model, scripts [][]*Episode, targets []int, limits [2]int, swap time.Duration, abort bool) Replay {
+// and sent again after the swap; else the swap waits for them); with
+// priority, engines serve the waiting generation with the longest path
+// left first.
+func ReplayRun(m *Model, scripts [][]*Episode, targets []int, limits [2]int, swap time.Duration, abort, priority bool) Replay {
 	var h replayHeap
-	seq := 0
+	seq, sent := 0, 0
 	now := time.Duration(0)
-	queue := [2][]*replayGen{}
+	queue := [2]*genQueue{{priority: priority}, {priority: priority}}
 	running := [2]map[*replayGen]time.Duration{{}, {}} // gen → when it started
 	paused := [2]bool{}
 	push := func(e replayEvent) {
@@ -199,9 +256,8 @@ func ReplayRun(m *Model, scripts [][]*Episode, targets []int, limits [2]int, swa
 	}
 	var start func(role int)
 	start = func(role int) {
-		for !paused[role] && len(running[role]) < limits[role] && len(queue[role]) > 0 {
-			g := queue[role][0]
-			queue[role] = queue[role][1:]
+		for !paused[role] && len(running[role]) < limits[role] && queue[role].Len() > 0 {
+			g := heap.Pop(queue[role]).(*replayGen)
 			if g.ep.stopped {
 				continue
 			}
@@ -211,7 +267,9 @@ func ReplayRun(m *Model, scripts [][]*Episode, targets []int, limits [2]int, swa
 		}
 	}
 	send := func(g *replayGen) {
-		queue[g.role] = append(queue[g.role], g)
+		sent++
+		g.seq, g.left = sent, g.ep.left[g.turn-1][1+g.act]
+		heap.Push(queue[g.role], g)
 		start(g.role)
 	}
 	planTurn := func(ep *replayEpisode, t int) {
@@ -225,7 +283,7 @@ func ReplayRun(m *Model, scripts [][]*Episode, targets []int, limits [2]int, swa
 	for r, eps := range scripts {
 		var rs []*replayEpisode
 		for _, s := range eps {
-			ep := &replayEpisode{script: s, rollout: r, group: m.Group(s.Index)}
+			ep := &replayEpisode{script: s, rollout: r, group: m.Group(s.Index), left: pathsLeft(s)}
 			for len(groupsLeft[r]) <= ep.group {
 				groupsLeft[r] = append(groupsLeft[r], 0)
 			}
@@ -254,15 +312,12 @@ func ReplayRun(m *Model, scripts [][]*Episode, targets []int, limits [2]int, swa
 		for role := range 2 {
 			paused[role] = true
 			if abort {
-				var back []*replayGen
+				// Sent again with the order they were first sent in: at
+				// the head of a FIFO queue.
 				for g := range running[role] {
-					back = append(back, g)
-				}
-				slices.SortFunc(back, func(a, b *replayGen) int { return int(running[role][a] - running[role][b]) })
-				for _, g := range back {
 					delete(running[role], g)
+					heap.Push(queue[role], g)
 				}
-				queue[role] = append(back, queue[role]...)
 			}
 			swapsLeft++
 			if len(running[role]) == 0 {
@@ -333,7 +388,7 @@ func ReplayRun(m *Model, scripts [][]*Episode, targets []int, limits [2]int, swa
 				}
 				continue
 			}
-			ep.done, ep.left = make([]bool, len(turn.Acts)), len(turn.Acts)
+			ep.done, ep.undone = make([]bool, len(turn.Acts)), len(turn.Acts)
 			for k, a := range turn.Acts {
 				if len(a.Deps) == 0 {
 					send(&replayGen{role: 1, ep: ep, turn: g.turn, act: k, service: a.Gen.Service()})
@@ -342,8 +397,8 @@ func ReplayRun(m *Model, scripts [][]*Episode, targets []int, limits [2]int, swa
 			continue
 		}
 		ep.done[g.act] = true
-		ep.left--
-		if ep.left == 0 {
+		ep.undone--
+		if ep.undone == 0 {
 			planTurn(ep, g.turn+1)
 			continue
 		}

@@ -67,16 +67,18 @@ func TestBoundIsBelowEveryReplay(t *testing.T) {
 		abort := rng.IntN(2) == 0
 		limits := [2]int{m.Planner.Limit, m.Actor.Limit}
 		b := LowerBound(works, limits, [2]time.Duration{time.Duration(rollouts-1) * swap, time.Duration(rollouts-1) * swap})
-		rep := ReplayRun(&m, scripts, targets, limits, swap, abort)
-		if rep.S < b.S-1e-9 {
-			t.Fatalf("instance %d: the replay took %.3f s, below the bound %.3f s (%s): the bound is not sound", i, rep.S, b.S, b.Binding)
+		for _, priority := range []bool{false, true} {
+			rep := ReplayRun(&m, scripts, targets, limits, swap, abort, priority)
+			if rep.S < b.S-1e-9 {
+				t.Fatalf("instance %d (priority %v): the replay took %.3f s, below the bound %.3f s (%s): the bound is not sound", i, priority, rep.S, b.S, b.Binding)
+			}
 		}
 	}
 	m := defaultModel()
 	m.Copies = 1
 	ep := m.Episode(1, 0)
 	limits := [2]int{1000, 1000}
-	rep := ReplayRun(&m, [][]*Episode{{&ep}}, []int{1}, limits, 0, false)
+	rep := ReplayRun(&m, [][]*Episode{{&ep}}, []int{1}, limits, 0, false, false)
 	if cp := ep.Work().CriticalPath.Seconds(); !near(rep.S, cp) {
 		t.Errorf("one episode, no queueing: replay %.6f s, critical path %.6f s", rep.S, cp)
 	}

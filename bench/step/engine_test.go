@@ -212,7 +212,9 @@ func TestEngineAnswersBusyBeyondItsQueue(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for e := range 2 {
-		go func() { _, _ = c.Generate(ctx, engine.Request{Text: "Question: q", RoutingKey: engine.EpisodeKey(1, e)}) }()
+		go func() {
+			_, _ = c.Generate(ctx, engine.Request{Text: "Question: q", RoutingKey: engine.EpisodeKey(1, e)})
+		}()
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {

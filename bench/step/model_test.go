@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
@@ -135,5 +136,12 @@ func TestWorkSumsTheScript(t *testing.T) {
 	// Turn 1: 1 + longest chain max(2+3, 4) = 6; turn 2: 5.
 	if w.CriticalPath != seconds(11) || w.Planner != seconds(6) || w.Actor != seconds(9) || w.Head != seconds(1) || w.Tail != seconds(5) || w.Acts != 3 {
 		t.Errorf("work %+v", w)
+	}
+	// The longest path left from each generation's start: the planner's
+	// first turn is the critical path; act 0 goes on through act 1.
+	left := pathsLeft(&ep)
+	want := [][]time.Duration{{seconds(11), seconds(2 + 3 + 5), seconds(3 + 5), seconds(4 + 5)}, {seconds(5)}}
+	if !reflect.DeepEqual(left, want) {
+		t.Errorf("paths left %v, want %v", left, want)
 	}
 }

@@ -80,17 +80,18 @@ func (r *Report) text(w io.Writer, o options) {
 			e.name, e.eb.WorkS, e.eb.Limit, e.eb.HeadTailS, e.eb.PausedS, e.eb.BoundS)
 	}
 	fmt.Fprintf(tw, "  replay without planact: eager, zero cost, engines in arrival order\t%.1f s\treplay ÷ bound %.2f×, makespan ÷ replay %.2f×\n", r.Replay.S, r.Run.ReplayToBound, r.Run.RatioToReplay)
+	fmt.Fprintf(tw, "  the same, engines serving the longest path left first\t%.1f s\treplay ÷ bound %.2f×\n", r.ReplayPriority.S, r.Run.PriorityToBound)
 	fmt.Fprintf(tw, "  first barrier → first generation request\t%.3f s\t\n", r.Run.FirstCallS)
 	fmt.Fprintf(tw, "  last generation's end → last result\t%.2f s\t\n", r.Run.AfterEngineS)
 	fmt.Fprintf(tw, "  episodes in flight at the engines, peak\t%d\t\n", r.Run.EpisodesPeak)
 	tw.Flush()
 
-	fmt.Fprintln(w, "\nrollouts (times from the first barrier)")
+	fmt.Fprintln(w, "\nrollouts (times from the first barrier; settle: last group stored → both results stored; the trainers read rollout N+1 after N's swap)")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  rollout\tbarrier s\tresult s\tmakespan s\town bound s\tstatus\tgroups streamed\tfirst group s\tacts\tturns/episode\tsamples planner/actor\ttask states\t")
+	fmt.Fprintln(tw, "  rollout\tbarrier s\tstart stored s\tlast group stored s\tresults stored s\tsettle s\tin the trainers' hands s\tmakespan s\town bound s\tstatus\tgroups streamed\tacts\tturns/episode\tsamples planner/actor\ttask states\t")
 	for _, f := range r.Rollouts {
-		fmt.Fprintf(tw, "  %d\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%d\t%.1f\t%d\t%.2f\t%d/%d\t%s\t\n", f.Rollout, f.ArriveS, f.ResultS, f.MakespanS, f.BoundS,
-			f.Status, f.Groups, f.FirstGroup, f.Acts, f.MeanTurns, f.Samples[0], f.Samples[1], states(f.TaskStates))
+		fmt.Fprintf(tw, "  %d\t%.1f\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%d\t%d\t%.2f\t%d/%d\t%s\t\n", f.Rollout, f.ArriveS, f.StartS, f.LastGroupS, f.StoredS, f.SettleS,
+			f.ResultS, f.MakespanS, f.BoundS, f.Status, f.Groups, f.Acts, f.MeanTurns, f.Samples[0], f.Samples[1], states(f.TaskStates))
 	}
 	tw.Flush()
 

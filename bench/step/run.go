@@ -18,6 +18,7 @@ import (
 	"github.com/planact/planact/bench/internal/rawjs"
 	"github.com/planact/planact/internal/chaos"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/subject"
 )
 
 // progress prints what the harness is doing, with the time since it began.
@@ -195,7 +196,8 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	samples := smp.end()
-	p.say("trainers done; reading the engines' call logs")
+	p.say("trainers done; reading the engines' call logs and when planact stored each rollout's start, groups and results")
+	stored := storedTimes(ctx, js, first, o.Rollouts)
 	var calls [2]Calls
 	for i, u := range []string{plannerURL, actorURL} {
 		if err := getJSON(ctx, u+"/bench/calls", &calls[i]); err != nil {
@@ -220,11 +222,63 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 	c.stop()
 	rep.Machine.LoadAfter = loadavg()
 	p.say("analysing: the lower bound from %d episode scripts, a replay without planact", o.Rollouts*o.Prompts*o.Model.Copies)
-	if err := rep.analyse(o, calls, logs, before, after, samples, c); err != nil {
+	if err := rep.analyse(o, calls, logs, stored, before, after, samples, c); err != nil {
 		return err
 	}
 	rep.WallS = time.Since(p.begin).Seconds()
 	return rep.write(o, stdout)
+}
+
+// Stored is when planact stored a rollout's milestones (the stream's
+// timestamps; 0 where the message was not found).
+type Stored struct {
+	StartNs     int64    `json:"start_ns"`      // rollout.N.start: the barrier released
+	LastGroupNs int64    `json:"last_group_ns"` // the last group delivered (planner's)
+	ResultNs    [2]int64 `json:"result_ns"`     // each role's result (planner, actor)
+	Missing     []string `json:"missing,omitempty"`
+}
+
+// storedTimes reads, from the streams, when each rollout's start, last
+// group and results were stored.
+func storedTimes(ctx context.Context, js jetstream.JetStream, first int64, rollouts int) []Stored {
+	last := func(subj string) (int64, error) {
+		name, err := js.StreamNameBySubject(ctx, subj)
+		if err != nil {
+			return 0, err
+		}
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return 0, err
+		}
+		m, err := st.GetLastMsgForSubject(ctx, subj)
+		if err != nil {
+			return 0, err
+		}
+		return m.Time.UnixNano(), nil
+	}
+	var out []Stored
+	for i := range rollouts {
+		n := first + int64(i)
+		var s Stored
+		for _, q := range []struct {
+			subj string
+			to   *int64
+		}{
+			{subject.Start(n), &s.StartNs},
+			{subject.Groups(n, schema.RolePlanner), &s.LastGroupNs},
+			{subject.Result(n, schema.RolePlanner), &s.ResultNs[0]},
+			{subject.Result(n, schema.RoleActor), &s.ResultNs[1]},
+		} {
+			t, err := last(q.subj)
+			if err != nil {
+				s.Missing = append(s.Missing, fmt.Sprintf("%s: %v", q.subj, err))
+				continue
+			}
+			*q.to = t
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // stepConfig is the rollouts' configuration: defaults, but room for the
