@@ -404,13 +404,15 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 	r.Groups = map[string]GroupFigs{}
 	for _, p := range c.procs {
 		b, a := before.Procs[p.Name], after.Procs[p.Name]
+		seen := maxSample(samples, p.Name)
 		cpu := a.CPU - b.CPU
 		if p.Group == groupTrainer {
 			// Started after the first snapshot, gone before the last: what
-			// the last sample saw (up to half a second short).
-			cpu = lastSample(samples, p.Name).CPU
+			// the samples saw (an exited trainer's last sample, as a
+			// zombie, still has its CPU times but no memory).
+			cpu = seen.CPU
 		}
-		peak := max(a.PeakRS, lastSample(samples, p.Name).PeakRS)
+		peak := max(a.PeakRS, seen.PeakRS)
 		f := ProcFigs{Name: p.Name, Group: p.Group, CPUS: cpu.Seconds(), PerActMs: ms(cpu) / actsN, PerCallMs: ms(cpu) / callsN,
 			PeakRSSMB: mb(peak), StartRSSMB: mb(b.RSS), MeanCores: cpu.Seconds() / r.Run.MakespanS}
 		r.Processes = append(r.Processes, f)
@@ -491,13 +493,16 @@ func groupOrder(g string) int {
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
 
-func lastSample(samples []sample, name string) procStat {
-	for i := len(samples) - 1; i >= 0; i-- {
-		if s, ok := samples[i].Stats[name]; ok {
-			return s
+// maxSample is the most CPU and the highest peak RSS the samples saw of a
+// process.
+func maxSample(samples []sample, name string) procStat {
+	var m procStat
+	for _, smp := range samples {
+		if s, ok := smp.Stats[name]; ok {
+			m.CPU, m.PeakRS, m.RSS = max(m.CPU, s.CPU), max(m.PeakRS, s.PeakRS), max(m.RSS, s.RSS)
 		}
 	}
-	return procStat{}
+	return m
 }
 
 // duplicates counts engine calls beyond one per generation, by what the
