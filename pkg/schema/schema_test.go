@@ -64,6 +64,8 @@ func cases() []wireCase {
 		Reward: 1, Status: schema.EpisodeCompleted, WeightVersions: []string{"planner-v7"}, Label: "Seine",
 		Metadata: map[string]any{"episode": 0, "turns": 2},
 	}
+	expiry := schema.PauseExpiry{Epoch: 5, PauseID: "pause.actor.1767225100000", Mode: schema.PauseWait, SinceMs: 1767225100000,
+		DeadlineMs: 1767225400000, AtMs: 1767225400800, Reason: "pause time-out (5m0s): no resume came (paused for: weight sync step 7)"}
 	return []wireCase{
 		msgCase(&schema.Arrive{Rollout: 42, Role: schema.RolePlanner, Engine: engineP, WeightVersion: "planner-v7", Tasks: tasks, Config: &cfg, AtMs: 1767225600000}),
 		msgCase(&schema.Start{Rollout: 42, Episodes: 2, DeadlineMs: 1767229200000, AtMs: 1767225600123}),
@@ -112,8 +114,10 @@ func cases() []wireCase {
 		msgCase(&schema.Paused{Role: schema.RoleActor, Epoch: 7, PauseID: "pause.actor.1767225700000", Mode: schema.PauseAbort,
 			Drained: []string{"x9Lq2vOa1b"}, Aborted: 3, AtMs: 1767225700410}),
 		msgCase(&schema.Drained{Role: schema.RoleActor, Epoch: 7, Gateway: "x9Lq2vOa1b", Aborted: 3, AtMs: 1767225700400}),
+		msgCase(&schema.PauseExpired{Role: schema.RoleActor, PauseExpiry: expiry}),
 		{file: "kv.role.v1.schema.json", value: &schema.RoleState{Role: schema.RoleActor, Paused: true, Mode: schema.PauseAbort, Epoch: 7,
-			PauseID: "pause.actor.1767225700000", SinceMs: 1767225700000, DeadlineMs: 1767226000000, WeightVersion: "actor-v3"}},
+			PauseID: "pause.actor.1767225700000", SinceMs: 1767225700000, DeadlineMs: 1767226000000, Reason: "weight sync step 8",
+			Expiry: &expiry, ExpiryAnnounced: true, WeightVersion: "actor-v3"}},
 		{file: "kv.session.v1.schema.json", value: &schema.Session{
 			Rollout: 42, State: schema.SessionRunning,
 			Roles: map[string]schema.RoleInfo{
