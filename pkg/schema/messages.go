@@ -641,5 +641,9 @@ type Cancel struct {
 
 func (m *Cancel) Kind() string    { return "rollout.cancel/1" }
 func (m *Cancel) Subject() string { return subject.Cancel(m.Rollout, m.Role) }
-func (m *Cancel) MsgID() string   { return fmt.Sprintf("cancel.%d.%s", m.Rollout, m.Role) }
-func (m *Cancel) Meta() Meta      { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }
+func (m *Cancel) MsgID() string {
+	// One id per cancel call: a publish retried by the client is stored
+	// once, a later cancel is a new message and gets its own answer.
+	return fmt.Sprintf("cancel.%d.%s.%d", m.Rollout, m.Role, m.AtMs)
+}
+func (m *Cancel) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }

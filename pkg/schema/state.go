@@ -455,6 +455,9 @@ type Session struct {
 	// Reason why.
 	Status string `json:"status,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// CancelledBy is the Nats-Msg-Id of the cancel that ended the rollout
+	// (that cancel delivered again is answered as it was the first time).
+	CancelledBy string `json:"cancelled_by,omitempty"`
 	// Outbox lists the effects decided and not yet known to be published.
 	Outbox []string `json:"outbox,omitempty"`
 	// Objects are the result objects ("bucket/name") the rollout left in the
