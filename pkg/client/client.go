@@ -6,6 +6,7 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -178,7 +179,10 @@ func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
 	if err != nil {
 		return fmt.Errorf("tasks of rollout %d: %w", a.Rollout, err)
 	}
-	name := fmt.Sprintf("rollout-%d-%s.tasks", a.Rollout, a.Role)
+	// Named by its content: an arrival sent again puts the same object, one
+	// that brings another list never replaces the one a rollout runs.
+	sum := sha256.Sum256(data)
+	name := fmt.Sprintf("rollout-%d-%s-%x.tasks", a.Rollout, a.Role, sum[:6])
 	// Put again where the stream did not answer (a loaded or restarting
 	// server): the object has one name, so a second put replaces the first.
 	err = untilUp(ctx, func(ctx context.Context) error {

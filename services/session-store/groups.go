@@ -305,7 +305,7 @@ func arrivedRoles(sess *schema.Session) []string {
 // episode.
 type taskCache struct {
 	mu    sync.Mutex
-	lists map[int64][]schema.Task
+	lists map[int64]schema.TaskList
 }
 
 // maxCachedRollouts bounds the cache; past it, an arbitrary entry goes.
@@ -314,23 +314,30 @@ const maxCachedRollouts = 256
 // tasks returns rollout n's tasks, nil when they are gone (the rollout
 // ended and was cleaned up).
 func (s *Service) tasks(ctx context.Context, n int64) ([]schema.Task, error) {
-	c := s.taskCache
-	c.mu.Lock()
-	tasks, ok := c.lists[n]
-	c.mu.Unlock()
-	if ok {
-		return tasks, nil
-	}
-	tasks, found, err := session.LoadTasks(ctx, s.Bus.Sessions, s.Bus.Tasks, n)
-	if err != nil || !found {
-		return nil, err
-	}
-	s.keepTasks(n, tasks)
-	return tasks, nil
+	tl, err := s.taskList(ctx, n)
+	return tl.Tasks, err
 }
 
-// keepTasks caches rollout n's tasks (as stored: the first list wins).
-func (s *Service) keepTasks(n int64, tasks []schema.Task) {
+// taskList returns rollout n's task list, with who brought it and its
+// digest; empty when it is gone.
+func (s *Service) taskList(ctx context.Context, n int64) (schema.TaskList, error) {
+	c := s.taskCache
+	c.mu.Lock()
+	tl, ok := c.lists[n]
+	c.mu.Unlock()
+	if ok {
+		return tl, nil
+	}
+	tl, found, err := session.LoadTaskList(ctx, s.Bus.Sessions, s.Bus.Tasks, n)
+	if err != nil || !found {
+		return schema.TaskList{}, err
+	}
+	s.keepTasks(n, tl)
+	return tl, nil
+}
+
+// keepTasks caches rollout n's task list (as stored: the first list wins).
+func (s *Service) keepTasks(n int64, tl schema.TaskList) {
 	c := s.taskCache
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -340,7 +347,7 @@ func (s *Service) keepTasks(n int64, tasks []schema.Task) {
 			break
 		}
 	}
-	c.lists[n] = tasks
+	c.lists[n] = tl
 }
 
 // forgetTasks drops rollout n's tasks from the cache.

@@ -19,7 +19,7 @@ import (
 // the test calls its functions.
 func newTestService(b *bus.Bus) *Service {
 	return &Service{Deps: Deps{Bus: b, Log: zerolog.Nop(), Now: time.Now, Grace: time.Second, SweepEvery: time.Second,
-		InlineLimit: 1 << 20, ResultPatience: time.Minute}, index: newIndex(), taskCache: &taskCache{lists: map[int64][]schema.Task{}}}
+		InlineLimit: 1 << 20, ResultPatience: time.Minute}, index: newIndex(), taskCache: &taskCache{lists: map[int64]schema.TaskList{}}}
 }
 
 // TestPauseExpiresOnceAcrossReplicas: two session-store replicas whose
