@@ -396,7 +396,7 @@ export function checkSamples({ planner, actor } = {}) {
     }
   }
   if (planner) {
-    const ended = planner.stats?.completed ?? 0;
+    const ended = planner.stats?.ended ?? planner.stats?.completed ?? 0; // completed: before planact had "ended"
     if ((planner.samples ?? []).length > ended) {
       fail(`planner: ${planner.samples.length} samples for ${ended} episodes that ended`);
     }

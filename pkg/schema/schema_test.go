@@ -94,7 +94,7 @@ func cases() []wireCase {
 		msgCase(&schema.Result{
 			Rollout: 42, Role: schema.RolePlanner, Status: schema.ResultOK, Samples: []schema.Sample{sample}, SampleCount: 1,
 			Stats: schema.Stats{
-				Episodes: 2, Completed: 2, Correct: 1, Accuracy: 0.5, MeanReward: 0.75, MeanTurns: 2, Acts: 5, ActsPerEpisode: 2.5,
+				Episodes: 2, Ended: 2, Completed: 2, Correct: 1, Accuracy: 0.5, MeanReward: 0.75, MeanTurns: 2, Acts: 5, ActsPerEpisode: 2.5,
 				EpisodeStatus: map[string]int{schema.EpisodeCompleted: 2}, WallMs: 3100, Tokens: map[string]int{"planner": 1840, "actor": 310},
 				TaskStates: map[string]int{schema.TaskTrained: 2},
 			},

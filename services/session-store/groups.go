@@ -118,10 +118,6 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int)
 	if err != nil {
 		return nil, err
 	}
-	var outcomes []schema.TaskOutcome
-	for _, e := range members {
-		outcomes = append(outcomes, taskOutcome(sess, e, eps[e], true))
-	}
 	// The groups delivered so far, in the order decided, up to this one.
 	var delivered []int
 	for _, gs := range sess.Groups {
@@ -134,15 +130,8 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int)
 	}
 	var objects []string
 	for _, role := range missing {
-		msg := &schema.Group{Rollout: n, Role: role, GroupIndex: g, Tasks: outcomes, Delivered: delivered, Groups: groupCount(tasks), AtMs: s.nowMs()}
-		for _, e := range members {
-			if role == schema.RolePlanner && eps[e].planner != nil {
-				msg.Samples = append(msg.Samples, *eps[e].planner)
-			}
-			if role == schema.RoleActor {
-				msg.Samples = append(msg.Samples, eps[e].actor...)
-			}
-		}
+		msg := &schema.Group{Rollout: n, Role: role, GroupIndex: g, Delivered: delivered, Groups: groupCount(tasks), AtMs: s.nowMs()}
+		msg.Samples, msg.Tasks = groupShare(sess, eps, members, role)
 		obj, err := s.publishSamples(ctx, msg, fmt.Sprintf("rollout-%d-%s.group-%d.samples", n, role, g))
 		if err != nil {
 			return nil, err
@@ -152,6 +141,27 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int)
 		}
 	}
 	return objects, nil
+}
+
+// groupShare is role's share of a delivered group (its tasks are members):
+// the role's samples of its episodes, and how each of its tasks ended for
+// the role (trained only with its samples here).
+func groupShare(sess *schema.Session, eps map[int]*episode, members []int, role string) ([]schema.Sample, []schema.TaskOutcome) {
+	var samples []schema.Sample
+	for _, e := range members {
+		if role == schema.RolePlanner && eps[e].planner != nil {
+			samples = append(samples, *eps[e].planner)
+		}
+		if role == schema.RoleActor {
+			samples = append(samples, eps[e].actor...)
+		}
+	}
+	has := sampled(samples)
+	var outcomes []schema.TaskOutcome
+	for _, e := range members {
+		outcomes = append(outcomes, roleOutcome(taskOutcome(sess, e, eps[e], true), role, has[episodeID(sess.Rollout, e)], eps[e], sess.Config))
+	}
+	return samples, outcomes
 }
 
 func groupMembers(tasks []schema.Task, g int) []int {
