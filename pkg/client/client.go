@@ -437,8 +437,9 @@ type PauseOptions struct {
 	// Abort aborts the generations that run (they are sent again after
 	// Resume); otherwise Pause waits for them to finish.
 	Abort bool
-	// Timeout bounds the pause: not resumed by then, the work waiting for
-	// the role fails, saying why. Default 10 minutes.
+	// Timeout bounds the pause: not resumed by then, the pause ends (once,
+	// said on control.<role>.expired): the work that waited for the role
+	// fails, saying why, and the role works again. Default 10 minutes.
 	Timeout time.Duration
 	Reason  string
 }
