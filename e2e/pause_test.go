@@ -7,9 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
+	"github.com/planact/planact/pkg/subject"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // TestPauseAndResume: a trainer pauses its role before it swaps weights.
@@ -76,31 +81,72 @@ func TestPauseAndResume(t *testing.T) {
 	}
 }
 
-// TestPauseTimesOut: a pause never resumed ends in a clear time-out: the
-// work waiting for the role fails saying so, and the rollout ends.
+// TestPauseTimesOut: a pause never resumed ends at its time-out. The act
+// that waited for the paused actor fails saying so (the rollout fails), the
+// role's state and control.actor.expired say the pause expired, once, and
+// the role works again without a resume: the next rollout completes.
 func TestPauseTimesOut(t *testing.T) {
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 95}, actor: sim.Config{Seed: 96}})
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	trainer := e.trainer(t)
-	if _, err := trainer.Pause(ctx, schema.RoleActor, client.PauseOptions{Timeout: 2 * time.Second}); err != nil {
+	paused, err := trainer.Pause(ctx, schema.RoleActor, client.PauseOptions{Timeout: 10 * time.Minute, Reason: "weight sync"})
+	if err != nil {
 		t.Fatal(err)
 	}
+	held := telemetry.PauseWaits.WithLabelValues(schema.RoleActor)
+	before := testutil.ToFloat64(held)
 	const n = 942
-	o := <-e.start(t, n, e.tasks(1, 1, n), &schema.Config{FailurePolicy: schema.PolicyFail})
+	results := e.start(t, n, e.tasks(1, 1, n), &schema.Config{FailurePolicy: schema.PolicyFail})
+	eventually(t, "an act held by the pause", func() bool { return testutil.ToFloat64(held) > before })
+	// The pause's time-out passes: the test moves its deadline to now
+	// rather than wait ten minutes.
+	_, _, err = bus.Mutate(ctx, e.bus.Sessions, schema.RoleKey(schema.RoleActor), func(v *schema.RoleState, _ bool) (bool, error) {
+		v.DeadlineMs = time.Now().UnixMilli()
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := <-results
 	if !errors.Is(o.perr, client.ErrFailed) || !strings.Contains(o.planner.Reason, "pause time-out") {
 		t.Fatalf("a rollout whose actor stayed paused: %v %+v", o.perr, o.planner)
 	}
 	if o.planner.Stats.Failures[schema.ActErrPaused] == 0 {
 		t.Errorf("failures %v, want the paused acts counted", o.planner.Stats.Failures)
 	}
-	// Resumed, the role works again.
-	if err := trainer.Resume(ctx, schema.RoleActor, ""); err != nil {
-		t.Fatal(err)
+
+	// The role's state says the pause ended at its time-out, and so does
+	// control.actor.expired, once.
+	var st schema.RoleState
+	eventually(t, "the expiry to be announced", func() bool {
+		st, _, _, err = bus.GetFresh[schema.RoleState](ctx, e.bus.Sessions, schema.RoleKey(schema.RoleActor))
+		return err == nil && st.ExpiryAnnounced
+	})
+	x := st.Expiry
+	if st.Paused || x == nil || x.Epoch != paused.Epoch || x.PauseID != paused.PauseID || st.Epoch != paused.Epoch+1 ||
+		!strings.Contains(x.Reason, "pause time-out") || !strings.Contains(x.Reason, "weight sync") {
+		t.Fatalf("role state after the expiry: %+v (expiry %+v); want not paused, epoch %d, the expiry of pause %s", st, x, paused.Epoch+1, paused.PauseID)
 	}
+	if k := e.count(t, bus.StreamControl, subject.Control(schema.RoleActor, "expired")); k != 1 {
+		t.Errorf("%d messages on control.actor.expired, want 1", k)
+	}
+	m, err := e.bus.LastMsg(ctx, bus.StreamControl, subject.Control(schema.RoleActor, "expired"))
+	if err != nil || m == nil {
+		t.Fatalf("control.actor.expired: %v", err)
+	}
+	var said schema.PauseExpired
+	if err := schema.Unmarshal(m.Data, &said); err != nil || said.PauseExpiry != *x || said.Role != schema.RoleActor {
+		t.Errorf("control.actor.expired says %+v (%v), the state %+v", said, err, *x)
+	}
+
+	// No resume: the role works again.
 	o = <-e.start(t, n+1, e.tasks(1, 1, n+1), nil)
-	if o.perr != nil || o.planner.Status != schema.ResultOK {
-		t.Fatalf("after the resume: %v %+v", o.perr, o.planner)
+	if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK || len(o.actor.Samples) == 0 {
+		t.Fatalf("after the expiry, without a resume: %v %v %+v", o.perr, o.aerr, o.planner)
+	}
+	if o.planner.Stats.Failures[schema.ActErrPaused] != 0 {
+		t.Errorf("after the expiry: failures %v", o.planner.Stats.Failures)
 	}
 }
 

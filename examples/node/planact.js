@@ -112,11 +112,14 @@ export async function arrive(nc, arrival, { inlineTasksLimit = DEFAULT_INLINE_TA
  * result with the samples of the episodes that ended.
  */
 export async function cancel(nc, rollout, role, reason = "", { timeoutMs = 60_000 } = {}) {
-  const body = omitZero({ schema: CANCEL_SCHEMA, rollout, role, reason, at_ms: Date.now() });
+  const atMs = Date.now();
+  const body = omitZero({ schema: CANCEL_SCHEMA, rollout, role, reason, at_ms: atMs });
   const js = jetstream(nc, { timeout: REQUEST_TIMEOUT_MS });
   await untilUp(Date.now() + timeoutMs, () =>
     js.publish(`rollout.${rollout}.cancel.${role}`, encode(body, { ignoreUndefined: true }), {
-      msgID: `cancel.${rollout}.${role}`,
+      // One id per cancel (a retried publish is stored once, a later cancel
+      // is new); planact's answer on rollout.<N>.status names it.
+      msgID: `cancel.${rollout}.${role}.${atMs}`,
       headers: planactHeaders(CANCEL_SCHEMA, rollout, role),
     }),
   );
@@ -393,7 +396,7 @@ export function checkSamples({ planner, actor } = {}) {
     }
   }
   if (planner) {
-    const ended = planner.stats?.completed ?? 0;
+    const ended = planner.stats?.ended ?? planner.stats?.completed ?? 0; // completed: before planact had "ended"
     if ((planner.samples ?? []).length > ended) {
       fail(`planner: ${planner.samples.length} samples for ${ended} episodes that ended`);
     }

@@ -6,8 +6,10 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -177,7 +179,10 @@ func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
 	if err != nil {
 		return fmt.Errorf("tasks of rollout %d: %w", a.Rollout, err)
 	}
-	name := fmt.Sprintf("rollout-%d-%s.tasks", a.Rollout, a.Role)
+	// Named by its content: an arrival sent again puts the same object, one
+	// that brings another list never replaces the one a rollout runs.
+	sum := sha256.Sum256(data)
+	name := fmt.Sprintf("rollout-%d-%s-%x.tasks", a.Rollout, a.Role, sum[:6])
 	// Put again where the stream did not answer (a loaded or restarting
 	// server): the object has one name, so a second put replaces the first.
 	err = untilUp(ctx, func(ctx context.Context) error {
@@ -191,17 +196,65 @@ func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
 	return nil
 }
 
+// ErrNothingToCancel is returned (wrapped) by Cancel when the rollout had
+// already ended (the error says how, and its results stay on the result
+// subjects) or planact does not know it.
+var ErrNothingToCancel = errors.New("planact: nothing to cancel")
+
+// CancelPatience bounds how long Cancel waits for planact's answer when ctx
+// has no deadline.
+const CancelPatience = time.Minute
+
 // Cancel aborts a rollout, as the trainer of role: both roles get an
-// aborted result.
+// aborted result. It returns once planact answered: nil when the rollout
+// was aborted, ErrNothingToCancel when there was nothing to abort (it had
+// already ended: the error says with which status; or it is not known).
+// Without an answer by the end of ctx (at most CancelPatience when ctx has
+// no deadline) it says so; the cancel stays published and is acted on when
+// planact's session-store runs.
 func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, CancelPatience)
+		defer cancel()
+	}
 	msg, err := bus.NewMsg(ctx, &schema.Cancel{Rollout: rollout, Role: role, Reason: reason, AtMs: time.Now().UnixMilli()})
 	if err != nil {
 		return err
 	}
-	return untilUp(ctx, func(ctx context.Context) error {
+	// The answer comes on the rollout's status subject: listen first.
+	answers := make(chan *nats.Msg, 64)
+	sub, err := c.nc.ChanSubscribe(subject.Status(rollout), answers)
+	if err != nil {
+		return fmt.Errorf("cancel rollout %d: %w", rollout, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	err = untilUp(ctx, func(ctx context.Context) error {
 		_, err := c.js.PublishMsg(ctx, msg)
 		return err
 	})
+	if err != nil {
+		return fmt.Errorf("cancel rollout %d: %w", rollout, err)
+	}
+	// planact's answer names the cancel it answers.
+	mine := fmt.Sprintf("cancel %s by the %s trainer: ", msg.Header.Get(jetstream.MsgIDHeader), role)
+	for {
+		select {
+		case m := <-answers:
+			var st schema.Status
+			if schema.Unmarshal(m.Data, &st) != nil || !strings.HasPrefix(st.Detail, mine) {
+				continue
+			}
+			switch st.Event {
+			case "cancelled":
+				return nil
+			case "rejected":
+				return fmt.Errorf("%w: %s", ErrNothingToCancel, strings.TrimPrefix(st.Detail, mine))
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("cancel rollout %d: sent, but no answer from planact (is its session-store running?): %w", rollout, ctx.Err())
+		}
+	}
 }
 
 // Result waits for role's result of rollout n until ctx ends. It finds a
@@ -384,8 +437,9 @@ type PauseOptions struct {
 	// Abort aborts the generations that run (they are sent again after
 	// Resume); otherwise Pause waits for them to finish.
 	Abort bool
-	// Timeout bounds the pause: not resumed by then, the work waiting for
-	// the role fails, saying why. Default 10 minutes.
+	// Timeout bounds the pause: not resumed by then, the pause ends (once,
+	// said on control.<role>.expired): the work that waited for the role
+	// fails, saying why, and the role works again. Default 10 minutes.
 	Timeout time.Duration
 	Reason  string
 }

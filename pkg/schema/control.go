@@ -17,8 +17,9 @@ const (
 // Pause asks planact to stop sending generations of Role to its engine,
 // before its trainer swaps the weights. Nothing in flight is lost: running
 // generations finish (wait) or are aborted and sent again after Resume
-// (abort). A pause not resumed within TimeoutS ends in a time-out: the
-// work waiting for the role fails, saying so.
+// (abort). A pause not resumed within TimeoutS ends at its time-out: the
+// work that waits for the role then fails, saying so (PauseExpired), and the
+// role's generations go again.
 type Pause struct {
 	Envelope
 	Role     string  `json:"role"`
@@ -86,6 +87,34 @@ func (m *Drained) Subject() string { return subject.Control(m.Role, "drained") +
 func (m *Drained) MsgID() string   { return fmt.Sprintf("drained.%s.%d.%s", m.Role, m.Epoch, m.Gateway) }
 func (m *Drained) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
 
+// PauseExpired says that a pause ended at its time-out, no resume having
+// come: the work that waited for the role (generations held, or aborted by
+// an abort-mode pause and waiting to be sent again) failed with the act
+// failure "paused", and the role's generations go again, on the weights its
+// engine runs. Published once per expired pause, by the session-store
+// replica whose compare-and-set ended it.
+type PauseExpired struct {
+	Envelope
+	Role string `json:"role"`
+	PauseExpiry
+}
+
+func (m *PauseExpired) Kind() string    { return "control.expired/1" }
+func (m *PauseExpired) Subject() string { return subject.Control(m.Role, "expired") }
+func (m *PauseExpired) MsgID() string   { return fmt.Sprintf("expired.%s.%d", m.Role, m.Epoch) }
+func (m *PauseExpired) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
+
+// PauseExpiry records a pause that ended at its time-out.
+type PauseExpiry struct {
+	Epoch      int64  `json:"epoch"`    // the pause's epoch (the role's state moved on to Epoch+1)
+	PauseID    string `json:"pause_id"` // the Pause's Nats-Msg-Id
+	Mode       string `json:"mode"`
+	SinceMs    int64  `json:"since_ms"`    // when it was paused
+	DeadlineMs int64  `json:"deadline_ms"` // when its time-out passed
+	AtMs       int64  `json:"at_ms"`       // when planact ended it
+	Reason     string `json:"reason"`      // what the work that waited was told
+}
+
 // RoleState is the KV value (bucket sessions, key "role.<role>") that says
 // whether a role's generations may be sent, and which weights its engine
 // runs. Written by the session-store, by compare-and-set.
@@ -98,9 +127,13 @@ type RoleState struct {
 	PauseID    string `json:"pause_id,omitempty"`
 	SinceMs    int64  `json:"since_ms,omitempty"`
 	DeadlineMs int64  `json:"deadline_ms,omitempty"`
-	// Expired: the pause outlived its deadline; the role's waiting work fails.
-	Expired bool   `json:"expired,omitempty"`
-	Reason  string `json:"reason,omitempty"`
+	Reason     string `json:"reason,omitempty"` // the pause's
+	// Expiry is the last pause that ended at its time-out (not paused since
+	// then unless Paused says so). Written in the compare-and-set that
+	// ended the pause.
+	Expiry *PauseExpiry `json:"expiry,omitempty"`
+	// ExpiryAnnounced: control.<role>.expired of Expiry is published.
+	ExpiryAnnounced bool `json:"expiry_announced,omitempty"`
 	// Answered is the epoch whose pause was answered (Paused published).
 	Answered int64 `json:"answered,omitempty"`
 	// WeightVersion is the newest version of the role's weights planact

@@ -460,11 +460,15 @@ type Sample struct {
 
 // Task states: how each task of a rollout ended, in its result.
 const (
-	TaskTrained    = "trained"    // its samples are delivered (in a delivered group)
+	TaskTrained    = "trained"    // the role's samples of it are in its result (or a delivered group)
 	TaskFiltered   = "filtered"   // its group did not pass the group filter
 	TaskAborted    = "aborted"    // stopped: enough groups (over-sampling), or cancelled
-	TaskFailed     = "failed"     // its episode failed; Reason says why
+	TaskFailed     = "failed"     // its episode failed, or what the role was to run of it did; Reason says why
 	TaskUnfinished = "unfinished" // still running when the rollout timed out
+	// TaskEmpty: its episode ended, but nothing of it was for the role's
+	// model to run (the actor: no act ran the actor model), so the role has
+	// no sample of it.
+	TaskEmpty = "empty"
 )
 
 // TaskOutcome is how one task (one episode) of a rollout ended.
@@ -504,7 +508,10 @@ func (m *Group) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: -1, Role:
 
 // Stats summarise a rollout for one role.
 type Stats struct {
-	Episodes       int            `json:"episodes"`
+	Episodes int `json:"episodes"`
+	// Ended counts the episodes that ended (any status); Completed those
+	// that ended completed. Accuracy and the means are over Ended.
+	Ended          int            `json:"ended"`
 	Completed      int            `json:"completed"`
 	Correct        int            `json:"correct"`
 	Accuracy       float64        `json:"accuracy"`
@@ -641,5 +648,9 @@ type Cancel struct {
 
 func (m *Cancel) Kind() string    { return "rollout.cancel/1" }
 func (m *Cancel) Subject() string { return subject.Cancel(m.Rollout, m.Role) }
-func (m *Cancel) MsgID() string   { return fmt.Sprintf("cancel.%d.%s", m.Rollout, m.Role) }
-func (m *Cancel) Meta() Meta      { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }
+func (m *Cancel) MsgID() string {
+	// One id per cancel call: a publish retried by the client is stored
+	// once, a later cancel is a new message and gets its own answer.
+	return fmt.Sprintf("cancel.%d.%s.%d", m.Rollout, m.Role, m.AtMs)
+}
+func (m *Cancel) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }

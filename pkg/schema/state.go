@@ -1,6 +1,9 @@
 package schema
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/url"
@@ -399,6 +402,16 @@ type RoleInfo struct {
 	// ArrivalID is the Nats-Msg-Id of the arrival that counted (or
 	// "seq:<stream sequence>"): another arrival of the role is a re-submission.
 	ArrivalID string `json:"arrival_id,omitempty"`
+	// Digest sums what the arrival asked for: engine, weight version,
+	// config and tasks, not its message id, attempt or time. Another arrival
+	// of the role with the same digest is the same one sent again
+	// (harmless); with another it is refused, naming what differs.
+	Digest string `json:"digest,omitempty"`
+	// ConfigDigest sums the configuration the arrival carried, its
+	// defaults applied ("" without one), and Tasks is its task list's
+	// digest ("" without tasks; TaskList.Digest).
+	ConfigDigest string `json:"config_digest,omitempty"`
+	Tasks        string `json:"tasks,omitempty"`
 }
 
 // Group filters.
@@ -455,6 +468,9 @@ type Session struct {
 	// Reason why.
 	Status string `json:"status,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// CancelledBy is the Nats-Msg-Id of the cancel that ended the rollout
+	// (that cancel delivered again is answered as it was the first time).
+	CancelledBy string `json:"cancelled_by,omitempty"`
 	// Outbox lists the effects decided and not yet known to be published.
 	Outbox []string `json:"outbox,omitempty"`
 	// Objects are the result objects ("bucket/name") the rollout left in the
@@ -533,6 +549,24 @@ func (s *Session) EndedCount() int { return len(s.Ended) }
 type TaskList struct {
 	Tasks  []Task `json:"tasks,omitempty"`
 	Object string `json:"object,omitempty"` // the list is this TaskList in the object store
+	// From is the role whose arrival brought the list, and Digest the
+	// list's: TasksDigest of the tasks, or the object store's digest of the
+	// object. Another arrival's list is compared by it.
+	From   string `json:"from,omitempty"`
+	Digest string `json:"digest,omitempty"`
+}
+
+// TasksDigest names a task list by its content: equal lists have equal
+// digests, whatever the order of their metadata's keys.
+func TasksDigest(tasks []Task) string {
+	data, err := json.Marshal(tasks)
+	if err != nil {
+		// A task decoded from msgpack always encodes; say so rather than
+		// let two lists share a digest.
+		return "unencodable: " + err.Error()
+	}
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // Node states of a run.

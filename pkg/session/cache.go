@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -74,28 +75,48 @@ func NewCache(b *bus.Bus) *Cache { return &Cache{KV: b.Sessions, Objects: b.Task
 // LoadTasks reads rollout n's tasks, from the object store when the KV
 // value names an object. found is false when no arrival brought tasks.
 func LoadTasks(ctx context.Context, kv *bus.Bucket, objects jetstream.ObjectStore, n int64) ([]schema.Task, bool, error) {
+	tl, found, err := LoadTaskList(ctx, kv, objects, n)
+	return tl.Tasks, found, err
+}
+
+// LoadTaskList reads rollout n's task list as its arrival recorded it (who
+// brought it, its digest), with its tasks, from the object store when the
+// KV value names an object: an object whose content changed since that
+// arrival (another put under its name) is refused, not read as the list.
+func LoadTaskList(ctx context.Context, kv *bus.Bucket, objects jetstream.ObjectStore, n int64) (schema.TaskList, bool, error) {
 	tl, _, found, err := bus.GetFresh[schema.TaskList](ctx, kv, schema.TasksKey(n))
-	if err != nil || !found {
-		return nil, found, err
-	}
-	if tl.Object == "" {
-		return tl.Tasks, true, nil
+	if err != nil || !found || tl.Object == "" {
+		return tl, found, err
 	}
 	if objects == nil {
-		return nil, true, fail.Permanentf("rollout %d: tasks are in object %s, but no object store is open", n, tl.Object)
+		return tl, true, fail.Permanentf("rollout %d: tasks are in object %s, but no object store is open", n, tl.Object)
 	}
-	data, err := objects.GetBytes(ctx, tl.Object)
+	obj, err := objects.Get(ctx, tl.Object)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, true, fail.Permanentf("rollout %d: task object %s is gone", n, tl.Object)
+		return tl, true, fail.Permanentf("rollout %d: task object %s is gone", n, tl.Object)
 	}
 	if err != nil {
-		return nil, true, fail.Transientf("rollout %d: task object %s: %w", n, tl.Object, err)
+		return tl, true, fail.Transientf("rollout %d: task object %s: %w", n, tl.Object, err)
+	}
+	defer obj.Close()
+	info, err := obj.Info()
+	if err != nil {
+		return tl, true, fail.Transientf("rollout %d: task object %s: %w", n, tl.Object, err)
+	}
+	if tl.Digest != "" && info.Digest != tl.Digest {
+		return tl, true, fail.Permanentf("rollout %d: task object %s changed after the %s arrival that brought it (digest %s then, %s now): a list is put once, under a name of its own",
+			n, tl.Object, tl.From, tl.Digest, info.Digest)
+	}
+	data, err := io.ReadAll(obj)
+	if err != nil {
+		return tl, true, fail.Transientf("rollout %d: task object %s: %w", n, tl.Object, err)
 	}
 	var inner schema.TaskList
 	if err := schema.UnmarshalValueStrict(data, &inner, "task list "+tl.Object); err != nil {
-		return nil, true, fmt.Errorf("rollout %d: task object %s: %w", n, tl.Object, err)
+		return tl, true, fmt.Errorf("rollout %d: task object %s: %w", n, tl.Object, err)
 	}
-	return inner.Tasks, true, nil
+	tl.Tasks = inner.Tasks
+	return tl, true, nil
 }
 
 // Get returns rollout n's Info. Whatever would make a service drop work —

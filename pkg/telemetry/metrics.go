@@ -70,6 +70,10 @@ var (
 		Name: "planact_act_failures_total",
 		Help: "Acts that failed for good, after their last attempt, by error kind (error, invalid, timeout, unavailable, paused, stale).",
 	}, []string{"kind"})
+	PauseWaits = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "planact_pause_waits",
+		Help: "Work (planner turns, acts) held now by a pause of its role, by role: it goes on at the resume, or fails with paused at the pause's time-out.",
+	}, []string{"role"})
 	ActsInFlight = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "planact_acts_in_flight",
 		Help: "Acts an act-dispatcher replica is executing now, by replica.",

@@ -61,12 +61,12 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 	id := m.ID()
 	st, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(p.Role), func(v *schema.RoleState, _ bool) (bool, error) {
 		v.Role = p.Role
-		if v.Paused && v.PauseID == id {
-			return false, nil // this pause, delivered again
+		if v.Paused && v.PauseID == id || v.Expiry != nil && v.Expiry.PauseID == id {
+			return false, nil // this pause, delivered again (it may have expired since)
 		}
 		now := s.nowMs()
 		v.Epoch++
-		v.Paused, v.Mode, v.PauseID, v.SinceMs, v.Expired, v.Reason = true, p.Mode, id, now, false, p.Reason
+		v.Paused, v.Mode, v.PauseID, v.SinceMs, v.Reason = true, p.Mode, id, now, p.Reason
 		v.DeadlineMs = now + schema.Seconds(p.TimeoutS).Milliseconds()
 		return true, nil
 	})
@@ -91,7 +91,7 @@ func (s *Service) handleResume(ctx context.Context, m bus.Msg) error {
 		changed := false
 		if v.Paused {
 			v.Epoch++
-			v.Paused, v.Mode, v.PauseID, v.SinceMs, v.DeadlineMs, v.Expired, v.Reason = false, "", "", 0, 0, false, ""
+			v.Paused, v.Mode, v.PauseID, v.SinceMs, v.DeadlineMs, v.Reason = false, "", "", 0, 0, ""
 			changed = true
 		}
 		if r.WeightVersion != "" && r.WeightVersion != v.WeightVersion {

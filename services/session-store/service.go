@@ -80,7 +80,7 @@ func Run(ctx context.Context, d Deps) error {
 	if d.ResultPatience == 0 {
 		d.ResultPatience = 2 * time.Minute
 	}
-	s := &Service{Deps: d, index: newIndex(), taskCache: &taskCache{lists: map[int64][]schema.Task{}}}
+	s := &Service{Deps: d, index: newIndex(), taskCache: &taskCache{lists: map[int64]schema.TaskList{}}}
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	wg.Add(3)
