@@ -217,7 +217,7 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 		return s.status(ctx, p.Rollout, "rejected", -1, err.Error())
 	}
 	if err := schema.CheckRouting(m.Subject, m.Header, &c); err != nil {
-		err = fmt.Errorf("cancel on %s: %w", m.Subject, err)
+		err = fmt.Errorf("cancel refused: %w", err)
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
 		return s.status(ctx, p.Rollout, "rejected", -1, err.Error())
 	}
