@@ -42,6 +42,9 @@ func explain(data []byte, v any, err error, tree func([]byte) (any, error), stri
 
 // explainMsgpack is explain for a body that should be msgpack.
 func explainMsgpack(data []byte, v any, err error, strict bool) error {
+	if len(data) == 0 {
+		return errors.New("the body is empty")
+	}
 	if looksJSON(data) {
 		return errJSONBody
 	}

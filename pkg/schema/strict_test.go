@@ -220,6 +220,9 @@ func TestDecodingErrorsNameTheField(t *testing.T) {
 	if err := schema.Unmarshal(data, &schema.PlanOutput{}); err == nil || !strings.Contains(err.Error(), `segments[0].ids[0] is the float 1: want an integer`) {
 		t.Errorf("plan.out with a float token id: %v", err)
 	}
+	if err := schema.UnmarshalStrict(nil, &schema.Cancel{}); err == nil || !strings.Contains(err.Error(), "decode rollout.cancel/1: the body is empty") {
+		t.Errorf("an empty body: %v", err)
+	}
 	json := []byte(` {"schema": "rollout.cancel/1", "rollout": 7, "role": "actor"}`)
 	for _, err := range []error{schema.Unmarshal(json, &schema.Cancel{}), schema.UnmarshalStrict(json, &schema.Cancel{})} {
 		if err == nil || !strings.Contains(err.Error(), "the body is JSON, and planact reads msgpack") ||
