@@ -18,18 +18,25 @@ import (
 
 // A decoder of a typed value stops at the first byte it cannot use and
 // says so in its own terms ("invalid code=cb decoding int64"), naming no
-// field. When a decode fails, explain reads the body again as plain values
-// and walks them along the type to find the culprit: where it is, what it
-// is, and what is wanted there. Only a failed decode pays for that walk.
+// field. When a decode fails, explainMsgpack reads the body again as plain
+// values and walks them along the type (culprit) to find where the culprit
+// is, what it is, and what is wanted there. Only a failed decode pays for
+// that walk. A JSON body is read as plain values anyway, and walked first.
 
-// explain turns err, from decoding data into v, into an error that names
-// the culprit. tree reads the body as plain values (msgpackTree, or
-// jsonTree for a JSON body). strict: a field v does not have is a culprit
-// too. When nothing in the body explains err, err is returned as it is.
-func explain(data []byte, v any, err error, tree func([]byte) (any, error), strict bool) error {
-	body, terr := tree(data)
+// explainMsgpack turns err, from decoding msgpack data into v, into an
+// error that names the culprit. strict: a field v does not have is a
+// culprit too. When nothing in the body explains err, err is returned as
+// it is.
+func explainMsgpack(data []byte, v any, err error, strict bool) error {
+	if len(data) == 0 {
+		return errors.New("the body is empty")
+	}
+	if looksJSON(data) {
+		return errJSONBody
+	}
+	body, terr := msgpackTree(data)
 	if terr != nil {
-		return terr
+		return fmt.Errorf("not a msgpack body: %w", terr)
 	}
 	if serr := schemaMismatch(body, v); serr != nil {
 		return serr
@@ -38,23 +45,6 @@ func explain(data []byte, v any, err error, tree func([]byte) (any, error), stri
 		return c
 	}
 	return err
-}
-
-// explainMsgpack is explain for a body that should be msgpack.
-func explainMsgpack(data []byte, v any, err error, strict bool) error {
-	if len(data) == 0 {
-		return errors.New("the body is empty")
-	}
-	if looksJSON(data) {
-		return errJSONBody
-	}
-	return explain(data, v, err, func(data []byte) (any, error) {
-		body, terr := msgpackTree(data)
-		if terr != nil {
-			return nil, fmt.Errorf("not a msgpack body: %w", terr)
-		}
-		return body, nil
-	}, strict)
 }
 
 // errJSONBody answers a JSON body sent without the Content-Type that says so.
