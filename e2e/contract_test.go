@@ -267,12 +267,16 @@ func TestCancelsThatDisagreeAreRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Every bad cancel is answered, in whatever order the consumer takes them.
+	// Every bad cancel is answered, in whatever order the consumer takes
+	// them; and the arrival is recorded (the session-store may take a
+	// cancel published after it first, and answer that it knows no such
+	// rollout).
 	want := map[string]bool{}
 	for _, c := range bad {
 		want[c.want] = true
 	}
-	for len(want) > 0 {
+	arrived := false
+	for len(want) > 0 || !arrived {
 		m, err := statuses.NextMsg(patience)
 		if err != nil {
 			t.Fatalf("no answer for %v: %v", want, err)
@@ -283,6 +287,9 @@ func TestCancelsThatDisagreeAreRefused(t *testing.T) {
 		}
 		if st.Event == "aborted" || strings.Contains(st.Detail, "aborted by") {
 			t.Fatalf("a bad cancel aborted the rollout: %+v", st)
+		}
+		if st.Event == "arrived" {
+			arrived = true
 		}
 		if st.Event != "rejected" {
 			continue

@@ -326,7 +326,21 @@ func TestNatsCLISpeaksJSON(t *testing.T) {
 
 	// A cancel from the command line ends a rollout waiting at the barrier.
 	const waiting = 908
+	statuses, err := nc.SubscribeSync("rollout.908.status")
+	if err != nil {
+		t.Fatal(err)
+	}
 	natsRun(t, e.url, append([]string{"pub", "rollout.908.arrive.actor", arrival(waiting, "actor", e.actor.URL, "")}, asJSON...)...)
+	for arrived := false; !arrived; {
+		// The arrival is recorded before the cancel goes: the session-store
+		// may take messages in another order than they were published.
+		m, err := statuses.NextMsg(patience)
+		if err != nil {
+			t.Fatalf("the actor's JSON arrival was not recorded: %v", err)
+		}
+		var st schema.Status
+		arrived = schema.Unmarshal(m.Data, &st) == nil && st.Event == "arrived"
+	}
 	natsRun(t, e.url, append([]string{"pub", "rollout.908.cancel.actor",
 		`{"schema": "rollout.cancel/1", "rollout": 908, "role": "actor", "reason": "from the command line"}`}, asJSON...)...)
 	res, err := c.Result(ctx, waiting, schema.RoleActor)
