@@ -70,9 +70,10 @@ func (c *Client) Arrive(ctx context.Context, a *schema.Arrive) error {
 // (a role it does not know has no result subject); the session-store checks
 // the rest and answers with ErrRejected.
 func checkArrival(a *schema.Arrive) error {
+	if err := schema.CheckRole(a.Role); err != nil {
+		return fmt.Errorf("%w: %v", ErrRejected, err)
+	}
 	switch {
-	case a.Role != schema.RolePlanner && a.Role != schema.RoleActor:
-		return fmt.Errorf("%w: role %q: want %q or %q", ErrRejected, a.Role, schema.RolePlanner, schema.RoleActor)
 	case a.Rollout < 0:
 		return fmt.Errorf("%w: rollout %d: must not be negative", ErrRejected, a.Rollout)
 	case a.Engine.URL == "":
@@ -213,6 +214,9 @@ const CancelPatience = time.Minute
 // no deadline) it says so; the cancel stays published and is acted on when
 // planact's session-store runs.
 func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string) error {
+	if err := schema.CheckRole(role); err != nil {
+		return fmt.Errorf("cancel rollout %d: %w", rollout, err)
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, CancelPatience)
@@ -264,6 +268,10 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string)
 // ran out of time) and aborted (cancelled) results come with a nil error
 // and the samples of the episodes that ended: check Status.
 func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Result, error) {
+	if err := schema.CheckRole(role); err != nil {
+		// No result ever comes on a subject of no role: say so now.
+		return nil, fmt.Errorf("%w: result of rollout %d: %v", ErrRejected, n, err)
+	}
 	c.mu.Lock()
 	at := c.arrived[fmt.Sprintf("%d/%s", n, role)]
 	c.mu.Unlock()
@@ -449,6 +457,9 @@ type PauseOptions struct {
 // the role runs on any gateway (those that did not say so in time are in
 // the answer's Missing). Call Resume with the new weight version after.
 func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schema.Paused, error) {
+	if err := schema.CheckRole(role); err != nil {
+		return nil, fmt.Errorf("pause: %w", err)
+	}
 	p := &schema.Pause{Role: role, Mode: schema.PauseWait, TimeoutS: o.Timeout.Seconds(), Reason: o.Reason, AtMs: time.Now().UnixMilli()}
 	if o.Abort {
 		p.Mode = schema.PauseAbort
@@ -497,6 +508,9 @@ func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schem
 // Resume lets planact send the generations of role again, from the weights
 // of weightVersion (what samples record from now on).
 func (c *Client) Resume(ctx context.Context, role, weightVersion string) error {
+	if err := schema.CheckRole(role); err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
 	msg, err := bus.NewMsg(ctx, &schema.Resume{Role: role, WeightVersion: weightVersion, AtMs: time.Now().UnixMilli()})
 	if err != nil {
 		return err

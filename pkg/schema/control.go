@@ -37,6 +37,29 @@ func (m *Pause) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m
 // DefaultPauseTimeoutS is how long a pause may last unless it says.
 const DefaultPauseTimeoutS = 600
 
+// WithDefaults fills the mode and time-out a pause left out.
+func (m Pause) WithDefaults() Pause {
+	if m.Mode == "" {
+		m.Mode = PauseWait
+	}
+	if m.TimeoutS == 0 {
+		m.TimeoutS = DefaultPauseTimeoutS
+	}
+	return m
+}
+
+// Validate reports the first field of a pause (defaults filled) that holds
+// a value planact does not know or that is out of its range.
+func (m *Pause) Validate() error {
+	if m.Mode != PauseWait && m.Mode != PauseAbort {
+		return fmt.Errorf("pause of %s: mode %q: want wait or abort", m.Role, m.Mode)
+	}
+	if !inSeconds(m.TimeoutS, MinTimeoutS, MaxRolloutTimeoutS) {
+		return fmt.Errorf("pause of %s: timeout_s %g: want a number of seconds from %d to %d", m.Role, m.TimeoutS, MinTimeoutS, MaxRolloutTimeoutS)
+	}
+	return nil
+}
+
 // Resume lets planact send generations of Role again, from the weights of
 // WeightVersion (the version the engine now runs; samples record it).
 type Resume struct {

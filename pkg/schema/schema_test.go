@@ -533,3 +533,59 @@ func fill(v reflect.Value, depth int) {
 		}
 	}
 }
+
+// TestSchemasBoundWhatGoBounds: the JSON Schemas a trainer in another
+// language validates against agree with the Go bounds at their edges, on
+// both sides (a time-out of 1e-300 s was valid by both), and with the
+// integers Go reads (a float with no fraction is one; one with a fraction
+// is not).
+func TestSchemasBoundWhatGoBounds(t *testing.T) {
+	schemas := compile(t)
+	arrive := func(edit func(b, cfg map[string]any)) (schemaErr, goErr error) {
+		b := map[string]any{"schema": "rollout.arrive/1", "rollout": 7, "role": "planner", "at_ms": 1767225600000,
+			"engine": map[string]any{"url": "http://e"}, "config": map[string]any{}}
+		edit(b, b["config"].(map[string]any))
+		data, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		schemaErr = schemas["rollout.arrive.v1.schema.json"].Validate(jsonValue(t, data))
+		var a schema.Arrive
+		if goErr = schema.UnmarshalTrainer(data, map[string][]string{"Content-Type": {"application/json"}}, &a); goErr == nil {
+			goErr = a.Config.WithDefaults().Validate()
+		}
+		return schemaErr, goErr
+	}
+	for _, f := range []string{"act_timeout_s", "planner_timeout_s", "barrier_timeout_s", "rollout_timeout_s"} {
+		for _, c := range []struct {
+			v  any
+			ok bool
+		}{{schema.MinTimeoutS, true}, {1.5, true}, {0.999, false}, {1e-300, false}, {-1, false}} {
+			se, ge := arrive(func(_, cfg map[string]any) { cfg[f] = c.v })
+			if (se == nil) != c.ok || (ge == nil) != c.ok {
+				t.Errorf("%s %v: schema says %v, Go says %v; want valid %v", f, c.v, se, ge, c.ok)
+			}
+		}
+	}
+	for _, c := range []struct {
+		v  any
+		ok bool
+	}{{1.7e12, true}, {1767225600000.0, true}, {1712345678901.25, false}, {"1767225600000", false}} {
+		se, ge := arrive(func(b, _ map[string]any) { b["at_ms"] = c.v })
+		if (se == nil) != c.ok || (ge == nil) != c.ok {
+			t.Errorf("at_ms %v: schema says %v, Go says %v; want valid %v", c.v, se, ge, c.ok)
+		}
+	}
+	pause := schemas["control.pause.v1.schema.json"]
+	for _, c := range []struct {
+		v  float64
+		ok bool
+	}{{1, true}, {schema.MaxRolloutTimeoutS, true}, {0.5, false}, {1e-300, false}} {
+		p := schema.Pause{Role: "actor", Mode: schema.PauseWait, TimeoutS: c.v, AtMs: 1}
+		se := pause.Validate(jsonValue(t, wireJSON(t, &p)))
+		ge := p.Validate()
+		if (se == nil) != c.ok || (ge == nil) != c.ok {
+			t.Errorf("pause timeout_s %v: schema says %v, Go says %v; want valid %v", c.v, se, ge, c.ok)
+		}
+	}
+}

@@ -174,10 +174,15 @@ const (
 	MinContextTokens      = 16
 	MaxActRetries         = 20
 	MaxActTimeoutS        = 86400
-	MaxRolloutTimeoutS    = 7 * 86400
-	MaxTemperature        = 100
-	MaxStops              = 16
-	MaxTools              = 64
+	// MinTimeoutS is the shortest time-out planact takes, of an act, a
+	// planner generation, the barrier, a rollout or a pause: each waits
+	// for work that takes seconds, and less is a mistake (a value meant in
+	// other units, 1e-300) that would time out at once.
+	MinTimeoutS        = 1
+	MaxRolloutTimeoutS = 7 * 86400
+	MaxTemperature     = 100
+	MaxStops           = 16
+	MaxTools           = 64
 )
 
 // Validate reports the first field that holds a value planact does not
@@ -223,15 +228,15 @@ func (c Config) Validate() error {
 	for _, r := range []struct {
 		name string
 		v    float64
-		max  float64
+		max  int
 	}{
 		{"act_timeout_s", c.ActTimeoutS, MaxActTimeoutS},
 		{"planner_timeout_s", c.PlannerTimeoutS, MaxActTimeoutS},
 		{"barrier_timeout_s", c.BarrierTimeoutS, MaxRolloutTimeoutS},
 		{"rollout_timeout_s", c.RolloutTimeoutS, MaxRolloutTimeoutS},
 	} {
-		if math.IsNaN(r.v) || math.IsInf(r.v, 0) || r.v <= 0 || r.v > r.max {
-			return fmt.Errorf("config: %s %g: want a number of seconds above 0 and at most %g", r.name, r.v, r.max)
+		if !inSeconds(r.v, MinTimeoutS, r.max) {
+			return fmt.Errorf("config: %s %g: want a number of seconds from %d to %d", r.name, r.v, MinTimeoutS, r.max)
 		}
 	}
 	if err := c.validateReward(); err != nil {
@@ -309,6 +314,12 @@ func validToolName(name string) bool {
 		}
 	}
 	return true
+}
+
+// inSeconds reports whether s is a number of seconds from lo to hi (not
+// NaN, not infinite).
+func inSeconds(s float64, lo, hi int) bool {
+	return !math.IsNaN(s) && s >= float64(lo) && s <= float64(hi)
 }
 
 // checkURL accepts an absolute http or https URL with a host.

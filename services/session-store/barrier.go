@@ -24,16 +24,15 @@ import (
 func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed) error {
 	id := m.ID()
 	var a schema.Arrive
-	if err := schema.UnmarshalStrict(m.Data, &a); err != nil {
+	if err := schema.UnmarshalTrainer(m.Data, m.Header, &a); err != nil {
 		return s.rejectUndecodable(ctx, m, p, fmt.Errorf("%s: %w", m.Subject, err))
 	}
 	log := zerolog.Ctx(ctx) // has the rollout and role, from the headers
-	if h := m.Header.Get(schema.HdrSchema); h != "" && h != a.Kind() {
-		err := fail.Invalidf("header %s %q disagrees with the body's schema %q", schema.HdrSchema, h, a.Kind())
+	if err := schema.CheckRouting(m.Subject, m.Header, &a); err != nil {
 		log.Warn().Err(err).Msg("arrival rejected")
 		return s.reject(ctx, p, &a, id, err)
 	}
-	if err := s.validateArrival(&a, p); err != nil {
+	if err := s.validateArrival(&a); err != nil {
 		log.Warn().Err(err).Msg("arrival rejected")
 		return s.reject(ctx, p, &a, id, err)
 	}
@@ -226,17 +225,9 @@ func refusedList(v *schema.Session, tl schema.TaskList) bool {
 	return r.Tasks != tl.Digest
 }
 
-// validateArrival checks what a trainer sent before anything is stored.
-func (s *Service) validateArrival(a *schema.Arrive, p subject.Parsed) error {
-	if p.Role == "" {
-		return fail.Invalidf("arrivals go to rollout.N.arrive.<role> (here %s), with the role in the subject", subject.Arrive(a.Rollout, a.Role))
-	}
-	if a.Role != schema.RolePlanner && a.Role != schema.RoleActor {
-		return fail.Invalidf("role %q: want planner or actor", a.Role)
-	}
-	if p.Rollout != a.Rollout || p.Role != a.Role {
-		return fail.Invalidf("the subject names rollout %d as %s, the body rollout %d as %s: they must agree", p.Rollout, p.Role, a.Rollout, a.Role)
-	}
+// validateArrival checks what a trainer sent before anything is stored
+// (its subject and headers were checked against it: schema.CheckRouting).
+func (s *Service) validateArrival(a *schema.Arrive) error {
 	if a.Rollout < 0 {
 		return fail.Invalidf("rollout %d: must not be negative", a.Rollout)
 	}

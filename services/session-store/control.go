@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -26,7 +24,7 @@ var gateways = map[string]string{schema.RolePlanner: "planner-gateway", schema.R
 
 // handleControl takes a trainer's pause or resume of its role.
 func (s *Service) handleControl(ctx context.Context, m bus.Msg) error {
-	_, verb, _ := controlSubject(m.Subject)
+	_, verb, _ := subject.ParseControl(m.Subject)
 	switch verb {
 	case "pause":
 		return s.handlePause(ctx, m)
@@ -40,23 +38,15 @@ func (s *Service) handleControl(ctx context.Context, m bus.Msg) error {
 // gateway of the role runs none of its generations.
 func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 	var p schema.Pause
-	if err := schema.UnmarshalStrict(m.Data, &p); err != nil {
+	if err := schema.UnmarshalTrainer(m.Data, m.Header, &p); err != nil {
 		return err
 	}
-	if err := checkControl(m.Subject, p.Role); err != nil {
+	if err := schema.CheckRouting(m.Subject, m.Header, &p); err != nil {
 		return err
 	}
-	if p.Mode == "" {
-		p.Mode = schema.PauseWait
-	}
-	if p.Mode != schema.PauseWait && p.Mode != schema.PauseAbort {
-		return fail.Invalidf("pause of %s: mode %q: want wait or abort", p.Role, p.Mode)
-	}
-	if p.TimeoutS == 0 {
-		p.TimeoutS = schema.DefaultPauseTimeoutS
-	}
-	if math.IsNaN(p.TimeoutS) || p.TimeoutS < 0 || p.TimeoutS > schema.MaxRolloutTimeoutS {
-		return fail.Invalidf("pause of %s: timeout_s %g: want a number of seconds above 0 and at most %d", p.Role, p.TimeoutS, schema.MaxRolloutTimeoutS)
+	p = p.WithDefaults()
+	if err := p.Validate(); err != nil {
+		return fail.E(fail.Invalid, err)
 	}
 	id := m.ID()
 	st, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(p.Role), func(v *schema.RoleState, _ bool) (bool, error) {
@@ -80,10 +70,10 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 // handleResume lets a role's generations go again, from its new weights.
 func (s *Service) handleResume(ctx context.Context, m bus.Msg) error {
 	var r schema.Resume
-	if err := schema.UnmarshalStrict(m.Data, &r); err != nil {
+	if err := schema.UnmarshalTrainer(m.Data, m.Header, &r); err != nil {
 		return err
 	}
-	if err := checkControl(m.Subject, r.Role); err != nil {
+	if err := schema.CheckRouting(m.Subject, m.Header, &r); err != nil {
 		return err
 	}
 	_, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(r.Role), func(v *schema.RoleState, _ bool) (bool, error) {
@@ -103,27 +93,6 @@ func (s *Service) handleResume(ctx context.Context, m bus.Msg) error {
 		zerolog.Ctx(ctx).Info().Str("role", r.Role).Str("weight_version", r.WeightVersion).Msg("role resumed")
 	}
 	return err
-}
-
-// controlSubject reads control.<role>.<verb>.
-func controlSubject(subj string) (role, verb string, ok bool) {
-	parts := strings.Split(subj, ".")
-	if len(parts) != 3 || parts[0] != "control" {
-		return "", "", false
-	}
-	return parts[1], parts[2], true
-}
-
-// checkControl refuses a control message of another role than planner or
-// actor, or whose subject names another role than its body.
-func checkControl(subj, role string) error {
-	if role != schema.RolePlanner && role != schema.RoleActor {
-		return fail.Invalidf("%s: role %q: want planner or actor", subj, role)
-	}
-	if r, _, _ := controlSubject(subj); r != role {
-		return fail.Invalidf("%s names another role than the body (%s): they must agree", subj, role)
-	}
-	return nil
 }
 
 // answerPause publishes the Paused answer of the pause st holds, once every

@@ -216,12 +216,12 @@ func (s *Service) timeOut(ctx context.Context, n int64, kind string) error {
 // had already ended, or is not known.
 func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed) error {
 	var c schema.Cancel
-	if err := schema.UnmarshalStrict(m.Data, &c); err != nil {
+	if err := schema.UnmarshalTrainer(m.Data, m.Header, &c); err != nil {
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
 		return s.status(ctx, p.Rollout, "rejected", -1, err.Error())
 	}
-	if p.Role == "" || p.Role != c.Role || p.Rollout != c.Rollout {
-		err := fmt.Errorf("cancel on %s names rollout %d as %q: cancels go to rollout.N.cancel.<role>, and subject and body must agree", m.Subject, c.Rollout, c.Role)
+	if err := schema.CheckRouting(m.Subject, m.Header, &c); err != nil {
+		err = fmt.Errorf("cancel refused: %w", err)
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
 		return s.status(ctx, p.Rollout, "rejected", -1, err.Error())
 	}
