@@ -55,6 +55,34 @@ type Config struct {
 	// earlier assistant turns, as Qwen3's does: a conversation re-rendered
 	// every turn then differs from the trajectory it extends.
 	ChatStripThink bool
+	// Omit leaves fields out of the engine's replies, as servers that do
+	// not know (or were not started with) the options that ask for them.
+	Omit Omit
+	// VersionEndpoint is what GET /get_weight_version answers: "" the
+	// version of the weights the engine serves; NoVersionEndpoint 404 (as
+	// vLLM, or an SGLang before it had versions: GET /get_model_info then
+	// names none either); anything else that version, whatever the weights
+	// (an engine whose report cannot be trusted, or a router that asks
+	// another worker than the one that generates).
+	VersionEndpoint string
+}
+
+// NoVersionEndpoint, as Config.VersionEndpoint: the engine cannot say which
+// weights it serves.
+const NoVersionEndpoint = "404"
+
+// Omit lists the fields a simulated engine leaves out of its replies.
+type Omit struct {
+	// TokenIDs: OpenAI-compatible replies carry neither token_ids nor
+	// prompt_token_ids (vLLM's return_token_ids), and their log-prob tokens
+	// are text, never "token_id:<id>" (return_tokens_as_token_ids).
+	TokenIDs bool
+	// LogProbs: SGLang's meta_info has no output_token_logprobs, and
+	// OpenAI-compatible replies have no logprobs.
+	LogProbs bool
+	// WeightVersion: replies do not report the weights that generated them
+	// (SGLang's meta_info.weight_version, the OpenAI metadata.weight_version).
+	WeightVersion bool
 }
 
 // Defaults of the simulated world, the same for `planact up` and `planact
