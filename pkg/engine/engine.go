@@ -82,17 +82,17 @@ const (
 
 // Generation is what an engine produced for one request.
 type Generation struct {
-	Text          string        `msgpack:"text" json:"text"`
-	OutputIDs     []int         `msgpack:"output_ids" json:"output_ids"`
-	LogProbs      []float64     `msgpack:"log_probs" json:"log_probs"` // one per output id, or none
+	Text      string    `msgpack:"text" json:"text"`
+	OutputIDs []int     `msgpack:"output_ids" json:"output_ids"`
+	LogProbs  []float64 `msgpack:"log_probs" json:"log_probs"` // one per output id, or none
 	// LogProbsMissing says why LogProbs is nil although tokens were
 	// generated: the engine returned none, or not one for every token. A
 	// log-prob the engine did not return is absent, never a zero.
-	LogProbsMissing string `msgpack:"log_probs_missing,omitempty" json:"log_probs_missing,omitempty"`
-	FinishReason  string        `msgpack:"finish_reason" json:"finish_reason"`
-	PromptTokens  int           `msgpack:"prompt_tokens" json:"prompt_tokens"`
-	WeightVersion string        `msgpack:"weight_version,omitempty" json:"weight_version,omitempty"`
-	Latency       time.Duration `msgpack:"latency" json:"latency"`
+	LogProbsMissing string        `msgpack:"log_probs_missing,omitempty" json:"log_probs_missing,omitempty"`
+	FinishReason    string        `msgpack:"finish_reason" json:"finish_reason"`
+	PromptTokens    int           `msgpack:"prompt_tokens" json:"prompt_tokens"`
+	WeightVersion   string        `msgpack:"weight_version,omitempty" json:"weight_version,omitempty"`
+	Latency         time.Duration `msgpack:"latency" json:"latency"`
 	// PromptIDs are set by engines that render the prompt themselves (chat):
 	// the ids the engine generated from. They begin with the ids of every
 	// message but the last (checked); the rest is the last message as the

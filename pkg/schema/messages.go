@@ -210,7 +210,10 @@ type Segment struct {
 	Text     string    `json:"text"`
 	Version  string    `json:"weight_version,omitempty"` // of the engine that generated it
 	IDs      []int     `json:"ids"`
-	LogProbs []float64 `json:"log_probs,omitempty"` // only for generated segments
+	LogProbs []float64 `json:"log_probs,omitempty"` // only for generated segments, one per id
+	// LogProbsMissing says why a generated segment has no log-probs: the
+	// engine did not return them (never zeros in their place).
+	LogProbsMissing string `json:"log_probs_missing,omitempty"`
 }
 
 // PlanOutput is the planner's full output for a turn. Segments hold the whole
@@ -359,14 +362,17 @@ const (
 
 // Generation is one engine call as a trainer needs it: token-exact.
 type Generation struct {
-	Prompt        string    `json:"prompt"`
-	PromptIDs     []int     `json:"prompt_ids"`
-	Text          string    `json:"text"`
-	OutputIDs     []int     `json:"output_ids"`
-	LogProbs      []float64 `json:"log_probs"`
-	FinishReason  string    `json:"finish_reason"`
-	WeightVersion string    `json:"weight_version,omitempty"`
-	LatencyMs     int64     `json:"latency_ms"`
+	Prompt    string    `json:"prompt"`
+	PromptIDs []int     `json:"prompt_ids"`
+	Text      string    `json:"text"`
+	OutputIDs []int     `json:"output_ids"`
+	LogProbs  []float64 `json:"log_probs"` // one per output id, or none
+	// LogProbsMissing says why there are no log-probs: the engine did not
+	// return them (never zeros in their place).
+	LogProbsMissing string `json:"log_probs_missing,omitempty"`
+	FinishReason    string `json:"finish_reason"`
+	WeightVersion   string `json:"weight_version,omitempty"`
+	LatencyMs       int64  `json:"latency_ms"`
 }
 
 // ActDone is the outcome of one act.

@@ -222,7 +222,7 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest) 
 	ids = engine.TrajectoryIDs(r, g, ids) // a chat engine's rendering of the prompt
 	telemetry.EngineSeconds.WithLabelValues(schema.RoleActor).Observe(time.Since(start).Seconds())
 	return schema.Generation{
-		Prompt: req.Prompt, PromptIDs: ids, Text: g.Text, OutputIDs: g.OutputIDs, LogProbs: g.LogProbs,
+		Prompt: req.Prompt, PromptIDs: ids, Text: g.Text, OutputIDs: g.OutputIDs, LogProbs: g.LogProbs, LogProbsMissing: g.LogProbsMissing,
 		FinishReason: g.FinishReason, WeightVersion: g.WeightVersion, LatencyMs: time.Since(start).Milliseconds(),
 	}, nil
 }

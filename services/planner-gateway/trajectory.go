@@ -177,7 +177,7 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	telemetry.EngineSeconds.WithLabelValues(schema.RolePlanner).Observe(time.Since(start).Seconds())
 	out.Segments = append(segs, schema.Segment{
 		Kind: schema.SegGenerated, Turn: req.Turn, Text: gen.Text, Version: out.WeightVersion,
-		IDs: gen.OutputIDs, LogProbs: gen.LogProbs,
+		IDs: gen.OutputIDs, LogProbs: gen.LogProbs, LogProbsMissing: gen.LogProbsMissing,
 	})
 	log.Debug().Int("tokens", len(gen.OutputIDs)).Str("finish", gen.FinishReason).Msg("planner turn")
 	return s.Bus.Publish(ctx, out)

@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/planact/planact/pkg/client"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+)
+
+// Never train on what an engine did not say: engines that leave fields out
+// of their replies, played by the simulated engines, through every service.
+
+// TestNoLogProbsNoZeros: engines that return no log-probs give samples
+// without rollout_log_probs, their metadata saying why, never zeros; the
+// rollout is otherwise what it would be.
+func TestNoLogProbsNoZeros(t *testing.T) {
+	omit := sim.Omit{LogProbs: true}
+	e := startSem(t, semOptions{planner: sim.Config{Seed: 161, Omit: omit}, actor: sim.Config{Seed: 162, Omit: omit}})
+	const n = 1601
+	o := <-e.start(t, n, e.tasks(2, 1, n), nil)
+	if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK {
+		t.Fatalf("rollout: %v %v %s", o.perr, o.aerr, brief(o.planner))
+	}
+	if len(o.planner.Samples) != 2 || len(o.actor.Samples) == 0 {
+		t.Fatalf("%d planner samples, %d actor samples", len(o.planner.Samples), len(o.actor.Samples))
+	}
+	for _, r := range []*schema.Result{o.planner, o.actor} {
+		for _, s := range r.Samples {
+			why, _ := s.Metadata["log_probs_missing"].(string)
+			if s.RolloutLogProbs != nil || !strings.Contains(why, "output_token_logprobs") || len(s.LossMask) != s.ResponseLength {
+				t.Errorf("%s sample %s: rollout_log_probs %v, log_probs_missing %q; want none, and why", r.Role, s.RolloutID, s.RolloutLogProbs, why)
+			}
+		}
+	}
+}
+
+// TestCompletionsWithoutIDsRefused: a /v1/completions server that returns
+// no token ids is refused, naming the options that return them: the
+// planner's episodes fail (the rollout fails, saying why), and the actor's
+// acts fail without giving samples.
+func TestCompletionsWithoutIDsRefused(t *testing.T) {
+	t.Run("planner", func(t *testing.T) {
+		e := startSem(t, semOptions{planner: sim.Config{Seed: 163, Omit: sim.Omit{TokenIDs: true}}, actor: sim.Config{Seed: 164}})
+		e.planner.Protocol = "openai"
+		const n = 1602
+		o := <-e.start(t, n, e.tasks(2, 1, n), nil)
+		if !errors.Is(o.perr, client.ErrFailed) || !strings.Contains(o.planner.Reason, "return_token_ids") {
+			t.Fatalf("rollout: %v %s; want failed, naming return_token_ids", o.perr, brief(o.planner))
+		}
+		if len(o.planner.Samples) != 0 || len(o.actor.Samples) != 0 {
+			t.Errorf("%d planner samples, %d actor samples from a planner that returned no ids", len(o.planner.Samples), len(o.actor.Samples))
+		}
+	})
+	t.Run("actor", func(t *testing.T) {
+		e := startSem(t, semOptions{planner: sim.Config{Seed: 165}, actor: sim.Config{Seed: 166, Omit: sim.Omit{TokenIDs: true}}})
+		e.actor.Protocol = "openai"
+		const n = 1603
+		o := <-e.start(t, n, e.tasks(1, 1, n), &schema.Config{FailurePolicy: schema.PolicyFail})
+		if o.planner == nil || o.planner.Stats.Failures[schema.ActErrInvalid] == 0 {
+			t.Fatalf("rollout: %v %s; want the acts failed as invalid", o.perr, brief(o.planner))
+		}
+		if len(o.actor.Samples) != 0 || !strings.Contains(o.planner.Reason, "return_tokens_as_token_ids") {
+			t.Errorf("%d actor samples, reason %q: want none, and the options named", len(o.actor.Samples), o.planner.Reason)
+		}
+	})
+}
+
+// brief is a result as a failing test says it: status, reason, failures.
+func brief(r *schema.Result) string {
+	if r == nil {
+		return "no result"
+	}
+	return fmt.Sprintf("%s (%s), %d samples, failures %v, episodes %v", r.Status, r.Reason, len(r.Samples), r.Stats.Failures, r.Stats.EpisodeStatus)
+}
