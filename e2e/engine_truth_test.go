@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -75,4 +77,60 @@ func brief(r *schema.Result) string {
 		return "no result"
 	}
 	return fmt.Sprintf("%s (%s), %d samples, failures %v, episodes %v", r.Status, r.Reason, len(r.Samples), r.Stats.Failures, r.Stats.EpisodeStatus)
+}
+
+// TestRetryAfterPastTheDeadline: an engine that is busy and asks to be
+// tried again (Retry-After) only after the act's or the turn's deadline is
+// not tried again at once: the act (or turn) fails in the engine's words,
+// after one request.
+func TestRetryAfterPastTheDeadline(t *testing.T) {
+	busy := sim.Faults{BusyRate: 1}
+	t.Run("actor", func(t *testing.T) {
+		e := startSem(t, semOptions{planner: sim.Config{Seed: 167}, actor: sim.Config{Seed: 168, Faults: busy, RetryAfter: "30"}})
+		const n = 1604
+		o := <-e.start(t, n, []schema.Task{e.question(0, population("Chile"))}, &schema.Config{ActTimeoutS: 2, FailurePolicy: schema.PolicyFail})
+		if o.planner == nil || o.planner.Stats.EpisodeStatus[schema.EpisodeFailed] != 1 {
+			t.Fatalf("rollout: %v %s; want the episode failed", o.perr, brief(o.planner))
+		}
+		dones := e.dones(t, n)
+		if len(dones) == 0 {
+			t.Fatal("no act ran")
+		}
+		for k, d := range dones {
+			if d.Status != schema.ActFailed || d.Attempts != 1 || d.ErrorKind != schema.ActErrTransient ||
+				!strings.Contains(d.Error, "429 Too Many Requests") || !strings.Contains(d.Error, "Retry-After") {
+				t.Errorf("act %s: %s after %d attempts (%s: %s); want failed after one, in the engine's words", k, d.Status, d.Attempts, d.ErrorKind, d.Error)
+			}
+		}
+		if requests, _ := e.actorEngine.Stats(); requests != int64(len(dones)) {
+			t.Errorf("%d requests for %d acts: the engine was asked again before it said", requests, len(dones))
+		}
+	})
+	t.Run("planner", func(t *testing.T) {
+		e := startSem(t, semOptions{planner: sim.Config{Seed: 169, Faults: busy, RetryAfter: "30"}, actor: sim.Config{Seed: 170}})
+		const n = 1605
+		o := <-e.start(t, n, []schema.Task{e.question(0, population("Chile"))}, &schema.Config{PlannerTimeoutS: 2})
+		if !errors.Is(o.perr, client.ErrFailed) || !strings.Contains(o.planner.Reason, schema.PlanErrPlannerUnavailable) ||
+			!strings.Contains(o.planner.Reason, "Retry-After") {
+			t.Fatalf("rollout: %v %s; want failed, planner_unavailable in the engine's words", o.perr, brief(o.planner))
+		}
+		if st := simStats(t, e.planner.URL); st.Requests != 1 {
+			t.Errorf("%d planner requests for one turn: the engine was asked again before it said", st.Requests)
+		}
+	})
+}
+
+// simStats reads what a simulated engine saw (GET /sim/stats).
+func simStats(t *testing.T, url string) sim.Stats {
+	t.Helper()
+	resp, err := http.Get(url + "/sim/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st sim.Stats
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

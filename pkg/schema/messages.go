@@ -579,6 +579,10 @@ type ActorRequest struct {
 	// DeadlineMs is when the caller stops waiting (unix ms); the gateway
 	// abandons the generation then, freeing the engine's slot.
 	DeadlineMs int64 `json:"deadline_ms,omitempty"`
+	// MaxStaleness is the rollout's max_staleness: the gateway asks the
+	// engine which weights it serves right before it generates, and refuses
+	// (ActorCodeStale) weights further behind the role's newest.
+	MaxStaleness int `json:"max_staleness,omitempty"`
 }
 
 func (m *ActorRequest) Kind() string    { return "actor.generate/1" }
@@ -606,7 +610,14 @@ const (
 	ActorCodeUnavailable = "503"
 	ActorCodeTimeout     = "504" // the caller's deadline passed
 	ActorCodePaused      = "423" // the actor role is paused: send it again after the resume
+	ActorCodeStale       = "409" // the engine's weights are further behind than max_staleness allows
+	ActorCodeBusy        = "429" // the engine asked to be tried again (Retry-After) past the caller's deadline
 )
+
+// ActorRetryAfterHeader, on an actor-gateway error, is how long the engine
+// asked to be left alone (its Retry-After) in milliseconds: no attempt
+// before then.
+const ActorRetryAfterHeader = "Planact-Retry-After-Ms"
 
 // ActorSubject is the actor-gateway's service endpoint.
 const ActorSubject = "planact.actor.generate"

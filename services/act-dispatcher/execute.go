@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -112,7 +113,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			break
 		}
 		kind := schema.ActErrTransient
-		if !fail.IsRetryable(err) {
+		if !fail.IsRetryable(err) && !errors.Is(err, errEngineBusy) {
 			kind = schema.ActErrInvalid
 		}
 		if (actx.Err() == context.DeadlineExceeded || errors.Is(err, errActorTimedOut)) && ctx.Err() == nil {
@@ -126,6 +127,9 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			return nil, ctx.Err() // shutting down: another replica takes over
 		}
 		wait := backoff(s.RetryBase, attempt)
+		if d, ok := fail.RetryAfter(err); ok {
+			wait = max(wait, d) // the engine said when: not before
+		}
 		retryKind := kind // what the next attempt, if any, tries again after
 		switch {
 		case errors.Is(err, errNoActorGateway):
@@ -210,6 +214,12 @@ var errActorPaused = fail.Transientf("the actor role is paused")
 // errNoActorGateway: nothing answers on the actor-gateway's endpoint.
 var errNoActorGateway = fail.Transientf("no actor-gateway is running")
 
+// errEngineBusy: the actor engine asked to be tried again (its
+// Retry-After) only after the act's deadline. The act fails in the
+// engine's words, an error of the engine (not of the act's input), and is
+// not tried again before the engine said.
+var errEngineBusy = errors.New("the actor engine is busy past the act's deadline")
+
 // backoff is base·2^(attempt-1), with ±50% jitter, capped at 30s.
 func backoff(base time.Duration, attempt int) time.Duration {
 	d := base << min(attempt-1, 16)
@@ -281,12 +291,18 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 		return nil, errActorTimedOut // the gateway gave up at our deadline
 	} else if code == schema.ActorCodePaused {
 		return nil, errActorPaused
+	} else if code == schema.ActorCodeBusy {
+		return nil, fail.E(fail.Permanent, fmt.Errorf("%w: %s", errEngineBusy, reply.Header.Get(micro.ErrorHeader)))
 	} else if code != "" {
 		kind := fail.Transient
 		if strings.HasPrefix(code, "4") {
 			kind = fail.Permanent
 		}
-		return nil, fail.E(kind, fmt.Errorf("actor-gateway %s: %s", code, reply.Header.Get(micro.ErrorHeader)))
+		err := fail.E(kind, fmt.Errorf("actor-gateway %s: %s", code, reply.Header.Get(micro.ErrorHeader)))
+		if ms, perr := strconv.ParseInt(reply.Header.Get(schema.ActorRetryAfterHeader), 10, 64); perr == nil && ms > 0 && kind == fail.Transient {
+			err = fail.After(time.Duration(ms)*time.Millisecond, err) // as the engine asked
+		}
+		return nil, err
 	}
 	var r schema.ActorReply
 	if err := schema.Unmarshal(reply.Data, &r); err != nil {

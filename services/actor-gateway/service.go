@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -41,6 +42,8 @@ const (
 	CodeUnavailable = schema.ActorCodeUnavailable
 	CodeTimeout     = schema.ActorCodeTimeout
 	CodePaused      = schema.ActorCodePaused
+	CodeStale       = schema.ActorCodeStale
+	CodeBusy        = schema.ActorCodeBusy
 )
 
 // Deps are what the actor-gateway needs.
@@ -150,13 +153,15 @@ func generate(ctx context.Context, d Deps, follow *session.Follower, gate *sessi
 		case context.Cause(ctx) == session.ErrRolloutOver:
 			log.Info().Msg("rollout over; generation stopped")
 			return replyError(m, CodeUnavailable, "rollout is over")
+		case errors.Is(err, engine.ErrBusy):
+			code = CodeBusy // the engine's wait ends past the act's deadline
 		case errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded:
 			code = CodeTimeout
 		case !fail.IsRetryable(err):
 			code = CodeInvalid
 		}
 		log.Warn().Err(err).Str("code", code).Msg("actor generation failed")
-		return replyError(m, code, err.Error())
+		return replyFailure(m, code, err)
 	}
 	body, err := schema.Marshal(&schema.ActorReply{Generation: gen})
 	if err != nil {
@@ -172,11 +177,20 @@ func generate(ctx context.Context, d Deps, follow *session.Follower, gate *sessi
 // replyError answers m with an error in the NATS service protocol's
 // headers (code and description, no body), and returns it.
 func replyError(m *nats.Msg, code, description string) error {
+	return replyFailure(m, code, errors.New(description))
+}
+
+// replyFailure is replyError with err's words, and the wait the engine
+// asked for (its Retry-After), when it named one.
+func replyFailure(m *nats.Msg, code string, err error) error {
 	reply := nats.NewMsg(m.Reply)
 	reply.Header.Set(micro.ErrorCodeHeader, code)
-	reply.Header.Set(micro.ErrorHeader, description)
+	reply.Header.Set(micro.ErrorHeader, err.Error())
+	if d, ok := fail.RetryAfter(err); ok {
+		reply.Header.Set(schema.ActorRetryAfterHeader, strconv.FormatInt(d.Milliseconds(), 10))
+	}
 	_ = m.RespondMsg(reply)
-	return fmt.Errorf("%s: %s", code, description)
+	return fmt.Errorf("%s: %s", code, err.Error())
 }
 
 // Generate runs one actor generation, token-exact: the prompt is tokenized

@@ -113,6 +113,9 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 			break
 		}
 		wait := min(s.RetryBase<<(attempt-1), 30*time.Second)
+		if d, ok := fail.RetryAfter(err); ok {
+			wait = max(wait, d) // the engine said when: not before
+		}
 		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("planner turn failed; trying again")
 		select {
 		case <-time.After(wait):
@@ -139,7 +142,9 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 	switch {
 	case errors.As(err, &stale):
 		kind = schema.PlanErrStale
-	case fail.IsRetryable(err):
+	case fail.IsRetryable(err) || errors.Is(err, engine.ErrBusy):
+		// Busy past the turn's deadline (its Retry-After): the engine's
+		// words say why, and nothing tried it again before it said.
 		kind = schema.PlanErrPlannerUnavailable
 	}
 	log.Error().Err(err).Str("kind", kind).Msg("planner turn failed for good")
