@@ -127,9 +127,6 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			return nil, ctx.Err() // shutting down: another replica takes over
 		}
 		wait := backoff(s.RetryBase, attempt)
-		if d, ok := fail.RetryAfter(err); ok {
-			wait = max(wait, d) // the engine said when: not before
-		}
 		retryKind := kind // what the next attempt, if any, tries again after
 		switch {
 		case errors.Is(err, errNoActorGateway):
@@ -151,6 +148,17 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 		}
 		if done.ErrorKind == schema.ActErrUnavailable || !fail.IsRetryable(err) || attempt > max(cfg.ActRetries, 0)+1 {
 			break
+		}
+		if d, ok := fail.RetryAfter(err); ok {
+			// The engine said when it may be asked again: not before. A
+			// wait that leaves no time for the attempts the act has left
+			// (past the act's deadline, as the watchdog counts it) fails
+			// the act now, in the engine's words.
+			if !s.waitFits(cfg, began, attempt, d) {
+				done.Error = fmt.Sprintf("%s (the engine asked to be tried again in %v: past the act's deadline, act_timeout_s %g for each attempt left)", done.Error, d, cfg.ActTimeoutS)
+				break
+			}
+			wait = max(wait, d)
 		}
 		telemetry.ActRetries.WithLabelValues(retryKind).Inc()
 		log.Debug().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("act failed, retrying")
@@ -353,7 +361,28 @@ func (s *Service) actBudget(cfg schema.Config) time.Duration {
 	attempts := max(cfg.ActRetries, 0) + 1
 	budget := time.Duration(attempts) * schema.Seconds(cfg.ActTimeoutS)
 	for a := 1; a < attempts; a++ {
-		budget += backoff(s.RetryBase, a) * 3 / 2 // at most 1.5x with its jitter
+		budget += maxBackoff(s.RetryBase, a)
 	}
 	return budget
+}
+
+// maxBackoff is the longest backoff(base, attempt) can be (with its jitter).
+func maxBackoff(base time.Duration, attempt int) time.Duration {
+	return min(base<<min(attempt-1, 16), 30*time.Second) * 3 / 2
+}
+
+// waitFits reports whether an act that began at began, waiting d before
+// its attempt next, still has time within its budget for every attempt it
+// has left, with their back-offs.
+func (s *Service) waitFits(cfg schema.Config, began time.Time, next int, d time.Duration) bool {
+	cfg = cfg.WithDefaults()
+	attempts := max(cfg.ActRetries, 0) + 1
+	need := d
+	for a := next; a <= attempts; a++ {
+		need += schema.Seconds(cfg.ActTimeoutS)
+		if a < attempts {
+			need += maxBackoff(s.RetryBase, a)
+		}
+	}
+	return time.Since(began)+need <= s.actBudget(cfg)
 }
