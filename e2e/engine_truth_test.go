@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
@@ -133,4 +135,67 @@ func simStats(t *testing.T, url string) sim.Stats {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// resumed has role's trainer announce version with a resume and waits
+// until planact holds it as the role's newest.
+func (e *semEnv) resumed(t *testing.T, role, version string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if err := e.trainer(t).Resume(ctx, role, version); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, role+" at "+version, func() bool {
+		st, _, _, err := bus.Get[schema.RoleState](ctx, e.bus.Sessions, schema.RoleKey(role))
+		return err == nil && st.WeightVersion == version
+	})
+}
+
+// TestStalenessCheckedBeforeEveryGeneration: max_staleness is checked
+// against what the engine says it serves right before each generation,
+// the first of a rollout included; where an engine cannot say, the
+// generations run and the result says so.
+func TestStalenessCheckedBeforeEveryGeneration(t *testing.T) {
+	t.Run("the first planner turn", func(t *testing.T) {
+		e := startSem(t, semOptions{planner: sim.Config{Seed: 171}, actor: sim.Config{Seed: 172}})
+		e.resumed(t, schema.RolePlanner, "planner-v9") // the engine still serves planner-v7
+		const n = 1606
+		o := <-e.start(t, n, e.tasks(2, 1, n), &schema.Config{MaxStaleness: 1})
+		if o.planner == nil || o.planner.Stats.EpisodeStatus[schema.EpisodeAborted] != 2 {
+			t.Fatalf("rollout: %v %s; want both episodes aborted for staleness", o.perr, brief(o.planner))
+		}
+		for _, task := range o.planner.Tasks {
+			if !strings.Contains(task.Reason, "planner-v7, 2 versions behind the trainer's planner-v9 (max_staleness 1)") {
+				t.Errorf("task %d: %s (%s), want aborted for staleness, naming the engine's weights", task.Episode, task.State, task.Reason)
+			}
+		}
+		if st := simStats(t, e.planner.URL); st.Requests != 0 {
+			t.Errorf("%d planner generations on weights two versions behind", st.Requests)
+		}
+	})
+	t.Run("engines that cannot say", func(t *testing.T) {
+		e := startSem(t, semOptions{planner: sim.Config{Seed: 173, VersionEndpoint: sim.NoVersionEndpoint},
+			actor: sim.Config{Seed: 174, VersionEndpoint: sim.NoVersionEndpoint}})
+		const n = 1607
+		o := <-e.start(t, n, e.tasks(2, 1, n), &schema.Config{MaxStaleness: 1})
+		if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK || len(o.actor.Samples) == 0 {
+			t.Fatalf("rollout: %v %v %s", o.perr, o.aerr, brief(o.planner))
+		}
+		turns := 0
+		for _, r := range []*schema.Result{o.planner, o.actor} {
+			for _, s := range r.Samples {
+				if r.Role == schema.RolePlanner {
+					turns += asInt(s.Metadata["turns"])
+				}
+				if why, _ := s.Metadata["staleness_unchecked"].(string); !strings.Contains(why, "cannot say which weights it serves") {
+					t.Errorf("%s sample %s: staleness_unchecked %q, want why", r.Role, s.RolloutID, why)
+				}
+			}
+		}
+		got := o.planner.Stats.StalenessUnchecked
+		if got[schema.RolePlanner] != turns || got[schema.RoleActor] != len(o.actor.Samples) {
+			t.Errorf("stats.staleness_unchecked %v, want %d planner turns and %d acts", got, turns, len(o.actor.Samples))
+		}
+	})
 }

@@ -324,6 +324,10 @@ func (c *conn) weightVersion(ctx context.Context, op string) (string, error) {
 		if statusOf(err) == http.StatusNotFound {
 			return "", notSupported(op, err)
 		}
+		if err == nil && out.WeightVersion == nil {
+			// A server from before weight versions: it cannot say.
+			return "", notSupported(op, errors.New("GET /get_weight_version: 404, and GET /get_model_info names no weight_version"))
+		}
 	}
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", op, err)

@@ -214,6 +214,10 @@ type Segment struct {
 	// LogProbsMissing says why a generated segment has no log-probs: the
 	// engine did not return them (never zeros in their place).
 	LogProbsMissing string `json:"log_probs_missing,omitempty"`
+	// StalenessUnchecked says why the weights of a generated segment could
+	// not be checked against max_staleness before it ran (the engine
+	// cannot say which it serves); empty when they were, or need not be.
+	StalenessUnchecked string `json:"staleness_unchecked,omitempty"`
 }
 
 // PlanOutput is the planner's full output for a turn. Segments hold the whole
@@ -373,6 +377,10 @@ type Generation struct {
 	FinishReason    string `json:"finish_reason"`
 	WeightVersion   string `json:"weight_version,omitempty"`
 	LatencyMs       int64  `json:"latency_ms"`
+	// StalenessUnchecked says why the engine's weights could not be checked
+	// against max_staleness before the generation ran; empty when they
+	// were, or need not be.
+	StalenessUnchecked string `json:"staleness_unchecked,omitempty"`
 }
 
 // ActDone is the outcome of one act.
@@ -526,6 +534,10 @@ type Stats struct {
 	FinishedMs     int64          `json:"finished_ms,omitempty"` // when the rollout ended
 	WallMs         int64          `json:"wall_ms"`
 	Tokens         map[string]int `json:"tokens,omitempty"`
+	// StalenessUnchecked counts, by role, the generations of the ended
+	// episodes (planner turns, acts) that ran without their weights checked
+	// against max_staleness: their engine could not say which it served.
+	StalenessUnchecked map[string]int `json:"staleness_unchecked,omitempty"`
 }
 
 // Result is one role's share of a finished rollout. Samples are inline, or

@@ -83,22 +83,18 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 				}
 				return nil, ctx.Err()
 			}
-			// Bounded staleness: no act on weights too far behind the
-			// trainer's (an engine that does not report its version runs,
-			// as far as planact knows, the role's newest).
-			if eng, _, err := info.Engine(schema.RoleActor); err == nil {
-				newest := gate.State().WeightVersion
-				if why := session.Stale(newest, s.versions.Of(eng.URL, newest), cfg.MaxStaleness); why != "" {
-					done.Status, done.Error, done.ErrorKind = schema.ActFailed, why, schema.ActErrStale
-					break
-				}
-			}
 		}
 		actx, cancel := context.WithTimeout(ctx, schema.Seconds(cfg.ActTimeoutS))
 		actx, attemptSpan := telemetry.StartSpan(actx, "act attempt")
 		out, gen, err := s.try(actx, info, run)
 		endAttempt(attemptSpan, attempt, gen, err)
 		cancel()
+		if stale := (*session.StaleError)(nil); errors.As(err, &stale) {
+			// Bounded staleness: the actor-gateway asked the engine right
+			// before it would have generated, and its weights were too old.
+			done.Status, done.Error, done.ErrorKind = schema.ActFailed, err.Error(), schema.ActErrStale
+			break
+		}
 		if errors.Is(err, errActorPaused) && ctx.Err() == nil {
 			// Stopped or refused by a pause: sent again once it is resumed.
 			// The gate may not have seen the pause yet: a little wait.
@@ -279,6 +275,7 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 	req := &schema.ActorRequest{
 		Rollout: run.Rollout, Episode: run.Episode, Key: run.Key, Engine: eng,
 		Prompt: ActorPrompt(tool, input), Sampling: info.Session.Config.ActorSampling,
+		MaxStaleness: info.Session.Config.MaxStaleness,
 	}
 	if d, ok := ctx.Deadline(); ok {
 		req.DeadlineMs = d.UnixMilli()
@@ -299,6 +296,9 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 		return nil, errActorTimedOut // the gateway gave up at our deadline
 	} else if code == schema.ActorCodePaused {
 		return nil, errActorPaused
+	} else if code == schema.ActorCodeStale {
+		// Refused before it ran: the engine's weights are too far behind.
+		return nil, fail.E(fail.Permanent, &session.StaleError{Why: reply.Header.Get(micro.ErrorHeader)})
 	} else if code == schema.ActorCodeBusy {
 		return nil, fail.E(fail.Permanent, fmt.Errorf("%w: %s", errEngineBusy, reply.Header.Get(micro.ErrorHeader)))
 	} else if code != "" {
@@ -319,7 +319,6 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 	// The version of the weights that generated the act: what the engine
 	// reports wins (it generated it); else the actor role's version as its
 	// trainer last announced it (a resume, an arrival), else the arrival's.
-	s.versions.Note(eng.URL, r.Generation.WeightVersion)
 	if r.Generation.WeightVersion == "" {
 		r.Generation.WeightVersion = cmp.Or(s.follow.Gate(schema.RoleActor).State().WeightVersion, version)
 	}

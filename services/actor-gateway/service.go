@@ -144,10 +144,13 @@ func generate(ctx context.Context, d Deps, follow *session.Follower, gate *sessi
 		ctx, cancel = context.WithDeadline(ctx, time.UnixMilli(req.DeadlineMs))
 		defer cancel()
 	}
-	gen, err := Generate(ctx, d.Engines, req)
+	gen, err := Generate(ctx, d.Engines, req, gate.State().WeightVersion)
 	if err != nil {
 		code := CodeUnavailable
+		var stale *session.StaleError
 		switch {
+		case errors.As(err, &stale):
+			code = CodeStale // refused before it ran: the act fails, saying why
 		case errors.Is(context.Cause(ctx), session.ErrPaused):
 			code = CodePaused // aborted by the pause; sent again after the resume
 		case context.Cause(ctx) == session.ErrRolloutOver:
@@ -194,8 +197,11 @@ func replyFailure(m *nats.Msg, code string, err error) error {
 }
 
 // Generate runs one actor generation, token-exact: the prompt is tokenized
-// by the engine itself and the output ids come back as generated.
-func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest) (schema.Generation, error) {
+// by the engine itself and the output ids come back as generated. With the
+// request's max_staleness, the engine is asked which weights it serves
+// right before it generates, and weights further behind newest (the actor
+// role's newest version) are refused with a *session.StaleError.
+func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest, newest string) (schema.Generation, error) {
 	if req.Prompt == "" {
 		return schema.Generation{}, fail.Invalidf("actor request without a prompt")
 	}
@@ -210,6 +216,10 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest) 
 	ids, err := lease.Tokenize(ctx, req.Prompt)
 	if err != nil {
 		return schema.Generation{}, fmt.Errorf("tokenize: %w", err)
+	}
+	unchecked, err := session.Check(ctx, lease, newest, req.MaxStaleness)
+	if err != nil {
+		return schema.Generation{}, err
 	}
 	start := time.Now()
 	s := req.Sampling
@@ -238,5 +248,6 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest) 
 	return schema.Generation{
 		Prompt: req.Prompt, PromptIDs: ids, Text: g.Text, OutputIDs: g.OutputIDs, LogProbs: g.LogProbs, LogProbsMissing: g.LogProbsMissing,
 		FinishReason: g.FinishReason, WeightVersion: g.WeightVersion, LatencyMs: time.Since(start).Milliseconds(),
+		StalenessUnchecked: unchecked,
 	}, nil
 }

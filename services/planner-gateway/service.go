@@ -46,14 +46,7 @@ type Service struct {
 	// follow cancels the turns of rollouts that end and holds them while
 	// the planner role is paused.
 	follow *session.Follower
-	// versions are the weight versions the planner engines last reported.
-	versions session.Versions
 }
-
-// errStale: the planner engine's weights are too old to start a turn with.
-type errStale struct{ why string }
-
-func (e errStale) Error() string { return e.why }
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, d Deps) error {
@@ -106,7 +99,7 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 	var err error
 	attempts := 0
 	for attempt := 1; attempt <= s.MaxAttempts; attempt++ {
-		var stale errStale
+		var stale *session.StaleError
 		attempts = attempt
 		if err = s.plan(gctx, &req); err == nil || !fail.IsRetryable(err) || errors.As(err, &stale) || errors.Is(err, session.ErrNoSession) ||
 			errors.Is(err, bus.ErrNotAnswered) || ctx.Err() != nil {
@@ -138,7 +131,7 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		return err
 	}
 	kind := schema.PlanErrPlannerRejected
-	var stale errStale
+	var stale *session.StaleError
 	switch {
 	case errors.As(err, &stale):
 		kind = schema.PlanErrStale

@@ -70,13 +70,6 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	if err := gate.Wait(ctx); err != nil {
 		return s.over(ctx, err)
 	}
-	// Bounded staleness: no turn on weights too far behind the trainer's.
-	// What the engine runs is what it last reported; an engine that does
-	// not report runs, as far as planact knows, the role's newest weights.
-	newest := gate.State().WeightVersion
-	if why := session.Stale(newest, s.versions.Of(eng.URL, newest), cfg.MaxStaleness); why != "" {
-		return errStale{why}
-	}
 	lease, err := s.Engines.Acquire(ctx, eng.Protocol, eng.URL, eng.Model)
 	if err != nil {
 		return fail.E(fail.Transient, err)
@@ -131,7 +124,14 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("planact.engine", eng.URL), attribute.Int("planact.input_tokens", len(input)))
 	}
+	unchecked := ""
 	for {
+		// Bounded staleness, checked right before every generation (one
+		// sent again after a pause runs on the new weights): the engine is
+		// asked which weights it serves now.
+		if unchecked, err = session.Check(ectx, lease, gate.State().WeightVersion, cfg.MaxStaleness); err != nil {
+			break
+		}
 		gctx, done := gate.Track(ectx)
 		gctx, cancel := context.WithTimeout(gctx, schema.Seconds(cfg.PlannerTimeoutS))
 		gen, err = s.generate(gctx, lease.Client, cfg, req, r, mayStream)
@@ -168,7 +168,6 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	// The version of the weights that generated the turn: what the engine
 	// reports wins (it generated it); else the role's version as its trainer
 	// last announced it (a resume, an arrival), else the arrival's.
-	s.versions.Note(eng.URL, gen.WeightVersion)
 	out.Text, out.FinishReason, out.WeightVersion = gen.Text, gen.FinishReason, gen.WeightVersion
 	if out.WeightVersion == "" {
 		out.WeightVersion = cmp.Or(gate.State().WeightVersion, req.WeightVersion)
@@ -177,7 +176,7 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	telemetry.EngineSeconds.WithLabelValues(schema.RolePlanner).Observe(time.Since(start).Seconds())
 	out.Segments = append(segs, schema.Segment{
 		Kind: schema.SegGenerated, Turn: req.Turn, Text: gen.Text, Version: out.WeightVersion,
-		IDs: gen.OutputIDs, LogProbs: gen.LogProbs, LogProbsMissing: gen.LogProbsMissing,
+		IDs: gen.OutputIDs, LogProbs: gen.LogProbs, LogProbsMissing: gen.LogProbsMissing, StalenessUnchecked: unchecked,
 	})
 	log.Debug().Int("tokens", len(gen.OutputIDs)).Str("finish", gen.FinishReason).Msg("planner turn")
 	return s.Bus.Publish(ctx, out)

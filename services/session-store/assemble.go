@@ -154,6 +154,7 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 			}
 		}
 		stats.Acts += len(ep.actor)
+		countUnchecked(&stats, ep)
 		if delivered[ep.task.GroupIndex] || filtering {
 			continue // delivered groups come as they were delivered; others are not delivered
 		}
@@ -349,13 +350,16 @@ func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 		Tokens: append([]int(nil), prompt.IDs...),
 	}
 	var resp strings.Builder
-	missing := ""
+	missing, unchecked := "", ""
 	for _, seg := range out.Segments[1:] {
 		resp.WriteString(seg.Text)
 		smp.Tokens = append(smp.Tokens, seg.IDs...)
 		gen := seg.Kind == schema.SegGenerated
 		if gen && missing == "" && len(seg.LogProbs) != len(seg.IDs) {
 			missing = fmt.Sprintf("turn %d: %s", seg.Turn, logProbsMissing(seg.LogProbsMissing, len(seg.LogProbs), len(seg.IDs)))
+		}
+		if gen && unchecked == "" && seg.StalenessUnchecked != "" {
+			unchecked = fmt.Sprintf("turn %d: %s", seg.Turn, seg.StalenessUnchecked)
 		}
 		for i := range seg.IDs {
 			if gen {
@@ -393,6 +397,9 @@ func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 	if missing != "" {
 		smp.RolloutLogProbs = nil
 		smp.Metadata["log_probs_missing"] = missing
+	}
+	if unchecked != "" {
+		smp.Metadata["staleness_unchecked"] = unchecked
 	}
 	if ep.rewardErr != "" {
 		smp.Metadata["reward_error"] = ep.rewardErr
@@ -445,6 +452,9 @@ func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample,
 	}
 	if len(g.LogProbs) != len(g.OutputIDs) {
 		smp.Metadata["log_probs_missing"] = logProbsMissing(g.LogProbsMissing, len(g.LogProbs), len(g.OutputIDs))
+	}
+	if g.StalenessUnchecked != "" {
+		smp.Metadata["staleness_unchecked"] = g.StalenessUnchecked
 	}
 	return smp, true
 }
@@ -509,6 +519,29 @@ func (s *Service) newestVersions(ctx context.Context) (map[string]string, error)
 		out[role] = st.WeightVersion
 	}
 	return out, nil
+}
+
+// countUnchecked counts, by role, the generations of an ended episode
+// that ran without their weights checked against max_staleness.
+func countUnchecked(stats *schema.Stats, ep *episode) {
+	add := func(role string) {
+		if stats.StalenessUnchecked == nil {
+			stats.StalenessUnchecked = map[string]int{}
+		}
+		stats.StalenessUnchecked[role]++
+	}
+	if ep.last != nil {
+		for _, seg := range ep.last.Segments {
+			if seg.Kind == schema.SegGenerated && seg.StalenessUnchecked != "" {
+				add(schema.RolePlanner)
+			}
+		}
+	}
+	for _, d := range ep.acts {
+		if d.Generation != nil && d.Generation.StalenessUnchecked != "" && d.Status == schema.ActDoneOK {
+			add(schema.RoleActor)
+		}
+	}
 }
 
 // markStaleness records in a sample's metadata how many versions its oldest
