@@ -13,6 +13,7 @@ import (
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
+	"github.com/planact/planact/pkg/subject"
 )
 
 // Never train on what an engine did not say: engines that leave fields out
@@ -198,4 +199,83 @@ func TestStalenessCheckedBeforeEveryGeneration(t *testing.T) {
 			t.Errorf("stats.staleness_unchecked %v, want %d planner turns and %d acts", got, turns, len(o.actor.Samples))
 		}
 	})
+}
+
+// roleVersion is the role's newest weight version as planact holds it.
+func (e *semEnv) roleVersion(t *testing.T, role string) string {
+	t.Helper()
+	st, _, _, err := bus.GetFresh[schema.RoleState](context.Background(), e.bus.Sessions, schema.RoleKey(role))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.WeightVersion
+}
+
+// TestRollback: a trainer that goes back to an earlier checkpoint says so
+// with a resume naming the older version. planact takes it as the role's
+// newest, publishes the rollback, and counts staleness from it, so work
+// goes on; arrivals only ever move the version forward.
+func TestRollback(t *testing.T) {
+	e := startSem(t, semOptions{planner: sim.Config{Seed: 175}, actor: sim.Config{Seed: 176}}) // the actor engine serves actor-v3
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	const n = 1608
+	arrive := func(rollout int64, version string) {
+		t.Helper()
+		a := &schema.Arrive{Rollout: rollout, Role: schema.RoleActor, Engine: e.actor, WeightVersion: version}
+		if err := e.trainer(t).Arrive(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		// The session-store says "arrived" once it has noted the version.
+		eventually(t, fmt.Sprintf("the arrival for rollout %d handled", rollout), func() bool {
+			m, err := e.bus.LastMsg(ctx, bus.StreamRollout, subject.Status(rollout))
+			var st schema.Status
+			return err == nil && m != nil && schema.Unmarshal(m.Data, &st) == nil && st.Event == "arrived"
+		})
+	}
+	arrive(n, "actor-v9") // the trainer trained up to step 9 (and its rollout waits for the planner)
+	if v := e.roleVersion(t, schema.RoleActor); v != "actor-v9" {
+		t.Fatalf("newest %q after an arrival with actor-v9", v)
+	}
+	e.resumed(t, schema.RoleActor, "actor-v3") // it restarted from the checkpoint of step 3
+	var m *bus.StoredMsg
+	eventually(t, "the rollback published", func() bool {
+		var err error
+		m, err = e.bus.LastMsg(ctx, bus.StreamControl, "control.actor.rollback")
+		return err == nil && m != nil
+	})
+	var rb schema.Rollback
+	if err := schema.Unmarshal(m.Data, &rb); err != nil || rb.From != "actor-v9" || rb.To != "actor-v3" || rb.ResumeID == "" {
+		t.Fatalf("rollback %+v, %v; want from actor-v9 to actor-v3", rb, err)
+	}
+
+	// Staleness counts from actor-v3: the engine's acts run, and are fresh.
+	o := <-e.start(t, n+1, e.tasks(1, 1, n+1), &schema.Config{MaxStaleness: 1})
+	if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK || len(o.actor.Samples) == 0 {
+		t.Fatalf("rollout after the rollback: %v %v %s", o.perr, o.aerr, brief(o.planner))
+	}
+	for _, s := range o.actor.Samples {
+		if s.Metadata["stale"] != nil || asInt(s.Metadata["staleness"]) != 0 {
+			t.Errorf("actor sample %v: stale %v, staleness %v; want fresh", s.Metadata["key"], s.Metadata["stale"], s.Metadata["staleness"])
+		}
+	}
+
+	// An arrival with an older version is no rollback; a newer one (the
+	// trainer trained up again) moves the version forward.
+	arrive(n+2, "actor-v2")
+	if v := e.roleVersion(t, schema.RoleActor); v != "actor-v3" {
+		t.Errorf("newest %q after an arrival with actor-v2, want actor-v3: an arrival never moves it back", v)
+	}
+	arrive(n+3, "actor-v9")
+	if v := e.roleVersion(t, schema.RoleActor); v != "actor-v9" {
+		t.Errorf("newest %q after an arrival with actor-v9, want actor-v9", v)
+	}
+	// Back again, and forward again to the very version it had before: an
+	// arrival is weighed against the role's state as it is now, not as it
+	// was when that version was last seen.
+	e.resumed(t, schema.RoleActor, "actor-v3")
+	arrive(n+4, "actor-v9")
+	if v := e.roleVersion(t, schema.RoleActor); v != "actor-v9" {
+		t.Errorf("newest %q after a second rollback and an arrival with actor-v9, want actor-v9", v)
+	}
 }
