@@ -9,11 +9,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
 	"github.com/planact/planact/pkg/subject"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // Never train on what an engine did not say: engines that leave fields out
@@ -278,4 +281,64 @@ func TestRollback(t *testing.T) {
 	if v := e.roleVersion(t, schema.RoleActor); v != "actor-v9" {
 		t.Errorf("newest %q after a second rollback and an arrival with actor-v9, want actor-v9", v)
 	}
+}
+
+// truncations reads planact_truncations_total for role and limit.
+func truncations(role, limit string) float64 {
+	return testutil.ToFloat64(telemetry.Truncations.WithLabelValues(role, limit))
+}
+
+// TestTruncatedSaysWhy: an episode or act cut short by a limit ends
+// truncated with a reason that names the limit, and a metric counts it; a
+// prompt the engine itself cut is refused, in its words.
+func TestTruncatedSaysWhy(t *testing.T) {
+	t.Run("a prompt longer than max_context_tokens", func(t *testing.T) {
+		e := startSem(t, semOptions{planner: sim.Config{Seed: 177}, actor: sim.Config{Seed: 178}})
+		before := truncations(schema.RolePlanner, "max_context_tokens")
+		const n = 1610
+		cfg := &schema.Config{MaxContextTokens: 64, PlannerSampling: schema.Sampling{MaxNewTokens: 64}}
+		o := <-e.start(t, n, e.tasks(1, 1, n), cfg)
+		s, ok := sampleOf(o.planner, n, 0)
+		reason, _ := s.Metadata["end_reason"].(string)
+		why, _ := s.Metadata["truncated"].(string)
+		if !ok || s.Status != schema.EpisodeTruncated || !strings.Contains(reason, "more than max_context_tokens 64") || !strings.Contains(why, "more than max_context_tokens 64") {
+			t.Fatalf("episode: %s (end_reason %q, truncated %q), want truncated, naming the limit", s.Status, reason, why)
+		}
+		if got := truncations(schema.RolePlanner, "max_context_tokens") - before; got != 1 {
+			t.Errorf("planact_truncations_total{role=planner,limit=max_context_tokens} grew by %v, want 1", got)
+		}
+	})
+	t.Run("acts cut by max_new_tokens", func(t *testing.T) {
+		e := startSem(t, semOptions{planner: sim.Config{Seed: 179}, actor: sim.Config{Seed: 180}})
+		before := truncations(schema.RoleActor, "max_new_tokens")
+		const n = 1611
+		o := <-e.start(t, n, e.tasks(1, 1, n), &schema.Config{ActorSampling: schema.Sampling{MaxNewTokens: 2}})
+		if o.actor == nil || len(o.actor.Samples) == 0 {
+			t.Fatalf("rollout: %v %s", o.aerr, brief(o.planner))
+		}
+		for _, s := range o.actor.Samples {
+			if why, _ := s.Metadata["truncated"].(string); s.Status != schema.EpisodeTruncated || why != "actor_sampling.max_new_tokens 2: the act's generation was cut there" {
+				t.Errorf("actor sample %v: %s (truncated %q), want truncated, naming the limit", s.Metadata["key"], s.Status, why)
+			}
+		}
+		if got := truncations(schema.RoleActor, "max_new_tokens") - before; got != float64(len(o.actor.Samples)) {
+			t.Errorf("planact_truncations_total{role=actor,limit=max_new_tokens} grew by %v for %d acts", got, len(o.actor.Samples))
+		}
+	})
+	t.Run("a prompt the engine cut", func(t *testing.T) {
+		e := startSem(t, semOptions{planner: sim.Config{Seed: 181, ContextLength: 100}, actor: sim.Config{Seed: 182}})
+		before := truncations(schema.RolePlanner, "engine_context")
+		const n = 1612
+		o := <-e.start(t, n, e.tasks(1, 1, n), nil)
+		s, ok := sampleOf(o.planner, n, 0)
+		reason, _ := s.Metadata["end_reason"].(string)
+		why, _ := s.Metadata["truncated"].(string)
+		if !ok || s.Status != schema.EpisodeTruncated || !strings.Contains(reason, "it took 100 of the") || !strings.Contains(why, "it took 100 of the") || s.ResponseLength != 0 {
+			t.Fatalf("episode: %s (end_reason %q, truncated %q, %d response tokens), want truncated in the engine's words, nothing generated",
+				s.Status, reason, why, s.ResponseLength)
+		}
+		if got := truncations(schema.RolePlanner, "engine_context") - before; got != 1 {
+			t.Errorf("planact_truncations_total{role=planner,limit=engine_context} grew by %v, want 1", got)
+		}
+	})
 }

@@ -40,7 +40,7 @@ func TestRunSim(t *testing.T) {
 	go func() {
 		errc <- runSim(ctx, []string{"--planner-addr", "127.0.0.1:0", "--actor-addr", "127.0.0.1:0",
 			"--ttft", "0s", "--per-token", "0s", "--busy-rate", "0.5", "--retry-after", "0", "--chat-strip-think",
-			"--omit-token-ids", "--omit-logprobs", "--omit-weight-version", "--version-endpoint", "404"}, &out, io.Discard)
+			"--omit-token-ids", "--omit-logprobs", "--omit-weight-version", "--version-endpoint", "404", "--context-length", "4096"}, &out, io.Discard)
 	}()
 	urlRe := regexp.MustCompile(`(?m)^(planner|actor) engine: (http://\S+)$`)
 	deadline := time.Now().Add(10 * time.Second)
@@ -100,6 +100,7 @@ func TestRunSimFlags(t *testing.T) {
 		{"--retry-after", ""},
 		{"--retry-after", "1\r\nX-Evil: 1"},
 		{"--version-endpoint", "v1\nX"},
+		{"--context-length", "-1"},
 	} {
 		if err := runSim(context.Background(), args, io.Discard, io.Discard); err == nil {
 			t.Errorf("accepted %q", args)

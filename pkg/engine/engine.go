@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -182,6 +183,23 @@ func NewClient(protocol, url string, o Options) (Client, error) {
 	default:
 		return nil, fail.Invalidf("engine: unknown protocol %q (want %s)", protocol, strings.Join(Protocols, ", "))
 	}
+}
+
+// ErrPromptCut is in the chain of the error of a generation whose engine
+// says it took fewer prompt tokens than it was sent: it cut the prompt
+// (to its context length), so the tokens it generated from are not the
+// trajectory that would be trained on.
+var ErrPromptCut = errors.New("the engine cut the prompt")
+
+// checkPromptKept refuses, for good, a generation from token ids whose
+// engine reports a shorter prompt than r's.
+func checkPromptKept(r Request, g Generation) error {
+	if len(r.InputIDs) == 0 || g.PromptTokens <= 0 || g.PromptTokens >= len(r.InputIDs) {
+		return nil
+	}
+	return fail.E(fail.Permanent, fmt.Errorf("%w: it took %d of the %d prompt tokens it was sent (it cuts prompts longer than its context length, "+
+		"as SGLang's --allow-auto-truncate does): what it generated from is not the trajectory; raise the engine's context length, or lower max_context_tokens",
+		ErrPromptCut, g.PromptTokens, len(r.InputIDs)))
 }
 
 func checkRequest(r Request) error {

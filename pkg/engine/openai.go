@@ -130,6 +130,9 @@ func (c *OpenAI) Generate(ctx context.Context, r Request) (Generation, error) {
 	if err == nil {
 		err = acc.requireIDs(g)
 	}
+	if err == nil {
+		err = checkPromptKept(r, g)
+	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("openai completions: %w", err)
 	}
@@ -177,6 +180,9 @@ func (c *OpenAI) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	g, err := acc.generation()
 	if err == nil {
 		err = acc.requireIDs(g)
+	}
+	if err == nil {
+		err = checkPromptKept(r, g)
 	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("openai completions stream: %w", err)

@@ -116,6 +116,9 @@ func (c *SGLang) Generate(ctx context.Context, r Request) (Generation, error) {
 		return Generation{}, fmt.Errorf("sglang generate: %w", err)
 	}
 	g, err := out.generation(out.OutputIDs)
+	if err == nil {
+		err = checkPromptKept(r, g)
+	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("sglang generate: %w", err)
 	}
@@ -238,6 +241,9 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	}
 	last.Text = text
 	g, err = last.generation(ids)
+	if err == nil {
+		err = checkPromptKept(r, g)
+	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("sglang generate stream: %w", err)
 	}

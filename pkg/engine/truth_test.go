@@ -6,6 +6,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -95,5 +96,29 @@ func TestTextWithoutIDs(t *testing.T) {
 	g, err := c.Generate(context.Background(), Request{InputIDs: []int{1, 2}})
 	if err == nil || fail.KindOf(err) != fail.Permanent || !strings.Contains(err.Error(), "output ids") {
 		t.Errorf("%+v, %v; want a permanent error: no output ids", g, err)
+	}
+}
+
+// TestPromptCut: an engine that took fewer prompt tokens than it was sent
+// (it cut the prompt to its context length) is refused for good: what it
+// generated from is not the trajectory. A prompt it took whole is fine.
+func TestPromptCut(t *testing.T) {
+	ids := sim.Encode(actorPrompt)
+	for _, proto := range []string{ProtocolSGLang, ProtocolOpenAI} {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/stream=%v", proto, stream), func(t *testing.T) {
+				_, url := serveSim(t, sim.Config{Role: sim.RoleActor, ContextLength: len(ids) - 1})
+				c, _ := New(proto, url, "sim-actor", nil)
+				g, err := generate(c, Request{InputIDs: ids, Text: actorPrompt}, stream)
+				if !errors.Is(err, ErrPromptCut) || fail.KindOf(err) != fail.Permanent || !strings.Contains(err.Error(), fmt.Sprintf("%d of the %d", len(ids)-1, len(ids))) {
+					t.Errorf("%+v, %v; want ErrPromptCut, for good, with the counts", g, err)
+				}
+				_, whole := serveSim(t, sim.Config{Role: sim.RoleActor, ContextLength: len(ids)})
+				c, _ = New(proto, whole, "sim-actor", nil)
+				if _, err := generate(c, Request{InputIDs: ids, Text: actorPrompt}, stream); err != nil {
+					t.Errorf("a prompt the engine took whole: %v", err)
+				}
+			})
+		}
 	}
 }

@@ -234,6 +234,10 @@ type PlanOutput struct {
 	FinishReason  string    `json:"finish_reason"`
 	WeightVersion string    `json:"weight_version,omitempty"`
 	LatencyMs     int64     `json:"latency_ms"`
+	// Truncated names the limit that cut the turn short (finish reason
+	// length): max_context_tokens (no room left to generate, or less than
+	// max_new_tokens) or planner_sampling.max_new_tokens.
+	Truncated string `json:"truncated,omitempty"`
 }
 
 func (m *PlanOutput) Kind() string    { return "plan.out/1" }
@@ -381,6 +385,9 @@ type Generation struct {
 	// against max_staleness before the generation ran; empty when they
 	// were, or need not be.
 	StalenessUnchecked string `json:"staleness_unchecked,omitempty"`
+	// Truncated names the limit that cut the generation short (finish
+	// reason length): actor_sampling.max_new_tokens.
+	Truncated string `json:"truncated,omitempty"`
 }
 
 // ActDone is the outcome of one act.

@@ -65,6 +65,11 @@ type Config struct {
 	// (an engine whose report cannot be trusted, or a router that asks
 	// another worker than the one that generates).
 	VersionEndpoint string
+	// ContextLength, when set, makes the engine report prompts longer than
+	// it as cut to it (prompt_tokens), as a server that truncates long
+	// prompts does (SGLang with --allow-auto-truncate, for one); the
+	// simulated model still reads the whole prompt.
+	ContextLength int
 }
 
 // NoVersionEndpoint, as Config.VersionEndpoint: the engine cannot say which
@@ -617,6 +622,9 @@ func (e *Engine) InFlight() int {
 // and max_new_tokens as an engine does.
 func (e *Engine) finish(in genInput, text string, truncated bool) *genOutput {
 	out := &genOutput{weightVersion: e.WeightVersion(), promptTokens: len(in.ids), finish: "stop", matched: EOSID}
+	if e.cfg.ContextLength > 0 {
+		out.promptTokens = min(out.promptTokens, e.cfg.ContextLength)
+	}
 	ids := Encode(text)
 	if truncated {
 		out.finish, out.matched = "length", nil

@@ -241,13 +241,21 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest, 
 	}
 	span.End()
 	if err != nil {
+		if errors.Is(err, engine.ErrPromptCut) {
+			telemetry.Truncations.WithLabelValues(schema.RoleActor, "engine_context").Inc()
+		}
 		return schema.Generation{}, err
+	}
+	truncated := ""
+	if g.FinishReason == engine.FinishLength {
+		truncated = fmt.Sprintf("actor_sampling.max_new_tokens %d: the act's generation was cut there", s.MaxNewTokens)
+		telemetry.Truncations.WithLabelValues(schema.RoleActor, "max_new_tokens").Inc()
 	}
 	ids = engine.TrajectoryIDs(r, g, ids) // a chat engine's rendering of the prompt
 	telemetry.EngineSeconds.WithLabelValues(schema.RoleActor).Observe(time.Since(start).Seconds())
 	return schema.Generation{
 		Prompt: req.Prompt, PromptIDs: ids, Text: g.Text, OutputIDs: g.OutputIDs, LogProbs: g.LogProbs, LogProbsMissing: g.LogProbsMissing,
 		FinishReason: g.FinishReason, WeightVersion: g.WeightVersion, LatencyMs: time.Since(start).Milliseconds(),
-		StalenessUnchecked: unchecked,
+		StalenessUnchecked: unchecked, Truncated: truncated,
 	}, nil
 }

@@ -401,6 +401,9 @@ func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 	if unchecked != "" {
 		smp.Metadata["staleness_unchecked"] = unchecked
 	}
+	if out.Truncated != "" && smp.Status == schema.EpisodeTruncated {
+		smp.Metadata["truncated"] = out.Truncated // the limit that cut it
+	}
 	if ep.rewardErr != "" {
 		smp.Metadata["reward_error"] = ep.rewardErr
 	}
@@ -455,6 +458,9 @@ func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample,
 	}
 	if g.StalenessUnchecked != "" {
 		smp.Metadata["staleness_unchecked"] = g.StalenessUnchecked
+	}
+	if g.Truncated != "" {
+		smp.Metadata["truncated"] = g.Truncated // the limit that cut it
 	}
 	return smp, true
 }
