@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
@@ -22,19 +23,41 @@ type VersionAsker interface {
 	WeightVersion(ctx context.Context) (string, error)
 }
 
-// Check bounds staleness right before a generation: it asks the engine
-// which weights it serves now and refuses (a permanent *StaleError) those
-// more than max versions behind newest, the role's newest version (max 0:
-// no bound, nothing asked). Versions are compared by the numbers they end
-// in. When the engine cannot say (its protocol or server has no
-// GET /get_weight_version), names no version, or a version ends in no
-// number, the generation goes on and unchecked says why, for its result to
-// say so. An engine that does not answer fails the generation as its other
-// errors do (tried again when transient).
-func Check(ctx context.Context, eng VersionAsker, newest string, max int) (unchecked string, err error) {
+// Newest returns what reads role's newest weight version (the trainer's,
+// which staleness is counted from) from the sessions bucket's leader: a
+// decision to refuse a generation rests on a fresh read, not on a watch
+// that may lag a resume or an arrival.
+func Newest(b *bus.Bus, role string) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		st, _, _, err := bus.GetFresh[schema.RoleState](ctx, b.Sessions, schema.RoleKey(role))
+		if err != nil {
+			return "", fmt.Errorf("read the %s role's newest weight version: %w", role, err)
+		}
+		return st.WeightVersion, nil
+	}
+}
+
+// Check bounds staleness right before a generation: it reads the role's
+// newest version (newest), asks the engine which weights it serves now,
+// and refuses (a permanent *StaleError) those more than max versions
+// behind (max 0: no bound, nothing read or asked). Versions are compared
+// by the numbers they end in. When the engine cannot say (its protocol or
+// server has no GET /get_weight_version), names no version, or a version
+// ends in no number, the generation goes on and unchecked says why, for
+// its result to say so. A read or an engine that does not answer fails
+// the generation as their other errors do (tried again when transient).
+func Check(ctx context.Context, eng VersionAsker, newest func(context.Context) (string, error), max int) (unchecked string, err error) {
 	if max <= 0 {
 		return "", nil
 	}
+	trainer, err := newest(ctx)
+	if err != nil {
+		return "", err
+	}
+	return check(ctx, eng, trainer, max)
+}
+
+func check(ctx context.Context, eng VersionAsker, newest string, max int) (unchecked string, err error) {
 	if newest == "" {
 		return "the role's trainer announced no weight version", nil
 	}

@@ -48,7 +48,8 @@ func TestCheck(t *testing.T) {
 		{"the engine does not answer", "step-9", 1, askFunc{err: fail.Transientf("connection refused")}, 1, false, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			unchecked, err := Check(context.Background(), &tc.engine, tc.newest, tc.max)
+			newest := func(context.Context) (string, error) { return tc.newest, nil }
+			unchecked, err := Check(context.Background(), &tc.engine, newest, tc.max)
 			var stale *StaleError
 			if tc.engine.asked != tc.asked || errors.As(err, &stale) != tc.stale || (tc.stale && fail.KindOf(err) != fail.Permanent) ||
 				(err != nil && !tc.stale) != tc.failed || (tc.failed && !fail.IsRetryable(err)) ||

@@ -144,7 +144,7 @@ func generate(ctx context.Context, d Deps, follow *session.Follower, gate *sessi
 		ctx, cancel = context.WithDeadline(ctx, time.UnixMilli(req.DeadlineMs))
 		defer cancel()
 	}
-	gen, err := Generate(ctx, d.Engines, req, gate.State().WeightVersion)
+	gen, err := Generate(ctx, d.Engines, req, session.Newest(d.Bus, schema.RoleActor))
 	if err != nil {
 		code := CodeUnavailable
 		var stale *session.StaleError
@@ -199,9 +199,9 @@ func replyFailure(m *nats.Msg, code string, err error) error {
 // Generate runs one actor generation, token-exact: the prompt is tokenized
 // by the engine itself and the output ids come back as generated. With the
 // request's max_staleness, the engine is asked which weights it serves
-// right before it generates, and weights further behind newest (the actor
-// role's newest version) are refused with a *session.StaleError.
-func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest, newest string) (schema.Generation, error) {
+// right before it generates, and weights further behind newest (what reads
+// the actor role's newest version) are refused with a *session.StaleError.
+func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest, newest func(context.Context) (string, error)) (schema.Generation, error) {
 	if req.Prompt == "" {
 		return schema.Generation{}, fail.Invalidf("actor request without a prompt")
 	}

@@ -133,7 +133,7 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		// Bounded staleness, checked right before every generation (one
 		// sent again after a pause runs on the new weights): the engine is
 		// asked which weights it serves now.
-		if unchecked, err = session.Check(ectx, lease, gate.State().WeightVersion, cfg.MaxStaleness); err != nil {
+		if unchecked, err = session.Check(ectx, lease, session.Newest(s.Bus, schema.RolePlanner), cfg.MaxStaleness); err != nil {
 			break
 		}
 		gctx, done := gate.Track(ectx)
