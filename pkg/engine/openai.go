@@ -286,10 +286,15 @@ func (a *oaiAccumulator) generation() (Generation, error) {
 		}
 		g.OutputIDs = ids
 	}
-	if g.OutputIDs != nil && len(g.LogProbs) > 0 && len(g.LogProbs) != len(g.OutputIDs) {
+	if g.OutputIDs != nil && len(g.LogProbs) > len(g.OutputIDs) {
 		return Generation{}, fail.Transientf("%d output ids but %d log-probs", len(g.OutputIDs), len(g.LogProbs))
 	}
 	switch {
+	case len(g.LogProbs) > 0 && len(g.LogProbs) < len(g.OutputIDs):
+		// Some chunks of a stream came without theirs: which tokens they
+		// belong to is not known, so none is kept.
+		g.LogProbs = nil
+		g.LogProbsMissing = fmt.Sprintf("the server returned log-probs for %d of %d output tokens", len(a.logprobs), len(g.OutputIDs))
 	case a.missing > 0:
 		g.LogProbs = nil
 		g.LogProbsMissing = fmt.Sprintf("the server returned no log-prob for %d of %d output tokens (null in logprobs)", a.missing, len(a.logprobs))

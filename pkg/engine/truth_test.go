@@ -69,6 +69,8 @@ func TestLogProbsAbsentNotZero(t *testing.T) {
 		{"openai null", ProtocolOpenAI, `{"choices":[{"text":"ab","finish_reason":"stop","token_ids":[5,6],` +
 			`"logprobs":{"tokens":["token_id:5","token_id:6"],"token_logprobs":[-0.5,null]}}]}`, "1 of 2"},
 		{"openai none", ProtocolOpenAI, `{"choices":[{"text":"ab","finish_reason":"stop","token_ids":[5,6],"logprobs":null}]}`, "no log-probs"},
+		{"openai some", ProtocolOpenAI, `{"choices":[{"text":"ab","finish_reason":"stop","token_ids":[5,6],` +
+			`"logprobs":{"tokens":["a"],"token_logprobs":[-0.5]}}]}`, "log-probs for 1 of 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, tc.reply) }))
