@@ -356,8 +356,9 @@ function omitZero(body) {
  * of a rollout ({ planner, actor }: either may be absent) and returns
  * { ok, errors }. Per sample: tokens = prompt tokens + response_length
  * (at least one prompt token, the same ids for the same prompt text),
- * loss_mask and rollout_log_probs one per response token, mask values 0 or
- * 1, log-probs finite and <= 0 on trained tokens, a finite reward, a known
+ * loss_mask and rollout_log_probs one per response token (log-probs absent
+ * only when metadata.log_probs_missing says why: an engine that returned
+ * none), mask values 0 or 1, log-probs finite and <= 0 on trained tokens, a finite reward, a known
  * status, weight_versions. Per result: sample_count samples, grouped by
  * group_index then index, token totals as stats.tokens says; planner
  * rollout_ids unique, at most one per ended episode; one actor sample per
@@ -427,6 +428,7 @@ function checkSample(s, where, fail) {
   const n = s.response_length ?? 0;
   const mask = s.loss_mask ?? [];
   const lps = s.rollout_log_probs ?? [];
+  const lpsAbsent = s.rollout_log_probs == null;
   if (!s.rollout_id) {
     fail(`${where}: no rollout_id`);
   }
@@ -439,8 +441,11 @@ function checkSample(s, where, fail) {
   if (!Number.isInteger(n) || n < 0 || tokens.length - n < 1) {
     fail(`${where}: ${tokens.length} tokens, response_length ${n}: want at least one prompt token before the response`);
   }
-  if (mask.length !== n || lps.length !== n) {
+  if (mask.length !== n || (lps.length !== n && !lpsAbsent)) {
     fail(`${where}: response_length ${n}, loss_mask ${mask.length}, rollout_log_probs ${lps.length}`);
+  }
+  if (lpsAbsent && n > 0 && !s.metadata?.log_probs_missing) {
+    fail(`${where}: no rollout_log_probs for ${n} response tokens, and no metadata.log_probs_missing saying why`);
   }
   const badMask = mask.findIndex((m) => m !== 0 && m !== 1);
   if (badMask >= 0) {

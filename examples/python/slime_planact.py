@@ -567,7 +567,8 @@ def slime_sample(s, role, rollout_ids, original=None):
     tokens = list(s.get("tokens", []))
     n = s.get("response_length", 0)
     loss_mask = list(s.get("loss_mask", []))
-    log_probs = [float(x) for x in s.get("rollout_log_probs", [])]
+    # Absent when an engine did not return them (metadata log_probs_missing says why): never zeros.
+    log_probs = [float(x) for x in s.get("rollout_log_probs") or []]
     if n > len(tokens):
         raise ValueError(f"{where}: response_length {n} is more than its {len(tokens)} tokens")
     if len(loss_mask) != n:

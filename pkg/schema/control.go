@@ -61,7 +61,10 @@ func (m *Pause) Validate() error {
 }
 
 // Resume lets planact send generations of Role again, from the weights of
-// WeightVersion (the version the engine now runs; samples record it).
+// WeightVersion (the version the engine now runs; samples record it). A
+// version older than the role's newest is a rollback (a trainer that went
+// back to an earlier checkpoint): planact takes it as the role's newest,
+// counts staleness from it, and says so on control.<role>.rollback.
 type Resume struct {
 	Envelope
 	Role          string `json:"role"`
@@ -73,6 +76,33 @@ func (m *Resume) Kind() string    { return "control.resume/1" }
 func (m *Resume) Subject() string { return subject.Control(m.Role, "resume") }
 func (m *Resume) MsgID() string   { return fmt.Sprintf("resume.%s.%d", m.Role, m.AtMs) }
 func (m *Resume) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
+
+// Rollback says that a role's trainer went back to earlier weights: a
+// Resume announced To, older than From, the role's newest version until
+// then. Staleness is counted from To from then on; samples generated on
+// the weights left behind name them in their weight_versions.
+type Rollback struct {
+	Envelope
+	Role     string `json:"role"`
+	From     string `json:"from"`
+	To       string `json:"to"`
+	ResumeID string `json:"resume_id"` // the Resume's Nats-Msg-Id
+	AtMs     int64  `json:"at_ms"`
+}
+
+func (m *Rollback) Kind() string    { return "control.rollback/1" }
+func (m *Rollback) Subject() string { return subject.Control(m.Role, "rollback") }
+func (m *Rollback) MsgID() string   { return fmt.Sprintf("rollback.%s.%s", m.Role, m.ResumeID) }
+func (m *Rollback) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
+
+// RoleRollback is the last rollback of a role, as its state records it
+// before it is published.
+type RoleRollback struct {
+	From     string `json:"from"`
+	To       string `json:"to"`
+	ResumeID string `json:"resume_id"`
+	AtMs     int64  `json:"at_ms"`
+}
 
 // Paused answers a Pause once no generation of the role runs on any
 // gateway (Drained lists the gateways that said so; Missing those that did
@@ -159,9 +189,14 @@ type RoleState struct {
 	ExpiryAnnounced bool `json:"expiry_announced,omitempty"`
 	// Answered is the epoch whose pause was answered (Paused published).
 	Answered int64 `json:"answered,omitempty"`
-	// WeightVersion is the newest version of the role's weights planact
-	// knows of (from resumes and arrivals), the trainer's current one.
+	// WeightVersion is the role's newest weights as its trainer announced
+	// them, the trainer's current ones, which staleness is counted from:
+	// what the last resume named (older than before: a rollback), or a
+	// newer version an arrival brought.
 	WeightVersion string `json:"weight_version,omitempty"`
+	// Rollback is the last time a resume took the role back to older
+	// weights.
+	Rollback *RoleRollback `json:"rollback,omitempty"`
 }
 
 // RoleKey is the KV key of a role's state.

@@ -210,7 +210,14 @@ type Segment struct {
 	Text     string    `json:"text"`
 	Version  string    `json:"weight_version,omitempty"` // of the engine that generated it
 	IDs      []int     `json:"ids"`
-	LogProbs []float64 `json:"log_probs,omitempty"` // only for generated segments
+	LogProbs []float64 `json:"log_probs,omitempty"` // only for generated segments, one per id
+	// LogProbsMissing says why a generated segment has no log-probs: the
+	// engine did not return them (never zeros in their place).
+	LogProbsMissing string `json:"log_probs_missing,omitempty"`
+	// StalenessUnchecked says why the weights of a generated segment could
+	// not be checked against max_staleness before it ran (the engine
+	// cannot say which it serves); empty when they were, or need not be.
+	StalenessUnchecked string `json:"staleness_unchecked,omitempty"`
 }
 
 // PlanOutput is the planner's full output for a turn. Segments hold the whole
@@ -227,6 +234,10 @@ type PlanOutput struct {
 	FinishReason  string    `json:"finish_reason"`
 	WeightVersion string    `json:"weight_version,omitempty"`
 	LatencyMs     int64     `json:"latency_ms"`
+	// Truncated names the limit that cut the turn short (finish reason
+	// length): max_context_tokens (no room left to generate, or less than
+	// max_new_tokens) or planner_sampling.max_new_tokens.
+	Truncated string `json:"truncated,omitempty"`
 }
 
 func (m *PlanOutput) Kind() string    { return "plan.out/1" }
@@ -359,14 +370,24 @@ const (
 
 // Generation is one engine call as a trainer needs it: token-exact.
 type Generation struct {
-	Prompt        string    `json:"prompt"`
-	PromptIDs     []int     `json:"prompt_ids"`
-	Text          string    `json:"text"`
-	OutputIDs     []int     `json:"output_ids"`
-	LogProbs      []float64 `json:"log_probs"`
-	FinishReason  string    `json:"finish_reason"`
-	WeightVersion string    `json:"weight_version,omitempty"`
-	LatencyMs     int64     `json:"latency_ms"`
+	Prompt    string    `json:"prompt"`
+	PromptIDs []int     `json:"prompt_ids"`
+	Text      string    `json:"text"`
+	OutputIDs []int     `json:"output_ids"`
+	LogProbs  []float64 `json:"log_probs"` // one per output id, or none
+	// LogProbsMissing says why there are no log-probs: the engine did not
+	// return them (never zeros in their place).
+	LogProbsMissing string `json:"log_probs_missing,omitempty"`
+	FinishReason    string `json:"finish_reason"`
+	WeightVersion   string `json:"weight_version,omitempty"`
+	LatencyMs       int64  `json:"latency_ms"`
+	// StalenessUnchecked says why the engine's weights could not be checked
+	// against max_staleness before the generation ran; empty when they
+	// were, or need not be.
+	StalenessUnchecked string `json:"staleness_unchecked,omitempty"`
+	// Truncated names the limit that cut the generation short (finish
+	// reason length): actor_sampling.max_new_tokens.
+	Truncated string `json:"truncated,omitempty"`
 }
 
 // ActDone is the outcome of one act.
@@ -527,6 +548,10 @@ type Stats struct {
 	FinishedMs     int64          `json:"finished_ms,omitempty"` // when the rollout ended
 	WallMs         int64          `json:"wall_ms"`
 	Tokens         map[string]int `json:"tokens,omitempty"`
+	// StalenessUnchecked counts, by role, the generations of the ended
+	// episodes (planner turns, acts) that ran without their weights checked
+	// against max_staleness: their engine could not say which it served.
+	StalenessUnchecked map[string]int `json:"staleness_unchecked,omitempty"`
 }
 
 // Result is one role's share of a finished rollout. Samples are inline, or
@@ -580,6 +605,10 @@ type ActorRequest struct {
 	// DeadlineMs is when the caller stops waiting (unix ms); the gateway
 	// abandons the generation then, freeing the engine's slot.
 	DeadlineMs int64 `json:"deadline_ms,omitempty"`
+	// MaxStaleness is the rollout's max_staleness: the gateway asks the
+	// engine which weights it serves right before it generates, and refuses
+	// (ActorCodeStale) weights further behind the role's newest.
+	MaxStaleness int `json:"max_staleness,omitempty"`
 }
 
 func (m *ActorRequest) Kind() string    { return "actor.generate/1" }
@@ -607,7 +636,14 @@ const (
 	ActorCodeUnavailable = "503"
 	ActorCodeTimeout     = "504" // the caller's deadline passed
 	ActorCodePaused      = "423" // the actor role is paused: send it again after the resume
+	ActorCodeStale       = "409" // the engine's weights are further behind than max_staleness allows
+	ActorCodeBusy        = "429" // the engine asked to be tried again (Retry-After) past the caller's deadline
 )
+
+// ActorRetryAfterHeader, on an actor-gateway error, is how long the engine
+// asked to be left alone (its Retry-After) in milliseconds: no attempt
+// before then.
+const ActorRetryAfterHeader = "Planact-Retry-After-Ms"
 
 // ActorSubject is the actor-gateway's service endpoint.
 const ActorSubject = "planact.actor.generate"

@@ -115,9 +115,11 @@ func cases() []wireCase {
 			Drained: []string{"x9Lq2vOa1b"}, Aborted: 3, AtMs: 1767225700410}),
 		msgCase(&schema.Drained{Role: schema.RoleActor, Epoch: 7, Gateway: "x9Lq2vOa1b", Aborted: 3, AtMs: 1767225700400}),
 		msgCase(&schema.PauseExpired{Role: schema.RoleActor, PauseExpiry: expiry}),
+		msgCase(&schema.Rollback{Role: schema.RoleActor, From: "actor-v9", To: "actor-v3", ResumeID: "resume.actor.1767225690000", AtMs: 1767225690012}),
 		{file: "kv.role.v1.schema.json", value: &schema.RoleState{Role: schema.RoleActor, Paused: true, Mode: schema.PauseAbort, Epoch: 7,
 			PauseID: "pause.actor.1767225700000", SinceMs: 1767225700000, DeadlineMs: 1767226000000, Reason: "weight sync step 8",
-			Expiry: &expiry, ExpiryAnnounced: true, WeightVersion: "actor-v3"}},
+			Expiry: &expiry, ExpiryAnnounced: true, WeightVersion: "actor-v3",
+			Rollback: &schema.RoleRollback{From: "actor-v9", To: "actor-v3", ResumeID: "resume.actor.1767225690000", AtMs: 1767225690012}}},
 		{file: "kv.session.v1.schema.json", value: &schema.Session{
 			Rollout: 42, State: schema.SessionRunning,
 			Roles: map[string]schema.RoleInfo{

@@ -78,6 +78,10 @@ var (
 		Name: "planact_acts_in_flight",
 		Help: "Acts an act-dispatcher replica is executing now, by replica.",
 	}, []string{"replica"})
+	Truncations = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_truncations_total",
+		Help: "Generations cut short by a limit, by role and limit: max_context_tokens (the planner's context had no room left, or less than max_new_tokens), max_new_tokens (the role's sampling limit), engine_context (the engine cut the prompt it was sent: refused).",
+	}, []string{"role", "limit"})
 	BarrierWaitSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "planact_barrier_wait_seconds",
 		Help:    "Time from a rollout's first arrival to its start (the other role's arrival), by the role that arrived last.",

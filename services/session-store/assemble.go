@@ -175,6 +175,7 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 			}
 		}
 		stats.Acts += len(ep.actor)
+		countUnchecked(&stats, ep)
 		if inGroup[ep.task.GroupIndex] || filtering {
 			continue // delivered groups come as they were delivered; others are not delivered
 		}
@@ -481,7 +482,12 @@ func forEach(ctx context.Context, n, workers int, fn func(ctx context.Context, i
 
 // plannerSample turns an episode's trajectory into one multi-turn sample:
 // the prompt, then every turn's generated tokens (loss mask 1, their
-// log-probs) and the observations planact appended (loss mask 0).
+// log-probs) and the observations planact appended (loss mask 0, log-prob
+// 0: no model wrote them and no loss falls on them). When the engine did
+// not return a turn's log-probs the sample has none at all (slime's
+// rollout_log_probs left unset: the trainer computes its own), and
+// metadata.log_probs_missing says which turn and why: a zero in their place
+// would be trusted by an importance ratio.
 func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 	out := ep.last
 	if out == nil || len(out.Segments) == 0 || out.Segments[0].Kind != schema.SegPrompt {
@@ -494,10 +500,17 @@ func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 		Tokens: append([]int(nil), prompt.IDs...),
 	}
 	var resp strings.Builder
+	missing, unchecked := "", ""
 	for _, seg := range out.Segments[1:] {
 		resp.WriteString(seg.Text)
 		smp.Tokens = append(smp.Tokens, seg.IDs...)
 		gen := seg.Kind == schema.SegGenerated
+		if gen && missing == "" && len(seg.LogProbs) != len(seg.IDs) {
+			missing = fmt.Sprintf("turn %d: %s", seg.Turn, logProbsMissing(seg.LogProbsMissing, len(seg.LogProbs), len(seg.IDs)))
+		}
+		if gen && unchecked == "" && seg.StalenessUnchecked != "" {
+			unchecked = fmt.Sprintf("turn %d: %s", seg.Turn, seg.StalenessUnchecked)
+		}
 		for i := range seg.IDs {
 			if gen {
 				smp.LossMask = append(smp.LossMask, 1)
@@ -505,7 +518,7 @@ func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 				if i < len(seg.LogProbs) {
 					lp = seg.LogProbs[i]
 				}
-				smp.RolloutLogProbs = append(smp.RolloutLogProbs, lp)
+				smp.RolloutLogProbs = append(smp.RolloutLogProbs, lp) // dropped below if any is missing
 			} else {
 				smp.LossMask = append(smp.LossMask, 0)
 				smp.RolloutLogProbs = append(smp.RolloutLogProbs, 0)
@@ -531,10 +544,30 @@ func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 		"rollout": n, "episode": e, "turns": ep.end.Turns, "answers": ep.end.Answers,
 		"finish_reason": out.FinishReason, "end_reason": ep.end.Reason, "ended_ms": ep.end.AtMs,
 	}
+	if missing != "" {
+		smp.RolloutLogProbs = nil
+		smp.Metadata["log_probs_missing"] = missing
+	}
+	if unchecked != "" {
+		smp.Metadata["staleness_unchecked"] = unchecked
+	}
+	if out.Truncated != "" && smp.Status == schema.EpisodeTruncated {
+		smp.Metadata["truncated"] = out.Truncated // the limit that cut it
+	}
 	if ep.rewardErr != "" {
 		smp.Metadata["reward_error"] = ep.rewardErr
 	}
 	return smp, true
+}
+
+// logProbsMissing says why a generation of n tokens has got log-probs for
+// none, or not all, of them: why, what the engine's reply lacked, when it
+// was recorded.
+func logProbsMissing(why string, got, n int) string {
+	if why != "" {
+		return why
+	}
+	return fmt.Sprintf("%d log-probs for %d generated tokens", got, n)
 }
 
 // actorSample turns one executed act into a sample. Acts answered from the
@@ -547,11 +580,14 @@ func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample,
 	smp := schema.Sample{
 		GroupIndex: ep.task.GroupIndex, Index: ep.task.Index, RolloutID: episodeID(n, e),
 		Prompt: g.Prompt, Response: g.Text, Label: ep.task.Label, Reward: ep.reward,
-		Tokens:          append(append([]int(nil), g.PromptIDs...), g.OutputIDs...),
-		ResponseLength:  len(g.OutputIDs),
-		LossMask:        ones(len(g.OutputIDs)),
-		RolloutLogProbs: append([]float64(nil), g.LogProbs...),
-		Status:          schema.EpisodeCompleted,
+		Tokens:         append(append([]int(nil), g.PromptIDs...), g.OutputIDs...),
+		ResponseLength: len(g.OutputIDs),
+		LossMask:       ones(len(g.OutputIDs)),
+		Status:         schema.EpisodeCompleted,
+	}
+	// Log-probs the engine did not return are absent, never zeros.
+	if len(g.LogProbs) == len(g.OutputIDs) {
+		smp.RolloutLogProbs = append([]float64(nil), g.LogProbs...)
 	}
 	switch g.FinishReason {
 	case "length":
@@ -566,6 +602,15 @@ func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample,
 		"rollout": n, "episode": e, "turn": d.Turn, "node": d.NodeID, "key": d.Key, "tool": d.Tool,
 		"input": d.Input, "attempts": d.Attempts, "latency_ms": g.LatencyMs,
 		"started_ms": d.StartedMs, "ended_ms": d.EndedMs,
+	}
+	if len(g.LogProbs) != len(g.OutputIDs) {
+		smp.Metadata["log_probs_missing"] = logProbsMissing(g.LogProbsMissing, len(g.LogProbs), len(g.OutputIDs))
+	}
+	if g.StalenessUnchecked != "" {
+		smp.Metadata["staleness_unchecked"] = g.StalenessUnchecked
+	}
+	if g.Truncated != "" {
+		smp.Metadata["truncated"] = g.Truncated // the limit that cut it
 	}
 	return smp, true
 }
@@ -630,6 +675,29 @@ func (s *Service) newestVersions(ctx context.Context) (map[string]string, error)
 		out[role] = st.WeightVersion
 	}
 	return out, nil
+}
+
+// countUnchecked counts, by role, the generations of an ended episode
+// that ran without their weights checked against max_staleness.
+func countUnchecked(stats *schema.Stats, ep *episode) {
+	add := func(role string) {
+		if stats.StalenessUnchecked == nil {
+			stats.StalenessUnchecked = map[string]int{}
+		}
+		stats.StalenessUnchecked[role]++
+	}
+	if ep.last != nil {
+		for _, seg := range ep.last.Segments {
+			if seg.Kind == schema.SegGenerated && seg.StalenessUnchecked != "" {
+				add(schema.RolePlanner)
+			}
+		}
+	}
+	for _, d := range ep.acts {
+		if d.Generation != nil && d.Generation.StalenessUnchecked != "" && d.Status == schema.ActDoneOK {
+			add(schema.RoleActor)
+		}
+	}
 }
 
 // markStaleness records in a sample's metadata how many versions its oldest

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -68,6 +67,11 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 }
 
 // handleResume lets a role's generations go again, from its new weights.
+// The version it names becomes the role's newest, whatever it was: a
+// version older than the newest is a rollback (the trainer went back to an
+// earlier checkpoint), recorded in the role's state and then published on
+// control.<role>.rollback; a resume delivered again publishes it again
+// (the message id makes that idempotent).
 func (s *Service) handleResume(ctx context.Context, m bus.Msg) error {
 	var r schema.Resume
 	if err := schema.UnmarshalTrainer(m.Data, m.Header, &r); err != nil {
@@ -76,23 +80,41 @@ func (s *Service) handleResume(ctx context.Context, m bus.Msg) error {
 	if err := schema.CheckRouting(m.Subject, m.Header, &r); err != nil {
 		return err
 	}
+	id := m.ID()
+	var rollback *schema.RoleRollback
 	_, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(r.Role), func(v *schema.RoleState, _ bool) (bool, error) {
 		v.Role = r.Role
 		changed := false
+		rollback = nil
+		if v.Rollback != nil && v.Rollback.ResumeID == id {
+			rollback = v.Rollback // this resume, delivered again: published again
+		}
 		if v.Paused {
 			v.Epoch++
 			v.Paused, v.Mode, v.PauseID, v.SinceMs, v.DeadlineMs, v.Reason = false, "", "", 0, 0, ""
 			changed = true
 		}
 		if r.WeightVersion != "" && r.WeightVersion != v.WeightVersion {
+			if schema.Newer(v.WeightVersion, r.WeightVersion) {
+				rollback = &schema.RoleRollback{From: v.WeightVersion, To: r.WeightVersion, ResumeID: id, AtMs: s.nowMs()}
+				v.Rollback = rollback
+			}
 			v.WeightVersion, changed = r.WeightVersion, true
 		}
 		return changed, nil
 	})
-	if err == nil && wrote {
-		zerolog.Ctx(ctx).Info().Str("role", r.Role).Str("weight_version", r.WeightVersion).Msg("role resumed")
+	if err != nil {
+		return err
 	}
-	return err
+	log := zerolog.Ctx(ctx)
+	if wrote {
+		log.Info().Str("role", r.Role).Str("weight_version", r.WeightVersion).Msg("role resumed")
+	}
+	if rollback != nil {
+		log.Warn().Str("role", r.Role).Str("from", rollback.From).Str("to", rollback.To).Msg("role rolled back to older weights; staleness counts from them")
+		return s.Bus.Publish(ctx, &schema.Rollback{Role: r.Role, From: rollback.From, To: rollback.To, ResumeID: rollback.ResumeID, AtMs: rollback.AtMs})
+	}
+	return nil
 }
 
 // answerPause publishes the Paused answer of the pause st holds, once every
@@ -192,9 +214,19 @@ func (s *Service) gatewayIDs(name string) []string {
 
 // noteVersion records a role's weight version seen in an arrival when it is
 // newer than the one the role state holds: the trainer's current weights.
+//
+// An arrival never moves the version back, and is no rollback: arrivals
+// run ahead of training (an asynchronous trainer announces rollout N+1
+// with the weights it had when it sent it, while it trains on N), arrive
+// in any order and are delivered again, so an older version in an arrival
+// says when the arrival was written, not what the engine serves now. Only
+// a Resume, sent after the trainer swapped its weights and read in order
+// on the control stream, says that (handleResume). The decision reads the
+// role state from its leader every time: a version noted before a
+// rollback is not taken as noted after it.
 func (s *Service) noteVersion(ctx context.Context, role, version string) error {
-	if version == "" || s.noted.seen(role, version) {
-		return nil // recorded already: versions only move forward
+	if version == "" {
+		return nil
 	}
 	_, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(role), func(v *schema.RoleState, _ bool) (bool, error) {
 		if v.WeightVersion == version || !schema.Newer(version, v.WeightVersion) {
@@ -206,28 +238,5 @@ func (s *Service) noteVersion(ctx context.Context, role, version string) error {
 	if err != nil {
 		return fmt.Errorf("note %s weight version: %w", role, err)
 	}
-	s.noted.note(role, version)
 	return nil
-}
-
-// notedVersions are the weight versions this process has recorded per role:
-// a version noted once needs no write when the next arrival brings it again.
-type notedVersions struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-func (n *notedVersions) seen(role, version string) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.m[role] == version
-}
-
-func (n *notedVersions) note(role, version string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.m == nil {
-		n.m = map[string]string{}
-	}
-	n.m[role] = version
 }

@@ -57,7 +57,6 @@ type Service struct {
 	locks     rolloutLocks
 	arrivals  rolloutLocks // one arrival of a rollout at a time (see handleArrive)
 	ends      endQueue
-	noted     notedVersions
 }
 
 // Run serves until ctx ends.
