@@ -165,8 +165,14 @@ func TestBoundedStaleness(t *testing.T) {
 	const n = 943
 	tasks := []schema.Task{e.question(0, population("Chile"))} // three hops, one act a turn
 	o := <-e.start(t, n, tasks, &schema.Config{MaxStaleness: 1})
-	if o.perr != nil || o.aerr != nil {
-		t.Fatalf("rollout: %v %v", o.perr, o.aerr)
+	if o.perr != nil {
+		t.Fatalf("planner: %v", o.perr)
+	}
+	// The actor's result holds nothing to train on: it is failed, not ok,
+	// and says why.
+	if !errors.Is(o.aerr, client.ErrFailed) || o.actor == nil || o.actor.Status != schema.ResultFailed ||
+		!strings.Contains(o.actor.Reason, "aborted") || !strings.Contains(o.actor.Reason, "stale") {
+		t.Fatalf("actor: %v %+v; want failed, naming the stale aborts", o.aerr, o.actor)
 	}
 	s, ok := sampleOf(o.planner, n, 0)
 	reason, _ := s.Metadata["end_reason"].(string)

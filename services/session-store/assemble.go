@@ -408,14 +408,17 @@ func (s *Service) readEpisode(ctx context.Context, n int64, e int, ep *episode) 
 // sample while tasks failed for its role is failed.
 func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, string) {
 	status, reason := r.Status, r.Reason
-	failed, ended := causes{}, 0
+	failed, aborted, ended := causes{}, causes{}, 0
 	for _, ep := range eps {
 		if ep.end == nil {
 			continue
 		}
 		ended++
-		if ep.end.Status == schema.EpisodeFailed {
+		switch ep.end.Status {
+		case schema.EpisodeFailed:
 			failed.add(ep.end.Reason)
+		case schema.EpisodeAborted:
+			aborted.add(ep.end.Reason) // stale weights, say: its own episode's, not a cancel of the rollout
 		}
 	}
 	var what []string
@@ -426,6 +429,10 @@ func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, stri
 		} else {
 			what = append(what, fmt.Sprintf("%d of %d episodes failed (%d: %s)", failed.total, len(eps), most, cause))
 		}
+	}
+	if aborted.total > 0 {
+		cause, most := aborted.most()
+		what = append(what, fmt.Sprintf("%d of %d episodes aborted (%d: %s)", aborted.total, len(eps), most, cause))
 	}
 	if lost.tasks > 0 {
 		cause, most := lost.acts.most()
@@ -439,6 +446,10 @@ func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, stri
 	if len(r.Samples) == 0 && r.Stats.TaskStates[schema.TaskEmpty] > 0 && lost.tasks == 0 && failed.total == 0 {
 		what = append(what, fmt.Sprintf("no %s sample: no act of the %d tasks ran the actor model", r.Role, r.Stats.TaskStates[schema.TaskEmpty]))
 	}
+	if len(r.Samples) == 0 && len(what) == 0 && len(eps) > 0 && (status == schema.ResultOK || status == schema.ResultPartial) {
+		// Filtered groups, say: nothing to train on, and the result says why.
+		what = append(what, fmt.Sprintf("no %s sample: tasks %s", r.Role, statesText(r.Stats.TaskStates)))
+	}
 	if len(what) == 0 {
 		return status, reason
 	}
@@ -448,12 +459,26 @@ func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, stri
 	switch {
 	case status == schema.ResultOK && failed.total == ended && failed.total == len(eps):
 		status = schema.ResultFailed
-	case (status == schema.ResultOK || status == schema.ResultPartial) && len(r.Samples) == 0 && r.Stats.TaskStates[schema.TaskFailed] > 0:
+	case (status == schema.ResultOK || status == schema.ResultPartial) && len(r.Samples) == 0 && (r.Stats.TaskStates[schema.TaskFailed] > 0 || aborted.total > 0):
 		// Nothing to train on, and not for want of asking: a result that
 		// delivers nothing of what it was to deliver is not ok.
 		status = schema.ResultFailed
 	}
 	return status, strings.Join(what, "; ")
+}
+
+// statesText lists task states with their counts, in a fixed order.
+func statesText(states map[string]int) string {
+	keys := make([]string, 0, len(states))
+	for k := range states {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%d %s", states[k], k))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // forEach calls fn for 0..n-1 with at most workers calls at once, and

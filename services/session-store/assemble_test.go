@@ -234,14 +234,17 @@ func checkTruth(w world, res *schema.Result) error {
 		if len(res.Samples) == 0 && st.TaskStates[schema.TaskFailed] > 0 {
 			return fmt.Errorf("ok with no sample, %d tasks failed", st.TaskStates[schema.TaskFailed])
 		}
-		if len(res.Samples) == 0 && res.Reason == "" && st.TaskStates[schema.TaskEmpty] > 0 {
+		if len(res.Samples) == 0 && res.Reason == "" && len(w.tasks) > 0 {
 			return fmt.Errorf("ok with no sample and no reason")
+		}
+		if len(res.Samples) == 0 && episodes[schema.EpisodeAborted] > 0 {
+			return fmt.Errorf("ok with no sample, %d episodes aborted", episodes[schema.EpisodeAborted])
 		}
 		if w.sess.Status != schema.ResultOK {
 			return fmt.Errorf("ok, the rollout ended %s", w.sess.Status)
 		}
 	case schema.ResultPartial:
-		if len(res.Samples) == 0 && st.TaskStates[schema.TaskFailed] > 0 {
+		if len(res.Samples) == 0 && (st.TaskStates[schema.TaskFailed] > 0 || episodes[schema.EpisodeAborted] > 0) {
 			return fmt.Errorf("partial with no sample, %d tasks failed", st.TaskStates[schema.TaskFailed])
 		}
 	case schema.ResultFailed:
