@@ -7,7 +7,7 @@ FUZZPKGS ?= ./pkg/plan
 
 NATSCLI  ?= v0.5.1
 
-.PHONY: run up build test tools unit fuzz-smoke fuzz lint bench chaos soak tidy clean
+.PHONY: run up build test tools unit fuzz-smoke fuzz lint bench bench-step chaos soak tidy clean
 
 ## run: the embedded default — NATS, the five services, simulated engines, and a demo of both trainers
 run:
@@ -44,9 +44,17 @@ lint:
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi
 
-## bench: the benchmark programs under bench/, each printing its table
+## bench: the benchmark programs under bench/, each printing its table; bench/step in its quick
+## version (16 prompts × 4 copies, printed only)
 bench:
-	@for d in bench/*/; do [ -f "$$d/main.go" ] || continue; echo "== $$d"; $(GO) run ./$$d || exit 1; done
+	@for d in bench/*/; do [ -f "$$d/main.go" ] || continue; [ "$$d" = bench/step/ ] && continue; echo "== $$d"; $(GO) run ./$$d || exit 1; done
+	@echo "== bench/step (quick; make bench-step for the whole step)"; $(GO) run ./bench/step -quick
+
+## bench-step: one realistic RL step as processes, 256 prompts × 8 copies, two async rollouts (a few
+## minutes); writes bench/results/step.{txt,json,png}. STEPFLAGS adds flags (go run ./bench/step -h).
+STEPFLAGS ?=
+bench-step:
+	$(GO) run ./bench/step $(STEPFLAGS)
 
 ## chaos: the real topology as processes (single node, then a three-node cluster), broken on a
 ## seeded schedule; checks the ledger and writes chaos/results/chaos.{md,json}. CHAOSFLAGS adds flags.

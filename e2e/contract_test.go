@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -70,6 +71,46 @@ func TestContractIsStrict(t *testing.T) {
 		{"undecodable body", 809, "rollout.809.arrive.actor", func(b map[string]any, _ nats.Header) {
 			b["schema"] = "rollout.arrive/9"
 		}, "actor", []string{"rollout.arrive/9"}},
+		// A value of the wrong type was refused as "msgpack: invalid
+		// code=cb decoding int64", naming nothing; 2^64-1 ran as -1.
+		{"a float for an integer", 813, "rollout.813.arrive.planner", func(b map[string]any, _ nats.Header) {
+			b["config"] = map[string]any{"max_turns": 2.5}
+		}, "planner", []string{"config.max_turns is the float 2.5: want an integer"}},
+		{"a string for an integer", 814, "rollout.814.arrive.planner", func(b map[string]any, _ nats.Header) {
+			b["config"] = map[string]any{"max_turns": "4"}
+		}, "planner", []string{`config.max_turns is the string "4": want an integer`}},
+		{"an integer beyond int64", 815, "rollout.815.arrive.planner", func(b map[string]any, _ nats.Header) {
+			b["config"] = map[string]any{"max_turns": uint64(1<<64 - 1)}
+		}, "planner", []string{"config.max_turns is the integer 18446744073709551615: want an integer from"}},
+		{"at_ms as Python's time.time()*1000", 816, "rollout.816.arrive.planner", func(b map[string]any, _ nats.Header) {
+			b["at_ms"] = 1712345678901.25
+		}, "planner", []string{"at_ms is the float 1.71234567890125e+12: want an integer"}},
+		{"a task's prompt a number", 817, "rollout.817.arrive.planner", func(b map[string]any, _ nats.Header) {
+			b["tasks"] = []any{map[string]any{"prompt": 42}}
+		}, "planner", []string{"tasks[0].prompt is the integer 42: want a string"}},
+		// Bounds on both sides: 1e-300 was taken and timed out at once.
+		{"a barrier time-out of 1e-300 s", 818, "rollout.818.arrive.planner", func(b map[string]any, _ nats.Header) {
+			b["config"] = map[string]any{"barrier_timeout_s": 1e-300}
+		}, "planner", []string{"barrier_timeout_s 1e-300: want a number of seconds from 1"}},
+		// Headers are compared with the subject as bodies are: logs take
+		// the rollout and role from them.
+		{"header names another rollout", 819, "rollout.819.arrive.planner", func(_ map[string]any, h nats.Header) {
+			h.Set(schema.HdrRollout, "999")
+		}, "planner", []string{`header Planact-Rollout "999" disagrees with the subject rollout.819.arrive.planner`}},
+		{"header names another role", 820, "rollout.820.arrive.planner", func(_ map[string]any, h nats.Header) {
+			h.Set(schema.HdrRole, "actor")
+		}, "planner", []string{`header Planact-Role "actor" disagrees`}},
+		{"header names an episode", 821, "rollout.821.arrive.planner", func(_ map[string]any, h nats.Header) {
+			h.Set(schema.HdrEpisode, "0")
+		}, "planner", []string{`header Planact-Episode "0": a rollout.arrive/1 names no episode`}},
+		{"a JSON body without its Content-Type", 822, "rollout.822.arrive.planner", func(b map[string]any, _ nats.Header) {
+			b["json"] = true // sent as JSON, below
+		}, "planner", []string{"the body is JSON, and planact reads msgpack", "Content-Type: application/json"}},
+		// 37 bytes that claimed 2^32 tasks: the session-store allocated
+		// 240 GB and died.
+		{"a body claiming 2^32 tasks", 823, "rollout.823.arrive.planner", func(b map[string]any, _ nats.Header) {
+			b["claim"] = true // written by hand, below
+		}, "planner", []string{"not a msgpack body", "4294967295 elements"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -85,7 +126,16 @@ func TestContractIsStrict(t *testing.T) {
 			id := fmt.Sprintf("my-arrival-%d", c.n)
 			msg.Header.Set(nats.MsgIdHdr, id)
 			c.edit(body, msg.Header)
-			if msg.Data, err = msgpack.Marshal(body); err != nil {
+			switch {
+			case body["json"] == true:
+				delete(body, "json")
+				msg.Data, err = json.Marshal(body)
+			case body["claim"] == true:
+				msg.Data = append([]byte("\x82\xa6schema\xb0rollout.arrive/1\xa5tasks\xdd\xff\xff\xff\xff"), 0xc0)
+			default:
+				msg.Data, err = msgpack.Marshal(body)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			_, err = js.PublishMsg(msg)
@@ -165,5 +215,112 @@ func TestTimeoutsAreNeverEarly(t *testing.T) {
 		if early := arrived.Add(2 * time.Second).Sub(m.Time); early > 0 {
 			t.Errorf("barrier time-out of 2s answered %v early", early)
 		}
+	}
+}
+
+// TestCancelsThatDisagreeAreRefused: a cancel on rollout.N.cancel.critic (a
+// role planact does not have) aborted rollout N; a cancel whose headers
+// name another rollout or role than its subject, or whose body cannot be
+// read, must not abort it either. Each is answered on rollout.N.status
+// (event rejected, saying why), and the rollout waits on until a cancel
+// that holds together ends it.
+func TestCancelsThatDisagreeAreRefused(t *testing.T) {
+	e := start(t, envOptions{planner: sim.Config{Seed: 87}, actor: sim.Config{Seed: 88}})
+	const n = 830
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	nc := bustest.Conn(t, e.url)
+	js, err := nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	statuses, err := nc.SubscribeSync(fmt.Sprintf("rollout.%d.status", n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor := e.trainer(t)
+	if err := actor.Arrive(ctx, &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: e.actor}); err != nil {
+		t.Fatal(err)
+	}
+	body := func(role string, edit func(map[string]any)) []byte {
+		b := map[string]any{"schema": "rollout.cancel/1", "rollout": n, "role": role, "reason": "wrong", "at_ms": time.Now().UnixMilli()}
+		if edit != nil {
+			edit(b)
+		}
+		data, err := msgpack.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	bad := []struct {
+		subject string
+		header  nats.Header
+		data    []byte
+		want    string
+	}{
+		{fmt.Sprintf("rollout.%d.cancel.actor", n), nats.Header{schema.HdrRollout: {"831"}}, body("actor", nil), `header Planact-Rollout "831" disagrees`},
+		{fmt.Sprintf("rollout.%d.cancel.actor", n), nats.Header{schema.HdrRole: {"planner"}}, body("actor", nil), `header Planact-Role "planner" disagrees`},
+		{fmt.Sprintf("rollout.%d.cancel.actor", n), nil, body("actor", func(b map[string]any) { b["at_ms"] = "now" }), `at_ms is the string "now": want an integer`},
+		{fmt.Sprintf("rollout.%d.cancel.actor", n), nil, body("planner", nil), "the subject names rollout 830 as actor, the body rollout 830 as planner"},
+	}
+	// A role planact does not know has no stream: NATS refuses the cancel
+	// itself (no stream takes rollout.N.cancel.critic).
+	critic := nats.NewMsg(fmt.Sprintf("rollout.%d.cancel.critic", n))
+	critic.Data = body("critic", nil)
+	if _, err := js.PublishMsg(critic); !errors.Is(err, nats.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("a cancel as critic: %v, want it refused for want of a stream", err)
+	}
+	for i, c := range bad {
+		msg := nats.NewMsg(c.subject)
+		for k, v := range c.header {
+			msg.Header[k] = v
+		}
+		msg.Header.Set(nats.MsgIdHdr, fmt.Sprintf("bad-cancel-%d", i))
+		msg.Data = c.data
+		if _, err := js.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every bad cancel is answered, in whatever order the consumer takes
+	// them; and the arrival is recorded (the session-store may take a
+	// cancel published after it first, and answer that it knows no such
+	// rollout).
+	want := map[string]bool{}
+	for _, c := range bad {
+		want[c.want] = true
+	}
+	arrived := false
+	for len(want) > 0 || !arrived {
+		m, err := statuses.NextMsg(patience)
+		if err != nil {
+			t.Fatalf("no answer for %v: %v", want, err)
+		}
+		var st schema.Status
+		if err := schema.Unmarshal(m.Data, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Event == "aborted" || strings.Contains(st.Detail, "aborted by") {
+			t.Fatalf("a bad cancel aborted the rollout: %+v", st)
+		}
+		if st.Event == "arrived" {
+			arrived = true
+		}
+		if st.Event != "rejected" {
+			continue
+		}
+		for w := range want {
+			if strings.Contains(st.Detail, w) {
+				delete(want, w)
+			}
+		}
+	}
+	// Only now does a cancel that holds together end it, with its reason.
+	if err := e.trainer(t).Cancel(ctx, n, schema.RoleActor, "enough"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := actor.Result(ctx, n, schema.RoleActor)
+	if err != nil || res.Status != schema.ResultAborted || res.Reason != "aborted by the actor trainer: enough" {
+		t.Fatalf("actor: %v %+v, want aborted by the actor's own cancel", err, res)
 	}
 }

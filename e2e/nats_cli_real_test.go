@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
 )
 
@@ -250,5 +253,98 @@ func mustJSON(t *testing.T, out string, v any) {
 			t.Fatalf("not JSON at %d: %v\n%s", syn.Offset, err, out)
 		}
 		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// TestNatsCLISpeaksJSON: what a trainer writes may be JSON where its
+// Content-Type says so, so the real `nats pub` alone can arrive, be told
+// what is wrong, and cancel; a JSON body used to be refused as "msgpack:
+// unexpected code=7b decoding map length". Without the header, the answer
+// says what planact reads and how to send it.
+func TestNatsCLISpeaksJSON(t *testing.T) {
+	natsCLI(t)
+	e := start(t, envOptions{planner: sim.Config{Seed: 95}, actor: sim.Config{Seed: 96}})
+	nc := bustest.Conn(t, e.url)
+	c := e.trainer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	asJSON := []string{"-H", "Content-Type: application/json"}
+	arrival := func(n int64, role, url, extra string) string {
+		return fmt.Sprintf(`{"schema": "rollout.arrive/1", "rollout": %d, "role": %q, "at_ms": %d.0,
+			"engine": {"url": %q, "protocol": "sglang"}, "weight_version": "%s-v1"%s}`, n, role, time.Now().UnixMilli(), url, role, extra)
+	}
+	rejection := func(n int64, role string) *nats.Subscription {
+		sub, err := nc.SubscribeSync(fmt.Sprintf("rollout.%d.result.%s.rejected", n, role))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		return sub
+	}
+	reason := func(sub *nats.Subscription) string {
+		m, err := sub.NextMsg(patience)
+		if err != nil {
+			t.Fatalf("no rejection: %v", err)
+		}
+		var r schema.Result
+		if err := schema.Unmarshal(m.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Reason
+	}
+
+	// A whole rollout, both arrivals published by the CLI in JSON.
+	const n = 905
+	tasks, err := json.Marshal(e.tasks(2, 1, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	natsRun(t, e.url, append([]string{"pub", "rollout.905.arrive.planner",
+		arrival(n, "planner", e.planner.URL, `, "tasks": `+string(tasks)+`, "config": {"max_turns": 4.0, "rollout_timeout_s": 120}`)}, asJSON...)...)
+	natsRun(t, e.url, append([]string{"pub", "rollout.905.arrive.actor", arrival(n, "actor", e.actor.URL, "")}, asJSON...)...)
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		res, err := c.Result(ctx, n, role)
+		if err != nil || res.Status != schema.ResultOK || len(res.Samples) == 0 {
+			t.Fatalf("%s: %v %+v, want ok with samples", role, err, res)
+		}
+	}
+
+	// A wrong type in JSON is named by its path, as in msgpack.
+	wrong := rejection(906, "planner")
+	natsRun(t, e.url, append([]string{"pub", "rollout.906.arrive.planner",
+		arrival(906, "planner", e.planner.URL, `, "tasks": [{"prompt": "q"}], "config": {"max_turns": "4"}`)}, asJSON...)...)
+	if got := reason(wrong); !strings.Contains(got, `config.max_turns is the string "4": want an integer`) {
+		t.Errorf("max_turns \"4\" in JSON: %q", got)
+	}
+
+	// JSON without its Content-Type: told what planact reads, and how.
+	bare := rejection(907, "planner")
+	natsRun(t, e.url, "pub", "rollout.907.arrive.planner", arrival(907, "planner", e.planner.URL, `, "tasks": [{"prompt": "q"}]`))
+	if got := reason(bare); !strings.Contains(got, "the body is JSON, and planact reads msgpack") || !strings.Contains(got, "-H 'Content-Type: application/json'") {
+		t.Errorf("JSON without its Content-Type: %q", got)
+	}
+
+	// A cancel from the command line ends a rollout waiting at the barrier.
+	const waiting = 908
+	statuses, err := nc.SubscribeSync("rollout.908.status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natsRun(t, e.url, append([]string{"pub", "rollout.908.arrive.actor", arrival(waiting, "actor", e.actor.URL, "")}, asJSON...)...)
+	for arrived := false; !arrived; {
+		// The arrival is recorded before the cancel goes: the session-store
+		// may take messages in another order than they were published.
+		m, err := statuses.NextMsg(patience)
+		if err != nil {
+			t.Fatalf("the actor's JSON arrival was not recorded: %v", err)
+		}
+		var st schema.Status
+		arrived = schema.Unmarshal(m.Data, &st) == nil && st.Event == "arrived"
+	}
+	natsRun(t, e.url, append([]string{"pub", "rollout.908.cancel.actor",
+		`{"schema": "rollout.cancel/1", "rollout": 908, "role": "actor", "reason": "from the command line"}`}, asJSON...)...)
+	res, err := c.Result(ctx, waiting, schema.RoleActor)
+	if err != nil || res.Status != schema.ResultAborted || res.Reason != "aborted by the actor trainer: from the command line" {
+		t.Fatalf("cancelled from the CLI: %v %+v", err, res)
 	}
 }

@@ -7,9 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
+	"github.com/planact/planact/pkg/subject"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // TestPauseAndResume: a trainer pauses its role before it swaps weights.
@@ -76,39 +81,80 @@ func TestPauseAndResume(t *testing.T) {
 	}
 }
 
-// TestPauseTimesOut: a pause never resumed ends in a clear time-out: the
-// work waiting for the role fails saying so, and the rollout ends.
+// TestPauseTimesOut: a pause never resumed ends at its time-out. The act
+// that waited for the paused actor fails saying so (the rollout fails), the
+// role's state and control.actor.expired say the pause expired, once, and
+// the role works again without a resume: the next rollout completes.
 func TestPauseTimesOut(t *testing.T) {
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 95}, actor: sim.Config{Seed: 96}})
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	trainer := e.trainer(t)
-	if _, err := trainer.Pause(ctx, schema.RoleActor, client.PauseOptions{Timeout: 2 * time.Second}); err != nil {
+	paused, err := trainer.Pause(ctx, schema.RoleActor, client.PauseOptions{Timeout: 10 * time.Minute, Reason: "weight sync"})
+	if err != nil {
 		t.Fatal(err)
 	}
+	held := telemetry.PauseWaits.WithLabelValues(schema.RoleActor)
+	before := testutil.ToFloat64(held)
 	const n = 942
-	o := <-e.start(t, n, e.tasks(1, 1, n), &schema.Config{FailurePolicy: schema.PolicyFail})
+	results := e.start(t, n, e.tasks(1, 1, n), &schema.Config{FailurePolicy: schema.PolicyFail})
+	eventually(t, "an act held by the pause", func() bool { return testutil.ToFloat64(held) > before })
+	// The pause's time-out passes: the test moves its deadline to now
+	// rather than wait ten minutes.
+	_, _, err = bus.Mutate(ctx, e.bus.Sessions, schema.RoleKey(schema.RoleActor), func(v *schema.RoleState, _ bool) (bool, error) {
+		v.DeadlineMs = time.Now().UnixMilli()
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := <-results
 	if !errors.Is(o.perr, client.ErrFailed) || !strings.Contains(o.planner.Reason, "pause time-out") {
 		t.Fatalf("a rollout whose actor stayed paused: %v %+v", o.perr, o.planner)
 	}
 	if o.planner.Stats.Failures[schema.ActErrPaused] == 0 {
 		t.Errorf("failures %v, want the paused acts counted", o.planner.Stats.Failures)
 	}
-	// Resumed, the role works again.
-	if err := trainer.Resume(ctx, schema.RoleActor, ""); err != nil {
-		t.Fatal(err)
+
+	// The role's state says the pause ended at its time-out, and so does
+	// control.actor.expired, once.
+	var st schema.RoleState
+	eventually(t, "the expiry to be announced", func() bool {
+		st, _, _, err = bus.GetFresh[schema.RoleState](ctx, e.bus.Sessions, schema.RoleKey(schema.RoleActor))
+		return err == nil && st.ExpiryAnnounced
+	})
+	x := st.Expiry
+	if st.Paused || x == nil || x.Epoch != paused.Epoch || x.PauseID != paused.PauseID || st.Epoch != paused.Epoch+1 ||
+		!strings.Contains(x.Reason, "pause time-out") || !strings.Contains(x.Reason, "weight sync") {
+		t.Fatalf("role state after the expiry: %+v (expiry %+v); want not paused, epoch %d, the expiry of pause %s", st, x, paused.Epoch+1, paused.PauseID)
 	}
+	if k := e.count(t, bus.StreamControl, subject.Control(schema.RoleActor, "expired")); k != 1 {
+		t.Errorf("%d messages on control.actor.expired, want 1", k)
+	}
+	m, err := e.bus.LastMsg(ctx, bus.StreamControl, subject.Control(schema.RoleActor, "expired"))
+	if err != nil || m == nil {
+		t.Fatalf("control.actor.expired: %v", err)
+	}
+	var said schema.PauseExpired
+	if err := schema.Unmarshal(m.Data, &said); err != nil || said.PauseExpiry != *x || said.Role != schema.RoleActor {
+		t.Errorf("control.actor.expired says %+v (%v), the state %+v", said, err, *x)
+	}
+
+	// No resume: the role works again.
 	o = <-e.start(t, n+1, e.tasks(1, 1, n+1), nil)
-	if o.perr != nil || o.planner.Status != schema.ResultOK {
-		t.Fatalf("after the resume: %v %+v", o.perr, o.planner)
+	if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK || len(o.actor.Samples) == 0 {
+		t.Fatalf("after the expiry, without a resume: %v %v %+v", o.perr, o.aerr, o.planner)
+	}
+	if o.planner.Stats.Failures[schema.ActErrPaused] != 0 {
+		t.Errorf("after the expiry: failures %v", o.planner.Stats.Failures)
 	}
 }
 
 // TestBoundedStaleness: the actor trainer announces newer weights (a
-// resume with actor-v9) while its engine still runs actor-v3 (what the
-// engine reports). With max_staleness 1 no act is started on weights six
-// versions behind: the episode ends aborted, saying why, and the act that
-// ran before the engine's version was known is marked stale.
+// resume with actor-v9) while its engine still serves actor-v3. With
+// max_staleness 1 no act starts on weights six versions behind, the very
+// first included (the engine is asked before every generation): the
+// episode ends aborted, saying why, and the engine generates nothing.
 func TestBoundedStaleness(t *testing.T) {
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 97}, actor: sim.Config{Seed: 98}})
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
@@ -119,25 +165,25 @@ func TestBoundedStaleness(t *testing.T) {
 	const n = 943
 	tasks := []schema.Task{e.question(0, population("Chile"))} // three hops, one act a turn
 	o := <-e.start(t, n, tasks, &schema.Config{MaxStaleness: 1})
-	if o.perr != nil || o.aerr != nil {
-		t.Fatalf("rollout: %v %v", o.perr, o.aerr)
+	if o.perr != nil {
+		t.Fatalf("planner: %v", o.perr)
+	}
+	// The actor's result holds nothing to train on: it is failed, not ok,
+	// and says why.
+	if !errors.Is(o.aerr, client.ErrFailed) || o.actor == nil || o.actor.Status != schema.ResultFailed ||
+		!strings.Contains(o.actor.Reason, "aborted") || !strings.Contains(o.actor.Reason, "stale") {
+		t.Fatalf("actor: %v %+v; want failed, naming the stale aborts", o.aerr, o.actor)
 	}
 	s, ok := sampleOf(o.planner, n, 0)
 	reason, _ := s.Metadata["end_reason"].(string)
-	if !ok || s.Status != schema.EpisodeAborted || !strings.Contains(reason, "max_staleness 1") {
-		t.Fatalf("episode: %s (%q), want aborted for staleness", s.Status, reason)
+	if !ok || s.Status != schema.EpisodeAborted || !strings.Contains(reason, "max_staleness 1") || !strings.Contains(reason, "actor-v3") {
+		t.Fatalf("episode: %s (%q), want aborted for staleness, naming the engine's weights", s.Status, reason)
 	}
 	if o.planner.Stats.Failures[schema.ActErrStale] == 0 {
 		t.Errorf("failures %v: the act not started is not counted", o.planner.Stats.Failures)
 	}
-	if len(o.actor.Samples) == 0 {
-		t.Fatal("no act ran before the engine's version was known")
-	}
-	for _, a := range o.actor.Samples {
-		if a.Metadata["stale"] != true || asInt(a.Metadata["staleness"]) != 6 || len(a.WeightVersions) != 1 || a.WeightVersions[0] != "actor-v3" {
-			t.Errorf("actor sample %v: stale %v, staleness %v, versions %v; want stale, 6 behind, generated by actor-v3",
-				a.Metadata["key"], a.Metadata["stale"], a.Metadata["staleness"], a.WeightVersions)
-		}
+	if requests, _ := e.actorEngine.Stats(); requests != 0 || len(o.actor.Samples) != 0 {
+		t.Errorf("%d generations on stale weights, %d actor samples: the first act ran unchecked", requests, len(o.actor.Samples))
 	}
 	// One weight version per generated segment: each planner turn.
 	turns := asInt(s.Metadata["turns"])

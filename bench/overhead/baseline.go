@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/planact/planact/pkg/bus"
-	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/bench/internal/rawjs"
 )
 
 // Baselines are raw NATS/JetStream on the same server(s), no planact code.
@@ -34,9 +32,6 @@ type PubSub struct {
 	Stalls       []string  `json:"stalls,omitempty"` // repeats run again because they stalled
 }
 
-// errStalled is a publish+consume repeat that made no progress for a while.
-var errStalled = errors.New("stalled")
-
 // CAS is baseline 2: sequential Update(key, value, lastRevision) on one key.
 type CAS struct {
 	Ops        int     `json:"ops"`
@@ -58,36 +53,9 @@ type Requests struct {
 // realisticAct is an act's stored message as the act-dispatcher publishes
 // it: the act.done of a search that the actor model ran (a few dozen
 // tokens with their log-probs).
-func realisticAct() ([]byte, error) {
-	prompt, ids := make([]int, 96), make([]int, 48)
-	lps := make([]float64, 48)
-	for i := range prompt {
-		prompt[i] = 500 + i*11
-	}
-	for i := range ids {
-		ids[i], lps[i] = 1000+i*37, -0.05*float64(i%7)
-	}
-	now := time.Now().UnixMilli()
-	return schema.Marshal(&schema.ActDone{
-		Rollout: 1234, Episode: 37, Turn: 2, Key: "t2-s2", NodeID: "s2", Tool: "search",
-		Input: "population of Addis Ababa", Status: schema.ActDoneOK, Output: "Addis Ababa has about 3.9 million inhabitants.",
-		Attempts: 1, Generation: &schema.Generation{Prompt: "Search: population of Addis Ababa", PromptIDs: prompt, Text: "Addis Ababa has about 3.9 million inhabitants.", OutputIDs: ids, LogProbs: lps, FinishReason: "stop", LatencyMs: 12, WeightVersion: "7"},
-		ReleasedMs: now, StartedMs: now, EndedMs: now + 12, Replica: "act-dispatcher-0",
-	})
-}
+func realisticAct() ([]byte, error) { return rawjs.Act(96, 48) }
 
-func dial(url, name string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := bus.ConnOptions{URL: url}.Dial(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return nc, js, nil
-}
+func dial(url, name string) (*nats.Conn, jetstream.JetStream, error) { return rawjs.Dial(url, name) }
 
 func runBaselines(ctx context.Context, o options, s *servers, p *progress) (*Baselines, error) {
 	var b Baselines
@@ -103,7 +71,7 @@ func runBaselines(ctx context.Context, o options, s *servers, p *progress) (*Bas
 		var v float64
 		for attempt := 0; ; attempt++ {
 			v, err = pubSubOnce(ctx, s, act, o.PubMessages, o.PubInFlight, fmt.Sprintf("%d_%d", i, attempt))
-			if err == nil || !errors.Is(err, errStalled) || attempt == 2 {
+			if err == nil || !errors.Is(err, rawjs.ErrStalled) || attempt == 2 {
 				break
 			}
 			b.PubSub.Stalls = append(b.PubSub.Stalls, err.Error())
@@ -127,82 +95,11 @@ func runBaselines(ctx context.Context, o options, s *servers, p *progress) (*Bas
 	return &b, nil
 }
 
-// pubSubOnce publishes n messages asynchronously (at most inFlight
-// unacknowledged) while a pull consumer on another connection consumes and
-// acks them, and returns messages per second from the first publish to the
-// last message consumed. Each repeat has a fresh stream.
+// pubSubOnce is one publish+consume repeat on a fresh stream: messages
+// per second from the first publish to the last message consumed.
 func pubSubOnce(ctx context.Context, s *servers, data []byte, n, inFlight int, round string) (float64, error) {
-	pnc, _, err := dial(s.clientURL, "overhead-baseline-publisher")
-	if err != nil {
-		return 0, err
-	}
-	defer pnc.Close()
-	pjs, err := jetstream.New(pnc, jetstream.WithPublishAsyncMaxPending(inFlight))
-	if err != nil {
-		return 0, err
-	}
-	cnc, cjs, err := dial(s.serviceURL, "overhead-baseline-consumer")
-	if err != nil {
-		return 0, err
-	}
-	defer cnc.Close()
-	name := "BENCH_PUBSUB_" + round
-	subj := "bench.pubsub." + round
-	stream, err := cjs.CreateStream(ctx, jetstream.StreamConfig{
-		Name: name, Subjects: []string{subj}, Storage: jetstream.FileStorage, Replicas: s.replicas,
-	})
-	if err != nil {
-		return 0, err
-	}
-	defer cjs.DeleteStream(context.WithoutCancel(ctx), name)
-	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "bench", AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		return 0, err
-	}
-	var got atomic.Int64
-	var lastErr atomic.Value
-	done := make(chan struct{})
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if err := m.Ack(); err != nil {
-			return
-		}
-		if got.Add(1) == int64(n) {
-			close(done)
-		}
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { lastErr.Store(err.Error()) }))
-	if err != nil {
-		return 0, err
-	}
-	defer cc.Stop()
-	start := time.Now()
-	for range n {
-		if _, err := pjs.PublishAsync(subj, data, jetstream.WithStallWait(30*time.Second)); err != nil {
-			return 0, err
-		}
-	}
-	select {
-	case <-pjs.PublishAsyncComplete():
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-time.After(5 * time.Minute):
-		return 0, errors.New("publishes not acknowledged after 5 minutes")
-	}
-	// Wait while the consumer makes progress.
-	seen := int64(0)
-	for {
-		select {
-		case <-done:
-			return float64(n) / time.Since(start).Seconds(), nil
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(10 * time.Second):
-		}
-		if now := got.Load(); now > seen {
-			seen = now
-			continue
-		}
-		return 0, fmt.Errorf("%w: consumed %d of %d messages, none in 10s (last consume error: %v)", errStalled, seen, n, lastErr.Load())
-	}
+	return rawjs.PublishConsume(ctx, rawjs.PubSub{PublishURL: s.clientURL, ConsumeURL: s.serviceURL, Data: data,
+		Messages: n, InFlight: inFlight, Replicas: s.replicas, Round: round})
 }
 
 // casBaseline updates one key of a bucket like planact's (file storage,

@@ -28,6 +28,11 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	hangRate := fs.Float64("hang-rate", 0, "probability that a request never completes")
 	busyRate := fs.Float64("busy-rate", 0, "probability that a request is turned away with 429 Too Many Requests and a Retry-After header")
 	retryAfter := fs.String("retry-after", "1", "the Retry-After header of a 429: seconds or an HTTP date")
+	omitTokenIDs := fs.Bool("omit-token-ids", false, "OpenAI-compatible replies carry no token ids (neither return_token_ids nor return_tokens_as_token_ids honoured), as many servers' do: planact refuses them")
+	omitLogProbs := fs.Bool("omit-logprobs", false, "replies carry no log-probs (SGLang's output_token_logprobs, OpenAI's logprobs): samples get none (rollout_log_probs absent, metadata.log_probs_missing says why)")
+	omitWeightVersion := fs.Bool("omit-weight-version", false, "replies do not say which weights generated them (SGLang's meta_info.weight_version, OpenAI's metadata.weight_version)")
+	versionEndpoint := fs.String("version-endpoint", "", "what GET /get_weight_version answers: empty for the engine's version, 404 for none (as vLLM: max_staleness cannot be checked), or a fixed version")
+	contextLength := fs.Int("context-length", 0, "report prompts longer than this many tokens as cut to it (prompt_tokens), as a server that truncates long prompts does: planact refuses such generations (0 = no limit)")
 	chatStripThink := fs.Bool("chat-strip-think", false, "the chat template drops <think> blocks from earlier assistant turns (as Qwen3's does), so openai-chat trajectories cannot stay token-exact")
 	malformedRate := fs.Float64("malformed-rate", 0, "probability that the planner writes a malformed plan")
 	cyclicRate := fs.Float64("cyclic-rate", 0, "probability that the planner writes a cyclic plan")
@@ -51,6 +56,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 
+	if *contextLength < 0 {
+		return fmt.Errorf("sim: --context-length %d: want 0 (no limit) or more", *contextLength)
+	}
 	if *tasks < 0 || *group < 1 {
 		return fmt.Errorf("sim: --tasks %d --samples-per-prompt %d: want 0 or more tasks and at least one sample", *tasks, *group)
 	}
@@ -66,6 +74,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if strings.ContainsAny(*versionEndpoint, "\r\n\"\\") {
+		return fmt.Errorf("sim: --version-endpoint %q: want a version, 404 or nothing", *versionEndpoint)
+	}
 	if *retryAfter == "" || strings.ContainsAny(*retryAfter, "\r\n") {
 		return fmt.Errorf("sim: --retry-after %q: want seconds or an HTTP date", *retryAfter)
 	}
@@ -79,6 +90,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			Role: e.role, Seed: e.seed, TTFT: *ttft, PerToken: *perToken, Concurrency: *concurrency,
 			WeightVersion: e.role + "-" + *weightVersion, ActorErrorRate: *actorErrorRate,
 			PlannerStepwise: *stepwise, Faults: faults, RetryAfter: *retryAfter, ChatStripThink: *chatStripThink,
+			Omit:            sim.Omit{TokenIDs: *omitTokenIDs, LogProbs: *omitLogProbs, WeightVersion: *omitWeightVersion},
+			VersionEndpoint: *versionEndpoint, ContextLength: *contextLength,
 		})
 		url, done, err := sim.ServeEngine(ctx, e.addr, eng)
 		if err != nil {

@@ -39,7 +39,8 @@ func TestRunSim(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		errc <- runSim(ctx, []string{"--planner-addr", "127.0.0.1:0", "--actor-addr", "127.0.0.1:0",
-			"--ttft", "0s", "--per-token", "0s", "--busy-rate", "0.5", "--retry-after", "0", "--chat-strip-think"}, &out, io.Discard)
+			"--ttft", "0s", "--per-token", "0s", "--busy-rate", "0.5", "--retry-after", "0", "--chat-strip-think",
+			"--omit-token-ids", "--omit-logprobs", "--omit-weight-version", "--version-endpoint", "404", "--context-length", "4096"}, &out, io.Discard)
 	}()
 	urlRe := regexp.MustCompile(`(?m)^(planner|actor) engine: (http://\S+)$`)
 	deadline := time.Now().Add(10 * time.Second)
@@ -50,10 +51,10 @@ func TestRunSim(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	for _, m := range urlRe.FindAllStringSubmatch(out.String(), -1) {
-		for _, path := range []string{"/health", "/sim/stats"} {
+		for path, status := range map[string]int{"/health": 200, "/sim/stats": 200, "/get_weight_version": 404} {
 			resp, err := http.Get(m[2] + path)
-			if err != nil || resp.StatusCode != 200 {
-				t.Errorf("%s %s: %v %v", m[1], path, resp, err)
+			if err != nil || resp.StatusCode != status {
+				t.Errorf("%s %s: %v %v, want %d", m[1], path, resp, err, status)
 			}
 			if resp != nil {
 				resp.Body.Close()
@@ -98,6 +99,8 @@ func TestRunSimFlags(t *testing.T) {
 		{"--busy-rate", "NaN"},
 		{"--retry-after", ""},
 		{"--retry-after", "1\r\nX-Evil: 1"},
+		{"--version-endpoint", "v1\nX"},
+		{"--context-length", "-1"},
 	} {
 		if err := runSim(context.Background(), args, io.Discard, io.Discard); err == nil {
 			t.Errorf("accepted %q", args)

@@ -126,11 +126,14 @@ export async function arrive(nc, arrival, { inlineTasksLimit = DEFAULT_INLINE_TA
  * result with the samples of the episodes that ended.
  */
 export async function cancel(nc, rollout, role, reason = "", { timeoutMs = 60_000 } = {}) {
-  const body = omitZero({ schema: CANCEL_SCHEMA, rollout, role, reason, at_ms: Date.now() });
+  const atMs = Date.now();
+  const body = omitZero({ schema: CANCEL_SCHEMA, rollout, role, reason, at_ms: atMs });
   const js = jetstream(nc, { timeout: REQUEST_TIMEOUT_MS });
   await untilUp(Date.now() + timeoutMs, () =>
     js.publish(`rollout.${rollout}.cancel.${role}`, encode(body, { ignoreUndefined: true }), {
-      msgID: `cancel.${rollout}.${role}`,
+      // One id per cancel (a retried publish is stored once, a later cancel
+      // is new); planact's answer on rollout.<N>.status names it.
+      msgID: `cancel.${rollout}.${role}.${atMs}`,
       headers: planactHeaders(CANCEL_SCHEMA, rollout, role),
     }),
   );
@@ -424,8 +427,9 @@ function omitZero(body) {
  * of a rollout ({ planner, actor }: either may be absent) and returns
  * { ok, errors }. Per sample: tokens = prompt tokens + response_length
  * (at least one prompt token, the same ids for the same prompt text),
- * loss_mask and rollout_log_probs one per response token, mask values 0 or
- * 1, log-probs finite and <= 0 on trained tokens, a finite reward, a known
+ * loss_mask and rollout_log_probs one per response token (log-probs absent
+ * only when metadata.log_probs_missing says why: an engine that returned
+ * none), mask values 0 or 1, log-probs finite and <= 0 on trained tokens, a finite reward, a known
  * status, weight_versions. Per result: sample_count samples, grouped by
  * group_index then index, token totals as stats.tokens says; planner
  * rollout_ids unique, at most one per ended episode; one actor sample per
@@ -464,7 +468,7 @@ export function checkSamples({ planner, actor } = {}) {
     }
   }
   if (planner) {
-    const ended = planner.stats?.completed ?? 0;
+    const ended = planner.stats?.ended ?? planner.stats?.completed ?? 0; // completed: before planact had "ended"
     if ((planner.samples ?? []).length > ended) {
       fail(`planner: ${planner.samples.length} samples for ${ended} episodes that ended`);
     }
@@ -495,6 +499,7 @@ function checkSample(s, where, fail) {
   const n = s.response_length ?? 0;
   const mask = s.loss_mask ?? [];
   const lps = s.rollout_log_probs ?? [];
+  const lpsAbsent = s.rollout_log_probs == null;
   if (!s.rollout_id) {
     fail(`${where}: no rollout_id`);
   }
@@ -507,8 +512,11 @@ function checkSample(s, where, fail) {
   if (!Number.isInteger(n) || n < 0 || tokens.length - n < 1) {
     fail(`${where}: ${tokens.length} tokens, response_length ${n}: want at least one prompt token before the response`);
   }
-  if (mask.length !== n || lps.length !== n) {
+  if (mask.length !== n || (lps.length !== n && !lpsAbsent)) {
     fail(`${where}: response_length ${n}, loss_mask ${mask.length}, rollout_log_probs ${lps.length}`);
+  }
+  if (lpsAbsent && n > 0 && !s.metadata?.log_probs_missing) {
+    fail(`${where}: no rollout_log_probs for ${n} response tokens, and no metadata.log_probs_missing saying why`);
   }
   const badMask = mask.findIndex((m) => m !== 0 && m !== 1);
   if (badMask >= 0) {

@@ -62,6 +62,13 @@ test("a consistent rollout passes", () => {
   assert.deepEqual(checkSamples(results()), { ok: true, errors: [] });
 });
 
+test("log-probs an engine did not return are absent, saying why", () => {
+  const r = results();
+  delete r.planner.samples[1].rollout_log_probs;
+  r.planner.samples[1].metadata = { log_probs_missing: "turn 1: the engine returned no meta_info.output_token_logprobs" };
+  assert.deepEqual(checkSamples(r), { ok: true, errors: [] });
+});
+
 const broken = [
   ["tokens shorter than the response", (r) => (r.planner.samples[0].response_length = 7), /at least one prompt token/],
   ["a loss mask of the wrong length", (r) => r.actor.samples[1].loss_mask.pop(), /loss_mask 1/],
@@ -73,6 +80,11 @@ const broken = [
     /rollout_log_probs\[0\] is 0.3/,
   ],
   ["a NaN log-prob", (r) => (r.planner.samples[0].rollout_log_probs[1] = NaN), /rollout_log_probs\[1\] is NaN/],
+  [
+    "log-probs absent without a reason",
+    (r) => delete r.actor.samples[0].rollout_log_probs,
+    /no rollout_log_probs for 2 response tokens, and no metadata.log_probs_missing/,
+  ],
   ["a reward that is not finite", (r) => (r.planner.samples[1].reward = Infinity), /reward Infinity/],
   ["an unknown sample status", (r) => (r.actor.samples[0].status = "done"), /status "done"/],
   ["no weight versions", (r) => (r.planner.samples[0].weight_versions = []), /no weight_versions/],

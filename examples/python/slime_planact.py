@@ -251,8 +251,8 @@ def parse_config(text):
         "target_groups": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
         "stream_groups": lambda v: isinstance(v, bool),
         "group_filter": lambda v: isinstance(v, str),
-        "barrier_timeout_s": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
-        "rollout_timeout_s": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
+        "barrier_timeout_s": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 1 <= v <= 604800,
+        "rollout_timeout_s": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 1 <= v <= 604800,
     }
     for key, ok in checks.items():
         if key in config and not ok(config[key]):
@@ -577,7 +577,8 @@ def slime_sample(s, role, rollout_ids, original=None):
     tokens = list(s.get("tokens", []))
     n = s.get("response_length", 0)
     loss_mask = list(s.get("loss_mask", []))
-    log_probs = [float(x) for x in s.get("rollout_log_probs", [])]
+    # Absent when an engine did not return them (metadata log_probs_missing says why): never zeros.
+    log_probs = [float(x) for x in s.get("rollout_log_probs") or []]
     if n > len(tokens):
         raise ValueError(f"{where}: response_length {n} is more than its {len(tokens)} tokens")
     if len(loss_mask) != n:
@@ -693,8 +694,8 @@ def pause_message(role, mode="wait", timeout_s=DEFAULT_PAUSE_TIMEOUT_S, reason="
     """control.pause/1 on control.<role>.pause."""
     if mode not in ("wait", "abort"):
         raise ValueError(f"pause mode {mode!r}: want wait or abort")
-    if not 0 < timeout_s <= 604800:
-        raise ValueError(f"pause timeout_s {timeout_s}: want more than 0, at most 604800 (a week)")
+    if not 1 <= timeout_s <= 604800:
+        raise ValueError(f"pause timeout_s {timeout_s}: want 1 to 604800 seconds (a week)")
     body = {"mode": mode, "timeout_s": timeout_s}
     if reason:
         body["reason"] = reason

@@ -148,8 +148,8 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 			for k, v := range st.EpisodeStatus {
 				sum.EpisodeStatus[k] += v
 			}
-			rewardSum += st.MeanReward * float64(st.Completed)
-			turnSum += st.MeanTurns * float64(st.Completed)
+			rewardSum += st.MeanReward * float64(st.Ended)
+			turnSum += st.MeanTurns * float64(st.Ended)
 			progress(o.Progress, "rollout %d: %s — %d episodes, accuracy %.0f%%, mean reward %.2f, %.1f turns and %.1f acts per episode; planner got %d samples, actor got %d (%.1fs)\n",
 				n, pr.Status, st.Episodes, 100*st.Accuracy, st.MeanReward, st.MeanTurns, st.ActsPerEpisode, len(pr.Samples), len(ar.Samples), float64(st.WallMs)/1000)
 		}()

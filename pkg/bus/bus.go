@@ -25,8 +25,9 @@ const (
 	StreamRollout = "ROLLOUT"
 	StreamPlan    = "PLAN"
 	StreamAct     = "ACT"
-	// StreamControl holds planact's answers to pauses and the gateways'
-	// drained notices; the pauses and resumes are in the trainers' streams.
+	// StreamControl holds planact's answers to pauses, the gateways'
+	// drained notices, expired pauses and rollbacks; the pauses and
+	// resumes are in the trainers' streams.
 	StreamControl = "CONTROL"
 	// StreamTimeout holds the session-store's scheduled time-outs and
 	// their firings: the one stream that allows message schedules, and only

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,9 +71,10 @@ func (c *Client) Arrive(ctx context.Context, a *schema.Arrive) error {
 // (a role it does not know has no result subject); the session-store checks
 // the rest and answers with ErrRejected.
 func checkArrival(a *schema.Arrive) error {
+	if err := schema.CheckRole(a.Role); err != nil {
+		return fmt.Errorf("%w: %v", ErrRejected, err)
+	}
 	switch {
-	case a.Role != schema.RolePlanner && a.Role != schema.RoleActor:
-		return fmt.Errorf("%w: role %q: want %q or %q", ErrRejected, a.Role, schema.RolePlanner, schema.RoleActor)
 	case a.Rollout < 0:
 		return fmt.Errorf("%w: rollout %d: must not be negative", ErrRejected, a.Rollout)
 	case a.Engine.URL == "":
@@ -180,9 +182,10 @@ func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
 	if err != nil {
 		return fmt.Errorf("tasks of rollout %d: %w", a.Rollout, err)
 	}
-	// The name carries the list's digest: a list is written once under its
-	// name (a trainer may not purge its store, which replacing an object
-	// would need), and the same list sent again is found there.
+	// Named by its content: an arrival sent again finds the same object
+	// (a trainer may not purge its store, which replacing an object would
+	// need), one that brings another list never replaces the one a rollout
+	// runs.
 	sum := bus.SHA256(data)
 	name := fmt.Sprintf("rollout-%d-%s-%s.tasks", a.Rollout, a.Role, sum[:16])
 	err = untilUp(ctx, func(ctx context.Context) error {
@@ -207,17 +210,68 @@ func objectDigest(data []byte) string {
 	return "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:])
 }
 
+// ErrNothingToCancel is returned (wrapped) by Cancel when the rollout had
+// already ended (the error says how, and its results stay on the result
+// subjects) or planact does not know it.
+var ErrNothingToCancel = errors.New("planact: nothing to cancel")
+
+// CancelPatience bounds how long Cancel waits for planact's answer when ctx
+// has no deadline.
+const CancelPatience = time.Minute
+
 // Cancel aborts a rollout, as the trainer of role: both roles get an
-// aborted result.
+// aborted result. It returns once planact answered: nil when the rollout
+// was aborted, ErrNothingToCancel when there was nothing to abort (it had
+// already ended: the error says with which status; or it is not known).
+// Without an answer by the end of ctx (at most CancelPatience when ctx has
+// no deadline) it says so; the cancel stays published and is acted on when
+// planact's session-store runs.
 func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string) error {
+	if err := schema.CheckRole(role); err != nil {
+		return fmt.Errorf("cancel rollout %d: %w", rollout, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, CancelPatience)
+		defer cancel()
+	}
 	msg, err := bus.NewMsg(ctx, &schema.Cancel{Rollout: rollout, Role: role, Reason: reason, AtMs: time.Now().UnixMilli()})
 	if err != nil {
 		return err
 	}
-	return untilUp(ctx, func(ctx context.Context) error {
+	// The answer comes on the rollout's status subject: listen first.
+	answers := make(chan *nats.Msg, 64)
+	sub, err := c.nc.ChanSubscribe(subject.Status(rollout), answers)
+	if err != nil {
+		return fmt.Errorf("cancel rollout %d: %w", rollout, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	err = untilUp(ctx, func(ctx context.Context) error {
 		_, err := c.js.PublishMsg(ctx, msg)
 		return err
 	})
+	if err != nil {
+		return fmt.Errorf("cancel rollout %d: %w", rollout, err)
+	}
+	// planact's answer names the cancel it answers.
+	mine := fmt.Sprintf("cancel %s by the %s trainer: ", msg.Header.Get(jetstream.MsgIDHeader), role)
+	for {
+		select {
+		case m := <-answers:
+			var st schema.Status
+			if schema.Unmarshal(m.Data, &st) != nil || !strings.HasPrefix(st.Detail, mine) {
+				continue
+			}
+			switch st.Event {
+			case "cancelled":
+				return nil
+			case "rejected":
+				return fmt.Errorf("%w: %s", ErrNothingToCancel, strings.TrimPrefix(st.Detail, mine))
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("cancel rollout %d: sent, but no answer from planact (is its session-store running?): %w", rollout, ctx.Err())
+		}
+	}
 }
 
 // Result waits for role's result of rollout n until ctx ends. It finds a
@@ -227,6 +281,10 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string)
 // ran out of time) and aborted (cancelled) results come with a nil error
 // and the samples of the episodes that ended: check Status.
 func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Result, error) {
+	if err := schema.CheckRole(role); err != nil {
+		// No result ever comes on a subject of no role: say so now.
+		return nil, fmt.Errorf("%w: result of rollout %d: %v", ErrRejected, n, err)
+	}
 	c.mu.Lock()
 	at := c.arrived[fmt.Sprintf("%d/%s", n, role)]
 	c.mu.Unlock()
@@ -392,8 +450,9 @@ type PauseOptions struct {
 	// Abort aborts the generations that run (they are sent again after
 	// Resume); otherwise Pause waits for them to finish.
 	Abort bool
-	// Timeout bounds the pause: not resumed by then, the work waiting for
-	// the role fails, saying why. Default 10 minutes.
+	// Timeout bounds the pause: not resumed by then, the pause ends (once,
+	// said on control.<role>.expired): the work that waited for the role
+	// fails, saying why, and the role works again. Default 10 minutes.
 	Timeout time.Duration
 	Reason  string
 }
@@ -403,6 +462,9 @@ type PauseOptions struct {
 // the role runs on any gateway (those that did not say so in time are in
 // the answer's Missing). Call Resume with the new weight version after.
 func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schema.Paused, error) {
+	if err := schema.CheckRole(role); err != nil {
+		return nil, fmt.Errorf("pause: %w", err)
+	}
 	p := &schema.Pause{Role: role, Mode: schema.PauseWait, TimeoutS: o.Timeout.Seconds(), Reason: o.Reason, AtMs: time.Now().UnixMilli()}
 	if o.Abort {
 		p.Mode = schema.PauseAbort
@@ -451,6 +513,9 @@ func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schem
 // Resume lets planact send the generations of role again, from the weights
 // of weightVersion (what samples record from now on).
 func (c *Client) Resume(ctx context.Context, role, weightVersion string) error {
+	if err := schema.CheckRole(role); err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
 	msg, err := bus.NewMsg(ctx, &schema.Resume{Role: role, WeightVersion: weightVersion, AtMs: time.Now().UnixMilli()})
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,36 @@ func TestArrivalsPlanactCannotAnswerAreRefusedAtOnce(t *testing.T) {
 	} {
 		if err := c.Arrive(ctx, a); !errors.Is(err, client.ErrRejected) {
 			t.Errorf("%+v: %v, want ErrRejected", a, err)
+		}
+	}
+}
+
+// TestRolesPlanactDoesNotHaveAreRefusedAtOnce: waiting for the result or
+// the groups of a role planact does not have used to wait for ever (no
+// result comes on rollout.N.result.critic), and a cancel, pause or resume
+// of one was sent; each is refused at once, naming the role.
+func TestRolesPlanactDoesNotHaveAreRefusedAtOnce(t *testing.T) {
+	_, url := bustest.Server(t)
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const want = `role "critic": want planner or actor`
+	if _, err := c.Result(ctx, 1, "critic"); !errors.Is(err, client.ErrRejected) || !strings.Contains(err.Error(), want) {
+		t.Errorf("result: %v", err)
+	}
+	for _, err := range c.Groups(ctx, 1, "critic") {
+		if !errors.Is(err, client.ErrRejected) || !strings.Contains(err.Error(), want) {
+			t.Errorf("groups: %v", err)
+		}
+		break
+	}
+	_, perr := c.Pause(ctx, "critic", client.PauseOptions{})
+	for what, err := range map[string]error{"cancel": c.Cancel(ctx, 1, "critic", ""), "pause": perr, "resume": c.Resume(ctx, "critic", "v2")} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v", what, err)
 		}
 	}
 }

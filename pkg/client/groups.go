@@ -29,6 +29,10 @@ import (
 // Like Result, it needs no JetStream consumer and rides out server restarts.
 func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*schema.Group, error] {
 	return func(yield func(*schema.Group, error) bool) {
+		if err := schema.CheckRole(role); err != nil {
+			yield(nil, fmt.Errorf("%w: groups of rollout %d: %v", ErrRejected, n, err))
+			return
+		}
 		msgs := make(chan *nats.Msg, 64)
 		for _, subj := range []string{subject.Groups(n, role), subject.Result(n, role)} {
 			sub, err := c.nc.ChanSubscribe(subj, msgs)

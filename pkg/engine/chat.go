@@ -169,7 +169,7 @@ func (c *Chat) generation(a *oaiAccumulator, prefix []int) (Generation, error) {
 	if err != nil {
 		return Generation{}, err
 	}
-	if g.OutputIDs == nil && !(len(a.tokens) == 0 && g.Text == "") {
+	if g.OutputIDs == nil && a.generated(g) {
 		return Generation{}, fail.Permanentf("the server returned no output token ids (vLLM's return_token_ids, or return_tokens_as_token_ids with logprobs): " +
 			"a chat reply's text cannot be turned back into the tokens the model generated, so the sample would not be token-exact")
 	}

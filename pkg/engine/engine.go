@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -82,13 +83,17 @@ const (
 
 // Generation is what an engine produced for one request.
 type Generation struct {
-	Text          string        `msgpack:"text" json:"text"`
-	OutputIDs     []int         `msgpack:"output_ids" json:"output_ids"`
-	LogProbs      []float64     `msgpack:"log_probs" json:"log_probs"` // one per output id
-	FinishReason  string        `msgpack:"finish_reason" json:"finish_reason"`
-	PromptTokens  int           `msgpack:"prompt_tokens" json:"prompt_tokens"`
-	WeightVersion string        `msgpack:"weight_version,omitempty" json:"weight_version,omitempty"`
-	Latency       time.Duration `msgpack:"latency" json:"latency"`
+	Text      string    `msgpack:"text" json:"text"`
+	OutputIDs []int     `msgpack:"output_ids" json:"output_ids"`
+	LogProbs  []float64 `msgpack:"log_probs" json:"log_probs"` // one per output id, or none
+	// LogProbsMissing says why LogProbs is nil although tokens were
+	// generated: the engine returned none, or not one for every token. A
+	// log-prob the engine did not return is absent, never a zero.
+	LogProbsMissing string        `msgpack:"log_probs_missing,omitempty" json:"log_probs_missing,omitempty"`
+	FinishReason    string        `msgpack:"finish_reason" json:"finish_reason"`
+	PromptTokens    int           `msgpack:"prompt_tokens" json:"prompt_tokens"`
+	WeightVersion   string        `msgpack:"weight_version,omitempty" json:"weight_version,omitempty"`
+	Latency         time.Duration `msgpack:"latency" json:"latency"`
 	// PromptIDs are set by engines that render the prompt themselves (chat):
 	// the ids the engine generated from. They begin with the ids of every
 	// message but the last (checked); the rest is the last message as the
@@ -178,6 +183,23 @@ func NewClient(protocol, url string, o Options) (Client, error) {
 	default:
 		return nil, fail.Invalidf("engine: unknown protocol %q (want %s)", protocol, strings.Join(Protocols, ", "))
 	}
+}
+
+// ErrPromptCut is in the chain of the error of a generation whose engine
+// says it took fewer prompt tokens than it was sent: it cut the prompt
+// (to its context length), so the tokens it generated from are not the
+// trajectory that would be trained on.
+var ErrPromptCut = errors.New("the engine cut the prompt")
+
+// checkPromptKept refuses, for good, a generation from token ids whose
+// engine reports a shorter prompt than r's.
+func checkPromptKept(r Request, g Generation) error {
+	if len(r.InputIDs) == 0 || g.PromptTokens <= 0 || g.PromptTokens >= len(r.InputIDs) {
+		return nil
+	}
+	return fail.E(fail.Permanent, fmt.Errorf("%w: it took %d of the %d prompt tokens it was sent (it cuts prompts longer than its context length, "+
+		"as SGLang's --allow-auto-truncate does): what it generated from is not the trajectory; raise the engine's context length, or lower max_context_tokens",
+		ErrPromptCut, g.PromptTokens, len(r.InputIDs)))
 }
 
 func checkRequest(r Request) error {

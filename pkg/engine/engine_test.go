@@ -108,6 +108,7 @@ func TestOpenAIGenerate(t *testing.T) {
 	}{
 		{"token_ids", `"token_ids":[83,100],"logprobs":{"tokens":["P","a"],"token_logprobs":[-0.5,-0.25]}`, []int{83, 100}},
 		{"token_id strings", `"logprobs":{"tokens":["token_id:83","token_id:100"],"token_logprobs":[-0.5,-0.25]}`, []int{83, 100}},
+		// Neither: refused for good (TestCompletionsWithoutTokenIDs).
 		{"no ids", `"logprobs":{"tokens":["P","a"],"token_logprobs":[-0.5,-0.25]}`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,6 +124,12 @@ func TestOpenAIGenerate(t *testing.T) {
 			defer srv.Close()
 			c, _ := New("openai", srv.URL+"/v1", "m", nil)
 			g, err := c.Generate(context.Background(), Request{InputIDs: []int{4, 5, 6}, Sampling: Sampling{MaxNewTokens: 2, Seed: 9}})
+			if tc.ids == nil {
+				if fail.KindOf(err) != fail.Permanent {
+					t.Errorf("a reply without ids: %+v, %v; want refused for good", g, err)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

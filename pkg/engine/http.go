@@ -27,15 +27,23 @@ const RoutingKeyHeader = "X-SMG-Routing-Key"
 // Backoff says how a client waits out a busy engine, one that answers 429
 // Too Many Requests or 503 Service Unavailable, before trying again itself.
 // A Retry-After header (RFC 9110 §10.2.3: seconds, or an HTTP date) says how
-// long; otherwise the wait doubles from Base, with jitter, up to Max. The
-// caller's context bounds it all: a wait that would outlast the context's
-// deadline, or Max, is not waited; the error is returned at once, transient,
-// with the wait in fail.RetryAfter, for the caller to honour.
+// long, and is waited in full up to the caller's deadline; otherwise the
+// wait doubles from Base, with jitter, up to Max. The caller's context
+// bounds it all. An engine that asks for a wait past the deadline is not
+// tried again: the error says so in the engine's words, permanent (nothing
+// may try again before the engine said), with ErrBusy in its chain and the
+// wait in fail.RetryAfter. A caller without a deadline waits at most Max;
+// a longer wait, or the last attempt, returns the error transient with the
+// wait in fail.RetryAfter, for the caller to honour.
 type Backoff struct {
 	Attempts int           // tries in all, the first included; 0 means 6; 1 never retries
 	Base     time.Duration // first wait when the engine names none; 0 means 200ms
-	Max      time.Duration // longest wait; 0 means 30s
+	Max      time.Duration // longest wait planact picks itself (or waits without a deadline); 0 means 30s
 }
+
+// ErrBusy is in the chain of the error of a request whose engine, busy,
+// asked to be tried again (Retry-After) only after the caller's deadline.
+var ErrBusy = errors.New("the engine is busy past the deadline")
 
 func (b Backoff) withDefaults() Backoff {
 	if b.Attempts <= 0 {
@@ -182,7 +190,14 @@ func (c *conn) send(ctx context.Context, method, path string, in any, header htt
 			wait = c.backoff.delay(attempt)
 		}
 		deadline, bounded := ctx.Deadline()
-		if attempt >= attempts || wait > c.backoff.Max || (bounded && time.Until(deadline) < wait) {
+		left := time.Until(deadline)
+		switch {
+		case named && bounded && left < wait:
+			// The engine's own words say it cannot be had in time: tried
+			// again at once (here or by the caller) it would refuse again.
+			return nil, fail.E(fail.Permanent, fail.After(wait, fmt.Errorf("%w: it asked to be tried again in %v (Retry-After), and the deadline is in %v: %w",
+				ErrBusy, wait, left.Round(time.Millisecond), err)))
+		case attempt >= attempts || (bounded && left < wait) || (!bounded && wait > c.backoff.Max):
 			if named {
 				return nil, fail.After(wait, err)
 			}
@@ -308,6 +323,10 @@ func (c *conn) weightVersion(ctx context.Context, op string) (string, error) {
 		err = c.doJSON(ctx, http.MethodGet, "/get_model_info", nil, &out, nil)
 		if statusOf(err) == http.StatusNotFound {
 			return "", notSupported(op, err)
+		}
+		if err == nil && out.WeightVersion == nil {
+			// A server from before weight versions: it cannot say.
+			return "", notSupported(op, errors.New("GET /get_weight_version: 404, and GET /get_model_info names no weight_version"))
 		}
 	}
 	if err != nil {

@@ -16,17 +16,21 @@ import (
 type logprobList struct {
 	logprobs []float64
 	ids      []int
+	// missing counts the tokens whose log-prob is null: their place in
+	// logprobs holds 0, which is no log-prob and must never be used as one.
+	missing int
 }
 
 func (l *logprobList) append(o logprobList) {
 	l.logprobs = append(l.logprobs, o.logprobs...)
 	l.ids = append(l.ids, o.ids...)
+	l.missing += o.missing
 }
 
 // UnmarshalJSON reads the list.
 func (l *logprobList) UnmarshalJSON(b []byte) error {
-	if lps, ids, ok := scanLogprobs(b); ok {
-		l.logprobs, l.ids = lps, ids
+	if lps, ids, missing, ok := scanLogprobs(b); ok {
+		l.logprobs, l.ids, l.missing = lps, ids, missing
 		return nil
 	}
 	var triples []json.RawMessage
@@ -37,14 +41,18 @@ func (l *logprobList) UnmarshalJSON(b []byte) error {
 		*l = logprobList{}
 		return nil
 	}
-	l.logprobs, l.ids = make([]float64, len(triples)), make([]int, len(triples))
+	l.logprobs, l.ids, l.missing = make([]float64, len(triples)), make([]int, len(triples)), 0
 	for i, raw := range triples {
 		var triple []json.RawMessage
 		if err := json.Unmarshal(raw, &triple); err != nil || len(triple) < 2 {
 			return fail.Transientf("output_token_logprobs[%d] = %s: not [logprob, id, text]", i, raw)
 		}
-		// A null logprob happens for the first token of some servers; keep 0.
-		_ = json.Unmarshal(triple[0], &l.logprobs[i])
+		// A log-prob that is null (or not a number) is missing: counted,
+		// never taken for 0.
+		if json.Unmarshal(triple[0], &l.logprobs[i]) != nil || string(bytes.TrimSpace(triple[0])) == "null" {
+			l.logprobs[i] = 0
+			l.missing++
+		}
 		if err := json.Unmarshal(triple[1], &l.ids[i]); err != nil {
 			return fail.Transientf("output_token_logprobs[%d] = %s: bad token id", i, raw)
 		}
@@ -53,54 +61,56 @@ func (l *logprobList) UnmarshalJSON(b []byte) error {
 }
 
 // scanLogprobs reads [[lp, id, …], …] where lp is a number or null and id
-// an integer; ok is false for any other shape (the caller falls back).
-// encoding/json has checked that b is valid JSON.
-func scanLogprobs(b []byte) (lps []float64, ids []int, ok bool) {
+// an integer; missing counts the nulls (0 in lps). ok is false for any
+// other shape (the caller falls back). encoding/json has checked that b is
+// valid JSON.
+func scanLogprobs(b []byte) (lps []float64, ids []int, missing int, ok bool) {
 	p := &scanner{b: b}
 	if p.skip(); p.peek() == 'n' {
-		return nil, nil, p.word("null")
+		return nil, nil, 0, p.word("null")
 	}
 	if !p.eat('[') {
-		return nil, nil, false
+		return nil, nil, 0, false
 	}
 	n := bytes.Count(b, []byte{'['}) // an upper bound on the entries
 	lps, ids = make([]float64, 0, n), make([]int, 0, n)
 	if p.eat(']') {
-		return lps, ids, true
+		return lps, ids, 0, true
 	}
 	for {
 		if !p.eat('[') {
-			return nil, nil, false
+			return nil, nil, 0, false
 		}
-		lp := 0.0 // null: the first token of some servers
+		lp := 0.0
 		if p.peek() == 'n' {
 			if !p.word("null") {
-				return nil, nil, false
+				return nil, nil, 0, false
 			}
+			missing++ // no log-prob: a place holder, never a value
 		} else {
 			v, err := strconv.ParseFloat(p.number(), 64)
 			if err != nil {
-				return nil, nil, false
+				return nil, nil, 0, false
 			}
 			lp = v
 		}
 		if !p.eat(',') {
-			return nil, nil, false
+			return nil, nil, 0, false
 		}
 		id, err := strconv.Atoi(p.number())
 		if err != nil {
-			return nil, nil, false
+			return nil, nil, 0, false
 		}
 		// The rest of the entry (the token's text) is not needed.
 		if !p.closeArray() {
-			return nil, nil, false
+			return nil, nil, 0, false
 		}
 		lps, ids = append(lps, lp), append(ids, id)
 		if p.eat(']') {
-			return lps, ids, true
+			return lps, ids, missing, true
 		}
 		if !p.eat(',') {
-			return nil, nil, false
+			return nil, nil, 0, false
 		}
 	}
 }

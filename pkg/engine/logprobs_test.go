@@ -10,7 +10,7 @@ import (
 )
 
 // slowLogprobs is the reading the fast path must agree with.
-func slowLogprobs(t *testing.T, b string) ([]float64, []int) {
+func slowLogprobs(t *testing.T, b string) ([]float64, []int, int) {
 	t.Helper()
 	var triples [][]any
 	if err := json.Unmarshal([]byte(b), &triples); err != nil {
@@ -18,11 +18,15 @@ func slowLogprobs(t *testing.T, b string) ([]float64, []int) {
 	}
 	var lps []float64
 	var ids []int
+	missing := 0
 	for _, tr := range triples {
-		lp, _ := tr[0].(float64)
+		lp, ok := tr[0].(float64)
+		if !ok {
+			missing++
+		}
 		lps, ids = append(lps, lp), append(ids, int(tr[1].(float64)))
 	}
-	return lps, ids
+	return lps, ids, missing
 }
 
 func TestLogprobList(t *testing.T) {
@@ -50,18 +54,21 @@ func TestLogprobList(t *testing.T) {
 		if err := json.Unmarshal([]byte(c), &l); err != nil {
 			t.Fatalf("%s: %v", c, err)
 		}
-		lps, ids := slowLogprobs(t, c)
-		if !slices.Equal(l.ids, ids) || !slices.Equal(l.logprobs, lps) {
-			t.Errorf("%s:\n got %v %v\nwant %v %v", c, l.logprobs, l.ids, lps, ids)
+		lps, ids, missing := slowLogprobs(t, c)
+		if !slices.Equal(l.ids, ids) || !slices.Equal(l.logprobs, lps) || l.missing != missing {
+			t.Errorf("%s:\n got %v %v (%d missing)\nwant %v %v (%d missing)", c, l.logprobs, l.ids, l.missing, lps, ids, missing)
 		}
-		if _, _, ok := scanLogprobs([]byte(c)); !ok {
+		if _, _, _, ok := scanLogprobs([]byte(c)); !ok {
 			t.Errorf("%s: the fast path did not take the usual shape", c)
 		}
 	}
 	// An unusual shape still reads, through encoding/json.
 	var l logprobList
-	if err := json.Unmarshal([]byte(`[[-0.5, 12, {"text": "a"}]]`), &l); err != nil || !slices.Equal(l.ids, []int{12}) {
+	if err := json.Unmarshal([]byte(`[[-0.5, 12, {"text": "a"}]]`), &l); err != nil || !slices.Equal(l.ids, []int{12}) || l.missing != 0 {
 		t.Errorf("unusual shape: %v %v", l.ids, err)
+	}
+	if err := json.Unmarshal([]byte(`[[null, 12, {"text": "a"}], [-1, 13, {}]]`), &l); err != nil || !slices.Equal(l.ids, []int{12, 13}) || l.missing != 1 {
+		t.Errorf("unusual shape with a null log-prob: %v, %d missing, %v", l.ids, l.missing, err)
 	}
 	if err := json.Unmarshal([]byte(`[[-0.5, "x", "a"]]`), &l); err == nil {
 		t.Error("a token id that is not a number reads")

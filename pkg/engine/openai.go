@@ -34,9 +34,11 @@ import (
 //
 // Output ids come from choices[].token_ids (vLLM return_token_ids) or, failing
 // that, from logprobs.tokens written as "token_id:<id>" (vLLM
-// return_tokens_as_token_ids). A server that returns neither yields a
-// Generation without OutputIDs; token-exact callers must treat that as an error.
+// return_tokens_as_token_ids). A server that returns neither is refused for
+// good: its text cannot be turned back into the tokens the model generated.
 // The two vLLM extensions are ignored by servers that do not know them.
+// Log-probs the server did not return (no logprobs, a null among them) are
+// absent, with the reason in Generation.LogProbsMissing.
 type OpenAI struct {
 	conn
 	model string
@@ -68,7 +70,8 @@ type oaiChoice struct {
 }
 
 type oaiUsage struct {
-	PromptTokens int `json:"prompt_tokens"`
+	PromptTokens     int  `json:"prompt_tokens"`
+	CompletionTokens *int `json:"completion_tokens"`
 }
 
 // oaiMetadata is where SGLang's OpenAI-compatible server reports the
@@ -124,6 +127,12 @@ func (c *OpenAI) Generate(ctx context.Context, r Request) (Generation, error) {
 	var acc oaiAccumulator
 	acc.add(&out)
 	g, err := acc.generation()
+	if err == nil {
+		err = acc.requireIDs(g)
+	}
+	if err == nil {
+		err = checkPromptKept(r, g)
+	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("openai completions: %w", err)
 	}
@@ -169,6 +178,12 @@ func (c *OpenAI) GenerateStream(ctx context.Context, r Request, onChunk func(str
 		return Generation{}, fmt.Errorf("openai completions stream: %w", err)
 	}
 	g, err := acc.generation()
+	if err == nil {
+		err = acc.requireIDs(g)
+	}
+	if err == nil {
+		err = checkPromptKept(r, g)
+	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("openai completions stream: %w", err)
 	}
@@ -185,9 +200,11 @@ type oaiAccumulator struct {
 	text          strings.Builder
 	tokens        []string
 	logprobs      []float64
+	missing       int // log-probs that were null: 0 in logprobs, and no value
 	tokenIDs      []int
 	finish        string
 	promptTokens  int
+	completion    int // completion_tokens, as the usage says
 	promptIDs     []int
 	weightVersion string
 }
@@ -210,6 +227,9 @@ func (a *oaiAccumulator) add(r *oaiReply) {
 func (a *oaiAccumulator) envelope(usage *oaiUsage, meta *oaiMetadata) {
 	if usage != nil {
 		a.promptTokens = usage.PromptTokens
+		if usage.CompletionTokens != nil {
+			a.completion = *usage.CompletionTokens
+		}
 	}
 	if meta != nil {
 		if v := rawString(meta.WeightVersion); v != "" {
@@ -227,6 +247,8 @@ func (a *oaiAccumulator) choice(text string, tokens []string, lps []*float64, id
 		v := 0.0
 		if lp != nil {
 			v = *lp
+		} else {
+			a.missing++
 		}
 		a.logprobs = append(a.logprobs, v)
 	}
@@ -264,10 +286,41 @@ func (a *oaiAccumulator) generation() (Generation, error) {
 		}
 		g.OutputIDs = ids
 	}
-	if g.OutputIDs != nil && len(g.LogProbs) > 0 && len(g.LogProbs) != len(g.OutputIDs) {
+	if g.OutputIDs != nil && len(g.LogProbs) > len(g.OutputIDs) {
 		return Generation{}, fail.Transientf("%d output ids but %d log-probs", len(g.OutputIDs), len(g.LogProbs))
 	}
+	switch {
+	case len(g.LogProbs) > 0 && len(g.LogProbs) < len(g.OutputIDs):
+		// Some chunks of a stream came without theirs: which tokens they
+		// belong to is not known, so none is kept.
+		g.LogProbs = nil
+		g.LogProbsMissing = fmt.Sprintf("the server returned log-probs for %d of %d output tokens", len(a.logprobs), len(g.OutputIDs))
+	case a.missing > 0:
+		g.LogProbs = nil
+		g.LogProbsMissing = fmt.Sprintf("the server returned no log-prob for %d of %d output tokens (null in logprobs)", a.missing, len(a.logprobs))
+	case len(g.LogProbs) == 0 && len(g.OutputIDs) > 0:
+		g.LogProbs = nil
+		g.LogProbsMissing = "the server returned no log-probs, although logprobs was asked for"
+	}
 	return g, nil
+}
+
+// generated reports whether the reply says that tokens were generated.
+func (a *oaiAccumulator) generated(g Generation) bool {
+	return g.Text != "" || len(a.tokens) > 0 || a.completion > 0
+}
+
+// requireIDs refuses a completion whose output ids the server did not
+// return: its text cannot be turned back into the tokens the model
+// generated.
+func (a *oaiAccumulator) requireIDs(g Generation) error {
+	if g.OutputIDs != nil || !a.generated(g) {
+		return nil
+	}
+	return fail.Permanentf("the server returned no output token ids: planact asks for them with return_token_ids (vLLM) and with " +
+		"return_tokens_as_token_ids and logprobs (vLLM writes each log-prob token as \"token_id:<id>\"; `vllm serve --return-tokens-as-token-ids` does it for every request), " +
+		"and this server honoured neither: the text cannot be turned back into the tokens the model generated, so the sample would not be token-exact; " +
+		"use a server that returns ids (vLLM), or the sglang protocol")
 }
 
 // Tokenize calls the server's /tokenize (vLLM, SGLang) without special tokens.

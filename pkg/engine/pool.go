@@ -27,9 +27,10 @@ type Pool struct {
 }
 
 type pooled struct {
-	client Client
-	slots  *slots
-	tokens *tokenCache
+	client   Client
+	slots    *slots
+	tokens   *tokenCache
+	versions *versionProbe
 }
 
 // Lease is a client with one of its engine's slots held; Release it.
@@ -75,7 +76,7 @@ func (p *Pool) engine(protocol, url, model string) (*pooled, error) {
 		if err != nil {
 			return nil, err
 		}
-		e = &pooled{client: c, slots: &slots{limit: p.Limit}, tokens: newTokenCache(tokenCacheSize)}
+		e = &pooled{client: c, slots: &slots{limit: p.Limit}, tokens: newTokenCache(tokenCacheSize), versions: &versionProbe{client: c}}
 		p.engines[key] = e
 	}
 	return e, nil

@@ -116,6 +116,9 @@ func (c *SGLang) Generate(ctx context.Context, r Request) (Generation, error) {
 		return Generation{}, fmt.Errorf("sglang generate: %w", err)
 	}
 	g, err := out.generation(out.OutputIDs)
+	if err == nil {
+		err = checkPromptKept(r, g)
+	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("sglang generate: %w", err)
 	}
@@ -238,6 +241,9 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	}
 	last.Text = text
 	g, err = last.generation(ids)
+	if err == nil {
+		err = checkPromptKept(r, g)
+	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("sglang generate stream: %w", err)
 	}
@@ -260,21 +266,35 @@ func hasPrefix(a, p []int) bool {
 	return true
 }
 
+// generation is the reply as a Generation, output ids from ids when
+// output_token_logprobs has none. What the engine did not return is absent
+// (log-probs, with the reason) or an error (ids), never a zero.
 func (out *sglReply) generation(ids []int) (Generation, error) {
 	g := Generation{Text: out.Text, PromptTokens: out.MetaInfo.PromptTokens}
 	if fr := out.MetaInfo.FinishReason; fr != nil {
 		g.FinishReason = normalizeFinish(fr.Type)
 	}
 	g.WeightVersion = rawString(out.MetaInfo.WeightVersion)
-	if lps := out.MetaInfo.OutputTokenLogprobs; len(lps.ids) > 0 {
-		g.LogProbs, g.OutputIDs = lps.logprobs, lps.ids
-		if len(ids) > 0 && len(ids) != len(g.OutputIDs) {
-			return Generation{}, fail.Transientf("%d output ids but %d log-probs", len(ids), len(g.OutputIDs))
+	lps := out.MetaInfo.OutputTokenLogprobs
+	switch {
+	case len(lps.ids) > 0:
+		if len(ids) > 0 && len(ids) != len(lps.ids) {
+			return Generation{}, fail.Transientf("%d output ids but %d log-probs", len(ids), len(lps.ids))
 		}
-		return g, nil
+		g.OutputIDs = lps.ids
+		if lps.missing > 0 {
+			g.LogProbsMissing = fmt.Sprintf("the engine returned no log-prob for %d of %d output tokens (null in meta_info.output_token_logprobs)", lps.missing, len(lps.ids))
+		} else {
+			g.LogProbs = lps.logprobs
+		}
+	case len(ids) > 0:
+		// Without log-probs (return_logprob ignored) the ids are still exact.
+		g.OutputIDs = ids
+		g.LogProbsMissing = "the engine returned no meta_info.output_token_logprobs, although return_logprob was asked for"
+	case g.Text != "" || (out.MetaInfo.CompletionTokens != nil && *out.MetaInfo.CompletionTokens > 0):
+		return Generation{}, fail.Permanentf("the engine returned text but no output ids (neither output_ids nor meta_info.output_token_logprobs): " +
+			"text cannot be turned back into the tokens the model generated, so the sample would not be token-exact")
 	}
-	// Without log-probs (return_logprob ignored) the ids are still exact.
-	g.OutputIDs = ids
 	return g, nil
 }
 

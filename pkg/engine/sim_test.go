@@ -211,7 +211,9 @@ func TestRoutingIsSticky(t *testing.T) {
 }
 
 // TestBusyEngine: 429 and 503 are tried again inside the client, as
-// Retry-After says or with back-off, within the caller's context.
+// Retry-After says (however long, up to the caller's deadline) or with
+// back-off, within the caller's context; an engine that asks for a wait
+// past the deadline is refused at once, in its own words, for good.
 func TestBusyEngine(t *testing.T) {
 	quick := Backoff{Base: time.Millisecond, Max: 10 * time.Second}
 	for _, tc := range []struct {
@@ -224,14 +226,16 @@ func TestBusyEngine(t *testing.T) {
 		ok         bool
 		after      time.Duration // the error's fail.RetryAfter, when named
 		named      bool
+		busy       bool // refused for good: ErrBusy
 	}{
-		{"429 twice, Retry-After 0", "0", sim.FaultTimes(sim.FaultBusy, 2), quick, 0, 3, true, 0, false},
-		{"429 twice, Retry-After a past date", "Mon, 02 Jan 2006 15:04:05 GMT", sim.FaultTimes(sim.FaultBusy, 2), quick, 0, 3, true, 0, false},
-		{"503 twice, back-off", "", sim.FaultTimes(sim.FaultUnavailable, 2), quick, 0, 3, true, 0, false},
-		{"429 always: out of attempts", "0", sim.FaultBusy, Backoff{Attempts: 3, Base: time.Millisecond}, 0, 3, false, 0, true},
-		{"503 always: out of attempts", "", sim.FaultUnavailable, Backoff{Attempts: 2, Base: time.Millisecond}, 0, 2, false, 0, false},
-		{"Retry-After past the deadline", "3600", sim.FaultBusy, quick, time.Minute, 1, false, time.Hour, true},
-		{"Retry-After past Max", "60", sim.FaultBusy, Backoff{Max: time.Second}, 0, 1, false, time.Minute, true},
+		{"429 twice, Retry-After 0", "0", sim.FaultTimes(sim.FaultBusy, 2), quick, 0, 3, true, 0, false, false},
+		{"429 twice, Retry-After a past date", "Mon, 02 Jan 2006 15:04:05 GMT", sim.FaultTimes(sim.FaultBusy, 2), quick, 0, 3, true, 0, false, false},
+		{"503 twice, back-off", "", sim.FaultTimes(sim.FaultUnavailable, 2), quick, 0, 3, true, 0, false, false},
+		{"429 always: out of attempts", "0", sim.FaultBusy, Backoff{Attempts: 3, Base: time.Millisecond}, 0, 3, false, 0, true, false},
+		{"503 always: out of attempts", "", sim.FaultUnavailable, Backoff{Attempts: 2, Base: time.Millisecond}, 0, 2, false, 0, false, false},
+		{"Retry-After past the deadline", "3600", sim.FaultBusy, quick, time.Minute, 1, false, time.Hour, true, true},
+		{"Retry-After past Max, no deadline", "60", sim.FaultBusy, Backoff{Max: time.Second}, 0, 1, false, time.Minute, true, false},
+		{"Retry-After past Max, within the deadline", "1", sim.FaultTimes(sim.FaultBusy, 1), Backoff{Max: 10 * time.Millisecond}, time.Minute, 2, true, 0, false, false},
 	} {
 		for _, proto := range Protocols {
 			t.Run(tc.name+"/"+proto, func(t *testing.T) {
@@ -255,8 +259,15 @@ func TestBusyEngine(t *testing.T) {
 					return
 				}
 				after, named := fail.RetryAfter(err)
-				if fail.KindOf(err) != fail.Transient || after != tc.after || named != tc.named {
-					t.Errorf("error %v (kind %v, retry after %v %v), want transient, retry after %v", err, fail.KindOf(err), after, named, tc.after)
+				kind := fail.Transient
+				if tc.busy {
+					kind = fail.Permanent
+					if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "429 Too Many Requests") || !strings.Contains(err.Error(), "Retry-After") {
+						t.Errorf("error %v: want ErrBusy, in the engine's words", err)
+					}
+				}
+				if fail.KindOf(err) != kind || after != tc.after || named != tc.named {
+					t.Errorf("error %v (kind %v, retry after %v %v), want %v, retry after %v", err, fail.KindOf(err), after, named, kind, tc.after)
 				}
 			})
 		}

@@ -245,4 +245,17 @@ func TestWeightVersionFromModelInfo(t *testing.T) {
 	if v, err := c.WeightVersion(context.Background()); v != "step-3" || err != nil {
 		t.Errorf("WeightVersion = %q, %v", v, err)
 	}
+	// A server older still names none: it cannot say.
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/get_model_info" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, `{"model_path":"m"}`)
+	}))
+	defer old.Close()
+	c, _ = New(ProtocolSGLang, old.URL, "", nil)
+	if v, err := c.WeightVersion(context.Background()); !errors.Is(err, ErrNotSupported) {
+		t.Errorf("WeightVersion of a server that names none = %q, %v; want ErrNotSupported", v, err)
+	}
 }

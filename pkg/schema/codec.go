@@ -2,10 +2,12 @@ package schema
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"reflect"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // Token ids and log-probs are most of what planact encodes: a planner
@@ -51,6 +53,62 @@ func init() {
 		func(d *msgpack.Decoder, v reflect.Value) error {
 			return decodeSlice(d, v, (*msgpack.Decoder).DecodeFloat64)
 		})
+	// Integer fields. The library stores a uint64 beyond int64 as a
+	// negative number (2^64-1 became -1) and refuses any float; planact
+	// refuses the first, saying so, and takes a float with no fraction as
+	// the integer it is: JSON Schema's "integer" (schemas/) counts 4.0 as
+	// one, and a Python or JavaScript trainer may well send 1.7e12.
+	msgpack.Register(int(0), nil, decodeIntValue)
+	msgpack.Register(int64(0), nil, decodeIntValue)
+}
+
+func decodeIntValue(d *msgpack.Decoder, v reflect.Value) error {
+	n, err := decodeInt(d)
+	if err != nil {
+		return err
+	}
+	if v.OverflowInt(n) {
+		return fmt.Errorf("%d does not fit a %s", n, v.Type())
+	}
+	v.SetInt(n)
+	return nil
+}
+
+// decodeInt reads an integer: any msgpack integer that fits an int64, or a
+// float that is a whole number within that range.
+func decodeInt(d *msgpack.Decoder) (int64, error) {
+	c, err := d.PeekCode()
+	if err != nil {
+		return 0, err
+	}
+	switch c {
+	case msgpcode.Uint64:
+		u, err := d.DecodeUint64()
+		if err == nil && u > math.MaxInt64 {
+			return 0, fmt.Errorf("the integer %d is beyond an int64", u)
+		}
+		return int64(u), err
+	case msgpcode.Float, msgpcode.Double:
+		f, err := d.DecodeFloat64()
+		if err != nil {
+			return 0, err
+		}
+		n, ok := wholeNumber(f)
+		if !ok {
+			return 0, fmt.Errorf("the float %v is not an integer", f)
+		}
+		return n, nil
+	}
+	return d.DecodeInt64()
+}
+
+// wholeNumber returns f as an int64 when it is a whole number an int64
+// holds.
+func wholeNumber(f float64) (int64, bool) {
+	if f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+		return 0, false // NaN and the infinities included
+	}
+	return int64(f), true
 }
 
 // decodeSlice decodes an array (or nil) into v, a []T, one element at a

@@ -56,6 +56,16 @@ func TestConfigValidate(t *testing.T) {
 		{"url on an actor tool", func(c *schema.Config) { c.Tools = []schema.Tool{{Name: "search", URL: "http://x"}} }, "only for kind http"},
 		{"tool url without host", func(c *schema.Config) { c.Tools = []schema.Tool{{Name: "wiki", Kind: schema.ToolHTTP, URL: "http://"}} }, "host"},
 		{"reward url", func(c *schema.Config) { c.Reward = "https://" }, "reward"},
+		// Bounds are bounds on both sides: barrier_timeout_s 1e-300 was
+		// taken, and the rollout timed out at once.
+		{"barrier time-out 1e-300", func(c *schema.Config) { c.BarrierTimeoutS = 1e-300 }, "barrier_timeout_s 1e-300: want a number of seconds from 1 to 604800"},
+		{"rollout time-out 0.5", func(c *schema.Config) { c.RolloutTimeoutS = 0.5 }, "rollout_timeout_s 0.5: want a number of seconds from 1"},
+		{"act time-out 1 ms", func(c *schema.Config) { c.ActTimeoutS = 0.001 }, "act_timeout_s 0.001: want a number of seconds from 1 to 86400"},
+		{"planner time-out 5e-324", func(c *schema.Config) { c.PlannerTimeoutS = 5e-324 }, "planner_timeout_s"},
+		{"smallest values", func(c *schema.Config) {
+			c.ActTimeoutS, c.PlannerTimeoutS, c.BarrierTimeoutS, c.RolloutTimeoutS = schema.MinTimeoutS, schema.MinTimeoutS, schema.MinTimeoutS, schema.MinTimeoutS
+			c.ActorSampling.TopP = schema.Float(1e-9) // any positive top_p means what it says
+		}, ""},
 		{"largest values", func(c *schema.Config) {
 			c.MaxTurns, c.MaxNodes, c.MaxContextTokens, c.ActRetries = schema.MaxTurnsLimit, schema.MaxNodesLimit, schema.MaxContextTokensLimit, schema.MaxActRetries
 			c.RolloutTimeoutS, c.BarrierTimeoutS, c.ActTimeoutS = schema.MaxRolloutTimeoutS, schema.MaxRolloutTimeoutS, schema.MaxActTimeoutS
@@ -100,5 +110,37 @@ func TestGenerationSeed(t *testing.T) {
 	a, b, c := s.GenerationSeed(1, 2, "t1-s1"), s.GenerationSeed(1, 2, "t1-s1"), s.GenerationSeed(1, 3, "t1-s1")
 	if a == 0 || a != b || a == c || a >= 1<<53 {
 		t.Errorf("seeds %d %d %d: want the same for the same generation, another for another, nonzero, exact in JSON", a, b, c)
+	}
+}
+
+// TestPauseValidate: a pause's time-out is bounded on both sides too (1e-300
+// expired at once), its mode known; left out, they take their defaults.
+func TestPauseValidate(t *testing.T) {
+	cases := []struct {
+		p    schema.Pause
+		want string // "" = valid
+	}{
+		{schema.Pause{Role: "actor"}, ""},
+		{schema.Pause{Role: "actor", Mode: schema.PauseAbort, TimeoutS: 1}, ""},
+		{schema.Pause{Role: "actor", TimeoutS: schema.MaxRolloutTimeoutS}, ""},
+		{schema.Pause{Role: "actor", TimeoutS: 1e-300}, "pause of actor: timeout_s 1e-300: want a number of seconds from 1 to 604800"},
+		{schema.Pause{Role: "actor", TimeoutS: -5}, "timeout_s -5"},
+		{schema.Pause{Role: "actor", TimeoutS: math.NaN()}, "timeout_s NaN"},
+		{schema.Pause{Role: "actor", TimeoutS: math.Inf(1)}, "timeout_s +Inf"},
+		{schema.Pause{Role: "actor", TimeoutS: 1e9}, "timeout_s 1e+09"},
+		{schema.Pause{Role: "actor", Mode: "drain"}, `mode "drain": want wait or abort`},
+	}
+	for _, c := range cases {
+		p := c.p.WithDefaults()
+		err := p.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v refused: %v", c.p, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%+v: %v, want an error saying %s", c.p, err, c.want)
+		}
+	}
+	if p := (schema.Pause{Role: "actor"}).WithDefaults(); p.Mode != schema.PauseWait || p.TimeoutS != schema.DefaultPauseTimeoutS {
+		t.Errorf("defaults: %+v", p)
 	}
 }

@@ -17,8 +17,9 @@ const (
 // Pause asks planact to stop sending generations of Role to its engine,
 // before its trainer swaps the weights. Nothing in flight is lost: running
 // generations finish (wait) or are aborted and sent again after Resume
-// (abort). A pause not resumed within TimeoutS ends in a time-out: the
-// work waiting for the role fails, saying so.
+// (abort). A pause not resumed within TimeoutS ends at its time-out: the
+// work that waits for the role then fails, saying so (PauseExpired), and the
+// role's generations go again.
 type Pause struct {
 	Envelope
 	Role     string  `json:"role"`
@@ -36,8 +37,34 @@ func (m *Pause) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m
 // DefaultPauseTimeoutS is how long a pause may last unless it says.
 const DefaultPauseTimeoutS = 600
 
+// WithDefaults fills the mode and time-out a pause left out.
+func (m Pause) WithDefaults() Pause {
+	if m.Mode == "" {
+		m.Mode = PauseWait
+	}
+	if m.TimeoutS == 0 {
+		m.TimeoutS = DefaultPauseTimeoutS
+	}
+	return m
+}
+
+// Validate reports the first field of a pause (defaults filled) that holds
+// a value planact does not know or that is out of its range.
+func (m *Pause) Validate() error {
+	if m.Mode != PauseWait && m.Mode != PauseAbort {
+		return fmt.Errorf("pause of %s: mode %q: want wait or abort", m.Role, m.Mode)
+	}
+	if !inSeconds(m.TimeoutS, MinTimeoutS, MaxRolloutTimeoutS) {
+		return fmt.Errorf("pause of %s: timeout_s %g: want a number of seconds from %d to %d", m.Role, m.TimeoutS, MinTimeoutS, MaxRolloutTimeoutS)
+	}
+	return nil
+}
+
 // Resume lets planact send generations of Role again, from the weights of
-// WeightVersion (the version the engine now runs; samples record it).
+// WeightVersion (the version the engine now runs; samples record it). A
+// version older than the role's newest is a rollback (a trainer that went
+// back to an earlier checkpoint): planact takes it as the role's newest,
+// counts staleness from it, and says so on control.<role>.rollback.
 type Resume struct {
 	Envelope
 	Role          string `json:"role"`
@@ -49,6 +76,33 @@ func (m *Resume) Kind() string    { return "control.resume/1" }
 func (m *Resume) Subject() string { return subject.Control(m.Role, "resume") }
 func (m *Resume) MsgID() string   { return fmt.Sprintf("resume.%s.%d", m.Role, m.AtMs) }
 func (m *Resume) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
+
+// Rollback says that a role's trainer went back to earlier weights: a
+// Resume announced To, older than From, the role's newest version until
+// then. Staleness is counted from To from then on; samples generated on
+// the weights left behind name them in their weight_versions.
+type Rollback struct {
+	Envelope
+	Role     string `json:"role"`
+	From     string `json:"from"`
+	To       string `json:"to"`
+	ResumeID string `json:"resume_id"` // the Resume's Nats-Msg-Id
+	AtMs     int64  `json:"at_ms"`
+}
+
+func (m *Rollback) Kind() string    { return "control.rollback/1" }
+func (m *Rollback) Subject() string { return subject.Control(m.Role, "rollback") }
+func (m *Rollback) MsgID() string   { return fmt.Sprintf("rollback.%s.%s", m.Role, m.ResumeID) }
+func (m *Rollback) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
+
+// RoleRollback is the last rollback of a role, as its state records it
+// before it is published.
+type RoleRollback struct {
+	From     string `json:"from"`
+	To       string `json:"to"`
+	ResumeID string `json:"resume_id"`
+	AtMs     int64  `json:"at_ms"`
+}
 
 // Paused answers a Pause once no generation of the role runs on any
 // gateway (Drained lists the gateways that said so; Missing those that did
@@ -86,6 +140,34 @@ func (m *Drained) Subject() string { return subject.Control(m.Role, "drained") +
 func (m *Drained) MsgID() string   { return fmt.Sprintf("drained.%s.%d.%s", m.Role, m.Epoch, m.Gateway) }
 func (m *Drained) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
 
+// PauseExpired says that a pause ended at its time-out, no resume having
+// come: the work that waited for the role (generations held, or aborted by
+// an abort-mode pause and waiting to be sent again) failed with the act
+// failure "paused", and the role's generations go again, on the weights its
+// engine runs. Published once per expired pause, by the session-store
+// replica whose compare-and-set ended it.
+type PauseExpired struct {
+	Envelope
+	Role string `json:"role"`
+	PauseExpiry
+}
+
+func (m *PauseExpired) Kind() string    { return "control.expired/1" }
+func (m *PauseExpired) Subject() string { return subject.Control(m.Role, "expired") }
+func (m *PauseExpired) MsgID() string   { return fmt.Sprintf("expired.%s.%d", m.Role, m.Epoch) }
+func (m *PauseExpired) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
+
+// PauseExpiry records a pause that ended at its time-out.
+type PauseExpiry struct {
+	Epoch      int64  `json:"epoch"`    // the pause's epoch (the role's state moved on to Epoch+1)
+	PauseID    string `json:"pause_id"` // the Pause's Nats-Msg-Id
+	Mode       string `json:"mode"`
+	SinceMs    int64  `json:"since_ms"`    // when it was paused
+	DeadlineMs int64  `json:"deadline_ms"` // when its time-out passed
+	AtMs       int64  `json:"at_ms"`       // when planact ended it
+	Reason     string `json:"reason"`      // what the work that waited was told
+}
+
 // RoleState is the KV value (bucket sessions, key "role.<role>") that says
 // whether a role's generations may be sent, and which weights its engine
 // runs. Written by the session-store, by compare-and-set.
@@ -98,14 +180,23 @@ type RoleState struct {
 	PauseID    string `json:"pause_id,omitempty"`
 	SinceMs    int64  `json:"since_ms,omitempty"`
 	DeadlineMs int64  `json:"deadline_ms,omitempty"`
-	// Expired: the pause outlived its deadline; the role's waiting work fails.
-	Expired bool   `json:"expired,omitempty"`
-	Reason  string `json:"reason,omitempty"`
+	Reason     string `json:"reason,omitempty"` // the pause's
+	// Expiry is the last pause that ended at its time-out (not paused since
+	// then unless Paused says so). Written in the compare-and-set that
+	// ended the pause.
+	Expiry *PauseExpiry `json:"expiry,omitempty"`
+	// ExpiryAnnounced: control.<role>.expired of Expiry is published.
+	ExpiryAnnounced bool `json:"expiry_announced,omitempty"`
 	// Answered is the epoch whose pause was answered (Paused published).
 	Answered int64 `json:"answered,omitempty"`
-	// WeightVersion is the newest version of the role's weights planact
-	// knows of (from resumes and arrivals), the trainer's current one.
+	// WeightVersion is the role's newest weights as its trainer announced
+	// them, the trainer's current ones, which staleness is counted from:
+	// what the last resume named (older than before: a rollback), or a
+	// newer version an arrival brought.
 	WeightVersion string `json:"weight_version,omitempty"`
+	// Rollback is the last time a resume took the role back to older
+	// weights.
+	Rollback *RoleRollback `json:"rollback,omitempty"`
 }
 
 // RoleKey is the KV key of a role's state.

@@ -214,7 +214,14 @@ type Segment struct {
 	Text     string    `json:"text"`
 	Version  string    `json:"weight_version,omitempty"` // of the engine that generated it
 	IDs      []int     `json:"ids"`
-	LogProbs []float64 `json:"log_probs,omitempty"` // only for generated segments
+	LogProbs []float64 `json:"log_probs,omitempty"` // only for generated segments, one per id
+	// LogProbsMissing says why a generated segment has no log-probs: the
+	// engine did not return them (never zeros in their place).
+	LogProbsMissing string `json:"log_probs_missing,omitempty"`
+	// StalenessUnchecked says why the weights of a generated segment could
+	// not be checked against max_staleness before it ran (the engine
+	// cannot say which it serves); empty when they were, or need not be.
+	StalenessUnchecked string `json:"staleness_unchecked,omitempty"`
 }
 
 // PlanOutput is the planner's full output for a turn. Segments hold the whole
@@ -231,6 +238,10 @@ type PlanOutput struct {
 	FinishReason  string    `json:"finish_reason"`
 	WeightVersion string    `json:"weight_version,omitempty"`
 	LatencyMs     int64     `json:"latency_ms"`
+	// Truncated names the limit that cut the turn short (finish reason
+	// length): max_context_tokens (no room left to generate, or less than
+	// max_new_tokens) or planner_sampling.max_new_tokens.
+	Truncated string `json:"truncated,omitempty"`
 }
 
 func (m *PlanOutput) Kind() string    { return "plan.out/1" }
@@ -363,14 +374,24 @@ const (
 
 // Generation is one engine call as a trainer needs it: token-exact.
 type Generation struct {
-	Prompt        string    `json:"prompt"`
-	PromptIDs     []int     `json:"prompt_ids"`
-	Text          string    `json:"text"`
-	OutputIDs     []int     `json:"output_ids"`
-	LogProbs      []float64 `json:"log_probs"`
-	FinishReason  string    `json:"finish_reason"`
-	WeightVersion string    `json:"weight_version,omitempty"`
-	LatencyMs     int64     `json:"latency_ms"`
+	Prompt    string    `json:"prompt"`
+	PromptIDs []int     `json:"prompt_ids"`
+	Text      string    `json:"text"`
+	OutputIDs []int     `json:"output_ids"`
+	LogProbs  []float64 `json:"log_probs"` // one per output id, or none
+	// LogProbsMissing says why there are no log-probs: the engine did not
+	// return them (never zeros in their place).
+	LogProbsMissing string `json:"log_probs_missing,omitempty"`
+	FinishReason    string `json:"finish_reason"`
+	WeightVersion   string `json:"weight_version,omitempty"`
+	LatencyMs       int64  `json:"latency_ms"`
+	// StalenessUnchecked says why the engine's weights could not be checked
+	// against max_staleness before the generation ran; empty when they
+	// were, or need not be.
+	StalenessUnchecked string `json:"staleness_unchecked,omitempty"`
+	// Truncated names the limit that cut the generation short (finish
+	// reason length): actor_sampling.max_new_tokens.
+	Truncated string `json:"truncated,omitempty"`
 }
 
 // ActDone is the outcome of one act.
@@ -464,11 +485,15 @@ type Sample struct {
 
 // Task states: how each task of a rollout ended, in its result.
 const (
-	TaskTrained    = "trained"    // its samples are delivered (in a delivered group)
+	TaskTrained    = "trained"    // the role's samples of it are in its result (or a delivered group)
 	TaskFiltered   = "filtered"   // its group did not pass the group filter
 	TaskAborted    = "aborted"    // stopped: enough groups (over-sampling), or cancelled
-	TaskFailed     = "failed"     // its episode failed; Reason says why
+	TaskFailed     = "failed"     // its episode failed, or what the role was to run of it did; Reason says why
 	TaskUnfinished = "unfinished" // still running when the rollout timed out
+	// TaskEmpty: its episode ended, but nothing of it was for the role's
+	// model to run (the actor: no act ran the actor model), so the role has
+	// no sample of it.
+	TaskEmpty = "empty"
 )
 
 // TaskOutcome is how one task (one episode) of a rollout ended.
@@ -508,7 +533,10 @@ func (m *Group) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: -1, Role:
 
 // Stats summarise a rollout for one role.
 type Stats struct {
-	Episodes       int            `json:"episodes"`
+	Episodes int `json:"episodes"`
+	// Ended counts the episodes that ended (any status); Completed those
+	// that ended completed. Accuracy and the means are over Ended.
+	Ended          int            `json:"ended"`
 	Completed      int            `json:"completed"`
 	Correct        int            `json:"correct"`
 	Accuracy       float64        `json:"accuracy"`
@@ -524,6 +552,10 @@ type Stats struct {
 	FinishedMs     int64          `json:"finished_ms,omitempty"` // when the rollout ended
 	WallMs         int64          `json:"wall_ms"`
 	Tokens         map[string]int `json:"tokens,omitempty"`
+	// StalenessUnchecked counts, by role, the generations of the ended
+	// episodes (planner turns, acts) that ran without their weights checked
+	// against max_staleness: their engine could not say which it served.
+	StalenessUnchecked map[string]int `json:"staleness_unchecked,omitempty"`
 }
 
 // Result is one role's share of a finished rollout. Samples are inline, or
@@ -577,6 +609,10 @@ type ActorRequest struct {
 	// DeadlineMs is when the caller stops waiting (unix ms); the gateway
 	// abandons the generation then, freeing the engine's slot.
 	DeadlineMs int64 `json:"deadline_ms,omitempty"`
+	// MaxStaleness is the rollout's max_staleness: the gateway asks the
+	// engine which weights it serves right before it generates, and refuses
+	// (ActorCodeStale) weights further behind the role's newest.
+	MaxStaleness int `json:"max_staleness,omitempty"`
 }
 
 func (m *ActorRequest) Kind() string    { return "actor.generate/1" }
@@ -604,7 +640,14 @@ const (
 	ActorCodeUnavailable = "503"
 	ActorCodeTimeout     = "504" // the caller's deadline passed
 	ActorCodePaused      = "423" // the actor role is paused: send it again after the resume
+	ActorCodeStale       = "409" // the engine's weights are further behind than max_staleness allows
+	ActorCodeBusy        = "429" // the engine asked to be tried again (Retry-After) past the caller's deadline
 )
+
+// ActorRetryAfterHeader, on an actor-gateway error, is how long the engine
+// asked to be left alone (its Retry-After) in milliseconds: no attempt
+// before then.
+const ActorRetryAfterHeader = "Planact-Retry-After-Ms"
 
 // ActorSubject is the actor-gateway's service endpoint.
 const ActorSubject = "planact.actor.generate"
@@ -645,5 +688,9 @@ type Cancel struct {
 
 func (m *Cancel) Kind() string    { return "rollout.cancel/1" }
 func (m *Cancel) Subject() string { return subject.Cancel(m.Rollout, m.Role) }
-func (m *Cancel) MsgID() string   { return fmt.Sprintf("cancel.%d.%s", m.Rollout, m.Role) }
-func (m *Cancel) Meta() Meta      { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }
+func (m *Cancel) MsgID() string {
+	// One id per cancel call: a publish retried by the client is stored
+	// once, a later cancel is a new message and gets its own answer.
+	return fmt.Sprintf("cancel.%d.%s.%d", m.Rollout, m.Role, m.AtMs)
+}
+func (m *Cancel) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }

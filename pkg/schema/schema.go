@@ -25,6 +25,9 @@ const (
 	HdrContentType = "Content-Type"
 	HdrTraceparent = "traceparent"
 	ContentType    = "application/msgpack"
+	// ContentTypeJSON marks a JSON body, which planact takes on the
+	// messages a trainer writes (UnmarshalTrainer).
+	ContentTypeJSON = "application/json"
 )
 
 // Roles of the two training jobs.
@@ -102,13 +105,36 @@ var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 const maxPooledBuffer = 4 << 20
 
 // Unmarshal decodes msgpack data into v. When v is a Message, the body's
-// schema must be one this reader knows: same kind, same major version.
+// schema must be one this reader knows: same kind, same major version. An
+// error names the field that could not be read, its value and what is
+// wanted ("config.max_turns is the float 2.5: want an integer").
 func Unmarshal(data []byte, v any) error {
+	if _, ok := v.(trainerWritten); ok {
+		// Whoever reads what a trainer wrote (a watcher of arrivals, say)
+		// reads it as warily as the session-store does.
+		if err := scanBody(data); err != nil {
+			return fail.Invalidf("decode %s: %w", nameOf(v), explainMsgpack(data, v, err, false))
+		}
+	}
 	dec := msgpack.NewDecoder(bytes.NewReader(data))
 	dec.SetCustomStructTag("json")
 	if err := dec.Decode(v); err != nil {
-		return fail.Invalidf("decode %T: %w", v, err)
+		return fail.Invalidf("decode %s: %w", nameOf(v), explainMsgpack(data, v, err, false))
 	}
+	return checkSchema(v)
+}
+
+// nameOf names what is decoded into v in errors: its kind for a message.
+func nameOf(v any) string {
+	if m, ok := v.(Message); ok {
+		return m.Kind()
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// checkSchema checks, when v is a Message, that the body it was decoded
+// from declared v's kind.
+func checkSchema(v any) error {
 	m, ok := v.(Message)
 	if !ok {
 		return nil
@@ -135,7 +161,7 @@ func UnmarshalPart[T any](data []byte, m Message, v *T) error {
 	dec := msgpack.NewDecoder(bytes.NewReader(data))
 	dec.SetCustomStructTag("json")
 	if err := dec.Decode(v); err != nil {
-		return fail.Invalidf("decode %s: %w", m.Kind(), err)
+		return fail.Invalidf("decode %s: %w", m.Kind(), explainMsgpack(data, v, err, false))
 	}
 	e, ok := any(v).(enveloped)
 	if !ok {
@@ -153,15 +179,9 @@ func UnmarshalPart[T any](data []byte, m Message, v *T) error {
 // ToJSONable decodes any msgpack body into plain Go values (maps with string
 // keys, slices, numbers), ready for encoding/json. It backs `planact decode`.
 func ToJSONable(data []byte) (any, error) {
-	r := bytes.NewReader(data)
-	dec := msgpack.NewDecoder(r)
-	dec.SetMapDecoder(func(d *msgpack.Decoder) (any, error) { return d.DecodeUntypedMap() })
-	v, err := dec.DecodeInterface()
+	v, err := msgpackTree(data)
 	if err != nil {
 		return nil, fail.Invalidf("not a msgpack body: %w", err)
-	}
-	if r.Len() > 0 {
-		return nil, fail.Invalidf("not a msgpack body: %d bytes left after the first value", r.Len())
 	}
 	return stringKeys(v), nil
 }

@@ -64,6 +64,8 @@ func cases() []wireCase {
 		Reward: 1, Status: schema.EpisodeCompleted, WeightVersions: []string{"planner-v7"}, Label: "Seine",
 		Metadata: map[string]any{"episode": 0, "turns": 2},
 	}
+	expiry := schema.PauseExpiry{Epoch: 5, PauseID: "pause.actor.1767225100000", Mode: schema.PauseWait, SinceMs: 1767225100000,
+		DeadlineMs: 1767225400000, AtMs: 1767225400800, Reason: "pause time-out (5m0s): no resume came (paused for: weight sync step 7)"}
 	return []wireCase{
 		msgCase(&schema.Arrive{Rollout: 42, Role: schema.RolePlanner, Engine: engineP, WeightVersion: "planner-v7", Tasks: tasks, Config: &cfg, AtMs: 1767225600000}),
 		msgCase(&schema.Start{Rollout: 42, Episodes: 2, DeadlineMs: 1767229200000, AtMs: 1767225600123}),
@@ -92,7 +94,7 @@ func cases() []wireCase {
 		msgCase(&schema.Result{
 			Rollout: 42, Role: schema.RolePlanner, Status: schema.ResultOK, Samples: []schema.Sample{sample}, SampleCount: 1,
 			Stats: schema.Stats{
-				Episodes: 2, Completed: 2, Correct: 1, Accuracy: 0.5, MeanReward: 0.75, MeanTurns: 2, Acts: 5, ActsPerEpisode: 2.5,
+				Episodes: 2, Ended: 2, Completed: 2, Correct: 1, Accuracy: 0.5, MeanReward: 0.75, MeanTurns: 2, Acts: 5, ActsPerEpisode: 2.5,
 				EpisodeStatus: map[string]int{schema.EpisodeCompleted: 2}, WallMs: 3100, Tokens: map[string]int{"planner": 1840, "actor": 310},
 				TaskStates: map[string]int{schema.TaskTrained: 2},
 			},
@@ -112,19 +114,25 @@ func cases() []wireCase {
 		msgCase(&schema.Paused{Role: schema.RoleActor, Epoch: 7, PauseID: "pause.actor.1767225700000", Mode: schema.PauseAbort,
 			Drained: []string{"x9Lq2vOa1b"}, Aborted: 3, AtMs: 1767225700410}),
 		msgCase(&schema.Drained{Role: schema.RoleActor, Epoch: 7, Gateway: "x9Lq2vOa1b", Aborted: 3, AtMs: 1767225700400}),
+		msgCase(&schema.PauseExpired{Role: schema.RoleActor, PauseExpiry: expiry}),
+		msgCase(&schema.Rollback{Role: schema.RoleActor, From: "actor-v9", To: "actor-v3", ResumeID: "resume.actor.1767225690000", AtMs: 1767225690012}),
 		{file: "kv.role.v1.schema.json", value: &schema.RoleState{Role: schema.RoleActor, Paused: true, Mode: schema.PauseAbort, Epoch: 7,
-			PauseID: "pause.actor.1767225700000", SinceMs: 1767225700000, DeadlineMs: 1767226000000, WeightVersion: "actor-v3"}},
+			PauseID: "pause.actor.1767225700000", SinceMs: 1767225700000, DeadlineMs: 1767226000000, Reason: "weight sync step 8",
+			Expiry: &expiry, ExpiryAnnounced: true, WeightVersion: "actor-v3",
+			Rollback: &schema.RoleRollback{From: "actor-v9", To: "actor-v3", ResumeID: "resume.actor.1767225690000", AtMs: 1767225690012}}},
 		{file: "kv.session.v1.schema.json", value: &schema.Session{
 			Rollout: 42, State: schema.SessionRunning,
 			Roles: map[string]schema.RoleInfo{
-				schema.RolePlanner: {Engine: engineP, WeightVersion: "planner-v7", ArrivedMs: 1767225600010},
-				schema.RoleActor:   {Engine: engineA, WeightVersion: "actor-v3", ArrivedMs: 1767225600100},
+				schema.RolePlanner: {Engine: engineP, WeightVersion: "planner-v7", ArrivedMs: 1767225600010, ArrivalID: "arrive.42.planner..1767225600000",
+					Digest: "sha256:9f2c4e61b7a05d3e8c1f2a4b6d8e0f1a3c5e7a9b1d3f5a7c9e1b3d5f7a9c1e3b", ConfigDigest: "sha256:41d8cd98f00b204e9800998ecf8427e0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6",
+					Tasks: schema.TasksDigest(tasks)},
+				schema.RoleActor: {Engine: engineA, WeightVersion: "actor-v3", ArrivedMs: 1767225600100},
 			},
 			Config: cfg.WithDefaults(), ConfigFrom: schema.RolePlanner, Episodes: 2, Ended: []int{0},
 			Trace: "4bf92f3577b34da6a3ce929d0e0e4736", CreatedMs: 1767225600010, StartedMs: 1767225600110,
 			Outbox: []string{schema.EffectGroup(3)}, Groups: []schema.GroupState{{Index: 1, State: schema.GroupDelivered}, {Index: 0, State: schema.GroupFiltered, Reason: "spread: all 2 rewards are 1"}},
 		}},
-		{file: "kv.tasklist.v1.schema.json", value: &schema.TaskList{Tasks: tasks}},
+		{file: "kv.tasklist.v1.schema.json", value: &schema.TaskList{Tasks: tasks, From: schema.RolePlanner, Digest: schema.TasksDigest(tasks)}},
 		{file: "kv.run.v1.schema.json", value: &schema.Run{Rollout: 42, Episode: 1, Turn: 1, Schedule: schema.ScheduleEager, Nodes: []*schema.NodeState{
 			{Node: plan.Node{ID: "s1", Tool: "search", Args: map[string]any{"query": "country of the Eiffel Tower"}}, Key: "t1-s1", Status: schema.NodeDone, Input: "country of the Eiffel Tower", Output: "France"},
 			{Node: node, Key: "t1-s2", Status: schema.NodeReleased, Input: "capital of France"},
@@ -524,6 +532,62 @@ func fill(v reflect.Value, depth int) {
 			if v.Type().Field(i).IsExported() {
 				fill(v.Field(i), depth+1)
 			}
+		}
+	}
+}
+
+// TestSchemasBoundWhatGoBounds: the JSON Schemas a trainer in another
+// language validates against agree with the Go bounds at their edges, on
+// both sides (a time-out of 1e-300 s was valid by both), and with the
+// integers Go reads (a float with no fraction is one; one with a fraction
+// is not).
+func TestSchemasBoundWhatGoBounds(t *testing.T) {
+	schemas := compile(t)
+	arrive := func(edit func(b, cfg map[string]any)) (schemaErr, goErr error) {
+		b := map[string]any{"schema": "rollout.arrive/1", "rollout": 7, "role": "planner", "at_ms": 1767225600000,
+			"engine": map[string]any{"url": "http://e"}, "config": map[string]any{}}
+		edit(b, b["config"].(map[string]any))
+		data, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		schemaErr = schemas["rollout.arrive.v1.schema.json"].Validate(jsonValue(t, data))
+		var a schema.Arrive
+		if goErr = schema.UnmarshalTrainer(data, map[string][]string{"Content-Type": {"application/json"}}, &a); goErr == nil {
+			goErr = a.Config.WithDefaults().Validate()
+		}
+		return schemaErr, goErr
+	}
+	for _, f := range []string{"act_timeout_s", "planner_timeout_s", "barrier_timeout_s", "rollout_timeout_s"} {
+		for _, c := range []struct {
+			v  any
+			ok bool
+		}{{schema.MinTimeoutS, true}, {1.5, true}, {0.999, false}, {1e-300, false}, {-1, false}} {
+			se, ge := arrive(func(_, cfg map[string]any) { cfg[f] = c.v })
+			if (se == nil) != c.ok || (ge == nil) != c.ok {
+				t.Errorf("%s %v: schema says %v, Go says %v; want valid %v", f, c.v, se, ge, c.ok)
+			}
+		}
+	}
+	for _, c := range []struct {
+		v  any
+		ok bool
+	}{{1.7e12, true}, {1767225600000.0, true}, {1712345678901.25, false}, {"1767225600000", false}} {
+		se, ge := arrive(func(b, _ map[string]any) { b["at_ms"] = c.v })
+		if (se == nil) != c.ok || (ge == nil) != c.ok {
+			t.Errorf("at_ms %v: schema says %v, Go says %v; want valid %v", c.v, se, ge, c.ok)
+		}
+	}
+	pause := schemas["control.pause.v1.schema.json"]
+	for _, c := range []struct {
+		v  float64
+		ok bool
+	}{{1, true}, {schema.MaxRolloutTimeoutS, true}, {0.5, false}, {1e-300, false}} {
+		p := schema.Pause{Role: "actor", Mode: schema.PauseWait, TimeoutS: c.v, AtMs: 1}
+		se := pause.Validate(jsonValue(t, wireJSON(t, &p)))
+		ge := p.Validate()
+		if (se == nil) != c.ok || (ge == nil) != c.ok {
+			t.Errorf("pause timeout_s %v: schema says %v, Go says %v; want valid %v", c.v, se, ge, c.ok)
 		}
 	}
 }

@@ -1,6 +1,9 @@
 package schema
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/url"
@@ -171,10 +174,15 @@ const (
 	MinContextTokens      = 16
 	MaxActRetries         = 20
 	MaxActTimeoutS        = 86400
-	MaxRolloutTimeoutS    = 7 * 86400
-	MaxTemperature        = 100
-	MaxStops              = 16
-	MaxTools              = 64
+	// MinTimeoutS is the shortest time-out planact takes, of an act, a
+	// planner generation, the barrier, a rollout or a pause: each waits
+	// for work that takes seconds, and less is a mistake (a value meant in
+	// other units, 1e-300) that would time out at once.
+	MinTimeoutS        = 1
+	MaxRolloutTimeoutS = 7 * 86400
+	MaxTemperature     = 100
+	MaxStops           = 16
+	MaxTools           = 64
 )
 
 // Validate reports the first field that holds a value planact does not
@@ -220,15 +228,15 @@ func (c Config) Validate() error {
 	for _, r := range []struct {
 		name string
 		v    float64
-		max  float64
+		max  int
 	}{
 		{"act_timeout_s", c.ActTimeoutS, MaxActTimeoutS},
 		{"planner_timeout_s", c.PlannerTimeoutS, MaxActTimeoutS},
 		{"barrier_timeout_s", c.BarrierTimeoutS, MaxRolloutTimeoutS},
 		{"rollout_timeout_s", c.RolloutTimeoutS, MaxRolloutTimeoutS},
 	} {
-		if math.IsNaN(r.v) || math.IsInf(r.v, 0) || r.v <= 0 || r.v > r.max {
-			return fmt.Errorf("config: %s %g: want a number of seconds above 0 and at most %g", r.name, r.v, r.max)
+		if !inSeconds(r.v, MinTimeoutS, r.max) {
+			return fmt.Errorf("config: %s %g: want a number of seconds from %d to %d", r.name, r.v, MinTimeoutS, r.max)
 		}
 	}
 	if err := c.validateReward(); err != nil {
@@ -306,6 +314,12 @@ func validToolName(name string) bool {
 		}
 	}
 	return true
+}
+
+// inSeconds reports whether s is a number of seconds from lo to hi (not
+// NaN, not infinite).
+func inSeconds(s float64, lo, hi int) bool {
+	return !math.IsNaN(s) && s >= float64(lo) && s <= float64(hi)
 }
 
 // checkURL accepts an absolute http or https URL with a host.
@@ -399,6 +413,16 @@ type RoleInfo struct {
 	// ArrivalID is the Nats-Msg-Id of the arrival that counted (or
 	// "seq:<stream sequence>"): another arrival of the role is a re-submission.
 	ArrivalID string `json:"arrival_id,omitempty"`
+	// Digest sums what the arrival asked for: engine, weight version,
+	// config and tasks, not its message id, attempt or time. Another arrival
+	// of the role with the same digest is the same one sent again
+	// (harmless); with another it is refused, naming what differs.
+	Digest string `json:"digest,omitempty"`
+	// ConfigDigest sums the configuration the arrival carried, its
+	// defaults applied ("" without one), and Tasks is its task list's
+	// digest ("" without tasks; TaskList.Digest).
+	ConfigDigest string `json:"config_digest,omitempty"`
+	Tasks        string `json:"tasks,omitempty"`
 }
 
 // Group filters.
@@ -455,6 +479,9 @@ type Session struct {
 	// Reason why.
 	Status string `json:"status,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// CancelledBy is the Nats-Msg-Id of the cancel that ended the rollout
+	// (that cancel delivered again is answered as it was the first time).
+	CancelledBy string `json:"cancelled_by,omitempty"`
 	// Outbox lists the effects decided and not yet known to be published.
 	Outbox []string `json:"outbox,omitempty"`
 	// Objects are the result objects ("bucket/name") the rollout left in the
@@ -532,13 +559,29 @@ func (s *Session) EndedCount() int { return len(s.Ended) }
 // large for a KV value stays in the object store and the value names it.
 type TaskList struct {
 	Tasks  []Task `json:"tasks,omitempty"`
-	Object string `json:"object,omitempty"` // the list is this TaskList in the object store Bucket
-	// Bucket is the object store of Object: tasks_<role> of the role
-	// whose arrival brought the list.
-	Bucket string `json:"bucket,omitempty"`
-	// SHA256 is the digest the arrival named for Object: whoever reads the
-	// object checks it, so a list changed after the arrival is refused.
-	SHA256 string `json:"sha256,omitempty"`
+	Object string `json:"object,omitempty"` // the list is this TaskList in the object store tasks_<From>
+	// From is the role whose arrival brought the list, and Digest the
+	// list's: TasksDigest of the tasks, or, for an object, DigestSHA256 and
+	// the SHA-256 of its bytes its arrival named (tasks_sha256), which
+	// every reader checks. Another arrival's list is compared by it.
+	From   string `json:"from,omitempty"`
+	Digest string `json:"digest,omitempty"`
+}
+
+// DigestSHA256 prefixes a digest that is a SHA-256 in lower-case hex.
+const DigestSHA256 = "sha256:"
+
+// TasksDigest names a task list by its content: equal lists have equal
+// digests, whatever the order of their metadata's keys.
+func TasksDigest(tasks []Task) string {
+	data, err := json.Marshal(tasks)
+	if err != nil {
+		// A task decoded from msgpack always encodes; say so rather than
+		// let two lists share a digest.
+		return "unencodable: " + err.Error()
+	}
+	sum := sha256.Sum256(data)
+	return DigestSHA256 + hex.EncodeToString(sum[:])
 }
 
 // Node states of a run.

@@ -1,10 +1,13 @@
 package schema
 
 import (
+	"bytes"
 	"fmt"
+	"mime"
 	"reflect"
-	"slices"
 	"strings"
+
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/planact/planact/pkg/fail"
 )
@@ -13,80 +16,114 @@ import (
 // rejects a body that carries a field the message does not have, naming it
 // with its path ("config.max_turn", "tasks[3].lable"): a misspelt field must
 // be an error, not a default. Free-form maps (a task's metadata) may hold
-// anything.
+// anything. A value of the wrong type is named the same way
+// ("config.max_turns is the string "4": want an integer").
 func UnmarshalStrict(data []byte, v Message) error {
-	if err := Unmarshal(data, v); err != nil {
-		return err
-	}
-	return checkFields(data, v, v.Kind())
+	return unmarshalStrict(data, v, v.Kind())
 }
 
 // UnmarshalValueStrict is UnmarshalStrict for a value that is not a message
 // (a task list in the object store); what names it in errors.
 func UnmarshalValueStrict(data []byte, v any, what string) error {
-	if err := Unmarshal(data, v); err != nil {
-		return err
-	}
-	return checkFields(data, v, what)
+	return unmarshalStrict(data, v, what)
 }
 
-func checkFields(data []byte, v any, what string) error {
-	raw, err := ToJSONable(data)
-	if err != nil {
+func unmarshalStrict(data []byte, v any, what string) error {
+	if err := decodeStrict(data, v); err != nil {
+		return fail.Invalidf("decode %s: %w", what, explainMsgpack(data, v, err, true))
+	}
+	return checkSchema(v)
+}
+
+// decodeStrict decodes msgpack data into v, refusing fields v does not have
+// and bytes after the body; the body is scanned first (scanBody), so that
+// what it claims is not allocated before it is read. Its errors name no
+// field: explain finds it.
+func decodeStrict(data []byte, v any) error {
+	if err := scanBody(data); err != nil {
 		return err
 	}
-	if path := unknownField(raw, reflect.TypeOf(v), ""); path != "" {
-		return fail.Invalidf("decode %s: unknown field %q", what, path)
+	r := bytes.NewReader(data)
+	dec := msgpack.NewDecoder(r)
+	dec.SetCustomStructTag("json")
+	dec.DisallowUnknownFields(true)
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if r.Len() > 0 {
+		return fmt.Errorf("%d bytes left after the first value", r.Len())
 	}
 	return nil
 }
 
-// unknownField returns the path of the first field of v (in sorted order)
-// that type t does not have, or "".
-func unknownField(v any, t reflect.Type, path string) string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
+// UnmarshalTrainer decodes a message a trainer wrote (an arrival, a cancel,
+// a pause, a resume), given the headers it came with: msgpack, or JSON
+// where its Content-Type header says application/json, both as strictly as
+// UnmarshalStrict (unknown fields and values of the wrong type named by
+// their path). A JSON body says what msgpack says: numbers, strings,
+// booleans, arrays and maps, with the field names of the schema.
+func UnmarshalTrainer(data []byte, h map[string][]string, v Message) error {
+	ct := header(h, HdrContentType)
+	switch mediaType(ct) {
+	case "", ContentType, "application/x-msgpack", "application/vnd.msgpack":
+		return UnmarshalStrict(data, v)
+	case ContentTypeJSON:
+		return unmarshalJSON(data, v)
 	}
-	switch t.Kind() {
-	case reflect.Struct:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return ""
-		}
-		fields := jsonFields(t)
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			ft, ok := fields[k]
-			if !ok {
-				return join(path, k)
-			}
-			if p := unknownField(m[k], ft, join(path, k)); p != "" {
-				return p
-			}
-		}
-	case reflect.Slice, reflect.Array:
-		items, ok := v.([]any)
-		if !ok {
-			return ""
-		}
-		for i, x := range items {
-			if p := unknownField(x, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); p != "" {
-				return p
-			}
-		}
-	case reflect.Map:
-		m, ok := v.(map[string]any)
-		if !ok || t.Elem().Kind() == reflect.Interface {
-			return "" // free-form
-		}
-		for k, x := range m {
-			if p := unknownField(x, t.Elem(), join(path, k)); p != "" {
-				return p
-			}
+	return fail.Invalidf("decode %s: %s %q: planact reads %s (the default) or, from a trainer, %s",
+		v.Kind(), HdrContentType, ct, ContentType, ContentTypeJSON)
+}
+
+// unmarshalJSON decodes a JSON body by way of the msgpack it stands for, so
+// that it meets exactly the rules a msgpack body meets; what is wrong is
+// blamed on the JSON as it was written.
+func unmarshalJSON(data []byte, v Message) error {
+	body, err := jsonTree(data)
+	if err != nil {
+		return fail.Invalidf("decode %s (%s: %s): %w", v.Kind(), HdrContentType, ContentTypeJSON, err)
+	}
+	if err := schemaMismatch(body, v); err != nil {
+		return fail.Invalidf("decode %s: %w", v.Kind(), err)
+	}
+	if c := culprit(body, reflect.TypeOf(v), "", true); c != nil {
+		return fail.Invalidf("decode %s: %w", v.Kind(), c)
+	}
+	// Integers in their smallest form, as msgpack clients write them: a
+	// task's metadata reads the same from JSON as from msgpack.
+	var packed bytes.Buffer
+	enc := msgpack.NewEncoder(&packed)
+	enc.UseCompactInts(true)
+	if err := enc.Encode(fromJSON(body)); err != nil {
+		return fail.Invalidf("decode %s: %w", v.Kind(), err)
+	}
+	if err := decodeStrict(packed.Bytes(), v); err != nil {
+		return fail.Invalidf("decode %s: %w", v.Kind(), err)
+	}
+	return checkSchema(v)
+}
+
+// mediaType is a Content-Type without its parameters, lower case; "" for
+// none, or for one that cannot be read (then refused as given).
+func mediaType(ct string) string {
+	if strings.TrimSpace(ct) == "" {
+		return ""
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return "unreadable"
+	}
+	return mt
+}
+
+// header returns the first value of header name in h, its name matched
+// without regard to case (NATS headers keep the case they were sent in).
+func header(h map[string][]string, name string) string {
+	if vs := h[name]; len(vs) > 0 {
+		return vs[0]
+	}
+	for k, vs := range h {
+		if strings.EqualFold(k, name) && len(vs) > 0 {
+			return vs[0]
 		}
 	}
 	return ""

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,41 +76,52 @@ func NewCache(b *bus.Bus) *Cache { return &Cache{KV: b.Sessions, NC: b.NC} }
 // LoadTasks reads rollout n's tasks, from the object store when the KV
 // value names an object. found is false when no arrival brought tasks.
 func LoadTasks(ctx context.Context, kv *bus.Bucket, nc *nats.Conn, n int64) ([]schema.Task, bool, error) {
+	tl, found, err := LoadTaskList(ctx, kv, nc, n)
+	return tl.Tasks, found, err
+}
+
+// LoadTaskList reads rollout n's task list as its arrival recorded it (who
+// brought it, its digest), with its tasks, from the object store when the
+// KV value names an object: an object whose content is not what that
+// arrival named (another put under its name) is refused, not read as the
+// list.
+func LoadTaskList(ctx context.Context, kv *bus.Bucket, nc *nats.Conn, n int64) (schema.TaskList, bool, error) {
 	tl, _, found, err := bus.GetFresh[schema.TaskList](ctx, kv, schema.TasksKey(n))
-	if err != nil || !found {
-		return nil, found, err
-	}
-	if tl.Object == "" {
-		return tl.Tasks, true, nil
+	if err != nil || !found || tl.Object == "" {
+		return tl, found, err
 	}
 	tasks, err := ReadTaskList(ctx, nc, tl)
 	if err != nil {
-		return nil, true, fmt.Errorf("rollout %d: %w", n, err)
+		return tl, true, fmt.Errorf("rollout %d: %w", n, err)
 	}
-	return tasks, true, nil
+	tl.Tasks = tasks
+	return tl, true, nil
 }
 
-// ReadTaskList reads the task list tl names in its object store, and
-// refuses it unless its bytes have the SHA-256 the arrival named: a
-// trainer may write its own store, so a list changed after the arrival
-// must not be run.
+// ReadTaskList reads the task list object tl names, from the store of the
+// role that brought it (tasks_<role>), chunk by chunk (no consumer), and
+// refuses it unless its bytes have the SHA-256 the arrival named
+// (tl.Digest, "sha256:<hex>"): a trainer may write its own store, so a list
+// changed after the arrival must not be run.
 func ReadTaskList(ctx context.Context, nc *nats.Conn, tl schema.TaskList) ([]schema.Task, error) {
-	if tl.Bucket == "" || tl.SHA256 == "" {
-		return nil, fail.Permanentf("task object %s: no object store or SHA-256 recorded for it (an arrival of an older planact)", tl.Object)
+	if tl.From == "" || !strings.HasPrefix(tl.Digest, schema.DigestSHA256) {
+		return nil, fail.Permanentf("task object %s: no role or SHA-256 recorded for it (%q, %q): an arrival of an older planact", tl.Object, tl.From, tl.Digest)
 	}
-	data, err := bus.ReadObject(ctx, nc, tl.Bucket, tl.Object)
+	bucket := bus.ObjectTasks(tl.From)
+	data, err := bus.ReadObject(ctx, nc, bucket, tl.Object)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, fail.Permanentf("task object %s/%s is gone", tl.Bucket, tl.Object)
+		return nil, fail.Permanentf("task object %s/%s is gone", bucket, tl.Object)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("task object %s/%s: %w", tl.Bucket, tl.Object, err)
+		return nil, fmt.Errorf("task object %s/%s: %w", bucket, tl.Object, err)
 	}
-	if got := bus.SHA256(data); got != tl.SHA256 {
-		return nil, fail.Permanentf("task object %s/%s: its SHA-256 is %s, the arrival named %s: the list changed after the arrival", tl.Bucket, tl.Object, got, tl.SHA256)
+	if got := schema.DigestSHA256 + bus.SHA256(data); got != tl.Digest {
+		return nil, fail.Permanentf("task object %s/%s changed after the %s arrival that brought it: its SHA-256 is %s, the arrival named %s (a list is put once, under a name of its own)",
+			bucket, tl.Object, tl.From, strings.TrimPrefix(got, schema.DigestSHA256), strings.TrimPrefix(tl.Digest, schema.DigestSHA256))
 	}
 	var inner schema.TaskList
 	if err := schema.UnmarshalValueStrict(data, &inner, "task list "+tl.Object); err != nil {
-		return nil, fmt.Errorf("task object %s/%s: %w", tl.Bucket, tl.Object, err)
+		return nil, fmt.Errorf("task object %s/%s: %w", bucket, tl.Object, err)
 	}
 	return inner.Tasks, nil
 }

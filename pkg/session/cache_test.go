@@ -2,6 +2,7 @@ package session_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,5 +121,37 @@ func TestCacheReadsAnEndedRolloutWithoutTasks(t *testing.T) {
 	}
 	if info.Active() {
 		t.Errorf("rollout 4 reads as running: %v", info)
+	}
+}
+
+// TestTaskObjectChangedIsRefused: a task list in the object store is read
+// as the arrival that named it saw it; an object put again under its name
+// with other tasks is refused, not run.
+func TestTaskObjectChangedIsRefused(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx := context.Background()
+	put := func(prompt string) string {
+		data, err := schema.Marshal(&schema.TaskList{Tasks: []schema.Task{{Prompt: prompt}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Tasks[schema.RolePlanner].PutBytes(ctx, "rollout-5-planner.tasks", data); err != nil {
+			t.Fatal(err)
+		}
+		return schema.DigestSHA256 + bus.SHA256(data) // what the arrival names (tasks_sha256)
+	}
+	digest := put("first")
+	if _, err := bus.Create(ctx, b.Sessions, schema.TasksKey(5), &schema.TaskList{Object: "rollout-5-planner.tasks", From: schema.RolePlanner, Digest: digest}); err != nil {
+		t.Fatal(err)
+	}
+	tl, found, err := session.LoadTaskList(ctx, b.Sessions, b.NC, 5)
+	if err != nil || !found || len(tl.Tasks) != 1 || tl.Tasks[0].Prompt != "first" || tl.From != schema.RolePlanner {
+		t.Fatalf("task list: %+v %v %v", tl, found, err)
+	}
+	put("second")
+	_, _, err = session.LoadTaskList(ctx, b.Sessions, b.NC, 5)
+	if fail.KindOf(err) != fail.Permanent || !strings.Contains(err.Error(), "changed after the planner arrival") {
+		t.Fatalf("an object replaced after its arrival: %v, want a permanent error saying it changed", err)
 	}
 }

@@ -20,3 +20,9 @@ func LagDirectReads() (undo func()) {
 	}
 	return func() { readSession = was }
 }
+
+// NewGate returns a gate that no follower feeds: SetState does.
+func NewGate(role string) *Gate { return newGate(role) }
+
+// SetState gives the gate a role state, as the follower does from the bucket.
+func (g *Gate) SetState(st schema.RoleState) { g.set(st) }

@@ -15,6 +15,7 @@ import (
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/telemetry"
 )
 
 // ErrRolloutOver is the cause of the context of work on a rollout that
@@ -170,8 +171,20 @@ type Gate struct {
 	mu       sync.Mutex
 	state    schema.RoleState
 	changed  chan struct{} // closed and replaced at every change
+	pause    *pauseWait    // the pause in force; nil when the role is not paused
+	waiting  int           // waits held by the pause in force
 	inflight map[*int]context.CancelCauseFunc
 	aborted  int // generations aborted by the current pause
+}
+
+// pauseWait is one pause as the work waiting for it sees it: over is closed
+// when the pause ends, and err says why that work fails (set, before over
+// is closed, when the pause ended at its time-out; nil when it was resumed
+// or replaced by another pause, and the work goes on).
+type pauseWait struct {
+	epoch int64
+	over  chan struct{}
+	err   error
 }
 
 func newGate(role string) *Gate {
@@ -182,6 +195,19 @@ func (g *Gate) set(st schema.RoleState) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	newPause := st.Paused && (!g.state.Paused || st.Epoch != g.state.Epoch)
+	if p := g.pause; p != nil && (!st.Paused || st.Epoch != p.epoch) {
+		// The pause in force ended. If at its time-out, the work that
+		// waited for it fails; work that comes after goes through.
+		if x := st.Expiry; x != nil && x.Epoch == p.epoch {
+			p.err = fail.Permanentf("the %s role was paused at %s and not resumed in time: %s", g.role,
+				time.UnixMilli(x.SinceMs).UTC().Format(time.RFC3339), x.Reason)
+		}
+		close(p.over)
+		g.pause = nil
+	}
+	if st.Paused && g.pause == nil {
+		g.pause = &pauseWait{epoch: st.Epoch, over: make(chan struct{})}
+	}
 	g.state = st
 	if newPause {
 		g.aborted = 0
@@ -203,26 +229,44 @@ func (g *Gate) State() schema.RoleState {
 	return g.state
 }
 
-// Wait returns when the role may generate: at once unless it is paused.
-// A pause that outlived its deadline fails the wait, saying so.
+// Wait returns when the role may generate: at once unless it is paused,
+// else when the pause ends. A pause that ended at its time-out fails the
+// waits that waited for it, saying so; the waits that begin after it go
+// through (the role works again).
 func (g *Gate) Wait(ctx context.Context) error {
 	for {
 		g.mu.Lock()
-		st, changed := g.state, g.changed
-		g.mu.Unlock()
-		switch {
-		case !st.Paused:
-			return nil
-		case st.Expired:
-			return fail.Permanentf("the %s role was paused at %s and not resumed in time: %s", g.role,
-				time.UnixMilli(st.SinceMs).UTC().Format(time.RFC3339), st.Reason)
+		p := g.pause
+		if p != nil {
+			g.waiting++
+			telemetry.PauseWaits.WithLabelValues(g.role).Inc()
 		}
+		g.mu.Unlock()
+		if p == nil {
+			return nil
+		}
+		var err error
 		select {
-		case <-changed:
+		case <-p.over:
+			err = p.err
 		case <-ctx.Done():
-			return ctx.Err()
+			err = ctx.Err()
+		}
+		g.mu.Lock()
+		g.waiting--
+		telemetry.PauseWaits.WithLabelValues(g.role).Dec()
+		g.mu.Unlock()
+		if err != nil {
+			return err
 		}
 	}
+}
+
+// Waiting is how many waits the role's pause holds now.
+func (g *Gate) Waiting() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.waiting
 }
 
 // Track registers a generation that runs: a pause in abort mode cancels
@@ -275,7 +319,7 @@ func (f *Follower) AnswerPauses(ctx context.Context, role, gateway string) {
 		g.mu.Lock()
 		st, changed := g.state, g.changed
 		g.mu.Unlock()
-		if st.Paused && !st.Expired && st.Epoch != answered {
+		if st.Paused && st.Epoch != answered {
 			if aborted, ok := g.Drained(ctx, st.Epoch); ok {
 				d := &schema.Drained{Role: role, Epoch: st.Epoch, Gateway: gateway, Aborted: aborted, AtMs: time.Now().UnixMilli()}
 				if err := f.bus.Publish(ctx, d); err != nil {

@@ -55,6 +55,39 @@ type Config struct {
 	// earlier assistant turns, as Qwen3's does: a conversation re-rendered
 	// every turn then differs from the trajectory it extends.
 	ChatStripThink bool
+	// Omit leaves fields out of the engine's replies, as servers that do
+	// not know (or were not started with) the options that ask for them.
+	Omit Omit
+	// VersionEndpoint is what GET /get_weight_version answers: "" the
+	// version of the weights the engine serves; NoVersionEndpoint 404 (as
+	// vLLM, or an SGLang before it had versions: GET /get_model_info then
+	// names none either); anything else that version, whatever the weights
+	// (an engine whose report cannot be trusted, or a router that asks
+	// another worker than the one that generates).
+	VersionEndpoint string
+	// ContextLength, when set, makes the engine report prompts longer than
+	// it as cut to it (prompt_tokens), as a server that truncates long
+	// prompts does (SGLang with --allow-auto-truncate, for one); the
+	// simulated model still reads the whole prompt.
+	ContextLength int
+}
+
+// NoVersionEndpoint, as Config.VersionEndpoint: the engine cannot say which
+// weights it serves.
+const NoVersionEndpoint = "404"
+
+// Omit lists the fields a simulated engine leaves out of its replies.
+type Omit struct {
+	// TokenIDs: OpenAI-compatible replies carry neither token_ids nor
+	// prompt_token_ids (vLLM's return_token_ids), and their log-prob tokens
+	// are text, never "token_id:<id>" (return_tokens_as_token_ids).
+	TokenIDs bool
+	// LogProbs: SGLang's meta_info has no output_token_logprobs, and
+	// OpenAI-compatible replies have no logprobs.
+	LogProbs bool
+	// WeightVersion: replies do not report the weights that generated them
+	// (SGLang's meta_info.weight_version, the OpenAI metadata.weight_version).
+	WeightVersion bool
 }
 
 // Defaults of the simulated world, the same for `planact up` and `planact
@@ -589,6 +622,9 @@ func (e *Engine) InFlight() int {
 // and max_new_tokens as an engine does.
 func (e *Engine) finish(in genInput, text string, truncated bool) *genOutput {
 	out := &genOutput{weightVersion: e.WeightVersion(), promptTokens: len(in.ids), finish: "stop", matched: EOSID}
+	if e.cfg.ContextLength > 0 {
+		out.promptTokens = min(out.promptTokens, e.cfg.ContextLength)
+	}
 	ids := Encode(text)
 	if truncated {
 		out.finish, out.matched = "length", nil

@@ -189,24 +189,25 @@ func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			writeGenError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, sglReply(rid, out, len(out.ids), true, req.ReturnLogprob))
+		writeJSON(w, http.StatusOK, sglReply(rid, out, len(out.ids), true, req.ReturnLogprob, e.cfg.Omit))
 		return
 	}
 	sse := newSSE(w)
 	out, err := e.generate(r.Context(), in, func(out *genOutput, n int) error {
-		return sse.send(sglReply(rid, out, n, false, req.ReturnLogprob))
+		return sse.send(sglReply(rid, out, n, false, req.ReturnLogprob, e.cfg.Omit))
 	})
 	if err != nil {
 		sse.fail(r, err)
 		return
 	}
-	_ = sse.send(sglReply(rid, out, len(out.ids), true, req.ReturnLogprob))
+	_ = sse.send(sglReply(rid, out, len(out.ids), true, req.ReturnLogprob, e.cfg.Omit))
 	sse.done()
 }
 
 // sglReply is SGLang's /generate reply after n output tokens; text, ids and
-// log-probs are cumulative, as SGLang streams them by default.
-func sglReply(rid string, out *genOutput, n int, final bool, logprobs bool) map[string]any {
+// log-probs are cumulative, as SGLang streams them by default. What omit
+// names is left out.
+func sglReply(rid string, out *genOutput, n int, final bool, logprobs bool, omit Omit) map[string]any {
 	var finish any
 	if final {
 		fr := map[string]any{"type": out.finish}
@@ -226,9 +227,11 @@ func sglReply(rid string, out *genOutput, n int, final bool, logprobs bool) map[
 		"prompt_tokens":     out.promptTokens,
 		"completion_tokens": n,
 		"cached_tokens":     0,
-		"weight_version":    out.weightVersion,
 	}
-	if logprobs {
+	if !omit.WeightVersion {
+		meta["weight_version"] = out.weightVersion
+	}
+	if logprobs && !omit.LogProbs {
 		meta["output_token_logprobs"] = logprobTriples{out.logprobs[:n], out.ids[:n]}
 		meta["input_token_logprobs"] = [][3]any{}
 	}
@@ -272,18 +275,49 @@ func (e *Engine) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (e *Engine) handleModelInfo(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{
+	info := map[string]any{
 		"model_path":     e.ModelPath(),
 		"tokenizer_path": "sim-bytes",
 		"is_generation":  true,
-		"weight_version": e.WeightVersion(),
 		"role":           e.cfg.Role,
-	})
+	}
+	if v, ok := e.reportedVersion(); ok {
+		info["weight_version"] = v
+	}
+	writeJSON(w, http.StatusOK, info)
 }
 
-// handleWeightVersion is SGLang's GET /get_weight_version.
+// handleWeightVersion is SGLang's GET /get_weight_version, or a 404 with
+// Config.VersionEndpoint NoVersionEndpoint.
 func (e *Engine) handleWeightVersion(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"weight_version": e.WeightVersion()})
+	v, ok := e.reportedVersion()
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"weight_version": v})
+}
+
+// reportedVersion is what the engine says it serves when asked, as
+// Config.VersionEndpoint says; ok is false when it cannot say.
+func (e *Engine) reportedVersion() (string, bool) {
+	switch e.cfg.VersionEndpoint {
+	case "":
+		return e.WeightVersion(), true
+	case NoVersionEndpoint:
+		return "", false
+	default:
+		return e.cfg.VersionEndpoint, true
+	}
+}
+
+// metadata is the metadata of an OpenAI-compatible reply: the weights that
+// generated it, unless omitted.
+func (e *Engine) metadata(out *genOutput) map[string]any {
+	if e.cfg.Omit.WeightVersion {
+		return map[string]any{}
+	}
+	return map[string]any{"weight_version": out.weightVersion}
 }
 
 // handleUpdateWeightVersion is SGLang's POST /update_weight_version
@@ -502,11 +536,11 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	// choice renders tokens [from, to) of the output.
 	choice := func(out *genOutput, from, to int, finish string) map[string]any {
 		ch := map[string]any{"index": 0, "text": out.textAt(to)[len(out.textAt(from)):], "finish_reason": nullable(finish)}
-		if req.Logprobs != nil {
+		if req.Logprobs != nil && !e.cfg.Omit.LogProbs {
 			toks := make([]string, 0, to-from)
 			top := make([]map[string]float64, 0, to-from)
 			for i := from; i < to; i++ {
-				t := e.tokenString(out.ids[i], req.ReturnTokensAsTokenIDs)
+				t := e.tokenString(out.ids[i], req.ReturnTokensAsTokenIDs && !e.cfg.Omit.TokenIDs)
 				toks = append(toks, t)
 				top = append(top, map[string]float64{t: out.logprobs[i]})
 			}
@@ -516,7 +550,7 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		} else {
 			ch["logprobs"] = nil
 		}
-		if req.ReturnTokenIDs {
+		if req.ReturnTokenIDs && !e.cfg.Omit.TokenIDs {
 			ch["token_ids"] = out.ids[from:to]
 			if from == 0 {
 				ch["prompt_token_ids"] = in.ids
@@ -526,7 +560,7 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	envelope := func(out *genOutput, choices []any) map[string]any {
 		return map[string]any{"id": id, "object": "text_completion", "created": time.Now().Unix(), "model": model,
-			"choices": choices, "metadata": map[string]any{"weight_version": out.weightVersion}}
+			"choices": choices, "metadata": e.metadata(out)}
 	}
 	if !req.Stream {
 		out, err := e.generate(r.Context(), in, nil)
@@ -649,12 +683,12 @@ func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
 	req.apply(&in, r, id)
 	model := cmpOr(req.Model, e.cfg.Model)
 	logprobs := func(out *genOutput, from, to int) any {
-		if !req.Logprobs {
+		if !req.Logprobs || e.cfg.Omit.LogProbs {
 			return nil
 		}
 		content := make([]map[string]any, 0, to-from)
 		for i := from; i < to; i++ {
-			t := e.tokenString(out.ids[i], req.ReturnTokensAsTokenIDs)
+			t := e.tokenString(out.ids[i], req.ReturnTokensAsTokenIDs && !e.cfg.Omit.TokenIDs)
 			content = append(content, map[string]any{"token": t, "logprob": out.logprobs[i],
 				"bytes": []byte(tokenText(out.ids[i])), "top_logprobs": []any{}})
 		}
@@ -662,7 +696,7 @@ func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	envelope := func(out *genOutput, object string, choices []any) map[string]any {
 		return map[string]any{"id": id, "object": object, "created": time.Now().Unix(), "model": model,
-			"choices": choices, "metadata": map[string]any{"weight_version": out.weightVersion}}
+			"choices": choices, "metadata": e.metadata(out)}
 	}
 	if !req.Stream {
 		out, err := e.generate(r.Context(), in, nil)
@@ -673,7 +707,7 @@ func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
 		ch := map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": out.text},
 			"logprobs": logprobs(out, 0, len(out.ids)), "finish_reason": out.finish}
 		body := envelope(out, "chat.completion", []any{ch})
-		if req.ReturnTokenIDs {
+		if req.ReturnTokenIDs && !e.cfg.Omit.TokenIDs {
 			// vLLM: choices[].token_ids, and prompt_token_ids beside the choices.
 			ch["token_ids"] = out.ids
 			body["prompt_token_ids"] = in.ids
@@ -691,7 +725,7 @@ func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
 		}
 		ch := map[string]any{"index": 0, "delta": d, "logprobs": logprobs(out, sent, to), "finish_reason": nullable(finish)}
 		chunk := envelope(out, "chat.completion.chunk", []any{ch})
-		if req.ReturnTokenIDs {
+		if req.ReturnTokenIDs && !e.cfg.Omit.TokenIDs {
 			ch["token_ids"] = out.ids[sent:to]
 			if sent == 0 {
 				chunk["prompt_token_ids"] = in.ids // vLLM: only in the first chunk

@@ -401,3 +401,101 @@ func TestActorMistakesVaryPerSample(t *testing.T) {
 		t.Errorf("the same seed and order answered differently:\n%v\n%v", first, again)
 	}
 }
+
+// TestOmit: an engine told to leave fields out of its replies does, on
+// every protocol, and says what it is asked about its weights as told.
+func TestOmit(t *testing.T) {
+	get := func(t *testing.T, url string) (int, map[string]any) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	prompt := Encode(actorPrompt)
+	for _, tc := range []struct {
+		name     string
+		omit     Omit
+		endpoint string
+	}{
+		{"nothing", Omit{}, ""},
+		{"token ids", Omit{TokenIDs: true}, ""},
+		{"log-probs", Omit{LogProbs: true}, NoVersionEndpoint},
+		{"weight version", Omit{WeightVersion: true}, "step-3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(New(Config{Role: RoleActor, Seed: 1, WeightVersion: "step-7", Omit: tc.omit, VersionEndpoint: tc.endpoint}))
+			defer srv.Close()
+
+			var sgl struct {
+				OutputIDs []int          `json:"output_ids"`
+				Meta      map[string]any `json:"meta_info"`
+			}
+			post(t, srv.URL+"/generate", map[string]any{"input_ids": prompt, "return_logprob": true}, &sgl)
+			if _, ok := sgl.Meta["output_token_logprobs"]; ok == tc.omit.LogProbs {
+				t.Errorf("sglang: output_token_logprobs present %v, omitted %v", ok, tc.omit.LogProbs)
+			}
+			if _, ok := sgl.Meta["weight_version"]; ok == tc.omit.WeightVersion {
+				t.Errorf("sglang: weight_version present %v, omitted %v", ok, tc.omit.WeightVersion)
+			}
+			if len(sgl.OutputIDs) == 0 {
+				t.Errorf("sglang: no output_ids")
+			}
+
+			var cmpl struct {
+				Choices []struct {
+					TokenIDs []int `json:"token_ids"`
+					Logprobs *struct {
+						Tokens []string `json:"tokens"`
+					} `json:"logprobs"`
+				} `json:"choices"`
+				Metadata map[string]any `json:"metadata"`
+			}
+			post(t, srv.URL+"/v1/completions", map[string]any{"prompt": prompt, "logprobs": 1,
+				"return_token_ids": true, "return_tokens_as_token_ids": true}, &cmpl)
+			ch := cmpl.Choices[0]
+			if (ch.TokenIDs == nil) != tc.omit.TokenIDs {
+				t.Errorf("completions: token_ids %v, omitted %v", ch.TokenIDs, tc.omit.TokenIDs)
+			}
+			if (ch.Logprobs == nil) != tc.omit.LogProbs {
+				t.Errorf("completions: logprobs %v, omitted %v", ch.Logprobs, tc.omit.LogProbs)
+			}
+			if ch.Logprobs != nil && strings.HasPrefix(ch.Logprobs.Tokens[0], "token_id:") == tc.omit.TokenIDs {
+				t.Errorf("completions: tokens %q, ids omitted %v", ch.Logprobs.Tokens, tc.omit.TokenIDs)
+			}
+			if _, ok := cmpl.Metadata["weight_version"]; ok == tc.omit.WeightVersion {
+				t.Errorf("completions: weight_version present %v, omitted %v", ok, tc.omit.WeightVersion)
+			}
+
+			var chat struct {
+				PromptTokenIDs []int `json:"prompt_token_ids"`
+				Choices        []struct {
+					TokenIDs []int `json:"token_ids"`
+				} `json:"choices"`
+			}
+			post(t, srv.URL+"/v1/chat/completions", map[string]any{"messages": []map[string]string{{"role": "user", "content": actorPrompt}},
+				"logprobs": true, "return_token_ids": true}, &chat)
+			if (chat.PromptTokenIDs == nil || chat.Choices[0].TokenIDs == nil) != tc.omit.TokenIDs {
+				t.Errorf("chat: prompt_token_ids %v, token_ids %v, omitted %v", chat.PromptTokenIDs, chat.Choices[0].TokenIDs, tc.omit.TokenIDs)
+			}
+
+			code, v := get(t, srv.URL+"/get_weight_version")
+			_, info := get(t, srv.URL+"/get_model_info")
+			switch tc.endpoint {
+			case NoVersionEndpoint:
+				if code != http.StatusNotFound || info["weight_version"] != nil {
+					t.Errorf("/get_weight_version %d %v, /get_model_info %v: want 404 and no version", code, v, info)
+				}
+			default:
+				want := cmpOr(tc.endpoint, "step-7")
+				if code != http.StatusOK || v["weight_version"] != want || info["weight_version"] != want {
+					t.Errorf("/get_weight_version %d %v, /get_model_info %v: want %s", code, v, info, want)
+				}
+			}
+		})
+	}
+}

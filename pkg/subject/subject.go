@@ -71,6 +71,16 @@ const (
 // and where planact answers (paused, drained).
 func Control(role, verb string) string { return fmt.Sprintf("control.%s.%s", role, verb) }
 
+// ParseControl reads control.<role>.<verb>; ok is false for any other
+// subject (a drained answer, control.<role>.drained.<gateway>, included).
+func ParseControl(s string) (role, verb string, ok bool) {
+	t := strings.Split(s, ".")
+	if len(t) != 3 || t[0] != "control" {
+		return "", "", false
+	}
+	return t[1], t[2], true
+}
+
 // Rejected answers one arrival of role that planact refused; it stays apart
 // from Result so that a rejection never hides the rollout's real result.
 func Rejected(n int64, role string) string {

@@ -74,10 +74,18 @@ var (
 		Name: "planact_act_failures_total",
 		Help: "Acts that failed for good, after their last attempt, by error kind (error, invalid, timeout, unavailable, paused, stale).",
 	}, []string{"kind"})
+	PauseWaits = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "planact_pause_waits",
+		Help: "Work (planner turns, acts) held now by a pause of its role, by role: it goes on at the resume, or fails with paused at the pause's time-out.",
+	}, []string{"role"})
 	ActsInFlight = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "planact_acts_in_flight",
 		Help: "Acts an act-dispatcher replica is executing now, by replica.",
 	}, []string{"replica"})
+	Truncations = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_truncations_total",
+		Help: "Generations cut short by a limit, by role and limit: max_context_tokens (the planner's context had no room left, or less than max_new_tokens), max_new_tokens (the role's sampling limit), engine_context (the engine cut the prompt it was sent: refused).",
+	}, []string{"role", "limit"})
 	BarrierWaitSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "planact_barrier_wait_seconds",
 		Help:    "Time from a rollout's first arrival to its start (the other role's arrival), by the role that arrived last.",

@@ -204,7 +204,7 @@ func parseRunKey(key string) (n int64, e, turn int, ok bool) {
 func loadTasks(nc *nats.Conn, a *schema.Arrive) []schema.Task {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	tasks, err := session.ReadTaskList(ctx, nc, schema.TaskList{Object: a.TasksObject, Bucket: bus.ObjectTasks(a.Role), SHA256: a.TasksSHA256})
+	tasks, err := session.ReadTaskList(ctx, nc, schema.TaskList{Object: a.TasksObject, From: a.Role, Digest: schema.DigestSHA256 + a.TasksSHA256})
 	if err != nil {
 		return nil
 	}

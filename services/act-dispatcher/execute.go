@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,22 +83,18 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 				}
 				return nil, ctx.Err()
 			}
-			// Bounded staleness: no act on weights too far behind the
-			// trainer's (an engine that does not report its version runs,
-			// as far as planact knows, the role's newest).
-			if eng, _, err := info.Engine(schema.RoleActor); err == nil {
-				newest := gate.State().WeightVersion
-				if why := session.Stale(newest, s.versions.Of(eng.URL, newest), cfg.MaxStaleness); why != "" {
-					done.Status, done.Error, done.ErrorKind = schema.ActFailed, why, schema.ActErrStale
-					break
-				}
-			}
 		}
 		actx, cancel := context.WithTimeout(ctx, schema.Seconds(cfg.ActTimeoutS))
 		actx, attemptSpan := telemetry.StartSpan(actx, "act attempt")
 		out, gen, err := s.try(actx, info, run)
 		endAttempt(attemptSpan, attempt, gen, err)
 		cancel()
+		if stale := (*session.StaleError)(nil); errors.As(err, &stale) {
+			// Bounded staleness: the actor-gateway asked the engine right
+			// before it would have generated, and its weights were too old.
+			done.Status, done.Error, done.ErrorKind = schema.ActFailed, err.Error(), schema.ActErrStale
+			break
+		}
 		if errors.Is(err, errActorPaused) && ctx.Err() == nil {
 			// Stopped or refused by a pause: sent again once it is resumed.
 			// The gate may not have seen the pause yet: a little wait.
@@ -112,7 +109,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			break
 		}
 		kind := schema.ActErrTransient
-		if !fail.IsRetryable(err) {
+		if !fail.IsRetryable(err) && !errors.Is(err, errEngineBusy) {
 			kind = schema.ActErrInvalid
 		}
 		if (actx.Err() == context.DeadlineExceeded || errors.Is(err, errActorTimedOut)) && ctx.Err() == nil {
@@ -147,6 +144,17 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 		}
 		if done.ErrorKind == schema.ActErrUnavailable || !fail.IsRetryable(err) || attempt > max(cfg.ActRetries, 0)+1 {
 			break
+		}
+		if d, ok := fail.RetryAfter(err); ok {
+			// The engine said when it may be asked again: not before. A
+			// wait that leaves no time for the attempts the act has left
+			// (past the act's deadline, as the watchdog counts it) fails
+			// the act now, in the engine's words.
+			if !s.waitFits(cfg, began, attempt, d) {
+				done.Error = fmt.Sprintf("%s (the engine asked to be tried again in %v: past the act's deadline, act_timeout_s %g for each attempt left)", done.Error, d, cfg.ActTimeoutS)
+				break
+			}
+			wait = max(wait, d)
 		}
 		telemetry.ActRetries.WithLabelValues(retryKind).Inc()
 		log.Debug().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("act failed, retrying")
@@ -210,6 +218,12 @@ var errActorPaused = fail.Transientf("the actor role is paused")
 // errNoActorGateway: nothing answers on the actor-gateway's endpoint.
 var errNoActorGateway = fail.Transientf("no actor-gateway is running")
 
+// errEngineBusy: the actor engine asked to be tried again (its
+// Retry-After) only after the act's deadline. The act fails in the
+// engine's words, an error of the engine (not of the act's input), and is
+// not tried again before the engine said.
+var errEngineBusy = errors.New("the actor engine is busy past the act's deadline")
+
 // backoff is base·2^(attempt-1), with ±50% jitter, capped at 30s.
 func backoff(base time.Duration, attempt int) time.Duration {
 	d := base << min(attempt-1, 16)
@@ -261,6 +275,7 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 	req := &schema.ActorRequest{
 		Rollout: run.Rollout, Episode: run.Episode, Key: run.Key, Engine: eng,
 		Prompt: ActorPrompt(tool, input), Sampling: info.Session.Config.ActorSampling,
+		MaxStaleness: info.Session.Config.MaxStaleness,
 	}
 	if d, ok := ctx.Deadline(); ok {
 		req.DeadlineMs = d.UnixMilli()
@@ -281,12 +296,21 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 		return nil, errActorTimedOut // the gateway gave up at our deadline
 	} else if code == schema.ActorCodePaused {
 		return nil, errActorPaused
+	} else if code == schema.ActorCodeStale {
+		// Refused before it ran: the engine's weights are too far behind.
+		return nil, fail.E(fail.Permanent, &session.StaleError{Why: reply.Header.Get(micro.ErrorHeader)})
+	} else if code == schema.ActorCodeBusy {
+		return nil, fail.E(fail.Permanent, fmt.Errorf("%w: %s", errEngineBusy, reply.Header.Get(micro.ErrorHeader)))
 	} else if code != "" {
 		kind := fail.Transient
 		if strings.HasPrefix(code, "4") {
 			kind = fail.Permanent
 		}
-		return nil, fail.E(kind, fmt.Errorf("actor-gateway %s: %s", code, reply.Header.Get(micro.ErrorHeader)))
+		err := fail.E(kind, fmt.Errorf("actor-gateway %s: %s", code, reply.Header.Get(micro.ErrorHeader)))
+		if ms, perr := strconv.ParseInt(reply.Header.Get(schema.ActorRetryAfterHeader), 10, 64); perr == nil && ms > 0 && kind == fail.Transient {
+			err = fail.After(time.Duration(ms)*time.Millisecond, err) // as the engine asked
+		}
+		return nil, err
 	}
 	var r schema.ActorReply
 	if err := schema.Unmarshal(reply.Data, &r); err != nil {
@@ -295,7 +319,6 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 	// The version of the weights that generated the act: what the engine
 	// reports wins (it generated it); else the actor role's version as its
 	// trainer last announced it (a resume, an arrival), else the arrival's.
-	s.versions.Note(eng.URL, r.Generation.WeightVersion)
 	if r.Generation.WeightVersion == "" {
 		r.Generation.WeightVersion = cmp.Or(s.follow.Gate(schema.RoleActor).State().WeightVersion, version)
 	}
@@ -337,7 +360,28 @@ func (s *Service) actBudget(cfg schema.Config) time.Duration {
 	attempts := max(cfg.ActRetries, 0) + 1
 	budget := time.Duration(attempts) * schema.Seconds(cfg.ActTimeoutS)
 	for a := 1; a < attempts; a++ {
-		budget += backoff(s.RetryBase, a) * 3 / 2 // at most 1.5x with its jitter
+		budget += maxBackoff(s.RetryBase, a)
 	}
 	return budget
+}
+
+// maxBackoff is the longest backoff(base, attempt) can be (with its jitter).
+func maxBackoff(base time.Duration, attempt int) time.Duration {
+	return min(base<<min(attempt-1, 16), 30*time.Second) * 3 / 2
+}
+
+// waitFits reports whether an act that began at began, waiting d before
+// its attempt next, still has time within its budget for every attempt it
+// has left, with their back-offs.
+func (s *Service) waitFits(cfg schema.Config, began time.Time, next int, d time.Duration) bool {
+	cfg = cfg.WithDefaults()
+	attempts := max(cfg.ActRetries, 0) + 1
+	need := d
+	for a := next; a <= attempts; a++ {
+		need += schema.Seconds(cfg.ActTimeoutS)
+		if a < attempts {
+			need += maxBackoff(s.RetryBase, a)
+		}
+	}
+	return time.Since(began)+need <= s.actBudget(cfg)
 }

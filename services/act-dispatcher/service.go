@@ -61,13 +61,11 @@ type Service struct {
 
 	// follow knows which rollouts run (the watchdog's), cancels the acts
 	// of one that ends, and holds acts while the actor role is paused.
-	follow *session.Follower
-	// versions are the weight versions the actor engines last reported.
-	versions session.Versions
-	priorMu  sync.Mutex
-	prior    map[string]map[string]priorAct // finished turn's run key -> its successful calls
-	runners  runners                        // the turns this replica runs
-	slots    chan struct{}                  // acts in flight
+	follow  *session.Follower
+	priorMu sync.Mutex
+	prior   map[string]map[string]priorAct // finished turn's run key -> its successful calls
+	runners runners                        // the turns this replica runs
+	slots   chan struct{}                  // acts in flight
 }
 
 // Run serves until ctx ends.

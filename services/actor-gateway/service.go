@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -41,6 +42,8 @@ const (
 	CodeUnavailable = schema.ActorCodeUnavailable
 	CodeTimeout     = schema.ActorCodeTimeout
 	CodePaused      = schema.ActorCodePaused
+	CodeStale       = schema.ActorCodeStale
+	CodeBusy        = schema.ActorCodeBusy
 )
 
 // Deps are what the actor-gateway needs.
@@ -141,22 +144,27 @@ func generate(ctx context.Context, d Deps, follow *session.Follower, gate *sessi
 		ctx, cancel = context.WithDeadline(ctx, time.UnixMilli(req.DeadlineMs))
 		defer cancel()
 	}
-	gen, err := Generate(ctx, d.Engines, req)
+	gen, err := Generate(ctx, d.Engines, req, session.Newest(d.Bus, schema.RoleActor))
 	if err != nil {
 		code := CodeUnavailable
+		var stale *session.StaleError
 		switch {
+		case errors.As(err, &stale):
+			code = CodeStale // refused before it ran: the act fails, saying why
 		case errors.Is(context.Cause(ctx), session.ErrPaused):
 			code = CodePaused // aborted by the pause; sent again after the resume
 		case context.Cause(ctx) == session.ErrRolloutOver:
 			log.Info().Msg("rollout over; generation stopped")
 			return replyError(m, CodeUnavailable, "rollout is over")
+		case errors.Is(err, engine.ErrBusy):
+			code = CodeBusy // the engine's wait ends past the act's deadline
 		case errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded:
 			code = CodeTimeout
 		case !fail.IsRetryable(err):
 			code = CodeInvalid
 		}
 		log.Warn().Err(err).Str("code", code).Msg("actor generation failed")
-		return replyError(m, code, err.Error())
+		return replyFailure(m, code, err)
 	}
 	body, err := schema.Marshal(&schema.ActorReply{Generation: gen})
 	if err != nil {
@@ -172,16 +180,28 @@ func generate(ctx context.Context, d Deps, follow *session.Follower, gate *sessi
 // replyError answers m with an error in the NATS service protocol's
 // headers (code and description, no body), and returns it.
 func replyError(m *nats.Msg, code, description string) error {
+	return replyFailure(m, code, errors.New(description))
+}
+
+// replyFailure is replyError with err's words, and the wait the engine
+// asked for (its Retry-After), when it named one.
+func replyFailure(m *nats.Msg, code string, err error) error {
 	reply := nats.NewMsg(m.Reply)
 	reply.Header.Set(micro.ErrorCodeHeader, code)
-	reply.Header.Set(micro.ErrorHeader, description)
+	reply.Header.Set(micro.ErrorHeader, err.Error())
+	if d, ok := fail.RetryAfter(err); ok {
+		reply.Header.Set(schema.ActorRetryAfterHeader, strconv.FormatInt(d.Milliseconds(), 10))
+	}
 	_ = m.RespondMsg(reply)
-	return fmt.Errorf("%s: %s", code, description)
+	return fmt.Errorf("%s: %s", code, err.Error())
 }
 
 // Generate runs one actor generation, token-exact: the prompt is tokenized
-// by the engine itself and the output ids come back as generated.
-func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest) (schema.Generation, error) {
+// by the engine itself and the output ids come back as generated. With the
+// request's max_staleness, the engine is asked which weights it serves
+// right before it generates, and weights further behind newest (what reads
+// the actor role's newest version) are refused with a *session.StaleError.
+func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest, newest func(context.Context) (string, error)) (schema.Generation, error) {
 	if req.Prompt == "" {
 		return schema.Generation{}, fail.Invalidf("actor request without a prompt")
 	}
@@ -196,6 +216,10 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest) 
 	ids, err := lease.Tokenize(ctx, req.Prompt)
 	if err != nil {
 		return schema.Generation{}, fmt.Errorf("tokenize: %w", err)
+	}
+	unchecked, err := session.Check(ctx, lease, newest, req.MaxStaleness)
+	if err != nil {
+		return schema.Generation{}, err
 	}
 	start := time.Now()
 	s := req.Sampling
@@ -217,12 +241,21 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest) 
 	}
 	span.End()
 	if err != nil {
+		if errors.Is(err, engine.ErrPromptCut) {
+			telemetry.Truncations.WithLabelValues(schema.RoleActor, "engine_context").Inc()
+		}
 		return schema.Generation{}, err
+	}
+	truncated := ""
+	if g.FinishReason == engine.FinishLength {
+		truncated = fmt.Sprintf("actor_sampling.max_new_tokens %d: the act's generation was cut there", s.MaxNewTokens)
+		telemetry.Truncations.WithLabelValues(schema.RoleActor, "max_new_tokens").Inc()
 	}
 	ids = engine.TrajectoryIDs(r, g, ids) // a chat engine's rendering of the prompt
 	telemetry.EngineSeconds.WithLabelValues(schema.RoleActor).Observe(time.Since(start).Seconds())
 	return schema.Generation{
-		Prompt: req.Prompt, PromptIDs: ids, Text: g.Text, OutputIDs: g.OutputIDs, LogProbs: g.LogProbs,
+		Prompt: req.Prompt, PromptIDs: ids, Text: g.Text, OutputIDs: g.OutputIDs, LogProbs: g.LogProbs, LogProbsMissing: g.LogProbsMissing,
 		FinishReason: g.FinishReason, WeightVersion: g.WeightVersion, LatencyMs: time.Since(start).Milliseconds(),
+		StalenessUnchecked: unchecked, Truncated: truncated,
 	}, nil
 }

@@ -71,11 +71,12 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		Turn         int    `json:"turn"`
 		Text         string `json:"text"`
 		FinishReason string `json:"finish_reason"`
+		Truncated    string `json:"truncated"`
 	}
 	if err := schema.UnmarshalPart(m.Data, &schema.PlanOutput{}, &head); err != nil {
 		return fmt.Errorf("%s: %w", m.Subject, err)
 	}
-	out := schema.PlanOutput{Rollout: head.Rollout, Episode: head.Episode, Turn: head.Turn, Text: head.Text, FinishReason: head.FinishReason}
+	out := schema.PlanOutput{Rollout: head.Rollout, Episode: head.Episode, Turn: head.Turn, Text: head.Text, FinishReason: head.FinishReason, Truncated: head.Truncated}
 	info, err := s.sessions.Get(ctx, out.Rollout)
 	if err != nil {
 		return err
@@ -205,6 +206,9 @@ func ParseContext(ctx context.Context, out *schema.PlanOutput, cfg schema.Config
 		}
 		if out.FinishReason == "length" && out.Text == "" {
 			pe.ErrorKind, pe.Message = schema.PlanErrContextFull, "the episode ran out of context before the planner could answer"
+			if out.Truncated != "" {
+				pe.Message += ": " + out.Truncated
+			}
 		}
 		return pe, nil
 	}

@@ -47,14 +47,7 @@ type Service struct {
 	// follow cancels the turns of rollouts that end and holds them while
 	// the planner role is paused.
 	follow *session.Follower
-	// versions are the weight versions the planner engines last reported.
-	versions session.Versions
 }
-
-// errStale: the planner engine's weights are too old to start a turn with.
-type errStale struct{ why string }
-
-func (e errStale) Error() string { return e.why }
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, d Deps) error {
@@ -108,13 +101,16 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 	var err error
 	attempts := 0
 	for attempt := 1; attempt <= s.MaxAttempts; attempt++ {
-		var stale errStale
+		var stale *session.StaleError
 		attempts = attempt
 		if err = s.plan(gctx, &req); err == nil || !fail.IsRetryable(err) || errors.As(err, &stale) || errors.Is(err, session.ErrNoSession) ||
 			errors.Is(err, bus.ErrNotAnswered) || ctx.Err() != nil {
 			break
 		}
 		wait := min(s.RetryBase<<(attempt-1), 30*time.Second)
+		if d, ok := fail.RetryAfter(err); ok {
+			wait = max(wait, d) // the engine said when: not before
+		}
 		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("planner turn failed; trying again")
 		select {
 		case <-time.After(wait):
@@ -137,11 +133,13 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		return err
 	}
 	kind := schema.PlanErrPlannerRejected
-	var stale errStale
+	var stale *session.StaleError
 	switch {
 	case errors.As(err, &stale):
 		kind = schema.PlanErrStale
-	case fail.IsRetryable(err):
+	case fail.IsRetryable(err) || errors.Is(err, engine.ErrBusy):
+		// Busy past the turn's deadline (its Retry-After): the engine's
+		// words say why, and nothing tried it again before it said.
 		kind = schema.PlanErrPlannerUnavailable
 	}
 	log.Error().Err(err).Str("kind", kind).Msg("planner turn failed for good")

@@ -70,13 +70,6 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	if err := gate.Wait(ctx); err != nil {
 		return s.over(ctx, err)
 	}
-	// Bounded staleness: no turn on weights too far behind the trainer's.
-	// What the engine runs is what it last reported; an engine that does
-	// not report runs, as far as planact knows, the role's newest weights.
-	newest := gate.State().WeightVersion
-	if why := session.Stale(newest, s.versions.Of(eng.URL, newest), cfg.MaxStaleness); why != "" {
-		return errStale{why}
-	}
 	lease, err := s.Engines.Acquire(ctx, eng.Protocol, eng.URL, eng.Model)
 	if err != nil {
 		return fail.E(fail.Transient, err)
@@ -106,6 +99,7 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	}
 	sampling := toEngine(cfg.PlannerSampling)
 	sampling.Seed = cfg.PlannerSampling.GenerationSeed(req.Rollout, req.Episode, req.Turn)
+	maxNew := sampling.MaxNewTokens
 	if room := cfg.MaxContextTokens - len(input); room < sampling.MaxNewTokens {
 		sampling.MaxNewTokens = room
 	}
@@ -113,14 +107,17 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	if sampling.MaxNewTokens <= 0 {
 		// No room left to generate: the episode is out of context. An empty
 		// turn cut off by length lets the parser and dispatcher end it as
-		// truncated, through the same path as any plan cut off by length.
-		// An observation that itself does not fit is left out: the sample
-		// never holds more than the context a trainer was promised.
+		// truncated, through the same path as any plan cut off by length,
+		// with the reason naming the limit. An observation that itself does
+		// not fit is left out, and said so: the sample never holds more
+		// than the context a trainer was promised.
+		out.Truncated = contextFull(cfg.MaxContextTokens, req.Turn, segs)
 		if len(input) > cfg.MaxContextTokens && len(segs) > 1 && segs[len(segs)-1].Kind == schema.SegObservation {
 			segs = segs[:len(segs)-1]
 		}
 		out.Segments, out.FinishReason = segs, engine.FinishLength
-		log.Warn().Int("context", len(input)).Int("max", cfg.MaxContextTokens).Msg("context full")
+		telemetry.Truncations.WithLabelValues(schema.RolePlanner, "max_context_tokens").Inc()
+		log.Warn().Int("context", len(input)).Int("max", cfg.MaxContextTokens).Str("truncated", out.Truncated).Msg("context full")
 		return s.Bus.Publish(ctx, out)
 	}
 	start := time.Now()
@@ -131,7 +128,14 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("planact.engine", eng.URL), attribute.Int("planact.input_tokens", len(input)))
 	}
+	unchecked := ""
 	for {
+		// Bounded staleness, checked right before every generation (one
+		// sent again after a pause runs on the new weights): the engine is
+		// asked which weights it serves now.
+		if unchecked, err = session.Check(ectx, lease, session.Newest(s.Bus, schema.RolePlanner), cfg.MaxStaleness); err != nil {
+			break
+		}
 		gctx, done := gate.Track(ectx)
 		gctx, cancel := context.WithTimeout(gctx, schema.Seconds(cfg.PlannerTimeoutS))
 		gen, err = s.generate(gctx, lease.Client, cfg, req, r, mayStream)
@@ -160,6 +164,19 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	if err != nil && ctx.Err() != nil {
 		return s.over(ctx, err)
 	}
+	if errors.Is(err, engine.ErrPromptCut) {
+		// The engine's context is shorter than the episode's: the episode
+		// is out of context, as when max_context_tokens is reached, in the
+		// engine's words. What the engine did not see whole (the new
+		// observation) is left out of the trajectory.
+		if len(segs) > 1 && segs[len(segs)-1].Kind == schema.SegObservation {
+			segs = segs[:len(segs)-1]
+		}
+		out.Segments, out.FinishReason, out.Truncated = segs, engine.FinishLength, "the planner engine's context: "+err.Error()
+		telemetry.Truncations.WithLabelValues(schema.RolePlanner, "engine_context").Inc()
+		log.Warn().Err(err).Msg("the engine cut the prompt; context full")
+		return s.Bus.Publish(ctx, out)
+	}
 	if err != nil {
 		return fmt.Errorf("planner generate: %w", err)
 	}
@@ -168,19 +185,50 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	// The version of the weights that generated the turn: what the engine
 	// reports wins (it generated it); else the role's version as its trainer
 	// last announced it (a resume, an arrival), else the arrival's.
-	s.versions.Note(eng.URL, gen.WeightVersion)
 	out.Text, out.FinishReason, out.WeightVersion = gen.Text, gen.FinishReason, gen.WeightVersion
 	if out.WeightVersion == "" {
 		out.WeightVersion = cmp.Or(gate.State().WeightVersion, req.WeightVersion)
+	}
+	if gen.FinishReason == engine.FinishLength {
+		// Cut short: the reason names the limit it reached.
+		limit := "max_new_tokens"
+		out.Truncated = fmt.Sprintf("planner_sampling.max_new_tokens %d: turn %d was cut there", maxNew, req.Turn)
+		if sampling.MaxNewTokens < maxNew {
+			limit = "max_context_tokens"
+			out.Truncated = fmt.Sprintf("max_context_tokens %d: turn %d had room for %d tokens (planner_sampling.max_new_tokens %d) and was cut there",
+				cfg.MaxContextTokens, req.Turn, sampling.MaxNewTokens, maxNew)
+		}
+		telemetry.Truncations.WithLabelValues(schema.RolePlanner, limit).Inc()
 	}
 	out.LatencyMs = time.Since(start).Milliseconds()
 	telemetry.EngineSeconds.WithLabelValues(schema.RolePlanner).Observe(time.Since(start).Seconds())
 	out.Segments = append(segs, schema.Segment{
 		Kind: schema.SegGenerated, Turn: req.Turn, Text: gen.Text, Version: out.WeightVersion,
-		IDs: gen.OutputIDs, LogProbs: gen.LogProbs,
+		IDs: gen.OutputIDs, LogProbs: gen.LogProbs, LogProbsMissing: gen.LogProbsMissing, StalenessUnchecked: unchecked,
 	})
 	log.Debug().Int("tokens", len(gen.OutputIDs)).Str("finish", gen.FinishReason).Msg("planner turn")
 	return s.Bus.Publish(ctx, out)
+}
+
+// contextFull says why a turn of an episode whose trajectory is segs has
+// no room to generate in max tokens: the limit, and what did not fit.
+func contextFull(max, turn int, segs []schema.Segment) string {
+	n := 0
+	for _, seg := range segs {
+		n += len(seg.IDs)
+	}
+	last := segs[len(segs)-1]
+	switch {
+	case len(segs) == 1 && n > max:
+		return fmt.Sprintf("the prompt is %d tokens, more than max_context_tokens %d: nothing was generated", n, max)
+	case len(segs) == 1:
+		return fmt.Sprintf("the prompt is %d tokens, all of max_context_tokens %d: nothing was generated", n, max)
+	case n > max && last.Kind == schema.SegObservation:
+		return fmt.Sprintf("max_context_tokens %d: the trajectory holds %d tokens before turn %d, and its observation (%d tokens) does not fit: it is left out, and nothing more was generated",
+			max, n-len(last.IDs), turn, len(last.IDs))
+	default:
+		return fmt.Sprintf("max_context_tokens %d: the trajectory holds %d tokens before turn %d: no room to generate", max, n, turn)
+	}
 }
 
 // over says what a turn that could not go on returns: nothing when its

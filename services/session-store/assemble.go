@@ -100,13 +100,12 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 }
 
 // assemble builds both roles' results of a rollout: its stats, how every
-// task ended, and the samples: those of the groups delivered (as they were
-// delivered) and, when the rollout neither filters groups nor stops at a
-// number of them, those of every other episode that ended. Episodes that
-// did not end (time-out, abort) give no samples.
+// task ended for each role, and the samples: those of the groups delivered
+// (as they were delivered) and, when the rollout neither filters groups nor
+// stops at a number of them, those of every other episode that ended.
+// Episodes that did not end (time-out, abort) give no samples.
 func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, actor *schema.Result, err error) {
 	n := sess.Rollout
-	status, reason := sess.Status, sess.Reason
 	tasks, err := s.tasks(ctx, n)
 	if err != nil {
 		return nil, nil, err
@@ -115,25 +114,47 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 	if err != nil {
 		return nil, nil, err
 	}
-	stats := schema.Stats{Episodes: len(tasks), Failures: map[string]int{}, EpisodeStatus: map[string]int{}, Tokens: map[string]int{}, TaskStates: map[string]int{}}
-	planner = &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: status, Reason: reason}
-	actor = &schema.Result{Rollout: n, Role: schema.RoleActor, Status: status, Reason: reason}
-	filtering := sess.Config.Filtering()
-	delivered := map[int]bool{}
-	for _, g := range sess.Delivered() {
-		delivered[g] = true
+	delivered := map[string]map[int][]schema.Sample{}
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		delivered[role] = map[int][]schema.Sample{}
+		for _, g := range sess.Delivered() {
+			if delivered[role][g], err = s.groupSamples(ctx, n, role, g); err != nil {
+				return nil, nil, err
+			}
+		}
 	}
+	planner, actor = buildResults(sess, tasks, eps, delivered)
+	return planner, actor, nil
+}
+
+// buildResults makes both roles' results from what assembly gathered: eps
+// (the episodes, by index; those that did not end have no end) and the
+// samples of the delivered groups, by role and group, as they were
+// delivered. Every count in a result's stats is a count of what the result
+// holds, and a state or status claims only what is true of it: a task is
+// trained for a role only if that role's samples of it are in its result,
+// and a result is ok only if it delivers samples or says why it has none.
+func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episode, delivered map[string]map[int][]schema.Sample) (planner, actor *schema.Result) {
+	n := sess.Rollout
+	results := map[string]*schema.Result{
+		schema.RolePlanner: {Rollout: n, Role: schema.RolePlanner, Status: sess.Status, Reason: sess.Reason},
+		schema.RoleActor:   {Rollout: n, Role: schema.RoleActor, Status: sess.Status, Reason: sess.Reason},
+	}
+	planner, actor = results[schema.RolePlanner], results[schema.RoleActor]
+	filtering := sess.Config.Filtering()
+	inGroup := map[int]bool{}
+	for _, g := range sess.Delivered() {
+		inGroup[g] = true
+	}
+	stats := schema.Stats{Episodes: len(tasks), Failures: map[string]int{}, EpisodeStatus: map[string]int{}, Tokens: map[string]int{}}
 	var turns, rewards float64
 	for e := range tasks {
 		ep := eps[e]
-		outcome := taskOutcome(sess, e, ep, filtering)
-		planner.Tasks = append(planner.Tasks, outcome)
-		stats.TaskStates[outcome.State]++
 		if ep.end == nil {
 			stats.EpisodeStatus[schema.TaskUnfinished]++
 			continue
 		}
-		stats.Completed++
+		stats.Ended++
 		stats.EpisodeStatus[ep.end.Status]++
 		turns += float64(ep.end.Turns)
 		rewards += ep.reward
@@ -154,7 +175,8 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 			}
 		}
 		stats.Acts += len(ep.actor)
-		if delivered[ep.task.GroupIndex] || filtering {
+		countUnchecked(&stats, ep)
+		if inGroup[ep.task.GroupIndex] || filtering {
 			continue // delivered groups come as they were delivered; others are not delivered
 		}
 		if ep.planner != nil {
@@ -162,46 +184,67 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 		}
 		actor.Samples = append(actor.Samples, ep.actor...)
 	}
-	actor.Tasks = planner.Tasks
-	for _, g := range sess.Delivered() {
-		for _, r := range []*schema.Result{planner, actor} {
-			samples, err := s.groupSamples(ctx, n, r.Role, g)
-			if err != nil {
-				return nil, nil, err
-			}
-			r.Samples = append(r.Samples, samples...)
+	stats.Completed = stats.EpisodeStatus[schema.EpisodeCompleted]
+	for _, r := range results {
+		for _, g := range sess.Delivered() {
+			r.Samples = append(r.Samples, delivered[r.Role][g]...)
+		}
+		// Samples come grouped as the tasks are (group_index, then index), so a
+		// trainer computing group-relative advantages finds each group together
+		// whatever order the tasks were sent in.
+		sort.SliceStable(r.Samples, func(i, j int) bool { return sampleBefore(&r.Samples[i], &r.Samples[j]) })
+		for _, smp := range r.Samples {
+			stats.Tokens[r.Role] += len(smp.Tokens)
 		}
 	}
-	for _, smp := range planner.Samples {
-		stats.Tokens[schema.RolePlanner] += len(smp.Tokens)
-	}
-	for _, smp := range actor.Samples {
-		stats.Tokens[schema.RoleActor] += len(smp.Tokens)
-	}
-	if stats.Completed > 0 {
-		c := float64(stats.Completed)
+	if stats.Ended > 0 {
+		c := float64(stats.Ended)
 		stats.Accuracy = float64(stats.Correct) / c
 		stats.MeanReward = rewards / c
 		stats.MeanTurns = turns / c
 		stats.ActsPerEpisode = float64(stats.Acts) / c
 	}
 	stats.StartedMs = sess.StartedMs
-	// Samples come grouped as the tasks are (group_index, then index), so a
-	// trainer computing group-relative advantages finds each group together
-	// whatever order the tasks were sent in.
-	sort.SliceStable(planner.Samples, func(i, j int) bool { return sampleBefore(&planner.Samples[i], &planner.Samples[j]) })
-	sort.SliceStable(actor.Samples, func(i, j int) bool { return sampleBefore(&actor.Samples[i], &actor.Samples[j]) })
 	if sess.FinishedMs > 0 && sess.StartedMs > 0 {
 		stats.WallMs = sess.FinishedMs - sess.StartedMs
 	}
-	status, reason = truth(status, reason, eps)
-	planner.Status, planner.Reason, actor.Status, actor.Reason = status, reason, status, reason
-	planner.Stats, actor.Stats = stats, stats
-	return planner, actor, nil
+	for _, r := range results {
+		has := sampled(r.Samples)
+		var lost lostTasks
+		r.Stats = stats
+		r.Stats.TaskStates = map[string]int{}
+		for e := range tasks {
+			out := roleOutcome(taskOutcome(sess, e, eps[e], filtering), r.Role, has[episodeID(n, e)], eps[e], sess.Config)
+			if out.State == schema.TaskFailed && eps[e].end != nil && eps[e].end.Status != schema.EpisodeFailed {
+				// The episode did not fail; the role's share of it did.
+				lost.tasks++
+				if r.Role == schema.RoleActor {
+					failed, _, _ := modelActs(eps[e], sess.Config)
+					lost.acts.merge(failed)
+				} else {
+					lost.acts.add(out.Reason)
+				}
+			}
+			r.Tasks = append(r.Tasks, out)
+			r.Stats.TaskStates[out.State]++
+		}
+		r.Status, r.Reason = truth(r, eps, lost)
+	}
+	return planner, actor
+}
+
+// sampled lists the episodes (by rollout_id) that have samples in samples.
+func sampled(samples []schema.Sample) map[string]bool {
+	out := map[string]bool{}
+	for _, smp := range samples {
+		out[smp.RolloutID] = true
+	}
+	return out
 }
 
 // taskOutcome says how the task of episode e ended: every task ends in
-// exactly one state, and the result reports it.
+// exactly one state, and the result reports it. It is the same for both
+// roles; roleOutcome makes it true of one role's result.
 func taskOutcome(sess *schema.Session, e int, ep *episode, filtering bool) schema.TaskOutcome {
 	out := schema.TaskOutcome{Episode: e, GroupIndex: ep.task.GroupIndex, Index: ep.task.Index}
 	gs, complete := sess.Group(ep.task.GroupIndex)
@@ -224,6 +267,96 @@ func taskOutcome(sess *schema.Session, e int, ep *episode, filtering bool) schem
 		out.State, out.Reason = schema.TaskAborted, "its group was not complete when the rollout ended: "+sess.Reason
 	}
 	return out
+}
+
+// roleOutcome makes a task's outcome true of role's result: a task whose
+// samples would be delivered is trained for the role only if has (the
+// role's result holds samples of it). Otherwise, for the planner, it
+// failed (its episode left no trajectory); for the actor, it failed when
+// acts of it that the actor model was to run failed (the reason names the
+// most frequent failure), and is empty when none was asked of the model
+// (answered at once, from the cache, or by HTTP tools only).
+func roleOutcome(out schema.TaskOutcome, role string, has bool, ep *episode, cfg schema.Config) schema.TaskOutcome {
+	if out.State != schema.TaskTrained || has {
+		return out
+	}
+	if role == schema.RolePlanner {
+		out.State, out.Reason = schema.TaskFailed, "no planner sample: the episode left no trajectory"
+		return out
+	}
+	failed, cached, tools := modelActs(ep, cfg)
+	if failed.total > 0 {
+		cause, k := failed.most()
+		out.State, out.Reason = schema.TaskFailed, fmt.Sprintf("no actor sample: %d act(s) failed (%d %s)", failed.total, k, cause)
+		return out
+	}
+	out.State = schema.TaskEmpty
+	switch {
+	case len(ep.acts) == 0:
+		out.Reason = "no actor sample: the planner ran no act"
+	default:
+		out.Reason = fmt.Sprintf("no actor sample: no act ran the actor model (%d from the cache, %d by HTTP tools, %d skipped)",
+			cached, tools, len(ep.acts)-cached-tools)
+	}
+	return out
+}
+
+// modelActs sums up an episode's acts for the actor model: the failures of
+// those it was to run ("kind: error"), and how many others were answered
+// from the cache or by HTTP tools.
+func modelActs(ep *episode, cfg schema.Config) (failed causes, cached, tools int) {
+	for _, d := range ep.acts {
+		tool, _ := cfg.Tool(d.Tool)
+		switch {
+		case tool.Kind == schema.ToolHTTP:
+			tools++
+		case d.Status == schema.ActCached:
+			cached++
+		case d.Status == schema.ActFailed:
+			failed.add(d.ErrorKind + ": " + d.Error)
+		}
+	}
+	return failed, cached, tools
+}
+
+// causes counts reasons.
+type causes struct {
+	total int
+	by    map[string]int
+}
+
+func (c *causes) add(reason string) {
+	if c.by == nil {
+		c.by = map[string]int{}
+	}
+	c.total++
+	c.by[reason]++
+}
+
+func (c *causes) merge(o causes) {
+	for r, k := range o.by {
+		for range k {
+			c.add(r)
+		}
+	}
+}
+
+// lostTasks are the tasks a role got no sample of although their episode
+// did not fail, and why (the actor: the failures of their acts).
+type lostTasks struct {
+	tasks int
+	acts  causes
+}
+
+// most is the most frequent reason (the first in order among equals).
+func (c *causes) most() (string, int) {
+	cause, most := "", 0
+	for r, k := range c.by {
+		if k > most || k == most && r < cause {
+			cause, most = r, k
+		}
+	}
+	return cause, most
 }
 
 // readers bounds the reads assembly has in flight at once.
@@ -267,42 +400,85 @@ func (s *Service) readEpisode(ctx context.Context, n int64, e int, ep *episode) 
 	return nil
 }
 
-// truth makes a result's status and reason say what happened to the
-// episodes: a rollout whose episodes all failed is failed, not ok, and the
-// reason names the most frequent cause.
-func truth(status, reason string, eps map[int]*episode) (string, string) {
-	failed, ended := 0, 0
-	causes := map[string]int{}
+// truth makes a result's status and reason say what happened, for its
+// role: the episodes that failed (a rollout whose episodes all failed is
+// failed, not ok), the tasks the role got no sample of although their
+// episode did not fail (lost: an actor whose every act failed), and a
+// result without samples says why; one that claims ok or partial with no
+// sample while tasks failed for its role is failed.
+func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, string) {
+	status, reason := r.Status, r.Reason
+	failed, aborted, ended := causes{}, causes{}, 0
 	for _, ep := range eps {
 		if ep.end == nil {
 			continue
 		}
 		ended++
-		if ep.end.Status == schema.EpisodeFailed {
-			failed++
-			causes[ep.end.Reason]++
+		switch ep.end.Status {
+		case schema.EpisodeFailed:
+			failed.add(ep.end.Reason)
+		case schema.EpisodeAborted:
+			aborted.add(ep.end.Reason) // stale weights, say: its own episode's, not a cancel of the rollout
 		}
 	}
-	if failed == 0 {
+	var what []string
+	if failed.total > 0 {
+		cause, most := failed.most()
+		if failed.total == len(eps) {
+			what = append(what, fmt.Sprintf("all %d episodes failed (%d: %s)", len(eps), most, cause))
+		} else {
+			what = append(what, fmt.Sprintf("%d of %d episodes failed (%d: %s)", failed.total, len(eps), most, cause))
+		}
+	}
+	if aborted.total > 0 {
+		cause, most := aborted.most()
+		what = append(what, fmt.Sprintf("%d of %d episodes aborted (%d: %s)", aborted.total, len(eps), most, cause))
+	}
+	if lost.tasks > 0 {
+		cause, most := lost.acts.most()
+		if r.Role == schema.RoleActor {
+			what = append(what, fmt.Sprintf("the actor got no sample of %d of %d tasks whose episode did not fail: %d of their acts failed (%d %s)",
+				lost.tasks, len(eps), lost.acts.total, most, cause))
+		} else {
+			what = append(what, fmt.Sprintf("the %s got no sample of %d of %d tasks whose episode did not fail (%d: %s)", r.Role, lost.tasks, len(eps), most, cause))
+		}
+	}
+	if len(r.Samples) == 0 && r.Stats.TaskStates[schema.TaskEmpty] > 0 && lost.tasks == 0 && failed.total == 0 {
+		what = append(what, fmt.Sprintf("no %s sample: no act of the %d tasks ran the actor model", r.Role, r.Stats.TaskStates[schema.TaskEmpty]))
+	}
+	if len(r.Samples) == 0 && len(what) == 0 && len(eps) > 0 && (status == schema.ResultOK || status == schema.ResultPartial) {
+		// Filtered groups, say: nothing to train on, and the result says why.
+		what = append(what, fmt.Sprintf("no %s sample: tasks %s", r.Role, statesText(r.Stats.TaskStates)))
+	}
+	if len(what) == 0 {
 		return status, reason
 	}
-	cause, most := "", 0
-	for c, k := range causes {
-		if k > most || k == most && c < cause {
-			cause, most = c, k
-		}
-	}
-	what := fmt.Sprintf("%d of %d episodes failed (%d: %s)", failed, len(eps), most, cause)
-	if failed == len(eps) {
-		what = fmt.Sprintf("all %d episodes failed (%d: %s)", len(eps), most, cause)
-	}
 	if reason != "" {
-		what = reason + "; " + what
+		what = append([]string{reason}, what...)
 	}
-	if status == schema.ResultOK && failed == ended && failed == len(eps) {
+	switch {
+	case status == schema.ResultOK && failed.total == ended && failed.total == len(eps):
+		status = schema.ResultFailed
+	case (status == schema.ResultOK || status == schema.ResultPartial) && len(r.Samples) == 0 && (r.Stats.TaskStates[schema.TaskFailed] > 0 || aborted.total > 0):
+		// Nothing to train on, and not for want of asking: a result that
+		// delivers nothing of what it was to deliver is not ok.
 		status = schema.ResultFailed
 	}
-	return status, what
+	return status, strings.Join(what, "; ")
+}
+
+// statesText lists task states with their counts, in a fixed order.
+func statesText(states map[string]int) string {
+	keys := make([]string, 0, len(states))
+	for k := range states {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%d %s", states[k], k))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // forEach calls fn for 0..n-1 with at most workers calls at once, and
@@ -331,7 +507,12 @@ func forEach(ctx context.Context, n, workers int, fn func(ctx context.Context, i
 
 // plannerSample turns an episode's trajectory into one multi-turn sample:
 // the prompt, then every turn's generated tokens (loss mask 1, their
-// log-probs) and the observations planact appended (loss mask 0).
+// log-probs) and the observations planact appended (loss mask 0, log-prob
+// 0: no model wrote them and no loss falls on them). When the engine did
+// not return a turn's log-probs the sample has none at all (slime's
+// rollout_log_probs left unset: the trainer computes its own), and
+// metadata.log_probs_missing says which turn and why: a zero in their place
+// would be trusted by an importance ratio.
 func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 	out := ep.last
 	if out == nil || len(out.Segments) == 0 || out.Segments[0].Kind != schema.SegPrompt {
@@ -344,10 +525,17 @@ func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 		Tokens: append([]int(nil), prompt.IDs...),
 	}
 	var resp strings.Builder
+	missing, unchecked := "", ""
 	for _, seg := range out.Segments[1:] {
 		resp.WriteString(seg.Text)
 		smp.Tokens = append(smp.Tokens, seg.IDs...)
 		gen := seg.Kind == schema.SegGenerated
+		if gen && missing == "" && len(seg.LogProbs) != len(seg.IDs) {
+			missing = fmt.Sprintf("turn %d: %s", seg.Turn, logProbsMissing(seg.LogProbsMissing, len(seg.LogProbs), len(seg.IDs)))
+		}
+		if gen && unchecked == "" && seg.StalenessUnchecked != "" {
+			unchecked = fmt.Sprintf("turn %d: %s", seg.Turn, seg.StalenessUnchecked)
+		}
 		for i := range seg.IDs {
 			if gen {
 				smp.LossMask = append(smp.LossMask, 1)
@@ -355,7 +543,7 @@ func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 				if i < len(seg.LogProbs) {
 					lp = seg.LogProbs[i]
 				}
-				smp.RolloutLogProbs = append(smp.RolloutLogProbs, lp)
+				smp.RolloutLogProbs = append(smp.RolloutLogProbs, lp) // dropped below if any is missing
 			} else {
 				smp.LossMask = append(smp.LossMask, 0)
 				smp.RolloutLogProbs = append(smp.RolloutLogProbs, 0)
@@ -381,10 +569,30 @@ func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 		"rollout": n, "episode": e, "turns": ep.end.Turns, "answers": ep.end.Answers,
 		"finish_reason": out.FinishReason, "end_reason": ep.end.Reason, "ended_ms": ep.end.AtMs,
 	}
+	if missing != "" {
+		smp.RolloutLogProbs = nil
+		smp.Metadata["log_probs_missing"] = missing
+	}
+	if unchecked != "" {
+		smp.Metadata["staleness_unchecked"] = unchecked
+	}
+	if out.Truncated != "" && smp.Status == schema.EpisodeTruncated {
+		smp.Metadata["truncated"] = out.Truncated // the limit that cut it
+	}
 	if ep.rewardErr != "" {
 		smp.Metadata["reward_error"] = ep.rewardErr
 	}
 	return smp, true
+}
+
+// logProbsMissing says why a generation of n tokens has got log-probs for
+// none, or not all, of them: why, what the engine's reply lacked, when it
+// was recorded.
+func logProbsMissing(why string, got, n int) string {
+	if why != "" {
+		return why
+	}
+	return fmt.Sprintf("%d log-probs for %d generated tokens", got, n)
 }
 
 // actorSample turns one executed act into a sample. Acts answered from the
@@ -397,11 +605,14 @@ func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample,
 	smp := schema.Sample{
 		GroupIndex: ep.task.GroupIndex, Index: ep.task.Index, RolloutID: episodeID(n, e),
 		Prompt: g.Prompt, Response: g.Text, Label: ep.task.Label, Reward: ep.reward,
-		Tokens:          append(append([]int(nil), g.PromptIDs...), g.OutputIDs...),
-		ResponseLength:  len(g.OutputIDs),
-		LossMask:        ones(len(g.OutputIDs)),
-		RolloutLogProbs: append([]float64(nil), g.LogProbs...),
-		Status:          schema.EpisodeCompleted,
+		Tokens:         append(append([]int(nil), g.PromptIDs...), g.OutputIDs...),
+		ResponseLength: len(g.OutputIDs),
+		LossMask:       ones(len(g.OutputIDs)),
+		Status:         schema.EpisodeCompleted,
+	}
+	// Log-probs the engine did not return are absent, never zeros.
+	if len(g.LogProbs) == len(g.OutputIDs) {
+		smp.RolloutLogProbs = append([]float64(nil), g.LogProbs...)
 	}
 	switch g.FinishReason {
 	case "length":
@@ -416,6 +627,15 @@ func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample,
 		"rollout": n, "episode": e, "turn": d.Turn, "node": d.NodeID, "key": d.Key, "tool": d.Tool,
 		"input": d.Input, "attempts": d.Attempts, "latency_ms": g.LatencyMs,
 		"started_ms": d.StartedMs, "ended_ms": d.EndedMs,
+	}
+	if len(g.LogProbs) != len(g.OutputIDs) {
+		smp.Metadata["log_probs_missing"] = logProbsMissing(g.LogProbsMissing, len(g.LogProbs), len(g.OutputIDs))
+	}
+	if g.StalenessUnchecked != "" {
+		smp.Metadata["staleness_unchecked"] = g.StalenessUnchecked
+	}
+	if g.Truncated != "" {
+		smp.Metadata["truncated"] = g.Truncated // the limit that cut it
 	}
 	return smp, true
 }
@@ -480,6 +700,29 @@ func (s *Service) newestVersions(ctx context.Context) (map[string]string, error)
 		out[role] = st.WeightVersion
 	}
 	return out, nil
+}
+
+// countUnchecked counts, by role, the generations of an ended episode
+// that ran without their weights checked against max_staleness.
+func countUnchecked(stats *schema.Stats, ep *episode) {
+	add := func(role string) {
+		if stats.StalenessUnchecked == nil {
+			stats.StalenessUnchecked = map[string]int{}
+		}
+		stats.StalenessUnchecked[role]++
+	}
+	if ep.last != nil {
+		for _, seg := range ep.last.Segments {
+			if seg.Kind == schema.SegGenerated && seg.StalenessUnchecked != "" {
+				add(schema.RolePlanner)
+			}
+		}
+	}
+	for _, d := range ep.acts {
+		if d.Generation != nil && d.Generation.StalenessUnchecked != "" && d.Status == schema.ActDoneOK {
+			add(schema.RoleActor)
+		}
+	}
 }
 
 // markStaleness records in a sample's metadata how many versions its oldest

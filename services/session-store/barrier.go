@@ -24,44 +24,44 @@ import (
 func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed) error {
 	id := m.ID()
 	var a schema.Arrive
-	if err := schema.UnmarshalStrict(m.Data, &a); err != nil {
+	if err := schema.UnmarshalTrainer(m.Data, m.Header, &a); err != nil {
 		return s.rejectUndecodable(ctx, m, p, fmt.Errorf("%s: %w", m.Subject, err))
 	}
 	log := zerolog.Ctx(ctx) // has the rollout and role, from the headers
-	if h := m.Header.Get(schema.HdrSchema); h != "" && h != a.Kind() {
-		err := fail.Invalidf("header %s %q disagrees with the body's schema %q", schema.HdrSchema, h, a.Kind())
+	if err := schema.CheckRouting(m.Subject, m.Header, &a); err != nil {
 		log.Warn().Err(err).Msg("arrival rejected")
 		return s.reject(ctx, p, &a, id, err)
 	}
-	if err := s.validateArrival(&a, p); err != nil {
+	if err := s.validateArrival(&a); err != nil {
 		log.Warn().Err(err).Msg("arrival rejected")
 		return s.reject(ctx, p, &a, id, err)
 	}
-	if len(a.Tasks) > 0 || a.TasksObject != "" {
-		// The first arrival with tasks wins; later lists are ignored.
-		tl := &schema.TaskList{Tasks: a.Tasks, Object: a.TasksObject}
-		if a.TasksObject != "" {
-			tl.Bucket, tl.SHA256 = bus.ObjectTasks(a.Role), a.TasksSHA256
-		}
-		created, err := bus.Create(ctx, s.Bus.Sessions, schema.TasksKey(a.Rollout), tl)
-		if err != nil {
-			return rolloutErr(a.Rollout, err)
-		}
-		if created && len(a.Tasks) > 0 {
-			s.keepTasks(a.Rollout, a.Tasks) // the barrier and every episode end need them
-		}
+	sum, err := s.sumArrival(ctx, &a)
+	if err != nil {
+		return rolloutErr(a.Rollout, err)
 	}
 
-	// The two arrivals of a rollout, when this process has both, take
-	// turns: run together, they race on the session key, and the loser
-	// backs off and reads again (the barrier's latency). Across replicas
-	// the compare-and-set still decides.
+	// The arrivals of a rollout, when this process has them, take turns:
+	// run together, they race on the session key, and the loser backs off
+	// and reads again (the barrier's latency); and a second arrival of a
+	// role is compared with the first before its tasks are stored. Across
+	// replicas the compare-and-sets still decide.
 	unlock, _ := s.arrivals.lock(a.Rollout)
 	defer unlock()
-	var late bool  // the role arrives at a rollout that ended without it
-	var again bool // another arrival of a role that has arrived
+	if sum.tasks != "" {
+		if refused, err := s.storeTasks(ctx, &a, id, sum); err != nil || refused != nil {
+			if err != nil {
+				return err
+			}
+			log.Warn().Err(refused).Msg("arrival rejected")
+			return s.reject(ctx, p, &a, id, refused)
+		}
+	}
+	var late bool      // the role arrives at a rollout that ended without it
+	var again bool     // another arrival of a role that has arrived
+	var diffs []string // what that other arrival asks for that the first did not
 	sess, rev, wrote, err := bus.MutateRev(ctx, s.Bus.Sessions, schema.SessionKey(a.Rollout), func(v *schema.Session, exists bool) (bool, error) {
-		late, again = false, false
+		late, again, diffs = false, false, nil
 		if !exists {
 			trace := bus.TraceFrom(ctx)
 			if trace == "" {
@@ -72,6 +72,9 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		}
 		if r, arrived := v.Roles[a.Role]; arrived {
 			again = r.ArrivalID != id // id: this very arrival, delivered again
+			if again && r.Digest != "" && r.Digest != sum.digest {
+				diffs = differences(v, r, &a, sum)
+			}
 			return false, nil
 		}
 		if v.State != schema.SessionWaiting {
@@ -81,22 +84,27 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		if v.Roles == nil {
 			v.Roles = map[string]schema.RoleInfo{}
 		}
-		v.Roles[a.Role] = schema.RoleInfo{Engine: a.Engine, WeightVersion: a.WeightVersion, ArrivedMs: s.nowMs(), ArrivalID: id}
+		v.Roles[a.Role] = schema.RoleInfo{Engine: a.Engine, WeightVersion: a.WeightVersion, ArrivedMs: s.nowMs(), ArrivalID: id,
+			Digest: sum.digest, ConfigDigest: sum.config, Tasks: sum.tasks}
 		if a.Config != nil && (v.ConfigFrom == "" || a.Role == schema.RolePlanner) {
 			v.Config, v.ConfigFrom = *a.Config, a.Role
 		}
 		if len(v.Roles) < 2 {
 			return true, nil
 		}
-		tasks, err := s.tasks(ctx, a.Rollout)
+		tl, err := s.taskList(ctx, a.Rollout)
 		if err != nil && fail.IsRetryable(err) {
 			return false, err
 		}
+		tasks := tl.Tasks
 		v.Config = v.Config.WithDefaults()
 		v.StartedMs = s.nowMs()
 		switch {
 		case err != nil:
 			s.end(v, schema.SessionDone, schema.ResultInvalid, "tasks unusable: "+err.Error())
+		case refusedList(v, tl):
+			s.end(v, schema.SessionDone, schema.ResultInvalid, fmt.Sprintf("tasks unusable: the task list stored for the rollout came with a %s arrival that was refused (it raced with the %s's arrival that counted, which brought %s): use a new rollout id",
+				tl.From, tl.From, describeTasks(v.Roles[tl.From].Tasks, -1)))
 		case len(tasks) == 0:
 			s.end(v, schema.SessionDone, schema.ResultInvalid, "no tasks: neither arrival carried any")
 		case v.Config.TargetGroups > groupCount(tasks):
@@ -122,8 +130,12 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 			a.Rollout, sess.Status, time.UnixMilli(sess.FinishedMs).UTC().Format(time.RFC3339), subject.Result(a.Rollout, a.Role), s.Bus.Provisioning.History)
 		log.Warn().Err(err).Msg("arrival rejected")
 		return s.reject(ctx, p, &a, id, err)
+	case again && len(diffs) > 0:
+		err := disagreement(a.Rollout, a.Role, sess.Roles[a.Role], diffs)
+		log.Warn().Err(err).Msg("arrival rejected")
+		return s.reject(ctx, p, &a, id, err)
 	case again:
-		log.Info().Str("state", sess.State).Msg("the role arrived again; the rollout goes on with its first arrival")
+		log.Info().Str("state", sess.State).Msg("the role arrived again, asking for the same: the rollout goes on with its first arrival")
 	case late && (sess.State == schema.SessionTimeout || sess.State == schema.SessionAborted):
 		// It ended waiting for this very role: tell it, instead of leaving
 		// its trainer to wait for a result that will never come.
@@ -156,17 +168,66 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 	return s.settle(ctx, sess, rev)
 }
 
-// validateArrival checks what a trainer sent before anything is stored.
-func (s *Service) validateArrival(a *schema.Arrive, p subject.Parsed) error {
-	if p.Role == "" {
-		return fail.Invalidf("arrivals go to rollout.N.arrive.<role> (here %s), with the role in the subject", subject.Arrive(a.Rollout, a.Role))
+// storeTasks stores the arrival's task list as the rollout's, unless a
+// list is stored already: the first stored is the rollout's, and an arrival
+// that brings another is refused (the error refused says why, naming whose
+// list it is). A second arrival of a role that arrived is compared with
+// the first (see handleArrive) before anything of it is stored.
+func (s *Service) storeTasks(ctx context.Context, a *schema.Arrive, id string, sum arrivalSum) (refused, err error) {
+	sess, _, found, err := bus.GetFresh[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(a.Rollout))
+	if err != nil {
+		return nil, rolloutErr(a.Rollout, err)
 	}
-	if a.Role != schema.RolePlanner && a.Role != schema.RoleActor {
-		return fail.Invalidf("role %q: want planner or actor", a.Role)
+	if found && sess.Final() {
+		return nil, nil // nothing to store: the arrival is answered when it reaches the session
 	}
-	if p.Rollout != a.Rollout || p.Role != a.Role {
-		return fail.Invalidf("the subject names rollout %d as %s, the body rollout %d as %s: they must agree", p.Rollout, p.Role, a.Rollout, a.Role)
+	if r, arrived := sess.Roles[a.Role]; found && arrived && r.ArrivalID != id {
+		if r.Digest != "" && r.Digest != sum.digest {
+			return disagreement(a.Rollout, a.Role, r, differences(&sess, r, a, sum)), nil
+		}
+		return nil, nil // the same arrival sent again: its tasks are stored, or it had none
 	}
+	tl := &schema.TaskList{Tasks: a.Tasks, Object: a.TasksObject, From: a.Role, Digest: sum.tasks}
+	created, err := bus.Create(ctx, s.Bus.Sessions, schema.TasksKey(a.Rollout), tl)
+	if err != nil {
+		return nil, rolloutErr(a.Rollout, err)
+	}
+	if created {
+		if len(a.Tasks) > 0 {
+			s.keepTasks(a.Rollout, *tl) // the barrier and every episode end need them
+		}
+		return nil, nil
+	}
+	stored, _, _, err := bus.GetFresh[schema.TaskList](ctx, s.Bus.Sessions, schema.TasksKey(a.Rollout))
+	if err != nil {
+		return nil, rolloutErr(a.Rollout, err)
+	}
+	if stored.Digest == "" || stored.Digest == sum.tasks {
+		return nil, nil // the same list (or one stored before lists had digests)
+	}
+	count := -1
+	if stored.Object == "" {
+		count = len(stored.Tasks)
+	}
+	return fail.Invalidf("rollout %d: its task list came with the %s's arrival (%s); this %s arrival brings another (%s). Arrive without tasks, or with the same list",
+		a.Rollout, stored.From, describeTasks(stored.Digest, count), a.Role, describeTasks(sum.tasks, sum.count)), nil
+}
+
+// refusedList reports whether the task list tl (as stored) came with an
+// arrival that was refused: one of a role whose arrival that counted
+// brought another list, or none. It can only happen when two arrivals of
+// one role raced on different session-store replicas.
+func refusedList(v *schema.Session, tl schema.TaskList) bool {
+	r, ok := v.Roles[tl.From]
+	if tl.Digest == "" || !ok || r.Digest == "" {
+		return false // recorded before lists had digests: nothing to compare
+	}
+	return r.Tasks != tl.Digest
+}
+
+// validateArrival checks what a trainer sent before anything is stored
+// (its subject and headers were checked against it: schema.CheckRouting).
+func (s *Service) validateArrival(a *schema.Arrive) error {
 	if a.Rollout < 0 {
 		return fail.Invalidf("rollout %d: must not be negative", a.Rollout)
 	}

@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
@@ -25,7 +22,7 @@ var gateways = map[string]string{schema.RolePlanner: "planner-gateway", schema.R
 
 // handleControl takes a trainer's pause or resume of its role.
 func (s *Service) handleControl(ctx context.Context, m bus.Msg) error {
-	_, verb, _ := controlSubject(m.Subject)
+	_, verb, _ := subject.ParseControl(m.Subject)
 	switch verb {
 	case "pause":
 		return s.handlePause(ctx, m)
@@ -39,33 +36,25 @@ func (s *Service) handleControl(ctx context.Context, m bus.Msg) error {
 // gateway of the role runs none of its generations.
 func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 	var p schema.Pause
-	if err := schema.UnmarshalStrict(m.Data, &p); err != nil {
+	if err := schema.UnmarshalTrainer(m.Data, m.Header, &p); err != nil {
 		return err
 	}
-	if err := checkControl(m.Subject, p.Role); err != nil {
+	if err := schema.CheckRouting(m.Subject, m.Header, &p); err != nil {
 		return err
 	}
-	if p.Mode == "" {
-		p.Mode = schema.PauseWait
-	}
-	if p.Mode != schema.PauseWait && p.Mode != schema.PauseAbort {
-		return fail.Invalidf("pause of %s: mode %q: want wait or abort", p.Role, p.Mode)
-	}
-	if p.TimeoutS == 0 {
-		p.TimeoutS = schema.DefaultPauseTimeoutS
-	}
-	if math.IsNaN(p.TimeoutS) || p.TimeoutS < 0 || p.TimeoutS > schema.MaxRolloutTimeoutS {
-		return fail.Invalidf("pause of %s: timeout_s %g: want a number of seconds above 0 and at most %d", p.Role, p.TimeoutS, schema.MaxRolloutTimeoutS)
+	p = p.WithDefaults()
+	if err := p.Validate(); err != nil {
+		return fail.E(fail.Invalid, err)
 	}
 	id := m.ID()
 	st, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(p.Role), func(v *schema.RoleState, _ bool) (bool, error) {
 		v.Role = p.Role
-		if v.Paused && v.PauseID == id {
-			return false, nil // this pause, delivered again
+		if v.Paused && v.PauseID == id || v.Expiry != nil && v.Expiry.PauseID == id {
+			return false, nil // this pause, delivered again (it may have expired since)
 		}
 		now := s.nowMs()
 		v.Epoch++
-		v.Paused, v.Mode, v.PauseID, v.SinceMs, v.Expired, v.Reason = true, p.Mode, id, now, false, p.Reason
+		v.Paused, v.Mode, v.PauseID, v.SinceMs, v.Reason = true, p.Mode, id, now, p.Reason
 		v.DeadlineMs = now + schema.Seconds(p.TimeoutS).Milliseconds()
 		return true, nil
 	})
@@ -77,50 +66,52 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 }
 
 // handleResume lets a role's generations go again, from its new weights.
+// The version it names becomes the role's newest, whatever it was: a
+// version older than the newest is a rollback (the trainer went back to an
+// earlier checkpoint), recorded in the role's state and then published on
+// control.<role>.rollback; a resume delivered again publishes it again
+// (the message id makes that idempotent).
 func (s *Service) handleResume(ctx context.Context, m bus.Msg) error {
 	var r schema.Resume
-	if err := schema.UnmarshalStrict(m.Data, &r); err != nil {
+	if err := schema.UnmarshalTrainer(m.Data, m.Header, &r); err != nil {
 		return err
 	}
-	if err := checkControl(m.Subject, r.Role); err != nil {
+	if err := schema.CheckRouting(m.Subject, m.Header, &r); err != nil {
 		return err
 	}
+	id := m.ID()
+	var rollback *schema.RoleRollback
 	_, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(r.Role), func(v *schema.RoleState, _ bool) (bool, error) {
 		v.Role = r.Role
 		changed := false
+		rollback = nil
+		if v.Rollback != nil && v.Rollback.ResumeID == id {
+			rollback = v.Rollback // this resume, delivered again: published again
+		}
 		if v.Paused {
 			v.Epoch++
-			v.Paused, v.Mode, v.PauseID, v.SinceMs, v.DeadlineMs, v.Expired, v.Reason = false, "", "", 0, 0, false, ""
+			v.Paused, v.Mode, v.PauseID, v.SinceMs, v.DeadlineMs, v.Reason = false, "", "", 0, 0, ""
 			changed = true
 		}
 		if r.WeightVersion != "" && r.WeightVersion != v.WeightVersion {
+			if schema.Newer(v.WeightVersion, r.WeightVersion) {
+				rollback = &schema.RoleRollback{From: v.WeightVersion, To: r.WeightVersion, ResumeID: id, AtMs: s.nowMs()}
+				v.Rollback = rollback
+			}
 			v.WeightVersion, changed = r.WeightVersion, true
 		}
 		return changed, nil
 	})
-	if err == nil && wrote {
-		zerolog.Ctx(ctx).Info().Str("role", r.Role).Str("weight_version", r.WeightVersion).Msg("role resumed")
+	if err != nil {
+		return err
 	}
-	return err
-}
-
-// controlSubject reads control.<role>.<verb>.
-func controlSubject(subj string) (role, verb string, ok bool) {
-	parts := strings.Split(subj, ".")
-	if len(parts) != 3 || parts[0] != "control" {
-		return "", "", false
+	log := zerolog.Ctx(ctx)
+	if wrote {
+		log.Info().Str("role", r.Role).Str("weight_version", r.WeightVersion).Msg("role resumed")
 	}
-	return parts[1], parts[2], true
-}
-
-// checkControl refuses a control message of another role than planner or
-// actor, or whose subject names another role than its body.
-func checkControl(subj, role string) error {
-	if role != schema.RolePlanner && role != schema.RoleActor {
-		return fail.Invalidf("%s: role %q: want planner or actor", subj, role)
-	}
-	if r, _, _ := controlSubject(subj); r != role {
-		return fail.Invalidf("%s names another role than the body (%s): they must agree", subj, role)
+	if rollback != nil {
+		log.Warn().Str("role", r.Role).Str("from", rollback.From).Str("to", rollback.To).Msg("role rolled back to older weights; staleness counts from them")
+		return s.Bus.Publish(ctx, &schema.Rollback{Role: r.Role, From: rollback.From, To: rollback.To, ResumeID: rollback.ResumeID, AtMs: rollback.AtMs})
 	}
 	return nil
 }
@@ -222,9 +213,19 @@ func (s *Service) gatewayIDs(name string) []string {
 
 // noteVersion records a role's weight version seen in an arrival when it is
 // newer than the one the role state holds: the trainer's current weights.
+//
+// An arrival never moves the version back, and is no rollback: arrivals
+// run ahead of training (an asynchronous trainer announces rollout N+1
+// with the weights it had when it sent it, while it trains on N), arrive
+// in any order and are delivered again, so an older version in an arrival
+// says when the arrival was written, not what the engine serves now. Only
+// a Resume, sent after the trainer swapped its weights and read in order
+// on the control stream, says that (handleResume). The decision reads the
+// role state from its leader every time: a version noted before a
+// rollback is not taken as noted after it.
 func (s *Service) noteVersion(ctx context.Context, role, version string) error {
-	if version == "" || s.noted.seen(role, version) {
-		return nil // recorded already: versions only move forward
+	if version == "" {
+		return nil
 	}
 	_, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(role), func(v *schema.RoleState, _ bool) (bool, error) {
 		if v.WeightVersion == version || !schema.Newer(version, v.WeightVersion) {
@@ -236,28 +237,5 @@ func (s *Service) noteVersion(ctx context.Context, role, version string) error {
 	if err != nil {
 		return fmt.Errorf("note %s weight version: %w", role, err)
 	}
-	s.noted.note(role, version)
 	return nil
-}
-
-// notedVersions are the weight versions this process has recorded per role:
-// a version noted once needs no write when the next arrival brings it again.
-type notedVersions struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-func (n *notedVersions) seen(role, version string) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.m[role] == version
-}
-
-func (n *notedVersions) note(role, version string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.m == nil {
-		n.m = map[string]string{}
-	}
-	n.m[role] = version
 }

@@ -118,10 +118,6 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int)
 	if err != nil {
 		return nil, err
 	}
-	var outcomes []schema.TaskOutcome
-	for _, e := range members {
-		outcomes = append(outcomes, taskOutcome(sess, e, eps[e], true))
-	}
 	// The groups delivered so far, in the order decided, up to this one.
 	var delivered []int
 	for _, gs := range sess.Groups {
@@ -134,15 +130,8 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int)
 	}
 	var objects []string
 	for _, role := range missing {
-		msg := &schema.Group{Rollout: n, Role: role, GroupIndex: g, Tasks: outcomes, Delivered: delivered, Groups: groupCount(tasks), AtMs: s.nowMs()}
-		for _, e := range members {
-			if role == schema.RolePlanner && eps[e].planner != nil {
-				msg.Samples = append(msg.Samples, *eps[e].planner)
-			}
-			if role == schema.RoleActor {
-				msg.Samples = append(msg.Samples, eps[e].actor...)
-			}
-		}
+		msg := &schema.Group{Rollout: n, Role: role, GroupIndex: g, Delivered: delivered, Groups: groupCount(tasks), AtMs: s.nowMs()}
+		msg.Samples, msg.Tasks = groupShare(sess, eps, members, role)
 		obj, err := s.publishSamples(ctx, msg, fmt.Sprintf("rollout-%d-%s.group-%d.samples", n, role, g))
 		if err != nil {
 			return nil, err
@@ -152,6 +141,27 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int)
 		}
 	}
 	return objects, nil
+}
+
+// groupShare is role's share of a delivered group (its tasks are members):
+// the role's samples of its episodes, and how each of its tasks ended for
+// the role (trained only with its samples here).
+func groupShare(sess *schema.Session, eps map[int]*episode, members []int, role string) ([]schema.Sample, []schema.TaskOutcome) {
+	var samples []schema.Sample
+	for _, e := range members {
+		if role == schema.RolePlanner && eps[e].planner != nil {
+			samples = append(samples, *eps[e].planner)
+		}
+		if role == schema.RoleActor {
+			samples = append(samples, eps[e].actor...)
+		}
+	}
+	has := sampled(samples)
+	var outcomes []schema.TaskOutcome
+	for _, e := range members {
+		outcomes = append(outcomes, roleOutcome(taskOutcome(sess, e, eps[e], true), role, has[episodeID(sess.Rollout, e)], eps[e], sess.Config))
+	}
+	return samples, outcomes
 }
 
 func groupMembers(tasks []schema.Task, g int) []int {
@@ -305,7 +315,7 @@ func arrivedRoles(sess *schema.Session) []string {
 // episode.
 type taskCache struct {
 	mu    sync.Mutex
-	lists map[int64][]schema.Task
+	lists map[int64]schema.TaskList
 }
 
 // maxCachedRollouts bounds the cache; past it, an arbitrary entry goes.
@@ -314,23 +324,30 @@ const maxCachedRollouts = 256
 // tasks returns rollout n's tasks, nil when they are gone (the rollout
 // ended and was cleaned up).
 func (s *Service) tasks(ctx context.Context, n int64) ([]schema.Task, error) {
-	c := s.taskCache
-	c.mu.Lock()
-	tasks, ok := c.lists[n]
-	c.mu.Unlock()
-	if ok {
-		return tasks, nil
-	}
-	tasks, found, err := session.LoadTasks(ctx, s.Bus.Sessions, s.Bus.NC, n)
-	if err != nil || !found {
-		return nil, err
-	}
-	s.keepTasks(n, tasks)
-	return tasks, nil
+	tl, err := s.taskList(ctx, n)
+	return tl.Tasks, err
 }
 
-// keepTasks caches rollout n's tasks (as stored: the first list wins).
-func (s *Service) keepTasks(n int64, tasks []schema.Task) {
+// taskList returns rollout n's task list, with who brought it and its
+// digest; empty when it is gone.
+func (s *Service) taskList(ctx context.Context, n int64) (schema.TaskList, error) {
+	c := s.taskCache
+	c.mu.Lock()
+	tl, ok := c.lists[n]
+	c.mu.Unlock()
+	if ok {
+		return tl, nil
+	}
+	tl, found, err := session.LoadTaskList(ctx, s.Bus.Sessions, s.Bus.NC, n)
+	if err != nil || !found {
+		return schema.TaskList{}, err
+	}
+	s.keepTasks(n, tl)
+	return tl, nil
+}
+
+// keepTasks caches rollout n's task list (as stored: the first list wins).
+func (s *Service) keepTasks(n int64, tl schema.TaskList) {
 	c := s.taskCache
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -340,7 +357,7 @@ func (s *Service) keepTasks(n int64, tasks []schema.Task) {
 			break
 		}
 	}
-	c.lists[n] = tasks
+	c.lists[n] = tl
 }
 
 // forgetTasks drops rollout n's tasks from the cache.

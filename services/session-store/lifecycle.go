@@ -209,18 +209,23 @@ func (s *Service) timeOut(ctx context.Context, n int64, kind string) error {
 	return s.settle(bus.WithTrace(ctx, sess.Trace), sess, rev)
 }
 
-// handleCancel aborts a waiting or running rollout.
+// handleCancel aborts a waiting or running rollout. Every cancel is
+// answered on the rollout's status subject: "cancelled" once the rollout is
+// aborted (its results follow on the result subjects, if they are not out
+// yet), "rejected" (saying why) when there is nothing to abort: the rollout
+// had already ended, or is not known.
 func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed) error {
 	var c schema.Cancel
-	if err := schema.UnmarshalStrict(m.Data, &c); err != nil {
+	if err := schema.UnmarshalTrainer(m.Data, m.Header, &c); err != nil {
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
 		return s.status(ctx, p.Rollout, "rejected", -1, err.Error())
 	}
-	if p.Role == "" || p.Role != c.Role || p.Rollout != c.Rollout {
-		err := fmt.Errorf("cancel on %s names rollout %d as %q: cancels go to rollout.N.cancel.<role>, and subject and body must agree", m.Subject, c.Rollout, c.Role)
+	if err := schema.CheckRouting(m.Subject, m.Header, &c); err != nil {
+		err = fmt.Errorf("cancel refused: %w", err)
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
 		return s.status(ctx, p.Rollout, "rejected", -1, err.Error())
 	}
+	id := m.ID()
 	reason := "aborted by the " + c.Role + " trainer"
 	if c.Reason != "" {
 		reason += ": " + c.Reason
@@ -232,21 +237,43 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 			return false, nil
 		}
 		s.end(v, schema.SessionAborted, schema.ResultAborted, reason)
+		v.CancelledBy = id
 		return true, nil
 	})
 	if err != nil {
 		return rolloutErr(c.Rollout, err)
 	}
+	// The answer names the cancel (its message id), so that the trainer
+	// that sent it knows it from another's.
+	who := fmt.Sprintf("cancel %s by the %s trainer", id, c.Role)
 	if unknown {
 		// Nothing to abort: whoever cancelled is told, on the status subject.
 		zerolog.Ctx(ctx).Warn().Msg("cancel of a rollout planact does not know")
-		return s.status(ctx, c.Rollout, "rejected", -1, fmt.Sprintf("cancel by the %s trainer: rollout %d is not known (never arrived, or past the history)", c.Role, c.Rollout))
+		return s.status(ctx, c.Rollout, "rejected", -1, fmt.Sprintf("%s: rollout %d is not known (never arrived, or past the history)", who, c.Rollout))
 	}
 	ctx = bus.WithTrace(ctx, sess.Trace)
+	if !wrote && sess.CancelledBy != id {
+		// It ended before (or by another cancel): nothing to abort. Its
+		// results stay where they are; the trainer is told how it ended.
+		detail := fmt.Sprintf("%s: rollout %d had already ended (%s at %s", who, c.Rollout, sess.Status,
+			time.UnixMilli(sess.FinishedMs).UTC().Format(time.RFC3339))
+		if sess.Reason != "" {
+			detail += ": " + sess.Reason
+		}
+		detail += "); nothing to abort"
+		zerolog.Ctx(ctx).Info().Str("status", sess.Status).Msg("cancel of a rollout that had already ended")
+		if err := s.settle(ctx, sess, rev); err != nil {
+			return err
+		}
+		return s.status(ctx, c.Rollout, "rejected", -1, detail)
+	}
 	if wrote {
 		zerolog.Ctx(ctx).Warn().Str("reason", reason).Msg("rollout aborted")
 	}
-	return s.settle(ctx, sess, rev)
+	if err := s.settle(ctx, sess, rev); err != nil {
+		return err
+	}
+	return s.status(ctx, c.Rollout, "cancelled", -1, fmt.Sprintf("%s: rollout %d aborted", who, c.Rollout))
 }
 
 // end records in v that the rollout ended: its final state, the result
@@ -389,9 +416,9 @@ func (s *Service) cleanup(ctx context.Context, sess *schema.Session, res *publis
 		return err
 	}
 	if found && tl.Object != "" {
-		if store := s.taskStore(tl.Bucket); store != nil {
+		if store := s.Bus.Tasks[tl.From]; store != nil {
 			if err := store.Delete(ctx, tl.Object); err != nil && !isNotFound(err) {
-				return fail.Transientf("delete task object %s/%s: %w", tl.Bucket, tl.Object, err)
+				return fail.Transientf("delete task object %s/%s: %w", bus.ObjectTasks(tl.From), tl.Object, err)
 			}
 		}
 	}
@@ -444,15 +471,6 @@ func (s *Service) retire(ctx context.Context, n int64) error {
 		zerolog.Ctx(ctx).Debug().Int64("rollout", n).Msg("results retired")
 	}
 	return err
-}
-
-func (s *Service) taskStore(bucket string) jetstream.ObjectStore {
-	for role, store := range s.Bus.Tasks {
-		if bus.ObjectTasks(role) == bucket {
-			return store
-		}
-	}
-	return nil
 }
 
 func (s *Service) resultStore(bucket string) jetstream.ObjectStore {

@@ -58,7 +58,6 @@ type Service struct {
 	locks     rolloutLocks
 	arrivals  rolloutLocks // one arrival of a rollout at a time (see handleArrive)
 	ends      endQueue
-	noted     notedVersions
 }
 
 func (d Deps) withDefaults() Deps {
@@ -106,7 +105,7 @@ func Consumers(d Deps) []bus.Consumer {
 // Run serves until ctx ends.
 func Run(ctx context.Context, d Deps) error {
 	d = d.withDefaults()
-	s := &Service{Deps: d, index: newIndex(), taskCache: &taskCache{lists: map[int64][]schema.Task{}}}
+	s := &Service{Deps: d, index: newIndex(), taskCache: &taskCache{lists: map[int64]schema.TaskList{}}}
 	consumers := Consumers(d)
 	var wg sync.WaitGroup
 	errs := make(chan error, len(consumers)+1)

@@ -21,7 +21,9 @@ import (
 type index struct {
 	mu      sync.Mutex
 	entries map[int64]indexed
-	roles   map[string]schema.RoleState // paused roles, whose pause may expire
+	// roles whose state the sweep may have to finish: paused (the pause may
+	// expire), or with an expiry not yet announced.
+	roles map[string]schema.RoleState
 }
 
 type indexed struct {
@@ -36,14 +38,14 @@ func newIndex() *index {
 func (x *index) putRole(st *schema.RoleState) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if !st.Paused || st.Expired {
+	if !st.Paused && (st.Expiry == nil || st.ExpiryAnnounced) {
 		delete(x.roles, st.Role)
 		return
 	}
 	x.roles[st.Role] = *st
 }
 
-func (x *index) pausedRoles() []schema.RoleState {
+func (x *index) roleStates() []schema.RoleState {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	out := make([]schema.RoleState, 0, len(x.roles))
@@ -138,15 +140,28 @@ func (s *Service) follow(ctx context.Context) {
 // sweepOnce looks at every indexed session once, and at every paused role.
 func (s *Service) sweepOnce(ctx context.Context) {
 	now := s.Now()
-	for _, st := range s.index.pausedRoles() {
-		if now.Before(time.UnixMilli(st.DeadlineMs)) {
-			continue
-		}
-		err := s.expirePause(ctx, st)
-		telemetry.Recoveries.WithLabelValues(Name, "pause-expired").Inc()
-		s.Log.Warn().Err(err).Str("role", st.Role).Int64("epoch", st.Epoch).Msg("a pause outlived its time-out: the role's waiting work fails")
-	}
 	grace := s.Grace
+	for _, st := range s.index.roleStates() {
+		log := s.Log.With().Str("role", st.Role).Int64("epoch", st.Epoch).Logger()
+		switch {
+		case st.Paused && !now.Before(time.UnixMilli(st.DeadlineMs)):
+			x, err := s.expirePause(ctx, st)
+			if err != nil {
+				log.Warn().Err(err).Msg("a pause outlived its time-out and could not be ended; will try again")
+				continue
+			}
+			if x != nil {
+				telemetry.Recoveries.WithLabelValues(Name, "pause-expired").Inc()
+				log.Warn().Str("reason", x.Reason).Msg("a pause outlived its time-out: the work that waited for the role fails, the role works again")
+			}
+		case !st.Paused && st.Expiry != nil && !st.ExpiryAnnounced && now.Sub(time.UnixMilli(st.Expiry.AtMs)) > grace:
+			// The replica that ended the pause did not say so (it stopped
+			// between the write and the publish): say it now.
+			if err := s.announceExpiry(ctx, st); err != nil {
+				log.Warn().Err(err).Msg("the end of an expired pause could not be announced; will try again")
+			}
+		}
+	}
 	retention := s.Bus.Provisioning.ResultRetention
 	for _, e := range s.index.snapshot() {
 		sess := e.sess
@@ -188,15 +203,53 @@ func (s *Service) settleFresh(ctx context.Context, n int64) error {
 	return s.settle(ctx, sess, rev)
 }
 
-// expirePause marks the pause st holds as expired: the gateways fail the
-// work that waits for the role, saying why, instead of holding it forever.
-func (s *Service) expirePause(ctx context.Context, st schema.RoleState) error {
-	_, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(st.Role), func(v *schema.RoleState, _ bool) (bool, error) {
-		if !v.Paused || v.Expired || v.Epoch != st.Epoch {
+// expirePause ends the pause st holds, whose time-out has passed: in one
+// compare-and-set the role is no longer paused (a new epoch) and the state
+// records the expiry, so that the gates fail the work that waited for this
+// pause and let later work through. Replicas that sweep at once race on the
+// role's key: the write that ends the pause is made once, and the one that
+// made it announces it on control.<role>.expired. It returns the expiry it
+// recorded, nil when the pause had already ended (resumed, paused anew, or
+// expired by another replica).
+func (s *Service) expirePause(ctx context.Context, st schema.RoleState) (*schema.PauseExpiry, error) {
+	now := s.nowMs()
+	var x *schema.PauseExpiry
+	next, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(st.Role), func(v *schema.RoleState, _ bool) (bool, error) {
+		x = nil
+		if !v.Paused || v.Epoch != st.Epoch || now < v.DeadlineMs {
 			return false, nil
 		}
-		v.Expired = true
-		v.Reason = fmt.Sprintf("pause time-out (%s): no resume came", time.Duration(v.DeadlineMs-v.SinceMs)*time.Millisecond)
+		x = &schema.PauseExpiry{Epoch: v.Epoch, PauseID: v.PauseID, Mode: v.Mode, SinceMs: v.SinceMs, DeadlineMs: v.DeadlineMs, AtMs: now,
+			Reason: fmt.Sprintf("pause time-out (%s): no resume came", time.Duration(v.DeadlineMs-v.SinceMs)*time.Millisecond)}
+		if v.Reason != "" {
+			x.Reason += " (paused for: " + v.Reason + ")"
+		}
+		v.Epoch++
+		v.Paused, v.Mode, v.PauseID, v.SinceMs, v.DeadlineMs, v.Reason = false, "", "", 0, 0, ""
+		v.Expiry, v.ExpiryAnnounced = x, false
+		return true, nil
+	})
+	if err != nil || !wrote {
+		return nil, err
+	}
+	return x, s.announceExpiry(ctx, next)
+}
+
+// announceExpiry publishes the expiry st records on control.<role>.expired
+// (its message id makes a second publish a duplicate) and records that it did.
+func (s *Service) announceExpiry(ctx context.Context, st schema.RoleState) error {
+	x := st.Expiry
+	if x == nil || st.ExpiryAnnounced {
+		return nil
+	}
+	if err := s.Bus.Publish(ctx, &schema.PauseExpired{Role: st.Role, PauseExpiry: *x}); err != nil {
+		return fmt.Errorf("announce the expiry of the %s pause: %w", st.Role, err)
+	}
+	_, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(st.Role), func(v *schema.RoleState, _ bool) (bool, error) {
+		if v.Expiry == nil || v.Expiry.Epoch != x.Epoch || v.ExpiryAnnounced {
+			return false, nil
+		}
+		v.ExpiryAnnounced = true
 		return true, nil
 	})
 	return err

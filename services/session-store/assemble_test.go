@@ -1,0 +1,262 @@
+package sessionstore
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/planact/planact/pkg/schema"
+)
+
+// world is one random rollout as assembly sees it: its session, tasks,
+// episodes and delivered groups, with every episode's end, trajectory and
+// acts drawn at random.
+type world struct {
+	sess      *schema.Session
+	tasks     []schema.Task
+	eps       map[int]*episode
+	delivered map[string]map[int][]schema.Sample
+}
+
+var (
+	endStatuses = []string{schema.EpisodeCompleted, schema.EpisodeTruncated, schema.EpisodeFailed, schema.EpisodeAborted}
+	failKinds   = []string{schema.ActErrTransient, schema.ActErrTimeout, schema.ActErrStale, schema.ActErrPaused, schema.ActErrUnavailable, schema.ActErrDuplicate}
+)
+
+func randomWorld(r *rand.Rand) world {
+	const n = 77
+	cfg := schema.DefaultConfig()
+	cfg.Tools = append(cfg.Tools, schema.Tool{Name: "wiki", Kind: schema.ToolHTTP, URL: "http://retriever:8000"})
+	switch r.IntN(4) {
+	case 1:
+		cfg.StreamGroups = true
+	case 2:
+		cfg.GroupFilter = schema.FilterSpread
+	case 3:
+		cfg.TargetGroups = 1
+	}
+	w := world{tasks: make([]schema.Task, 1+r.IntN(10)), eps: map[int]*episode{}, delivered: map[string]map[int][]schema.Sample{
+		schema.RolePlanner: {}, schema.RoleActor: {}}}
+	groups := 1 + r.IntN(len(w.tasks))
+	for e := range w.tasks {
+		w.tasks[e] = schema.Task{GroupIndex: r.IntN(groups), Index: e, Prompt: fmt.Sprintf("q%d", e), Label: "a"}
+	}
+	w.sess = &schema.Session{Rollout: n, Config: cfg, Episodes: len(w.tasks), StartedMs: 1000, FinishedMs: 5000}
+	switch r.IntN(4) {
+	case 0, 1:
+		w.sess.State, w.sess.Status = schema.SessionDone, schema.ResultOK
+	case 2:
+		w.sess.State, w.sess.Status, w.sess.Reason = schema.SessionTimeout, schema.ResultPartial, "rollout time-out"
+	case 3:
+		w.sess.State, w.sess.Status, w.sess.Reason = schema.SessionAborted, schema.ResultAborted, "aborted by the planner trainer"
+	}
+	// Every episode of a rollout that ended ok ended, unless it stopped at
+	// target_groups.
+	allEnd := w.sess.Status == schema.ResultOK && cfg.TargetGroups == 0
+	for e, task := range w.tasks {
+		ep := &episode{task: task}
+		w.eps[e] = ep
+		if !allEnd && r.IntN(3) == 0 {
+			continue // did not end
+		}
+		ep.end = &schema.EpisodeEnd{Rollout: n, Episode: e, Turns: 1 + r.IntN(3), Status: endStatuses[r.IntN(len(endStatuses))], Reason: "why " + fmt.Sprint(r.IntN(3))}
+		if ep.end.Status == schema.EpisodeCompleted {
+			ep.reward = float64(r.IntN(3)) / 2
+			ep.correct = ep.reward == 1
+			if r.IntN(8) == 0 {
+				ep.reward, ep.rewardErr = 0, "reward server down"
+			}
+		}
+		if r.IntN(5) > 0 { // the planner's trajectory is there
+			gen := make([]int, 1+r.IntN(20))
+			ep.last = &schema.PlanOutput{Rollout: n, Episode: e, FinishReason: []string{"stop", "length", "abort"}[r.IntN(3)], Segments: []schema.Segment{
+				{Kind: schema.SegPrompt, Turn: 1, Text: "p", IDs: make([]int, 1+r.IntN(10))},
+				{Kind: schema.SegGenerated, Turn: 1, Text: "g", IDs: gen, LogProbs: make([]float64, len(gen)), Version: "v1"},
+			}}
+			if smp, ok := plannerSample(n, e, ep); ok {
+				ep.planner = &smp
+			}
+		}
+		for k := range r.IntN(5) {
+			d := &schema.ActDone{Rollout: n, Episode: e, Turn: 1, Key: fmt.Sprintf("t1-s%d", k), NodeID: fmt.Sprintf("s%d", k), Tool: "search"}
+			switch r.IntN(6) {
+			case 0, 1:
+				d.Status, d.Generation = schema.ActDoneOK, &schema.Generation{Prompt: "a", PromptIDs: make([]int, 1+r.IntN(5)),
+					OutputIDs: make([]int, 1+r.IntN(5)), FinishReason: "stop"}
+				d.Generation.LogProbs = make([]float64, len(d.Generation.OutputIDs))
+			case 2:
+				d.Status, d.ErrorKind, d.Error = schema.ActFailed, failKinds[r.IntN(len(failKinds))], "engine said no"
+			case 3:
+				d.Status = schema.ActCached
+			case 4:
+				d.Status = schema.ActSkip
+			case 5:
+				d.Tool = "wiki"
+				if r.IntN(2) == 0 {
+					d.Status, d.Output = schema.ActDoneOK, "passage"
+				} else {
+					d.Status, d.ErrorKind, d.Error = schema.ActFailed, schema.ActErrTransient, "HTTP 500"
+				}
+			}
+			ep.acts = append(ep.acts, d)
+			if smp, ok := actorSample(n, e, ep, d); ok {
+				ep.actor = append(ep.actor, smp)
+			}
+		}
+	}
+	// Groups whose tasks all ended are decided, as the session-store does
+	// as they complete: delivered (their samples published as groupShare
+	// makes them), or filtered.
+	if cfg.Grouped() {
+		for g := range groups {
+			members := groupMembers(w.tasks, g)
+			complete := len(members) > 0
+			for _, e := range members {
+				complete = complete && w.eps[e].end != nil
+			}
+			if !complete {
+				continue
+			}
+			gs := schema.GroupState{Index: g, State: schema.GroupDelivered}
+			if cfg.Filtering() && r.IntN(3) == 0 {
+				gs.State, gs.Reason = schema.GroupFiltered, "spread: all rewards equal"
+			}
+			w.sess.Groups = append(w.sess.Groups, gs)
+			if gs.State == schema.GroupDelivered {
+				for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+					w.delivered[role][g], _ = groupShare(w.sess, w.eps, members, role)
+				}
+			}
+		}
+	}
+	return w
+}
+
+// TestResultsTellTheTruth: over random rollouts (random episode ends,
+// trajectories, act outcomes, groups and filters), every count in each
+// role's stats is a count of what its result holds, a task is trained for
+// a role only when the role's samples of it are in its result, and a
+// result claims ok only when it delivers samples or says why it has none.
+func TestResultsTellTheTruth(t *testing.T) {
+	seed := rand.Uint64()
+	r := rand.New(rand.NewPCG(seed, 1))
+	for i := range 3000 {
+		w := randomWorld(r)
+		planner, actor := buildResults(w.sess, w.tasks, w.eps, w.delivered)
+		for _, res := range []*schema.Result{planner, actor} {
+			if err := checkTruth(w, res); err != nil {
+				t.Fatalf("seed %d, rollout %d, %s result: %v\nstatus %s (%s)\nstats %+v\ntasks %+v", seed, i, res.Role, err, res.Status, res.Reason, res.Stats, res.Tasks)
+			}
+		}
+		if planner.Stats.Tokens[schema.RoleActor] != actor.Stats.Tokens[schema.RoleActor] {
+			t.Fatalf("seed %d, rollout %d: the roles count the actor's tokens differently", seed, i)
+		}
+	}
+}
+
+// checkTruth checks one role's result against the rollout it reports.
+func checkTruth(w world, res *schema.Result) error {
+	st := res.Stats
+	if st.Episodes != len(w.tasks) || len(res.Tasks) != len(w.tasks) {
+		return fmt.Errorf("%d episodes, %d task outcomes, for %d tasks", st.Episodes, len(res.Tasks), len(w.tasks))
+	}
+	states := map[string]int{}
+	for i, out := range res.Tasks {
+		if out.Episode != i {
+			return fmt.Errorf("task %d reports episode %d", i, out.Episode)
+		}
+		states[out.State]++
+	}
+	if fmt.Sprint(states) != fmt.Sprint(st.TaskStates) {
+		return fmt.Errorf("task_states %v, the tasks say %v", st.TaskStates, states)
+	}
+	episodes, failures := map[string]int{}, map[string]int{}
+	ended := 0
+	for e := range w.tasks {
+		ep := w.eps[e]
+		if ep.end == nil {
+			episodes[schema.TaskUnfinished]++
+			continue
+		}
+		ended++
+		episodes[ep.end.Status]++
+		if ep.rewardErr != "" {
+			failures["reward"]++
+		}
+		for _, d := range ep.acts {
+			if d.Status == schema.ActFailed && d.ErrorKind != schema.ActErrDuplicate {
+				failures[d.ErrorKind]++
+			}
+		}
+	}
+	if fmt.Sprint(episodes) != fmt.Sprint(st.EpisodeStatus) || st.Ended != ended || st.Completed != episodes[schema.EpisodeCompleted] {
+		return fmt.Errorf("episode_status %v, ended %d, completed %d; the episodes say %v, %d ended", st.EpisodeStatus, st.Ended, st.Completed, episodes, ended)
+	}
+	if fmt.Sprint(failures) != fmt.Sprint(st.Failures) {
+		return fmt.Errorf("failures %v, the acts and rewards say %v", st.Failures, failures)
+	}
+	tokens := 0
+	has := map[string]int{}
+	for _, smp := range res.Samples {
+		tokens += len(smp.Tokens)
+		has[smp.RolloutID]++
+	}
+	if st.Tokens[res.Role] != tokens {
+		return fmt.Errorf("tokens %d, the samples hold %d", st.Tokens[res.Role], tokens)
+	}
+	if !w.sess.Config.Grouped() && res.Role == schema.RoleActor && st.Acts != len(res.Samples) {
+		return fmt.Errorf("acts %d, %d actor samples", st.Acts, len(res.Samples))
+	}
+	for e, out := range res.Tasks {
+		id := episodeID(w.sess.Rollout, e)
+		switch {
+		case out.State == schema.TaskTrained && has[id] == 0:
+			return fmt.Errorf("task %d is trained, and the result has no sample of it", e)
+		case has[id] > 0 && !slices.Contains([]string{schema.TaskTrained, schema.TaskFailed, schema.TaskAborted}, out.State):
+			return fmt.Errorf("task %d is %s, and the result has %d samples of it", e, out.State, has[id])
+		case out.State != schema.TaskTrained && out.Reason == "":
+			return fmt.Errorf("task %d is %s, with no reason", e, out.State)
+		case out.State == schema.TaskEmpty && res.Role == schema.RolePlanner:
+			return fmt.Errorf("task %d is empty for the planner", e)
+		}
+	}
+	for _, smp := range res.Samples {
+		var e int
+		fmt.Sscanf(smp.RolloutID[strings.LastIndex(smp.RolloutID, "-")+1:], "%d", &e)
+		if ep := w.eps[e]; res.Role == schema.RolePlanner && smp.Status == schema.EpisodeCompleted && ep.end.Status != schema.EpisodeCompleted {
+			return fmt.Errorf("planner sample of episode %d is completed, the episode %s", e, ep.end.Status)
+		}
+	}
+	switch res.Status {
+	case schema.ResultOK:
+		if len(res.Samples) == 0 && st.TaskStates[schema.TaskFailed] > 0 {
+			return fmt.Errorf("ok with no sample, %d tasks failed", st.TaskStates[schema.TaskFailed])
+		}
+		if len(res.Samples) == 0 && res.Reason == "" && len(w.tasks) > 0 {
+			return fmt.Errorf("ok with no sample and no reason")
+		}
+		if len(res.Samples) == 0 && episodes[schema.EpisodeAborted] > 0 {
+			return fmt.Errorf("ok with no sample, %d episodes aborted", episodes[schema.EpisodeAborted])
+		}
+		if w.sess.Status != schema.ResultOK {
+			return fmt.Errorf("ok, the rollout ended %s", w.sess.Status)
+		}
+	case schema.ResultPartial:
+		if len(res.Samples) == 0 && (st.TaskStates[schema.TaskFailed] > 0 || episodes[schema.EpisodeAborted] > 0) {
+			return fmt.Errorf("partial with no sample, %d tasks failed", st.TaskStates[schema.TaskFailed])
+		}
+	case schema.ResultFailed:
+		if len(res.Samples) > 0 && episodes[schema.EpisodeFailed] != len(w.tasks) {
+			return fmt.Errorf("failed with %d samples, and not every episode failed", len(res.Samples))
+		}
+		if res.Reason == "" {
+			return fmt.Errorf("failed, saying nothing")
+		}
+	}
+	if res.Status != w.sess.Status && res.Status != schema.ResultFailed {
+		return fmt.Errorf("status %s, the rollout ended %s", res.Status, w.sess.Status)
+	}
+	return nil
+}
