@@ -89,7 +89,7 @@ const watchPoll = 200 * time.Millisecond
 // every message to fn until ctx ends.
 func follow(ctx context.Context, nc *nats.Conn, streams map[string]string, fn func(bus.StoredMsg)) {
 	for stream, filter := range streams {
-		go func() { _ = bus.Follow(ctx, nc, stream, filter, 1, watchPoll, fn) }()
+		go func() { _ = bus.Follow(ctx, nc, stream, filter, 1, watchPoll, fn, nil) }()
 	}
 }
 

@@ -92,8 +92,10 @@ func LastSeq(ctx context.Context, nc *nats.Conn, stream, filter string) (uint64,
 // Follow reads stream on filter from sequence from on, calling fn with
 // every message in order, until ctx ends: what it has read, then what
 // comes, polling every interval when there is nothing new. A read that
-// fails (a server restarting, a leader moving) is tried again.
-func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint64, interval time.Duration, fn func(StoredMsg)) error {
+// fails (a server restarting, a leader moving) is tried again. caughtUp,
+// if not nil, is called after each read that found nothing more: every
+// message the replica that answered held is read.
+func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint64, interval time.Duration, fn func(StoredMsg), caughtUp func()) error {
 	next := max(from, 1)
 	for {
 		b, err := ReadBatch(ctx, nc, stream, filter, next, 256)
@@ -106,6 +108,9 @@ func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint
 		}
 		if err == nil && len(b.Msgs) > 0 && b.Pending > 0 {
 			continue // more already there
+		}
+		if err == nil && caughtUp != nil {
+			caughtUp()
 		}
 		select {
 		case <-ctx.Done():

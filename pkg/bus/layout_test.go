@@ -189,7 +189,7 @@ func TestReadBatchAndFollow(t *testing.T) {
 	fctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- bus.Follow(fctx, b.NC, bus.StreamPlan, "plan.3.>", 1, 10*time.Millisecond, func(m bus.StoredMsg) { got <- m.Subject })
+		done <- bus.Follow(fctx, b.NC, bus.StreamPlan, "plan.3.>", 1, 10*time.Millisecond, func(m bus.StoredMsg) { got <- m.Subject }, nil)
 	}()
 	if err := b.Publish(ctx, &schema.PlanRequest{Rollout: 3, Episode: 5, Turn: 1}); err != nil {
 		t.Fatal(err)

@@ -132,11 +132,16 @@ func OpenWith(ctx context.Context, nc *nats.Conn, o Options) (*Reader, error) {
 				if changed {
 					r.notify()
 				}
-			})
+			}, nil)
 		}()
 	}
-	if runsLast == 0 {
+	// Run states are removed when their rollout ends, so the last one
+	// there at open may be gone before it is read: the bucket is read once
+	// the reader has read it to its end, or past what was last at open.
+	runsRead := func() {
+		r.mu.Lock()
 		r.runs = true
+		r.mu.Unlock()
 	}
 	wg.Add(1)
 	go func() {
@@ -144,11 +149,9 @@ func OpenWith(ctx context.Context, nc *nats.Conn, o Options) (*Reader, error) {
 		_ = bus.Follow(fctx, nc, "KV_"+bus.BucketRuns, "$KV."+bus.BucketRuns+".>", 1, PollEvery, func(m bus.StoredMsg) {
 			r.applyRun(m)
 			if m.Seq >= runsLast {
-				r.mu.Lock()
-				r.runs = true
-				r.mu.Unlock()
+				runsRead()
 			}
-		})
+		}, runsRead)
 	}()
 	return r, nil
 }
