@@ -185,44 +185,50 @@ func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
 
 // objectStore opens the object store, creating or updating it only when it
 // is missing or differs from what is wanted.
+//
+// Objects are read from the stream's leader: a direct get (nats.go's
+// default for object stores) may be answered by a follower that has not
+// got an object just written, and "not found" would be taken for true. So
+// the store's stream is created with direct gets off from the start, never
+// created with them on and switched off after: a client that opened the
+// store in between keeps asking for direct gets that nobody answers any
+// more ("no responders" on its first put).
 func (b *Bus) objectStore(ctx context.Context, name, desc string, p Provisioning) (jetstream.ObjectStore, error) {
-	ocfg := jetstream.ObjectStoreConfig{
-		Bucket:      name,
-		Description: desc,
-		TTL:         p.History,
-		Storage:     jetstream.FileStorage,
-		Replicas:    p.Replicas,
-	}
+	scfg := objectStreamConfig(name, desc, p)
 	if os, err := b.JS.ObjectStore(ctx, name); err == nil {
 		if st, err := os.Status(ctx); err == nil {
-			ocfg.Replicas = b.keepReplicas(name, st.Replicas(), ocfg.Replicas)
+			scfg.Replicas = b.keepReplicas(name, st.Replicas(), scfg.Replicas)
 			direct := st.(*jetstream.ObjectBucketStatus).StreamInfo().Config.AllowDirect
-			if st.Description() == ocfg.Description && st.TTL() == ocfg.TTL && st.Storage() == ocfg.Storage && max(st.Replicas(), 1) == max(ocfg.Replicas, 1) && !direct {
+			if st.Description() == scfg.Description && st.TTL() == scfg.MaxAge && st.Storage() == scfg.Storage && max(st.Replicas(), 1) == max(scfg.Replicas, 1) && !direct {
 				return os, nil
 			}
 		}
 	}
-	if _, err := b.JS.CreateOrUpdateObjectStore(ctx, ocfg); err != nil {
+	if _, err := b.JS.CreateOrUpdateStream(ctx, scfg); err != nil {
 		return nil, fmt.Errorf("provision object store %s: %w", name, err)
-	}
-	// Objects are read from the stream's leader: a direct get (nats.go's
-	// default for object stores) may be answered by a follower that has not
-	// got an object just written, and "not found" would be taken for true.
-	st, err := b.JS.Stream(ctx, "OBJ_"+name)
-	if err != nil {
-		return nil, fmt.Errorf("provision object store %s: %w", name, err)
-	}
-	if cfg := st.CachedInfo().Config; cfg.AllowDirect {
-		cfg.AllowDirect = false
-		if _, err := b.JS.UpdateStream(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("provision object store %s: %w", name, err)
-		}
 	}
 	os, err := b.JS.ObjectStore(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("provision object store %s: %w", name, err)
 	}
 	return os, nil
+}
+
+// objectStreamConfig is the stream behind object store name: what nats.go's
+// CreateObjectStore makes of an ObjectStoreConfig, with direct gets off.
+func objectStreamConfig(name, desc string, p Provisioning) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        "OBJ_" + name,
+		Description: desc,
+		Subjects:    []string{"$O." + name + ".C.>", "$O." + name + ".M.>"},
+		MaxAge:      p.History,
+		MaxBytes:    -1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    p.Replicas,
+		Discard:     jetstream.DiscardNew,
+		AllowRollup: true,
+		AllowDirect: false,
+	}
 }
 
 // sameStream reports whether the stream's config already holds every field
