@@ -228,46 +228,46 @@ func isTerminal(w io.Writer) bool {
 
 // watchProgress shows the rollout's progress as the session-store reports
 // it (episodes ended of all, acts): one line kept up to date on a
-// terminal, a plain line per change otherwise. stop ends it.
+// terminal, a plain line per change otherwise. What it shows only moves
+// forward (see submitProgress). stop ends it.
 func watchProgress(nc *nats.Conn, n int64, w io.Writer) (stop func()) {
 	tty := isTerminal(w)
 	var mu sync.Mutex
-	last := ""
+	p := &submitProgress{rollout: n}
+	shown := false
 	show := func(line string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if line == last {
+		if line == "" {
 			return
 		}
-		last = line
+		shown = true
 		if tty {
 			fmt.Fprintf(w, "\r\033[K%s", line)
 		} else {
 			fmt.Fprintln(w, line)
 		}
 	}
-	show(fmt.Sprintf("rollout %d: waiting for both roles", n))
+	show(p.line())
 	sub, err := nc.Subscribe(subject.Status(n), func(m *nats.Msg) {
 		var st schema.Status
 		if schema.Unmarshal(m.Data, &st) != nil {
 			return
 		}
-		switch {
-		case st.Event == "started":
-			show(fmt.Sprintf("rollout %d: started, %s", n, st.Detail))
-		case st.Episodes > 0:
-			show(fmt.Sprintf("rollout %d: %d/%d episodes ended, %d acts", n, st.Ended, st.Episodes, st.Acts))
-		case st.Event == "finished":
-			show(fmt.Sprintf("rollout %d: finished, %s", n, st.Detail))
-		}
+		mu.Lock()
+		defer mu.Unlock()
+		show(p.apply(st))
 	})
+	if err == nil {
+		// The subscription is in place before the arrivals go out (on
+		// other connections), so that "started" is not missed.
+		_ = nc.Flush()
+	}
 	return func() {
 		if err == nil {
 			_ = sub.Unsubscribe()
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if tty && last != "" {
+		if tty && shown {
 			fmt.Fprintln(w)
 		}
 	}
