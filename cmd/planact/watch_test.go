@@ -267,3 +267,32 @@ func TestBoardRedrawsInPlace(t *testing.T) {
 		t.Errorf("the second drawing does not go back up over two lines:\n%q", out.String())
 	}
 }
+
+// A status event stored after a later one, or after the result (published
+// by a handler that ran at the same time), moves no rollout back.
+func TestBoardNeverMovesBack(t *testing.T) {
+	enc := func(m schema.Message) []byte {
+		data, err := schema.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	b := newBoard()
+	b.apply("rollout.3.start", enc(&schema.Start{Rollout: 3, Episodes: 2}), time.Now())
+	b.apply("rollout.3.status", enc(&schema.Status{Rollout: 3, Event: "episode", Ended: 1, Episodes: 2, Acts: 4}), time.Now())
+	if b.apply("rollout.3.status", enc(&schema.Status{Rollout: 3, Event: "episode", Ended: 1, Episodes: 2, Acts: 3}), time.Now()) {
+		t.Errorf("an older count of acts changed the board: %+v", b.rows[3])
+	}
+	b.apply("rollout.3.result.planner", enc(&schema.Result{Rollout: 3, Role: schema.RolePlanner, Status: schema.ResultOK,
+		Stats: schema.Stats{Episodes: 2, Acts: 6, EpisodeStatus: map[string]int{schema.EpisodeCompleted: 2}}}), time.Now())
+	ended := b.rows[3].line(10)
+	for _, st := range []*schema.Status{
+		{Rollout: 3, Event: "episode", Ended: 2, Episodes: 2, Acts: 5},
+		{Rollout: 3, Event: "episode", Ended: 1, Episodes: 2, Acts: 7},
+	} {
+		if b.apply("rollout.3.status", enc(st), time.Now()) || b.rows[3].line(10) != ended {
+			t.Errorf("a status after the result changed the rollout: %q, was %q", b.rows[3].line(10), ended)
+		}
+	}
+}
