@@ -76,9 +76,15 @@ func TestUpFlags(t *testing.T) {
 		env  func(string) string
 		err  string
 	}{
-		{"sync for another server", []string{"--nats", "nats://127.0.0.1:1", "--sync", "1s"}, noenv, "up: --sync set the embedded server, but --nats or $NATS_URL names another one"},
+		{"sync for another server", []string{"--nats", "nats://127.0.0.1:1", "--sync", "1s"}, noenv,
+			"up: --port, --sync set the embedded server, but --nats names another one (nats://127.0.0.1:1): leave --nats out to start the embedded server, or leave --port, --sync out to use that one"},
 		{"TLS for another server", []string{"--tls-server-cert", srvCert, "--tls-server-key", srvKey}, env("NATS_URL", "nats://127.0.0.1:1"),
-			"up: --tls-server-cert, --tls-server-key set the embedded server, but --nats or $NATS_URL names another one"},
+			"up: --port, --tls-server-cert, --tls-server-key set the embedded server, but $NATS_URL names another one (nats://127.0.0.1:1): unset NATS_URL to start the embedded server"},
+		// --port used to be ignored without a word when $NATS_URL was set.
+		{"port for another server", nil, env("NATS_URL", "nats://u:secret@127.0.0.1:1"),
+			"up: --port set the embedded server, but $NATS_URL names another one (nats://u:xxxxx@127.0.0.1:1): unset NATS_URL to start the embedded server, or leave --port out to use that one"},
+		{"data and host for another server", []string{"--nats", "nats://127.0.0.1:1", "--data", "/tmp/x", "--host", "0.0.0.0"}, env("NATS_URL", "nats://127.0.0.1:2"),
+			"up: --data, --host, --port set the embedded server, but --nats names another one (nats://127.0.0.1:1): leave --nats out and unset NATS_URL to start"},
 		{"bad sync", []string{"--sync", "often"}, noenv, `invalid value "often" for flag -sync: want always or a positive duration`},
 		{"zero sync", []string{"--sync", "0s"}, noenv, `invalid value "0s" for flag -sync`},
 		{"nkey file missing", nil, env("NATS_NKEY", "/nonexistent"), "nats: $NATS_NKEY /nonexistent: open"},
