@@ -12,6 +12,7 @@ import (
 
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/internal/demo"
+	"github.com/planact/planact/internal/natsbin"
 )
 
 func env(kv ...string) func(string) string {
@@ -152,5 +153,36 @@ func TestUpOverTLSTrustsItsCertificate(t *testing.T) {
 	var sum demo.Summary
 	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil || sum.RolloutsCompleted != 1 {
 		t.Fatalf("summary %+v (%v)", sum, err)
+	}
+}
+
+// TestCommandsRefuseAnOldServer: against Debian's nats-server (2.9, older
+// than planact needs) every command stops at once with one line naming the
+// server's version and the one planact needs. `serve session-store`
+// retried provisioning ("limit marker TTLs not supported by server") and
+// `submit` waited for both roles until its time-out.
+func TestCommandsRefuseAnOldServer(t *testing.T) {
+	old := natsbin.Old(t)
+	want := "nats-server too old for planact: " + old.URL + " runs " + old.Version + ", planact needs 2.12.0 or later"
+	for _, args := range [][]string{
+		{"serve", "--nats", old.URL, "session-store"},
+		{"serve", "--nats", old.URL, "act-dispatcher", "actor-gateway"},
+		{"up", "--nats", old.URL, "--metrics", ""},
+		{"submit", "--nats", old.URL, "--rollout", "1", "--planner-engine", "http://127.0.0.1:1", "--actor-engine", "http://127.0.0.1:1", "--sim-tasks", "1"},
+		{"watch", "--nats", old.URL, "1"},
+		{"watch", "-v", "--nats", old.URL},
+		{"inspect", "--nats", old.URL, "1"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		var out syncBuffer
+		err := run(ctx, args, noenv, strings.NewReader(""), &out, &out)
+		late := ctx.Err()
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") || late != nil {
+			t.Errorf("planact %s: %v, want one line saying %q", strings.Join(args, " "), err, want)
+		}
+		if strings.Contains(out.String(), "retrying") {
+			t.Errorf("planact %s retried:\n%s", strings.Join(args, " "), out.String())
+		}
 	}
 }

@@ -2,11 +2,14 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/pkg/fail"
 )
 
 // Provisioning sets the retention of what planact keeps in JetStream.
@@ -108,11 +111,16 @@ const provisionPatience = time.Minute
 
 // provision creates or updates what planact needs, retrying with back-off
 // while the cluster is not ready or another process provisions at once.
+// What the server cannot do (a setting it does not support) is permanent
+// and returned at once.
 func (b *Bus) provision(ctx context.Context, p Provisioning) error {
 	deadline := time.Now().Add(provisionPatience)
 	wait := 100 * time.Millisecond
 	for {
 		err := b.provisionOnce(ctx, p)
+		if unsupported(err) {
+			return fail.E(fail.Permanent, fmt.Errorf("%w (planact needs nats-server %s or later)", err, MinServerVersion))
+		}
 		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
@@ -124,6 +132,20 @@ func (b *Bus) provision(ctx context.Context, p Provisioning) error {
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
+}
+
+// unsupported says whether err is the server refusing a setting it does
+// not have: no retry will change its mind.
+func unsupported(err error) bool {
+	for _, e := range []error{
+		jetstream.ErrLimitMarkerTTLNotSupported, jetstream.ErrStreamSubjectTransformNotSupported, jetstream.ErrStreamSourceNotSupported,
+		jetstream.ErrStreamSourceMultipleFilterSubjectsNotSupported, jetstream.ErrConsumerMultipleFilterSubjectsNotSupported,
+	} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
