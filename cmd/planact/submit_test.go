@@ -130,8 +130,8 @@ func TestSubmitWithoutPlanact(t *testing.T) {
 func TestSubmitProgressOnlyMovesForward(t *testing.T) {
 	_, url := bustest.Server(t)
 	var out syncBuffer
-	stop := watchProgress(bustest.Conn(t, url), 3, &out)
-	defer stop()
+	progress := watchProgress(bustest.Conn(t, url), 3, &out)
+	defer progress.stop()
 	pub := bustest.Conn(t, url)
 	for _, st := range []schema.Status{
 		{Event: "started", Episode: -1, Detail: "4 episodes"},
