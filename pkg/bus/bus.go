@@ -94,12 +94,22 @@ func dialForever(c ConnOptions, name string, log zerolog.Logger) (*nats.Conn, er
 				log.Warn().Err(err).Msg("nats disconnected")
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info().Str("url", c.ConnectedUrlRedacted()).Msg("nats reconnected") }),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info().Str("url", c.ConnectedUrlRedacted()).Msg("nats reconnected")
+			if err := CheckServerVersion(c); err != nil {
+				// A cluster's member older than the one first dialled.
+				log.Error().Err(err).Msg("nats reconnected to a server too old for planact")
+			}
+		}),
 	)
 }
 
-// Open provisions over an existing connection and returns a Bus.
+// Open provisions over an existing connection and returns a Bus. A server
+// older than MinServerVersion is refused before anything is provisioned.
 func Open(ctx context.Context, nc *nats.Conn, log zerolog.Logger, p Provisioning) (*Bus, error) {
+	if err := CheckServerVersion(nc); err != nil {
+		return nil, err
+	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(PublishTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)

@@ -2,11 +2,14 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/pkg/fail"
 )
 
 // Provisioning sets the retention of what planact keeps in JetStream.
@@ -108,11 +111,16 @@ const provisionPatience = time.Minute
 
 // provision creates or updates what planact needs, retrying with back-off
 // while the cluster is not ready or another process provisions at once.
+// What the server cannot do (a setting it does not support) is permanent
+// and returned at once.
 func (b *Bus) provision(ctx context.Context, p Provisioning) error {
 	deadline := time.Now().Add(provisionPatience)
 	wait := 100 * time.Millisecond
 	for {
 		err := b.provisionOnce(ctx, p)
+		if unsupported(err) {
+			return fail.E(fail.Permanent, fmt.Errorf("%w (planact needs nats-server %s or later)", err, MinServerVersion))
+		}
 		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
@@ -124,6 +132,20 @@ func (b *Bus) provision(ctx context.Context, p Provisioning) error {
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
+}
+
+// unsupported says whether err is the server refusing a setting it does
+// not have: no retry will change its mind.
+func unsupported(err error) bool {
+	for _, e := range []error{
+		jetstream.ErrLimitMarkerTTLNotSupported, jetstream.ErrStreamSubjectTransformNotSupported, jetstream.ErrStreamSourceNotSupported,
+		jetstream.ErrStreamSourceMultipleFilterSubjectsNotSupported, jetstream.ErrConsumerMultipleFilterSubjectsNotSupported,
+	} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
@@ -185,44 +207,50 @@ func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
 
 // objectStore opens the object store, creating or updating it only when it
 // is missing or differs from what is wanted.
+//
+// Objects are read from the stream's leader: a direct get (nats.go's
+// default for object stores) may be answered by a follower that has not
+// got an object just written, and "not found" would be taken for true. So
+// the store's stream is created with direct gets off from the start, never
+// created with them on and switched off after: a client that opened the
+// store in between keeps asking for direct gets that nobody answers any
+// more ("no responders" on its first put).
 func (b *Bus) objectStore(ctx context.Context, name, desc string, p Provisioning) (jetstream.ObjectStore, error) {
-	ocfg := jetstream.ObjectStoreConfig{
-		Bucket:      name,
-		Description: desc,
-		TTL:         p.History,
-		Storage:     jetstream.FileStorage,
-		Replicas:    p.Replicas,
-	}
+	scfg := objectStreamConfig(name, desc, p)
 	if os, err := b.JS.ObjectStore(ctx, name); err == nil {
 		if st, err := os.Status(ctx); err == nil {
-			ocfg.Replicas = b.keepReplicas(name, st.Replicas(), ocfg.Replicas)
+			scfg.Replicas = b.keepReplicas(name, st.Replicas(), scfg.Replicas)
 			direct := st.(*jetstream.ObjectBucketStatus).StreamInfo().Config.AllowDirect
-			if st.Description() == ocfg.Description && st.TTL() == ocfg.TTL && st.Storage() == ocfg.Storage && max(st.Replicas(), 1) == max(ocfg.Replicas, 1) && !direct {
+			if st.Description() == scfg.Description && st.TTL() == scfg.MaxAge && st.Storage() == scfg.Storage && max(st.Replicas(), 1) == max(scfg.Replicas, 1) && !direct {
 				return os, nil
 			}
 		}
 	}
-	if _, err := b.JS.CreateOrUpdateObjectStore(ctx, ocfg); err != nil {
+	if _, err := b.JS.CreateOrUpdateStream(ctx, scfg); err != nil {
 		return nil, fmt.Errorf("provision object store %s: %w", name, err)
-	}
-	// Objects are read from the stream's leader: a direct get (nats.go's
-	// default for object stores) may be answered by a follower that has not
-	// got an object just written, and "not found" would be taken for true.
-	st, err := b.JS.Stream(ctx, "OBJ_"+name)
-	if err != nil {
-		return nil, fmt.Errorf("provision object store %s: %w", name, err)
-	}
-	if cfg := st.CachedInfo().Config; cfg.AllowDirect {
-		cfg.AllowDirect = false
-		if _, err := b.JS.UpdateStream(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("provision object store %s: %w", name, err)
-		}
 	}
 	os, err := b.JS.ObjectStore(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("provision object store %s: %w", name, err)
 	}
 	return os, nil
+}
+
+// objectStreamConfig is the stream behind object store name: what nats.go's
+// CreateObjectStore makes of an ObjectStoreConfig, with direct gets off.
+func objectStreamConfig(name, desc string, p Provisioning) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        "OBJ_" + name,
+		Description: desc,
+		Subjects:    []string{"$O." + name + ".C.>", "$O." + name + ".M.>"},
+		MaxAge:      p.History,
+		MaxBytes:    -1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    p.Replicas,
+		Discard:     jetstream.DiscardNew,
+		AllowRollup: true,
+		AllowDirect: false,
+	}
 }
 
 // sameStream reports whether the stream's config already holds every field

@@ -50,8 +50,13 @@ type Client struct {
 	arrived map[string]arrival // "N/role" -> this client's last arrival
 }
 
-// New returns a client over nc.
+// New returns a client over nc. A nats-server older than planact needs
+// (bus.MinServerVersion) is refused at once with bus.ErrServerTooOld: no
+// rollout could run there.
 func New(nc *nats.Conn) (*Client, error) {
+	if err := bus.CheckServerVersion(nc); err != nil {
+		return nil, err
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err

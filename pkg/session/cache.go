@@ -8,10 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
@@ -91,15 +94,10 @@ func LoadTaskList(ctx context.Context, kv *bus.Bucket, objects jetstream.ObjectS
 	if objects == nil {
 		return tl, true, fail.Permanentf("rollout %d: tasks are in object %s, but no object store is open", n, tl.Object)
 	}
-	obj, err := objects.Get(ctx, tl.Object)
+	data, info, err := readObject(ctx, objects, tl.Object)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return tl, true, fail.Permanentf("rollout %d: task object %s is gone", n, tl.Object)
 	}
-	if err != nil {
-		return tl, true, fail.Transientf("rollout %d: task object %s: %w", n, tl.Object, err)
-	}
-	defer obj.Close()
-	info, err := obj.Info()
 	if err != nil {
 		return tl, true, fail.Transientf("rollout %d: task object %s: %w", n, tl.Object, err)
 	}
@@ -107,17 +105,99 @@ func LoadTaskList(ctx context.Context, kv *bus.Bucket, objects jetstream.ObjectS
 		return tl, true, fail.Permanentf("rollout %d: task object %s changed after the %s arrival that brought it (digest %s then, %s now): a list is put once, under a name of its own",
 			n, tl.Object, tl.From, tl.Digest, info.Digest)
 	}
-	data, err := io.ReadAll(obj)
-	if err != nil {
-		return tl, true, fail.Transientf("rollout %d: task object %s: %w", n, tl.Object, err)
-	}
-	var inner schema.TaskList
+	var inner taskList
 	if err := schema.UnmarshalValueStrict(data, &inner, "task list "+tl.Object); err != nil {
 		return tl, true, fmt.Errorf("rollout %d: task object %s: %w", n, tl.Object, err)
 	}
-	tl.Tasks = inner.Tasks
+	tasks := make([]schema.Task, len(inner.Tasks))
+	for i, t := range inner.Tasks {
+		tasks[i] = schema.Task{GroupIndex: t.GroupIndex, Index: t.Index, Prompt: t.Prompt, Label: t.Label}
+	}
+	inner.Tasks = nil
+	if len(data) >= collectAfterBytes {
+		// The object's bytes and its decoded tasks were live together, and
+		// the collector sizes the heap it lets grow from what was live at
+		// its last run: twice both, four times the list. Collected now that
+		// the bytes are dropped, it lets the heap grow to twice the tasks.
+		data = nil
+		runtime.GC()
+	}
+	tl.Tasks = tasks
 	return tl, true, nil
 }
+
+// taskList is schema.TaskList as LoadTasks reads it from the object store:
+// the tasks' metadata is checked to be a map and skipped, not decoded. It
+// is the trainer's (what its dataset keeps with a task) and no service
+// reads it; decoded, a few keys per task cost more memory than the
+// prompts. Its fields are schema.Task's (a test holds them equal).
+type taskList struct {
+	Tasks  []listedTask `json:"tasks,omitempty"`
+	Object string       `json:"object,omitempty"`
+	From   string       `json:"from,omitempty"`   // read past: what the KV value records, not the object
+	Digest string       `json:"digest,omitempty"` // likewise
+}
+
+type listedTask struct {
+	GroupIndex int             `json:"group_index"`
+	Index      int             `json:"index"`
+	Prompt     string          `json:"prompt"`
+	Label      string          `json:"label,omitempty"`
+	Metadata   skippedMetadata `json:"metadata,omitempty"`
+}
+
+// skippedMetadata is a task's metadata, read past without being decoded.
+type skippedMetadata map[string]any
+
+// DecodeMsgpack skips the value after checking that it is a map (or nil),
+// as schema.Task's map[string]any would.
+func (*skippedMetadata) DecodeMsgpack(d *msgpack.Decoder) error {
+	c, err := d.PeekCode()
+	if err != nil {
+		return err
+	}
+	if c != msgpcode.Nil && !msgpcode.IsFixedMap(c) && c != msgpcode.Map16 && c != msgpcode.Map32 {
+		return fmt.Errorf("a task's metadata: want a map, not msgpack code 0x%x", c)
+	}
+	return d.Skip()
+}
+
+// collectAfterBytes is the size of a task list after whose reading the
+// heap is collected at once (see LoadTasks).
+const collectAfterBytes = 8 << 20
+
+// readObject reads object name whole into a buffer of its size. A task
+// list can be tens of megabytes: GetBytes reads it into a buffer that
+// doubles as it fills, which holds up to three times the object at once.
+func readObject(ctx context.Context, objects jetstream.ObjectStore, name string) ([]byte, *jetstream.ObjectInfo, error) {
+	r, err := objects.Get(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.Close()
+	info, err := r.Info()
+	if err != nil {
+		return nil, nil, err
+	}
+	if info.Size > maxObjectBytes {
+		return nil, nil, fail.Permanentf("object %s: %d bytes: more than the %d a task list may take", name, info.Size, maxObjectBytes)
+	}
+	data := make([]byte, info.Size)
+	if _, err := io.ReadFull(r, data); err != nil {
+		return nil, nil, fmt.Errorf("object %s: %w", name, err)
+	}
+	// A second Read sees the end, and with it the digest check.
+	if _, err := r.Read(make([]byte, 1)); err != io.EOF {
+		if err == nil {
+			err = fmt.Errorf("more than the %d bytes it says it has", info.Size)
+		}
+		return nil, nil, fmt.Errorf("object %s: %w", name, err)
+	}
+	return data, info, nil
+}
+
+// maxObjectBytes bounds the task list read from the object store.
+const maxObjectBytes = 1 << 30
 
 // Get returns rollout n's Info. Whatever would make a service drop work —
 // no session (its messages belong to nothing: a permanent error), or a
