@@ -12,7 +12,7 @@
 #   process, so it connects as admin: a real trainer connects as its own
 #   role's user, trainer-planner or trainer-actor).
 #
-# nats-server comes from $PATH, else $(go env GOPATH)/bin, else it is built
+# nats-server (2.12 or later) comes from $PATH, else $(go env GOPATH)/bin, else it is built
 # with `go install github.com/nats-io/nats-server/v2@v2.15.2`. If that fails
 # too, one embedded server without users stands in (planact up --services none).
 #
@@ -64,8 +64,19 @@ for u in SESSION_STORE PLANNER_GATEWAY PLAN_PARSER ACT_DISPATCHER ACTOR_GATEWAY 
   export "PLANACT_PW_$u=${PLANACT_PW_PREFIX:-local}-$u"
 done
 
-nats_server="$(command -v nats-server || true)"
-if [[ -z "$nats_server" && -x "$(go env GOPATH)/bin/nats-server" ]]; then nats_server="$(go env GOPATH)/bin/nats-server"; fi
+# planact needs nats-server 2.12 or later (bus.MinServerVersion); Debian's
+# package is 2.9, so a nats-server found first may be too old.
+new_enough() { # new_enough BINARY
+  local v
+  v="$("$1" --version 2>/dev/null | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p')"
+  [[ -n "$v" && "$(printf '%s\n' 2.12.0 "$v" | sort -V | head -1)" == 2.12.0 ]]
+}
+nats_server=""
+for candidate in "$(command -v nats-server || true)" "$(go env GOPATH)/bin/nats-server"; do
+  [[ -n "$candidate" && -x "$candidate" ]] || continue
+  if new_enough "$candidate"; then nats_server="$candidate"; break; fi
+  log "$candidate is $("$candidate" --version 2>/dev/null), older than planact needs (2.12): not using it"
+done
 if [[ -z "$nats_server" ]]; then
   log "no nats-server: go install github.com/nats-io/nats-server/v2@v2.15.2"
   if GOBIN="$work" go install github.com/nats-io/nats-server/v2@v2.15.2 >"$work/install.log" 2>&1; then

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/internal/natsbin"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
@@ -337,4 +338,22 @@ func nodeCmd(t *testing.T, dir, name string, args ...string) *exec.Cmd {
 		}
 	}
 	return cmd
+}
+
+// TestNodeTrainerRefusesAnOldServer: against Debian's nats-server (2.9,
+// older than planact needs) the Node trainer stops at once with one line
+// naming the server's version and the one planact needs, exit status 1,
+// instead of arriving and waiting for its whole time-out.
+func TestNodeTrainerRefusesAnOldServer(t *testing.T) {
+	old := natsbin.Old(t)
+	dir := nodeExample(t)
+	cmd := nodeCmd(t, dir, "node", "trainer.mjs", "--nats", old.URL, "--rollout", "1", "--role", "both",
+		"--planner-engine", "http://127.0.0.1:1", "--actor-engine", "http://127.0.0.1:1", "--prompt", "?", "--label", "!", "--timeout", "3600")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	want := "trainer: nats-server too old for planact: " + old.URL + " runs " + old.Version + ", planact needs 2.12.0 or later\n"
+	if code := cmd.ProcessState.ExitCode(); code != 1 || stderr.String() != want {
+		t.Errorf("node trainer on nats-server %s: %v, exit %d, stderr %q; want exit 1 and %q", old.Version, err, code, stderr.String(), want)
+	}
 }

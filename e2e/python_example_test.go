@@ -746,6 +746,8 @@ func TestPythonSlimeErrors(t *testing.T) {
 		{name: "slime filter", args: `{"dynamic_sampling_filter_path": "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"}`,
 			wants: "ValueError: --dynamic-sampling-filter-path runs in slime's own rollout"},
 		{name: "evaluation", eval: true, wants: "ValueError: slime_planact does not evaluate: set --eval-function-path"},
+		{name: "old nats-server", env: map[string]string{"STANDIN_NATS_SERVER_VERSION": "2.9.10"},
+			wants: "PlanactError: planact: unsupported: nats-server too old for planact: nats://127.0.0.1:4222 runs 2.9.10, planact needs 2.12.0 or later"},
 		{name: "rejected", feed: rejected(""), wants: `PlanactError: planact: invalid: rollout 9 (planner): unknown field "config.max_turn"`},
 		{name: "another arrival's rejection", env: map[string]string{"PLANACT_TIMEOUT_S": "0.3"}, feed: rejected("arrive.9.planner..1"),
 			wants: "PlanactError: planact: timeout: no planner result for rollout 9 within PLANACT_TIMEOUT_S=0.3s"},
@@ -786,6 +788,43 @@ except (ValueError, slime_planact.PlanactError) as e:
 				t.Errorf("got  %s\nwant %s…", got, c.wants)
 			}
 		})
+	}
+}
+
+// TestPythonTrainerRefusesAnOldServer: the Python trainer (trainer.py)
+// connected to a nats-server older than planact needs stops at once, in one
+// line naming both versions, and sends nothing. (nats-py cannot be
+// installed here: the in-memory stand-in plays the old server, giving its
+// version as nats-py does.)
+func TestPythonTrainerRefusesAnOldServer(t *testing.T) {
+	py := python(t)
+	examples, err := filepath.Abs("../examples/python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `
+import asyncio, nats, trainer
+try:
+    asyncio.run(trainer.rollout("nats://old:4222", 7, "planner", {"url": "http://router:30000"}, "v0",
+                                tasks=[{"prompt": "?", "label": "!"}], timeout_s=3600))
+    print("no error")
+except trainer.ServerTooOld as e:
+    print(f"ServerTooOld: {e}; published {len(nats.published)}")
+`
+	for version, want := range map[string]string{
+		"2.9.10": "ServerTooOld: nats-server too old for planact: nats://old:4222 runs 2.9.10, planact needs 2.12.0 or later; published 0",
+		"2.11.4": "ServerTooOld: nats-server too old for planact: nats://old:4222 runs 2.11.4, planact needs 2.12.0 or later; published 0",
+	} {
+		cmd := exec.Command(py, "-c", script)
+		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "STANDIN_NATS_SERVER_VERSION="+version,
+			"PYTHONPATH="+filepath.Join(examples, "testing")+string(os.PathListSeparator)+examples)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("python: %v\n%s", err, out)
+		}
+		if got := strings.TrimSpace(string(out)); got != want {
+			t.Errorf("nats-server %s:\ngot  %s\nwant %s", version, got, want)
+		}
 	}
 }
 

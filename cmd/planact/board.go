@@ -22,12 +22,10 @@ type board struct {
 
 // boardRow is one rollout's progress.
 type boardRow struct {
-	n        int64
-	arrived  []string // roles that arrived, before the start
-	started  time.Time
-	episodes int
-	ended    int
-	acts     int
+	n       int64
+	arrived []string // roles that arrived, before the start
+	started time.Time
+	progressCounts
 	byStatus map[string]int // episodes ended, by status
 	status   string         // the result's status once it came (the first role's)
 	accuracy float64
@@ -71,11 +69,14 @@ func (b *board) apply(subj string, data []byte, at time.Time) bool {
 		}
 		r.started, r.episodes = at, v.Episodes
 	case "status":
+		// Once its result came, a rollout's counts are the result's: a
+		// status event stored after it (published by a handler that ran at
+		// the same time) is older news.
 		var v schema.Status
-		if schema.Unmarshal(data, &v) != nil || v.Episodes == 0 || v.Ended < r.ended {
+		if r.status != "" || schema.Unmarshal(data, &v) != nil || v.Episodes == 0 {
 			return false
 		}
-		r.episodes, r.ended, r.acts = v.Episodes, v.Ended, v.Acts
+		return r.advance(v.Episodes, v.Ended, v.Acts)
 	case "end":
 		var v schema.EpisodeEnd
 		if schema.Unmarshal(data, &v) != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/internal/demo"
+	"github.com/planact/planact/internal/natsbin"
 )
 
 func env(kv ...string) func(string) string {
@@ -76,9 +77,15 @@ func TestUpFlags(t *testing.T) {
 		env  func(string) string
 		err  string
 	}{
-		{"sync for another server", []string{"--nats", "nats://127.0.0.1:1", "--sync", "1s"}, noenv, "up: --sync set the embedded server, but --nats or $NATS_URL names another one"},
+		{"sync for another server", []string{"--nats", "nats://127.0.0.1:1", "--sync", "1s"}, noenv,
+			"up: --port, --sync set the embedded server, but --nats names another one (nats://127.0.0.1:1): leave --nats out to start the embedded server, or leave --port, --sync out to use that one"},
 		{"TLS for another server", []string{"--tls-server-cert", srvCert, "--tls-server-key", srvKey}, env("NATS_URL", "nats://127.0.0.1:1"),
-			"up: --tls-server-cert, --tls-server-key set the embedded server, but --nats or $NATS_URL names another one"},
+			"up: --port, --tls-server-cert, --tls-server-key set the embedded server, but $NATS_URL names another one (nats://127.0.0.1:1): unset NATS_URL to start the embedded server"},
+		// --port used to be ignored without a word when $NATS_URL was set.
+		{"port for another server", nil, env("NATS_URL", "nats://u:secret@127.0.0.1:1"),
+			"up: --port set the embedded server, but $NATS_URL names another one (nats://u:xxxxx@127.0.0.1:1): unset NATS_URL to start the embedded server, or leave --port out to use that one"},
+		{"data and host for another server", []string{"--nats", "nats://127.0.0.1:1", "--data", "/tmp/x", "--host", "0.0.0.0"}, env("NATS_URL", "nats://127.0.0.1:2"),
+			"up: --data, --host, --port set the embedded server, but --nats names another one (nats://127.0.0.1:1): leave --nats out and unset NATS_URL to start"},
 		{"bad sync", []string{"--sync", "often"}, noenv, `invalid value "often" for flag -sync: want always or a positive duration`},
 		{"zero sync", []string{"--sync", "0s"}, noenv, `invalid value "0s" for flag -sync`},
 		{"nkey file missing", nil, env("NATS_NKEY", "/nonexistent"), "nats: $NATS_NKEY /nonexistent: open"},
@@ -146,5 +153,36 @@ func TestUpOverTLSTrustsItsCertificate(t *testing.T) {
 	var sum demo.Summary
 	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil || sum.RolloutsCompleted != 1 {
 		t.Fatalf("summary %+v (%v)", sum, err)
+	}
+}
+
+// TestCommandsRefuseAnOldServer: against Debian's nats-server (2.9, older
+// than planact needs) every command stops at once with one line naming the
+// server's version and the one planact needs. `serve session-store`
+// retried provisioning ("limit marker TTLs not supported by server") and
+// `submit` waited for both roles until its time-out.
+func TestCommandsRefuseAnOldServer(t *testing.T) {
+	old := natsbin.Old(t)
+	want := "nats-server too old for planact: " + old.URL + " runs " + old.Version + ", planact needs 2.12.0 or later"
+	for _, args := range [][]string{
+		{"serve", "--nats", old.URL, "session-store"},
+		{"serve", "--nats", old.URL, "act-dispatcher", "actor-gateway"},
+		{"up", "--nats", old.URL, "--metrics", ""},
+		{"submit", "--nats", old.URL, "--rollout", "1", "--planner-engine", "http://127.0.0.1:1", "--actor-engine", "http://127.0.0.1:1", "--sim-tasks", "1"},
+		{"watch", "--nats", old.URL, "1"},
+		{"watch", "-v", "--nats", old.URL},
+		{"inspect", "--nats", old.URL, "1"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		var out syncBuffer
+		err := run(ctx, args, noenv, strings.NewReader(""), &out, &out)
+		late := ctx.Err()
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") || late != nil {
+			t.Errorf("planact %s: %v, want one line saying %q", strings.Join(args, " "), err, want)
+		}
+		if strings.Contains(out.String(), "retrying") {
+			t.Errorf("planact %s retried:\n%s", strings.Join(args, " "), out.String())
+		}
 	}
 }

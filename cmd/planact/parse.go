@@ -60,8 +60,11 @@ func runParse(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		defer f.Close()
 		in = f
 	}
-	data, err := io.ReadAll(io.LimitReader(in, maxPlanBytes+1))
-	if err != nil {
+	data, err := readAll(ctx, io.LimitReader(in, maxPlanBytes+1))
+	switch {
+	case errors.Is(err, errStopped):
+		return fmt.Errorf("parse: %w", ctx.Err())
+	case err != nil:
 		return fmt.Errorf("parse: read: %w", err)
 	}
 	if len(data) > maxPlanBytes {
@@ -107,4 +110,29 @@ func runParse(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		out.CriticalPath, _ = r.Plan.CriticalPath(nil)
 	}
 	return enc.Encode(out)
+}
+
+// errStopped is what readAll returns when its context ended first.
+var errStopped = errors.New("stopped before the end of the input")
+
+// readAll reads r to its end, or until ctx ends (then it returns
+// errStopped): a terminal or a pipe that stays open must not keep a
+// command from stopping when it is told to. The read is left to finish in
+// the background (the process is about to exit).
+func readAll(ctx context.Context, r io.Reader) ([]byte, error) {
+	type read struct {
+		data []byte
+		err  error
+	}
+	done := make(chan read, 1)
+	go func() {
+		data, err := io.ReadAll(r)
+		done <- read{data, err}
+	}()
+	select {
+	case rd := <-done:
+		return rd.data, rd.err
+	case <-ctx.Done():
+		return nil, errStopped
+	}
 }

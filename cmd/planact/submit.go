@@ -107,12 +107,14 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 		arrivals[schema.RoleActor] = &schema.Arrive{Rollout: *rollout, Role: schema.RoleActor,
 			Engine: schema.Engine{URL: *actorURL, Protocol: *protocol}, Config: cfg}
 	}
-	results := map[string]*schema.Result{}
-	errs := map[string]error{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var watched bool
-	for r, a := range arrivals {
+	// Every connection is made and checked before anything is sent: a
+	// role that cannot connect must not leave the other's arrival waiting.
+	clients := map[string]*client.Client{}
+	var progress *progressWatch
+	for _, r := range []string{schema.RolePlanner, schema.RoleActor} {
+		if arrivals[r] == nil {
+			continue
+		}
 		nc, err := conn.Dial("planact-submit-" + r)
 		if err != nil {
 			return fmt.Errorf("submit: %w", err)
@@ -121,19 +123,35 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 		if err := planactThere(ctx, nc, *rollout, r); err != nil {
 			return fmt.Errorf("submit: %s: %w", bus.Redact(conn.Servers()), err)
 		}
-		if !watched && !*asJSON {
-			watched = true
-			stop := watchProgress(nc, *rollout, stderr)
-			defer stop()
+		if progress == nil {
+			w := stderr
+			if *asJSON {
+				w = io.Discard // followed all the same: an interrupted submit needs to know what planact recorded
+			}
+			progress = watchProgress(nc, *rollout, w)
+			defer progress.stop()
 		}
-		c, err := client.New(nc)
-		if err != nil {
+		if clients[r], err = client.New(nc); err != nil {
 			return err
 		}
+	}
+	results := map[string]*schema.Result{}
+	errs := map[string]error{}
+	sent := map[string]bool{} // roles whose arrival may have reached planact
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for r, c := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := c.Rollout(ctx, a, 0)
+			err := c.Arrive(ctx, arrivals[r])
+			mu.Lock()
+			sent[r] = err == nil || ctx.Err() != nil // an interrupted publish may have been stored
+			mu.Unlock()
+			var res *schema.Result
+			if err == nil {
+				res, err = c.Result(ctx, *rollout, r)
+			}
 			mu.Lock()
 			results[r], errs[r] = res, err
 			mu.Unlock()
@@ -141,6 +159,8 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	wg.Wait()
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+		progress.stop()
+		cancelInterrupted(*rollout, clients, sent, results, progress.known, stderr)
 		return errInterrupted
 	}
 	if *asJSON {
@@ -226,49 +246,114 @@ func isTerminal(w io.Writer) bool {
 	return ok && isatty.IsTerminal(f.Fd())
 }
 
+// progressWatch follows a rollout's status events for submit.
+type progressWatch struct {
+	mu    sync.Mutex
+	p     *submitProgress
+	w     io.Writer
+	tty   bool
+	shown bool
+	done  bool
+	// known is closed once planact has recorded the rollout (a role
+	// arrived, it started or ended): a cancel sent from then on finds it.
+	known     chan struct{}
+	knownOnce sync.Once
+}
+
 // watchProgress shows the rollout's progress as the session-store reports
 // it (episodes ended of all, acts): one line kept up to date on a
-// terminal, a plain line per change otherwise. stop ends it.
-func watchProgress(nc *nats.Conn, n int64, w io.Writer) (stop func()) {
-	tty := isTerminal(w)
-	var mu sync.Mutex
-	last := ""
-	show := func(line string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if line == last {
-			return
-		}
-		last = line
-		if tty {
-			fmt.Fprintf(w, "\r\033[K%s", line)
-		} else {
-			fmt.Fprintln(w, line)
-		}
-	}
-	show(fmt.Sprintf("rollout %d: waiting for both roles", n))
-	sub, err := nc.Subscribe(subject.Status(n), func(m *nats.Msg) {
+// terminal, a plain line per change otherwise. What it shows only moves
+// forward (see submitProgress). stop ends it.
+func watchProgress(nc *nats.Conn, n int64, w io.Writer) *progressWatch {
+	pw := &progressWatch{p: &submitProgress{rollout: n}, w: w, tty: isTerminal(w), known: make(chan struct{})}
+	pw.show(pw.p.line())
+	_, err := nc.Subscribe(subject.Status(n), func(m *nats.Msg) {
 		var st schema.Status
 		if schema.Unmarshal(m.Data, &st) != nil {
 			return
 		}
 		switch {
-		case st.Event == "started":
-			show(fmt.Sprintf("rollout %d: started, %s", n, st.Detail))
-		case st.Episodes > 0:
-			show(fmt.Sprintf("rollout %d: %d/%d episodes ended, %d acts", n, st.Ended, st.Episodes, st.Acts))
-		case st.Event == "finished":
-			show(fmt.Sprintf("rollout %d: finished, %s", n, st.Detail))
+		case st.Event == "arrived", st.Event == "started", st.Event == "finished", st.Episodes > 0:
+			pw.knownOnce.Do(func() { close(pw.known) })
+		}
+		pw.mu.Lock()
+		defer pw.mu.Unlock()
+		if !pw.done {
+			pw.show(pw.p.apply(st))
 		}
 	})
-	return func() {
-		if err == nil {
-			_ = sub.Unsubscribe()
+	if err == nil {
+		// The subscription is in place before the arrivals go out (on
+		// other connections), so that "started" is not missed.
+		_ = nc.Flush()
+	}
+	return pw
+}
+
+func (pw *progressWatch) show(line string) {
+	if line == "" {
+		return
+	}
+	pw.shown = true
+	if pw.tty {
+		fmt.Fprintf(pw.w, "\r\033[K%s", line)
+	} else {
+		fmt.Fprintln(pw.w, line)
+	}
+}
+
+// stop ends what pw shows (its events are still followed, for known); a
+// line kept up to date on a terminal is ended. It may be called twice.
+func (pw *progressWatch) stop() {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	if !pw.done && pw.tty && pw.shown {
+		fmt.Fprintln(pw.w)
+	}
+	pw.done = true
+}
+
+// cancelPatience bounds what an interrupted submit does before it exits:
+// waiting for planact to record its arrival, then for the cancel's answer.
+const cancelPatience = 10 * time.Second
+
+// cancelInterrupted cancels rollout n, which submit was interrupted while
+// it waited for, so that no arrival of its stays at the barrier and no
+// rollout runs on for nobody; it says on w what it did and what came of
+// it. Roles whose result came already have nothing left to cancel.
+func cancelInterrupted(n int64, clients map[string]*client.Client, sent map[string]bool, results map[string]*schema.Result, known <-chan struct{}, w io.Writer) {
+	role := ""
+	for _, r := range []string{schema.RolePlanner, schema.RoleActor} {
+		if sent[r] && results[r] == nil {
+			role = r
+			break
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if tty && last != "" {
-			fmt.Fprintln(w)
-		}
+	}
+	if role == "" {
+		fmt.Fprintf(w, "rollout %d: interrupted; nothing of it waits (no arrival sent, or every result came)\n", n)
+		return
+	}
+	fmt.Fprintf(w, "rollout %d: interrupted — cancelling it as the %s (both roles get an aborted result)\n", n, role)
+	ctx, cancel := context.WithTimeout(context.Background(), cancelPatience)
+	defer cancel()
+	// A cancel that planact handled before the arrival it follows would
+	// find no rollout to abort.
+	select {
+	case <-known:
+	case <-ctx.Done():
+	}
+	c := clients[role]
+	if err := c.Cancel(ctx, n, role, "planact submit was interrupted"); err != nil {
+		fmt.Fprintf(w, "rollout %d: the cancel could not be sent (%v); its barrier or rollout time-out will end it\n", n, err)
+		return
+	}
+	res, err := c.Result(ctx, n, role)
+	switch {
+	case res != nil && res.Status == schema.ResultAborted:
+		fmt.Fprintf(w, "rollout %d: cancelled: %s\n", n, res.Reason)
+	case res != nil:
+		fmt.Fprintf(w, "rollout %d: it ended before the cancel: %s %s\n", n, res.Status, res.Reason)
+	default:
+		fmt.Fprintf(w, "rollout %d: cancel sent, no answer within %s (%v); its barrier or rollout time-out will end it\n", n, cancelPatience, err)
 	}
 }

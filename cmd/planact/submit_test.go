@@ -123,3 +123,68 @@ func TestSubmitWithoutPlanact(t *testing.T) {
 		t.Errorf("submit against a bare NATS: %v, want one saying planact is not there", err)
 	}
 }
+
+// The progress submit shows only moves forward: status events published by
+// handlers that ran at once arrive in any order, and an older one (fewer
+// episodes ended) is not shown after a newer one.
+func TestSubmitProgressOnlyMovesForward(t *testing.T) {
+	_, url := bustest.Server(t)
+	var out syncBuffer
+	progress := watchProgress(bustest.Conn(t, url), 3, &out)
+	defer progress.stop()
+	pub := bustest.Conn(t, url)
+	for _, st := range []schema.Status{
+		{Event: "started", Episode: -1, Detail: "4 episodes"},
+		{Event: "episode-completed", Episode: 1, Ended: 2, Episodes: 4, Acts: 5},
+		{Event: "episode-completed", Episode: 0, Ended: 1, Episodes: 4, Acts: 3}, // counted before the one above
+		{Event: "episode-failed", Episode: 3, Ended: 4, Episodes: 4, Acts: 9},
+		{Event: "episode-completed", Episode: 2, Ended: 3, Episodes: 4, Acts: 7}, // likewise
+		{Event: "finished", Episode: -1, Detail: "ok"},
+	} {
+		st.Rollout = 3
+		data, err := schema.Marshal(&st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.Publish(st.Subject(), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "finished"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no finished line:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	want := "rollout 3: waiting for both roles\n" +
+		"rollout 3: started, 4 episodes\n" +
+		"rollout 3: 2/4 episodes ended, 5 acts\n" +
+		"rollout 3: 4/4 episodes ended, 9 acts\n" +
+		"rollout 3: finished, ok\n"
+	if got := out.String(); got != want {
+		t.Errorf("progress shown:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// Nothing moves back: not to an older count, not to "started" once
+// episodes end, not to anything once finished.
+func TestSubmitProgressApply(t *testing.T) {
+	p := &submitProgress{rollout: 1}
+	for _, c := range []struct {
+		st   schema.Status
+		want string
+	}{
+		{schema.Status{Event: "arrived", Detail: "planner"}, ""},
+		{schema.Status{Event: "episode-completed", Ended: 1, Episodes: 2, Acts: 2}, "rollout 1: 1/2 episodes ended, 2 acts"},
+		{schema.Status{Event: "started", Detail: "2 episodes"}, ""},
+		{schema.Status{Event: "episode-completed", Ended: 1, Episodes: 2, Acts: 1}, ""},
+		{schema.Status{Event: "episode-completed", Ended: 1, Episodes: 2, Acts: 3}, "rollout 1: 1/2 episodes ended, 3 acts"},
+		{schema.Status{Event: "finished", Detail: "partial"}, "rollout 1: finished, partial"},
+		{schema.Status{Event: "episode-completed", Ended: 2, Episodes: 2, Acts: 4}, ""},
+		{schema.Status{Event: "finished", Detail: "ok"}, ""},
+	} {
+		if got := p.apply(c.st); got != c.want {
+			t.Errorf("after %+v: shown %q, want %q", c.st, got, c.want)
+		}
+	}
+}

@@ -109,21 +109,32 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	external := conn.URL != "" || getenv(bus.EnvURL) != ""
+	natsFlag := conn.URL != ""
+	external := natsFlag || getenv(bus.EnvURL) != ""
 	conn, err = conn.Resolve(getenv)
 	if err != nil {
 		return err
 	}
 	if external {
-		// The embedded server's settings would go unused: say so.
+		// The embedded server's settings would go unused: say so, and how
+		// to have either.
 		var unused []string
 		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "sync" || strings.HasPrefix(f.Name, "tls-server-") {
+			switch {
+			case f.Name == "port", f.Name == "host", f.Name == "data", f.Name == "sync", strings.HasPrefix(f.Name, "tls-server-"):
 				unused = append(unused, "--"+f.Name)
 			}
 		})
 		if len(unused) > 0 {
-			return fmt.Errorf("up: %s set the embedded server, but --nats or $NATS_URL names another one", strings.Join(unused, ", "))
+			by, fix := "--nats", "leave --nats out"
+			switch env := getenv(bus.EnvURL) != ""; {
+			case env && !natsFlag:
+				by, fix = "$NATS_URL", "unset NATS_URL"
+			case env:
+				fix = "leave --nats out and unset NATS_URL"
+			}
+			return fmt.Errorf("up: %s set the embedded server, but %s names another one (%s): %s to start the embedded server, or leave %s out to use that one",
+				strings.Join(unused, ", "), by, bus.Redact(conn.Servers()), fix, strings.Join(unused, ", "))
 		}
 	} else {
 		if conn, err = embeddedConn(conn, *serverCert, *serverKey, *serverCA); err != nil {

@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
@@ -48,8 +51,16 @@ func runWatch(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("watch: %w", err)
 	}
 	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	kept, err := historyKept(ctx, js)
+	if err != nil {
+		return fmt.Errorf("watch: %s: %w", bus.Redact(conn.Servers()), err)
+	}
 	if !*verbose {
-		return watchBoard(ctx, nc, rollout, stdout)
+		return watchBoard(ctx, nc, rollout, kept, stdout)
 	}
 	streams := map[string]string{
 		bus.StreamRollout: "rollout." + rollout + ".>",
@@ -61,13 +72,20 @@ func runWatch(ctx context.Context, args []string, getenv func(string) string, st
 	if *acts {
 		streams[bus.StreamAct] = "act." + rollout + ".>"
 	}
+	history, err := hasHistory(ctx, nc, streams)
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	if !history {
+		fmt.Fprintln(stdout, nothingYet(rollout, kept))
+	}
 	lines := make(chan string, 256)
 	follow(ctx, nc, streams, func(m bus.StoredMsg) {
 		select {
 		case lines <- fmt.Sprintf("%s %-28s %s", m.Time.Format("15:04:05.000"), m.Subject, Describe(m.Data)):
 		case <-ctx.Done():
 		}
-	})
+	}, nil)
 	for {
 		select {
 		case l := <-lines:
@@ -81,65 +99,181 @@ func runWatch(ctx context.Context, args []string, getenv func(string) string, st
 	}
 }
 
+// historyKept is how long the server keeps planact's history (the ROLLOUT
+// stream's max age), or an error saying planact is not there.
+func historyKept(ctx context.Context, js jetstream.JetStream) (time.Duration, error) {
+	// (STREAM.INFO of ROLLOUT: the viewer may read it.)
+	s, err := js.Stream(ctx, bus.StreamRollout)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, fmt.Errorf("no planact here: the server has no %s stream (start planact: planact up, or planact serve …)", bus.StreamRollout)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", bus.StreamRollout, err)
+	}
+	return s.CachedInfo().Config.MaxAge, nil
+}
+
+// nothingYet is what watch says when the history holds nothing of what it
+// follows: what it waits for, and how far back the history would go.
+func nothingYet(rollout string, kept time.Duration) string {
+	h := "history kept: " + shortDuration(kept) + "; an older rollout is gone"
+	if kept <= 0 {
+		h = "history kept for ever"
+	}
+	if rollout == "*" {
+		return fmt.Sprintf("no rollout yet — waiting for the first arrival (%s)", h)
+	}
+	return fmt.Sprintf("rollout %s: nothing yet — waiting for its first arrival (%s)", rollout, h)
+}
+
+// shortDuration is d without its zero minutes and seconds: 24h, 1h30m, 90s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// boardMsg is a message of ROLLOUT as the board reads it.
+type boardMsg struct {
+	subject string
+	data    []byte
+	at      time.Time
+	seq     uint64 // its stream sequence
+	pending uint64 // messages of the filter stored after it when it was delivered
+}
+
 // watchPoll is how often watch reads what is new when nothing was.
 const watchPoll = 200 * time.Millisecond
 
 // follow reads each stream on its filter from its first message, in stream
 // order, with direct gets (no consumer: the viewer may run it), handing
-// every message to fn until ctx ends.
-func follow(ctx context.Context, nc *nats.Conn, streams map[string]string, fn func(bus.StoredMsg)) {
+// every message to fn until ctx ends. caughtUp, if not nil, is called with
+// a stream's name each time a read of it found nothing more.
+func follow(ctx context.Context, nc *nats.Conn, streams map[string]string, fn func(bus.StoredMsg), caughtUp func(stream string)) {
 	for stream, filter := range streams {
-		go func() { _ = bus.Follow(ctx, nc, stream, filter, 1, watchPoll, fn, nil) }()
+		var idle func()
+		if caughtUp != nil {
+			idle = func() { caughtUp(stream) }
+		}
+		go func() { _ = bus.Follow(ctx, nc, stream, filter, 1, watchPoll, fn, idle) }()
 	}
+}
+
+// hasHistory says whether any of the streams holds a message on its filter.
+func hasHistory(ctx context.Context, nc *nats.Conn, streams map[string]string) (bool, error) {
+	for stream, filter := range streams {
+		last, err := bus.LastSeq(ctx, nc, stream, filter)
+		if err != nil {
+			return false, fmt.Errorf("stream %s: %w", stream, err)
+		}
+		if last > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // watchBoard follows ROLLOUT and the trainers' arrivals for rollout ("*"
 // for all) and draws the progress board until ctx ends.
-func watchBoard(ctx context.Context, nc *nats.Conn, rollout string, stdout io.Writer) error {
-	type stored struct {
-		subject string
-		data    []byte
-		at      time.Time
-	}
-	msgs := make(chan stored, 256)
+func watchBoard(ctx context.Context, nc *nats.Conn, rollout string, kept time.Duration, stdout io.Writer) error {
 	streams := map[string]string{bus.StreamRollout: "rollout." + rollout + ".>"}
 	for _, role := range bus.Roles {
 		streams[bus.StreamTrainer(role)] = "rollout." + rollout + ".arrive." + role
 	}
+	has, err := hasHistory(ctx, nc, streams)
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	var history uint64
+	if has {
+		history = 1 // read whole, as told by caughtUp, before the first drawing
+	}
+	// The history is read once every stream was read to its end.
+	var mu sync.Mutex
+	caught := map[string]bool{}
+	msgs := make(chan boardMsg, 256)
 	follow(ctx, nc, streams, func(m bus.StoredMsg) {
+		// pending 1: from several streams, no message says the history is
+		// read; caughtUp does.
 		select {
-		case msgs <- stored{m.Subject, m.Data, m.Time}:
+		case msgs <- boardMsg{subject: m.Subject, data: m.Data, at: m.Time, seq: m.Seq, pending: 1}:
 		case <-ctx.Done():
 		}
+	}, func(stream string) {
+		mu.Lock()
+		caught[stream] = true
+		mu.Unlock()
 	})
-	b, bw := newBoard(), &boardWriter{w: stdout, tty: isTerminal(stdout)}
+	caughtUp := func(context.Context, uint64) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(caught) == len(streams)
+	}
+	return followBoard(ctx, msgs, history, caughtUp, &boardWriter{w: stdout, tty: isTerminal(stdout)},
+		func() { fmt.Fprintln(stdout, nothingYet(rollout, kept)) })
+}
+
+// followBoard applies the messages of msgs to a board and draws it with
+// bw until ctx ends. history is how many messages the stream held when
+// the consumer was made: they are read whole before the board is first
+// drawn, since the consumer hands them over in bursts and a drawing
+// between two would show a rollout that had ended as running, then as
+// ended again. What the history holds is known from the messages
+// themselves (the last one has nothing pending after it); caughtUp, asked
+// once a second while the history is read, says whether the stream holds
+// nothing after sequence read (history that expired while it was read).
+// With no history, idle is called once: watch says what it waits for.
+func followBoard(ctx context.Context, msgs <-chan boardMsg, history uint64, caughtUp func(ctx context.Context, read uint64) bool, bw *boardWriter, idle func()) error {
+	b := newBoard()
+	replaying, dirty := history > 0, false
+	var read uint64
+	if !replaying {
+		idle()
+	}
+	take := func(m boardMsg) {
+		dirty = b.apply(m.subject, m.data, m.at) || dirty
+		read = max(read, m.seq)
+		if m.pending == 0 {
+			replaying = false
+		}
+	}
 	tick := time.NewTicker(time.Second) // a running rollout's clock, on a terminal
 	defer tick.Stop()
 	for {
 		select {
 		case m := <-msgs:
-			changed := b.apply(m.subject, m.data, m.at)
-			// Draw once the burst of history is read, not per message.
+			take(m)
+			// Draw once the burst is read, not per message.
 			for more := true; more; {
 				select {
 				case m := <-msgs:
-					changed = b.apply(m.subject, m.data, m.at) || changed
+					take(m)
 				default:
 					more = false
 				}
 			}
-			if changed {
-				bw.draw(b)
-			}
 		case <-tick.C:
-			if bw.tty {
-				bw.draw(b)
+			if replaying && caughtUp(ctx, read) {
+				replaying = false
+				if len(b.order) == 0 {
+					idle()
+				}
 			}
+			dirty = dirty || bw.tty
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.Canceled) {
 				return nil
 			}
 			return ctx.Err()
+		}
+		if dirty && !replaying {
+			bw.draw(b)
+			dirty = false
 		}
 	}
 }

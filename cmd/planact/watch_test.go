@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +101,142 @@ func TestWatchShowsProgressPerRollout(t *testing.T) {
 	}
 }
 
+// A history of many ended rollouts comes to watch in several bursts: each
+// rollout is shown once, ended, never first as running.
+func TestWatchReplaysHistoryWhole(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "test")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const rollouts = 60
+	var msgs []schema.Message
+	for n := int64(1); n <= rollouts; n++ {
+		msgs = append(msgs, &schema.Start{Rollout: n, Episodes: 2},
+			&schema.Status{Rollout: n, Event: "episode", Episode: 0, Ended: 1, Episodes: 2, Acts: 3},
+			&schema.EpisodeEnd{Rollout: n, Episode: 0, Status: schema.EpisodeCompleted},
+			&schema.Status{Rollout: n, Event: "episode", Episode: 1, Ended: 2, Episodes: 2, Acts: 5},
+			&schema.EpisodeEnd{Rollout: n, Episode: 1, Status: schema.EpisodeCompleted},
+			&schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK, Stats: schema.Stats{Episodes: 2, Accuracy: 1, Acts: 5,
+				EpisodeStatus: map[string]int{schema.EpisodeCompleted: 2}}})
+	}
+	if err := b.PublishAll(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"watch", "--nats", url}, noenv, nil, &out, &out) }()
+	last := fmt.Sprintf("rollout %-6d [####################] 2/2 episodes, 5 acts  ok", rollouts)
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), last); {
+		if time.Now().After(deadline) {
+			t.Fatalf("watch never showed rollout %d ended; it printed:\n%s", rollouts, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != rollouts || strings.Contains(out.String(), "running") {
+		t.Errorf("%d rollouts that ended before watch started: %d lines printed, want one each, all ended:\n%s", rollouts, len(lines), out.String())
+	}
+}
+
+// A rollout that nothing was heard of yet: watch says what it waits for,
+// once, then shows the rollout when it comes. So does watch -v.
+func TestWatchSaysWhatItWaitsFor(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "test")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"watch", "--nats", url, "42"}, "rollout 42     waiting at the barrier (planner arrived)"},
+		{[]string{"watch", "-v", "--nats", url, "43"}, "rollout.43.arrive.planner"},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		var out syncBuffer
+		done := make(chan error, 1)
+		go func() { done <- run(ctx, c.args, noenv, nil, &out, &out) }()
+		n := c.args[len(c.args)-1]
+		waiting := "rollout " + n + ": nothing yet — waiting for its first arrival (history kept: 24h; an older rollout is gone)"
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), waiting); {
+			if time.Now().After(deadline) {
+				t.Fatalf("%v never said what it waits for; it printed:\n%s", c.args, out.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		var rollout int64
+		fmt.Sscan(n, &rollout)
+		if err := b.Publish(ctx, &schema.Arrive{Rollout: rollout, Role: schema.RolePlanner, Engine: schema.Engine{URL: "http://planner"},
+			Tasks: []schema.Task{{Prompt: "?"}}}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), c.want); {
+			if time.Now().After(deadline) {
+				t.Fatalf("%v never printed %q; it printed:\n%s", c.args, c.want, out.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Count(out.String(), "nothing yet"); got != 1 {
+			t.Errorf("%v: said %d times what it waits for, want once:\n%s", c.args, got, out.String())
+		}
+	}
+	// Every rollout, none yet.
+	if got := nothingYet("*", 90*time.Minute); got != "no rollout yet — waiting for the first arrival (history kept: 1h30m; an older rollout is gone)" {
+		t.Errorf("nothingYet(*) = %q", got)
+	}
+}
+
+// The board is drawn once the history is read whole, however it comes:
+// here one message at a time, each drawing a chance to show a rollout
+// halfway.
+func TestFollowBoardDrawsAfterTheHistory(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	msgs := make(chan boardMsg) // unbuffered: every message is a burst of its own
+	var out syncBuffer
+	done := make(chan error, 1)
+	idle := 0
+	go func() {
+		done <- followBoard(ctx, msgs, 4, func(context.Context, uint64) bool { return false }, &boardWriter{w: &out}, func() { idle++ })
+	}()
+	enc := func(m schema.Message) []byte {
+		data, err := schema.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	history := []boardMsg{
+		{subject: "rollout.4.start", data: enc(&schema.Start{Rollout: 4, Episodes: 1})},
+		{subject: "rollout.4.status", data: enc(&schema.Status{Rollout: 4, Event: "episode", Ended: 1, Episodes: 1, Acts: 2})},
+		{subject: "rollout.4.end.0", data: enc(&schema.EpisodeEnd{Rollout: 4, Status: schema.EpisodeCompleted})},
+		{subject: "rollout.4.result.planner", data: enc(&schema.Result{Rollout: 4, Role: schema.RolePlanner, Status: schema.ResultOK,
+			Stats: schema.Stats{Episodes: 1, Acts: 2, EpisodeStatus: map[string]int{schema.EpisodeCompleted: 1}}})},
+	}
+	for i, m := range history {
+		m.seq, m.pending = uint64(i+1), uint64(len(history)-1-i)
+		msgs <- m
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "ok"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the board was not drawn after the history:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(out.String(), "\n"); got != 1 || idle != 0 {
+		t.Errorf("%d lines (and %d waiting lines) for one rollout that had ended, want 1:\n%s", got, idle, out.String())
+	}
+}
+
 func TestBoardLine(t *testing.T) {
 	b := newBoard()
 	b.apply("rollout.9.arrive.planner", nil, time.Now())
@@ -128,5 +265,34 @@ func TestBoardRedrawsInPlace(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "\033[2A") {
 		t.Errorf("the second drawing does not go back up over two lines:\n%q", out.String())
+	}
+}
+
+// A status event stored after a later one, or after the result (published
+// by a handler that ran at the same time), moves no rollout back.
+func TestBoardNeverMovesBack(t *testing.T) {
+	enc := func(m schema.Message) []byte {
+		data, err := schema.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	b := newBoard()
+	b.apply("rollout.3.start", enc(&schema.Start{Rollout: 3, Episodes: 2}), time.Now())
+	b.apply("rollout.3.status", enc(&schema.Status{Rollout: 3, Event: "episode", Ended: 1, Episodes: 2, Acts: 4}), time.Now())
+	if b.apply("rollout.3.status", enc(&schema.Status{Rollout: 3, Event: "episode", Ended: 1, Episodes: 2, Acts: 3}), time.Now()) {
+		t.Errorf("an older count of acts changed the board: %+v", b.rows[3])
+	}
+	b.apply("rollout.3.result.planner", enc(&schema.Result{Rollout: 3, Role: schema.RolePlanner, Status: schema.ResultOK,
+		Stats: schema.Stats{Episodes: 2, Acts: 6, EpisodeStatus: map[string]int{schema.EpisodeCompleted: 2}}}), time.Now())
+	ended := b.rows[3].line(10)
+	for _, st := range []*schema.Status{
+		{Rollout: 3, Event: "episode", Ended: 2, Episodes: 2, Acts: 5},
+		{Rollout: 3, Event: "episode", Ended: 1, Episodes: 2, Acts: 7},
+	} {
+		if b.apply("rollout.3.status", enc(st), time.Now()) || b.rows[3].line(10) != ended {
+			t.Errorf("a status after the result changed the rollout: %q, was %q", b.rows[3].line(10), ended)
+		}
 	}
 }

@@ -48,6 +48,53 @@ export class PlanactError extends Error {
   }
 }
 
+/**
+ * The oldest nats-server planact runs on: the rollouts' time-outs are
+ * scheduled messages (2.12), and its buckets' keys expire with limit
+ * markers (2.11). An older server refuses some of these settings and
+ * silently drops others.
+ */
+export const MIN_SERVER_VERSION = "2.12.0";
+
+/**
+ * versionAtLeast says whether version have ("2.9.10", "v2.12.0-RC.1") is
+ * want or later, by major, minor and patch (a pre-release counts as its
+ * release); a version it cannot read is not.
+ */
+export function versionAtLeast(have, want) {
+  const parse = (v) => {
+    const m = /^v?(\d+)\.(\d+)\.(\d+)(?:[-+].*)?$/.exec(String(v ?? "").trim());
+    return m ? m.slice(1, 4).map(Number) : undefined;
+  };
+  const h = parse(have);
+  const w = parse(want);
+  if (!h || !w) {
+    return false;
+  }
+  for (let i = 0; i < 3; i++) {
+    if (h[i] !== w[i]) {
+      return h[i] > w[i];
+    }
+  }
+  return true;
+}
+
+/**
+ * checkServer throws a PlanactError "failed", in one line naming the
+ * server's version and the one planact needs, when nc is connected to a
+ * nats-server older than MIN_SERVER_VERSION: nothing planact does could
+ * work there, and waiting would only hide why.
+ */
+export function checkServer(nc) {
+  const have = nc.info?.version;
+  if (!versionAtLeast(have, MIN_SERVER_VERSION)) {
+    throw new PlanactError(
+      "failed",
+      `nats-server too old for planact: nats://${nc.getServer()} runs ${have || "an unknown version"}, planact needs ${MIN_SERVER_VERSION} or later`,
+    );
+  }
+}
+
 export const resultSubject = (rollout, role) => `rollout.${rollout}.result.${role}`;
 export const rejectedSubject = (rollout, role) => `rollout.${rollout}.result.${role}.rejected`;
 
@@ -76,6 +123,7 @@ export function traceparent(rollout, msgId) {
  * let a user read its own inboxes only.
  */
 export async function arrive(nc, arrival, { inlineTasksLimit = DEFAULT_INLINE_TASKS_LIMIT, timeoutMs = 60_000 } = {}) {
+  checkServer(nc);
   const { rollout, role } = arrival;
   if (!ROLES.includes(role)) {
     throw new PlanactError("rejected", `role ${JSON.stringify(role)}: want planner or actor`);
@@ -126,6 +174,7 @@ export async function arrive(nc, arrival, { inlineTasksLimit = DEFAULT_INLINE_TA
  * result with the samples of the episodes that ended.
  */
 export async function cancel(nc, rollout, role, reason = "", { timeoutMs = 60_000 } = {}) {
+  checkServer(nc);
   const atMs = Date.now();
   const body = omitZero({ schema: CANCEL_SCHEMA, rollout, role, reason, at_ms: atMs });
   const js = jetstream(nc, { timeout: REQUEST_TIMEOUT_MS });
@@ -155,6 +204,7 @@ export async function waitResult(
   role,
   { arrival, timeoutMs = 3_600_000, recheckMs = DEFAULT_RECHECK_MS, signal } = {},
 ) {
+  checkServer(nc);
   const deadline = Date.now() + timeoutMs;
   const subjects = [resultSubject(rollout, role), rejectedSubject(rollout, role)];
   const arrived = [];

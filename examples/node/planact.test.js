@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { checkSamples, outcome, PlanactError } from "./planact.js";
+import { checkSamples, checkServer, MIN_SERVER_VERSION, outcome, PlanactError, versionAtLeast } from "./planact.js";
 
 // results builds a consistent rollout of two episodes (rollout 42), one act
 // each, the way planact sends them.
@@ -132,4 +132,36 @@ test("statuses map to samples, fall back or error", () => {
       (err) => err instanceof PlanactError && err.code === code && /why/.test(err.message),
     );
   }
+});
+
+// A nats-server older than planact needs is named, with the version needed.
+test("versionAtLeast compares major, minor and patch as numbers", () => {
+  for (const [have, ok] of [
+    ["2.12.0", true],
+    ["2.15.2", true],
+    ["v2.12.1", true],
+    ["2.12.0-RC.3", true],
+    ["2.100.0", true],
+    ["3.0.0", true],
+    ["2.11.9", false],
+    ["2.9.10", false],
+    ["", false],
+    [undefined, false],
+    ["2.12", false],
+  ]) {
+    assert.equal(versionAtLeast(have, MIN_SERVER_VERSION), ok, `versionAtLeast(${have})`);
+  }
+});
+
+test("checkServer refuses an old nats-server in one line", () => {
+  const conn = (version) => ({ info: version === undefined ? undefined : { version }, getServer: () => "127.0.0.1:4222" });
+  assert.doesNotThrow(() => checkServer(conn("2.12.0")));
+  assert.throws(
+    () => checkServer(conn("2.9.10")),
+    (err) =>
+      err instanceof PlanactError &&
+      err.code === "failed" &&
+      err.message === "nats-server too old for planact: nats://127.0.0.1:4222 runs 2.9.10, planact needs 2.12.0 or later",
+  );
+  assert.throws(() => checkServer(conn(undefined)), /runs an unknown version, planact needs 2.12.0 or later/);
 });

@@ -8,7 +8,7 @@ import { parseArgs } from "node:util";
 
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
 
-import { arrive, cancel, checkSamples, outcome, PlanactError, summarize, waitResult } from "./planact.js";
+import { arrive, cancel, checkSamples, checkServer, outcome, PlanactError, summarize, waitResult } from "./planact.js";
 
 const USAGE = `usage: node trainer.mjs --rollout N [--role planner|actor|both] [flags]
 
@@ -68,6 +68,7 @@ async function main(argv, env, stdout, stderr) {
         ...auth(opts, env),
         ...(opts.inboxPrefix ? { inboxPrefix: opts.inboxPrefix } : {}),
       });
+      checkServer(conns[role]); // an old nats-server stops the trainer at once, saying why
     }
     if (opts.cancel !== undefined) {
       const [role] = roles;

@@ -158,7 +158,8 @@ STOPPED_STATES = ("aborted", "unfinished")
 
 class PlanactError(RuntimeError):
     """planact did not give this role's samples: status is planact's
-    (timeout, invalid, failed, ...) or the module's (unreachable, empty)."""
+    (timeout, invalid, failed, ...) or the module's (unreachable,
+    unsupported: a nats-server older than planact needs, empty)."""
 
     def __init__(self, status, reason):
         super().__init__(f"planact: {status}: {reason}")
@@ -432,10 +433,16 @@ async def run_rollout(settings, fields):
 
 async def connect(options):
     try:
-        return await nats.connect(**options)
+        nc = await nats.connect(**options)
     except Exception as e:  # nats-py raises several kinds; all mean the same here
         raise PlanactError("unreachable", f"cannot connect to planact's NATS at {options['servers']} "
                                           f"(PLANACT_NATS_URL): {e!r}") from e
+    try:
+        trainer.check_server(nc, ",".join(options["servers"]))
+    except trainer.ServerTooOld as e:
+        await nc.close()
+        raise PlanactError("unsupported", str(e)) from None
+    return nc
 
 
 def check_status(result, n, role):

@@ -34,6 +34,29 @@ def inbox_prefix(user):
     return f"_INBOX_{user}"
 
 
+# The oldest nats-server planact runs on: the rollouts' time-outs are
+# scheduled messages (2.12), and its buckets' keys expire with limit markers
+# (2.11). An older server refuses some of these settings and silently drops
+# others.
+MIN_SERVER_VERSION = (2, 12, 0)
+
+
+class ServerTooOld(RuntimeError):
+    """The nats-server is older than planact needs: nothing planact does
+    could work there, and waiting would only hide why."""
+
+
+def check_server(nc, where):
+    """Raises ServerTooOld, in one line naming the server's version and the
+    one planact needs, when nc (connected to where) is a nats-server older
+    than MIN_SERVER_VERSION."""
+    v = nc.connected_server_version  # nats-py's ServerVersion; 0.0.0 when unknown
+    have = (v.major, v.minor, v.patch)
+    if have < MIN_SERVER_VERSION:
+        raise ServerTooOld(f"nats-server too old for planact: {where} runs {'.'.join(map(str, have))}, "
+                           f"planact needs {'.'.join(map(str, MIN_SERVER_VERSION))} or later")
+
+
 def traceparent(rollout: int) -> str:
     # Both trainers derive the same W3C trace id from the rollout id, so the
     # whole rollout (arrivals included) is one trace.
@@ -252,6 +275,7 @@ async def rollout(nats_url, rollout_id, role, engine, weight_version, tasks=None
     of planact's accounts)."""
     nc = await nats.connect(nats_url, **({"inbox_prefix": inbox} if inbox else {}))
     try:
+        check_server(nc, nats_url)
         js = nc.jetstream()
         arrival_id = await arrive(js, rollout_id, role, engine, weight_version, tasks, config)
         try:

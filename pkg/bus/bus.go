@@ -120,15 +120,25 @@ func dialForever(c ConnOptions, name string, log zerolog.Logger) (*nats.Conn, er
 				log.Warn().Err(err).Msg("nats disconnected")
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info().Str("url", c.ConnectedUrlRedacted()).Msg("nats reconnected") }),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info().Str("url", c.ConnectedUrlRedacted()).Msg("nats reconnected")
+			if err := CheckServerVersion(c); err != nil {
+				// A cluster's member older than the one first dialled.
+				log.Error().Err(err).Msg("nats reconnected to a server too old for planact")
+			}
+		}),
 	)
 }
 
 // Open opens, over an existing connection, the streams, buckets and object
 // stores that Provision made, waiting a while for them when they are
 // missing (services may start before provisioning ends). It creates and
-// changes nothing. p gives the retention the services act on.
+// changes nothing. p gives the retention the services act on. A server
+// older than MinServerVersion is refused first.
 func Open(ctx context.Context, nc *nats.Conn, log zerolog.Logger, p Provisioning) (*Bus, error) {
+	if err := CheckServerVersion(nc); err != nil {
+		return nil, err
+	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(PublishTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)

@@ -510,3 +510,55 @@ func TestMessagesWaitingForASlotAreNotRedelivered(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstWriteAfterProvisioning: on a fresh server, a trainer that opens
+// the task store the moment it exists (as pkg/client does while planact
+// starts) and a service holding the provisioned store both write at once,
+// with no retry, and both writes succeed. The store used to be created
+// with direct gets on and switched off after: a handle opened in between
+// asked for direct gets that nobody answered ("no responders").
+func TestFirstWriteAfterProvisioning(t *testing.T) {
+	ctx := context.Background()
+	for i := range 24 {
+		_, url := bustest.Server(t)
+		js, err := jetstream.New(bustest.Conn(t, url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		provisioned := make(chan *bus.Bus, 1)
+		go func() {
+			var b *bus.Bus
+			err := bus.Provision(ctx, bustest.Conn(t, url), bustest.Logger(), bus.Provisioning{})
+			if err == nil {
+				b, err = bus.Connect(ctx, bus.ConnOptions{URL: url}, "svc", bustest.Logger(), bus.Provisioning{})
+			}
+			if err != nil {
+				t.Error(err)
+			}
+			provisioned <- b
+		}()
+		var store jetstream.ObjectStore
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			if store, err = js.ObjectStore(ctx, bus.ObjectTasks(schema.RolePlanner)); err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrBucketNotFound) || time.Now().After(deadline) {
+				t.Fatalf("start %d: open the task store: %v", i, err)
+			}
+		}
+		b := <-provisioned
+		if b == nil {
+			t.FailNow()
+		}
+		t.Cleanup(b.Close)
+		if _, err := store.PutBytes(ctx, "trainer", []byte("tasks")); err != nil {
+			t.Errorf("start %d: the trainer's first write: %v", i, err)
+		}
+		if _, err := b.Tasks[schema.RolePlanner].PutBytes(ctx, "service", []byte("tasks")); err != nil {
+			t.Errorf("start %d: the service's first write: %v", i, err)
+		}
+		if got, err := store.GetBytes(ctx, "service"); err != nil || string(got) != "tasks" {
+			t.Errorf("start %d: read back: %q, %v", i, got, err)
+		}
+	}
+}

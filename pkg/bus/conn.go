@@ -372,7 +372,8 @@ func (o ConnOptions) NATSOptions() ([]nats.Option, error) {
 }
 
 // Dial connects to NATS as name (what `nats server report connections`
-// shows), with extra options after o's own.
+// shows), with extra options after o's own. A server older than
+// MinServerVersion is refused at once (CheckServerVersion).
 func (o ConnOptions) Dial(name string, extra ...nats.Option) (*nats.Conn, error) {
 	opts, err := o.NATSOptions()
 	if err != nil {
@@ -382,6 +383,10 @@ func (o ConnOptions) Dial(name string, extra ...nats.Option) (*nats.Conn, error)
 	nc, err := nats.Connect(o.Servers(), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", Redact(o.Servers()), err)
+	}
+	if err := CheckServerVersion(nc); err != nil {
+		nc.Close()
+		return nil, err
 	}
 	return nc, nil
 }

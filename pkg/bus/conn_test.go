@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"os"
@@ -12,11 +13,15 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/internal/natsbin"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/embedded"
+	"github.com/planact/planact/pkg/fail"
 )
 
 // startServer runs a nats-server (no JetStream) with opts on a free
@@ -351,5 +356,39 @@ func TestRedact(t *testing.T) {
 		if got := bus.Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestOldServerRefused: every way planact connects refuses a nats-server
+// older than it needs at once, with one line naming both versions; the
+// error is permanent. Against Debian's nats-server (2.9) a service retried
+// provisioning for a minute ("limit marker TTLs not supported by server")
+// and a trainer waited for its whole time-out.
+func TestOldServerRefused(t *testing.T) {
+	old := natsbin.Old(t)
+	want := "nats-server too old for planact: " + old.URL + " runs " + old.Version + ", planact needs 2.12.0 or later"
+	check := func(what string, err error) {
+		t.Helper()
+		if err == nil || err.Error() != want || !errors.Is(err, bus.ErrServerTooOld) || fail.KindOf(err) != fail.Permanent || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want the permanent error %q", what, err, want)
+		}
+	}
+	_, err := bus.Connect(context.Background(), bus.ConnOptions{URL: old.URL}, "test", bustest.Logger(), bus.Provisioning{})
+	check("Connect", err)
+	_, err = bus.ConnectReader(bus.ConnOptions{URL: old.URL}, "test", bustest.Logger())
+	check("ConnectReader", err)
+	_, err = bus.ConnOptions{URL: old.URL}.Dial("test")
+	check("Dial", err)
+	nc, err := nats.Connect(old.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_, err = bus.Open(context.Background(), nc, bustest.Logger(), bus.Provisioning{})
+	check("Open", err)
+	// The server's streams were left alone.
+	js, _ := jetstream.New(nc)
+	if _, err := js.Stream(context.Background(), bus.StreamRollout); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("stream %s on the old server: %v, want none provisioned", bus.StreamRollout, err)
 	}
 }

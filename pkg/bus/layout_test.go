@@ -131,17 +131,17 @@ func TestReadObject(t *testing.T) {
 	if _, err := store.PutBytes(ctx, "big", data); err != nil {
 		t.Fatal(err)
 	}
-	got, err := bus.ReadObject(ctx, b.NC, bus.ObjectResults(schema.RolePlanner), "big")
+	got, err := bus.ReadObject(ctx, b.NC, bus.ObjectResults(schema.RolePlanner), "big", 0)
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read %d bytes, %v; want %d", len(got), err, len(data))
 	}
-	if _, err := bus.ReadObject(ctx, b.NC, bus.ObjectResults(schema.RolePlanner), "absent"); !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if _, err := bus.ReadObject(ctx, b.NC, bus.ObjectResults(schema.RolePlanner), "absent", 0); !errors.Is(err, jetstream.ErrObjectNotFound) {
 		t.Errorf("absent object: %v", err)
 	}
 	if err := store.Delete(ctx, "big"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.ReadObject(ctx, b.NC, bus.ObjectResults(schema.RolePlanner), "big"); !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if _, err := bus.ReadObject(ctx, b.NC, bus.ObjectResults(schema.RolePlanner), "big", 0); !errors.Is(err, jetstream.ErrObjectNotFound) {
 		t.Errorf("deleted object: %v", err)
 	}
 	// A writer may record a digest its data does not have.
@@ -158,7 +158,7 @@ func TestReadObject(t *testing.T) {
 	if _, err := b.JS.PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.ReadObject(ctx, b.NC, bus.ObjectResults(schema.RolePlanner), "liar"); err == nil || !strings.Contains(err.Error(), "does not match its digest") {
+	if _, err := bus.ReadObject(ctx, b.NC, bus.ObjectResults(schema.RolePlanner), "liar", 0); err == nil || !strings.Contains(err.Error(), "does not match its digest") {
 		t.Errorf("an object whose data does not match its digest: %v", err)
 	}
 }

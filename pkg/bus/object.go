@@ -23,8 +23,10 @@ import (
 //
 // The data is checked against the digest the object's writer recorded; a
 // store that is gone or an object that is not there (or deleted) is
-// jetstream.ErrObjectNotFound.
-func ReadObject(ctx context.Context, nc *nats.Conn, bucket, name string) ([]byte, error) {
+// jetstream.ErrObjectNotFound. An object larger than limit bytes (when
+// limit is not 0) is refused before it is read. The buffer is allocated
+// once, at the object's size.
+func ReadObject(ctx context.Context, nc *nats.Conn, bucket, name string, limit uint64) ([]byte, error) {
 	stream := "OBJ_" + bucket
 	meta, err := getMsg(ctx, nc, stream, map[string]any{"last_by_subj": fmt.Sprintf("$O.%s.M.%s", bucket, base64.URLEncoding.EncodeToString([]byte(name)))}, false)
 	if err != nil {
@@ -40,6 +42,9 @@ func ReadObject(ctx context.Context, nc *nats.Conn, bucket, name string) ([]byte
 	if info.Deleted {
 		return nil, fmt.Errorf("object %s/%s: %w", bucket, name, jetstream.ErrObjectNotFound)
 	}
+	if limit > 0 && info.Size > limit {
+		return nil, fail.Permanentf("object %s/%s: %d bytes: more than the %d it may take", bucket, name, info.Size, limit)
+	}
 	data := make([]byte, 0, info.Size)
 	chunks := fmt.Sprintf("$O.%s.C.%s", bucket, info.NUID)
 	seq := uint64(0)
@@ -50,6 +55,9 @@ func ReadObject(ctx context.Context, nc *nats.Conn, bucket, name string) ([]byte
 		}
 		if m == nil {
 			return nil, fail.Transientf("object %s/%s: chunk %d of %d is missing", bucket, name, i+1, info.Chunks)
+		}
+		if uint64(len(data)+len(m.Data)) > info.Size {
+			return nil, fail.Permanentf("object %s/%s: more than the %d bytes its metadata says", bucket, name, info.Size)
 		}
 		data = append(data, m.Data...)
 		seq = m.Seq

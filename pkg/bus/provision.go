@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/fail"
 )
 
 // Provisioning sets the retention and the limits of what planact keeps in
@@ -253,21 +255,36 @@ func Provision(ctx context.Context, nc *nats.Conn, log zerolog.Logger, p Provisi
 	if err := p.Validate(); err != nil {
 		return err
 	}
+	if err := CheckServerVersion(nc); err != nil {
+		return err
+	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(PublishTimeout))
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	b := &Bus{NC: nc, JS: js, Log: log, Provisioning: p}
+	return b.provision(ctx, p)
+}
+
+// provision creates or updates what planact needs, retrying with back-off
+// while the cluster is not ready or another process provisions at once.
+// What the server cannot do (a setting it does not support) is permanent
+// and returned at once.
+func (b *Bus) provision(ctx context.Context, p Provisioning) error {
 	return b.retry(ctx, "provisioning", func() error { return b.provisionOnce(ctx, p) })
 }
 
 // retry runs op until it succeeds, ctx ends or provisionPatience passes;
-// an error that waiting cannot mend (ErrOldLayout) ends it at once.
+// an error that waiting cannot mend (ErrOldLayout, a setting the server
+// does not support) ends it at once.
 func (b *Bus) retry(ctx context.Context, what string, op func() error) error {
 	deadline := time.Now().Add(provisionPatience)
 	wait := 100 * time.Millisecond
 	for {
 		err := op()
+		if unsupported(err) {
+			return fail.E(fail.Permanent, fmt.Errorf("%w (planact needs nats-server %s or later)", err, MinServerVersion))
+		}
 		if err == nil || ctx.Err() != nil || time.Now().After(deadline) || errors.Is(err, ErrOldLayout) {
 			return err
 		}
@@ -279,6 +296,20 @@ func (b *Bus) retry(ctx context.Context, what string, op func() error) error {
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
+}
+
+// unsupported says whether err is the server refusing a setting it does
+// not have: no retry will change its mind.
+func unsupported(err error) bool {
+	for _, e := range []error{
+		jetstream.ErrLimitMarkerTTLNotSupported, jetstream.ErrStreamSubjectTransformNotSupported, jetstream.ErrStreamSourceNotSupported,
+		jetstream.ErrStreamSourceMultipleFilterSubjectsNotSupported, jetstream.ErrConsumerMultipleFilterSubjectsNotSupported,
+	} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrOldLayout is in the error of provisioning that finds a stream made by
@@ -347,39 +378,52 @@ func explainCreate(err error, p Provisioning) error {
 
 // objectStore creates or updates the object store, only when it is
 // missing or differs from what is wanted.
+//
+// Objects are read from the stream's leader: a direct get (nats.go's
+// default for object stores) may be answered by a follower that has not
+// got an object just written, and "not found" would be taken for true. So
+// the store's stream is created with direct gets off from the start, never
+// created with them on and switched off after: a client that opened the
+// store in between keeps asking for direct gets that nobody answers any
+// more ("no responders" on its first put).
 func (b *Bus) objectStore(ctx context.Context, ocfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
 	name := ocfg.Bucket
+	scfg := objectStreamConfig(ocfg)
 	if os, err := b.JS.ObjectStore(ctx, name); err == nil {
 		if st, err := os.Status(ctx); err == nil {
-			ocfg.Replicas = b.keepReplicas(name, st.Replicas(), ocfg.Replicas)
+			scfg.Replicas = b.keepReplicas(name, st.Replicas(), scfg.Replicas)
 			c := st.(*jetstream.ObjectBucketStatus).StreamInfo().Config
-			if st.Description() == ocfg.Description && st.TTL() == ocfg.TTL && st.Storage() == ocfg.Storage &&
-				max(st.Replicas(), 1) == max(ocfg.Replicas, 1) && !c.AllowDirect && c.MaxBytes == ocfg.MaxBytes {
+			if st.Description() == scfg.Description && st.TTL() == scfg.MaxAge && st.Storage() == scfg.Storage &&
+				max(st.Replicas(), 1) == max(scfg.Replicas, 1) && !c.AllowDirect && c.MaxBytes == scfg.MaxBytes {
 				return os, nil
 			}
 		}
 	}
-	if _, err := b.JS.CreateOrUpdateObjectStore(ctx, ocfg); err != nil {
+	if _, err := b.JS.CreateOrUpdateStream(ctx, scfg); err != nil {
 		return nil, fmt.Errorf("provision object store %s: %w", name, explainCreate(err, b.Provisioning))
-	}
-	// Objects are read from the stream's leader: a direct get (nats.go's
-	// default for object stores) may be answered by a follower that has not
-	// got an object just written, and "not found" would be taken for true.
-	st, err := b.JS.Stream(ctx, "OBJ_"+name)
-	if err != nil {
-		return nil, fmt.Errorf("provision object store %s: %w", name, err)
-	}
-	if cfg := st.CachedInfo().Config; cfg.AllowDirect {
-		cfg.AllowDirect = false
-		if _, err := b.JS.UpdateStream(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("provision object store %s: %w", name, err)
-		}
 	}
 	os, err := b.JS.ObjectStore(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("provision object store %s: %w", name, err)
 	}
 	return os, nil
+}
+
+// objectStreamConfig is the stream behind an object store: what nats.go's
+// CreateObjectStore makes of c, with direct gets off.
+func objectStreamConfig(c jetstream.ObjectStoreConfig) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        "OBJ_" + c.Bucket,
+		Description: c.Description,
+		Subjects:    []string{"$O." + c.Bucket + ".C.>", "$O." + c.Bucket + ".M.>"},
+		MaxAge:      c.TTL,
+		MaxBytes:    c.MaxBytes,
+		Storage:     c.Storage,
+		Replicas:    c.Replicas,
+		Discard:     jetstream.DiscardNew,
+		AllowRollup: true,
+		AllowDirect: false,
+	}
 }
 
 // sameStream reports whether the stream's config already holds every field

@@ -263,12 +263,29 @@ func (b *Bus) PublishOnce(ctx context.Context, m schema.Message) (stored bool, e
 }
 
 // PublishAll publishes ms without waiting for each ack before the next
-// publish, then waits for every ack: a fan-out costs one round trip, not
-// one per message. It returns the first error.
+// publish, then waits for every ack: a fan-out costs one round trip per
+// publishWindow messages, not one per message. It returns the first error.
 func (b *Bus) PublishAll(ctx context.Context, ms ...schema.Message) error {
 	if len(ms) == 1 {
 		return b.Publish(ctx, ms[0])
 	}
+	for len(ms) > 0 {
+		n := min(len(ms), publishWindow)
+		if err := b.publishBatch(ctx, ms[:n]); err != nil {
+			return err
+		}
+		ms = ms[n:]
+	}
+	return nil
+}
+
+// publishWindow bounds the messages PublishAll has encoded and not yet
+// seen acknowledged: a rollout of tens of thousands of episodes starts with
+// as many plan requests, which must not all sit in memory at once, with
+// their headers, until the last ack comes.
+const publishWindow = 512
+
+func (b *Bus) publishBatch(ctx context.Context, ms []schema.Message) error {
 	msgs := make([]*nats.Msg, len(ms))
 	futures := make([]jetstream.PubAckFuture, len(ms))
 	for i, m := range ms {

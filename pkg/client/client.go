@@ -51,8 +51,13 @@ type Client struct {
 	arrived map[string]arrival // "N/role" -> this client's last arrival
 }
 
-// New returns a client over nc.
+// New returns a client over nc. A nats-server older than planact needs
+// (bus.MinServerVersion) is refused at once with bus.ErrServerTooOld: no
+// rollout could run there.
 func New(nc *nats.Conn) (*Client, error) {
+	if err := bus.CheckServerVersion(nc); err != nil {
+		return nil, err
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -419,7 +424,7 @@ func (c *Client) fetchSamples(ctx context.Context, role, object string, samples 
 	wait := 100 * time.Millisecond
 	for {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		data, err := bus.ReadObject(actx, c.nc, bus.ObjectResults(role), object)
+		data, err := bus.ReadObject(actx, c.nc, bus.ObjectResults(role), object, 0)
 		cancel()
 		if err == nil {
 			return schema.Unmarshal(data, samples)

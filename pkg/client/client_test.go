@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/internal/natsbin"
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 )
@@ -74,5 +76,17 @@ func TestResultTimesOut(t *testing.T) {
 	res, err := c.Result(ctx, 9, schema.RoleActor)
 	if !errors.Is(err, client.ErrTimeout) || res != nil {
 		t.Errorf("%v %v, want ErrTimeout and no result", res, err)
+	}
+}
+
+// TestOldServerRefused: a trainer on a nats-server older than planact
+// needs learns so when it makes its client, in one line naming both
+// versions, instead of arriving and waiting for its whole time-out.
+func TestOldServerRefused(t *testing.T) {
+	old := natsbin.Old(t)
+	c, err := client.New(bustest.Conn(t, old.URL))
+	want := "nats-server too old for planact: " + old.URL + " runs " + old.Version + ", planact needs 2.12.0 or later"
+	if c != nil || !errors.Is(err, bus.ErrServerTooOld) || !strings.Contains(err.Error(), want) {
+		t.Errorf("client on nats-server %s: %v, want ErrServerTooOld saying %q", old.Version, err, want)
 	}
 }

@@ -7,12 +7,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
@@ -108,7 +111,7 @@ func ReadTaskList(ctx context.Context, nc *nats.Conn, tl schema.TaskList) ([]sch
 		return nil, fail.Permanentf("task object %s: no role or SHA-256 recorded for it (%q, %q): an arrival of an older planact", tl.Object, tl.From, tl.Digest)
 	}
 	bucket := bus.ObjectTasks(tl.From)
-	data, err := bus.ReadObject(ctx, nc, bucket, tl.Object)
+	data, err := bus.ReadObject(ctx, nc, bucket, tl.Object, maxObjectBytes)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fail.Permanentf("task object %s/%s is gone", bucket, tl.Object)
 	}
@@ -119,12 +122,68 @@ func ReadTaskList(ctx context.Context, nc *nats.Conn, tl schema.TaskList) ([]sch
 		return nil, fail.Permanentf("task object %s/%s changed after the %s arrival that brought it: its SHA-256 is %s, the arrival named %s (a list is put once, under a name of its own)",
 			bucket, tl.Object, tl.From, strings.TrimPrefix(got, schema.DigestSHA256), strings.TrimPrefix(tl.Digest, schema.DigestSHA256))
 	}
-	var inner schema.TaskList
+	var inner taskList
 	if err := schema.UnmarshalValueStrict(data, &inner, "task list "+tl.Object); err != nil {
 		return nil, fmt.Errorf("task object %s/%s: %w", bucket, tl.Object, err)
 	}
-	return inner.Tasks, nil
+	tasks := make([]schema.Task, len(inner.Tasks))
+	for i, t := range inner.Tasks {
+		tasks[i] = schema.Task{GroupIndex: t.GroupIndex, Index: t.Index, Prompt: t.Prompt, Label: t.Label}
+	}
+	inner.Tasks = nil
+	if len(data) >= collectAfterBytes {
+		// The object's bytes and its decoded tasks were live together, and
+		// the collector sizes the heap it lets grow from what was live at
+		// its last run: twice both, four times the list. Collected now that
+		// the bytes are dropped, it lets the heap grow to twice the tasks.
+		data = nil
+		runtime.GC()
+	}
+	return tasks, nil
 }
+
+// taskList is schema.TaskList as LoadTasks reads it from the object store:
+// the tasks' metadata is checked to be a map and skipped, not decoded. It
+// is the trainer's (what its dataset keeps with a task) and no service
+// reads it; decoded, a few keys per task cost more memory than the
+// prompts. Its fields are schema.Task's (a test holds them equal).
+type taskList struct {
+	Tasks  []listedTask `json:"tasks,omitempty"`
+	Object string       `json:"object,omitempty"`
+	From   string       `json:"from,omitempty"`   // read past: what the KV value records, not the object
+	Digest string       `json:"digest,omitempty"` // likewise
+}
+
+type listedTask struct {
+	GroupIndex int             `json:"group_index"`
+	Index      int             `json:"index"`
+	Prompt     string          `json:"prompt"`
+	Label      string          `json:"label,omitempty"`
+	Metadata   skippedMetadata `json:"metadata,omitempty"`
+}
+
+// skippedMetadata is a task's metadata, read past without being decoded.
+type skippedMetadata map[string]any
+
+// DecodeMsgpack skips the value after checking that it is a map (or nil),
+// as schema.Task's map[string]any would.
+func (*skippedMetadata) DecodeMsgpack(d *msgpack.Decoder) error {
+	c, err := d.PeekCode()
+	if err != nil {
+		return err
+	}
+	if c != msgpcode.Nil && !msgpcode.IsFixedMap(c) && c != msgpcode.Map16 && c != msgpcode.Map32 {
+		return fmt.Errorf("a task's metadata: want a map, not msgpack code 0x%x", c)
+	}
+	return d.Skip()
+}
+
+// collectAfterBytes is the size of a task list after whose reading the
+// heap is collected at once (see LoadTasks).
+const collectAfterBytes = 8 << 20
+
+// maxObjectBytes bounds the task list read from the object store.
+const maxObjectBytes = 1 << 30
 
 // Get returns rollout n's Info. Whatever would make a service drop work —
 // no session (its messages belong to nothing: a permanent error), or a

@@ -216,7 +216,7 @@ func (s *Service) groupSamples(ctx context.Context, n int64, role string, g int)
 	if grp.SamplesObject == "" {
 		return grp.Samples, nil
 	}
-	data, err := bus.ReadObject(ctx, s.Bus.NC, bus.ObjectResults(role), grp.SamplesObject)
+	data, err := bus.ReadObject(ctx, s.Bus.NC, bus.ObjectResults(role), grp.SamplesObject, 0)
 	if err != nil {
 		return nil, fail.Transientf("group %d samples %s: %w", g, grp.SamplesObject, err)
 	}
@@ -312,14 +312,30 @@ func arrivedRoles(sess *schema.Session) []string {
 // taskCache keeps the task lists of recent rollouts (they never change): a
 // group's completion is checked at every episode end, and reading a large
 // list from the object store each time would cost the rollout's size per
-// episode.
+// episode. A list is read once however many handlers ask for it at the
+// same time (after a restart, the handlers of a running rollout's episode
+// ends, of its groups and of its results, each under its own lock): each
+// read its own copy, the list's size and its decoding per handler.
 type taskCache struct {
-	mu    sync.Mutex
-	lists map[int64]schema.TaskList
+	mu      sync.Mutex
+	lists   map[int64]schema.TaskList
+	loading map[int64]*taskLoad // lists being read, by rollout
+}
+
+// taskLoad is one read of a rollout's task list, which the handlers that
+// ask for it meanwhile wait for.
+type taskLoad struct {
+	done chan struct{}
+	tl   schema.TaskList
+	err  error
 }
 
 // maxCachedRollouts bounds the cache; past it, an arbitrary entry goes.
 const maxCachedRollouts = 256
+
+// loadTaskList reads a rollout's task list from the sessions bucket and the
+// object store; a variable so that a test can count the reads.
+var loadTaskList = session.LoadTaskList
 
 // tasks returns rollout n's tasks, nil when they are gone (the rollout
 // ended and was cleaned up).
@@ -333,17 +349,38 @@ func (s *Service) tasks(ctx context.Context, n int64) ([]schema.Task, error) {
 func (s *Service) taskList(ctx context.Context, n int64) (schema.TaskList, error) {
 	c := s.taskCache
 	c.mu.Lock()
-	tl, ok := c.lists[n]
-	c.mu.Unlock()
-	if ok {
+	if tl, ok := c.lists[n]; ok {
+		c.mu.Unlock()
 		return tl, nil
 	}
-	tl, found, err := session.LoadTaskList(ctx, s.Bus.Sessions, s.Bus.NC, n)
-	if err != nil || !found {
-		return schema.TaskList{}, err
+	if l, ok := c.loading[n]; ok {
+		c.mu.Unlock()
+		select {
+		case <-l.done:
+			return l.tl, l.err
+		case <-ctx.Done():
+			return schema.TaskList{}, fail.Transientf("rollout %d: tasks: %w", n, ctx.Err())
+		}
 	}
-	s.keepTasks(n, tl)
-	return tl, nil
+	l := &taskLoad{done: make(chan struct{})}
+	if c.loading == nil {
+		c.loading = map[int64]*taskLoad{}
+	}
+	c.loading[n] = l
+	c.mu.Unlock()
+
+	tl, found, err := loadTaskList(ctx, s.Bus.Sessions, s.Bus.NC, n)
+	if err == nil && found {
+		s.keepTasks(n, tl)
+	} else if err == nil {
+		tl = schema.TaskList{}
+	}
+	c.mu.Lock()
+	delete(c.loading, n)
+	c.mu.Unlock()
+	l.tl, l.err = tl, err
+	close(l.done)
+	return tl, err
 }
 
 // keepTasks caches rollout n's task list (as stored: the first list wins).

@@ -16,6 +16,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import os
 from types import SimpleNamespace
 
 from . import errors
@@ -27,6 +28,9 @@ objects = {}  # bucket -> {name: bytes}
 published = []  # SimpleNamespace(subject, data, headers), in order
 on_publish = []  # fn(msg), called after each JetStream publish
 connections = []  # the options of each connect()
+# The version the server gives (nats-py's connected_server_version); a test
+# sets STANDIN_NATS_SERVER_VERSION to play an older server.
+server_version = os.environ.get("STANDIN_NATS_SERVER_VERSION", "2.15.2")
 _subscriptions = []
 
 
@@ -64,7 +68,19 @@ class Subscription:
         _subscriptions.remove(self)
 
 
+class ServerVersion:
+    """nats-py's: major, minor and patch of the version the server gave."""
+
+    def __init__(self, version):
+        tokens = [int(t) for t in version.split("-")[0].split(".")]
+        self.major, self.minor, self.patch = (tokens + [0, 0, 0])[:3]
+
+
 class Client:
+    @property
+    def connected_server_version(self):
+        return ServerVersion(server_version)
+
     async def subscribe(self, subject, cb=None):
         sub = Subscription(subject, cb)
         _subscriptions.append(sub)
