@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -255,8 +257,10 @@ func TestComposeCluster(t *testing.T) {
 		}
 	}
 
-	// The web view runs as the read-only viewer user and shows the rollout.
+	// The web view runs as the read-only viewer user and shows the rollout;
+	// so do planact inspect and planact watch.
 	checkWebAsViewer(t, ctx, urls[2], n, len(tasks))
+	checkCommandsAsViewer(t, urls[1], n)
 	for _, line := range v.take() {
 		t.Errorf("permission violation of the web view: %s", line)
 	}
@@ -310,6 +314,28 @@ func checkWebAsViewer(t *testing.T, ctx context.Context, url string, n int64, ep
 			t.Fatalf("web view as viewer: rollout %d: %+v, %v", n, ro, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkCommandsAsViewer runs planact inspect and planact watch as the
+// viewer: both read without creating anything, and show rollout n ended.
+func checkCommandsAsViewer(t *testing.T, url string, n int64) {
+	t.Helper()
+	_, path := natsCLI(t) // a PATH on which planact is this tree's build
+	run := func(limit time.Duration, args ...string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
+		bin := filepath.Join(filepath.SplitList(path)[0], "planact")
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), "PATH="+path, "NATS_URL="+withUser(url, "viewer"))
+		out, _ := cmd.CombinedOutput() // watch runs until it is stopped
+		return string(out)
+	}
+	if out := run(patience, "inspect", fmt.Sprint(n)); !strings.Contains(out, "ok") {
+		t.Errorf("planact inspect %d as viewer:\n%s", n, out)
+	}
+	if out := run(5*time.Second, "watch", fmt.Sprint(n)); !strings.Contains(out, fmt.Sprintf("rollout %d", n)) || !strings.Contains(out, "ok") {
+		t.Errorf("planact watch %d as viewer:\n%s", n, out)
 	}
 }
 
