@@ -53,7 +53,10 @@ type Client struct {
 
 // New returns a client over nc. A nats-server older than planact needs
 // (bus.MinServerVersion) is refused at once with bus.ErrServerTooOld: no
-// rollout could run there.
+// rollout could run there. With planact's accounts (compose/nats) nc must
+// use its user's inbox prefix, where the replies to the client's requests
+// come: nats.CustomInboxPrefix(bus.InboxPrefix(user)), which
+// bus.ConnOptions.Dial sets (docs/security.md, "Private inboxes").
 func New(nc *nats.Conn) (*Client, error) {
 	if err := bus.CheckServerVersion(nc); err != nil {
 		return nil, err
