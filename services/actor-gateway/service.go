@@ -185,6 +185,8 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest) 
 	if req.Prompt == "" {
 		return schema.Generation{}, fail.Invalidf("actor request without a prompt")
 	}
+	// Every engine request of the act names it (engine.GenerationHeader).
+	ctx = engine.WithGeneration(ctx, engine.ActGeneration(req.Rollout, req.Episode, req.Key))
 	lease, err := pool.Acquire(ctx, req.Engine.Protocol, req.Engine.URL, req.Engine.Model)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

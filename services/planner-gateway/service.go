@@ -32,6 +32,10 @@ type Deps struct {
 	Engines *engine.Pool
 	// Concurrency of plan requests handled at once; default 64.
 	Concurrency int
+	// AckWait is how long a plan request may go without a sign of life
+	// from this replica before JetStream hands it to another; default
+	// bus.DefaultAckWait.
+	AckWait time.Duration
 	// MaxAttempts of a turn whose engine fails transiently before the
 	// turn is given up as failed; default 5.
 	MaxAttempts int
@@ -80,6 +84,7 @@ func Run(ctx context.Context, d Deps) error {
 		Durable:     Name,
 		Filters:     []string{subject.AllPlanReq},
 		Concurrency: d.Concurrency,
+		AckWait:     d.AckWait,
 	}, s.handle)
 }
 

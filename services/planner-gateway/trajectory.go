@@ -77,6 +77,8 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	if why := session.Stale(newest, s.versions.Of(eng.URL, newest), cfg.MaxStaleness); why != "" {
 		return errStale{why}
 	}
+	// Every engine request of the turn names it (engine.GenerationHeader).
+	ctx = engine.WithGeneration(ctx, engine.TurnGeneration(req.Rollout, req.Episode, req.Turn))
 	lease, err := s.Engines.Acquire(ctx, eng.Protocol, eng.URL, eng.Model)
 	if err != nil {
 		return fail.E(fail.Transient, err)
