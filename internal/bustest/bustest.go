@@ -6,7 +6,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -56,4 +59,101 @@ func Conn(t testing.TB, url string) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// Proxy forwards TCP connections to a NATS server. Freeze stops every byte
+// both ways without closing anything, as a process stopped with SIGSTOP
+// would: the server sees a connection that is there and says nothing.
+type Proxy struct {
+	URL string // nats://127.0.0.1:<port>
+
+	mu     sync.Mutex
+	frozen chan struct{} // closed while thawed; nil until the first freeze
+}
+
+// StartProxy forwards to the server at url until the end of the test.
+func StartProxy(t testing.TB, url string) *Proxy {
+	t.Helper()
+	target := strings.TrimPrefix(url, "nats://")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{URL: "nats://" + ln.Addr().String()}
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		ln.Close()
+		p.Thaw()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			go p.copy(s, c)
+			go p.copy(c, s)
+		}
+	}()
+	return p
+}
+
+func (p *Proxy) copy(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.wait()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// wait returns when the proxy is not frozen.
+func (p *Proxy) wait() {
+	p.mu.Lock()
+	ch := p.frozen
+	p.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// Freeze stops forwarding.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen == nil {
+		p.frozen = make(chan struct{})
+	}
+}
+
+// Thaw forwards again what was held and what comes.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen != nil {
+		close(p.frozen)
+		p.frozen = nil
+	}
 }
