@@ -129,6 +129,8 @@ func cases() []wireCase {
 			{Node: plan.Node{ID: "s1", Tool: "search", Args: map[string]any{"query": "country of the Eiffel Tower"}}, Key: "t1-s1", Status: schema.NodeDone, Input: "country of the Eiffel Tower", Output: "France"},
 			{Node: node, Key: "t1-s2", Status: schema.NodeReleased, Input: "capital of France"},
 		}, Complete: true}},
+		{file: "kv.claim.v1.schema.json", value: &schema.Claim{Rollout: 42, Episode: 1, Turn: 2, Holder: "Yx3kQ2gB1vC9s8LmN0pR4t", Replica: "gpu-7:4242/0",
+			SinceMs: 1767225602000, Retries: []schema.Retry{{By: "Yx3kQ2gB1vC9s8LmN0pR4t", From: "Hb7fW1cD5eF3gH9jK2lM6n", Why: "holder Hb7fW1cD5eF3gH9jK2lM6n did not answer for 3s: nats: no responders available for request", AtMs: 1767225602000}}}},
 	}
 }
 

@@ -30,7 +30,7 @@ import (
 // tried again is a new generation whose nodes could differ from those an
 // earlier attempt already released, and a turn's acts must all come from
 // the plan it trains on.
-func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
+func (s *Service) plan(ctx context.Context, req *schema.PlanRequest, t *turn) error {
 	log := zerolog.Ctx(ctx)
 	info, err := s.sessions.Get(ctx, req.Rollout)
 	if err != nil {
@@ -54,16 +54,24 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	if err != nil || served {
 		return err // served: the turn's output is there (a request asked again)
 	}
+	// The turn is abandoned at once when its rollout ends (cancelled, timed
+	// out, enough groups): its engine request is aborted.
+	ctx, stop := s.follow.Rollout(ctx, req.Rollout)
+	defer stop()
+	// Recorded before any engine request: this instance generates the turn
+	// (or waits for the live instance that does).
+	if served, err := s.claim(ctx, req, t); err != nil || served {
+		if err != nil && ctx.Err() != nil {
+			return s.over(ctx, err)
+		}
+		return err
+	}
 	mayStream := false
 	if cfg.StreamPlans {
 		if mayStream, err = s.unstreamed(ctx, req); err != nil {
 			return err
 		}
 	}
-	// The turn is abandoned at once when its rollout ends (cancelled, timed
-	// out, enough groups): its engine request is aborted.
-	ctx, stop := s.follow.Rollout(ctx, req.Rollout)
-	defer stop()
 	// No generation while the planner role is paused: the turn waits, and
 	// the wait is no part of its time-out.
 	gate := s.follow.Gate(schema.RolePlanner)
@@ -134,6 +142,14 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		span.SetAttributes(attribute.String("planact.engine", eng.URL), attribute.Int("planact.input_tokens", len(input)))
 	}
 	for {
+		if t.calls > 0 {
+			// Sent again (an engine failure, an abort by a pause): said
+			// first, in the turn's claim.
+			if err := s.recordRetry(ctx, t); err != nil {
+				return err
+			}
+		}
+		t.calls++
 		gctx, done := gate.Track(ectx)
 		gctx, cancel := context.WithTimeout(gctx, schema.Seconds(cfg.PlannerTimeoutS))
 		gen, err = s.generate(gctx, lease.Client, cfg, req, r, mayStream)
@@ -146,6 +162,7 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		// Aborted by a pause: generated again, from the new weights, once
 		// the role is resumed (and not streamed: partials went out).
 		log.Info().Msg("planner turn aborted by a pause; generated again after the resume")
+		t.retry, t.retryWhy = "paused", "aborted by a pause of the planner role; generated again after the resume"
 		mayStream = false
 		if err := gate.Wait(ctx); err != nil {
 			return s.over(ctx, err)
@@ -163,6 +180,7 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		return s.over(ctx, err)
 	}
 	if err != nil {
+		t.retry, t.retryWhy = "failed", "the engine failed: "+err.Error()
 		return fmt.Errorf("planner generate: %w", err)
 	}
 	// A chat engine rendered the newest segment with its template: those are its ids.
