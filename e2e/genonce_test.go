@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -22,6 +23,8 @@ import (
 	"github.com/planact/planact/pkg/sim"
 	"github.com/planact/planact/pkg/subject"
 	"github.com/planact/planact/pkg/telemetry"
+	actdispatcher "github.com/planact/planact/services/act-dispatcher"
+	actorgateway "github.com/planact/planact/services/actor-gateway"
 	plannergateway "github.com/planact/planact/services/planner-gateway"
 )
 
@@ -30,6 +33,8 @@ type countedEnv struct {
 	*env
 	plannerEngine, actorEngine *enginetest.Engine
 	bus                        *bus.Bus // the test's own view of the streams and buckets
+	// proxy is the act-dispatcher's way to NATS, with proxied.
+	proxy *bustest.Proxy
 }
 
 type countedOptions struct {
@@ -38,6 +43,8 @@ type countedOptions struct {
 	// services configures the services; Conn and Log are set here.
 	services stack.Options
 	names    []string // default: every service
+	// proxied: the act-dispatcher connects through a proxy the test can cut.
+	proxied bool
 }
 
 func startCounted(t *testing.T, o countedOptions) *countedEnv {
@@ -62,14 +69,26 @@ func startCounted(t *testing.T, o countedOptions) *countedEnv {
 	}
 	so := o.services
 	so.Conn, so.Log = bus.ConnOptions{URL: url}, bustest.Logger()
-	done := make(chan error, 1)
+	var proxy *bustest.Proxy
+	served := 1
+	done := make(chan error, 2)
+	if o.proxied {
+		names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == actdispatcher.Name })
+		proxy = bustest.StartProxy(t, url)
+		po := so
+		po.Conn = bus.ConnOptions{URL: proxy.URL}
+		served++
+		go func() { done <- stack.Serve(ctx, []string{actdispatcher.Name}, po) }()
+	}
 	go func() { done <- stack.Serve(ctx, names, so) }()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("services: %v", err)
+			for range served {
+				if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("services: %v", err)
+				}
 			}
 		})
 	}
@@ -85,7 +104,22 @@ func startCounted(t *testing.T, o countedOptions) *countedEnv {
 		plannerEngine: pe,
 		actorEngine:   ae,
 		bus:           bustest.Bus(t, url, "genonce-test"),
+		proxy:         proxy,
 	}
+}
+
+// dones returns the outcome of every act of rollout n, by "E/K".
+func (e *countedEnv) dones(t *testing.T, n int64) map[string]schema.ActDone {
+	t.Helper()
+	out := map[string]schema.ActDone{}
+	for _, data := range lastPerSubject(t, e.bus.JS, bus.StreamAct, subject.ActDoneFilter(n)) {
+		var d schema.ActDone
+		if err := schema.Unmarshal(data, &d); err != nil {
+			t.Fatal(err)
+		}
+		out[fmt.Sprintf("%d/%s", d.Episode, d.Key)] = d
+	}
+	return out
 }
 
 // checkOnce fails the test for every planner turn and act that reached its
@@ -293,5 +327,130 @@ func TestATurnWhoseHolderIsGoneIsTakenOver(t *testing.T) {
 				t.Error("the retry was not counted")
 			}
 		})
+	}
+}
+
+// TestAnActWhoseGatewayIsGoneIsSentAgain: an act's request reaches an
+// actor-gateway that then dies, after acknowledging it, or that never says
+// a word (the request, or every answer, lost). Within seconds, not at the
+// act's time-out, the act is sent to another gateway: one attempt, one
+// engine call, and the retry recorded in its outcome (by, from, why).
+func TestAnActWhoseGatewayIsGoneIsSentAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name, ack, from, why string
+	}{
+		{"acknowledged", "dead-gateway", "dead-gateway", "answered nothing"},
+		{"silent", "", "", "no actor-gateway acknowledged"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startCounted(t, countedOptions{planner: sim.Config{Seed: 171}, actor: sim.Config{Seed: 172},
+				names: slices.DeleteFunc(slices.Clone(stack.Services), func(n string) bool { return n == actorgateway.Name })})
+			// The gateway that takes the first requests and goes.
+			fake := bustest.Conn(t, e.url)
+			var mu sync.Mutex
+			caught := map[string]bool{}
+			sub, err := fake.QueueSubscribe(schema.ActorSubject, actorgateway.QueueGroup, func(m *nats.Msg) {
+				var req schema.ActorRequest
+				if schema.Unmarshal(m.Data, &req) != nil {
+					return
+				}
+				mu.Lock()
+				caught[fmt.Sprintf("%d/%s", req.Episode, req.Key)] = true
+				mu.Unlock()
+				if tc.ack != "" {
+					ack := nats.NewMsg(m.Reply)
+					ack.Header.Set(schema.HdrActorGateway, tc.ack)
+					ack.Header.Set(schema.HdrActorProgress, schema.ActorStarted)
+					_ = fake.PublishMsg(ack)
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 1630
+			results := make(chan outcome, 1)
+			go func() {
+				results <- e.rollout(t, e.trainer(t), e.trainer(t), n, e.tasks(2, 1, n), &schema.Config{ActTimeoutS: 20}, false)
+			}()
+			eventually(t, "an act caught by the gateway that goes", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(caught) > 0
+			})
+			// Drained, every request that reached it is seen (and caught).
+			if err := sub.Drain(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the gateway that goes gone", func() bool { return !sub.IsValid() })
+			defer startService(t, e.url, actorgateway.Name)()
+			o := <-results
+			if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK {
+				t.Fatalf("rollout: %v %v %+v", o.perr, o.aerr, o.planner)
+			}
+			checkOnce(t, e)
+			mu.Lock()
+			defer mu.Unlock()
+			for k, d := range e.dones(t, n) {
+				if d.Status != schema.ActDoneOK || d.Attempts != 1 {
+					t.Errorf("act %s: %s after %d attempts (%s), want done at the first", k, d.Status, d.Attempts, d.Error)
+				}
+				if !caught[k] {
+					if len(d.Retries) != 0 {
+						t.Errorf("act %s: retries %+v, none expected", k, d.Retries)
+					}
+					continue
+				}
+				if len(d.Retries) == 0 || d.Retries[0].From != tc.from || d.Retries[0].By == "" || !strings.Contains(d.Retries[0].Why, tc.why) {
+					t.Errorf("act %s, sent to the gateway that went: retries %+v, want one from %q (%q)", k, d.Retries, tc.from, tc.why)
+				}
+			}
+		})
+	}
+}
+
+// TestALostActorReplyIsAnsweredAgain: the act-dispatcher's connection is
+// cut while an act generates, and the gateway's reply is lost with it (a
+// NATS restart does the same). Within seconds the dispatcher, hearing
+// nothing, sends the request again to the gateway that has the act, which
+// answers from the generation it ran: one attempt, one engine call, no
+// retry, the act done long before its time-out.
+func TestALostActorReplyIsAnsweredAgain(t *testing.T) {
+	e := startCounted(t, countedOptions{planner: sim.Config{Seed: 173}, actor: sim.Config{Seed: 174, TTFT: 1500 * time.Millisecond}, proxied: true})
+	// The gateway's answers to the dispatcher, as they are published.
+	watch := bustest.Conn(t, e.url)
+	answered := make(chan struct{}, 64)
+	if _, err := watch.Subscribe("_INBOX.>", func(m *nats.Msg) {
+		if m.Header.Get(schema.HdrActorGateway) != "" && m.Header.Get(schema.HdrActorProgress) == "" {
+			answered <- struct{}{}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	awaited := testutil.ToFloat64(telemetry.GenerationsAwaited.WithLabelValues(schema.RoleActor))
+	const n = 1640
+	results := make(chan outcome, 1)
+	go func() {
+		results <- e.rollout(t, e.trainer(t), e.trainer(t), n, e.tasks(1, 1, n), &schema.Config{ActTimeoutS: 20}, false)
+	}()
+	eventually(t, "an act on the engine", func() bool { return e.actorEngine.Counts().InFlight > 0 })
+	e.proxy.Cut()
+	select {
+	case <-answered: // published while the dispatcher is away: lost
+	case <-time.After(time.Minute):
+		t.Fatal("the gateway never answered")
+	}
+	e.proxy.Restore()
+	o := <-results
+	if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK {
+		t.Fatalf("rollout: %v %v %+v", o.perr, o.aerr, o.planner)
+	}
+	checkOnce(t, e)
+	for k, d := range e.dones(t, n) {
+		if d.Status != schema.ActDoneOK || d.Attempts != 1 || len(d.Retries) != 0 {
+			t.Errorf("act %s: %s after %d attempts, retries %+v; want done at the first, no retry", k, d.Status, d.Attempts, d.Retries)
+		}
+	}
+	if testutil.ToFloat64(telemetry.GenerationsAwaited.WithLabelValues(schema.RoleActor)) <= awaited {
+		t.Error("the request sent again was not answered from the generation that ran")
 	}
 }

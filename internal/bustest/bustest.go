@@ -69,6 +69,8 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	frozen chan struct{} // closed while thawed; nil until the first freeze
+	cut    bool          // connections are closed and refused
+	conns  []net.Conn
 }
 
 // StartProxy forwards to the server at url until the end of the test.
@@ -80,16 +82,10 @@ func StartProxy(t testing.TB, url string) *Proxy {
 		t.Fatal(err)
 	}
 	p := &Proxy{URL: "nats://" + ln.Addr().String()}
-	var conns []net.Conn
-	var mu sync.Mutex
 	t.Cleanup(func() {
 		ln.Close()
 		p.Thaw()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
+		p.Cut()
 	})
 	go func() {
 		for {
@@ -97,19 +93,45 @@ func StartProxy(t testing.TB, url string) *Proxy {
 			if err != nil {
 				return
 			}
+			p.mu.Lock()
+			refused := p.cut
+			p.mu.Unlock()
+			if refused {
+				c.Close()
+				continue
+			}
 			s, err := net.Dial("tcp", target)
 			if err != nil {
 				c.Close()
 				continue
 			}
-			mu.Lock()
-			conns = append(conns, c, s)
-			mu.Unlock()
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
 			go p.copy(s, c)
 			go p.copy(c, s)
 		}
 	}()
 	return p
+}
+
+// Cut closes every connection and refuses new ones until Restore: what
+// was on its way is lost, as in a network partition or a NATS restart.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// Restore accepts connections again.
+func (p *Proxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
 }
 
 func (p *Proxy) copy(dst, src net.Conn) {

@@ -105,7 +105,7 @@ func cases() []wireCase {
 		}),
 		msgCase(&schema.Timeout{Rollout: 42, TimeoutKind: schema.TimeoutBarrier, DeadlineMs: 1767227400000}),
 		msgCase(&schema.Cancel{Rollout: 42, Role: schema.RolePlanner, Reason: "trainer preempted", AtMs: 1767225602000}),
-		msgCase(&schema.ActorRequest{Rollout: 42, Episode: 1, Key: "t1-s2", Engine: engineA, Prompt: gen.Prompt, Sampling: schema.Sampling{Temperature: schema.Float(1), TopP: schema.Float(1), MaxNewTokens: 128}}),
+		msgCase(&schema.ActorRequest{Rollout: 42, Episode: 1, Key: "t1-s2", Engine: engineA, Prompt: gen.Prompt, Sampling: schema.Sampling{Temperature: schema.Float(1), TopP: schema.Float(1), MaxNewTokens: 128}, Try: 1}),
 		msgCase(&schema.ActorReply{Generation: *gen}),
 		msgCase(&schema.Pause{Role: schema.RoleActor, Mode: schema.PauseAbort, TimeoutS: 300, Reason: "weight sync step 8", AtMs: 1767225700000}),
 		msgCase(&schema.Resume{Role: schema.RoleActor, WeightVersion: "actor-v4", AtMs: 1767225730000}),

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
@@ -164,7 +163,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			return nil, nil
 		}
 	}
-	done.EndedMs = nowMs()
+	done.EndedMs, done.Retries = nowMs(), run.retries
 	telemetry.Acts.WithLabelValues(done.Status).Inc()
 	telemetry.ActSeconds.WithLabelValues(done.Status).Observe(time.Since(began).Seconds())
 	if done.Status == schema.ActFailed {
@@ -258,9 +257,10 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 	if err != nil {
 		return nil, err
 	}
+	run.tries++
 	req := &schema.ActorRequest{
 		Rollout: run.Rollout, Episode: run.Episode, Key: run.Key, Engine: eng,
-		Prompt: ActorPrompt(tool, input), Sampling: info.Session.Config.ActorSampling,
+		Prompt: ActorPrompt(tool, input), Sampling: info.Session.Config.ActorSampling, Try: run.tries,
 	}
 	if d, ok := ctx.Deadline(); ok {
 		req.DeadlineMs = d.UnixMilli()
@@ -270,10 +270,10 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 		return nil, fail.E(fail.Permanent, err)
 	}
 	bus.InjectSpan(ctx, msg.Header) // the generation is the attempt's child
-	reply, err := s.Bus.NC.RequestMsgWithContext(ctx, msg)
+	reply, err := s.exchange(ctx, run, msg)
 	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, errNoActorGateway
+		if errors.Is(err, errNoActorGateway) {
+			return nil, err
 		}
 		return nil, fail.Transientf("actor-gateway: %w", err)
 	}

@@ -48,6 +48,9 @@ type act struct {
 	Key        string
 	Node       plan.Node
 	ReleasedMs int64
+
+	tries   int            // generations asked of the actor-gateways (actor.go)
+	retries []schema.Retry // requests sent to a gateway again beyond its tries
 }
 
 // runner runs one turn.
