@@ -19,6 +19,7 @@ import (
 	"github.com/planact/planact/internal/enginetest"
 	"github.com/planact/planact/internal/stack"
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
 	"github.com/planact/planact/pkg/subject"
@@ -452,5 +453,64 @@ func TestALostActorReplyIsAnsweredAgain(t *testing.T) {
 	}
 	if testutil.ToFloat64(telemetry.GenerationsAwaited.WithLabelValues(schema.RoleActor)) <= awaited {
 		t.Error("the request sent again was not answered from the generation that ran")
+	}
+}
+
+// TestAPauseHoldsATurnThatIsTokenizing: the planner's turn tokenizes its
+// prompt (slowly) before it generates. A pause that lands meanwhile answers
+// only once that turn can start no generation: in wait mode after the
+// turn's generation ended, in abort mode at once, the turn aborted. From
+// the pause's answer to the resume, no generation reaches the engine.
+func TestAPauseHoldsATurnThatIsTokenizing(t *testing.T) {
+	for _, abort := range []bool{false, true} {
+		name := "wait"
+		if abort {
+			name = "abort"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := startCounted(t, countedOptions{planner: sim.Config{Seed: 175}, actor: sim.Config{Seed: 176},
+				plannerLoad: enginetest.Options{Latency: map[string]time.Duration{"/tokenize": 1500 * time.Millisecond}}})
+			ctx, cancel := context.WithTimeout(context.Background(), patience)
+			defer cancel()
+			n := int64(1650)
+			if abort {
+				n++
+			}
+			results := make(chan outcome, 1)
+			go func() { results <- e.rollout(t, e.trainer(t), e.trainer(t), n, e.tasks(1, 1, n), nil, false) }()
+			eventually(t, "a planner turn tokenizing", func() bool {
+				for _, r := range e.plannerEngine.Requests() {
+					if r.Path == "/tokenize" && r.End.IsZero() {
+						return true
+					}
+				}
+				return false
+			})
+			trainer := e.trainer(t)
+			paused, err := trainer.Pause(ctx, schema.RolePlanner, client.PauseOptions{Abort: abort, Timeout: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			answered := time.Now()
+			if len(paused.Drained) == 0 || len(paused.Missing) != 0 {
+				t.Errorf("paused: drained %v, missing %v; want the planner-gateway drained", paused.Drained, paused.Missing)
+			}
+			// Past the end of the tokenize that was running: its turn may
+			// not generate while the role is paused.
+			time.Sleep(2 * time.Second)
+			resumed := time.Now()
+			if err := trainer.Resume(ctx, schema.RolePlanner, "planner-v8"); err != nil {
+				t.Fatal(err)
+			}
+			o := <-results
+			if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK {
+				t.Fatalf("after the resume: %v %v %+v", o.perr, o.aerr, o.planner)
+			}
+			for _, r := range e.plannerEngine.Requests() {
+				if enginetest.IsGeneration(r.Path) && r.Start.After(answered) && r.Start.Before(resumed) {
+					t.Errorf("a generation (%s) started %v after the pause answered, before the resume", r.Generation, r.Start.Sub(answered).Round(time.Millisecond))
+				}
+			}
+		})
 	}
 }

@@ -392,7 +392,8 @@ type ActDone struct {
 	Replica string `json:"replica,omitempty"`
 	// Retries are the generations of the act sent to an actor-gateway
 	// again beyond its attempts, oldest first: the gateway that had it was
-	// gone (it answered nothing), or no gateway answered the request.
+	// gone (it answered nothing), no gateway acknowledged the request, the
+	// gateway no longer kept its answer, or a pause aborted it while it ran.
 	Retries []Retry `json:"retries,omitempty"`
 }
 

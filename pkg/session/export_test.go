@@ -20,3 +20,6 @@ func LagDirectReads() (undo func()) {
 	}
 	return func() { readSession = was }
 }
+
+// SetRoleState is what the follower does when the role's key changes.
+func (g *Gate) SetRoleState(st schema.RoleState) { g.set(st) }

@@ -84,12 +84,13 @@ func (r *replies) open(nc *nats.Conn) (string, <-chan *nats.Msg, func(), error) 
 }
 
 // exchange sends msg (an actor request) and returns the gateway's answer,
-// sending the request again as the comment above says. Retries it had to
-// make are appended to run.retries.
-func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (*nats.Msg, error) {
+// sending the request again as the comment above says, and whether a
+// gateway acknowledged it first (it ran, or waited to run). Retries it had
+// to make are appended to run.retries.
+func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer *nats.Msg, acked bool, err error) {
 	reply, answers, end, err := s.replies.open(s.Bus.NC)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer end()
 	msg.Reply = reply
@@ -102,7 +103,7 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (*nats.
 		return nil
 	}
 	if err := send(schema.ActorSubject); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	log := zerolog.Ctx(ctx)
 	holder, heard, sent := "", time.Now(), time.Now()
@@ -112,13 +113,13 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (*nats.
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, acked, ctx.Err()
 		case m := <-answers:
 			if m.Header.Get("Status") == "503" {
 				// No responders: no gateway at all, or the one that has the
 				// act is not there (gone, or reconnecting).
 				if holder == "" && !everHeard {
-					return nil, errNoActorGateway
+					return nil, false, errNoActorGateway
 				}
 				continue
 			}
@@ -127,9 +128,10 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (*nats.
 				holder = g
 			}
 			if m.Header.Get(schema.HdrActorProgress) != "" {
+				acked = true
 				continue
 			}
-			return m, nil
+			return m, acked, nil
 		case now := <-tick.C:
 			quiet := now.Sub(heard)
 			if quiet < silence || now.Sub(sent) < silence {
@@ -141,7 +143,7 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (*nats.
 				// running there, or answered from the one that ran.
 				log.Info().Str("gateway", holder).Dur("silent", quiet.Round(100*time.Millisecond)).Msg("actor-gateway silent; act sent again to it")
 				if err := send(schema.ActorInstanceSubject(holder)); err != nil {
-					return nil, err
+					return nil, acked, err
 				}
 				continue
 			}
@@ -157,7 +159,7 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (*nats.
 			log.Warn().Str("from", holder).Str("why", why).Msg("act sent again to any actor-gateway")
 			holder, heard = "", now
 			if err := send(schema.ActorSubject); err != nil {
-				return nil, err
+				return nil, acked, err
 			}
 		}
 	}

@@ -257,6 +257,13 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 	if err != nil {
 		return nil, err
 	}
+	if run.aborted != "" {
+		// The last try was aborted by a pause while it ran: this one is
+		// its generation again, said first.
+		run.retries = append(run.retries, schema.Retry{By: s.replica(), From: run.aborted, Why: "aborted by a pause of the actor role; generated again after the resume", AtMs: nowMs()})
+		telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, "paused").Inc()
+		run.aborted = ""
+	}
 	run.tries++
 	req := &schema.ActorRequest{
 		Rollout: run.Rollout, Episode: run.Episode, Key: run.Key, Engine: eng,
@@ -270,7 +277,7 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 		return nil, fail.E(fail.Permanent, err)
 	}
 	bus.InjectSpan(ctx, msg.Header) // the generation is the attempt's child
-	reply, err := s.exchange(ctx, run, msg)
+	reply, acked, err := s.exchange(ctx, run, msg)
 	if err != nil {
 		if errors.Is(err, errNoActorGateway) {
 			return nil, err
@@ -280,7 +287,17 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 	if code := reply.Header.Get(micro.ErrorCodeHeader); code == schema.ActorCodeTimeout {
 		return nil, errActorTimedOut // the gateway gave up at our deadline
 	} else if code == schema.ActorCodePaused {
+		if acked {
+			run.aborted = cmp.Or(reply.Header.Get(schema.HdrActorGateway), "?")
+		}
 		return nil, errActorPaused
+	} else if code == schema.ActorCodeGone {
+		// The try ran, and its answer was lost longer than the gateway
+		// keeps it: the next attempt is a new generation, and says why.
+		g := reply.Header.Get(schema.HdrActorGateway)
+		why := fmt.Sprintf("actor-gateway %s no longer keeps the answer of try %d: %s", g, req.Try, reply.Header.Get(micro.ErrorHeader))
+		run.retries = append(run.retries, schema.Retry{By: s.replica(), From: g, Why: why, AtMs: nowMs()})
+		return nil, fail.Transientf("%s", why)
 	} else if code != "" {
 		kind := fail.Transient
 		if strings.HasPrefix(code, "4") {

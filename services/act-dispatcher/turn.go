@@ -50,7 +50,8 @@ type act struct {
 	ReleasedMs int64
 
 	tries   int            // generations asked of the actor-gateways (actor.go)
-	retries []schema.Retry // requests sent to a gateway again beyond its tries
+	retries []schema.Retry // generations sent again beyond its attempts
+	aborted string         // the gateway whose run of the last try a pause aborted
 }
 
 // runner runs one turn.

@@ -205,10 +205,15 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 		}
 		return nil
 	}
-	if st := g.gate.State(); st.Paused {
+	// Past the gate and registered with it in one step, for all of the
+	// generation (the wait for a slot, the tokenizing): a pause answered
+	// before that refuses it; one after waits for it, or aborts it.
+	gctx, left, st, ok := g.gate.TryEnter(ctx)
+	if !ok {
 		g.mu.Unlock()
 		return g.replyError(m.Reply, CodePaused, fmt.Sprintf("the actor role is paused (pause %d): send it again after the resume", st.Epoch))
 	}
+	defer left()
 	gen := &generation{callers: []string{m.Reply}, forget: time.Now().Add(5 * time.Minute)}
 	if req.DeadlineMs > 0 {
 		gen.forget = time.UnixMilli(req.DeadlineMs).Add(time.Minute)
@@ -219,8 +224,9 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 		_ = g.send(m.Reply, g.progress(schema.ActorStarted))
 	}
 	stop := g.beat(gen, progress)
-	answer, err := g.generateInSlot(ctx, req)
+	answer, err := g.generateInSlot(gctx, req)
 	stop()
+	left()
 	g.mu.Lock()
 	gen.answer, gen.answered = answer, time.Now()
 	gen.forget = later(gen.forget, gen.answered.Add(KeepAnswer))
@@ -248,7 +254,12 @@ func (g *gateway) generateInSlot(ctx context.Context, req *schema.ActorRequest) 
 		defer func() { <-g.slots }()
 		return g.generate(ctx, req)
 	case <-wctx.Done():
-		if ctx.Err() != nil {
+		switch {
+		case errors.Is(context.Cause(ctx), session.ErrPaused):
+			return errorAnswer(CodePaused, "aborted by a pause of the actor role while it waited for a slot: send it again after the resume")
+		case context.Cause(ctx) == session.ErrRolloutOver:
+			return errorAnswer(CodeUnavailable, "rollout is over")
+		case ctx.Err() != nil:
 			return errorAnswer(CodeUnavailable, "actor-gateway shutting down")
 		}
 		return errorAnswer(CodeTimeout, "the act's deadline passed while it waited for a slot")
@@ -336,8 +347,6 @@ func (g *gateway) send(to string, a *nats.Msg) error {
 // generate runs req on its engine and returns the answer: the reply, or an
 // error in the NATS service protocol's headers, as serve says.
 func (g *gateway) generate(ctx context.Context, req *schema.ActorRequest) (*nats.Msg, error) {
-	ctx, done := g.gate.Track(ctx)
-	defer done()
 	// A rollout that ends (cancelled, timed out, enough groups) stops its
 	// generations on the engine at once.
 	ctx, stop := g.follow.Rollout(ctx, req.Rollout)
