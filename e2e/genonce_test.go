@@ -514,3 +514,42 @@ func TestAPauseHoldsATurnThatIsTokenizing(t *testing.T) {
 		})
 	}
 }
+
+// TestAFrozenDispatchersActMovesOnOnce: the act-dispatcher replica running
+// a turn stops (its connection goes silent, as SIGSTOP does) while the
+// turn's act generates. Within its ack wait the turn goes to another
+// replica, which sends the act again; the actor-gateway attaches that
+// request to the generation it runs, so the engine is called once, and the
+// act ends done at its first attempt, run by the replica that took over.
+func TestAFrozenDispatchersActMovesOnOnce(t *testing.T) {
+	so := stack.Options{ActAckWait: 500 * time.Millisecond}
+	e := startCounted(t, countedOptions{planner: sim.Config{Seed: 177}, actor: sim.Config{Seed: 178, TTFT: 3 * time.Second}, proxied: true, services: so})
+	const n = 1660
+	awaited := testutil.ToFloat64(telemetry.GenerationsAwaited.WithLabelValues(schema.RoleActor))
+	results := make(chan outcome, 1)
+	go func() { results <- e.rollout(t, e.trainer(t), e.trainer(t), n, e.tasks(1, 1, n), nil, false) }()
+	eventually(t, "an act on the engine", func() bool { return e.actorEngine.Counts().InFlight > 0 })
+	e.proxy.Freeze()
+	// The replica that takes the turn over.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	so.Conn, so.Log = bus.ConnOptions{URL: e.url}, bustest.Logger()
+	go func() { done <- stack.Serve(ctx, []string{actdispatcher.Name}, so) }()
+	defer func() { cancel(); <-done }()
+	o := <-results
+	if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK {
+		t.Fatalf("rollout: %v %v %+v", o.perr, o.aerr, o.planner)
+	}
+	checkOnce(t, e)
+	dones := e.dones(t, n)
+	first, ok := dones["0/t1-s1"]
+	if !ok {
+		t.Fatalf("no outcome of the first act: %v", dones)
+	}
+	if first.Status != schema.ActDoneOK || first.Attempts != 1 || len(first.Retries) != 0 {
+		t.Errorf("first act: %s after %d attempts, retries %+v; want done at the first, no retry", first.Status, first.Attempts, first.Retries)
+	}
+	if testutil.ToFloat64(telemetry.GenerationsAwaited.WithLabelValues(schema.RoleActor)) <= awaited {
+		t.Error("the replica that took over did not attach to the running generation")
+	}
+}

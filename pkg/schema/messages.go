@@ -638,8 +638,9 @@ const (
 
 // Values of HdrActorProgress.
 const (
-	ActorStarted = "started" // the gateway has the request and runs it (or attached it to the same try, running)
-	ActorRunning = "running" // still generating
+	ActorStarted  = "started"  // the gateway has the request: a new generation, running or waiting for a slot
+	ActorAttached = "attached" // the gateway runs this try already: the request is attached to it
+	ActorRunning  = "running"  // still generating
 )
 
 // Timeout is a scheduled message: when it fires (on the time-out subject),

@@ -86,7 +86,9 @@ func (r *replies) open(nc *nats.Conn) (string, <-chan *nats.Msg, func(), error) 
 // exchange sends msg (an actor request) and returns the gateway's answer,
 // sending the request again as the comment above says, and whether a
 // gateway acknowledged it first (it ran, or waited to run). Retries it had
-// to make are appended to run.retries.
+// to make are appended to run.retries; so is the first generation of an
+// act another runner may have generated already (run.rerun) when no
+// gateway had it to attach it to.
 func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer *nats.Msg, acked bool, err error) {
 	reply, answers, end, err := s.replies.open(s.Bus.NC)
 	if err != nil {
@@ -127,8 +129,15 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 			if g := m.Header.Get(schema.HdrActorGateway); g != "" {
 				holder = g
 			}
-			if m.Header.Get(schema.HdrActorProgress) != "" {
+			if p := m.Header.Get(schema.HdrActorProgress); p != "" {
 				acked = true
+				if p == schema.ActorStarted && run.rerun != "" {
+					run.retries = append(run.retries, schema.Retry{By: s.replica(), From: holder, Why: run.rerun, AtMs: nowMs()})
+					telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, "rerun").Inc()
+				}
+				if p == schema.ActorStarted || p == schema.ActorAttached {
+					run.rerun = "" // a new generation (recorded) or the one running
+				}
 				continue
 			}
 			return m, acked, nil

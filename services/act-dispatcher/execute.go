@@ -264,10 +264,15 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 		telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, "paused").Inc()
 		run.aborted = ""
 	}
-	run.tries++
+	// A new try only after one a gateway took: the tries of an act are
+	// then numbered alike by every runner, so that a runner that takes a
+	// turn over attaches to the generation its predecessor started.
+	if run.try == 0 || run.taken {
+		run.try, run.taken = run.try+1, false
+	}
 	req := &schema.ActorRequest{
 		Rollout: run.Rollout, Episode: run.Episode, Key: run.Key, Engine: eng,
-		Prompt: ActorPrompt(tool, input), Sampling: info.Session.Config.ActorSampling, Try: run.tries,
+		Prompt: ActorPrompt(tool, input), Sampling: info.Session.Config.ActorSampling, Try: run.try,
 	}
 	if d, ok := ctx.Deadline(); ok {
 		req.DeadlineMs = d.UnixMilli()
@@ -278,6 +283,9 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 	}
 	bus.InjectSpan(ctx, msg.Header) // the generation is the attempt's child
 	reply, acked, err := s.exchange(ctx, run, msg)
+	// Taken: a gateway acknowledged it, or answered from a generation of
+	// it (anything but a refusal because the role is paused).
+	run.taken = acked || (err == nil && reply.Header.Get(micro.ErrorCodeHeader) != schema.ActorCodePaused)
 	if err != nil {
 		if errors.Is(err, errNoActorGateway) {
 			return nil, err

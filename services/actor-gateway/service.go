@@ -201,7 +201,7 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 		g.mu.Unlock()
 		telemetry.GenerationsAwaited.WithLabelValues(schema.RoleActor).Inc()
 		if progress {
-			return g.send(m.Reply, g.progress(schema.ActorStarted))
+			return g.send(m.Reply, g.progress(schema.ActorAttached))
 		}
 		return nil
 	}
