@@ -25,8 +25,9 @@ import (
 // where it is attached to the generation running there (or answered from
 // the one that ran): the engine is not called twice. Only when that gateway
 // is gone — it answered nothing for silence+holderPatience — does the
-// request go to the queue group again, a retry recorded in the act's
-// outcome (schema.ActDone.Retries).
+// request go to the queue group again; a gateway that starts a new
+// generation for it (not one that attaches it to the generation it runs)
+// makes it a retry, recorded in the act's outcome (schema.ActDone.Retries).
 
 // silence is how long an act's request may go without a word from the
 // gateway before it is sent again.
@@ -85,10 +86,11 @@ func (r *replies) open(nc *nats.Conn) (string, <-chan *nats.Msg, func(), error) 
 
 // exchange sends msg (an actor request) and returns the gateway's answer,
 // sending the request again as the comment above says, and whether a
-// gateway acknowledged it first (it ran, or waited to run). Retries it had
-// to make are appended to run.retries; so is the first generation of an
-// act another runner may have generated already (run.rerun) when no
-// gateway had it to attach it to.
+// gateway acknowledged it first (it ran, or waited to run). A request sent
+// to any gateway again, or the first of an act another runner may have
+// generated already (run.rerun), is a retry when a gateway starts a new
+// generation for it (its acknowledgement says started, not attached): that
+// retry is appended to run.retries, with why.
 func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer *nats.Msg, acked bool, err error) {
 	reply, answers, end, err := s.replies.open(s.Bus.NC)
 	if err != nil {
@@ -110,6 +112,14 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 	log := zerolog.Ctx(ctx)
 	holder, heard, sent := "", time.Now(), time.Now()
 	everHeard := false
+	// pending is the retry this request is, if a gateway starts a new
+	// generation for it.
+	var pending *schema.Retry
+	pendingReason := ""
+	if run.rerun != "" {
+		pending, pendingReason = &schema.Retry{By: s.replica(), Why: run.rerun}, "rerun"
+		run.rerun = ""
+	}
 	tick := time.NewTicker(silence / 6)
 	defer tick.Stop()
 	for {
@@ -131,16 +141,19 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 			}
 			if p := m.Header.Get(schema.HdrActorProgress); p != "" {
 				acked = true
-				if p == schema.ActorStarted && run.rerun != "" {
-					run.retries = append(run.retries, schema.Retry{By: s.replica(), From: holder, Why: run.rerun, AtMs: nowMs()})
-					telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, "rerun").Inc()
-				}
-				if p == schema.ActorStarted || p == schema.ActorAttached {
-					run.rerun = "" // a new generation (recorded) or the one running
+				switch {
+				case p == schema.ActorStarted && pending != nil:
+					pending.AtMs = nowMs()
+					run.retries = append(run.retries, *pending)
+					telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, pendingReason).Inc()
+					log.Warn().Str("gateway", holder).Str("why", pending.Why).Msg("act generated again")
+					pending = nil
+				case p == schema.ActorAttached:
+					pending = nil // the generation that runs: no second one
 				}
 				continue
 			}
-			return m, acked, nil
+			return m, acked, nil // answered from the generation of this try
 		case now := <-tick.C:
 			quiet := now.Sub(heard)
 			if quiet < silence || now.Sub(sent) < silence {
@@ -156,15 +169,16 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 				}
 				continue
 			}
-			// Gone, or never heard of: any gateway, a retry said first.
+			// Gone, or never heard of: any gateway. A new generation there
+			// is a retry (recorded when it starts); one that has it running
+			// attaches the request.
 			why := fmt.Sprintf("no actor-gateway acknowledged the request for %s", quiet.Round(100*time.Millisecond))
-			reason := "unanswered"
+			pendingReason = "unanswered"
 			if holder != "" {
 				why = fmt.Sprintf("actor-gateway %s answered nothing for %s", holder, quiet.Round(100*time.Millisecond))
-				reason = "holder_gone"
+				pendingReason = "holder_gone"
 			}
-			run.retries = append(run.retries, schema.Retry{By: s.replica(), From: holder, Why: why, AtMs: now.UnixMilli()})
-			telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, reason).Inc()
+			pending = &schema.Retry{By: s.replica(), From: holder, Why: why}
 			log.Warn().Str("from", holder).Str("why", why).Msg("act sent again to any actor-gateway")
 			holder, heard = "", now
 			if err := send(schema.ActorSubject); err != nil {

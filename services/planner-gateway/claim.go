@@ -97,7 +97,7 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 		mine.SinceMs = time.Now().UnixMilli()
 		created, err := bus.Create(ctx, s.Bus.Runs, t.key, &mine)
 		if err != nil {
-			return false, err
+			return false, handBack(t, err)
 		}
 		if created {
 			s.hold(t)
@@ -105,7 +105,7 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 		}
 		cur, rev, found, err := bus.GetFresh[schema.Claim](ctx, s.Bus.Runs, t.key)
 		if err != nil {
-			return false, err
+			return false, handBack(t, err)
 		}
 		if !found {
 			continue // removed meanwhile (the rollout's run state went): claimed anew
@@ -119,7 +119,7 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 		next.Retries = append(next.Retries, schema.Retry{By: s.id, From: cur.Holder, Why: why, AtMs: next.SinceMs})
 		_, conflict, err := bus.Update(ctx, s.Bus.Runs, t.key, &next, rev)
 		if err != nil {
-			return false, err
+			return false, handBack(t, err)
 		}
 		if conflict {
 			continue // another instance took it over first: its claim is awaited
@@ -224,8 +224,16 @@ func (s *Service) recordRetry(ctx context.Context, t *turn) error {
 		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("record the retry of planner turn %s: %w", t.key, err)
+		return handBack(t, fmt.Errorf("record the retry: %w", err))
 	}
 	telemetry.GenerationRetries.WithLabelValues(schema.RolePlanner, t.retry).Inc()
 	return nil
+}
+
+// handBack makes an error of the claim's machinery one that hands the plan
+// request back to be delivered again (bus.ErrNotAnswered): planact's own
+// bucket did not answer, or the turn is held by another instance now; no
+// fault of the planner, so the turn does not fail.
+func handBack(t *turn, err error) error {
+	return fail.Transientf("planner turn %s: %w (%w)", t.key, err, bus.ErrNotAnswered)
 }
