@@ -84,6 +84,16 @@ Decisions:
 - evaluation=True raises: evaluate with slime's own function
   (--eval-function-path, above); a planact rollout id names one rollout of
   both jobs.
+- Advantages: point both jobs' --custom-reward-post-process-path at
+  slime_planact.reward_post_process. A group is the copies of one task, its
+  members episodes (each counted once, whatever its number of samples),
+  and every sample of an episode gets the episode's advantage (see its
+  docstring and docs/python_trainer.md, "Group-relative advantages").
+- Training steps: slime makes num_rollouts // --global-batch-size steps,
+  counting rollouts by Sample.rollout_id, and leaves the rest out; the
+  number of episodes that give a role samples varies, so the rollout ids
+  are set to a whole number of steps and no sample is left out
+  (fit_training_steps).
 - The weight version the arrival announces is what the engine reports
   (SGLang's /get_weight_version on the router's workers), which slime sets
   on every weight update.
@@ -284,6 +294,7 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
         raise PlanactError("empty", f"rollout {n} gave the {settings.role} no samples to train on "
                                     f"(status {result['status']}; {result.get('reason') or 'no reason given'}; "
                                     f"tasks {task_states(result)}; stale dropped {counts['stale_dropped']})")
+    metrics.update(fit_training_steps(batch, getattr(args, "global_batch_size", None), n, settings.role))
     if RolloutFnTrainOutput is None:
         return batch
     return RolloutFnTrainOutput(samples=batch, metrics=metrics)
@@ -609,6 +620,158 @@ def slime_status(status, where):
     if not hasattr(Sample.Status, name):  # FAILED: slime since Dec 2025 (#1219)
         name = "ABORTED"
     return Sample.Status[name]
+
+
+# Group-relative advantages and training steps.
+
+# slime's estimators that normalize rewards within a group
+# (RolloutManager._post_process_rewards), and those that also divide by the
+# group's standard deviation (with --grpo-std-normalization, slime's default).
+GROUP_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
+STD_ESTIMATORS = ("grpo", "gspo", "cispo")
+
+
+def reward_post_process(args, samples):
+    """slime's --custom-reward-post-process-path for planact's samples, both
+    roles: returns (raw_rewards, rewards), one of each per sample, as slime's
+    RolloutManager._post_process_rewards does (slime calls it with the
+    rollout's samples, flattened).
+
+    A group is the copies of one task (group_index: n_samples_per_prompt
+    episodes of one prompt), and its members are episodes, not samples:
+    every sample of an episode (the planner's one, the actor's one per act)
+    gets the episode's advantage, its outcome (the episode's reward) less
+    the mean of the group's episode outcomes, each episode counted once
+    however many samples it has; divided by their standard deviation (n-1,
+    as torch.std) + 1e-6 under grpo, gspo and cispo with
+    --grpo-std-normalization (slime's default). An episode alone in its
+    group (the others gave this role no sample) has nothing to be compared
+    with: advantage 0. Where all of a group's outcomes are equal, every
+    advantage is 0; where they differ, they are not. Other estimators, or
+    --disable-rewards-normalization, get the rewards as they are, as in
+    slime. See docs/python_trainer.md, "Group-relative advantages".
+
+    An actor sample whose reward is not its episode's outcome
+    (metadata.episode_reward: split_act_reward is on) is refused: the
+    groups compare outcomes, and a split reward would make long plans look
+    worse for their length. A sample that is not planact's, or a reward
+    that is not a number (--reward-key), is refused too."""
+    raw = []
+    for s in samples:
+        meta = s.metadata or {}
+        where = f"sample (group {s.group_index}, index {s.index})"
+        if "planact_rollout_id" not in meta:
+            raise ValueError(f"{where} has no metadata planact_rollout_id: slime_planact.reward_post_process "
+                             "normalizes the rewards of planact's samples (slime_planact.generate_rollout)")
+        r = s.reward
+        if isinstance(r, bool) or not isinstance(r, (int, float)):
+            raise ValueError(f"{where}: reward {r!r} is not a number: planact's rewards are (leave --reward-key unset)")
+        outcome = meta.get("episode_reward", r)
+        if float(outcome) != float(r):
+            raise ValueError(f"{where}: reward {r} is not its episode's outcome {outcome} (split_act_reward is on): "
+                             "reward_post_process compares episode outcomes within a group; turn split_act_reward "
+                             "off, or post-process the rewards yourself")
+        raw.append(float(r))
+    estimator = getattr(args, "advantage_estimator", None)
+    if estimator not in GROUP_ESTIMATORS or not getattr(args, "rewards_normalization", True):
+        return raw, list(raw)
+    divide = estimator in STD_ESTIMATORS and getattr(args, "grpo_std_normalization", True)
+    outcomes = {}  # group_index -> {episode: outcome}
+    for s, r in zip(samples, raw):
+        outcomes.setdefault(s.group_index, {})[s.metadata["planact_rollout_id"]] = r
+    baselines = {gi: group_baseline(list(eps.values()), divide) for gi, eps in outcomes.items()}
+    rewards = []
+    for s, r in zip(samples, raw):
+        mean, std = baselines[s.group_index]
+        rewards.append((r - mean) / (std + 1e-6) if divide else r - mean)
+    return raw, rewards
+
+
+def group_baseline(values, with_std):
+    """The mean of a group's episode outcomes and, with_std, their standard
+    deviation (n-1, as torch.std; 0 for one episode, which has nothing to
+    be compared with)."""
+    mean = sum(values) / len(values)
+    if not with_std or len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def fit_training_steps(batch, global_batch_size, rollout=None, role=""):
+    """Sets Sample.rollout_id so that slime's training side takes every
+    sample of the batch in whole training steps, and returns metrics.
+
+    slime splits a rollout's samples into training steps by Sample.rollout_id
+    (slime/utils/dp_schedule.py build_dp_schedule, called by
+    RolloutManager._split_train_data_by_dp): num_rollouts // global_batch_size
+    steps of global_batch_size rollouts, the trailing rollouts left out, and
+    an assertion when there are fewer rollouts than that. One slime rollout
+    is one planact episode here (its samples share the id, so that slime's
+    loss counts an episode once however many acts it had, as slime does for
+    subagent rollouts), but the number of episodes that give a role samples
+    varies (an actor has none of an episode the planner answered at once).
+    So the rollout ids are set to a whole number of steps,
+    max(1, episodes // global_batch_size) of them:
+      - more episodes than that: the extra ones share a rollout id with
+        another episode of their group (its copy of the same task; of
+        another group only when no group has two), which then counts as one
+        rollout in slime's loss (their tokens' mean);
+      - fewer (fewer episodes than one step): the episodes with the most
+        samples give one sample each a rollout id of its own until there
+        are global_batch_size; fewer samples than global_batch_size cannot
+        make one step, and raise PlanactError("too_small").
+    Nothing is left out; the metrics and a warning say what was shared or
+    split. Advantages are the episodes' (reward_post_process), whatever the
+    rollout ids. An older slime without Sample.rollout_id, or args without
+    global_batch_size, leaves the batch as it is."""
+    if "rollout_id" not in Sample.__dataclass_fields__ or not global_batch_size:
+        return {}
+    gbs = int(global_batch_size)
+    slots, samples = [], 0  # each slot: one slime rollout, [(group_index, episode, [samples])]
+    index = {}
+    for group in batch:
+        for s in group:
+            episode = s.metadata["planact_rollout_id"]
+            if episode not in index:
+                index[episode] = len(slots)
+                slots.append([(s.group_index, episode, [])])
+            slots[index[episode]][0][2].append(s)
+            samples += 1
+    episodes = len(slots)
+    if samples < gbs:
+        raise PlanactError("too_small", f"rollout {rollout}: the {role} has {samples} samples from {episodes} episodes, "
+                                        f"fewer than --global-batch-size {gbs} (slime's rollouts per training step): slime "
+                                        f"could make no training step of them; lower the {role} job's --global-batch-size "
+                                        "or send more tasks")
+    want = gbs * max(1, episodes // gbs)
+    size = lambda slot: sum(len(part[2]) for part in slot)
+    while len(slots) > want:
+        by_group = {}
+        for i, slot in enumerate(slots):
+            by_group.setdefault(slot[0][0], []).append(i)
+        pool = max(by_group.values(), key=len)
+        if len(pool) < 2:
+            pool = range(len(slots))
+        a, b = sorted(sorted(pool, key=lambda i: (size(slots[i]), -i))[:2])
+        slots[a] = slots[a] + slots.pop(b)
+    while len(slots) < want:
+        i = max(range(len(slots)), key=lambda i: (size(slots[i]), -i))
+        gi, episode, parts = max(slots[i], key=lambda part: len(part[2]))
+        moved = parts.pop()
+        slots.insert(i + 1, [(gi, episode, [moved])])
+    for rid, slot in enumerate(slots):
+        for _, _, parts in slot:
+            for s in parts:
+                s.rollout_id = rid
+    shared = sum(len(slot) for slot in slots if len(slot) > 1)
+    split = max(0, want - episodes)
+    if shared or split:
+        logger.warning("rollout %s: %d %s episodes in %d training steps of --global-batch-size %d: %s",
+                       rollout, episodes, role, want // gbs, gbs,
+                       f"{shared} of them share their rollout id with another episode" if shared
+                       else f"{split} samples take a rollout id of their own (fewer episodes than one step)")
+    return {"planact/train_rollouts": want, "planact/train_steps": want // gbs,
+            "planact/episodes_sharing_rollout_id": shared, "planact/samples_split_off": split}
 
 
 def task_states(result):

@@ -627,6 +627,9 @@ func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample,
 		"rollout": n, "episode": e, "turn": d.Turn, "node": d.NodeID, "key": d.Key, "tool": d.Tool,
 		"input": d.Input, "attempts": d.Attempts, "latency_ms": g.LatencyMs,
 		"started_ms": d.StartedMs, "ended_ms": d.EndedMs,
+		// The episode's outcome, whatever split_act_reward makes of the
+		// sample's reward: what group-relative advantages compare.
+		"episode_reward": ep.reward,
 	}
 	if len(g.LogProbs) != len(g.OutputIDs) {
 		smp.Metadata["log_probs_missing"] = logProbsMissing(g.LogProbsMissing, len(g.LogProbs), len(g.OutputIDs))

@@ -48,3 +48,6 @@ class Sample:
     train_metadata: dict | None = None
     session_id: str | None = None
     non_generation_time: float = 0.0
+
+    def get_reward_value(self, args) -> float:
+        return self.reward if not args.reward_key else self.reward[args.reward_key]
