@@ -1,11 +1,17 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
@@ -247,3 +253,190 @@ func TestPythonSlimeActorAdvantages(t *testing.T) {
 }
 
 func seed(v int64) *int64 { return &v }
+
+// slimeEval is what the evaluation scripts print: slime's eval data (per
+// dataset, its rewards, truncated flags and samples), the metrics, what
+// the module published, and whether slime's eval contract held
+// (assert_eval_rollout_contract of tests/plugin_contracts).
+const slimeEval = `
+from slime.rollout.base_types import RolloutFnEvalOutput, call_rollout_fn
+
+def eval_args(engine):
+    return rollout_args(engine, eval_prompt_data=json.loads(sys.argv[1]), input_key="question", label_key="answer",
+                        n_samples_per_eval_prompt=2)
+
+def assert_eval_rollout_contract(output):
+    # slime's tests/plugin_contracts/test_plugin_rollout_contracts.py
+    assert isinstance(output, RolloutFnEvalOutput)
+    assert output.data
+    for dataset_data in output.data.values():
+        assert set(dataset_data) >= {"rewards", "truncated", "samples"}
+        assert len(dataset_data["rewards"]) == len(dataset_data["truncated"]) == len(dataset_data["samples"])
+        for sample in dataset_data["samples"]:
+            assert isinstance(sample, Sample)
+            assert isinstance(sample.tokens, list)
+            assert all(isinstance(token, int) for token in sample.tokens)
+            assert isinstance(sample.response, str)
+            assert isinstance(sample.response_length, int)
+            assert sample.reward is not None
+            assert isinstance(sample.status, Sample.Status)
+`
+
+// TestPythonSlimeEvaluation: slime_planact evaluates through planact.
+// The planner's job reads slime's eval datasets (--eval-prompt-data, two
+// JSON Lines files) into planact tasks naming their dataset, with the
+// evaluation's config (greedy, evaluation on, the training-only group
+// settings of PLANACT_CONFIG left out, PLANACT_EVAL_CONFIG over it);
+// planact runs exactly that (both roles, real services, simulated
+// engines) and answers with metrics, no samples; both jobs'
+// generate_rollout(evaluation=True) return slime's RolloutFnEvalOutput,
+// which passes slime's eval contract: per dataset, one reward, truncated
+// flag and Sample per episode (the planner's with its prompt and label),
+// and metrics (accuracy, mean reward, turns and acts per episode, episode
+// statuses, failures; per dataset and overall) equal to planact's numbers.
+func TestPythonSlimeEvaluation(t *testing.T) {
+	python(t)
+	e := start(t, envOptions{actor: sim.Config{ActorErrorRate: 0.3, Seed: 13}})
+	dir := t.TempDir()
+	var data []string
+	for i, name := range []string{"hotpotqa", "nq"} {
+		var lines strings.Builder
+		for _, task := range e.tasks(3, 1, int64(31+i)) {
+			lines.WriteString(jsonOf(t, map[string]any{"question": task.Prompt, "answer": task.Label, "id": i}) + "\n")
+		}
+		path := filepath.Join(dir, name+".jsonl")
+		if err := os.WriteFile(path, []byte(lines.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, name, path)
+	}
+	env := map[string]string{"PLANACT_ENGINE_URL": engineServer(t, "step-3"), "PLANACT_TIMEOUT_S": "60",
+		"PLANACT_EVAL_ROLLOUT_OFFSET": "1000",
+		"PLANACT_CONFIG":              `{"max_turns": 4, "group_filter": "spread", "planner_sampling": {"temperature": 0.7, "max_new_tokens": 900}}`,
+		"PLANACT_EVAL_CONFIG":         `{"max_turns": 3}`}
+	// What the planner's job will send.
+	env["PLANACT_ROLE"] = "planner"
+	out, err := slimeRun(t, slimeEval+`
+args = eval_args("http://slime-router:30000")
+print(json.dumps({"tasks": slime_planact.eval_tasks(args), "config": slime_planact.eval_config(args, slime_planact.settings_from_env())}))
+`, env, slimeFeed{}, jsonOf(t, data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent struct {
+		Tasks  []schema.Task `json:"tasks"`
+		Config schema.Config `json:"config"`
+	}
+	if err := json.Unmarshal(out, &sent); err != nil {
+		t.Fatalf("python printed %q: %v", out, err)
+	}
+	if len(sent.Tasks) != 12 || sent.Tasks[0].Dataset != "hotpotqa" || sent.Tasks[11].Dataset != "nq" || sent.Tasks[11].GroupIndex != 5 {
+		t.Fatalf("eval tasks %+v: want 12, 2 copies of 6 prompts, hotpotqa's then nq's", sent.Tasks)
+	}
+	c := sent.Config
+	if !c.Evaluation || c.GroupFilter != "" || c.MaxTurns != 3 || *c.PlannerSampling.Temperature != 0 || *c.ActorSampling.Temperature != 0 ||
+		c.PlannerSampling.MaxNewTokens != 900 {
+		t.Fatalf("eval config %+v: want evaluation, no group filter, max_turns 3, greedy, the planner's max_new_tokens kept", c)
+	}
+
+	// planact runs it.
+	const n = 1007
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var pr, ar *schema.Result
+	var perr, aerr error
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		pr, perr = e.trainer(t).Evaluate(ctx, &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: e.planner, Tasks: sent.Tasks, Config: &sent.Config}, 0)
+	}()
+	go func() {
+		defer wg.Done()
+		ar, aerr = e.trainer(t).Evaluate(ctx, &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: e.actor}, 0)
+	}()
+	wg.Wait()
+	if perr != nil || aerr != nil {
+		t.Fatalf("evaluation: %v / %v", perr, aerr)
+	}
+
+	// Both jobs' rollout functions, with evaluation=True.
+	for _, r := range []*schema.Result{pr, ar} {
+		var feed slimeFeed
+		stored := *r
+		stored.ArrivalID = ""
+		feed.store(t, subject.Result(n, r.Role), &stored)
+		env["PLANACT_ROLE"] = r.Role
+		out, err := slimeRun(t, slimeEval+`
+ds = DataSource([])
+output = call_rollout_fn(slime_planact.generate_rollout, eval_args("http://slime-router:30000"), 7, ds, evaluation=True)
+assert_eval_rollout_contract(output)
+print(json.dumps({"data": {name: {"rewards": d["rewards"], "truncated": d["truncated"], "samples": [sample_json(s) for s in d["samples"]]}
+                           for name, d in output.data.items()},
+                  "metrics": output.metrics, "published": published(), "asked": ds.asked}))
+`, env, feed, jsonOf(t, data))
+		if err != nil {
+			t.Fatalf("%s: %v", r.Role, err)
+		}
+		var got struct {
+			Data map[string]struct {
+				Rewards   []float64  `json:"rewards"`
+				Truncated []bool     `json:"truncated"`
+				Samples   []pySample `json:"samples"`
+			} `json:"data"`
+			Metrics   map[string]float64 `json:"metrics"`
+			Published []pyMsg            `json:"published"`
+			Asked     []int              `json:"asked"`
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("%s: python printed %q: %v", r.Role, out, err)
+		}
+		if len(got.Published) != 1 || len(got.Asked) != 0 {
+			t.Fatalf("%s: published %d messages, asked the data source for %v: want one arrival, and the data source left alone", r.Role, len(got.Published), got.Asked)
+		}
+		var a schema.Arrive
+		if err := schema.UnmarshalStrict(got.Published[0].body(t), &a); err != nil {
+			t.Fatalf("%s: the Go decoder refuses the arrival: %v", r.Role, err)
+		}
+		if a.Rollout != n || (r.Role == schema.RolePlanner) != (a.Config != nil && a.Config.Evaluation && reflect.DeepEqual(a.Tasks, sent.Tasks)) {
+			t.Errorf("%s: arrival for rollout %d with config %+v and %d tasks: want rollout %d, the planner's with the evaluation's config and tasks",
+				r.Role, a.Rollout, a.Config, len(a.Tasks), n)
+		}
+		if len(got.Data) != 2 {
+			t.Fatalf("%s: datasets %v, want hotpotqa and nq", r.Role, got.Data)
+		}
+		for name, ds := range r.Stats.Datasets {
+			d := got.Data[name]
+			var rewards []float64
+			var truncated []bool
+			for _, o := range r.Episodes {
+				if o.Dataset == name {
+					rewards = append(rewards, o.Reward)
+					truncated = append(truncated, o.Status == schema.EpisodeTruncated)
+				}
+			}
+			if !reflect.DeepEqual(d.Rewards, rewards) || !reflect.DeepEqual(d.Truncated, truncated) || len(d.Samples) != ds.Ended {
+				t.Errorf("%s: dataset %s: rewards %v truncated %v (%d samples); planact's episodes %v %v (%d ended)", r.Role, name, d.Rewards, d.Truncated, len(d.Samples), rewards, truncated, ds.Ended)
+			}
+			for k, want := range map[string]float64{"accuracy": ds.Accuracy, "mean_reward": ds.MeanReward, "mean_turns": ds.MeanTurns,
+				"acts_per_episode": ds.ActsPerEpisode, "episodes": float64(ds.Episodes)} {
+				if got := got.Metrics["planact_eval/"+name+"/"+k]; math.Abs(got-want) > 1e-12 {
+					t.Errorf("%s: metric planact_eval/%s/%s = %v, planact says %v", r.Role, name, k, got, want)
+				}
+			}
+			for _, s := range d.Samples {
+				task := sent.Tasks[s.Index]
+				if s.GroupIndex != task.GroupIndex || len(s.Tokens) != 0 || s.Metadata["dataset"] != name ||
+					(r.Role == schema.RolePlanner) != (s.Prompt == task.Prompt && s.Label == task.Label) {
+					t.Errorf("%s: eval sample %+v for task %+v", r.Role, s, task)
+				}
+			}
+		}
+		for k, want := range map[string]float64{"accuracy": r.Stats.Accuracy, "mean_reward": r.Stats.MeanReward, "acts_per_episode": r.Stats.ActsPerEpisode} {
+			if got := got.Metrics["planact_eval/"+k]; math.Abs(got-want) > 1e-12 {
+				t.Errorf("%s: metric planact_eval/%s = %v, planact says %v", r.Role, k, got, want)
+			}
+		}
+		t.Logf("%s: %v", r.Role, got.Metrics)
+	}
+}

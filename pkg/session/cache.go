@@ -111,7 +111,7 @@ func LoadTaskList(ctx context.Context, kv *bus.Bucket, objects jetstream.ObjectS
 	}
 	tasks := make([]schema.Task, len(inner.Tasks))
 	for i, t := range inner.Tasks {
-		tasks[i] = schema.Task{GroupIndex: t.GroupIndex, Index: t.Index, Prompt: t.Prompt, Label: t.Label}
+		tasks[i] = schema.Task{GroupIndex: t.GroupIndex, Index: t.Index, Prompt: t.Prompt, Label: t.Label, Dataset: t.Dataset}
 	}
 	inner.Tasks = nil
 	if len(data) >= collectAfterBytes {
@@ -143,6 +143,7 @@ type listedTask struct {
 	Index      int             `json:"index"`
 	Prompt     string          `json:"prompt"`
 	Label      string          `json:"label,omitempty"`
+	Dataset    string          `json:"dataset,omitempty"`
 	Metadata   skippedMetadata `json:"metadata,omitempty"`
 }
 
