@@ -699,6 +699,7 @@ const (
 	ActorCodePaused      = "423" // the actor role is paused: send it again after the resume
 	ActorCodeStale       = "409" // the engine's weights are further behind than max_staleness allows
 	ActorCodeBusy        = "429" // the engine asked to be tried again (Retry-After) past the caller's deadline
+	ActorCodeTokenDrift  = "422" // the engine took another input than the act's prompt (the description says where)
 )
 
 // ActorRetryAfterHeader, on an actor-gateway error, is how long the engine
