@@ -6,7 +6,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -56,4 +59,123 @@ func Conn(t testing.TB, url string) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// Proxy forwards TCP connections to a NATS server. Freeze stops every byte
+// both ways without closing anything, as a process stopped with SIGSTOP
+// would: the server sees a connection that is there and says nothing.
+type Proxy struct {
+	URL string // nats://127.0.0.1:<port>
+
+	mu     sync.Mutex
+	frozen chan struct{} // closed while thawed; nil until the first freeze
+	cut    bool          // connections are closed and refused
+	conns  []net.Conn
+}
+
+// StartProxy forwards to the server at url until the end of the test.
+func StartProxy(t testing.TB, url string) *Proxy {
+	t.Helper()
+	target := strings.TrimPrefix(url, "nats://")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{URL: "nats://" + ln.Addr().String()}
+	t.Cleanup(func() {
+		ln.Close()
+		p.Thaw()
+		p.Cut()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			refused := p.cut
+			p.mu.Unlock()
+			if refused {
+				c.Close()
+				continue
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go p.copy(s, c)
+			go p.copy(c, s)
+		}
+	}()
+	return p
+}
+
+// Cut closes every connection and refuses new ones until Restore: what
+// was on its way is lost, as in a network partition or a NATS restart.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// Restore accepts connections again.
+func (p *Proxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
+}
+
+func (p *Proxy) copy(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.wait()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// wait returns when the proxy is not frozen.
+func (p *Proxy) wait() {
+	p.mu.Lock()
+	ch := p.frozen
+	p.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// Freeze stops forwarding.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen == nil {
+		p.frozen = make(chan struct{})
+	}
+}
+
+// Thaw forwards again what was held and what comes.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen != nil {
+		close(p.frozen)
+		p.frozen = nil
+	}
 }

@@ -471,7 +471,9 @@ func Record(ctx context.Context, nc *nats.Conn, n int64) (*Recording, error) {
 		if acts[d.Episode] == nil {
 			acts[d.Episode] = map[string]schema.ActDone{}
 		}
-		d.ReleasedMs, d.StartedMs, d.EndedMs, d.Replica = 0, 0, 0, ""
+		// Timings, and which replicas ran and retried it, are the run's,
+		// not the act's: no replay reproduces them.
+		d.ReleasedMs, d.StartedMs, d.EndedMs, d.Replica, d.Retries = 0, 0, 0, "", nil
 		if d.Generation != nil {
 			d.Generation.LatencyMs = 0
 		}

@@ -53,6 +53,13 @@ type Options struct {
 	ActRetryBase time.Duration
 	// ActAckWait is the act-dispatcher's ack wait for work items; 0 = its default.
 	ActAckWait time.Duration
+	// ActTurns bounds the turns each act-dispatcher replica runs at once; 0 = its default.
+	ActTurns int
+	// PlannerConcurrency bounds the planner turns each planner-gateway
+	// replica handles at once; 0 = its default.
+	PlannerConcurrency int
+	// PlannerAckWait is the planner-gateway's ack wait for plan requests; 0 = its default.
+	PlannerAckWait time.Duration
 	// InlineLimit is the size above which the session-store moves a result's
 	// samples to the object store; 0 = its default.
 	InlineLimit int
@@ -232,13 +239,13 @@ func runner(name string, b *bus.Bus, log zerolog.Logger, o Options, webListener 
 		}
 	case plannergateway.Name:
 		return func(ctx context.Context) error {
-			return plannergateway.Run(ctx, plannergateway.Deps{Bus: b, Log: log, Engines: pool})
+			return plannergateway.Run(ctx, plannergateway.Deps{Bus: b, Log: log, Engines: pool, Concurrency: o.PlannerConcurrency, AckWait: o.PlannerAckWait})
 		}
 	case planparser.Name:
 		return func(ctx context.Context) error { return planparser.Run(ctx, planparser.Deps{Bus: b, Log: log}) }
 	case actdispatcher.Name:
 		return func(ctx context.Context) error {
-			return actdispatcher.Run(ctx, actdispatcher.Deps{Bus: b, Log: log, RetryBase: o.ActRetryBase, RunAckWait: o.ActAckWait, Stall: o.Stall})
+			return actdispatcher.Run(ctx, actdispatcher.Deps{Bus: b, Log: log, RetryBase: o.ActRetryBase, RunAckWait: o.ActAckWait, Turns: o.ActTurns, Stall: o.Stall})
 		}
 	case actorgateway.Name:
 		return func(ctx context.Context) error {

@@ -444,58 +444,138 @@ func TestTraceparentNamesTheMessagesPlaceInTheRollout(t *testing.T) {
 	}
 }
 
-// TestMessagesWaitingForASlotAreNotRedelivered: with one handler slot and
-// handlers longer than the ack wait, the messages the client pulled ahead
-// wait for the slot without being handed out again: each is handled once.
+// TestMessagesWaitingForASlotAreNotRedelivered: with fewer handler slots
+// than messages and handlers longer than the ack wait, every message is
+// handled once: none waits unseen in the client, to be handed out again
+// when its ack wait runs out.
 func TestMessagesWaitingForASlotAreNotRedelivered(t *testing.T) {
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "t")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	const n = 4
-	for i := 0; i < n; i++ {
-		if err := b.Publish(ctx, &schema.Status{Rollout: int64(i), Event: "slow", Episode: -1}); err != nil {
-			t.Fatal(err)
-		}
+	for _, slots := range []int{1, 3} {
+		t.Run(fmt.Sprint(slots), func(t *testing.T) {
+			_, url := bustest.Server(t)
+			b := bustest.Bus(t, url, "t")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			n := 3*slots + 1
+			for i := 0; i < n; i++ {
+				if err := b.Publish(ctx, &schema.Status{Rollout: int64(i), Event: "slow", Episode: -1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var mu sync.Mutex
+			handled := map[int64]int{}
+			running, most := 0, 0
+			done := make(chan error, 1)
+			go func() {
+				done <- b.Consume(ctx, bus.Consumer{Stream: bus.StreamRollout, Durable: "slow", Filters: []string{"rollout.*.status"},
+					Concurrency: slots, AckWait: 400 * time.Millisecond}, func(_ context.Context, m bus.Msg) error {
+					var st schema.Status
+					if err := m.Decode(&st); err != nil {
+						return err
+					}
+					mu.Lock()
+					handled[st.Rollout]++
+					running++
+					most = max(most, running)
+					mu.Unlock()
+					time.Sleep(700 * time.Millisecond) // longer than the ack wait
+					mu.Lock()
+					running--
+					mu.Unlock()
+					return nil
+				})
+			}()
+			settle(t, b, "slow", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(handled) == n
+			})
+			cancel()
+			<-done
+			for r, k := range handled {
+				if k != 1 {
+					t.Errorf("message %d handled %d times", r, k)
+				}
+			}
+			if most > slots {
+				t.Errorf("%d handlers ran at once, with %d slots", most, slots)
+			}
+		})
 	}
-	var mu sync.Mutex
-	handled := map[int64]int{}
+}
+
+// settle waits until cond holds and the consumer durable has nothing
+// pending or unacknowledged.
+func settle(t *testing.T, b *bus.Bus, durable string, cond func() bool) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cons, err := b.JS.Consumer(ctx, bus.StreamRollout, durable)
+		if err == nil && cond() {
+			if info, err := cons.Info(ctx); err == nil && info.NumAckPending == 0 && info.NumPending == 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumer %s did not settle", durable)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// consumeStatuses runs a consumer of rollout.*.status on b until the test
+// ends, recording which replica handled which message, and how many times
+// JetStream had delivered it by then.
+type handledBy struct {
+	mu        sync.Mutex
+	by        map[int64][]string // rollout -> replicas that handled it
+	delivered map[int64]uint64   // rollout -> its delivery count when last handled
+}
+
+func newHandledBy() *handledBy {
+	return &handledBy{by: map[int64][]string{}, delivered: map[int64]uint64{}}
+}
+
+func (hb *handledBy) consume(t *testing.T, b *bus.Bus, replica string, c bus.Consumer, work func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	t.Cleanup(func() { cancel(); <-done })
 	go func() {
-		done <- b.Consume(ctx, bus.Consumer{Stream: bus.StreamRollout, Durable: "slow", Filters: []string{"rollout.*.status"},
-			Concurrency: 1, AckWait: 600 * time.Millisecond}, func(_ context.Context, m bus.Msg) error {
+		done <- b.Consume(ctx, c, func(hctx context.Context, m bus.Msg) error {
 			var st schema.Status
 			if err := m.Decode(&st); err != nil {
 				return err
 			}
-			mu.Lock()
-			handled[st.Rollout]++
-			mu.Unlock()
-			time.Sleep(900 * time.Millisecond) // longer than the ack wait
+			hb.mu.Lock()
+			hb.by[st.Rollout] = append(hb.by[st.Rollout], replica)
+			hb.delivered[st.Rollout] = m.Delivered
+			hb.mu.Unlock()
+			if work != nil {
+				work(hctx)
+			}
 			return nil
 		})
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		mu.Lock()
-		k := len(handled)
-		mu.Unlock()
-		cons, err := b.JS.Consumer(ctx, bus.StreamRollout, "slow")
-		if err == nil {
-			if info, err := cons.Info(ctx); err == nil && k == n && info.NumAckPending == 0 && info.NumPending == 0 {
-				break
+}
+
+func (hb *handledBy) count(replica string) (n int) {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	for _, by := range hb.by {
+		for _, r := range by {
+			if r == replica {
+				n++
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("handled %v", handled)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	cancel()
-	<-done
-	for r, k := range handled {
-		if k != 1 {
-			t.Errorf("message %d handled %d times", r, k)
+	return n
+}
+
+func publishStatuses(t *testing.T, b *bus.Bus, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		if err := b.Publish(context.Background(), &schema.Status{Rollout: int64(i), Event: "work", Episode: -1}); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
@@ -545,5 +625,129 @@ func TestFirstWriteAfterProvisioning(t *testing.T) {
 		if got, err := store.GetBytes(ctx, "service"); err != nil || string(got) != "tasks" {
 			t.Errorf("start %d: read back: %q, %v", i, got, err)
 		}
+	}
+}
+
+// TestABusyReplicaTakesNoMoreThanItCanRun: replica A's only slot is taken
+// by a handler that does not end; everything published after goes to
+// replica B, which is idle, instead of waiting at A.
+func TestABusyReplicaTakesNoMoreThanItCanRun(t *testing.T) {
+	_, url := bustest.Server(t)
+	a, b := bustest.Bus(t, url, "a"), bustest.Bus(t, url, "b")
+	c := bus.Consumer{Stream: bus.StreamRollout, Durable: "shared", Filters: []string{"rollout.*.status"}, AckWait: time.Second}
+	hb := newHandledBy()
+	release := make(chan struct{})
+	ca := c
+	ca.Concurrency = 2
+	hb.consume(t, a, "a", ca, func(ctx context.Context) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	})
+	publishStatuses(t, a, 0, 2)
+	eventuallyBus(t, "A's slots taken", func() bool { return hb.count("a") == 2 })
+	cb := c
+	cb.Concurrency = 4
+	hb.consume(t, b, "b", cb, nil)
+	publishStatuses(t, a, 2, 10)
+	eventuallyBus(t, "B handled what A could not run", func() bool { return hb.count("b") == 10 })
+	close(release)
+	settle(t, a, "shared", func() bool { return hb.count("a") == 2 })
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	for r, by := range hb.by {
+		if len(by) != 1 {
+			t.Errorf("message %d handled by %v", r, by)
+		}
+	}
+}
+
+// TestAFrozenReplicaHoldsAMessageOnce: replica A stops (its connection
+// goes silent, as SIGSTOP does to a process) with slots free. What it had
+// asked for is delivered to it and goes to replica B after the ack wait;
+// no message is given to the frozen replica a second time (its requests
+// expire within the ack wait), so work moves on within one ack wait.
+func TestAFrozenReplicaHoldsAMessageOnce(t *testing.T) {
+	_, url := bustest.Server(t)
+	proxy := bustest.StartProxy(t, url)
+	a, b := bustest.Bus(t, proxy.URL, "a"), bustest.Bus(t, url, "b")
+	c := bus.Consumer{Stream: bus.StreamRollout, Durable: "shared", Filters: []string{"rollout.*.status"}, AckWait: 500 * time.Millisecond, Concurrency: 64}
+	hb := newHandledBy()
+	hb.consume(t, a, "a", c, nil)
+	publishStatuses(t, a, 0, 1)
+	settle(t, b, "shared", func() bool { return hb.count("a") == 1 }) // A is consuming, and its ack went out
+	hb.consume(t, b, "b", c, nil)
+	proxy.Freeze()
+	const n = 40
+	publishStatuses(t, b, 1, n)
+	settle(t, b, "shared", func() bool { return hb.count("b") == n })
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	held := 0
+	for r, d := range hb.delivered {
+		if d > 1 {
+			held++
+		}
+		if d > 2 {
+			t.Errorf("message %d was delivered %d times before it was handled: the frozen replica took it more than once", r, d)
+		}
+	}
+	t.Logf("%d of %d messages went to the frozen replica first", held, n)
+}
+
+// TestSlotsChangeWhileConsuming: a consumer's limit raised while it runs
+// lets more handlers run at once; lowered, no more run than the new limit
+// once those running have finished.
+func TestSlotsChangeWhileConsuming(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	slots := bus.NewSlots(1)
+	var mu sync.Mutex
+	running, most := 0, 0
+	release := make(chan struct{})
+	hb := newHandledBy()
+	hb.consume(t, b, "b", bus.Consumer{Stream: bus.StreamRollout, Durable: "slots", Filters: []string{"rollout.*.status"}, Slots: slots},
+		func(ctx context.Context) {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			mu.Lock()
+			running--
+			mu.Unlock()
+		})
+	publishStatuses(t, b, 0, 6)
+	eventuallyBus(t, "one handler", func() bool { return hb.count("b") == 1 })
+	slots.SetLimit(4)
+	eventuallyBus(t, "four handlers", func() bool { return hb.count("b") == 4 })
+	mu.Lock()
+	if most != 4 {
+		t.Errorf("%d handlers at once with a limit of 4", most)
+	}
+	most = 0
+	mu.Unlock()
+	slots.SetLimit(1)
+	close(release)
+	settle(t, b, "slots", func() bool { return hb.count("b") == 6 })
+	mu.Lock()
+	defer mu.Unlock()
+	if most > 1 {
+		t.Errorf("%d handlers at once after the limit went down to 1", most)
+	}
+}
+
+func eventuallyBus(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

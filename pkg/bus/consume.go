@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime/debug"
 	"strconv"
@@ -26,7 +25,8 @@ type Msg struct {
 	Data      []byte
 	Delivered uint64 // 1 on first delivery; for logs and back-off, never to decide what happened
 	Seq       uint64 // the message's stream sequence
-	raw       jetstream.Msg
+	raw       *nats.Msg
+	nc        *nats.Conn
 }
 
 // ID names the message as its publisher did (its Nats-Msg-Id), or by its
@@ -53,7 +53,7 @@ func (m Msg) InProgress() error {
 	if m.raw == nil {
 		return nil
 	}
-	return m.raw.InProgress()
+	return ack(m.nc, m.raw, ackProgress)
 }
 
 // Handler handles one message. It never acks: the returned error decides.
@@ -67,6 +67,9 @@ type Consumer struct {
 	Durable     string
 	Filters     []string
 	Concurrency int // handlers running at once in this process; default 16
+	// Slots, when set, bound the handlers instead of Concurrency, with a
+	// limit that may change while the consumer runs.
+	Slots *Slots
 	// AckWait is how long a message may go without a sign of life before
 	// JetStream hands it to another replica; the consume loop sends one
 	// every AckWait/3 while a handler works, so only the work of a process
@@ -109,7 +112,7 @@ func DefaultBackoff(delivered uint64) time.Duration {
 // then waits for the handlers in flight.
 func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 	c = c.withDefaults()
-	cons, err := b.JS.CreateOrUpdateConsumer(ctx, c.Stream, jetstream.ConsumerConfig{
+	_, err := b.JS.CreateOrUpdateConsumer(ctx, c.Stream, jetstream.ConsumerConfig{
 		Durable:        c.Durable,
 		FilterSubjects: c.Filters,
 		AckPolicy:      jetstream.AckExplicitPolicy,
@@ -125,47 +128,21 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 	// errors, time in the handler.
 	ep := b.service.Endpoint(c.Durable, strings.Join(c.Filters, " "), "jetstream "+c.Stream,
 		map[string]string{"stream": c.Stream, "consumer": c.Durable})
-	sem := make(chan struct{}, c.Concurrency)
-	var wg sync.WaitGroup
-	cc, err := cons.Consume(func(raw jetstream.Msg) {
-		// The client pulls ahead of the free slots: a message is ours from
-		// the moment it arrives, so it is kept in progress while it waits
-		// for a slot too, or JetStream would hand it out a second time.
-		stop := keepInProgress(raw, c.AckWait/3)
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			stop()
-			_ = raw.Nak()
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer func() { stop(); <-sem; wg.Done() }()
-			b.handle(ctx, c, h, raw, ep)
-		}()
-	}, jetstream.PullMaxMessages(c.Concurrency), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if !errors.Is(err, context.Canceled) {
-			b.Log.Debug().Err(err).Str("consumer", c.Durable).Msg("consume")
-		}
-	}))
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", c.Durable, err)
-	}
-	<-ctx.Done()
-	cc.Stop()
-	// Wait until the client delivers no more (a callback may still run
-	// after Stop), then for the handlers.
-	select {
-	case <-cc.Closed():
-	case <-time.After(5 * time.Second):
-	}
-	wg.Wait()
-	return nil
+	// Every message pulled has a slot: its handler starts at once, and with
+	// it the in-progress signals that keep it ours (see puller).
+	p := newPuller(b, c, func(raw *nats.Msg) {
+		stop := keepInProgress(b.NC, raw, c.AckWait/3)
+		defer stop()
+		b.handle(ctx, c, h, raw, ep)
+	})
+	return p.run(ctx)
 }
 
-func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw jetstream.Msg, ep *Endpoint) {
-	m := Msg{Subject: raw.Subject(), Header: raw.Headers(), Data: raw.Data(), raw: raw, Delivered: 1}
+func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw *nats.Msg, ep *Endpoint) {
+	m := Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data, raw: raw, nc: b.NC, Delivered: 1}
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
 	if md, err := raw.Metadata(); err == nil {
 		m.Delivered, m.Seq = md.NumDelivered, md.Sequence.Stream
 	}
@@ -192,35 +169,35 @@ func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw jetstream.M
 	switch {
 	case err == nil:
 		outcome = "ack"
-		if aerr := raw.Ack(); aerr != nil {
+		if aerr := ack(b.NC, raw, ackAck); aerr != nil {
 			log.Warn().Err(aerr).Msg("ack")
 		}
 	case ctx.Err() != nil:
 		// Shutting down: let another replica have it right away.
-		_ = raw.Nak()
+		_ = ack(b.NC, raw, ackNak)
 	case !fail.IsRetryable(err):
 		outcome = "term"
 		log.Error().Err(err).Str("kind", fail.KindOf(err).String()).Msg("message rejected")
-		_ = raw.TermWithReason(err.Error())
+		_ = term(b.NC, raw, err.Error())
 	case isLater(err):
 		d, _ := fail.RetryAfter(err)
 		outcome = "later"
 		log.Debug().Err(err).Dur("retry_in", d).Msg("not yet; will retry")
-		_ = raw.NakWithDelay(d)
+		_ = nakWithDelay(b.NC, raw, d)
 	case m.Delivered >= uint64(c.MaxDeliver):
 		outcome = "term"
 		log.Error().Err(err).Msg("message given up after max deliveries")
-		_ = raw.TermWithReason("max deliveries: " + err.Error())
+		_ = term(b.NC, raw, "max deliveries: "+err.Error())
 	default:
 		d := c.Backoff(m.Delivered)
 		log.Warn().Err(err).Dur("retry_in", d).Msg("handler failed, will retry")
-		_ = raw.NakWithDelay(d)
+		_ = nakWithDelay(b.NC, raw, d)
 	}
 }
 
 // keepInProgress tells JetStream every interval that raw is being worked
 // on, until stop is called.
-func keepInProgress(raw jetstream.Msg, interval time.Duration) (stop func()) {
+func keepInProgress(nc *nats.Conn, raw *nats.Msg, interval time.Duration) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		t := time.NewTicker(interval)
@@ -230,7 +207,7 @@ func keepInProgress(raw jetstream.Msg, interval time.Duration) (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-				_ = raw.InProgress()
+				_ = ack(nc, raw, ackProgress)
 			}
 		}
 	}()

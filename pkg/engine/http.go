@@ -168,6 +168,9 @@ func (c *conn) send(ctx context.Context, method, path string, in any, header htt
 		for k, vs := range header {
 			req.Header[k] = vs
 		}
+		if g := GenerationOf(ctx); g != "" {
+			req.Header.Set(GenerationHeader, g)
+		}
 		resp, err := c.hc.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -418,6 +418,11 @@ type ActDone struct {
 	EndedMs    int64       `json:"ended_ms,omitempty"`
 	// Replica is the act-dispatcher replica that ran it (its service id).
 	Replica string `json:"replica,omitempty"`
+	// Retries are the generations of the act sent to an actor-gateway
+	// again beyond its attempts, oldest first: the gateway that had it was
+	// gone (it answered nothing), no gateway acknowledged the request, the
+	// gateway no longer kept its answer, or a pause aborted it while it ran.
+	Retries []Retry `json:"retries,omitempty"`
 }
 
 func (m *ActDone) Kind() string    { return "act.done/1" }
@@ -670,6 +675,19 @@ type ActorRequest struct {
 	// engine which weights it serves right before it generates, and refuses
 	// (ActorCodeStale) weights further behind the role's newest.
 	MaxStaleness int `json:"max_staleness,omitempty"`
+
+	// Try numbers the generations the caller asked for this act (an
+	// attempt after a failure, after a pause, is a new one). A request
+	// sent again for the same try (its answers went silent) is the same
+	// generation: a gateway that runs it, or ran it a moment ago, answers
+	// from it instead of calling the engine again (ActorID).
+	Try int `json:"try,omitempty"`
+}
+
+// ActorID names the generation a request asks for, the same for every
+// request of one try: "<rollout>.<episode>.<key>.<try>".
+func (m *ActorRequest) ActorID() string {
+	return fmt.Sprintf("%d.%d.%s.%d", m.Rollout, m.Episode, m.Key, m.Try)
 }
 
 func (m *ActorRequest) Kind() string    { return "actor.generate/1" }
@@ -700,6 +718,7 @@ const (
 	ActorCodeStale       = "409" // the engine's weights are further behind than max_staleness allows
 	ActorCodeBusy        = "429" // the engine asked to be tried again (Retry-After) past the caller's deadline
 	ActorCodeTokenDrift  = "422" // the engine took another input than the act's prompt (the description says where)
+	ActorCodeGone        = "410" // the gateway ran this try, and keeps its answer no longer
 )
 
 // ActorRetryAfterHeader, on an actor-gateway error, is how long the engine
@@ -709,6 +728,26 @@ const ActorRetryAfterHeader = "Planact-Retry-After-Ms"
 
 // ActorSubject is the actor-gateway's service endpoint.
 const ActorSubject = "planact.actor.generate"
+
+// ActorInstanceSubject is where actor-gateway instance id (its NATS service
+// id) takes requests for itself alone: a request sent again goes there, to
+// the generation already running.
+func ActorInstanceSubject(id string) string { return "planact.actor." + id + ".generate" }
+
+// Headers of the actor-gateway's answers. Every answer names the instance
+// (HdrActorGateway); an acknowledgement, at once, and progress, every
+// second while the generation runs, carry HdrActorProgress and no body.
+const (
+	HdrActorGateway  = "Planact-Gateway"
+	HdrActorProgress = "Planact-Progress"
+)
+
+// Values of HdrActorProgress.
+const (
+	ActorStarted  = "started"  // the gateway has the request: a new generation, running or waiting for a slot
+	ActorAttached = "attached" // the gateway runs this try already: the request is attached to it
+	ActorRunning  = "running"  // still generating
+)
 
 // Timeout is a scheduled message: when it fires (on the time-out subject),
 // the session-store ends the rollout if it is still in the state the

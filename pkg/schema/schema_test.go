@@ -107,7 +107,7 @@ func cases() []wireCase {
 		}),
 		msgCase(&schema.Timeout{Rollout: 42, TimeoutKind: schema.TimeoutBarrier, DeadlineMs: 1767227400000}),
 		msgCase(&schema.Cancel{Rollout: 42, Role: schema.RolePlanner, Reason: "trainer preempted", AtMs: 1767225602000}),
-		msgCase(&schema.ActorRequest{Rollout: 42, Episode: 1, Key: "t1-s2", Engine: engineA, Prompt: gen.Prompt, Sampling: schema.Sampling{Temperature: schema.Float(1), TopP: schema.Float(1), MaxNewTokens: 128}}),
+		msgCase(&schema.ActorRequest{Rollout: 42, Episode: 1, Key: "t1-s2", Engine: engineA, Prompt: gen.Prompt, Sampling: schema.Sampling{Temperature: schema.Float(1), TopP: schema.Float(1), MaxNewTokens: 128}, Try: 1}),
 		msgCase(&schema.ActorReply{Generation: *gen}),
 		msgCase(&schema.Pause{Role: schema.RoleActor, Mode: schema.PauseAbort, TimeoutS: 300, Reason: "weight sync step 8", AtMs: 1767225700000}),
 		msgCase(&schema.Resume{Role: schema.RoleActor, WeightVersion: "actor-v4", AtMs: 1767225730000}),
@@ -137,6 +137,8 @@ func cases() []wireCase {
 			{Node: plan.Node{ID: "s1", Tool: "search", Args: map[string]any{"query": "country of the Eiffel Tower"}}, Key: "t1-s1", Status: schema.NodeDone, Input: "country of the Eiffel Tower", Output: "France"},
 			{Node: node, Key: "t1-s2", Status: schema.NodeReleased, Input: "capital of France"},
 		}, Complete: true}},
+		{file: "kv.claim.v1.schema.json", value: &schema.Claim{Rollout: 42, Episode: 1, Turn: 2, Holder: "Yx3kQ2gB1vC9s8LmN0pR4t", Replica: "gpu-7:4242/0",
+			SinceMs: 1767225602000, Retries: []schema.Retry{{By: "Yx3kQ2gB1vC9s8LmN0pR4t", From: "Hb7fW1cD5eF3gH9jK2lM6n", Why: "holder Hb7fW1cD5eF3gH9jK2lM6n did not answer for 3s: nats: no responders available for request", AtMs: 1767225602000}}}},
 	}
 }
 

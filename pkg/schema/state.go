@@ -664,3 +664,41 @@ func SessionKey(n int64) string { return fmt.Sprintf("%d", n) }
 
 // TasksKey is the KV key of a rollout's tasks.
 func TasksKey(n int64) string { return fmt.Sprintf("%d.tasks", n) }
+
+// Claim is the KV value (bucket runs, key "<N>.<E>.<turn>.planner") that
+// records which planner-gateway instance generates a planner turn. It is
+// written before the turn's first engine request: a plan request delivered
+// again while the turn runs (a redelivery, a watchdog's) finds the holder
+// alive and waits for the turn's output instead of calling the engine a
+// second time. Only when the holder is gone (its process dead or stopped,
+// or it gave the turn up) does another instance take the turn over, and
+// the retry is recorded here: who, from whom, and why. Removed with the
+// rollout's run state.
+type Claim struct {
+	Rollout int64 `json:"rollout"`
+	Episode int   `json:"episode"`
+	Turn    int   `json:"turn"`
+	// Holder is the instance that generates the turn (its NATS service id,
+	// as `nats micro ls planner-gateway` lists it); Replica names it for
+	// people.
+	Holder  string `json:"holder"`
+	Replica string `json:"replica,omitempty"`
+	SinceMs int64  `json:"since_ms"`
+	// Retries are the engine calls of the turn beyond the first, oldest
+	// first: a holder that took over, or a holder's own attempt after an
+	// engine failure.
+	Retries []Retry `json:"retries,omitempty"`
+}
+
+// Retry records a generation sent to an engine again: by whom, after whom
+// (the instance that had it before; the same one for an attempt after a
+// failure), and why.
+type Retry struct {
+	By   string `json:"by"`
+	From string `json:"from,omitempty"`
+	Why  string `json:"why"`
+	AtMs int64  `json:"at_ms"`
+}
+
+// ClaimKey is the KV key of a planner turn's claim.
+func ClaimKey(n int64, e, turn int) string { return RunKey(n, e, turn) + ".planner" }

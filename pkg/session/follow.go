@@ -162,9 +162,10 @@ func (f *Follower) Gate(role string) *Gate {
 	return g
 }
 
-// Gate holds the generations of a paused role. A gateway waits on it before
-// it sends a generation, and tracks the generations it runs, so that a pause
-// in abort mode aborts them and a pause can be answered once none runs.
+// Gate holds the generations of a paused role. A gateway enters it before
+// a generation (Enter: the wait and the registration are one step) and
+// leaves it when the generation ended, so that a pause in abort mode aborts
+// them and a pause can be answered once none runs, and none can start.
 type Gate struct {
 	role string
 
@@ -269,20 +270,41 @@ func (g *Gate) Waiting() int {
 	return g.waiting
 }
 
-// Track registers a generation that runs: a pause in abort mode cancels
-// its context with ErrPaused. done releases it.
-func (g *Gate) Track(ctx context.Context) (context.Context, func()) {
+// Enter waits until the role may generate (as Wait) and registers a
+// generation in the same step as it finds the gate open: once a pause has
+// been answered (Drained), no generation passes the gate until the resume
+// or the pause's expiry. Everything from the gate to the end of the
+// generation — tokenizing its prompt included — runs between Enter and
+// done; a pause in abort mode cancels the returned context with ErrPaused.
+func (g *Gate) Enter(ctx context.Context) (context.Context, func(), error) {
+	for {
+		if err := g.Wait(ctx); err != nil {
+			return nil, nil, err
+		}
+		if gctx, done, _, ok := g.TryEnter(ctx); ok {
+			return gctx, done, nil
+		}
+		// Paused between the two: waited for again.
+	}
+}
+
+// TryEnter is Enter without the wait: when the role is paused it registers
+// nothing and returns the role's state and false.
+func (g *Gate) TryEnter(ctx context.Context) (context.Context, func(), schema.RoleState, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.state.Paused {
+		return nil, nil, g.state, false
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	tok := new(int)
-	g.mu.Lock()
 	g.inflight[tok] = cancel
-	g.mu.Unlock()
 	return ctx, func() {
 		g.mu.Lock()
 		delete(g.inflight, tok)
 		g.mu.Unlock()
 		cancel(nil)
-	}
+	}, g.state, true
 }
 
 // Drained waits until no generation runs under the pause of epoch, and

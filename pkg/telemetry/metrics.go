@@ -66,6 +66,14 @@ var (
 		Name: "planact_act_retries_total",
 		Help: "Acts tried again after a failed attempt (or postponed while no actor-gateway answers), by error kind (error, timeout, unavailable).",
 	}, []string{"kind"})
+	GenerationRetries = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_generation_retries_total",
+		Help: "Planner turns and acts sent to an engine again, each recorded with who and why (the turn's claim, the act's outcome), by role and reason (holder_gone: the instance that generated it died or stopped; gave_up: it stopped generating it; unanswered: no actor-gateway acknowledged the act's request, which went to any again and was generated anew; rerun: an act released by a turn runner that is gone, generated anew where no gateway had it running; failed: the engine failed and the attempt is tried again; paused: a pause aborted it).",
+	}, []string{"role", "reason"})
+	GenerationsAwaited = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_generations_awaited_total",
+		Help: "Planner turns and acts asked for again while the instance generating them lived (a redelivery, a watchdog's request, a resent act), that waited for that generation instead of calling the engine again, by role.",
+	}, []string{"role"})
 	ActFailures = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "planact_act_failures_total",
 		Help: "Acts that failed for good, after their last attempt, by error kind (error, invalid, timeout, unavailable, paused, stale).",

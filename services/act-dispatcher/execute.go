@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
@@ -179,7 +178,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			return nil, nil
 		}
 	}
-	done.EndedMs = nowMs()
+	done.EndedMs, done.Retries = nowMs(), run.retries
 	telemetry.Acts.WithLabelValues(done.Status).Inc()
 	telemetry.ActSeconds.WithLabelValues(done.Status).Observe(time.Since(began).Seconds())
 	if done.Status == schema.ActFailed {
@@ -279,9 +278,22 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 	if err != nil {
 		return nil, err
 	}
+	if run.aborted != "" {
+		// The last try was aborted by a pause while it ran: this one is
+		// its generation again, said first.
+		run.retries = append(run.retries, schema.Retry{By: s.replica(), From: run.aborted, Why: "aborted by a pause of the actor role; generated again after the resume", AtMs: nowMs()})
+		telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, "paused").Inc()
+		run.aborted = ""
+	}
+	// A new try only after one a gateway took: the tries of an act are
+	// then numbered alike by every runner, so that a runner that takes a
+	// turn over attaches to the generation its predecessor started.
+	if run.try == 0 || run.taken {
+		run.try, run.taken = run.try+1, false
+	}
 	req := &schema.ActorRequest{
 		Rollout: run.Rollout, Episode: run.Episode, Key: run.Key, Engine: eng,
-		Prompt: ActorPrompt(tool, input), Sampling: info.Session.Config.ActorSampling,
+		Prompt: ActorPrompt(tool, input), Sampling: info.Session.Config.ActorSampling, Try: run.try,
 		MaxStaleness: info.Session.Config.MaxStaleness,
 	}
 	if d, ok := ctx.Deadline(); ok {
@@ -292,16 +304,22 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 		return nil, fail.E(fail.Permanent, err)
 	}
 	bus.InjectSpan(ctx, msg.Header) // the generation is the attempt's child
-	reply, err := s.Bus.NC.RequestMsgWithContext(ctx, msg)
+	reply, acked, err := s.exchange(ctx, run, msg)
+	// Taken: a gateway acknowledged it, or answered from a generation of
+	// it (anything but a refusal because the role is paused).
+	run.taken = acked || (err == nil && reply.Header.Get(micro.ErrorCodeHeader) != schema.ActorCodePaused)
 	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, errNoActorGateway
+		if errors.Is(err, errNoActorGateway) {
+			return nil, err
 		}
 		return nil, fail.Transientf("actor-gateway: %w", err)
 	}
 	if code := reply.Header.Get(micro.ErrorCodeHeader); code == schema.ActorCodeTimeout {
 		return nil, errActorTimedOut // the gateway gave up at our deadline
 	} else if code == schema.ActorCodePaused {
+		if acked {
+			run.aborted = cmp.Or(reply.Header.Get(schema.HdrActorGateway), "?")
+		}
 		return nil, errActorPaused
 	} else if code == schema.ActorCodeStale {
 		// Refused before it ran: the engine's weights are too far behind.
@@ -310,6 +328,13 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 		return nil, fail.E(fail.Permanent, &tokenDrift{where: reply.Header.Get(micro.ErrorHeader)})
 	} else if code == schema.ActorCodeBusy {
 		return nil, fail.E(fail.Permanent, fmt.Errorf("%w: %s", errEngineBusy, reply.Header.Get(micro.ErrorHeader)))
+	} else if code == schema.ActorCodeGone {
+		// The try ran, and its answer was lost longer than the gateway
+		// keeps it: the next attempt is a new generation, and says why.
+		g := reply.Header.Get(schema.HdrActorGateway)
+		why := fmt.Sprintf("actor-gateway %s no longer keeps the answer of try %d: %s", g, req.Try, reply.Header.Get(micro.ErrorHeader))
+		run.retries = append(run.retries, schema.Retry{By: s.replica(), From: g, Why: why, AtMs: nowMs()})
+		return nil, fail.Transientf("%s", why)
 	} else if code != "" {
 		kind := fail.Transient
 		if strings.HasPrefix(code, "4") {

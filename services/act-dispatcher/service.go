@@ -65,6 +65,7 @@ type Service struct {
 	prior   map[string]map[string]priorAct // finished turn's run key -> its successful calls
 	runners runners                        // the turns this replica runs
 	slots   chan struct{}                  // acts in flight
+	replies replies                        // the actor-gateways' answers (actor.go)
 }
 
 // Run serves until ctx ends.

@@ -48,6 +48,12 @@ type act struct {
 	Key        string
 	Node       plan.Node
 	ReleasedMs int64
+
+	try     int            // the generation asked of the actor-gateways now (actor.go)
+	taken   bool           // a gateway took that try: the next is a new one
+	retries []schema.Retry // generations sent again beyond its attempts
+	aborted string         // the gateway whose run of the last try a pause aborted
+	rerun   string         // why another runner may have generated it already
 }
 
 // runner runs one turn.
@@ -290,7 +296,7 @@ func (t *runner) runTurn(ctx context.Context, newly, cached []*schema.NodeState)
 	if err := t.publishCached(ctx, cached); err != nil {
 		return err
 	}
-	t.start(ctx, newly)
+	t.start(ctx, newly, "")
 	var subs []*nats.Subscription
 	defer func() {
 		for _, sub := range subs {
@@ -381,7 +387,7 @@ func (t *runner) step(ctx context.Context) (bool, error) {
 		if err := t.publishCached(ctx, append(resolved, cached...)); err != nil {
 			return false, err
 		}
-		t.start(ctx, newly)
+		t.start(ctx, newly, "")
 		if finished {
 			t.s.recordTurn(ctx, t.info, t.run.Rollout, t.run.Episode, t.run.Turn, "plan", attribute.Int("planact.nodes", len(t.run.Nodes)))
 			return true, t.s.finishTurn(ctx, t.info, &t.run)
@@ -460,7 +466,7 @@ func (t *runner) recover(ctx context.Context, newly []*schema.NodeState) error {
 	}
 	if len(again) > 0 {
 		t.log.Info().Int("acts", len(again)).Msg("taking the turn over: acts released without an outcome run again")
-		t.start(ctx, again)
+		t.start(ctx, again, "released by an earlier runner of the turn, which is gone: it may have generated it too")
 	}
 	return nil
 }
@@ -564,7 +570,7 @@ func (t *runner) check(ctx context.Context) error {
 	}
 	if len(quiet) > 0 && time.Since(t.awaiting) > t.s.actBudget(t.info.Session.Config) {
 		t.log.Warn().Int("acts", len(quiet)).Msg("acts released by another runner have no outcome after their whole budget; run here")
-		t.start(ctx, quiet)
+		t.start(ctx, quiet, "released by another runner of the turn, silent for the act's whole budget: it may have generated it too")
 		t.awaiting = time.Time{}
 	}
 	return nil
@@ -626,10 +632,13 @@ func (t *runner) publishCached(ctx context.Context, cached []*schema.NodeState) 
 // start executes nodes, each on its own goroutine within the replica's
 // bound on acts in flight; each outcome is published (the first of an act
 // run twice wins) and handed to the runner.
-func (t *runner) start(ctx context.Context, nodes []*schema.NodeState) {
+// rerun, when the nodes were released by another runner, says so: an act's
+// generation that does not attach to one already on a gateway is then a
+// retry, recorded in its outcome.
+func (t *runner) start(ctx context.Context, nodes []*schema.NodeState, rerun string) {
 	for _, n := range nodes {
 		t.mine[n.Key] = true
-		a := &act{Rollout: t.run.Rollout, Episode: t.run.Episode, Turn: t.run.Turn, Key: n.Key, Node: n.Node, ReleasedMs: n.ReleasedMs}
+		a := &act{Rollout: t.run.Rollout, Episode: t.run.Episode, Turn: t.run.Turn, Key: n.Key, Node: n.Node, ReleasedMs: n.ReleasedMs, rerun: rerun}
 		t.acts.Add(1)
 		go func() {
 			defer t.acts.Done()

@@ -5,15 +5,18 @@
 package actorgateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -45,6 +48,7 @@ const (
 	CodeStale       = schema.ActorCodeStale
 	CodeBusy        = schema.ActorCodeBusy
 	CodeTokenDrift  = schema.ActorCodeTokenDrift
+	CodeGone        = schema.ActorCodeGone
 )
 
 // Deps are what the actor-gateway needs.
@@ -53,8 +57,48 @@ type Deps struct {
 	Log zerolog.Logger
 	// Engines bounds the generations in flight per actor engine.
 	Engines *engine.Pool
-	// MaxInFlight bounds the requests this replica handles at once; default 256.
+	// MaxInFlight bounds the generations this replica runs at once; default
+	// 256. Requests beyond it wait for a slot, acknowledged and told that
+	// they wait.
 	MaxInFlight int
+}
+
+// A generation is asked for once per try (schema.ActorRequest.ActorID) and
+// runs once, however many times its request comes: a caller that hears
+// nothing for a few seconds sends it again (to this instance's own subject,
+// schema.ActorInstanceSubject, once it knows which instance has it), and
+// the request is attached to the generation that runs, or answered from
+// the one that ran. A caller that asks for it (the request's
+// HdrActorProgress header) is told at once that this instance has it, and
+// every Beat while it runs.
+
+// Beat is how often a running generation tells its callers it is alive.
+const Beat = time.Second
+
+// KeepAnswer is how long the answer of a generation is kept for a caller
+// that did not get it; after that, until the caller's deadline, a request
+// for the same try is told CodeGone.
+const KeepAnswer = 30 * time.Second
+
+// gateway is a running actor-gateway instance.
+type gateway struct {
+	Deps
+	id     string
+	follow *session.Follower
+	gate   *session.Gate
+
+	slots chan struct{} // generations running
+
+	mu   sync.Mutex
+	gens map[string]*generation // by ActorID
+}
+
+// generation is one try of an act on this instance.
+type generation struct {
+	callers  []string  // reply subjects of the requests for it
+	answer   *nats.Msg // once answered; nil again after KeepAnswer
+	answered time.Time
+	forget   time.Time // when the record goes (the caller's deadline, or later)
 }
 
 // Run serves until ctx ends.
@@ -65,40 +109,52 @@ func Run(ctx context.Context, d Deps) error {
 	if d.MaxInFlight == 0 {
 		d.MaxInFlight = 256
 	}
+	g := &gateway{Deps: d, id: d.Bus.Service().ID(), gens: map[string]*generation{}}
+	if g.id == "" {
+		g.id = nuid.Next() // not registered as a service: still named in its answers
+	}
 	// The endpoint's statistics (`nats micro stats actor-gateway`) count the
 	// time of each generation, until its reply: it runs on its own
 	// goroutine, so the subscription's callback returns at once.
 	ep := d.Bus.Service().Endpoint("generate", schema.ActorSubject, QueueGroup, map[string]string{"schema": "actor.generate/1"})
 	// The actor role's state: generations are not sent while it is paused,
 	// and the gateway says when it runs none any more.
-	follow := session.NewFollower(d.Bus, d.Log)
-	go func() { _ = follow.Run(ctx) }()
-	gate := follow.Gate(schema.RoleActor)
+	g.follow = session.NewFollower(d.Bus, d.Log)
+	go func() { _ = g.follow.Run(ctx) }()
+	g.gate = g.follow.Gate(schema.RoleActor)
 	if id := d.Bus.Service().ID(); id != "" {
-		go follow.AnswerPauses(ctx, schema.RoleActor, id)
+		go g.follow.AnswerPauses(ctx, schema.RoleActor, id)
 	}
-	slots := make(chan struct{}, d.MaxInFlight)
+	go g.sweep(ctx)
+	g.slots = make(chan struct{}, d.MaxInFlight)
 	var wg sync.WaitGroup
-	sub, err := d.Bus.NC.QueueSubscribe(schema.ActorSubject, QueueGroup, func(m *nats.Msg) {
+	// Every request is answered at once (acknowledged, attached, refused):
+	// only a new generation waits, on its own goroutine, for a slot.
+	handle := func(m *nats.Msg) {
 		began := time.Now()
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			ep.Record(time.Since(began), replyError(m, CodeUnavailable, "actor-gateway shutting down"))
+		if ctx.Err() != nil {
+			ep.Record(time.Since(began), g.replyError(m.Reply, CodeUnavailable, "actor-gateway shutting down"))
 			return
 		}
 		wg.Add(1)
 		go func() {
-			defer func() { <-slots; wg.Done() }()
-			err := serve(ctx, d, follow, gate, m)
+			defer wg.Done()
+			err := g.serve(ctx, m)
 			ep.Record(time.Since(began), err)
 		}()
-	})
+	}
+	sub, err := d.Bus.NC.QueueSubscribe(schema.ActorSubject, QueueGroup, handle)
 	if err != nil {
+		return fmt.Errorf("actor-gateway: %w", err)
+	}
+	own, err := d.Bus.NC.Subscribe(schema.ActorInstanceSubject(g.id), handle)
+	if err != nil {
+		_ = sub.Unsubscribe()
 		return fmt.Errorf("actor-gateway: %w", err)
 	}
 	<-ctx.Done()
 	_ = sub.Drain()
+	_ = own.Drain()
 	wg.Wait()
 	return nil
 }
@@ -107,37 +163,199 @@ func Run(ctx context.Context, d Deps) error {
 // the actor role is paused it runs nothing: the caller is told to send the
 // request again after the resume, and a pause that aborts generations
 // answers those running the same way.
-func serve(ctx context.Context, d Deps, follow *session.Follower, gate *session.Gate, m *nats.Msg) error {
+func (g *gateway) serve(ctx context.Context, m *nats.Msg) error {
 	var req schema.ActorRequest
 	if err := schema.Unmarshal(m.Data, &req); err != nil {
-		return replyError(m, CodeInvalid, err.Error())
+		return g.replyError(m.Reply, CodeInvalid, err.Error())
 	}
 	// The generation's span hangs under the act's attempt that asked for it.
 	ctx, span := telemetry.StartSpan(bus.ExtractSpan(ctx, m.Header), "actor generation")
 	defer span.End()
 	if span.IsRecording() {
 		span.SetAttributes(telemetry.KeyRollout.Int64(req.Rollout), telemetry.KeyEpisode.Int(req.Episode), telemetry.KeyNode.String(req.Key),
-			telemetry.KeyRole.String(schema.RoleActor), telemetry.KeyReplica.String(d.Bus.Service().Replica()), telemetry.KeyService.String(Name))
+			telemetry.KeyRole.String(schema.RoleActor), telemetry.KeyReplica.String(g.Bus.Service().Replica()), telemetry.KeyService.String(Name))
 	}
-	err := generate(ctx, d, follow, gate, m, &req)
+	err := g.run(ctx, m, &req)
 	if err != nil && span.IsRecording() {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	return err
 }
 
-// generate runs req on its engine and answers m, as serve says.
-func generate(ctx context.Context, d Deps, follow *session.Follower, gate *session.Gate, m *nats.Msg, req *schema.ActorRequest) error {
-	if st := gate.State(); st.Paused {
-		return replyError(m, CodePaused, fmt.Sprintf("the actor role is paused (pause %d): send it again after the resume", st.Epoch))
+// run answers m from the generation of its try: the one running (m is
+// attached to it), the one that ran, or a new one.
+func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest) error {
+	progress := m.Header.Get(schema.HdrActorProgress) != ""
+	id := req.ActorID()
+	g.mu.Lock()
+	if gen := g.gens[id]; gen != nil {
+		switch {
+		case gen.answer != nil:
+			a := gen.answer
+			g.mu.Unlock()
+			telemetry.GenerationsAwaited.WithLabelValues(schema.RoleActor).Inc()
+			return g.send(m.Reply, a)
+		case !gen.answered.IsZero():
+			g.mu.Unlock()
+			return g.replyError(m.Reply, CodeGone, fmt.Sprintf("try %d of act %s ran here and its answer is no longer kept", req.Try, req.Key))
+		}
+		if !slices.Contains(gen.callers, m.Reply) {
+			gen.callers = append(gen.callers, m.Reply)
+		}
+		g.mu.Unlock()
+		telemetry.GenerationsAwaited.WithLabelValues(schema.RoleActor).Inc()
+		if progress {
+			return g.send(m.Reply, g.progress(schema.ActorAttached))
+		}
+		return nil
 	}
-	ctx, done := gate.Track(ctx)
-	defer done()
+	// Past the gate and registered with it in one step, for all of the
+	// generation (the wait for a slot, the tokenizing): a pause answered
+	// before that refuses it; one after waits for it, or aborts it.
+	gctx, left, st, ok := g.gate.TryEnter(ctx)
+	if !ok {
+		g.mu.Unlock()
+		return g.replyError(m.Reply, CodePaused, fmt.Sprintf("the actor role is paused (pause %d): send it again after the resume", st.Epoch))
+	}
+	defer left()
+	gen := &generation{callers: []string{m.Reply}, forget: time.Now().Add(5 * time.Minute)}
+	if req.DeadlineMs > 0 {
+		gen.forget = time.UnixMilli(req.DeadlineMs).Add(time.Minute)
+	}
+	g.gens[id] = gen
+	g.mu.Unlock()
+	if progress {
+		_ = g.send(m.Reply, g.progress(schema.ActorStarted))
+	}
+	stop := g.beat(gen, progress)
+	answer, err := g.generateInSlot(gctx, req)
+	stop()
+	left()
+	g.mu.Lock()
+	gen.answer, gen.answered = answer, time.Now()
+	gen.forget = later(gen.forget, gen.answered.Add(KeepAnswer))
+	callers := slices.Clone(gen.callers)
+	g.mu.Unlock()
+	for _, c := range callers {
+		if serr := g.send(c, answer); serr != nil {
+			zerolog.Ctx(ctx).Warn().Err(serr).Msg("reply")
+			err = cmp.Or(err, serr)
+		}
+	}
+	return err
+}
+
+// generateInSlot runs req once one of the replica's slots is free.
+func (g *gateway) generateInSlot(ctx context.Context, req *schema.ActorRequest) (*nats.Msg, error) {
+	wctx := ctx
+	if req.DeadlineMs > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadline(ctx, time.UnixMilli(req.DeadlineMs))
+		defer cancel()
+	}
+	select {
+	case g.slots <- struct{}{}:
+		defer func() { <-g.slots }()
+		return g.generate(ctx, req)
+	case <-wctx.Done():
+		switch {
+		case errors.Is(context.Cause(ctx), session.ErrPaused):
+			return errorAnswer(CodePaused, "aborted by a pause of the actor role while it waited for a slot: send it again after the resume")
+		case context.Cause(ctx) == session.ErrRolloutOver:
+			return errorAnswer(CodeUnavailable, "rollout is over")
+		case ctx.Err() != nil:
+			return errorAnswer(CodeUnavailable, "actor-gateway shutting down")
+		}
+		return errorAnswer(CodeTimeout, "the act's deadline passed while it waited for a slot")
+	}
+}
+
+// beat tells the callers of gen that it runs, every Beat, until stop.
+func (g *gateway) beat(gen *generation, progress bool) (stop func()) {
+	if !progress {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(Beat)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			g.mu.Lock()
+			callers := slices.Clone(gen.callers)
+			g.mu.Unlock()
+			for _, c := range callers {
+				_ = g.send(c, g.progress(schema.ActorRunning))
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// sweep drops the answers kept past KeepAnswer and the records of tries
+// whose callers stopped waiting.
+func (g *gateway) sweep(ctx context.Context) {
+	t := time.NewTicker(KeepAnswer / 6)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		g.mu.Lock()
+		for id, gen := range g.gens {
+			switch {
+			case !gen.answered.IsZero() && now.After(gen.forget):
+				delete(g.gens, id)
+			case gen.answer != nil && now.Sub(gen.answered) > KeepAnswer:
+				gen.answer = nil
+			}
+		}
+		g.mu.Unlock()
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// progress is an answer that says the generation runs here.
+func (g *gateway) progress(what string) *nats.Msg {
+	m := &nats.Msg{Header: nats.Header{}}
+	m.Header.Set(schema.HdrActorProgress, what)
+	return m
+}
+
+// send answers the request whose reply subject is to with a.
+func (g *gateway) send(to string, a *nats.Msg) error {
+	if to == "" {
+		return nil
+	}
+	m := &nats.Msg{Subject: to, Header: nats.Header{}, Data: a.Data}
+	for k, v := range a.Header {
+		m.Header[k] = v
+	}
+	m.Header.Set(schema.HdrActorGateway, g.id)
+	return g.Bus.NC.PublishMsg(m)
+}
+
+// generate runs req on its engine and returns the answer: the reply, or an
+// error in the NATS service protocol's headers, as serve says.
+func (g *gateway) generate(ctx context.Context, req *schema.ActorRequest) (*nats.Msg, error) {
 	// A rollout that ends (cancelled, timed out, enough groups) stops its
 	// generations on the engine at once.
-	ctx, stop := follow.Rollout(ctx, req.Rollout)
+	ctx, stop := g.follow.Rollout(ctx, req.Rollout)
 	defer stop()
-	log := d.Log.With().Int64("rollout", req.Rollout).Int("episode", req.Episode).Str("node", req.Key).Str("role", schema.RoleActor).Logger()
+	log := g.Log.With().Int64("rollout", req.Rollout).Int("episode", req.Episode).Str("node", req.Key).Str("role", schema.RoleActor).Logger()
 	if req.DeadlineMs > 0 {
 		// The caller has stopped waiting by then: a generation still running
 		// would only hold one of the engine's slots.
@@ -145,7 +363,7 @@ func generate(ctx context.Context, d Deps, follow *session.Follower, gate *sessi
 		ctx, cancel = context.WithDeadline(ctx, time.UnixMilli(req.DeadlineMs))
 		defer cancel()
 	}
-	gen, err := Generate(ctx, d.Engines, req, session.Newest(d.Bus, schema.RoleActor))
+	gen, err := Generate(ctx, g.Engines, req, session.Newest(g.Bus, schema.RoleActor))
 	if err != nil {
 		code := CodeUnavailable
 		var stale *session.StaleError
@@ -158,12 +376,12 @@ func generate(ctx context.Context, d Deps, follow *session.Follower, gate *sessi
 			// fails, its episode is quarantined, saying where.
 			telemetry.TokenDrift.WithLabelValues(schema.RoleActor).Inc()
 			log.Warn().Err(err).Msg("actor generation drifted")
-			return replyError(m, CodeTokenDrift, drift.Where())
+			return errorAnswer(CodeTokenDrift, drift.Where())
 		case errors.Is(context.Cause(ctx), session.ErrPaused):
 			code = CodePaused // aborted by the pause; sent again after the resume
 		case context.Cause(ctx) == session.ErrRolloutOver:
 			log.Info().Msg("rollout over; generation stopped")
-			return replyError(m, CodeUnavailable, "rollout is over")
+			return errorAnswer(CodeUnavailable, "rollout is over")
 		case errors.Is(err, engine.ErrBusy):
 			code = CodeBusy // the engine's wait ends past the act's deadline
 		case errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded:
@@ -172,36 +390,39 @@ func generate(ctx context.Context, d Deps, follow *session.Follower, gate *sessi
 			code = CodeInvalid
 		}
 		log.Warn().Err(err).Str("code", code).Msg("actor generation failed")
-		return replyFailure(m, code, err)
+		return failureAnswer(code, err)
 	}
 	body, err := schema.Marshal(&schema.ActorReply{Generation: gen})
 	if err != nil {
-		return replyError(m, CodeInvalid, err.Error())
+		return errorAnswer(CodeInvalid, err.Error())
 	}
-	if err := m.Respond(body); err != nil {
-		log.Warn().Err(err).Msg("reply")
-		return err
-	}
-	return nil
+	return &nats.Msg{Header: nats.Header{}, Data: body}, nil
 }
 
-// replyError answers m with an error in the NATS service protocol's
-// headers (code and description, no body), and returns it.
-func replyError(m *nats.Msg, code, description string) error {
-	return replyFailure(m, code, errors.New(description))
+// errorAnswer is an error in the NATS service protocol's headers (code and
+// description, no body), and the error.
+func errorAnswer(code, description string) (*nats.Msg, error) {
+	return failureAnswer(code, errors.New(description))
 }
 
-// replyFailure is replyError with err's words, and the wait the engine
+// failureAnswer is errorAnswer with err's words, and the wait the engine
 // asked for (its Retry-After), when it named one.
-func replyFailure(m *nats.Msg, code string, err error) error {
-	reply := nats.NewMsg(m.Reply)
-	reply.Header.Set(micro.ErrorCodeHeader, code)
-	reply.Header.Set(micro.ErrorHeader, err.Error())
+func failureAnswer(code string, err error) (*nats.Msg, error) {
+	m := &nats.Msg{Header: nats.Header{}}
+	m.Header.Set(micro.ErrorCodeHeader, code)
+	m.Header.Set(micro.ErrorHeader, err.Error())
 	if d, ok := fail.RetryAfter(err); ok {
-		reply.Header.Set(schema.ActorRetryAfterHeader, strconv.FormatInt(d.Milliseconds(), 10))
+		m.Header.Set(schema.ActorRetryAfterHeader, strconv.FormatInt(d.Milliseconds(), 10))
 	}
-	_ = m.RespondMsg(reply)
-	return fmt.Errorf("%s: %s", code, err.Error())
+	return m, fmt.Errorf("%s: %s", code, err.Error())
+}
+
+// replyError answers the request whose reply subject is to with an error,
+// and returns it.
+func (g *gateway) replyError(to, code, description string) error {
+	a, err := errorAnswer(code, description)
+	_ = g.send(to, a)
+	return err
 }
 
 // Generate runs one actor generation, token-exact: the prompt is tokenized
@@ -213,6 +434,8 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest, 
 	if req.Prompt == "" {
 		return schema.Generation{}, fail.Invalidf("actor request without a prompt")
 	}
+	// Every engine request of the act names it (engine.GenerationHeader).
+	ctx = engine.WithGeneration(ctx, engine.ActGeneration(req.Rollout, req.Episode, req.Key))
 	lease, err := pool.Acquire(ctx, req.Engine.Protocol, req.Engine.URL, req.Engine.Model)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

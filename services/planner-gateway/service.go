@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -33,6 +35,10 @@ type Deps struct {
 	Engines *engine.Pool
 	// Concurrency of plan requests handled at once; default 64.
 	Concurrency int
+	// AckWait is how long a plan request may go without a sign of life
+	// from this replica before JetStream hands it to another; default
+	// bus.DefaultAckWait.
+	AckWait time.Duration
 	// MaxAttempts of a turn whose engine fails transiently before the
 	// turn is given up as failed; default 5.
 	MaxAttempts int
@@ -47,6 +53,12 @@ type Service struct {
 	// follow cancels the turns of rollouts that end and holds them while
 	// the planner role is paused.
 	follow *session.Follower
+
+	// id names this instance in the claims of the turns it generates
+	// (claim.go); replica names it for people.
+	id, replica string
+	mu          sync.Mutex
+	held        map[string]bool // claim keys of the turns this instance generates now
 }
 
 // Run serves until ctx ends.
@@ -63,17 +75,29 @@ func Run(ctx context.Context, d Deps) error {
 	if d.RetryBase == 0 {
 		d.RetryBase = 500 * time.Millisecond
 	}
-	s := &Service{Deps: d, sessions: session.NewCache(d.Bus), follow: session.NewFollower(d.Bus, d.Log)}
+	s := &Service{Deps: d, sessions: session.NewCache(d.Bus), follow: session.NewFollower(d.Bus, d.Log), held: map[string]bool{},
+		id: d.Bus.Service().ID(), replica: d.Bus.Service().Replica()}
+	if s.id == "" {
+		s.id = nuid.Next() // not registered as a service: still named in its claims
+	}
 	s.follow.OnEnd = s.sessions.Forget
 	go func() { _ = s.follow.Run(ctx) }()
 	if id := d.Bus.Service().ID(); id != "" {
 		go s.follow.AnswerPauses(ctx, schema.RolePlanner, id)
 	}
+	// Other instances ask this one whether it still generates a turn it
+	// claimed, before they take it over.
+	holds, err := d.Bus.NC.Subscribe(holdsSubject(s.id), s.answerHolds)
+	if err != nil {
+		return fmt.Errorf("%s: %w", Name, err)
+	}
+	defer func() { _ = holds.Unsubscribe() }()
 	return d.Bus.Consume(ctx, bus.Consumer{
 		Stream:      bus.StreamPlan,
 		Durable:     Name,
 		Filters:     []string{subject.AllPlanReq},
 		Concurrency: d.Concurrency,
+		AckWait:     d.AckWait,
 	}, s.handle)
 }
 
@@ -97,12 +121,14 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 			telemetry.KeyRole.String(schema.RolePlanner), telemetry.KeyReplica.String(s.Bus.Service().Replica()), telemetry.KeyService.String(Name))
 	}
 	defer span.End()
+	t := &turn{key: schema.ClaimKey(req.Rollout, req.Episode, req.Turn)}
+	defer s.release(t)
 	var err error
 	attempts := 0
 	for attempt := 1; attempt <= s.MaxAttempts; attempt++ {
 		var stale *session.StaleError
 		attempts = attempt
-		if err = s.plan(gctx, &req); err == nil || !fail.IsRetryable(err) || errors.As(err, &stale) || errors.Is(err, session.ErrNoSession) ||
+		if err = s.plan(gctx, &req, t); err == nil || !fail.IsRetryable(err) || errors.As(err, &stale) || errors.Is(err, session.ErrNoSession) ||
 			errors.Is(err, bus.ErrNotAnswered) || ctx.Err() != nil {
 			break
 		}

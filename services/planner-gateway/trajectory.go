@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,7 +31,7 @@ import (
 // tried again is a new generation whose nodes could differ from those an
 // earlier attempt already released, and a turn's acts must all come from
 // the plan it trains on.
-func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
+func (s *Service) plan(ctx context.Context, req *schema.PlanRequest, t *turn) error {
 	log := zerolog.Ctx(ctx)
 	info, err := s.sessions.Get(ctx, req.Rollout)
 	if err != nil {
@@ -54,43 +55,86 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 	if err != nil || served {
 		return err // served: the turn's output is there (a request asked again)
 	}
+	// The turn is abandoned at once when its rollout ends (cancelled, timed
+	// out, enough groups): its engine request is aborted.
+	ctx, stop := s.follow.Rollout(ctx, req.Rollout)
+	defer stop()
+	// Recorded before any engine request: this instance generates the turn
+	// (or waits for the live instance that does).
+	if served, err := s.claim(ctx, req, t); err != nil || served {
+		if err != nil && ctx.Err() != nil {
+			return s.over(ctx, err)
+		}
+		return err
+	}
 	mayStream := false
 	if cfg.StreamPlans {
 		if mayStream, err = s.unstreamed(ctx, req); err != nil {
 			return err
 		}
 	}
-	// The turn is abandoned at once when its rollout ends (cancelled, timed
-	// out, enough groups): its engine request is aborted.
-	ctx, stop := s.follow.Rollout(ctx, req.Rollout)
-	defer stop()
-	// No generation while the planner role is paused: the turn waits, and
-	// the wait is no part of its time-out.
-	gate := s.follow.Gate(schema.RolePlanner)
-	if err := gate.Wait(ctx); err != nil {
-		return s.over(ctx, err)
-	}
+	// Every engine request of the turn names it (engine.GenerationHeader).
+	ctx = engine.WithGeneration(ctx, engine.TurnGeneration(req.Rollout, req.Episode, req.Turn))
 	lease, err := s.Engines.Acquire(ctx, eng.Protocol, eng.URL, eng.Model)
 	if err != nil {
 		return fail.E(fail.Transient, err)
 	}
 	defer lease.Release()
+	// No engine work while the planner role is paused: the turn waits at
+	// the gate, and the wait is no part of its time-out. Passing the gate
+	// registers the turn in the same step, for all of its engine work, the
+	// tokenizing included: a pause answered before that holds the turn at
+	// the gate; one that comes after waits for it (or, in abort mode,
+	// aborts it, and the turn goes through the gate again after the
+	// resume).
+	gate := s.follow.Gate(schema.RolePlanner)
+	for {
+		gctx, left, err := gate.Enter(ctx)
+		if err != nil {
+			return s.over(ctx, err)
+		}
+		out, err := s.onEngine(gctx, lease, req, t, task, eng, cfg, prev, mayStream, gate)
+		paused := errors.Is(context.Cause(gctx), session.ErrPaused)
+		left()
+		if paused && ctx.Err() == nil {
+			// Aborted by a pause: sent again, to the new weights, once the
+			// role is resumed (and not streamed: partials went out).
+			log.Info().Msg("planner turn aborted by a pause; sent to the engine again after the resume")
+			t.retry, t.retryWhy = "paused", "aborted by a pause of the planner role; generated again after the resume"
+			mayStream = false
+			continue
+		}
+		if err != nil && ctx.Err() != nil {
+			return s.over(ctx, err)
+		}
+		if err != nil {
+			return err
+		}
+		return s.Bus.Publish(ctx, out)
+	}
+}
 
+// onEngine does the turn's engine work, inside the planner role's gate
+// (ctx ends with session.ErrPaused when a pause aborts it): the turn's new
+// text tokenized, its generation, and returns the output to publish.
+func (s *Service) onEngine(ctx context.Context, lease *engine.Lease, req *schema.PlanRequest, t *turn, task schema.Task, eng schema.Engine,
+	cfg schema.Config, prev *schema.PlanOutput, mayStream bool, gate *session.Gate) (*schema.PlanOutput, error) {
+	log := zerolog.Ctx(ctx)
 	var segs []schema.Segment
 	prompt := ""
 	if req.Turn <= 1 {
 		prompt = RenderPrompt(task, cfg)
 		ids, err := lease.Tokenize(ctx, prompt)
 		if err != nil {
-			return fmt.Errorf("tokenize prompt: %w", err)
+			return nil, fmt.Errorf("tokenize prompt: %w", err)
 		}
 		segs = []schema.Segment{{Kind: schema.SegPrompt, Turn: 1, Text: prompt, IDs: ids}}
 	} else {
 		ids, err := lease.Tokenize(ctx, req.Observation)
 		if err != nil {
-			return fmt.Errorf("tokenize observation: %w", err)
+			return nil, fmt.Errorf("tokenize observation: %w", err)
 		}
-		segs = append(prev.Segments, schema.Segment{Kind: schema.SegObservation, Turn: req.Turn, Text: req.Observation, IDs: ids})
+		segs = append(slices.Clip(prev.Segments), schema.Segment{Kind: schema.SegObservation, Turn: req.Turn, Text: req.Observation, IDs: ids})
 	}
 
 	var input []int
@@ -118,41 +162,33 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		out.Segments, out.FinishReason = segs, engine.FinishLength
 		telemetry.Truncations.WithLabelValues(schema.RolePlanner, "max_context_tokens").Inc()
 		log.Warn().Int("context", len(input)).Int("max", cfg.MaxContextTokens).Str("truncated", out.Truncated).Msg("context full")
-		return s.Bus.Publish(ctx, out)
+		return out, nil
 	}
+	// Bounded staleness, checked right before every generation (one sent
+	// again after a pause runs on the new weights): the engine is asked
+	// which weights it serves now.
+	unchecked, err := session.Check(ctx, lease, session.Newest(s.Bus, schema.RolePlanner), cfg.MaxStaleness)
+	if err != nil {
+		return nil, err
+	}
+	if t.calls > 0 {
+		// Sent again (an engine failure, an abort by a pause): said first,
+		// in the turn's claim.
+		if err := s.recordRetry(ctx, t); err != nil {
+			return nil, err
+		}
+	}
+	t.calls++
 	start := time.Now()
 	r := engine.Request{InputIDs: input, Messages: messages(segs), RoutingKey: engine.EpisodeKey(req.Rollout, req.Episode), Sampling: sampling}
-	var gen engine.Generation
 	ectx, span := telemetry.StartSpan(ctx, "planner engine")
-	defer span.End() // a return from the loop; ending twice is harmless
+	defer span.End()
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("planact.engine", eng.URL), attribute.Int("planact.input_tokens", len(input)))
 	}
-	unchecked := ""
-	for {
-		// Bounded staleness, checked right before every generation (one
-		// sent again after a pause runs on the new weights): the engine is
-		// asked which weights it serves now.
-		if unchecked, err = session.Check(ectx, lease, session.Newest(s.Bus, schema.RolePlanner), cfg.MaxStaleness); err != nil {
-			break
-		}
-		gctx, done := gate.Track(ectx)
-		gctx, cancel := context.WithTimeout(gctx, schema.Seconds(cfg.PlannerTimeoutS))
-		gen, err = s.generate(gctx, lease.Client, cfg, req, r, mayStream)
-		paused := errors.Is(context.Cause(gctx), session.ErrPaused)
-		cancel()
-		done()
-		if err == nil || !paused || ctx.Err() != nil {
-			break
-		}
-		// Aborted by a pause: generated again, from the new weights, once
-		// the role is resumed (and not streamed: partials went out).
-		log.Info().Msg("planner turn aborted by a pause; generated again after the resume")
-		mayStream = false
-		if err := gate.Wait(ctx); err != nil {
-			return s.over(ctx, err)
-		}
-	}
+	ectx, cancel := context.WithTimeout(ectx, schema.Seconds(cfg.PlannerTimeoutS))
+	gen, err := s.generate(ectx, lease.Client, cfg, req, r, mayStream)
+	cancel()
 	if span.IsRecording() {
 		span.SetAttributes(telemetry.KeyWeightVersion.String(gen.WeightVersion), attribute.Int("planact.output_tokens", len(gen.OutputIDs)),
 			attribute.String("planact.finish_reason", gen.FinishReason))
@@ -160,11 +196,7 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 			span.SetStatus(codes.Error, err.Error())
 		}
 	}
-	span.End()
-	if err != nil && ctx.Err() != nil {
-		return s.over(ctx, err)
-	}
-	if errors.Is(err, engine.ErrPromptCut) {
+	if errors.Is(err, engine.ErrPromptCut) && ctx.Err() == nil {
 		// The engine's context is shorter than the episode's: the episode
 		// is out of context, as when max_context_tokens is reached, in the
 		// engine's words. What the engine did not see whole (the new
@@ -175,10 +207,13 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		out.Segments, out.FinishReason, out.Truncated = segs, engine.FinishLength, "the planner engine's context: "+err.Error()
 		telemetry.Truncations.WithLabelValues(schema.RolePlanner, "engine_context").Inc()
 		log.Warn().Err(err).Msg("the engine cut the prompt; context full")
-		return s.Bus.Publish(ctx, out)
+		return out, nil
 	}
 	if err != nil {
-		return fmt.Errorf("planner generate: %w", err)
+		if ctx.Err() == nil {
+			t.retry, t.retryWhy = "failed", "the engine failed: "+err.Error()
+		}
+		return nil, fmt.Errorf("planner generate: %w", err)
 	}
 	// A chat engine rendered the newest segment with its template: those are its ids.
 	segs[len(segs)-1].IDs = engine.TrajectoryIDs(r, gen, segs[len(segs)-1].IDs)
@@ -207,7 +242,7 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest) error {
 		IDs: gen.OutputIDs, LogProbs: gen.LogProbs, LogProbsMissing: gen.LogProbsMissing, StalenessUnchecked: unchecked,
 	})
 	log.Debug().Int("tokens", len(gen.OutputIDs)).Str("finish", gen.FinishReason).Msg("planner turn")
-	return s.Bus.Publish(ctx, out)
+	return out, nil
 }
 
 // contextFull says why a turn of an episode whose trajectory is segs has

@@ -1,0 +1,189 @@
+package actdispatcher
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/telemetry"
+)
+
+// An act's generation is asked of the actor-gateways' queue group once per
+// try (schema.ActorRequest.Try). The gateway that takes it acknowledges it
+// at once, naming itself, and tells every second that it still runs it. A
+// request or an answer lost on the way (a NATS restart, a reconnect) is
+// found out within seconds, not at the act's time-out: after silence
+// without a word the request goes again, to that gateway's own subject,
+// where it is attached to the generation running there (or answered from
+// the one that ran): the engine is not called twice. Only when that gateway
+// is gone — it answered nothing for silence+holderPatience — does the
+// request go to the queue group again; a gateway that starts a new
+// generation for it (not one that attaches it to the generation it runs)
+// makes it a retry, recorded in the act's outcome (schema.ActDone.Retries).
+
+// silence is how long an act's request may go without a word from the
+// gateway before it is sent again.
+const silence = 3 * time.Second
+
+// holderPatience is how much longer the gateway that has the act may stay
+// silent, the request sent again to it, before it is taken for gone: a
+// process that died or is stopped, or one still reconnecting after a NATS
+// restart.
+const holderPatience = 3 * time.Second
+
+// replies routes the gateways' answers to the acts waiting for them: one
+// subscription for every act of the replica.
+type replies struct {
+	once   sync.Once
+	prefix string
+	err    error
+	mu     sync.Mutex
+	waits  map[string]chan *nats.Msg
+}
+
+// open returns the reply subject of a new exchange, the channel its
+// answers come on, and the function that ends it.
+func (r *replies) open(nc *nats.Conn) (string, <-chan *nats.Msg, func(), error) {
+	r.once.Do(func() {
+		r.prefix = nc.NewInbox()
+		r.waits = map[string]chan *nats.Msg{}
+		_, r.err = nc.Subscribe(r.prefix+".*", func(m *nats.Msg) {
+			token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+			r.mu.Lock()
+			ch := r.waits[token]
+			r.mu.Unlock()
+			if ch == nil {
+				return // an exchange that ended
+			}
+			select {
+			case ch <- m:
+			default: // the exchange is not reading: it sends again if it must
+			}
+		})
+	})
+	if r.err != nil {
+		return "", nil, nil, fail.Transientf("actor replies: %w", r.err)
+	}
+	token := nuid.Next()
+	ch := make(chan *nats.Msg, 64)
+	r.mu.Lock()
+	r.waits[token] = ch
+	r.mu.Unlock()
+	return r.prefix + "." + token, ch, func() {
+		r.mu.Lock()
+		delete(r.waits, token)
+		r.mu.Unlock()
+	}, nil
+}
+
+// exchange sends msg (an actor request) and returns the gateway's answer,
+// sending the request again as the comment above says, and whether a
+// gateway acknowledged it first (it ran, or waited to run). A request sent
+// to any gateway again, or the first of an act another runner may have
+// generated already (run.rerun), is a retry when a gateway starts a new
+// generation for it (its acknowledgement says started, not attached): that
+// retry is appended to run.retries, with why.
+func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer *nats.Msg, acked bool, err error) {
+	reply, answers, end, err := s.replies.open(s.Bus.NC)
+	if err != nil {
+		return nil, false, err
+	}
+	defer end()
+	msg.Reply = reply
+	msg.Header.Set(schema.HdrActorProgress, "1") // acknowledgements and progress, please
+	send := func(subj string) error {
+		msg.Subject = subj
+		if err := s.Bus.NC.PublishMsg(msg); err != nil {
+			return fail.Transientf("actor-gateway: %w", err)
+		}
+		return nil
+	}
+	if err := send(schema.ActorSubject); err != nil {
+		return nil, false, err
+	}
+	log := zerolog.Ctx(ctx)
+	holder, heard, sent := "", time.Now(), time.Now()
+	everHeard := false
+	// pending is the retry this request is, if a gateway starts a new
+	// generation for it.
+	var pending *schema.Retry
+	pendingReason := ""
+	if run.rerun != "" {
+		pending, pendingReason = &schema.Retry{By: s.replica(), Why: run.rerun}, "rerun"
+		run.rerun = ""
+	}
+	tick := time.NewTicker(silence / 6)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, acked, ctx.Err()
+		case m := <-answers:
+			if m.Header.Get("Status") == "503" {
+				// No responders: no gateway at all, or the one that has the
+				// act is not there (gone, or reconnecting).
+				if holder == "" && !everHeard {
+					return nil, false, errNoActorGateway
+				}
+				continue
+			}
+			heard, everHeard = time.Now(), true
+			if g := m.Header.Get(schema.HdrActorGateway); g != "" {
+				holder = g
+			}
+			if p := m.Header.Get(schema.HdrActorProgress); p != "" {
+				acked = true
+				switch {
+				case p == schema.ActorStarted && pending != nil:
+					pending.AtMs = nowMs()
+					run.retries = append(run.retries, *pending)
+					telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, pendingReason).Inc()
+					log.Warn().Str("gateway", holder).Str("why", pending.Why).Msg("act generated again")
+					pending = nil
+				case p == schema.ActorAttached:
+					pending = nil // the generation that runs: no second one
+				}
+				continue
+			}
+			return m, acked, nil // answered from the generation of this try
+		case now := <-tick.C:
+			quiet := now.Sub(heard)
+			if quiet < silence || now.Sub(sent) < silence {
+				continue
+			}
+			sent = now
+			if holder != "" && quiet < silence+holderPatience {
+				// To the gateway that has it: attached to the generation
+				// running there, or answered from the one that ran.
+				log.Info().Str("gateway", holder).Dur("silent", quiet.Round(100*time.Millisecond)).Msg("actor-gateway silent; act sent again to it")
+				if err := send(schema.ActorInstanceSubject(holder)); err != nil {
+					return nil, acked, err
+				}
+				continue
+			}
+			// Gone, or never heard of: any gateway. A new generation there
+			// is a retry (recorded when it starts); one that has it running
+			// attaches the request.
+			why := fmt.Sprintf("no actor-gateway acknowledged the request for %s", quiet.Round(100*time.Millisecond))
+			pendingReason = "unanswered"
+			if holder != "" {
+				why = fmt.Sprintf("actor-gateway %s answered nothing for %s", holder, quiet.Round(100*time.Millisecond))
+				pendingReason = "holder_gone"
+			}
+			pending = &schema.Retry{By: s.replica(), From: holder, Why: why}
+			log.Warn().Str("from", holder).Str("why", why).Msg("act sent again to any actor-gateway")
+			holder, heard = "", now
+			if err := send(schema.ActorSubject); err != nil {
+				return nil, acked, err
+			}
+		}
+	}
+}

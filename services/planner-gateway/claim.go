@@ -1,0 +1,239 @@
+package plannergateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/subject"
+	"github.com/planact/planact/pkg/telemetry"
+)
+
+// A planner turn is generated once. The instance that takes a plan request
+// first records, before the turn's first engine request, that it generates
+// the turn: a claim in KV runs (schema.Claim, key <N>.<E>.<turn>.planner).
+// A request for the same turn delivered again — JetStream redelivers it
+// after a NATS restart lost its in-progress signals, the watchdog asks
+// again, a stopped replica's work moves on — finds the claim. While the
+// holder answers that it still generates the turn, the request waits for
+// the turn's output (in progress meanwhile) and calls no engine. Only when
+// the holder is gone (it answers nothing for holderPatience: its process
+// died or is stopped) or says it no longer generates the turn does another
+// instance take the turn over, by compare-and-set on the claim, recording
+// who, from whom and why. Every later engine call of the holder itself (an
+// attempt after an engine failure, a generation a pause aborted) is
+// recorded there too. Nothing is inferred from a delivery count.
+
+// holderPatience is how long a holder may answer nothing before it is
+// taken for gone: a process that died answers "no responders" at once; a
+// stopped one, or one reconnecting after a NATS restart, nothing.
+const holderPatience = 3 * time.Second
+
+// awaitPoll is how often a request waiting for a live holder looks again.
+const awaitPoll = 500 * time.Millisecond
+
+// holdsSubject is where planner-gateway instance id answers whether it
+// generates a turn: the request's body is the turn's claim key, the reply
+// "yes" or "no".
+func holdsSubject(id string) string { return "planact." + Name + "." + id + ".holds" }
+
+// turn is one handler's hold on a planner turn.
+type turn struct {
+	key     string
+	holding bool // this handler holds the claim
+	calls   int  // engine generations it sent
+	// retry says why the next generation is sent again: set when an
+	// attempt failed or a pause aborted the generation.
+	retry, retryWhy string
+}
+
+// answerHolds answers a holds request.
+func (s *Service) answerHolds(m *nats.Msg) {
+	s.mu.Lock()
+	yes := s.held[string(m.Data)]
+	s.mu.Unlock()
+	answer := "no"
+	if yes {
+		answer = "yes"
+	}
+	_ = m.Respond([]byte(answer))
+}
+
+func (s *Service) hold(t *turn) {
+	s.mu.Lock()
+	s.held[t.key] = true
+	s.mu.Unlock()
+	t.holding = true
+}
+
+// release ends a handler's hold on its turn.
+func (s *Service) release(t *turn) {
+	if !t.holding {
+		return
+	}
+	s.mu.Lock()
+	delete(s.held, t.key)
+	s.mu.Unlock()
+	t.holding = false
+}
+
+// claim makes this instance the holder of req's turn, waiting while a live
+// instance holds it. served is true when the turn's output (or its failure)
+// came meanwhile: nothing is left to do.
+func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (served bool, err error) {
+	if t.holding {
+		return false, nil
+	}
+	log := zerolog.Ctx(ctx)
+	mine := schema.Claim{Rollout: req.Rollout, Episode: req.Episode, Turn: req.Turn, Holder: s.id, Replica: s.replica}
+	for {
+		mine.SinceMs = time.Now().UnixMilli()
+		created, err := bus.Create(ctx, s.Bus.Runs, t.key, &mine)
+		if err != nil {
+			return false, handBack(t, err)
+		}
+		if created {
+			s.hold(t)
+			return false, nil
+		}
+		cur, rev, found, err := bus.GetFresh[schema.Claim](ctx, s.Bus.Runs, t.key)
+		if err != nil {
+			return false, handBack(t, err)
+		}
+		if !found {
+			continue // removed meanwhile (the rollout's run state went): claimed anew
+		}
+		served, reason, why, err := s.await(ctx, req, t, &cur)
+		if err != nil || served {
+			return served, err
+		}
+		next := cur
+		next.Holder, next.Replica, next.SinceMs = s.id, s.replica, time.Now().UnixMilli()
+		next.Retries = append(next.Retries, schema.Retry{By: s.id, From: cur.Holder, Why: why, AtMs: next.SinceMs})
+		_, conflict, err := bus.Update(ctx, s.Bus.Runs, t.key, &next, rev)
+		if err != nil {
+			return false, handBack(t, err)
+		}
+		if conflict {
+			continue // another instance took it over first: its claim is awaited
+		}
+		s.hold(t)
+		telemetry.GenerationRetries.WithLabelValues(schema.RolePlanner, reason).Inc()
+		log.Warn().Str("from", cur.Holder).Str("from_replica", cur.Replica).Str("why", why).Msg("planner turn taken over; generated again")
+		return false, nil
+	}
+}
+
+// await waits while the holder named in c generates req's turn. It returns
+// served when the turn's output (or failure) is there, else why the holder
+// does not generate it any more (reason: a label of GenerationRetries).
+func (s *Service) await(ctx context.Context, req *schema.PlanRequest, t *turn, c *schema.Claim) (served bool, reason, why string, err error) {
+	var silentSince time.Time
+	counted := false
+	for {
+		yes, lastErr := s.holds(ctx, c.Holder, t.key)
+		switch {
+		case yes:
+			silentSince = time.Time{}
+			if !counted {
+				counted = true
+				telemetry.GenerationsAwaited.WithLabelValues(schema.RolePlanner).Inc()
+				zerolog.Ctx(ctx).Info().Str("holder", c.Holder).Str("holder_replica", c.Replica).Msg("planner turn asked for again while its holder generates it; waiting for its output")
+			}
+		case lastErr == nil:
+			reason, why = "gave_up", fmt.Sprintf("holder %s (%s) no longer generates it", c.Holder, c.Replica)
+		default:
+			if silentSince.IsZero() {
+				silentSince = time.Now()
+			}
+			if silent := time.Since(silentSince); silent >= holderPatience {
+				reason, why = "holder_gone", fmt.Sprintf("holder %s (%s) answered nothing for %s: %v", c.Holder, c.Replica, silent.Round(100*time.Millisecond), lastErr)
+			}
+		}
+		if !yes {
+			// Read after the holder's answer: an output it published
+			// before it let go of the turn is seen.
+			if served, err := s.served(ctx, req); err != nil || served {
+				return served, "", "", err
+			}
+			if why != "" {
+				return false, reason, why, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false, "", "", ctx.Err()
+		case <-time.After(awaitPoll):
+		}
+	}
+}
+
+// holds asks instance id whether it generates the turn with claim key
+// key: yes, or no (err nil: it answered), or no answer (err says why).
+func (s *Service) holds(ctx context.Context, id, key string) (yes bool, err error) {
+	if id == s.id {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.held[key], nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	m, err := s.Bus.NC.RequestWithContext(qctx, holdsSubject(id), []byte(key))
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return false, fmt.Errorf("not running: %w", err)
+		}
+		return false, err
+	}
+	return string(m.Data) == "yes", nil
+}
+
+// served reports whether req's turn has its output, or failed for good.
+func (s *Service) served(ctx context.Context, req *schema.PlanRequest) (bool, error) {
+	_, served, err := s.lastOutput(ctx, req)
+	if err != nil || served {
+		return served, err
+	}
+	m, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanError(req.Rollout, req.Episode))
+	if err != nil || m == nil {
+		return false, err
+	}
+	var pe schema.PlanError
+	if err := schema.Unmarshal(m.Data, &pe); err != nil {
+		return false, err
+	}
+	return pe.Turn >= req.Turn, nil
+}
+
+// recordRetry writes down, before it is sent, why the holder sends its
+// turn's generation to the engine again. Unrecorded, it is not sent.
+func (s *Service) recordRetry(ctx context.Context, t *turn) error {
+	now := time.Now().UnixMilli()
+	_, _, err := bus.Mutate(ctx, s.Bus.Runs, t.key, func(c *schema.Claim, exists bool) (bool, error) {
+		if !exists || c.Holder != s.id {
+			return false, fail.Transientf("planner turn %s: no longer held by this instance", t.key)
+		}
+		c.Retries = append(c.Retries, schema.Retry{By: s.id, From: s.id, Why: t.retryWhy, AtMs: now})
+		return true, nil
+	})
+	if err != nil {
+		return handBack(t, fmt.Errorf("record the retry: %w", err))
+	}
+	telemetry.GenerationRetries.WithLabelValues(schema.RolePlanner, t.retry).Inc()
+	return nil
+}
+
+// handBack makes an error of the claim's machinery one that hands the plan
+// request back to be delivered again (bus.ErrNotAnswered): planact's own
+// bucket did not answer, or the turn is held by another instance now; no
+// fault of the planner, so the turn does not fail.
+func handBack(t *turn, err error) error {
+	return fail.Transientf("planner turn %s: %w (%w)", t.key, err, bus.ErrNotAnswered)
+}
