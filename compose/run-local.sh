@@ -144,8 +144,11 @@ serve() {
     "$planact" serve --replicas "$replicas" "$1" >"$work/$1-$2.log" 2>&1 &
   pids+=($!)
 }
-# The session-store provisions streams and buckets first; the others find
-# them there (five processes creating R3 streams at once can time out).
+# Provisioning, once, as the admin: the services' users may create nothing.
+if ! NATS_URL="nats://127.0.0.1:${ports[0]}" NATS_USER="$(user_of admin)" NATS_PASSWORD="$(password_of admin)" \
+  "$planact" provision --replicas "$replicas" >"$work/provision.log" 2>&1; then
+  log "planact provision failed:"; cat "$work/provision.log" >&2; exit 1
+fi
 serve session-store 0
 wait_for "$work/session-store-0.log" "service started"
 serve planner-gateway 0

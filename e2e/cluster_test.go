@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -233,18 +235,18 @@ func TestComposeCluster(t *testing.T) {
 
 	// One more process started without --replicas (so, 1) must not
 	// shrink them.
-	b, err := bus.Connect(ctx, bus.ConnOptions{URL: withUser(urls[1], "admin")}, "provision-r1", bustest.Logger(), bus.Provisioning{Replicas: 1})
-	if err != nil {
+	if err := bus.Provision(ctx, bustest.Conn(t, withUser(urls[1], "admin")), bustest.Logger(), bus.Provisioning{Replicas: 1}); err != nil {
 		t.Fatalf("provision with one replica: %v", err)
 	}
-	b.NC.Close()
 
 	// Streams and buckets are replicated on all three servers.
 	js, err := admin.JetStream()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, "KV_" + bus.BucketSession, "KV_" + bus.BucketRuns, "OBJ_" + bus.ObjectTasks, "OBJ_" + bus.ObjectResults(schema.RolePlanner), "OBJ_" + bus.ObjectResults(schema.RoleActor)} {
+	for _, name := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, bus.StreamControl, bus.StreamTimeout, bus.StreamTrainer(schema.RolePlanner), bus.StreamTrainer(schema.RoleActor),
+		"KV_" + bus.BucketSession, "KV_" + bus.BucketRuns, "OBJ_" + bus.ObjectTasks(schema.RolePlanner), "OBJ_" + bus.ObjectTasks(schema.RoleActor),
+		"OBJ_" + bus.ObjectResults(schema.RolePlanner), "OBJ_" + bus.ObjectResults(schema.RoleActor)} {
 		info, err := js.StreamInfo(name)
 		if err != nil {
 			t.Errorf("stream %s: %v", name, err)
@@ -255,8 +257,10 @@ func TestComposeCluster(t *testing.T) {
 		}
 	}
 
-	// The web view runs as the read-only viewer user and shows the rollout.
+	// The web view runs as the read-only viewer user and shows the rollout;
+	// so do planact inspect and planact watch.
 	checkWebAsViewer(t, ctx, urls[2], n, len(tasks))
+	checkCommandsAsViewer(t, urls[1], n)
 	for _, line := range v.take() {
 		t.Errorf("permission violation of the web view: %s", line)
 	}
@@ -313,21 +317,46 @@ func checkWebAsViewer(t *testing.T, ctx context.Context, url string, n int64, ep
 	}
 }
 
+// checkCommandsAsViewer runs planact inspect and planact watch as the
+// viewer: both read without creating anything, and show rollout n ended.
+func checkCommandsAsViewer(t *testing.T, url string, n int64) {
+	t.Helper()
+	_, path := natsCLI(t) // a PATH on which planact is this tree's build
+	run := func(limit time.Duration, args ...string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
+		bin := filepath.Join(filepath.SplitList(path)[0], "planact")
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), "PATH="+path, "NATS_URL="+withUser(url, "viewer"))
+		out, _ := cmd.CombinedOutput() // watch runs until it is stopped
+		return string(out)
+	}
+	if out := run(patience, "inspect", fmt.Sprint(n)); !strings.Contains(out, "ok") {
+		t.Errorf("planact inspect %d as viewer:\n%s", n, out)
+	}
+	if out := run(5*time.Second, "watch", fmt.Sprint(n)); !strings.Contains(out, fmt.Sprintf("rollout %d", n)) || !strings.Contains(out, "ok") {
+		t.Errorf("planact watch %d as viewer:\n%s", n, out)
+	}
+}
+
 // serveCluster provisions R3 streams and buckets and starts every service as
 // its compose user, each on one of the cluster's servers, with two
 // act-dispatchers; it returns when they all answer. stall sets the
 // act-dispatcher's watchdog (0: its default).
 func serveCluster(t *testing.T, ctx context.Context, urls []string, stall time.Duration) {
 	t.Helper()
-	// Provision once before the services start. Five services creating
-	// the same R3 streams at once on a fresh cluster time out (JetStream
-	// API calls of 5s) and exit; in compose they are restarted and get
-	// there, but a test should not depend on that.
-	b, err := bus.Connect(ctx, bus.ConnOptions{URL: withUser(urls[0], "admin")}, "provision", bustest.Logger(), bus.Provisioning{Replicas: 3})
-	if err != nil {
+	serveClusterWith(t, ctx, urls, stall, bus.Provisioning{Replicas: 3})
+}
+
+// serveClusterWith is serveCluster with provisioning p.
+func serveClusterWith(t *testing.T, ctx context.Context, urls []string, stall time.Duration, p bus.Provisioning) {
+	t.Helper()
+	// The admin provisions, as `planact provision` does, before the
+	// services start; the services' users may create nothing.
+	o := stack.Options{Conn: bus.ConnOptions{URL: withUser(urls[0], "admin")}, Log: bustest.Logger(), Provisioning: p, InlineLimit: 2048}
+	if err := stack.Provision(ctx, o); err != nil {
 		t.Fatalf("provision: %v", err)
 	}
-	b.NC.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	errs := make(chan error, len(stack.Services))
@@ -337,7 +366,7 @@ func serveCluster(t *testing.T, ctx context.Context, urls []string, stall time.D
 			defer wg.Done()
 			err := stack.Serve(ctx, []string{name}, stack.Options{
 				Conn: bus.ConnOptions{URL: withUser(urls[i%len(urls)], name)}, Log: bustest.Logger(),
-				Provisioning: bus.Provisioning{Replicas: 3},
+				Provisioning: p,
 				Replicas:     map[string]int{actdispatcher.Name: 2},
 				InlineLimit:  2048, // results go through the object store too
 				Stall:        stall,
@@ -468,11 +497,30 @@ func checkForbidden(t *testing.T, url string, v *violations, n int64) {
 		{user: "viewer", what: "take work from a service's consumer", request: "$JS.API.CONSUMER.MSG.NEXT.PLAN.plan-parser"},
 		{user: "viewer", what: "delete a service's consumer", request: "$JS.API.CONSUMER.DELETE.PLAN.act-dispatcher-plan"},
 		{user: "viewer", what: "change a service's consumer", request: "$JS.API.CONSUMER.CREATE.ROLLOUT.session-store"},
+		{user: "viewer", what: "create a consumer of its own", request: "$JS.API.CONSUMER.CREATE.PLAN.mine"},
+		{user: "viewer", what: "read everyone's inboxes", subscribe: "_INBOX.>"},
+		{user: "viewer", what: "answer for a gateway", subscribe: "$SRV.PING.planner-gateway"},
+		{user: "trainer-planner", what: "read everyone's inboxes", subscribe: "_INBOX.>"},
+		{user: "trainer-planner", what: "read the actor's inboxes", subscribe: "_INBOX_trainer-actor.>"},
+		{user: "trainer-planner", what: "read the actor's result objects chunk by chunk", request: "$JS.API.STREAM.MSG.GET.OBJ_results_actor"},
+		{user: "trainer-planner", what: "write the actor's task lists", publish: "$O.tasks_actor.M.x"},
+		{user: "trainer-planner", what: "purge its own task lists", request: "$JS.API.STREAM.PURGE.OBJ_tasks_planner"},
+		{user: "trainer-planner", what: "create a consumer on its results", request: "$JS.API.CONSUMER.CREATE.OBJ_results_planner.mine"},
+		{user: "trainer-actor", what: "read the planner's task lists", request: "$JS.API.STREAM.MSG.GET.OBJ_tasks_planner"},
+		{user: "trainer-actor", what: "fire a time-out", publish: r("rollout.N.timeout.rollout")},
+		{user: "trainer-actor", what: "schedule into the time-outs", publish: r("rollout.N.schedule.rollout")},
+		{user: "actor-gateway", what: "change a stream", request: "$JS.API.STREAM.UPDATE.ROLLOUT"},
+		{user: "actor-gateway", what: "answer for the planner-gateway", subscribe: "$SRV.PING.planner-gateway"},
+		{user: "plan-parser", what: "create a stream", request: "$JS.API.STREAM.CREATE.EVIL"},
+		{user: "plan-parser", what: "change its durable consumer", request: "$JS.API.CONSUMER.CREATE.PLAN.plan-parser"},
+		{user: "session-store", what: "purge a stream of planact's history", request: "$JS.API.STREAM.PURGE.ROLLOUT"},
+		{user: "session-store", what: "read another's inboxes", subscribe: "_INBOX_act-dispatcher.>"},
 	}
 	for _, a := range actions {
 		t.Run(a.user+" may not "+a.what, func(t *testing.T) {
 			denied := make(chan error, 4)
-			nc, err := nats.Connect(withUser(url, a.user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied <- err }))
+			nc, err := nats.Connect(withUser(url, a.user), nats.CustomInboxPrefix(bus.InboxPrefix(a.user)),
+				nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied <- err }))
 			if err != nil {
 				t.Fatal(err)
 			}

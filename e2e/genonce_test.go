@@ -70,6 +70,10 @@ func startCounted(t *testing.T, o countedOptions) *countedEnv {
 	}
 	so := o.services
 	so.Conn, so.Log = bus.ConnOptions{URL: url}, bustest.Logger()
+	// Provisioned once, as `planact provision` does; the services open it.
+	if err := stack.Provision(ctx, so); err != nil {
+		t.Fatal(err)
+	}
 	var proxy *bustest.Proxy
 	served := 1
 	done := make(chan error, 2)

@@ -59,7 +59,7 @@ func start(t *testing.T, o envOptions) *env {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- stack.Serve(ctx, stack.Services, stack.Options{Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger(), Replicas: o.replicas,
+		done <- stack.Serve(ctx, stack.Services, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger(), Replicas: o.replicas,
 			InlineLimit: o.inlineLimit, Tracing: o.tracing})
 	}()
 	var once sync.Once

@@ -117,7 +117,7 @@ func TestNodeTrainer(t *testing.T) {
 		defer cancel()
 		b := bustest.Bus(t, e.url, "observer")
 		for {
-			m, err := b.LastMsg(ctx, bus.StreamRollout, fmt.Sprintf("rollout.%d.arrive.actor", n))
+			m, err := b.LastMsg(ctx, bus.StreamTrainer(schema.RoleActor), fmt.Sprintf("rollout.%d.arrive.actor", n))
 			if err != nil {
 				t.Fatalf("the actor's arrival: %v", err)
 			}
@@ -180,7 +180,7 @@ func checkNodeArrivals(t *testing.T, e *env, n int64, sum nodeSummary) {
 	defer cancel()
 	b := bustest.Bus(t, e.url, "observer")
 	for role, r := range map[string]nodeRole{schema.RolePlanner: sum.Planner, schema.RoleActor: sum.Actor} {
-		m, err := b.LastMsg(ctx, bus.StreamRollout, fmt.Sprintf("rollout.%d.arrive.%s", n, role))
+		m, err := b.LastMsg(ctx, bus.StreamTrainer(role), fmt.Sprintf("rollout.%d.arrive.%s", n, role))
 		if err != nil || m == nil {
 			t.Fatalf("%s arrival: %v", role, err)
 		}

@@ -670,13 +670,16 @@ print_rollout(slime_planact.generate_rollout(rollout_args(sys.argv[1], batch=2, 
 	if a.Config == nil || a.Config.TargetGroups != 2 || a.Config.MaxTurns != 2 {
 		t.Errorf("config %+v: want target_groups 2 (--rollout-batch-size) and max_turns 2", a.Config)
 	}
-	name := fmt.Sprintf("rollout-%d-planner.tasks", n)
-	if len(a.Tasks) != 0 || a.TasksObject != name {
-		t.Fatalf("arrival carries %d tasks and tasks_object %q: want the batch in the object store as %s", len(a.Tasks), a.TasksObject, name)
+	name := a.TasksObject
+	if len(a.Tasks) != 0 || !strings.HasPrefix(name, fmt.Sprintf("rollout-%d-planner-", n)) {
+		t.Fatalf("arrival carries %d tasks and tasks_object %q: want the batch in the object store as rollout-%d-planner-<digest>.tasks", len(a.Tasks), name, n)
 	}
-	data, err := base64.StdEncoding.DecodeString(r.Objects[bus.ObjectTasks][name])
+	data, err := base64.StdEncoding.DecodeString(r.Objects[bus.ObjectTasks(schema.RolePlanner)][name])
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := bus.SHA256(data); a.TasksSHA256 != got {
+		t.Errorf("tasks_sha256 %q, the object's is %s", a.TasksSHA256, got)
 	}
 	var list schema.TaskList
 	if err := schema.UnmarshalValueStrict(data, &list, "task list"); err != nil {

@@ -89,7 +89,7 @@ func TestClientRidesOutNATSRestart(t *testing.T) {
 	}
 	served := make(chan error, 1)
 	go func() {
-		served <- stack.Serve(ctx, stack.Services, stack.Options{Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
+		served <- stack.Serve(ctx, stack.Services, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
 	}()
 	if err := stack.WaitReady(ctx, bus.ConnOptions{URL: url}, stack.Services); err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestNoConsumerPerWait(t *testing.T) {
 	ctx := context.Background()
 	consumers := func() map[string][]string {
 		out := map[string][]string{}
-		for _, stream := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct} {
+		for _, stream := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, bus.StreamTimeout, bus.StreamTrainer(schema.RolePlanner), bus.StreamTrainer(schema.RoleActor)} {
 			st, err := e.bus.JS.Stream(ctx, stream)
 			if err != nil {
 				t.Fatal(err)
@@ -150,8 +150,11 @@ func TestNoConsumerPerWait(t *testing.T) {
 		}
 	}
 	want := map[string][]string{
-		bus.StreamRollout: {sessionstore.Name},
-		bus.StreamPlan:    {actdispatcher.Name + "-plan", "plan-parser", plannergateway.Name},
+		bus.StreamRollout:                     {sessionstore.Name},
+		bus.StreamPlan:                        {actdispatcher.Name + "-plan", "plan-parser", plannergateway.Name},
+		bus.StreamTimeout:                     {sessionstore.Name + "-timeout"},
+		bus.StreamTrainer(schema.RolePlanner): {sessionstore.Name + "-planner"},
+		bus.StreamTrainer(schema.RoleActor):   {sessionstore.Name + "-actor"},
 	}
 	if got := consumers(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("consumers after 12 rollouts: %v, want only the services' durables %v", got, want)
@@ -201,7 +204,7 @@ func TestNothingLeftAfterRetention(t *testing.T) {
 		// The roles' states (role.planner, role.actor: their newest weights,
 		// a pause) outlive rollouts.
 		sessions := slices.DeleteFunc(keys(e.bus.Sessions), func(k string) bool { return strings.HasPrefix(k, "role.") })
-		return len(keys(e.bus.Runs)) == 0 && objects(e.bus.Tasks) == 0 && slices.Equal(sessions, []string{fmt.Sprint(n)})
+		return len(keys(e.bus.Runs)) == 0 && objects(e.bus.Tasks[schema.RolePlanner])+objects(e.bus.Tasks[schema.RoleActor]) == 0 && slices.Equal(sessions, []string{fmt.Sprint(n)})
 	})
 	if got := objects(e.bus.Results[schema.RolePlanner]) + objects(e.bus.Results[schema.RoleActor]); got != 2 {
 		t.Errorf("%d result objects right after the rollout, want 2", got)
@@ -213,7 +216,8 @@ func TestNothingLeftAfterRetention(t *testing.T) {
 	// After the history, the session and every message.
 	eventually(t, "the session and the history expired", func() bool {
 		msgs := uint64(0)
-		for _, stream := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, "KV_" + bus.BucketSession, "KV_" + bus.BucketRuns} {
+		for _, stream := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, bus.StreamTimeout, bus.StreamTrainer(schema.RolePlanner),
+			bus.StreamTrainer(schema.RoleActor), "KV_" + bus.BucketSession, "KV_" + bus.BucketRuns} {
 			st, err := e.bus.JS.Stream(ctx, stream)
 			if err != nil {
 				t.Fatal(err)
@@ -229,17 +233,25 @@ func TestNothingLeftAfterRetention(t *testing.T) {
 }
 
 // TestWatchdogAsksThePlannerAgain: the first plan request of an episode is
-// lost (purged before the planner-gateway ran). Nothing would ever happen
-// to the episode; the watchdog sees it make no progress and asks the
-// planner again, logged and counted.
+// lost (the planner-gateway's consumer passes over it: PLAN itself cannot
+// be purged). Nothing would ever happen to the episode; the watchdog sees
+// it make no progress and asks the planner again, logged and counted.
 func TestWatchdogAsksThePlannerAgain(t *testing.T) {
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 69}, actor: sim.Config{Seed: 70}, scripted: true, stall: time.Second})
 	ctx := context.Background()
 	const n = 730
 	before := testutil.ToFloat64(telemetry.Recoveries.WithLabelValues(actdispatcher.Name, "plan-request"))
-	results := e.start(t, n, e.tasks(1, 1, n), nil)
+	// A request in the stream is a planner turn that may be running: the
+	// watchdog gives it the planner's time-out and half a minute more.
+	results := e.start(t, n, e.tasks(1, 1, n), &schema.Config{PlannerTimeoutS: 1})
 	eventually(t, "the first plan request", func() bool { return e.count(t, bus.StreamPlan, fmt.Sprintf("plan.%d.req.0", n)) == 1 })
-	if err := e.bus.Purge(ctx, bus.StreamPlan, fmt.Sprintf("plan.%d.>", n)); err != nil {
+	gwc := plannergateway.Consumers(plannergateway.Deps{})[0]
+	if err := e.bus.JS.DeleteConsumer(ctx, gwc.Stream, gwc.Durable); err != nil {
+		t.Fatal(err)
+	}
+	cfg := gwc.Config()
+	cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	if _, err := e.bus.JS.CreateConsumer(ctx, gwc.Stream, cfg); err != nil {
 		t.Fatal(err)
 	}
 	gw := startService(t, e.url, plannergateway.Name)
@@ -346,6 +358,8 @@ func startService(t *testing.T, url, name string) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
+		// What it needs is provisioned: it only opens it, as `planact
+		// serve` does.
 		done <- stack.Serve(ctx, []string{name}, stack.Options{Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
 	}()
 	return func() {

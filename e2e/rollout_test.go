@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/reward"
 	"github.com/planact/planact/pkg/schema"
@@ -223,7 +224,7 @@ func TestLargeTaskListsGoThroughTheObjectStore(t *testing.T) {
 	// The arrival on the wire carried a reference, not the tasks.
 	nc := bustest.Conn(t, e.url)
 	js, _ := jetstream.New(nc)
-	st, err := js.Stream(context.Background(), "ROLLOUT")
+	st, err := js.Stream(context.Background(), bus.StreamTrainer(schema.RolePlanner))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +239,11 @@ func TestLargeTaskListsGoThroughTheObjectStore(t *testing.T) {
 	}
 	if a.Role != schema.RolePlanner || len(a.Tasks) != 0 || a.TasksObject == "" {
 		t.Errorf("planner arrival: role %s, %d inline tasks, object %q", a.Role, len(a.Tasks), a.TasksObject)
+	}
+	// It names the list's SHA-256, which planact checked (the rollout ran
+	// on it; the list is removed with the rollout).
+	if len(a.TasksSHA256) != 64 || !strings.Contains(a.TasksObject, a.TasksSHA256[:16]) {
+		t.Errorf("task object %s, tasks_sha256 %q: want the list's SHA-256, and the object named by it", a.TasksObject, a.TasksSHA256)
 	}
 }
 

@@ -50,11 +50,11 @@ func TestSemanticsBarrierTimeout(t *testing.T) {
 	eventually(t, "the arrival to be recorded and its time-out scheduled", func() bool {
 		s, found := e.session(t, 262)
 		return found && s.State == schema.SessionWaiting &&
-			e.count(t, bus.StreamRollout, subject.TimeoutSchedule(262, schema.TimeoutBarrier)) > 0
+			e.count(t, bus.StreamTimeout, subject.TimeoutSchedule(262, schema.TimeoutBarrier)) > 0
 	})
 	e.stop()
 	eventually(t, "the barrier time-out to fire while the services are down", func() bool {
-		return e.count(t, bus.StreamRollout, subject.Timeout(262, schema.TimeoutBarrier)) > 0
+		return e.count(t, bus.StreamTimeout, subject.Timeout(262, schema.TimeoutBarrier)) > 0
 	})
 	if s, _ := e.session(t, 262); s.State != schema.SessionWaiting {
 		t.Fatalf("session %s while the services were down", s.State)

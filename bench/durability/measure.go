@@ -282,7 +282,7 @@ func rollouts(plannerTTFT, plannerPerToken, actorTTFT, actorPerToken time.Durati
 		}
 		served := make(chan error, 1)
 		go func() {
-			served <- stack.Serve(ctx, stack.Services, stack.Options{Conn: conn, Log: zerolog.Nop(), EngineLimit: 512})
+			served <- stack.Serve(ctx, stack.Services, stack.Options{Provision: true, Conn: conn, Log: zerolog.Nop(), EngineLimit: 512})
 		}()
 		rctx, rcancel := context.WithTimeout(ctx, time.Minute)
 		err := stack.WaitReady(rctx, conn, stack.Services)

@@ -151,7 +151,7 @@ func measure(sc scenario, episodes int, seed int64) (*result, error) {
 	conn := bus.ConnOptions{URL: srv.ClientURL()}
 	served := make(chan error, 1)
 	go func() {
-		served <- stack.Serve(ctx, stack.Services, stack.Options{Conn: conn, Log: zerolog.Nop(), EngineLimit: sc.limit})
+		served <- stack.Serve(ctx, stack.Services, stack.Options{Provision: true, Conn: conn, Log: zerolog.Nop(), EngineLimit: sc.limit})
 	}()
 	if err := stack.WaitReady(ctx, conn, stack.Services); err != nil {
 		return nil, err

@@ -163,7 +163,7 @@ func startPlanact(ctx context.Context, o options, s *servers) (*planact, error) 
 	served := make(chan error, 1)
 	go func() {
 		served <- stack.Serve(ctx, stack.Services, stack.Options{
-			Conn: conn, Provisioning: bus.Provisioning{Replicas: s.replicas}, Log: o.Log, EngineLimit: 512,
+			Conn: conn, Provisioning: bus.Provisioning{Replicas: s.replicas}, Log: o.Log, EngineLimit: 512, Provision: true,
 		})
 		cancel() // a service that failed stops every wait of the run
 	}()

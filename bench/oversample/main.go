@@ -136,7 +136,7 @@ func measure(o options, sc scenario, seed int64) ([]row, error) {
 	conn := bus.ConnOptions{URL: srv.ClientURL()}
 	served := make(chan error, 1)
 	go func() {
-		served <- stack.Serve(ctx, stack.Services, stack.Options{Conn: conn, Log: zerolog.Nop(), EngineLimit: 512})
+		served <- stack.Serve(ctx, stack.Services, stack.Options{Provision: true, Conn: conn, Log: zerolog.Nop(), EngineLimit: 512})
 	}()
 	nc, err := conn.Dial("bench-oversample")
 	if err != nil {

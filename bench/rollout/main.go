@@ -156,6 +156,7 @@ func measure(sc scenario, rollouts, tasks int, ttft, perToken map[string]time.Du
 	go func() {
 		served <- stack.Serve(ctx, stack.Services, stack.Options{
 			Conn: bus.ConnOptions{URL: srv.ClientURL()}, Log: zerolog.Nop(), Replicas: map[string]int{"act-dispatcher": sc.dispatcher}, EngineLimit: 512,
+			Provision: true,
 		})
 	}()
 	cfg := schema.DefaultConfig()

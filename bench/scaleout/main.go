@@ -128,7 +128,7 @@ func measure(o options, bin, dir string, k int) (int, time.Duration, error) {
 	conn := bus.ConnOptions{URL: srv.ClientURL()}
 	served := make(chan error, 1)
 	go func() {
-		served <- stack.Serve(ctx, []string{"session-store", "planner-gateway", "plan-parser"}, stack.Options{Conn: conn, Log: zerolog.Nop(), EngineLimit: 512})
+		served <- stack.Serve(ctx, []string{"session-store", "planner-gateway", "plan-parser"}, stack.Options{Provision: true, Conn: conn, Log: zerolog.Nop(), EngineLimit: 512})
 	}()
 	var procs []*exec.Cmd
 	defer func() {

@@ -200,7 +200,7 @@ func measure(ctx context.Context, o options, scenario string, n int64, mb int) (
 	defer srv.Stop()
 	url := srv.ClientURL()
 	// Provisioned here, so that the session-store's memory is its own work.
-	b, err := bus.Connect(ctx, bus.ConnOptions{URL: url}, "tasksmem", zerolog.Nop(), bus.Provisioning{})
+	b, err := provisioned(ctx, url)
 	if err != nil {
 		return row{}, err
 	}
@@ -401,4 +401,14 @@ func memory(pid int) (mem, error) {
 		return m, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
 	}
 	return m, nil
+}
+
+// provisioned provisions planact on url, as `planact provision` does (the
+// session-store's consumers included), and opens it.
+func provisioned(ctx context.Context, url string) (*bus.Bus, error) {
+	o := stack.Options{Conn: bus.ConnOptions{URL: url}, Log: zerolog.Nop()}
+	if err := stack.Provision(ctx, o); err != nil {
+		return nil, err
+	}
+	return bus.Connect(ctx, o.Conn, "tasksmem", zerolog.Nop(), bus.Provisioning{})
 }

@@ -81,8 +81,13 @@ func runInspect(ctx context.Context, args []string, getenv func(string) string, 
 	defer nc.Close()
 	rctx, cancel := context.WithTimeout(ctx, *wait)
 	defer cancel()
-	if err := planactThere(rctx, nc, n, "planner"); err != nil {
-		return fmt.Errorf("inspect: %w", err)
+	// A read the viewer may do (a direct get on ROLLOUT), so that inspect
+	// runs as a read-only user.
+	if _, err := bus.LastSeq(rctx, nc, bus.StreamRollout, fmt.Sprintf("rollout.%d.>", n)); err != nil {
+		if errors.Is(err, bus.ErrNotAnswered) {
+			return fmt.Errorf("inspect: no planact here: the server has no %s stream with direct reads (start planact: planact up, or planact provision and planact serve …): %w", bus.StreamRollout, err)
+		}
+		return fmt.Errorf("inspect: is planact there? %w", err)
 	}
 	r, err := view.Open(rctx, nc)
 	if err != nil {

@@ -18,6 +18,7 @@ const usage = `planact coordinates Plan/Act rollouts over NATS JetStream.
 
 Usage:
   planact up [--demo] [--json] [flags]     embedded nats-server + the five services (+ simulated engines)
+  planact provision [flags]                create planact's streams, buckets and consumers (once, as the admin)
   planact serve <service...>               run services against $NATS_URL
   planact sim [flags]                      run the simulated planner and actor engines
   planact parse [--format f] [--dot] [file] parse a plan and print its IR (or DOT)
@@ -73,6 +74,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	switch cmd {
 	case "up":
 		return runUp(ctx, rest, getenv, stdout, stderr)
+	case "provision":
+		return runProvision(ctx, rest, getenv, stdout, stderr)
 	case "serve":
 		return runServe(ctx, rest, getenv, stdout, stderr)
 	case "sim":

@@ -39,6 +39,9 @@ func (r retention) apply(o *stack.Options) error {
 	if p.DupeWindow == 0 {
 		p.DupeWindow = min(bus.DefaultProvisioning().DupeWindow, p.History)
 	}
+	if p.Storage == 0 {
+		p.Storage = bus.DefaultStorage
+	}
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("--history/--result-retention: %w", err)
 	}

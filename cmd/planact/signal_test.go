@@ -104,7 +104,7 @@ func TestSubmitCancelsOnSIGTERM(t *testing.T) {
 	served := make(chan error, 1)
 	sctx, stop := context.WithCancel(ctx)
 	go func() {
-		served <- stack.Serve(sctx, stack.Services, stack.Options{Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
+		served <- stack.Serve(sctx, stack.Services, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
 	}()
 	defer func() { stop(); <-served }()
 	if err := stack.WaitReady(ctx, bus.ConnOptions{URL: url}, stack.Services); err != nil {

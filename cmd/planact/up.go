@@ -56,6 +56,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	metricsAddr := fs.String("metrics", "127.0.0.1:9464", "serve Prometheus /metrics on this address (\"\" = off)")
 	webAddr := fs.String("web", "", "serve the web view of rollouts on this address, e.g. "+web.DefaultAddr+" (default off)")
 	keep := retentionFlags(fs)
+	storage := storageFlag(fs)
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default: warn with --demo, else info; $PLANACT_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -64,10 +65,13 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	if fs.NArg() > 0 {
 		return fmt.Errorf("up: unexpected arguments %q", fs.Args())
 	}
-	so := stack.Options{}
+	// up provisions in process, as the user it connects as (on the
+	// embedded server, which has no users, anyone).
+	so := stack.Options{Provision: true}
 	if err := keep.apply(&so); err != nil {
 		return err
 	}
+	so.Provisioning.Storage = int64(*storage)
 	if err := checkDemoFlags(*rollouts, *tasks, *group, *format, *protocol, *actorErr, *stepwise); err != nil {
 		return err
 	}
@@ -143,6 +147,10 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 		defer srv.Stop()
 		conn.URL = srv.ClientURL()
+		if so.Provisioning.Storage == 0 {
+			// A small disk offers less than the default: take what it has.
+			so.Provisioning.Storage = min(bus.DefaultStorage, srv.Storage()/10*9)
+		}
 	}
 	url := bus.Redact(conn.Servers())
 	say := func(format string, a ...any) {

@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,7 +22,8 @@ import (
 // one line per rollout with its progress (redrawn in place on a terminal,
 // a new line per change otherwise), or with -v one line per message. The
 // per-message lines keep the order JetStream stored them within each
-// stream (ROLLOUT, PLAN, ACT); the three streams interleave.
+// stream (ROLLOUT, PLAN, ACT, each trainer's); the streams interleave. It
+// reads with direct gets and creates no consumer, so the viewer may run it.
 func runWatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -58,44 +60,32 @@ func runWatch(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("watch: %s: %w", bus.Redact(conn.Servers()), err)
 	}
 	if !*verbose {
-		return watchBoard(ctx, js, nc, rollout, kept, stdout)
+		return watchBoard(ctx, nc, rollout, kept, stdout)
 	}
 	streams := map[string]string{
 		bus.StreamRollout: "rollout." + rollout + ".>",
 		bus.StreamPlan:    "plan." + rollout + ".>",
 	}
+	for _, role := range bus.Roles {
+		streams[bus.StreamTrainer(role)] = "rollout." + rollout + ".>"
+	}
 	if *acts {
 		streams[bus.StreamAct] = "act." + rollout + ".>"
 	}
-	lines := make(chan string, 256)
-	var history uint64
-	for stream, filter := range streams {
-		cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-		if err != nil {
-			return fmt.Errorf("watch %s: %w", stream, err)
-		}
-		cc, err := cons.Consume(func(m jetstream.Msg) {
-			md, _ := m.Metadata()
-			at := time.Now()
-			if md != nil {
-				at = md.Timestamp
-			}
-			select {
-			case lines <- fmt.Sprintf("%s %-28s %s", at.Format("15:04:05.000"), m.Subject(), Describe(m.Data())):
-			case <-ctx.Done():
-			}
-		})
-		if err != nil {
-			return err
-		}
-		defer cc.Stop()
-		if info := cons.CachedInfo(); info != nil {
-			history += info.NumPending
-		}
+	history, err := hasHistory(ctx, nc, streams)
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
 	}
-	if history == 0 {
+	if !history {
 		fmt.Fprintln(stdout, nothingYet(rollout, kept))
 	}
+	lines := make(chan string, 256)
+	follow(ctx, nc, streams, func(m bus.StoredMsg) {
+		select {
+		case lines <- fmt.Sprintf("%s %-28s %s", m.Time.Format("15:04:05.000"), m.Subject, Describe(m.Data)):
+		case <-ctx.Done():
+		}
+	}, nil)
 	for {
 		select {
 		case l := <-lines:
@@ -112,6 +102,7 @@ func runWatch(ctx context.Context, args []string, getenv func(string) string, st
 // historyKept is how long the server keeps planact's history (the ROLLOUT
 // stream's max age), or an error saying planact is not there.
 func historyKept(ctx context.Context, js jetstream.JetStream) (time.Duration, error) {
+	// (STREAM.INFO of ROLLOUT: the viewer may read it.)
 	s, err := js.Stream(ctx, bus.StreamRollout)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, fmt.Errorf("no planact here: the server has no %s stream (start planact: planact up, or planact serve …)", bus.StreamRollout)
@@ -156,36 +147,72 @@ type boardMsg struct {
 	pending uint64 // messages of the filter stored after it when it was delivered
 }
 
-// watchBoard follows ROLLOUT for rollout ("*" for all) and draws the
-// progress board until ctx ends.
-func watchBoard(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, rollout string, kept time.Duration, stdout io.Writer) error {
-	filter := "rollout." + rollout + ".>"
-	msgs := make(chan boardMsg, 256)
-	cons, err := js.OrderedConsumer(ctx, bus.StreamRollout, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", bus.StreamRollout, err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		bm := boardMsg{subject: m.Subject(), data: m.Data(), at: time.Now()}
-		if md, _ := m.Metadata(); md != nil {
-			bm.at, bm.seq, bm.pending = md.Timestamp, md.Sequence.Stream, md.NumPending
+// watchPoll is how often watch reads what is new when nothing was.
+const watchPoll = 200 * time.Millisecond
+
+// follow reads each stream on its filter from its first message, in stream
+// order, with direct gets (no consumer: the viewer may run it), handing
+// every message to fn until ctx ends. caughtUp, if not nil, is called with
+// a stream's name each time a read of it found nothing more.
+func follow(ctx context.Context, nc *nats.Conn, streams map[string]string, fn func(bus.StoredMsg), caughtUp func(stream string)) {
+	for stream, filter := range streams {
+		var idle func()
+		if caughtUp != nil {
+			idle = func() { caughtUp(stream) }
 		}
+		go func() { _ = bus.Follow(ctx, nc, stream, filter, 1, watchPoll, fn, idle) }()
+	}
+}
+
+// hasHistory says whether any of the streams holds a message on its filter.
+func hasHistory(ctx context.Context, nc *nats.Conn, streams map[string]string) (bool, error) {
+	for stream, filter := range streams {
+		last, err := bus.LastSeq(ctx, nc, stream, filter)
+		if err != nil {
+			return false, fmt.Errorf("stream %s: %w", stream, err)
+		}
+		if last > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// watchBoard follows ROLLOUT and the trainers' arrivals for rollout ("*"
+// for all) and draws the progress board until ctx ends.
+func watchBoard(ctx context.Context, nc *nats.Conn, rollout string, kept time.Duration, stdout io.Writer) error {
+	streams := map[string]string{bus.StreamRollout: "rollout." + rollout + ".>"}
+	for _, role := range bus.Roles {
+		streams[bus.StreamTrainer(role)] = "rollout." + rollout + ".arrive." + role
+	}
+	has, err := hasHistory(ctx, nc, streams)
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	var history uint64
+	if has {
+		history = 1 // read whole, as told by caughtUp, before the first drawing
+	}
+	// The history is read once every stream was read to its end.
+	var mu sync.Mutex
+	caught := map[string]bool{}
+	msgs := make(chan boardMsg, 256)
+	follow(ctx, nc, streams, func(m bus.StoredMsg) {
+		// pending 1: from several streams, no message says the history is
+		// read; caughtUp does.
 		select {
-		case msgs <- bm:
+		case msgs <- boardMsg{subject: m.Subject, data: m.Data, at: m.Time, seq: m.Seq, pending: 1}:
 		case <-ctx.Done():
 		}
+	}, func(stream string) {
+		mu.Lock()
+		caught[stream] = true
+		mu.Unlock()
 	})
-	if err != nil {
-		return err
-	}
-	defer cc.Stop()
-	var history uint64
-	if info := cons.CachedInfo(); info != nil {
-		history = info.NumPending
-	}
-	caughtUp := func(ctx context.Context, read uint64) bool {
-		last, err := lastSeq(ctx, nc, bus.StreamRollout, filter)
-		return err == nil && last <= read
+	caughtUp := func(context.Context, uint64) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(caught) == len(streams)
 	}
 	return followBoard(ctx, msgs, history, caughtUp, &boardWriter{w: stdout, tty: isTerminal(stdout)},
 		func() { fmt.Fprintln(stdout, nothingYet(rollout, kept)) })
@@ -249,39 +276,6 @@ func followBoard(ctx context.Context, msgs <-chan boardMsg, history uint64, caug
 			dirty = false
 		}
 	}
-}
-
-// lastSeq is the stream sequence of the last message stream holds on
-// filter, 0 when it holds none, read from the stream's leader.
-func lastSeq(ctx context.Context, nc *nats.Conn, stream, filter string) (uint64, error) {
-	req, _ := json.Marshal(map[string]string{"last_by_subj": filter})
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	reply, err := nc.RequestWithContext(rctx, "$JS.API.STREAM.MSG.GET."+stream, req)
-	if err != nil {
-		return 0, err
-	}
-	var resp struct {
-		Error *struct {
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-		Message *struct {
-			Seq uint64 `json:"seq"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(reply.Data, &resp); err != nil {
-		return 0, err
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrCode == 10037: // no message
-		return 0, nil
-	case resp.Error != nil:
-		return 0, errors.New(resp.Error.Description)
-	case resp.Message == nil:
-		return 0, errors.New("no message in the answer")
-	}
-	return resp.Message.Seq, nil
 }
 
 // Describe summarises a planact message body in one line.

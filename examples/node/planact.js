@@ -20,8 +20,11 @@ export const CANCEL_SCHEMA = "rollout.cancel/1";
 export const RESULT_SCHEMA = "rollout.result/1";
 
 const ROLLOUT_STREAM = "ROLLOUT";
-const TASKS_STORE = "tasks";
 const CONTENT_TYPE = "application/msgpack";
+/** Each role's task lists go to its own object store, which only its trainer writes. */
+export const tasksStore = (role) => `tasks_${role}`;
+/** The JetStream API's "message not found". */
+const NOT_FOUND = 10037;
 
 /** Above this many encoded bytes, a task list goes to the object store (as the Go client does). */
 export const DEFAULT_INLINE_TASKS_LIMIT = 256 * 1024;
@@ -111,9 +114,13 @@ export function traceparent(rollout, msgId) {
  * arrive publishes arrival (the fields of rollout.arrive/1: rollout, role,
  * engine, weight_version, tasks, config, attempt) on
  * rollout.<N>.arrive.<role>. A task list larger than inlineTasksLimit
- * encoded bytes goes to the object store "tasks" and the arrival names it
- * in tasks_object. Returns what names the arrival: { id, atMs, tasksObject }.
- * The id is its Nats-Msg-Id, which a rejection of it carries as arrival_id.
+ * encoded bytes goes to the role's object store tasks_<role>, named by its
+ * SHA-256, and the arrival names it in tasks_object and its digest in
+ * tasks_sha256 (planact runs the rollout on that list only). Returns what
+ * names the arrival: { id, atMs, tasksObject }. The id is its Nats-Msg-Id,
+ * which a rejection of it carries as arrival_id. Connect nc with your
+ * user's inbox prefix (inboxPrefix: "_INBOX_<user>"): planact's accounts
+ * let a user read its own inboxes only.
  */
 export async function arrive(nc, arrival, { inlineTasksLimit = DEFAULT_INLINE_TASKS_LIMIT, timeoutMs = 60_000 } = {}) {
   checkServer(nc);
@@ -134,13 +141,20 @@ export async function arrive(nc, arrival, { inlineTasksLimit = DEFAULT_INLINE_TA
   if (body.tasks) {
     const list = encode({ tasks: body.tasks }, { ignoreUndefined: true });
     if (list.length > inlineTasksLimit) {
-      tasksObject = `rollout-${rollout}-${role}.tasks`;
+      const sha = createHash("sha256").update(list).digest("hex");
+      // A list is written once, under a name of its own: a trainer may not
+      // purge its store, which replacing an object would need.
+      tasksObject = `rollout-${rollout}-${role}-${sha.slice(0, 16)}.tasks`;
       await untilUp(deadline, async () => {
-        const store = await new Objm(jetstream(nc)).open(TASKS_STORE);
-        await store.putBlob({ name: tasksObject }, list);
+        const store = await new Objm(jetstream(nc)).open(tasksStore(role));
+        const info = await store.info(tasksObject);
+        if (info === null || info.deleted || info.digest !== objectDigest(list)) {
+          await store.putBlob({ name: tasksObject }, list);
+        }
       });
       delete body.tasks;
       body.tasks_object = tasksObject;
+      body.tasks_sha256 = sha;
     }
   }
   // One id per arrival: a retried publish of it is stored once, a
@@ -403,7 +417,7 @@ async function withSamples(nc, r, deadline) {
   if (r.samples_object) {
     const bucket = `results_${r.role}`;
     const data = await untilUp(deadline, async () => {
-      const blob = await (await new Objm(jetstream(nc)).open(bucket)).getBlob(r.samples_object);
+      const blob = await readObject(nc, bucket, r.samples_object);
       if (blob === null) {
         throw new PlanactError("failed", `samples ${bucket}/${r.samples_object}: no such object`);
       }
@@ -413,6 +427,63 @@ async function withSamples(nc, r, deadline) {
   }
   r.samples ??= [];
   return r;
+}
+
+// objectDigest is what an object store records of data: SHA-256=, then
+// the digest in padded URL-safe base64.
+function objectDigest(data) {
+  return `SHA-256=${padded64url(createHash("sha256").update(data).digest())}`;
+}
+
+function padded64url(bytes) {
+  return Buffer.from(bytes).toString("base64").replace(/\+/g, "-").replace(/\//g, "_");
+}
+
+// msgGet reads one message of stream from its leader (the JetStream API's
+// STREAM.MSG.GET), or null when there is none.
+async function msgGet(nc, stream, query) {
+  const m = await nc.request(`$JS.API.STREAM.MSG.GET.${stream}`, JSON.stringify(query), { timeout: REQUEST_TIMEOUT_MS });
+  const r = JSON.parse(new TextDecoder().decode(m.data));
+  if (r.error) {
+    if (r.error.err_code === NOT_FOUND) {
+      return null;
+    }
+    throw new PlanactError("failed", `${stream}: ${r.error.description} (${r.error.err_code})`);
+  }
+  return { seq: r.message.seq, data: Buffer.from(r.message.data ?? "", "base64") };
+}
+
+/**
+ * readObject reads object name of object store bucket without a consumer
+ * (planact's accounts let no trainer create one): its metadata, then its
+ * chunks one by one, from the stream's leader, checked against its digest.
+ * It returns null when there is no such object.
+ */
+export async function readObject(nc, bucket, name) {
+  const stream = `OBJ_${bucket}`;
+  const meta = await msgGet(nc, stream, { last_by_subj: `$O.${bucket}.M.${padded64url(Buffer.from(name))}` });
+  if (meta === null) {
+    return null;
+  }
+  const info = JSON.parse(meta.data.toString());
+  if (info.deleted) {
+    return null;
+  }
+  const chunks = [];
+  let seq = 0;
+  for (let i = 0; i < (info.chunks ?? 0); i++) {
+    const m = await msgGet(nc, stream, { seq: seq + 1, next_by_subj: `$O.${bucket}.C.${info.nuid}` });
+    if (m === null) {
+      throw new errors.TimeoutError(); // not all there yet: read again
+    }
+    chunks.push(m.data);
+    seq = m.seq;
+  }
+  const data = Buffer.concat(chunks);
+  if (data.length !== (info.size ?? 0) || objectDigest(data) !== info.digest) {
+    throw new PlanactError("failed", `object ${bucket}/${name}: ${data.length} bytes do not match its metadata (${info.size} bytes, ${info.digest})`);
+  }
+  return data;
 }
 
 // untilUp runs op until it succeeds, trying again with back-off while the

@@ -26,6 +26,9 @@ const USAGE = `usage: node trainer.mjs --rollout N [--role planner|actor|both] [
   --nats URL[,URL…]            NATS servers (default $NATS_URL or nats://127.0.0.1:4222);
                                $NATS_USER/$NATS_PASSWORD, $NATS_TOKEN or --creds authenticate
   --creds FILE                 a NATS credentials file (default $NATS_CREDS)
+  --inbox-prefix PREFIX        where replies and deliveries to this trainer come (default
+                               $NATS_INBOX_PREFIX, else _INBOX_<$NATS_USER>, else _INBOX):
+                               planact's accounts let each user read its own inboxes only
   --rollout N                  the rollout id (required)
   --role ROLE                  planner, actor or both (default both: two connections, one per job)
   --planner-engine URL         the planner's engine (for planner or both)
@@ -37,7 +40,7 @@ const USAGE = `usage: node trainer.mjs --rollout N [--role planner|actor|both] [
   --prompt TEXT --label TEXT   instead of --tasks: one task
   --samples-per-prompt K       K copies of every task, sharing its group_index (default 1)
   --config FILE|JSON           the rollout configuration (sent as is: planact names a wrong field)
-  --inline-tasks-limit BYTES   larger task lists go to the object store "tasks" (default 262144)
+  --inline-tasks-limit BYTES   larger task lists go to the object store tasks_<role> (default 262144)
   --timeout SECONDS            stop waiting after this long and fall back (default 3600)
   --evaluate                   an evaluation: the planner's config gets evaluation, and each role
                                gets metrics (per dataset, when tasks name theirs in "dataset"),
@@ -77,6 +80,7 @@ async function main(argv, env, stdout, stderr) {
         name: `planact-node-${role}`,
         maxReconnectAttempts: -1,
         ...auth(opts, env),
+        ...(opts.inboxPrefix ? { inboxPrefix: opts.inboxPrefix } : {}),
       });
       checkServer(conns[role]); // an old nats-server stops the trainer at once, saying why
     }
@@ -206,6 +210,7 @@ function options(argv, env) {
     options: {
       nats: { type: "string", default: env.NATS_URL || "nats://127.0.0.1:4222" },
       creds: { type: "string", default: env.NATS_CREDS || "" },
+      "inbox-prefix": { type: "string", default: env.NATS_INBOX_PREFIX || (env.NATS_USER ? `_INBOX_${env.NATS_USER}` : "") },
       rollout: { type: "string" },
       role: { type: "string", default: "both" },
       "planner-engine": { type: "string" },
@@ -240,6 +245,7 @@ function options(argv, env) {
   const opts = {
     nats: v.nats,
     creds: v.creds,
+    inboxPrefix: v["inbox-prefix"],
     rollout,
     roles,
     protocol: v.protocol,

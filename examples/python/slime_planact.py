@@ -35,6 +35,10 @@ the variable):
   PLANACT_NATS_USER       with PLANACT_NATS_PASSWORD: the role's NATS user
   PLANACT_NATS_PASSWORD   (trainer-planner or trainer-actor in compose/).
   PLANACT_NATS_CREDS      or a .creds file.
+  PLANACT_NATS_INBOX_PREFIX  where replies and deliveries to this job come:
+                          default _INBOX_<PLANACT_NATS_USER> (planact's accounts
+                          let each user read its own inboxes only), else
+                          nats-py's _INBOX.
   PLANACT_CONFIG          the rollout's planact config, a JSON object
                           (schemas/defs.v1.schema.json#/$defs/config:
                           max_turns, tools, planner_sampling, actor_sampling,
@@ -214,7 +218,8 @@ class Settings:
 
 
 def connect_options(env=os.environ):
-    """nats.connect() options from PLANACT_NATS_URL, _USER, _PASSWORD, _CREDS."""
+    """nats.connect() options from PLANACT_NATS_URL, _USER, _PASSWORD, _CREDS,
+    _INBOX_PREFIX."""
     options = {"servers": [env.get("PLANACT_NATS_URL") or "nats://127.0.0.1:4222"]}
     user, password = env.get("PLANACT_NATS_USER", ""), env.get("PLANACT_NATS_PASSWORD", "")
     if bool(user) != bool(password):
@@ -223,6 +228,11 @@ def connect_options(env=os.environ):
         options.update(user=user, password=password)
     if env.get("PLANACT_NATS_CREDS"):
         options["user_credentials"] = env["PLANACT_NATS_CREDS"]
+    prefix = env.get("PLANACT_NATS_INBOX_PREFIX") or (trainer.inbox_prefix(user) if user else "")
+    if prefix:
+        if any(c in prefix for c in "*> \t") or prefix.endswith("."):
+            raise ValueError(f"PLANACT_NATS_INBOX_PREFIX {prefix!r}: want subject tokens without wildcards or spaces, such as _INBOX_trainer-planner")
+        options["inbox_prefix"] = prefix
     return options
 
 
@@ -681,7 +691,7 @@ async def wait_groups(nc, js, rollout, role, arrival_id, timeout_s):
         gi = group.get("group_index", 0)
         if gi not in delivered:
             if group.get("samples_object"):
-                group["samples"] = await trainer.fetch_samples(js, role, group["samples_object"])
+                group["samples"] = await trainer.fetch_samples(nc, role, group["samples_object"])
             delivered[gi] = group
             logger.info("rollout %d: group %d delivered (%d of %s)", rollout, gi, len(delivered), group.get("groups", "?"))
         return group
@@ -694,7 +704,7 @@ async def wait_groups(nc, js, rollout, role, arrival_id, timeout_s):
                     await take(data)
 
     async def finish(data):
-        result = await trainer.accept(js, role, data, arrival_id)
+        result = await trainer.accept(nc, role, data, arrival_id)
         if result is not None:
             await catch_up(sorted({t.get("group_index", 0) for t in result.get("tasks", []) if t["state"] == "trained"}))
         return result

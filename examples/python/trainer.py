@@ -9,7 +9,10 @@ See docs/python_trainer.md and schemas/ for the wire format.
 
 import argparse
 import asyncio
+import base64
 import hashlib
+import json
+import os
 import time
 
 import msgpack
@@ -17,10 +20,18 @@ import nats
 
 ROLLOUT_STREAM = "ROLLOUT"
 RECHECK_S = 2.0  # how often the wait reads the result subjects again
-# Above this encoded size the tasks go to the object store "tasks" and the
-# arrival names them (tasks_object), as the Go client does: NATS servers
-# refuse messages over 1 MiB by default.
+# Above this encoded size the tasks go to the role's object store
+# tasks_<role> and the arrival names them (tasks_object, tasks_sha256), as
+# the Go client does: planact's trainer streams take 1 MiB messages at most.
 INLINE_TASKS_LIMIT = 256 << 10
+NOT_FOUND = 10037  # the JetStream API's "message not found"
+
+
+def inbox_prefix(user):
+    """The inbox prefix of a NATS user: planact's accounts let each user
+    read its own inboxes only (_INBOX_<user>.>), so a trainer connects with
+    nats.connect(..., inbox_prefix=inbox_prefix(user))."""
+    return f"_INBOX_{user}"
 
 
 # The oldest nats-server planact runs on: the rollouts' time-outs are
@@ -54,10 +65,12 @@ def traceparent(rollout: int) -> str:
     return f"00-{trace_id}-{span_id}-01"
 
 
-def arrival_message(rollout, role, engine, weight_version, tasks=None, config=None, at_ms=None, tasks_object=None):
+def arrival_message(rollout, role, engine, weight_version, tasks=None, config=None, at_ms=None, tasks_object=None,
+                    tasks_sha256=None):
     """The subject, headers and msgpack body of an arrival (schema
     rollout.arrive/1) on rollout.<N>.arrive.<role>. tasks_object names tasks
-    put in the object store instead (see offload_tasks)."""
+    put in the object store instead, tasks_sha256 their digest (see
+    offload_tasks)."""
     at_ms = at_ms or int(time.time() * 1000)
     body = {
         "schema": "rollout.arrive/1",
@@ -71,6 +84,7 @@ def arrival_message(rollout, role, engine, weight_version, tasks=None, config=No
         body["tasks"] = tasks
     if tasks_object:
         body["tasks_object"] = tasks_object
+        body["tasks_sha256"] = tasks_sha256
     if config:
         body["config"] = config
     headers = {
@@ -88,26 +102,42 @@ def arrival_message(rollout, role, engine, weight_version, tasks=None, config=No
 
 
 async def offload_tasks(js, rollout, role, tasks):
-    """Puts tasks too large for a message in the object store "tasks" (a
-    msgpack TaskList, schema kv.tasklist) and returns the object's name, or
-    None when they fit in the arrival."""
+    """Puts tasks too large for a message in the role's object store
+    tasks_<role> (a msgpack TaskList, schema kv.tasklist) and returns the
+    object's name and the SHA-256 of its bytes, or (None, None) when they
+    fit in the arrival. planact runs the rollout on that list only: an
+    object changed after the arrival is refused."""
     data = msgpack.packb({"tasks": tasks}, use_bin_type=True)
     if len(data) <= INLINE_TASKS_LIMIT:
-        return None
-    name = f"rollout-{rollout}-{role}.tasks"
-    store = await js.object_store("tasks")
-    await store.put(name, data)
-    return name
+        return None, None
+    sha = hashlib.sha256(data).hexdigest()
+    # A list is written once, under a name of its own: a trainer may not
+    # purge its store, which replacing an object would need.
+    name = f"rollout-{rollout}-{role}-{sha[:16]}.tasks"
+    store = await js.object_store(f"tasks_{role}")
+    try:
+        info = await store.get_info(name)
+    except Exception:  # not there (nats-py raises its ObjectNotFoundError)
+        info = None
+    if info is None or getattr(info, "digest", None) != object_digest(data):
+        await store.put(name, data)
+    return name, sha
+
+
+def object_digest(data):
+    """What an object store records of data: SHA-256= and the digest in
+    padded URL-safe base64."""
+    return "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
 
 
 async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=None):
     """Publish the arrival with JetStream. Returns its Nats-Msg-Id, which a
     rejection of it carries as arrival_id."""
-    tasks_object = await offload_tasks(js, rollout, role, tasks) if tasks else None
+    tasks_object, tasks_sha256 = await offload_tasks(js, rollout, role, tasks) if tasks else (None, None)
     if tasks_object:
         tasks = None
     subject, headers, body = arrival_message(rollout, role, engine, weight_version, tasks, config,
-                                             tasks_object=tasks_object)
+                                             tasks_object=tasks_object, tasks_sha256=tasks_sha256)
     await js.publish(subject, body, headers=headers)
     return headers["Nats-Msg-Id"]
 
@@ -148,7 +178,7 @@ async def wait_result(nc, js, rollout, role, arrival_id, timeout_s):
     try:
         while True:
             for data in [await last_on(nc, s) for s in subjects]:
-                result = await accept(js, role, data, arrival_id)
+                result = await accept(nc, role, data, arrival_id)
                 if result is not None:
                     return result
             while True:  # what the subscriptions bring, until the next read
@@ -159,7 +189,7 @@ async def wait_result(nc, js, rollout, role, arrival_id, timeout_s):
                     data = await asyncio.wait_for(arrived.get(), timeout=left)
                 except asyncio.TimeoutError:
                     break
-                result = await accept(js, role, data, arrival_id)
+                result = await accept(nc, role, data, arrival_id)
                 if result is not None:
                     return result
             if time.monotonic() >= deadline:
@@ -169,7 +199,7 @@ async def wait_result(nc, js, rollout, role, arrival_id, timeout_s):
             await sub.unsubscribe()
 
 
-async def accept(js, role, data, arrival_id):
+async def accept(nc, role, data, arrival_id):
     """The result in data, with its samples, or None when data is nothing or
     the rejection of another arrival (rejections name the arrival they
     answer by its Nats-Msg-Id, in arrival_id)."""
@@ -187,23 +217,63 @@ async def accept(js, role, data, arrival_id):
         # used before): the rejection that names this arrival follows.
         return None
     if result.get("samples_object"):  # too large to be inline: this role's object store
-        result["samples"] = await fetch_samples(js, role, result["samples_object"])
+        result["samples"] = await fetch_samples(nc, role, result["samples_object"])
     result.setdefault("samples", [])  # absent means empty
     return result
 
 
-async def fetch_samples(js, role, name):
+async def fetch_samples(nc, role, name):
     """The samples a result or group keeps in the role's object store
     results_<role> (a msgpack list of samples)."""
-    store = await js.object_store(f"results_{role}")
-    obj = await store.get(name)
-    return msgpack.unpackb(obj.data, raw=False)
+    data = await read_object(nc, f"results_{role}", name)
+    if data is None:
+        raise ValueError(f"samples results_{role}/{name}: no such object")
+    return msgpack.unpackb(data, raw=False)
 
 
-async def rollout(nats_url, rollout_id, role, engine, weight_version, tasks=None, config=None, timeout_s=3600):
+async def msg_get(nc, stream, query):
+    """One message of stream, read from its leader (the JetStream API's
+    STREAM.MSG.GET): (sequence, data), or None when there is none."""
+    msg = await nc.request(f"$JS.API.STREAM.MSG.GET.{stream}", json.dumps(query).encode(), timeout=5)
+    reply = json.loads(msg.data)
+    if "error" in reply:
+        if reply["error"].get("err_code") == NOT_FOUND:
+            return None
+        raise RuntimeError(f"{stream}: {reply['error'].get('description')} ({reply['error'].get('err_code')})")
+    m = reply["message"]
+    return m["seq"], base64.b64decode(m.get("data") or "")
+
+
+async def read_object(nc, bucket, name):
+    """Object name of object store bucket, read without a consumer (planact's
+    accounts let no trainer create one): its metadata, then its chunks one
+    by one, from the stream's leader, checked against its digest. None when
+    there is no such object."""
+    stream = f"OBJ_{bucket}"
+    meta = await msg_get(nc, stream, {"last_by_subj": f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"})
+    if meta is None:
+        return None
+    info = json.loads(meta[1])
+    if info.get("deleted"):
+        return None
+    data, seq = b"", 0
+    for _ in range(info.get("chunks", 0)):
+        chunk = await msg_get(nc, stream, {"seq": seq + 1, "next_by_subj": f"$O.{bucket}.C.{info['nuid']}"})
+        if chunk is None:
+            raise nats.errors.TimeoutError  # not all there yet: read again
+        seq, data = chunk[0], data + chunk[1]
+    if len(data) != info.get("size", 0) or object_digest(data) != info.get("digest"):
+        raise ValueError(f"object {bucket}/{name}: {len(data)} bytes do not match its metadata ({info.get('size')}, {info.get('digest')})")
+    return data
+
+
+async def rollout(nats_url, rollout_id, role, engine, weight_version, tasks=None, config=None, timeout_s=3600,
+                  inbox=None):
     """Returns this role's samples, or None when the trainer should run its
-    standard rollout instead (planact timed out or rejected the rollout)."""
-    nc = await nats.connect(nats_url)
+    standard rollout instead (planact timed out or rejected the rollout).
+    inbox is the connection's inbox prefix (inbox_prefix(user) for a user
+    of planact's accounts)."""
+    nc = await nats.connect(nats_url, **({"inbox_prefix": inbox} if inbox else {}))
     try:
         check_server(nc, nats_url)
         js = nc.jetstream()
@@ -225,7 +295,9 @@ async def rollout(nats_url, rollout_id, role, engine, weight_version, tasks=None
 def main():
     p = argparse.ArgumentParser()
     # In compose/, each role has its own user (trainer-planner, trainer-actor).
-    p.add_argument("--nats", default="nats://127.0.0.1:4222")
+    p.add_argument("--nats", default="nats://127.0.0.1:4222", help="servers; user:password@ in the URL authenticates")
+    p.add_argument("--inbox-prefix", default=os.environ.get("NATS_INBOX_PREFIX", ""),
+                   help="this user's inbox prefix, _INBOX_<user> with planact's accounts (default $NATS_INBOX_PREFIX)")
     p.add_argument("--rollout", type=int, required=True)
     p.add_argument("--role", choices=["planner", "actor"], required=True)
     p.add_argument("--engine", required=True, help="SGLang router URL of this job's engine")
@@ -238,7 +310,7 @@ def main():
         tasks = [{"group_index": 0, "index": i, "prompt": q, "label": "710 thousand"} for i in range(2)]
     samples = asyncio.run(rollout(
         a.nats, a.rollout, a.role, {"url": a.engine, "protocol": "sglang"}, a.weight_version,
-        tasks=tasks, config={"max_turns": 4} if tasks else None, timeout_s=a.timeout,
+        tasks=tasks, config={"max_turns": 4} if tasks else None, timeout_s=a.timeout, inbox=a.inbox_prefix,
     ))
     if samples is None:
         print("no planact samples: run the standard rollout")

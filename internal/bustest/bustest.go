@@ -39,9 +39,11 @@ func Logger() zerolog.Logger {
 	return zerolog.New(io.Discard)
 }
 
-// Bus connects a new provisioned bus to url, closed at the end of the test.
+// Bus provisions planact on url (as `planact provision` does) and connects
+// a new bus to it, closed at the end of the test.
 func Bus(t testing.TB, url, name string) *bus.Bus {
 	t.Helper()
+	Provision(t, url)
 	b, err := bus.Connect(context.Background(), bus.ConnOptions{URL: url}, name, Logger(), bus.Provisioning{})
 	if err != nil {
 		t.Fatalf("bus: %v", err)
@@ -50,10 +52,26 @@ func Bus(t testing.TB, url, name string) *bus.Bus {
 	return b
 }
 
-// Conn is a plain NATS connection, as a trainer would have.
+// Provision creates planact's streams, buckets and object stores on url
+// with the default provisioning.
+func Provision(t testing.TB, url string) {
+	t.Helper()
+	nc := Conn(t, url)
+	if err := bus.Provision(context.Background(), nc, Logger(), bus.Provisioning{}); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+}
+
+// Conn is a plain NATS connection, as a trainer would have: with the inbox
+// prefix of the user url names, if any (compose/nats/accounts.conf lets a
+// user read its own inboxes only).
 func Conn(t testing.TB, url string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("test-%s", t.Name())))
+	opts := []nats.Option{nats.Name(fmt.Sprintf("test-%s", t.Name()))}
+	if p := (bus.ConnOptions{URL: url}).Inbox(); p != "" {
+		opts = append(opts, nats.CustomInboxPrefix(p))
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}

@@ -56,7 +56,7 @@ func DefaultAckWaits() map[string]time.Duration {
 func AckWaits(ctx context.Context, js jetstream.JetStream) map[string]time.Duration {
 	out := DefaultAckWaits()
 	found := map[string]time.Duration{}
-	for _, stream := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct} {
+	for _, stream := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, bus.StreamTimeout, bus.StreamTrainer("planner"), bus.StreamTrainer("actor")} {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		st, err := js.Stream(lctx, stream)
 		if err != nil {
@@ -254,7 +254,8 @@ func (in *Injector) pick(service string) *Proc {
 // streamLeader picks one of planact's streams at random, preferring one
 // whose leader does not lead the meta group too (that is the other fault).
 func (in *Injector) streamLeader(ctx context.Context) (*Node, string, error) {
-	streams := []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, "KV_" + bus.BucketSession, "KV_" + bus.BucketRuns}
+	streams := []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, bus.StreamTimeout, bus.StreamTrainer("planner"), bus.StreamTrainer("actor"),
+		"KV_" + bus.BucketSession, "KV_" + bus.BucketRuns}
 	in.Rng.Shuffle(len(streams), func(i, j int) { streams[i], streams[j] = streams[j], streams[i] })
 	meta, _ := in.T.MetaLeader(ctx)
 	var first *Node

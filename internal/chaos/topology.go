@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -17,6 +19,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/pkg/bus"
 )
 
 // Topology kinds.
@@ -34,8 +38,8 @@ const (
 	ActorGateway   = "actor-gateway"
 )
 
-// ServiceNames lists the services in the order they start: the
-// session-store first, because it provisions the streams and buckets.
+// ServiceNames lists the services in the order they start, once `planact
+// provision` has made the streams, buckets and consumers.
 var ServiceNames = []string{SessionStore, PlannerGateway, PlanParser, ActDispatcher, ActorGateway}
 
 // DefaultProcesses is how many processes of each service a topology runs.
@@ -124,6 +128,9 @@ func StartTopology(ctx context.Context, o TopologyOptions) (_ *Topology, err err
 		return nil, err
 	}
 	if err := t.startSim(ctx); err != nil {
+		return nil, err
+	}
+	if err := t.provision(ctx); err != nil {
 		return nil, err
 	}
 	if err := t.startServices(ctx); err != nil {
@@ -269,6 +276,40 @@ func (t *Topology) startSim(ctx context.Context) error {
 	return nil
 }
 
+// ProvisionArgs are the arguments of `planact provision`, run once as the
+// admin before the services start.
+func (t *Topology) ProvisionArgs() []string {
+	replicas := 1
+	if t.Opts.Kind == Cluster {
+		replicas = 3
+	}
+	args := []string{"provision", "--replicas", fmt.Sprint(replicas)}
+	if r := t.Opts.Retention; r.History > 0 {
+		args = append(args, "--history", r.History.String())
+	}
+	if r := t.Opts.Retention; r.Results > 0 {
+		args = append(args, "--result-retention", r.Results.String())
+	}
+	return args
+}
+
+// provision runs `planact provision` as the admin, as a deployment does
+// before its services start: they create nothing themselves.
+func (t *Topology) provision(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, patience)
+	defer cancel()
+	log := filepath.Join(t.Opts.Dir, "provision.log")
+	cmd := exec.CommandContext(ctx, t.Opts.Bin.Planact, t.ProvisionArgs()...)
+	cmd.Env = append(os.Environ(), "NATS_URL="+t.ClientURLs(""))
+	out, err := cmd.CombinedOutput()
+	_ = os.WriteFile(log, out, 0o644)
+	if err != nil {
+		return fmt.Errorf("planact %s: %w\n%s", strings.Join(t.ProvisionArgs(), " "), err, out)
+	}
+	t.progress("provisioned: %s", strings.Join(t.ProvisionArgs(), " "))
+	return nil
+}
+
 // ServeArgs are the arguments of `planact serve` for one service.
 func (t *Topology) ServeArgs(service string) []string {
 	replicas := 1
@@ -305,9 +346,8 @@ func (t *Topology) startServices(ctx context.Context) error {
 			}
 			t.Services = append(t.Services, p)
 		}
-		// The session-store provisions the streams and buckets alone:
-		// several processes creating replicated streams at once can time
-		// out. The others start together once it is up.
+		// The session-store first (it sweeps what was there), then the
+		// others together.
 		if i == 0 || i == len(ServiceNames)-1 {
 			for _, p := range t.Services {
 				if err := p.WaitLog(ctx, serviceReady); err != nil {
@@ -479,9 +519,12 @@ func (t *Topology) ClientURLs(user string) string {
 	return strings.Join(urls, ",")
 }
 
-// Connect opens a connection to the topology that rides out node restarts.
+// Connect opens a connection to the topology that rides out node restarts,
+// as user ("" for the admin), under the user's own inbox prefix.
 func (t *Topology) Connect(user, name string) (*nats.Conn, error) {
+	inbox := bus.InboxPrefix(cmp.Or(user, "admin"))
 	return nats.Connect(t.ClientURLs(user),
+		nats.CustomInboxPrefix(inbox),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),

@@ -73,6 +73,45 @@ type Options struct {
 	// Tracing, if set, is flushed and shut down once the services stopped:
 	// their last spans are exported before Serve returns.
 	Tracing *telemetry.Tracing
+	// Provision has Serve provision first, as Conn's user (Provision): what
+	// `planact up` does in process. Otherwise the services only open what
+	// `planact provision` made.
+	Provision bool
+}
+
+// Provision creates or updates what planact keeps in JetStream (streams,
+// buckets, object stores) and the services' durable consumers, as the user
+// o.Conn names: the admin's step of a deployment (`planact provision`).
+func Provision(ctx context.Context, o Options) error {
+	nc, err := o.Conn.Dial("planact-provision")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := bus.Provision(ctx, nc, o.Log, o.Provisioning); err != nil {
+		return err
+	}
+	b, err := bus.Open(ctx, nc, o.Log, o.Provisioning)
+	if err != nil {
+		return err
+	}
+	for _, c := range Consumers(o) {
+		if err := b.EnsureConsumer(ctx, c); err != nil {
+			return fmt.Errorf("provision: %w", err)
+		}
+	}
+	return b.RemoveObsolete(ctx)
+}
+
+// Consumers are the durable consumers of every service, as the services
+// run with o.
+func Consumers(o Options) []bus.Consumer {
+	var cs []bus.Consumer
+	cs = append(cs, sessionstore.Consumers(sessionstore.Deps{InlineLimit: o.InlineLimit, SweepEvery: o.SweepEvery})...)
+	cs = append(cs, plannergateway.Consumers(plannergateway.Deps{Concurrency: o.PlannerConcurrency, AckWait: o.PlannerAckWait})...)
+	cs = append(cs, planparser.Consumers(planparser.Deps{})...)
+	cs = append(cs, actdispatcher.Consumers(actdispatcher.Deps{RunAckWait: o.ActAckWait, Turns: o.ActTurns})...)
+	return cs
 }
 
 // Validate reports an unknown target name.
@@ -92,6 +131,11 @@ func Serve(ctx context.Context, names []string, o Options) error {
 		return err
 	}
 	defer flush(o)
+	if o.Provision {
+		if err := Provision(ctx, o); err != nil {
+			return err
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -127,8 +171,8 @@ func Serve(ctx context.Context, names []string, o Options) error {
 					return bus.Connect(ctx, o.Conn, fmt.Sprintf("planact-%s-%s", name, replica), log, o.Provisioning)
 				}
 				if name == web.Name {
-					// The web view only reads: it provisions nothing, so it
-					// can run as a read-only user (compose's viewer).
+					// The web view only reads: it opens nothing, so it can
+					// run as a read-only user (compose's viewer).
 					connect = func() (*bus.Bus, error) { return bus.ConnectReader(o.Conn, "planact-web-"+replica, log) }
 				}
 				b, err := connect()

@@ -51,7 +51,7 @@ func Start(t *testing.T, planner, actor sim.Config) *Env {
 	done := make(chan error, 1)
 	conn := bus.ConnOptions{URL: url}
 	go func() {
-		done <- stack.Serve(ctx, stack.Services, stack.Options{Conn: conn, Log: bustest.Logger()})
+		done <- stack.Serve(ctx, stack.Services, stack.Options{Provision: true, Conn: conn, Log: bustest.Logger()})
 	}()
 	t.Cleanup(func() {
 		cancel()

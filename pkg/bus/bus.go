@@ -6,6 +6,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,17 +14,42 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Stream, bucket and object-store names (DESIGN §2).
+// Stream, bucket and object-store names (DESIGN §2). Subjects do not name
+// their stream: what a trainer writes and what planact writes live in
+// different streams, split by subject filters that do not overlap, so that
+// no JetStream feature a trainer may use on its own messages (message ids,
+// roll-ups, schedules) reaches planact's (docs/security.md).
 const (
+	// StreamRollout holds what planact says of a rollout: starts,
+	// statuses, episode ends, results. Only planact's services write it.
 	StreamRollout = "ROLLOUT"
 	StreamPlan    = "PLAN"
 	StreamAct     = "ACT"
+	// StreamControl holds planact's answers to pauses, the gateways'
+	// drained notices, expired pauses and rollbacks; the pauses and
+	// resumes are in the trainers' streams.
 	StreamControl = "CONTROL"
+	// StreamTimeout holds the session-store's scheduled time-outs and
+	// their firings: the one stream that allows message schedules, and only
+	// the session-store writes it (a schedule's target must be in its own
+	// stream).
+	StreamTimeout = "TIMEOUT"
 	BucketSession = "sessions"
 	BucketRuns    = "runs"
-	// ObjectTasks holds task lists too large for an arrival message.
-	ObjectTasks = "tasks"
 )
+
+// Roles are the trainer roles, each with its own stream and stores.
+var Roles = []string{"planner", "actor"}
+
+// StreamTrainer is the stream of what role's trainer writes: its
+// arrivals, cancels, pauses and resumes. Each role has its own, so that a
+// flood by one trainer cannot block the other.
+func StreamTrainer(role string) string { return "TRAINER_" + strings.ToUpper(role) }
+
+// ObjectTasks is the object store of role's task lists too large for an
+// arrival message: only role's trainer writes it, and an arrival names its
+// list's SHA-256, which every reader checks.
+func ObjectTasks(role string) string { return "tasks_" + role }
 
 // ObjectResults is the object store that holds role's samples when a
 // result is too large for its message. Each role has its own, so that a
@@ -36,7 +62,8 @@ type Bus struct {
 	JS       jetstream.JetStream
 	Sessions *Bucket
 	Runs     *Bucket
-	Tasks    jetstream.ObjectStore
+	// Tasks are the per-role object stores of large task lists, by role.
+	Tasks map[string]jetstream.ObjectStore
 	// Results are the per-role object stores of large results, by role.
 	Results map[string]jetstream.ObjectStore
 	// Provisioning is what this bus provisioned with (defaults filled in).
@@ -49,9 +76,9 @@ type Bus struct {
 	single map[string]bool
 }
 
-// Connect dials the servers c names, provisions the streams and buckets
-// (idempotently) and returns a Bus. name shows up in `nats server report
-// connections`. The connection reconnects for ever.
+// Connect dials the servers c names, opens what planact keeps in JetStream
+// (made by Provision: `planact provision`) and returns a Bus. name shows up
+// in `nats server report connections`. The connection reconnects for ever.
 func Connect(ctx context.Context, c ConnOptions, name string, log zerolog.Logger, p Provisioning) (*Bus, error) {
 	nc, err := dialForever(c, name, log)
 	if err != nil {
@@ -65,11 +92,10 @@ func Connect(ctx context.Context, c ConnOptions, name string, log zerolog.Logger
 	return b, nil
 }
 
-// ConnectReader dials like Connect but provisions nothing, for a process
-// that only reads what planact wrote (the web view): it needs no right to
-// create or change a stream, so it can run as a read-only user. Its Bus
-// has the connection, JetStream and service registration; the buckets and
-// stores are nil.
+// ConnectReader dials like Connect but opens nothing, for a process that
+// only reads what planact wrote (the web view): it needs no right but to
+// read, so it can run as a read-only user. Its Bus has the connection,
+// JetStream and service registration; the buckets and stores are nil.
 func ConnectReader(c ConnOptions, name string, log zerolog.Logger) (*Bus, error) {
 	nc, err := dialForever(c, name, log)
 	if err != nil {
@@ -104,8 +130,11 @@ func dialForever(c ConnOptions, name string, log zerolog.Logger) (*nats.Conn, er
 	)
 }
 
-// Open provisions over an existing connection and returns a Bus. A server
-// older than MinServerVersion is refused before anything is provisioned.
+// Open opens, over an existing connection, the streams, buckets and object
+// stores that Provision made, waiting a while for them when they are
+// missing (services may start before provisioning ends). It creates and
+// changes nothing. p gives the retention the services act on. A server
+// older than MinServerVersion is refused first.
 func Open(ctx context.Context, nc *nats.Conn, log zerolog.Logger, p Provisioning) (*Bus, error) {
 	if err := CheckServerVersion(nc); err != nil {
 		return nil, err
@@ -114,11 +143,11 @@ func Open(ctx context.Context, nc *nats.Conn, log zerolog.Logger, p Provisioning
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	b := &Bus{NC: nc, JS: js, Log: log, Provisioning: p.withDefaults()}
+	b := &Bus{NC: nc, JS: js, Log: log, Provisioning: p.WithDefaults()}
 	if err := b.Provisioning.Validate(); err != nil {
 		return nil, err
 	}
-	if err := b.provision(ctx, b.Provisioning); err != nil {
+	if err := b.open(ctx, b.Provisioning); err != nil {
 		return nil, err
 	}
 	return b, nil

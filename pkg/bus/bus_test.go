@@ -327,6 +327,9 @@ func TestPublishOnce(t *testing.T) {
 	// A short duplicate window, so that the second outcome below is not
 	// dropped as a duplicate of the first but refused for its subject.
 	const window = 100 * time.Millisecond
+	if err := bus.Provision(ctx, bustest.Conn(t, url), bustest.Logger(), bus.Provisioning{DupeWindow: window}); err != nil {
+		t.Fatal(err)
+	}
 	b, err := bus.Connect(ctx, bus.ConnOptions{URL: url}, "t", bustest.Logger(), bus.Provisioning{DupeWindow: window})
 	if err != nil {
 		t.Fatal(err)
@@ -374,10 +377,18 @@ func TestPurgeAndRepublish(t *testing.T) {
 		again.Header.Get(schema.HdrEpisode) != "1" {
 		t.Fatalf("republished: %+v", again)
 	}
-	if err := b.Purge(ctx, bus.StreamPlan, "plan.8.>"); err != nil {
+	// planact's history cannot be purged, by anyone: only TIMEOUT, where
+	// the session-store cancels its time-outs, can.
+	if err := b.Purge(ctx, bus.StreamPlan, "plan.8.>"); err == nil {
+		t.Errorf("PLAN was purged")
+	}
+	if err := b.Publish(ctx, &schema.Timeout{Rollout: 8, TimeoutKind: schema.TimeoutRollout, DeadlineMs: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if m, _ := b.LastMsg(ctx, bus.StreamPlan, "plan.8.>"); m != nil {
+	if err := b.Purge(ctx, bus.StreamTimeout, "rollout.8.schedule.>"); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := b.LastMsg(ctx, bus.StreamTimeout, "rollout.8.>"); m != nil {
 		t.Errorf("purged, yet %s is there", m.Subject)
 	}
 }
@@ -596,7 +607,11 @@ func TestFirstWriteAfterProvisioning(t *testing.T) {
 		}
 		provisioned := make(chan *bus.Bus, 1)
 		go func() {
-			b, err := bus.Connect(ctx, bus.ConnOptions{URL: url}, "svc", bustest.Logger(), bus.Provisioning{})
+			var b *bus.Bus
+			err := bus.Provision(ctx, bustest.Conn(t, url), bustest.Logger(), bus.Provisioning{})
+			if err == nil {
+				b, err = bus.Connect(ctx, bus.ConnOptions{URL: url}, "svc", bustest.Logger(), bus.Provisioning{})
+			}
 			if err != nil {
 				t.Error(err)
 			}
@@ -604,7 +619,7 @@ func TestFirstWriteAfterProvisioning(t *testing.T) {
 		}()
 		var store jetstream.ObjectStore
 		for deadline := time.Now().Add(30 * time.Second); ; {
-			if store, err = js.ObjectStore(ctx, bus.ObjectTasks); err == nil {
+			if store, err = js.ObjectStore(ctx, bus.ObjectTasks(schema.RolePlanner)); err == nil {
 				break
 			}
 			if !errors.Is(err, jetstream.ErrBucketNotFound) || time.Now().After(deadline) {
@@ -619,7 +634,7 @@ func TestFirstWriteAfterProvisioning(t *testing.T) {
 		if _, err := store.PutBytes(ctx, "trainer", []byte("tasks")); err != nil {
 			t.Errorf("start %d: the trainer's first write: %v", i, err)
 		}
-		if _, err := b.Tasks.PutBytes(ctx, "service", []byte("tasks")); err != nil {
+		if _, err := b.Tasks[schema.RolePlanner].PutBytes(ctx, "service", []byte("tasks")); err != nil {
 			t.Errorf("start %d: the service's first write: %v", i, err)
 		}
 		if got, err := store.GetBytes(ctx, "service"); err != nil || string(got) != "tasks" {

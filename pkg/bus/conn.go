@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/planact/planact/pkg/subject"
 )
 
 // The environment variables a connection reads: the names the nats CLI
@@ -27,7 +29,16 @@ const (
 	EnvCA       = "NATS_CA"
 	EnvCert     = "NATS_CERT"
 	EnvKey      = "NATS_KEY"
+	// EnvInboxPrefix is planact's own: the nats CLI takes only the flag
+	// --inbox-prefix (or a context's inbox_prefix).
+	EnvInboxPrefix = "NATS_INBOX_PREFIX"
 )
+
+// InboxPrefix is the inbox prefix of user: where the replies to its
+// requests, the answers of the JetStream API and its consumers' deliveries
+// come. compose/nats/accounts.conf lets each user subscribe under its own
+// prefix only, so that nobody reads what is delivered to another.
+func InboxPrefix(user string) string { return "_INBOX_" + subject.Token(user) }
 
 // ConnOptions say how to reach NATS: which servers, who to be there and
 // which certificates to trust. Every command and service connects with one.
@@ -54,6 +65,11 @@ type ConnOptions struct {
 	// TLSFirst does the TLS handshake before the server's greeting, for
 	// servers configured with handshake_first.
 	TLSFirst bool
+	// InboxPrefix is where replies and deliveries to this connection come
+	// (nats.go's default is _INBOX, which every user would have to be
+	// allowed to read); empty derives it from the user (InboxPrefix), or
+	// keeps _INBOX when the connection names no user.
+	InboxPrefix string
 
 	// from names where each field's value came from ("--tls-ca",
 	// "$NATS_CA"), for error messages.
@@ -72,6 +88,7 @@ var connFields = []struct{ field, flag, env string }{
 	{"CA", "--tls-ca", EnvCA},
 	{"Cert", "--tls-cert", EnvCert},
 	{"Key", "--tls-key", EnvKey},
+	{"InboxPrefix", "--inbox-prefix", EnvInboxPrefix},
 }
 
 // AddFlags registers --nats, --creds, --nkey, --tls-ca, --tls-cert,
@@ -88,6 +105,7 @@ func (o *ConnOptions) AddFlags(fs *flag.FlagSet, natsUsage string) {
 	fs.StringVar(&o.Cert, "tls-cert", o.Cert, "client certificate (PEM) for servers that verify clients; needs --tls-key (default $NATS_CERT)")
 	fs.StringVar(&o.Key, "tls-key", o.Key, "private key (PEM) of --tls-cert (default $NATS_KEY)")
 	fs.BoolVar(&o.TLSFirst, "tls-first", o.TLSFirst, "do the TLS handshake before the server's greeting (servers with handshake_first)")
+	fs.StringVar(&o.InboxPrefix, "inbox-prefix", o.InboxPrefix, "subject prefix of this connection's inboxes: replies and deliveries (default $NATS_INBOX_PREFIX, else _INBOX_<user>, else _INBOX)")
 }
 
 // Resolve fills what the flags left empty from the environment (a flag
@@ -129,6 +147,8 @@ func (o *ConnOptions) field(name string) *string {
 		return &o.Cert
 	case "Key":
 		return &o.Key
+	case "InboxPrefix":
+		return &o.InboxPrefix
 	}
 	panic("bus: no connection field " + name)
 }
@@ -194,7 +214,62 @@ func (o ConnOptions) Check() error {
 			return fmt.Errorf("nats: %s %s, %s %s: %w", o.source("Cert"), o.Cert, o.source("Key"), o.Key, err)
 		}
 	}
+	if p := o.InboxPrefix; p != "" {
+		if err := checkInboxPrefix(p); err != nil {
+			return fmt.Errorf("nats: %s %q: %w", o.source("InboxPrefix"), p, err)
+		}
+	}
 	return nil
+}
+
+// checkInboxPrefix refuses what nats.go would: wildcards, spaces, empty
+// tokens.
+func checkInboxPrefix(p string) error {
+	for _, tok := range strings.Split(p, ".") {
+		if tok == "" || strings.ContainsAny(tok, "*> \t\r\n") {
+			return errors.New("want subject tokens without wildcards or spaces, such as _INBOX_trainer-planner")
+		}
+	}
+	return nil
+}
+
+// Inbox is the inbox prefix the connection uses: InboxPrefix, else the
+// one of the user it authenticates as (from $NATS_USER, a URL's
+// user:password@, or the name in a credentials file), else "" (nats.go's
+// _INBOX).
+func (o ConnOptions) Inbox() string {
+	if o.InboxPrefix != "" {
+		return o.InboxPrefix
+	}
+	if u := o.user(); u != "" {
+		return InboxPrefix(u)
+	}
+	return ""
+}
+
+// user names the user the connection authenticates as, or "".
+func (o ConnOptions) user() string {
+	if o.User != "" {
+		return o.User
+	}
+	for _, raw := range strings.Split(o.URL, ",") {
+		if u, err := url.Parse(strings.TrimSpace(raw)); err == nil && u.User != nil {
+			if _, ok := u.User.Password(); ok {
+				return u.User.Username()
+			}
+		}
+	}
+	if o.Creds != "" {
+		if data, err := os.ReadFile(o.Creds); err == nil {
+			defer wipe(data)
+			if tok, err := jwt.ParseDecoratedJWT(data); err == nil {
+				if uc, err := jwt.DecodeUserClaims(tok); err == nil {
+					return uc.Name
+				}
+			}
+		}
+	}
+	return ""
 }
 
 func checkCreds(path string) error {
@@ -289,6 +364,9 @@ func (o ConnOptions) NATSOptions() ([]nats.Option, error) {
 	}
 	if o.TLSFirst {
 		opts = append(opts, nats.TLSHandshakeFirst())
+	}
+	if p := o.Inbox(); p != "" {
+		opts = append(opts, nats.CustomInboxPrefix(p))
 	}
 	return opts, nil
 }

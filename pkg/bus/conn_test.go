@@ -74,7 +74,16 @@ func TestMutualTLS(t *testing.T) {
 	}
 	plain := "nats://" + strings.TrimPrefix(url, "tls://")
 
-	b, err := bus.Connect(context.Background(), bus.ConnOptions{URL: url, CA: ca.CA, Cert: cliCert, Key: cliKey}, "mtls", bustest.Logger(), bus.Provisioning{})
+	mtls := bus.ConnOptions{URL: url, CA: ca.CA, Cert: cliCert, Key: cliKey}
+	nc, err := mtls.Dial("provision")
+	if err != nil {
+		t.Fatalf("CA and client certificate: %v", err)
+	}
+	if err := bus.Provision(context.Background(), nc, bustest.Logger(), bus.Provisioning{}); err != nil {
+		t.Fatalf("provision over mutual TLS: %v", err)
+	}
+	nc.Close()
+	b, err := bus.Connect(context.Background(), mtls, "mtls", bustest.Logger(), bus.Provisioning{})
 	if err != nil {
 		t.Fatalf("CA and client certificate: %v", err)
 	}
@@ -298,6 +307,17 @@ func TestResolve(t *testing.T) {
 		{name: "two ways to authenticate", args: []string{"--nkey", seed}, env: map[string]string{"NATS_USER": "u", "NATS_PASSWORD": "p"},
 			err: "nats: --nkey and $NATS_USER: give one way to authenticate, not several"},
 		{name: "token and nkey", env: map[string]string{"NATS_TOKEN": "t", "NATS_NKEY": seed}, err: "nats: $NATS_NKEY and $NATS_TOKEN: give one way"},
+		{name: "inbox of the user", env: map[string]string{"NATS_USER": "trainer-planner", "NATS_PASSWORD": "p"},
+			check: func(o bus.ConnOptions) bool { return o.Inbox() == "_INBOX_trainer-planner" }},
+		{name: "inbox of the URL's user", args: []string{"--nats", "nats://viewer:pw@a:4222,nats://viewer:pw@b:4222"},
+			check: func(o bus.ConnOptions) bool { return o.Inbox() == "_INBOX_viewer" }},
+		{name: "no user, nats.go's inbox", check: func(o bus.ConnOptions) bool { return o.Inbox() == "" }},
+		{name: "inbox flag wins", args: []string{"--inbox-prefix", "_INBOX_mine"}, env: map[string]string{"NATS_INBOX_PREFIX": "_INBOX_env", "NATS_USER": "u", "NATS_PASSWORD": "p"},
+			check: func(o bus.ConnOptions) bool { return o.Inbox() == "_INBOX_mine" }},
+		{name: "inbox from the environment", env: map[string]string{"NATS_INBOX_PREFIX": "_INBOX_env.deep"},
+			check: func(o bus.ConnOptions) bool { return o.Inbox() == "_INBOX_env.deep" }},
+		{name: "inbox with a wildcard", args: []string{"--inbox-prefix", "_INBOX.>"}, err: `nats: --inbox-prefix "_INBOX.>": want subject tokens`},
+		{name: "inbox ending in a dot", env: map[string]string{"NATS_INBOX_PREFIX": "_INBOX_x."}, err: `nats: $NATS_INBOX_PREFIX "_INBOX_x.": want subject tokens`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("test", flag.ContinueOnError)

@@ -2,8 +2,10 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,11 +110,10 @@ func DefaultBackoff(delivered uint64) time.Duration {
 	return min(d, 10*time.Second)
 }
 
-// Consume runs h on every message of the durable consumer c until ctx ends,
-// then waits for the handlers in flight.
-func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
+// Config is the durable consumer JetStream holds for c.
+func (c Consumer) Config() jetstream.ConsumerConfig {
 	c = c.withDefaults()
-	_, err := b.JS.CreateOrUpdateConsumer(ctx, c.Stream, jetstream.ConsumerConfig{
+	return jetstream.ConsumerConfig{
 		Durable:        c.Durable,
 		FilterSubjects: c.Filters,
 		AckPolicy:      jetstream.AckExplicitPolicy,
@@ -120,9 +121,80 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 		MaxDeliver:     c.MaxDeliver + 1, // the adapter terms at MaxDeliver and logs why
 		MaxAckPending:  max(c.Concurrency*4, 64),
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
+	}
+}
+
+// EnsureConsumer creates c's durable consumer, or updates it to c: the
+// provisioning of a service's consumers (`planact provision`), so that the
+// services need no right to create or change one. A user that may create a
+// consumer may make it push every message of its stream to any subject:
+// NATS checks no right of its creator on the deliver subject.
+func (b *Bus) EnsureConsumer(ctx context.Context, c Consumer) error {
+	want := c.Config()
+	if cons, err := b.JS.Consumer(ctx, c.Stream, c.Durable); err == nil && sameConsumer(cons.CachedInfo().Config, want) {
+		return nil
+	}
+	if _, err := b.JS.CreateOrUpdateConsumer(ctx, c.Stream, want); err != nil {
 		return fmt.Errorf("consumer %s on %s: %w", c.Durable, c.Stream, err)
+	}
+	return nil
+}
+
+// ObsoleteConsumers are durable consumers older planacts made that none
+// uses now, by stream: provisioning removes them.
+var ObsoleteConsumers = map[string][]string{StreamControl: {"session-store-control"}}
+
+// RemoveObsolete removes the ObsoleteConsumers that exist.
+func (b *Bus) RemoveObsolete(ctx context.Context) error {
+	for stream, names := range ObsoleteConsumers {
+		for _, name := range names {
+			err := b.JS.DeleteConsumer(ctx, stream, name)
+			if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("remove obsolete consumer %s on %s: %w", name, stream, err)
+			}
+		}
+	}
+	return nil
+}
+
+// sameConsumer reports whether have holds every field c.Config sets.
+func sameConsumer(have, want jetstream.ConsumerConfig) bool {
+	return slices.Equal(have.FilterSubjects, want.FilterSubjects) && have.AckPolicy == want.AckPolicy && have.AckWait == want.AckWait &&
+		have.MaxDeliver == want.MaxDeliver && have.MaxAckPending == want.MaxAckPending && have.DeliverPolicy == want.DeliverPolicy &&
+		have.DeliverSubject == "" && have.FilterSubject == ""
+}
+
+// consumer opens c's durable consumer. One that is missing is created where
+// this user may (in process, as `planact up` runs); else the error says to
+// run `planact provision`. One that differs from c is used as it is, with a
+// warning: provisioning decides what the services' consumers are.
+func (b *Bus) consumer(ctx context.Context, c Consumer) (jetstream.Consumer, error) {
+	want := c.Config()
+	cons, err := b.JS.Consumer(ctx, c.Stream, c.Durable)
+	if err == nil {
+		if have := cons.CachedInfo().Config; !sameConsumer(have, want) {
+			b.Log.Warn().Str("consumer", c.Durable).Str("stream", c.Stream).Strs("filters", have.FilterSubjects).Dur("ack_wait", have.AckWait).
+				Int("max_ack_pending", have.MaxAckPending).Msg("the consumer differs from what this service asks for; using it as planact provision made it")
+		}
+		return cons, nil
+	}
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("consumer %s on %s: %w", c.Durable, c.Stream, err)
+	}
+	cons, cerr := b.JS.CreateOrUpdateConsumer(ctx, c.Stream, want)
+	if cerr != nil {
+		return nil, fmt.Errorf("consumer %s on %s does not exist (%w) and could not be made (%v): run planact provision first, as a user that may create consumers (compose's admin)",
+			c.Durable, c.Stream, ErrNotProvisioned, cerr)
+	}
+	return cons, nil
+}
+
+// Consume runs h on every message of the durable consumer c until ctx ends,
+// then waits for the handlers in flight.
+func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
+	c = c.withDefaults()
+	if _, err := b.consumer(ctx, c); err != nil {
+		return err
 	}
 	// `nats micro stats` shows the consumer's real work: messages handled,
 	// errors, time in the handler.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -189,9 +190,55 @@ func (b *Bus) publishAck(ctx context.Context, msg *nats.Msg, opts ...jetstream.P
 		b.Log.Warn().Str("subject", msg.Subject).Int("attempt", i+1).Msg("no ack from the stream; publishing again")
 	}
 	if err != nil {
+		if why := refusedForLimits(err); why != "" {
+			stream := StreamOf(msg.Subject)
+			telemetry.StreamRefusals.WithLabelValues(stream, why).Inc()
+			b.Log.Error().Err(err).Str("stream", stream).Str("subject", msg.Subject).
+				Msgf("stream %s refused a message of planact's: %s; nothing is dropped to make room: raise planact provision --storage, or shorten --history (docs/security.md, Limits)", stream, why)
+			return nil, fail.Transientf("publish %s: stream %s is %s (%w): raise planact provision --storage or shorten --history", msg.Subject, stream, why, err)
+		}
 		return nil, fail.Transientf("publish %s: %w", msg.Subject, err)
 	}
 	return ack, nil
+}
+
+// refusedForLimits says why a stream refused a publish for its limits
+// ("full", "message too large"), or "" when it did not.
+func refusedForLimits(err error) string {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return ""
+	}
+	switch {
+	case apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
+		return "message too large"
+	case apiErr.ErrorCode == 10077 && strings.Contains(apiErr.Description, "maximum"):
+		return "full" // maximum bytes or messages exceeded, with discard new
+	}
+	return ""
+}
+
+// StreamOf names the stream of planact's that holds subject.
+func StreamOf(subj string) string {
+	switch tok := strings.SplitN(subj, ".", 5); {
+	case tok[0] == "plan":
+		return StreamPlan
+	case tok[0] == "act":
+		return StreamAct
+	case tok[0] == "$KV" && len(tok) > 1:
+		return "KV_" + tok[1]
+	case tok[0] == "$O" && len(tok) > 1:
+		return "OBJ_" + tok[1]
+	case tok[0] == "control" && len(tok) > 2 && (tok[2] == "pause" || tok[2] == "resume"):
+		return StreamTrainer(tok[1])
+	case tok[0] == "control":
+		return StreamControl
+	case tok[0] == "rollout" && len(tok) > 2 && (tok[2] == "schedule" || tok[2] == "timeout"):
+		return StreamTimeout
+	case tok[0] == "rollout" && len(tok) > 3 && (tok[2] == "arrive" || tok[2] == "cancel"):
+		return StreamTrainer(tok[3])
+	}
+	return StreamRollout
 }
 
 // PublishOnce publishes m only if its subject holds no message yet: the

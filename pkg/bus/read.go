@@ -24,8 +24,11 @@ type StoredMsg struct {
 	Time    time.Time
 }
 
-// The JetStream API's "message not found" error code.
-const errCodeMsgNotFound = 10037
+// The JetStream API's "message not found" and "stream not found" error codes.
+const (
+	errCodeMsgNotFound    = 10037
+	errCodeStreamNotFound = 10059
+)
 
 // LastMsg returns the last message stored on subject in stream (a subject
 // filter with wildcards names the last message of any matching subject),
@@ -53,13 +56,19 @@ var ErrNotAnswered = errors.New("JetStream did not answer")
 const apiTimeout = 5 * time.Second
 
 func (b *Bus) msgGet(ctx context.Context, stream string, req map[string]any) (*StoredMsg, error) {
+	return getMsg(ctx, b.NC, stream, req, b.single[stream])
+}
+
+// getMsg reads one message of stream: from its leader, or with a direct
+// get (which any replica may answer) when direct is set.
+func getMsg(ctx context.Context, nc *nats.Conn, stream string, req map[string]any, direct bool) (*StoredMsg, error) {
 	body, _ := json.Marshal(req)
 	rctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
-	if b.single[stream] {
-		return b.directGet(rctx, stream, body, req)
+	if direct {
+		return directGet(rctx, nc, stream, body, req)
 	}
-	reply, err := b.NC.RequestWithContext(rctx, "$JS.API.STREAM.MSG.GET."+stream, body)
+	reply, err := nc.RequestWithContext(rctx, "$JS.API.STREAM.MSG.GET."+stream, body)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			err = fmt.Errorf("stream %s has no leader: %w", stream, err)
@@ -87,6 +96,9 @@ func (b *Bus) msgGet(ctx context.Context, stream string, req map[string]any) (*S
 		if resp.Error.ErrCode == errCodeMsgNotFound {
 			return nil, nil
 		}
+		if resp.Error.ErrCode == errCodeStreamNotFound {
+			return nil, fail.Transientf("read %s %v: %s (%w)", stream, req, resp.Error.Description, jetstream.ErrStreamNotFound)
+		}
 		return nil, fail.Transientf("read %s %v: %s (%d)", stream, req, resp.Error.Description, resp.Error.ErrCode)
 	}
 	if resp.Message == nil {
@@ -104,8 +116,8 @@ func (b *Bus) msgGet(ctx context.Context, stream string, req map[string]any) (*S
 // directGet is msgGet for a stream with one replica, where the one server
 // that answers holds every acknowledged write: the reply is the message
 // itself, without the JSON and base64 of the leader's API.
-func (b *Bus) directGet(ctx context.Context, stream string, body []byte, req map[string]any) (*StoredMsg, error) {
-	reply, err := b.NC.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, body)
+func directGet(ctx context.Context, nc *nats.Conn, stream string, body []byte, req map[string]any) (*StoredMsg, error) {
+	reply, err := nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, body)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			err = fmt.Errorf("stream %s does not answer direct gets: %w", stream, err)
@@ -136,11 +148,11 @@ type kvEntry struct {
 	Time     time.Time
 }
 
-// kvDeleted says whether a KV stream message marks its key gone: a delete
+// KVDeleted says whether a KV stream message marks its key gone: a delete
 // or purge (KV-Operation), or a marker the server wrote when the key's
 // value aged out or was removed (Nats-Marker-Reason, on buckets with limit
 // markers), which has an empty body — as nats.go's own Get reads them.
-func kvDeleted(h nats.Header) bool {
+func KVDeleted(h nats.Header) bool {
 	switch h.Get("KV-Operation") {
 	case "DEL", "PURGE":
 		return true
@@ -159,7 +171,7 @@ func (b *Bus) kvGetFresh(ctx context.Context, bucket, key string) (*kvEntry, err
 	if err != nil || m == nil {
 		return nil, err
 	}
-	if kvDeleted(m.Header) {
+	if KVDeleted(m.Header) {
 		return nil, nil
 	}
 	return &kvEntry{Value: m.Data, Revision: m.Seq, Time: m.Time}, nil

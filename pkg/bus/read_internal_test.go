@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -21,6 +22,14 @@ func TestFreshReadSeesAgedOutKeyGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Stop()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if err := Provision(context.Background(), nc, zerolog.Nop(), Provisioning{}); err != nil {
+		t.Fatal(err)
+	}
 	b, err := Connect(context.Background(), ConnOptions{URL: s.ClientURL()}, "test", zerolog.Nop(), Provisioning{})
 	if err != nil {
 		t.Fatal(err)

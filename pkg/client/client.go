@@ -7,6 +7,7 @@ package client
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -52,7 +53,10 @@ type Client struct {
 
 // New returns a client over nc. A nats-server older than planact needs
 // (bus.MinServerVersion) is refused at once with bus.ErrServerTooOld: no
-// rollout could run there.
+// rollout could run there. With planact's accounts (compose/nats) nc must
+// use its user's inbox prefix, where the replies to the client's requests
+// come: nats.CustomInboxPrefix(bus.InboxPrefix(user)), which
+// bus.ConnOptions.Dial sets (docs/security.md, "Private inboxes").
 func New(nc *nats.Conn) (*Client, error) {
 	if err := bus.CheckServerVersion(nc); err != nil {
 		return nil, err
@@ -173,10 +177,11 @@ func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
 	if len(data) <= limit {
 		return nil
 	}
+	bucket := bus.ObjectTasks(a.Role)
 	var store jetstream.ObjectStore
 	err = untilUp(ctx, func(ctx context.Context) error {
 		var err error
-		store, err = c.js.ObjectStore(ctx, bus.ObjectTasks)
+		store, err = c.js.ObjectStore(ctx, bucket)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			return jetstream.ErrStreamNotFound // planact has not provisioned yet
 		}
@@ -185,21 +190,32 @@ func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
 	if err != nil {
 		return fmt.Errorf("tasks of rollout %d: %w", a.Rollout, err)
 	}
-	// Named by its content: an arrival sent again puts the same object, one
-	// that brings another list never replaces the one a rollout runs.
-	sum := sha256.Sum256(data)
-	name := fmt.Sprintf("rollout-%d-%s-%x.tasks", a.Rollout, a.Role, sum[:6])
-	// Put again where the stream did not answer (a loaded or restarting
-	// server): the object has one name, so a second put replaces the first.
+	// Named by its content: an arrival sent again finds the same object
+	// (a trainer may not purge its store, which replacing an object would
+	// need), one that brings another list never replaces the one a rollout
+	// runs.
+	sum := bus.SHA256(data)
+	name := fmt.Sprintf("rollout-%d-%s-%s.tasks", a.Rollout, a.Role, sum[:16])
 	err = untilUp(ctx, func(ctx context.Context) error {
+		if info, err := store.GetInfo(ctx, name); err == nil && info.Size == uint64(len(data)) && info.Digest == objectDigest(data) {
+			return nil // put before (a retried arrival)
+		}
+		// Put again where the stream did not answer (a loaded or restarting
+		// server).
 		_, err := store.PutBytes(ctx, name, data)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("tasks of rollout %d: %w", a.Rollout, err)
 	}
-	a.Tasks, a.TasksObject = nil, name
+	a.Tasks, a.TasksObject, a.TasksSHA256 = nil, name, sum
 	return nil
+}
+
+// objectDigest is the digest an object store records for data.
+func objectDigest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:])
 }
 
 // ErrNothingToCancel is returned (wrapped) by Cancel when the rollout had
@@ -411,7 +427,7 @@ func (c *Client) fetchSamples(ctx context.Context, role, object string, samples 
 	wait := 100 * time.Millisecond
 	for {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		data, err := c.getObject(actx, bus.ObjectResults(role), object)
+		data, err := bus.ReadObject(actx, c.nc, bus.ObjectResults(role), object, 0)
 		cancel()
 		if err == nil {
 			return schema.Unmarshal(data, samples)
@@ -423,14 +439,6 @@ func (c *Client) fetchSamples(ctx context.Context, role, object string, samples 
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
-}
-
-func (c *Client) getObject(ctx context.Context, bucket, name string) ([]byte, error) {
-	store, err := c.js.ObjectStore(ctx, bucket)
-	if err != nil {
-		return nil, err
-	}
-	return store.GetBytes(ctx, name)
 }
 
 // expired returns why ctx is over, also when its deadline has passed but

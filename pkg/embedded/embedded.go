@@ -196,3 +196,12 @@ func (s *Server) cleanup() {
 		os.RemoveAll(s.tempDir)
 	}
 }
+
+// Storage is the JetStream file storage the server offers (its
+// max_file_store, by default three quarters of the free disk).
+func (s *Server) Storage() int64 {
+	if c := s.JetStreamConfig(); c != nil {
+		return c.MaxStore
+	}
+	return 0
+}

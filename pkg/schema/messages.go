@@ -122,15 +122,19 @@ type Task struct {
 // rollout's configuration.
 type Arrive struct {
 	Envelope
-	Rollout       int64   `json:"rollout"`
-	Role          string  `json:"role"`
-	Engine        Engine  `json:"engine"`
-	WeightVersion string  `json:"weight_version,omitempty"`
-	Tasks         []Task  `json:"tasks,omitempty"`
-	TasksObject   string  `json:"tasks_object,omitempty"` // tasks too large for a message: a TaskList in the object store
-	Config        *Config `json:"config,omitempty"`
-	Attempt       string  `json:"attempt,omitempty"` // distinguishes deliberate re-arrivals; "" for the first
-	AtMs          int64   `json:"at_ms"`
+	Rollout       int64  `json:"rollout"`
+	Role          string `json:"role"`
+	Engine        Engine `json:"engine"`
+	WeightVersion string `json:"weight_version,omitempty"`
+	Tasks         []Task `json:"tasks,omitempty"`
+	TasksObject   string `json:"tasks_object,omitempty"` // tasks too large for a message: a TaskList in the object store tasks_<role>
+	// TasksSHA256 is the SHA-256 (lower-case hex) of the TasksObject's
+	// bytes: planact runs the rollout on that list only, and refuses it if
+	// the object changed after the arrival.
+	TasksSHA256 string  `json:"tasks_sha256,omitempty"`
+	Config      *Config `json:"config,omitempty"`
+	Attempt     string  `json:"attempt,omitempty"` // distinguishes deliberate re-arrivals; "" for the first
+	AtMs        int64   `json:"at_ms"`
 }
 
 func (m *Arrive) Kind() string    { return "rollout.arrive/1" }

@@ -566,13 +566,17 @@ func (s *Session) EndedCount() int { return len(s.Ended) }
 // large for a KV value stays in the object store and the value names it.
 type TaskList struct {
 	Tasks  []Task `json:"tasks,omitempty"`
-	Object string `json:"object,omitempty"` // the list is this TaskList in the object store
+	Object string `json:"object,omitempty"` // the list is this TaskList in the object store tasks_<From>
 	// From is the role whose arrival brought the list, and Digest the
-	// list's: TasksDigest of the tasks, or the object store's digest of the
-	// object. Another arrival's list is compared by it.
+	// list's: TasksDigest of the tasks, or, for an object, DigestSHA256 and
+	// the SHA-256 of its bytes its arrival named (tasks_sha256), which
+	// every reader checks. Another arrival's list is compared by it.
 	From   string `json:"from,omitempty"`
 	Digest string `json:"digest,omitempty"`
 }
+
+// DigestSHA256 prefixes a digest that is a SHA-256 in lower-case hex.
+const DigestSHA256 = "sha256:"
 
 // TasksDigest names a task list by its content: equal lists have equal
 // digests, whatever the order of their metadata's keys.
@@ -584,7 +588,7 @@ func TasksDigest(tasks []Task) string {
 		return "unencodable: " + err.Error()
 	}
 	sum := sha256.Sum256(data)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return DigestSHA256 + hex.EncodeToString(sum[:])
 }
 
 // Node states of a run.

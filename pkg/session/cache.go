@@ -7,11 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -55,10 +56,10 @@ func (i *Info) Engine(role string) (schema.Engine, string, error) {
 // Cache loads Infos, refreshing the session (its state may change) after
 // Fresh and keeping the tasks (they never change) until the entry idles out.
 type Cache struct {
-	KV      *bus.Bucket
-	Objects jetstream.ObjectStore // where large task lists are
-	Fresh   time.Duration         // default 1s
-	Idle    time.Duration         // default 1m: a rollout not used for that long is read again if needed
+	KV    *bus.Bucket
+	NC    *nats.Conn    // reads large task lists from their object store
+	Fresh time.Duration // default 1s
+	Idle  time.Duration // default 1m: a rollout not used for that long is read again if needed
 
 	mu      sync.Mutex
 	entries map[int64]*entry
@@ -73,41 +74,57 @@ type entry struct {
 }
 
 // NewCache returns a cache over the bus's sessions bucket and object store.
-func NewCache(b *bus.Bus) *Cache { return &Cache{KV: b.Sessions, Objects: b.Tasks} }
+func NewCache(b *bus.Bus) *Cache { return &Cache{KV: b.Sessions, NC: b.NC} }
 
 // LoadTasks reads rollout n's tasks, from the object store when the KV
 // value names an object. found is false when no arrival brought tasks.
-func LoadTasks(ctx context.Context, kv *bus.Bucket, objects jetstream.ObjectStore, n int64) ([]schema.Task, bool, error) {
-	tl, found, err := LoadTaskList(ctx, kv, objects, n)
+func LoadTasks(ctx context.Context, kv *bus.Bucket, nc *nats.Conn, n int64) ([]schema.Task, bool, error) {
+	tl, found, err := LoadTaskList(ctx, kv, nc, n)
 	return tl.Tasks, found, err
 }
 
 // LoadTaskList reads rollout n's task list as its arrival recorded it (who
 // brought it, its digest), with its tasks, from the object store when the
-// KV value names an object: an object whose content changed since that
-// arrival (another put under its name) is refused, not read as the list.
-func LoadTaskList(ctx context.Context, kv *bus.Bucket, objects jetstream.ObjectStore, n int64) (schema.TaskList, bool, error) {
+// KV value names an object: an object whose content is not what that
+// arrival named (another put under its name) is refused, not read as the
+// list.
+func LoadTaskList(ctx context.Context, kv *bus.Bucket, nc *nats.Conn, n int64) (schema.TaskList, bool, error) {
 	tl, _, found, err := bus.GetFresh[schema.TaskList](ctx, kv, schema.TasksKey(n))
 	if err != nil || !found || tl.Object == "" {
 		return tl, found, err
 	}
-	if objects == nil {
-		return tl, true, fail.Permanentf("rollout %d: tasks are in object %s, but no object store is open", n, tl.Object)
+	tasks, err := ReadTaskList(ctx, nc, tl)
+	if err != nil {
+		return tl, true, fmt.Errorf("rollout %d: %w", n, err)
 	}
-	data, info, err := readObject(ctx, objects, tl.Object)
+	tl.Tasks = tasks
+	return tl, true, nil
+}
+
+// ReadTaskList reads the task list object tl names, from the store of the
+// role that brought it (tasks_<role>), chunk by chunk (no consumer), and
+// refuses it unless its bytes have the SHA-256 the arrival named
+// (tl.Digest, "sha256:<hex>"): a trainer may write its own store, so a list
+// changed after the arrival must not be run.
+func ReadTaskList(ctx context.Context, nc *nats.Conn, tl schema.TaskList) ([]schema.Task, error) {
+	if tl.From == "" || !strings.HasPrefix(tl.Digest, schema.DigestSHA256) {
+		return nil, fail.Permanentf("task object %s: no role or SHA-256 recorded for it (%q, %q): an arrival of an older planact", tl.Object, tl.From, tl.Digest)
+	}
+	bucket := bus.ObjectTasks(tl.From)
+	data, err := bus.ReadObject(ctx, nc, bucket, tl.Object, maxObjectBytes)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return tl, true, fail.Permanentf("rollout %d: task object %s is gone", n, tl.Object)
+		return nil, fail.Permanentf("task object %s/%s is gone", bucket, tl.Object)
 	}
 	if err != nil {
-		return tl, true, fail.Transientf("rollout %d: task object %s: %w", n, tl.Object, err)
+		return nil, fmt.Errorf("task object %s/%s: %w", bucket, tl.Object, err)
 	}
-	if tl.Digest != "" && info.Digest != tl.Digest {
-		return tl, true, fail.Permanentf("rollout %d: task object %s changed after the %s arrival that brought it (digest %s then, %s now): a list is put once, under a name of its own",
-			n, tl.Object, tl.From, tl.Digest, info.Digest)
+	if got := schema.DigestSHA256 + bus.SHA256(data); got != tl.Digest {
+		return nil, fail.Permanentf("task object %s/%s changed after the %s arrival that brought it: its SHA-256 is %s, the arrival named %s (a list is put once, under a name of its own)",
+			bucket, tl.Object, tl.From, strings.TrimPrefix(got, schema.DigestSHA256), strings.TrimPrefix(tl.Digest, schema.DigestSHA256))
 	}
 	var inner taskList
 	if err := schema.UnmarshalValueStrict(data, &inner, "task list "+tl.Object); err != nil {
-		return tl, true, fmt.Errorf("rollout %d: task object %s: %w", n, tl.Object, err)
+		return nil, fmt.Errorf("task object %s/%s: %w", bucket, tl.Object, err)
 	}
 	tasks := make([]schema.Task, len(inner.Tasks))
 	for i, t := range inner.Tasks {
@@ -122,8 +139,7 @@ func LoadTaskList(ctx context.Context, kv *bus.Bucket, objects jetstream.ObjectS
 		data = nil
 		runtime.GC()
 	}
-	tl.Tasks = tasks
-	return tl, true, nil
+	return tasks, nil
 }
 
 // taskList is schema.TaskList as LoadTasks reads it from the object store:
@@ -166,36 +182,6 @@ func (*skippedMetadata) DecodeMsgpack(d *msgpack.Decoder) error {
 // collectAfterBytes is the size of a task list after whose reading the
 // heap is collected at once (see LoadTasks).
 const collectAfterBytes = 8 << 20
-
-// readObject reads object name whole into a buffer of its size. A task
-// list can be tens of megabytes: GetBytes reads it into a buffer that
-// doubles as it fills, which holds up to three times the object at once.
-func readObject(ctx context.Context, objects jetstream.ObjectStore, name string) ([]byte, *jetstream.ObjectInfo, error) {
-	r, err := objects.Get(ctx, name)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer r.Close()
-	info, err := r.Info()
-	if err != nil {
-		return nil, nil, err
-	}
-	if info.Size > maxObjectBytes {
-		return nil, nil, fail.Permanentf("object %s: %d bytes: more than the %d a task list may take", name, info.Size, maxObjectBytes)
-	}
-	data := make([]byte, info.Size)
-	if _, err := io.ReadFull(r, data); err != nil {
-		return nil, nil, fmt.Errorf("object %s: %w", name, err)
-	}
-	// A second Read sees the end, and with it the digest check.
-	if _, err := r.Read(make([]byte, 1)); err != io.EOF {
-		if err == nil {
-			err = fmt.Errorf("more than the %d bytes it says it has", info.Size)
-		}
-		return nil, nil, fmt.Errorf("object %s: %w", name, err)
-	}
-	return data, info, nil
-}
 
 // maxObjectBytes bounds the task list read from the object store.
 const maxObjectBytes = 1 << 30
@@ -266,7 +252,7 @@ func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
 	if e.info != nil && len(e.info.Tasks) > 0 {
 		info.Tasks = e.info.Tasks
 	} else {
-		tasks, found, err := LoadTasks(ctx, c.KV, c.Objects, n)
+		tasks, found, err := LoadTasks(ctx, c.KV, c.NC, n)
 		if err != nil {
 			return nil, err
 		}

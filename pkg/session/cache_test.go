@@ -136,22 +136,21 @@ func TestTaskObjectChangedIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		info, err := b.Tasks.PutBytes(ctx, "rollout-5-planner.tasks", data)
-		if err != nil {
+		if _, err := b.Tasks[schema.RolePlanner].PutBytes(ctx, "rollout-5-planner.tasks", data); err != nil {
 			t.Fatal(err)
 		}
-		return info.Digest
+		return schema.DigestSHA256 + bus.SHA256(data) // what the arrival names (tasks_sha256)
 	}
 	digest := put("first")
 	if _, err := bus.Create(ctx, b.Sessions, schema.TasksKey(5), &schema.TaskList{Object: "rollout-5-planner.tasks", From: schema.RolePlanner, Digest: digest}); err != nil {
 		t.Fatal(err)
 	}
-	tl, found, err := session.LoadTaskList(ctx, b.Sessions, b.Tasks, 5)
+	tl, found, err := session.LoadTaskList(ctx, b.Sessions, b.NC, 5)
 	if err != nil || !found || len(tl.Tasks) != 1 || tl.Tasks[0].Prompt != "first" || tl.From != schema.RolePlanner {
 		t.Fatalf("task list: %+v %v %v", tl, found, err)
 	}
 	put("second")
-	_, _, err = session.LoadTaskList(ctx, b.Sessions, b.Tasks, 5)
+	_, _, err = session.LoadTaskList(ctx, b.Sessions, b.NC, 5)
 	if fail.KindOf(err) != fail.Permanent || !strings.Contains(err.Error(), "changed after the planner arrival") {
 		t.Fatalf("an object replaced after its arrival: %v, want a permanent error saying it changed", err)
 	}

@@ -41,10 +41,11 @@ func TestLoadTasksFromTheObjectStore(t *testing.T) {
 	put := func(n int64, body []byte) {
 		t.Helper()
 		name := "list-" + strings.Repeat("x", int(n))
-		if _, err := b.Tasks.PutBytes(ctx, name, body); err != nil {
+		if _, err := b.Tasks[schema.RolePlanner].PutBytes(ctx, name, body); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := bus.Create(ctx, b.Sessions, schema.TasksKey(n), &schema.TaskList{Object: name}); err != nil {
+		tl := &schema.TaskList{Object: name, From: schema.RolePlanner, Digest: schema.DigestSHA256 + bus.SHA256(body)}
+		if _, err := bus.Create(ctx, b.Sessions, schema.TasksKey(n), tl); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -61,7 +62,7 @@ func TestLoadTasksFromTheObjectStore(t *testing.T) {
 		{GroupIndex: 0, Index: 1, Prompt: "capital of Peru?", Label: "Lima"},
 	}
 	put(1, enc(&schema.TaskList{Tasks: want}))
-	got, found, err := LoadTasks(ctx, b.Sessions, b.Tasks, 1)
+	got, found, err := LoadTasks(ctx, b.Sessions, b.NC, 1)
 	if err != nil || !found || len(got) != 2 {
 		t.Fatalf("LoadTasks: %v, %v, %v", got, found, err)
 	}
@@ -78,17 +79,17 @@ func TestLoadTasksFromTheObjectStore(t *testing.T) {
 	put(2, enc(map[string]any{"tasks": []any{map[string]any{"prompt": "?", "lable": "x"}}}))
 	put(3, enc(map[string]any{"tasks": []any{map[string]any{"prompt": "?", "metadata": "not a map"}}}))
 	for n, wantErr := range map[int64]string{2: `"tasks[0].lable"`, 3: "metadata"} {
-		_, _, err := LoadTasks(ctx, b.Sessions, b.Tasks, n)
+		_, _, err := LoadTasks(ctx, b.Sessions, b.NC, n)
 		if err == nil || !strings.Contains(err.Error(), wantErr) || fail.KindOf(err) == fail.Transient {
 			t.Errorf("list %d: %v, want an error naming %s", n, err, wantErr)
 		}
 	}
 
 	// An object that is gone is said so.
-	if _, err := bus.Create(ctx, b.Sessions, schema.TasksKey(4), &schema.TaskList{Object: "never-put"}); err != nil {
+	if _, err := bus.Create(ctx, b.Sessions, schema.TasksKey(4), &schema.TaskList{Object: "never-put", From: schema.RolePlanner, Digest: schema.DigestSHA256 + strings.Repeat("0", 64)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := LoadTasks(ctx, b.Sessions, b.Tasks, 4); err == nil || !strings.Contains(err.Error(), "is gone") || errors.Is(err, context.Canceled) {
+	if _, _, err := LoadTasks(ctx, b.Sessions, b.NC, 4); err == nil || !strings.Contains(err.Error(), "is gone") || errors.Is(err, context.Canceled) {
 		t.Errorf("a list whose object is gone: %v", err)
 	}
 }

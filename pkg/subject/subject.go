@@ -33,6 +33,12 @@ const (
 // trainer arrive as its own role only.
 func Arrive(n int64, role string) string { return fmt.Sprintf("rollout.%d.arrive.%s", n, role) }
 
+// ArriveOf matches every arrival of role.
+func ArriveOf(role string) string { return "rollout.*.arrive." + role }
+
+// CancelOf matches every cancel of role.
+func CancelOf(role string) string { return "rollout.*.cancel." + role }
+
 // Start is published once when the barrier releases rollout n.
 func Start(n int64) string { return fmt.Sprintf("rollout.%d.start", n) }
 
@@ -209,4 +215,21 @@ func Parse(s string) (Parsed, error) {
 		return p, fmt.Errorf("subject %q: unknown domain %q", s, t[0])
 	}
 	return p, err
+}
+
+// Matches says whether subject subj matches filter, which may hold the
+// wildcards * (one token) and > (the rest).
+func Matches(filter, subj string) bool {
+	f, t := strings.Split(filter, "."), strings.Split(subj, ".")
+	for i, tok := range f {
+		switch {
+		case tok == ">":
+			return len(t) > i
+		case i >= len(t):
+			return false
+		case tok != "*" && tok != t[i]:
+			return false
+		}
+	}
+	return len(f) == len(t)
 }

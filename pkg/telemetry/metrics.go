@@ -48,6 +48,10 @@ var (
 		Name: "planact_kv_ops_total",
 		Help: "Key-value operations, by bucket and operation (get: a direct get any replica may answer; get_fresh: a read from the leader; create, update: compare-and-set writes).",
 	}, []string{"bucket", "op"})
+	StreamRefusals = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_stream_refusals_total",
+		Help: "Publishes of planact's own a stream refused for its limits (full: max_bytes; too large: max_msg_size), by stream and reason: planact drops none of its messages to make room, so a full stream stops the work that writes it until its history ages out or its limit is raised (docs/security.md, Limits).",
+	}, []string{"stream", "reason"})
 	KVConflicts = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "planact_kv_conflicts_total",
 		Help: "Compare-and-set writes that lost a race (another writer changed the key since it was read) and were tried again, by bucket.",

@@ -121,8 +121,10 @@ func (ep *episodeState) actCounts() ActCounts {
 			c.Cached++
 		}
 	}
+	// An episode that ended runs nothing (its outcomes may be read a
+	// moment after its end: the view reads each stream on its own).
 	for _, ts := range ep.turns {
-		if ts.run == nil {
+		if ts.run == nil || ep.end != nil {
 			continue
 		}
 		for _, n := range ts.run.Nodes {

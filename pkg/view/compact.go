@@ -1,14 +1,15 @@
 package view
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
@@ -58,7 +59,8 @@ func (r *rolloutState) compact() {
 	r.compacted = true
 }
 
-// episodeMessages are the subjects that hold episode e of rollout n, by stream.
+// episodeMessages are the subjects that hold episode e of rollout n, by
+// stream (one filter each).
 func episodeMessages(n int64, e int) map[string][]string {
 	return map[string][]string{
 		bus.StreamRollout: {fmt.Sprintf("rollout.%d.end.%d", n, e)},
@@ -78,67 +80,50 @@ func (r *Reader) reload(ctx context.Context, head *rolloutState, e int) (*rollou
 	ro := st.rollout(head.n, head.arrivedAt)
 	ro.tasks, ro.config, ro.start, ro.startedAt, ro.result, ro.resultAt = head.tasks, head.config, head.start, head.startedAt, head.result, head.resultAt
 	for stream, subjects := range episodeMessages(head.n, e) {
-		err := readSubjects(ctx, r.js, stream, subjects, func(m jetstream.Msg, at time.Time) {
-			st.apply(m.Subject(), m.Data(), at)
-		})
-		if err != nil {
-			return nil, fmt.Errorf("view: rollout %d episode %d: read %s again: %w", head.n, e, stream, err)
+		var msgs []bus.StoredMsg
+		for _, subj := range subjects {
+			if err := readSubject(ctx, r.nc, stream, subj, func(m bus.StoredMsg) { msgs = append(msgs, m) }); err != nil {
+				return nil, fmt.Errorf("view: rollout %d episode %d: read %s again: %w", head.n, e, stream, err)
+			}
+		}
+		slices.SortFunc(msgs, func(a, b bus.StoredMsg) int { return cmp.Compare(a.Seq, b.Seq) })
+		for _, m := range msgs {
+			st.apply(m.Subject, m.Data, m.Time)
 		}
 	}
 	return ro, nil
 }
 
-// readSubjects hands fn every message of stream on subjects, up to the last
-// one stored when it was called, with an ordered consumer that it removes.
-func readSubjects(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, fn func(m jetstream.Msg, at time.Time)) error {
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return err
+// readSubject hands fn every message of stream on subj (wildcards
+// allowed), up to the last one stored when it was called, with direct gets.
+func readSubject(ctx context.Context, nc *nats.Conn, stream, subj string, fn func(bus.StoredMsg)) error {
+	last, err := bus.LastSeq(ctx, nc, stream, subj)
+	if err != nil || last == 0 {
+		return err // or the streams hold nothing of it (any more)
 	}
-	var last uint64
-	for _, subj := range subjects {
-		m, err := s.GetLastMsgForSubject(ctx, subj)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
+	for next := uint64(1); next <= last; {
+		b, err := bus.ReadBatch(ctx, nc, stream, subj, next, 256)
+		if err != nil {
+			return err
+		}
+		if len(b.Msgs) == 0 {
+			// A replica behind the one that said what the last is.
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s: the stream answered nothing from %d on, though it holds %d: %w", subj, next, last, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
 			continue
 		}
-		if err != nil {
-			return err
-		}
-		last = max(last, m.Sequence)
-	}
-	if last == 0 {
-		return nil // the streams hold nothing of it (any more)
-	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, InactiveThreshold: 30 * time.Second})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if info := cons.CachedInfo(); info != nil {
-			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = s.DeleteConsumer(dctx, info.Name)
-		}
-	}()
-	it, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
-	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return err
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return err
-		}
-		fn(m, md.Timestamp)
-		if md.Sequence.Stream >= last {
-			return nil
+		for _, m := range b.Msgs {
+			if m.Seq > last {
+				return nil
+			}
+			fn(m)
+			next = m.Seq + 1
 		}
 	}
+	return nil
 }
 
 type epKey struct {

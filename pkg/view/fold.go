@@ -26,6 +26,10 @@ type rolloutState struct {
 	versions  map[string]map[string]bool // role -> weight versions seen
 	// rejected holds, by role, why its last arrival was refused.
 	rejected map[string]string
+	// rejectedAt and arrivalAt say when, by role, the last refusal and the
+	// last arrival were stored: they are read from different streams, in
+	// no set order, and a refusal stands only if no arrival came after it.
+	rejectedAt, arrivalAt map[string]time.Time
 	// compacted: the texts of its turns and acts were dropped from memory
 	// (see compact.go); its episodes are read again when asked for.
 	compacted bool
@@ -112,9 +116,9 @@ func (r *rolloutState) version(role, v string) {
 // state is everything the Reader has read.
 type state struct {
 	rollouts map[int64]*rolloutState
-	// loadTasks fetches a task list stored in the object store; nil in
-	// tests that need none.
-	loadTasks func(object string) []schema.Task
+	// loadTasks fetches the task list an arrival names in its object
+	// store; nil in tests that need none.
+	loadTasks func(a *schema.Arrive) []schema.Task
 	// keepFull is how many finished rollouts keep their texts (0: all).
 	keepFull int
 }
@@ -139,7 +143,7 @@ func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
 			case len(m.Tasks) > 0:
 				r.tasks = m.Tasks
 			case m.TasksObject != "" && s.loadTasks != nil:
-				r.tasks = s.loadTasks(m.TasksObject)
+				r.tasks = s.loadTasks(&m)
 			}
 		}
 		if m.Config != nil && (r.config == nil || m.Role == schema.RolePlanner) {
@@ -151,9 +155,18 @@ func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
 			// read at the same time: it arrived with its first arrival.
 			r.arrivedAt = at
 		}
-		r.arrivals[m.Role] = &m
-		delete(r.rejected, m.Role) // an arrival after a refusal: waiting again
 		r.version(m.Role, m.WeightVersion)
+		if at.Before(r.arrivalAt[m.Role]) {
+			return m.Rollout, true // a later arrival of the role was read first
+		}
+		r.arrivals[m.Role] = &m
+		if r.arrivalAt == nil {
+			r.arrivalAt = map[string]time.Time{}
+		}
+		r.arrivalAt[m.Role] = at
+		if at.After(r.rejectedAt[m.Role]) {
+			delete(r.rejected, m.Role) // an arrival after a refusal: waiting again
+		}
 	case "rollout.start":
 		var m schema.Start
 		if schema.Unmarshal(data, &m) != nil {
@@ -176,10 +189,13 @@ func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
 		r := s.rollout(m.Rollout, at)
 		if m.Rejected {
 			// An arrival refused; its trainer may send a corrected one.
-			if r.rejected == nil {
-				r.rejected = map[string]string{}
+			if at.Before(r.arrivalAt[m.Role]) {
+				return m.Rollout, true // the role arrived again after it
 			}
-			r.rejected[m.Role] = m.Reason
+			if r.rejected == nil {
+				r.rejected, r.rejectedAt = map[string]string{}, map[string]time.Time{}
+			}
+			r.rejected[m.Role], r.rejectedAt[m.Role] = m.Reason, at
 			return m.Rollout, true
 		}
 		if r.result != nil && m.Role != schema.RolePlanner {

@@ -11,37 +11,56 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
+	"github.com/planact/planact/pkg/subject"
 )
 
 // ErrNotFound says that the view knows no such rollout or episode.
 var ErrNotFound = errors.New("not found")
 
-// followed are the subjects the view reads, by stream: every fact of a
-// rollout except the live chunks of plans, time-out schedules and groups.
-var followed = map[string][]string{
-	bus.StreamRollout: {"rollout.*.arrive.*", "rollout.*.start", "rollout.*.end.*", "rollout.*.result.*", "rollout.*.result.*.rejected"},
-	bus.StreamPlan:    {"plan.*.req.*", "plan.*.out.*", "plan.*.dag.*", "plan.*.answer.*", "plan.*.error.*"},
-	bus.StreamAct:     {"act.*.done.>"},
+// followed are what the view reads, by stream: one subject filter each
+// (read in stream order), and the subjects under it the view skips (live
+// chunks of plans, statuses, groups, cancels, pauses; time-outs are in a
+// stream it does not read).
+var followed = func() map[string]follow {
+	m := map[string]follow{
+		bus.StreamRollout: {filter: "rollout.>", skip: []string{"rollout.*.status", "rollout.*.result.*.group.*", "rollout.*.arrive", "rollout.*.cancel"}},
+		bus.StreamPlan:    {filter: "plan.>", skip: []string{"plan.*.partial.*"}},
+		bus.StreamAct:     {filter: "act.*.done.>"},
+	}
+	for _, role := range bus.Roles {
+		m[bus.StreamTrainer(role)] = follow{filter: subject.ArriveOf(role)}
+	}
+	return m
+}()
+
+type follow struct {
+	filter string
+	skip   []string
 }
 
-// Reader follows planact's streams and the runs bucket with ordered
-// consumers (ephemeral: the server removes them when the Reader closes or
-// goes away) and answers questions about rollouts from what it has read.
+// PollEvery is how often the view reads what is new when nothing was.
+var PollEvery = 200 * time.Millisecond
+
+// Reader follows planact's streams and the runs bucket and answers
+// questions about rollouts from what it has read. It reads with direct
+// gets, in batches, from the first message on: it creates no consumer, so
+// its user needs no right to create one (a right that would let it create
+// any consumer, durable or pushing to any subject, on the streams it reads).
 // It is safe for concurrent use.
 type Reader struct {
 	mu    sync.Mutex
 	st    state
 	seqs  map[string]uint64 // last stream sequence read, by stream
 	until map[string]uint64 // what each stream held when the Reader opened
-	runs  bool              // the runs bucket's initial values are read
+	runs  bool              // the runs bucket's values at open are read
 
 	subs map[chan struct{}]bool
 
-	js       jetstream.JetStream
+	nc       *nats.Conn
 	reloaded *episodeCache // episodes of compacted rollouts, read again
 
 	stop []func()
@@ -58,7 +77,8 @@ type Options struct {
 
 // Open starts reading planact's history and live traffic over nc, from the
 // first message the streams hold. The streams and the runs bucket must
-// exist (planact has run on the server once). Close stops the reading.
+// exist (planact has been provisioned on the server). Close stops the
+// reading.
 func Open(ctx context.Context, nc *nats.Conn) (*Reader, error) {
 	return OpenWith(ctx, nc, Options{})
 }
@@ -71,137 +91,101 @@ func OpenWith(ctx context.Context, nc *nats.Conn, o Options) (*Reader, error) {
 	if o.KeepFull == 0 {
 		o.KeepFull = DefaultKeepFull
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("view: jetstream: %w", err)
-	}
 	r := &Reader{
 		st:       state{rollouts: map[int64]*rolloutState{}, keepFull: o.KeepFull},
 		seqs:     map[string]uint64{},
 		until:    map[string]uint64{},
 		subs:     map[chan struct{}]bool{},
-		js:       js,
+		nc:       nc,
 		reloaded: newEpisodeCache(64),
 		now:      time.Now,
 	}
-	if tasks, err := js.ObjectStore(ctx, bus.ObjectTasks); err == nil {
-		r.st.loadTasks = func(object string) []schema.Task { return loadTasks(tasks, object) }
-	}
-	for _, name := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct} {
-		if err := r.follow(ctx, js, name); err != nil {
-			r.Close()
-			return nil, err
+	r.st.loadTasks = func(a *schema.Arrive) []schema.Task { return loadTasks(nc, a) }
+	// What "read up to now" means: the last message each stream holds on
+	// what the view reads.
+	for name, f := range followed {
+		last, err := bus.LastSeq(ctx, nc, name, f.filter)
+		if err != nil {
+			return nil, fmt.Errorf("view: stream %s: %w (has planact been provisioned here: planact provision, or planact up?)", name, err)
 		}
+		r.until[name] = last
 	}
-	if err := r.watchRuns(ctx, js); err != nil {
-		r.Close()
-		return nil, err
+	runsLast, err := bus.LastSeq(ctx, nc, "KV_"+bus.BucketRuns, "$KV."+bus.BucketRuns+".>")
+	if err != nil {
+		return nil, fmt.Errorf("view: KV bucket %s: %w (has planact been provisioned here: planact provision, or planact up?)", bus.BucketRuns, err)
 	}
+	fctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	r.stop = append(r.stop, func() { cancel(); wg.Wait() })
+	for name, f := range followed {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = bus.Follow(fctx, nc, name, f.filter, 1, PollEvery, func(m bus.StoredMsg) {
+				changed := false
+				r.mu.Lock()
+				if !skipped(m.Subject, f.skip) {
+					_, changed = r.st.apply(m.Subject, m.Data, m.Time)
+				}
+				r.seqs[name] = m.Seq
+				r.mu.Unlock()
+				if changed {
+					r.notify()
+				}
+			}, nil)
+		}()
+	}
+	// Run states are removed when their rollout ends, so the last one
+	// there at open may be gone before it is read: the bucket is read once
+	// the reader has read it to its end, or past what was last at open.
+	runsRead := func() {
+		r.mu.Lock()
+		r.runs = true
+		r.mu.Unlock()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = bus.Follow(fctx, nc, "KV_"+bus.BucketRuns, "$KV."+bus.BucketRuns+".>", 1, PollEvery, func(m bus.StoredMsg) {
+			r.applyRun(m)
+			if m.Seq >= runsLast {
+				runsRead()
+			}
+		}, runsRead)
+	}()
 	return r, nil
 }
 
-// follow reads stream name from its first message, for ever.
-func (r *Reader) follow(ctx context.Context, js jetstream.JetStream, name string) error {
-	s, err := js.Stream(ctx, name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("view: stream %s does not exist on this server: has planact run here (planact up, or planact serve)?", name)
-	}
-	if err != nil {
-		return fmt.Errorf("view: stream %s: %w", name, err)
-	}
-	// What "read up to now" means: the last message the stream holds on
-	// the subjects the view reads (others it never sees).
-	var last uint64
-	for _, subj := range followed[name] {
-		m, err := s.GetLastMsgForSubject(ctx, subj)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
+// skipped says whether subj matches one of the filters.
+func skipped(subj string, filters []string) bool {
+	for _, f := range filters {
+		if subject.Matches(f, subj) {
+			return true
 		}
-		if err != nil {
-			return fmt.Errorf("view: stream %s: %w", name, err)
-		}
-		last = max(last, m.Sequence)
 	}
-	r.mu.Lock()
-	r.until[name] = last
-	r.mu.Unlock()
-	// The server removes the consumer InactiveThreshold after this process
-	// goes away without closing the Reader; Close removes it at once.
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: followed[name], InactiveThreshold: 30 * time.Second})
-	if err != nil {
-		return fmt.Errorf("view: follow %s: %w", name, err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		md, err := m.Metadata()
-		if err != nil {
-			return
-		}
-		r.mu.Lock()
-		_, changed := r.st.apply(m.Subject(), m.Data(), md.Timestamp)
-		r.seqs[name] = md.Sequence.Stream
-		r.mu.Unlock()
-		if changed {
-			r.notify()
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("view: follow %s: %w", name, err)
-	}
-	r.stop = append(r.stop, func() {
-		cc.Stop()
-		if info := cons.CachedInfo(); info != nil {
-			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = s.DeleteConsumer(dctx, info.Name) // gone already is as good
-		}
-	})
-	return nil
+	return false
 }
 
-// watchRuns follows the runs bucket: which acts are released and not done.
-func (r *Reader) watchRuns(ctx context.Context, js jetstream.JetStream) error {
-	kv, err := js.KeyValue(ctx, bus.BucketRuns)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return fmt.Errorf("view: KV bucket %s does not exist on this server: has planact run here (planact up, or planact serve)?", bus.BucketRuns)
+// applyRun folds one message of the runs bucket: which acts are released
+// and not done. The bucket holds the latest value of each key, or a marker
+// that it is gone.
+func (r *Reader) applyRun(m bus.StoredMsg) {
+	key := strings.TrimPrefix(m.Subject, "$KV."+bus.BucketRuns+".")
+	n, ep, turn, ok := parseRunKey(key)
+	if !ok {
+		return
 	}
-	if err != nil {
-		return fmt.Errorf("view: KV bucket %s: %w", bus.BucketRuns, err)
-	}
-	wctx, cancel := context.WithCancel(context.Background())
-	w, err := kv.WatchAll(wctx)
-	if err != nil {
-		cancel()
-		return fmt.Errorf("view: watch %s: %w", bus.BucketRuns, err)
-	}
-	done := make(chan struct{})
-	r.stop = append(r.stop, func() { _ = w.Stop(); cancel(); <-done })
-	go func() {
-		defer close(done)
-		for e := range w.Updates() {
-			if e == nil { // the initial values are all read
-				r.mu.Lock()
-				r.runs = true
-				r.mu.Unlock()
-				continue
-			}
-			n, ep, turn, ok := parseRunKey(e.Key())
-			if !ok {
-				continue
-			}
-			var run *schema.Run
-			if e.Operation() == jetstream.KeyValuePut {
-				run = new(schema.Run)
-				if schema.Unmarshal(e.Value(), run) != nil {
-					continue
-				}
-			}
-			r.mu.Lock()
-			r.st.applyRun(n, ep, turn, run, e.Created())
-			r.mu.Unlock()
-			r.notify()
+	var run *schema.Run
+	if !bus.KVDeleted(m.Header) && len(m.Data) > 0 {
+		run = new(schema.Run)
+		if schema.Unmarshal(m.Data, run) != nil {
+			return
 		}
-	}()
-	return nil
+	}
+	r.mu.Lock()
+	r.st.applyRun(n, ep, turn, run, m.Time)
+	r.mu.Unlock()
+	r.notify()
 }
 
 // parseRunKey reads a runs key "<N>.<E>.<turn>".
@@ -216,21 +200,18 @@ func parseRunKey(key string) (n int64, e, turn int, ok bool) {
 	return n, e, turn, err1 == nil && err2 == nil && err3 == nil
 }
 
-// loadTasks reads a task list kept in the object store; nil when it is
-// gone (the rollout's results were cleaned up): its episodes then have no
-// question, label or reward in the view.
-func loadTasks(store jetstream.ObjectStore, object string) []schema.Task {
+// loadTasks reads the task list an arrival names in its role's object
+// store, checked against the SHA-256 the arrival named; nil when it is
+// gone (the rollout's results were cleaned up) or does not match: its
+// episodes then have no question, label or reward in the view.
+func loadTasks(nc *nats.Conn, a *schema.Arrive) []schema.Task {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	data, err := store.GetBytes(ctx, object)
+	tasks, err := session.ReadTaskList(ctx, nc, schema.TaskList{Object: a.TasksObject, From: a.Role, Digest: schema.DigestSHA256 + a.TasksSHA256})
 	if err != nil {
 		return nil
 	}
-	var tl schema.TaskList
-	if schema.Unmarshal(data, &tl) != nil {
-		return nil
-	}
-	return tl.Tasks
+	return tasks
 }
 
 // Close stops reading; the view keeps what it has read.

@@ -218,8 +218,9 @@ func TestParseFilter(t *testing.T) {
 	}
 }
 
-// A closed Reader leaves no consumer behind on the streams it read.
-func TestCloseLeavesNoConsumer(t *testing.T) {
+// A Reader creates no consumer on what it reads (its user needs no right
+// to create one): it reads with direct gets, and reads on after Close.
+func TestReaderCreatesNoConsumer(t *testing.T) {
 	env := stacktest.Start(t, sim.Config{Seed: 1}, sim.Config{Seed: 2})
 	nc := bustest.Conn(t, env.URL)
 	js, err := jetstream.New(nc)
@@ -230,7 +231,8 @@ func TestCloseLeavesNoConsumer(t *testing.T) {
 	defer cancel()
 	consumers := func() map[string]int {
 		out := map[string]int{}
-		for _, name := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, "KV_" + bus.BucketRuns} {
+		for _, name := range []string{bus.StreamRollout, bus.StreamPlan, bus.StreamAct, bus.StreamTrainer(schema.RolePlanner),
+			bus.StreamTrainer(schema.RoleActor), "KV_" + bus.BucketRuns} {
 			s, err := js.Stream(ctx, name)
 			if err != nil {
 				t.Fatal(err)
@@ -244,25 +246,24 @@ func TestCloseLeavesNoConsumer(t *testing.T) {
 		return out
 	}
 	before := consumers()
+	env.Begin(t, 61, stacktest.Tasks(2, 1, 61), nil)
 	r := open(t, env.URL)
-	during := consumers()
-	for name, n := range before {
-		if during[name] != n+1 {
-			t.Errorf("%s: %d consumers while the reader reads, %d before", name, during[name], n)
+	env.Wait(t, 61)
+	if during := consumers(); fmt.Sprint(during) != fmt.Sprint(before) {
+		t.Errorf("consumers %v while the reader reads, %v before", during, before)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ro, err := r.Rollout(61, view.Filter{})
+		if err == nil && ro.Status == schema.ResultOK {
+			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rollout 61 as the reader sees it: %+v, %v", ro, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	r.Close()
-	for {
-		after := consumers()
-		if fmt.Sprint(after) == fmt.Sprint(before) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("consumers %v after the reader closed, %v before", after, before)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // Of the finished rollouts beyond KeepFull, the view keeps only what its

@@ -9,6 +9,7 @@
 package actdispatcher
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"strconv"
@@ -99,8 +100,7 @@ func Run(ctx context.Context, d Deps) error {
 		c bus.Consumer
 		h bus.Handler
 	}{
-		{bus.Consumer{Stream: bus.StreamPlan, Durable: Name + "-plan", Concurrency: d.Turns, AckWait: d.RunAckWait,
-			Filters: []string{subject.AllPlanDAG, subject.AllPlanAnswer, subject.AllPlanError}}, s.handlePlan},
+		{Consumers(d)[0], s.handlePlan},
 	}
 	errs := make(chan error, len(consumers)+2)
 	var wg sync.WaitGroup
@@ -128,6 +128,14 @@ func Run(ctx context.Context, d Deps) error {
 		}
 	}
 	return nil
+}
+
+// Consumers are the act-dispatcher's durable consumers (`planact
+// provision` creates them): the parsed plans, answers and parse errors,
+// each held by the replica that runs its turn.
+func Consumers(d Deps) []bus.Consumer {
+	return []bus.Consumer{{Stream: bus.StreamPlan, Durable: Name + "-plan", Concurrency: cmp.Or(d.Turns, 4096), AckWait: cmp.Or(d.RunAckWait, bus.DefaultAckWait),
+		Filters: []string{subject.AllPlanDAG, subject.AllPlanAnswer, subject.AllPlanError}}}
 }
 
 // info returns the rollout's session, or nil when the rollout is over and

@@ -4,6 +4,7 @@
 package planparser
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,12 +45,13 @@ func Run(ctx context.Context, d Deps) error {
 		d.Concurrency = 32
 	}
 	s := &Service{Deps: d, sessions: session.NewCache(d.Bus)}
-	return d.Bus.Consume(ctx, bus.Consumer{
-		Stream:      bus.StreamPlan,
-		Durable:     Name,
-		Filters:     []string{subject.AllPlanOut, subject.AllPlanPart},
-		Concurrency: d.Concurrency,
-	}, s.handle)
+	return d.Bus.Consume(ctx, Consumers(d)[0], s.handle)
+}
+
+// Consumers are the plan-parser's durable consumers (`planact provision`
+// creates them): the planner's outputs and partial plans.
+func Consumers(d Deps) []bus.Consumer {
+	return []bus.Consumer{{Stream: bus.StreamPlan, Durable: Name, Filters: []string{subject.AllPlanOut, subject.AllPlanPart}, Concurrency: cmp.Or(d.Concurrency, 32)}}
 }
 
 func (s *Service) handle(ctx context.Context, m bus.Msg) error {

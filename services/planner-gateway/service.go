@@ -4,6 +4,7 @@
 package plannergateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -92,13 +93,14 @@ func Run(ctx context.Context, d Deps) error {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
 	defer func() { _ = holds.Unsubscribe() }()
-	return d.Bus.Consume(ctx, bus.Consumer{
-		Stream:      bus.StreamPlan,
-		Durable:     Name,
-		Filters:     []string{subject.AllPlanReq},
-		Concurrency: d.Concurrency,
-		AckWait:     d.AckWait,
-	}, s.handle)
+	return d.Bus.Consume(ctx, Consumers(d)[0], s.handle)
+}
+
+// Consumers are the planner-gateway's durable consumers (`planact
+// provision` creates them): the plan requests.
+func Consumers(d Deps) []bus.Consumer {
+	return []bus.Consumer{{Stream: bus.StreamPlan, Durable: Name, Filters: []string{subject.AllPlanReq},
+		Concurrency: cmp.Or(d.Concurrency, 64), AckWait: d.AckWait}}
 }
 
 // handle runs one planner turn, trying a transiently failing engine again

@@ -243,6 +243,12 @@ func (s *Service) validateArrival(a *schema.Arrive) error {
 	if len(a.Tasks) > 0 && a.TasksObject != "" {
 		return fail.Invalidf("arrival carries both tasks and tasks_object")
 	}
+	switch {
+	case a.TasksObject != "" && !isSHA256(a.TasksSHA256):
+		return fail.Invalidf("tasks_sha256 %q: an arrival with tasks_object %q names the SHA-256 of the object's bytes (64 lower-case hex digits); planact runs the rollout on that list only", a.TasksSHA256, a.TasksObject)
+	case a.TasksObject == "" && a.TasksSHA256 != "":
+		return fail.Invalidf("tasks_sha256 without tasks_object: it is the digest of the task list object the arrival names")
+	}
 	for i, t := range a.Tasks {
 		if t.Prompt == "" {
 			return fail.Invalidf("task %d has an empty prompt", i)
@@ -335,4 +341,17 @@ func (s *Service) start(ctx context.Context, sess *schema.Session) error {
 
 func (s *Service) status(ctx context.Context, n int64, event string, episode int, detail string) error {
 	return s.Bus.Publish(ctx, &schema.Status{Rollout: n, Event: event, Episode: episode, Detail: detail, AtMs: s.nowMs()})
+}
+
+// isSHA256 says whether s is a SHA-256 in lower-case hex.
+func isSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
@@ -188,7 +187,7 @@ func (s *Service) waitDrained(ctx context.Context, st schema.RoleState) (drained
 // gatewayIDs lists the instances of the gateway service that answer
 // $SRV.PING now.
 func (s *Service) gatewayIDs(name string) []string {
-	inbox := nats.NewInbox()
+	inbox := s.Bus.NC.NewInbox() // under this user's inbox prefix
 	sub, err := s.Bus.NC.SubscribeSync(inbox)
 	if err != nil {
 		return nil

@@ -216,7 +216,7 @@ func (s *Service) groupSamples(ctx context.Context, n int64, role string, g int)
 	if grp.SamplesObject == "" {
 		return grp.Samples, nil
 	}
-	data, err := s.Bus.Results[role].GetBytes(ctx, grp.SamplesObject)
+	data, err := bus.ReadObject(ctx, s.Bus.NC, bus.ObjectResults(role), grp.SamplesObject, 0)
 	if err != nil {
 		return nil, fail.Transientf("group %d samples %s: %w", g, grp.SamplesObject, err)
 	}
@@ -369,7 +369,7 @@ func (s *Service) taskList(ctx context.Context, n int64) (schema.TaskList, error
 	c.loading[n] = l
 	c.mu.Unlock()
 
-	tl, found, err := loadTaskList(ctx, s.Bus.Sessions, s.Bus.Tasks, n)
+	tl, found, err := loadTaskList(ctx, s.Bus.Sessions, s.Bus.NC, n)
 	if err == nil && found {
 		s.keepTasks(n, tl)
 	} else if err == nil {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/bus"
@@ -32,23 +32,24 @@ func TestTasksReadOnceForConcurrentHandlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Tasks.PutBytes(ctx, "rollout-7-planner.tasks", data); err != nil {
+	if _, err := b.Tasks[schema.RolePlanner].PutBytes(ctx, "rollout-7-planner.tasks", data); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.Create(ctx, b.Sessions, schema.TasksKey(n), &schema.TaskList{Object: "rollout-7-planner.tasks"}); err != nil {
+	tl := &schema.TaskList{Object: "rollout-7-planner.tasks", From: schema.RolePlanner, Digest: schema.DigestSHA256 + bus.SHA256(data)}
+	if _, err := bus.Create(ctx, b.Sessions, schema.TasksKey(n), tl); err != nil {
 		t.Fatal(err)
 	}
 
 	const handlers = 16
 	var entered, reads atomic.Int32
 	read := loadTaskList
-	loadTaskList = func(ctx context.Context, kv *bus.Bucket, objects jetstream.ObjectStore, n int64) (schema.TaskList, bool, error) {
+	loadTaskList = func(ctx context.Context, kv *bus.Bucket, nc *nats.Conn, n int64) (schema.TaskList, bool, error) {
 		reads.Add(1)
 		// Every handler asks before the first read ends.
 		for deadline := time.Now().Add(10 * time.Second); entered.Load() < handlers && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 		}
-		return read(ctx, kv, objects, n)
+		return read(ctx, kv, nc, n)
 	}
 	defer func() { loadTaskList = read }()
 

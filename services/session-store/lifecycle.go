@@ -416,8 +416,10 @@ func (s *Service) cleanup(ctx context.Context, sess *schema.Session, res *publis
 		return err
 	}
 	if found && tl.Object != "" {
-		if err := s.Bus.Tasks.Delete(ctx, tl.Object); err != nil && !isNotFound(err) {
-			return fail.Transientf("delete task object %s: %w", tl.Object, err)
+		if store := s.Bus.Tasks[tl.From]; store != nil {
+			if err := store.Delete(ctx, tl.Object); err != nil && !isNotFound(err) {
+				return fail.Transientf("delete task object %s/%s: %w", bus.ObjectTasks(tl.From), tl.Object, err)
+			}
 		}
 	}
 	if err := s.Bus.Purge(ctx, "KV_"+bus.BucketSession, fmt.Sprintf("$KV.%s.%s", bus.BucketSession, schema.TasksKey(n))); err != nil {
@@ -494,6 +496,6 @@ func (s *Service) scheduleTimeout(ctx context.Context, n int64, kind string, dea
 // fires anyway finds the rollout moved on and does nothing.
 func (s *Service) cancelSchedules(ctx context.Context, n int64, kinds ...string) {
 	for _, kind := range kinds {
-		_ = s.Bus.Purge(ctx, bus.StreamRollout, subject.TimeoutSchedule(n, kind))
+		_ = s.Bus.Purge(ctx, bus.StreamTimeout, subject.TimeoutSchedule(n, kind))
 	}
 }

@@ -14,6 +14,7 @@ package sessionstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,8 +60,7 @@ type Service struct {
 	ends      endQueue
 }
 
-// Run serves until ctx ends.
-func Run(ctx context.Context, d Deps) error {
+func (d Deps) withDefaults() Deps {
 	if d.InlineLimit == 0 {
 		d.InlineLimit = 1 << 20
 	}
@@ -79,34 +79,48 @@ func Run(ctx context.Context, d Deps) error {
 	if d.ResultPatience == 0 {
 		d.ResultPatience = 2 * time.Minute
 	}
+	return d
+}
+
+// Consumers are the session-store's durable consumers: one on each
+// trainer's stream (arrivals, cancels, pauses and resumes of that role, so
+// that a flood by one trainer does not hold up the other), one on ROLLOUT
+// (episode ends) and one on TIMEOUT (its time-outs firing). `planact
+// provision` creates them; the session-store only uses them.
+func Consumers(d Deps) []bus.Consumer {
+	d = d.withDefaults()
+	cs := []bus.Consumer{
+		{Stream: bus.StreamRollout, Durable: Name, Concurrency: d.Concurrency, MaxDeliver: maxDeliveries,
+			Filters: []string{subject.AllEpisodeEnd, subject.LegacyArrive, subject.LegacyCancel}},
+		{Stream: bus.StreamTimeout, Durable: Name + "-timeout", Concurrency: d.Concurrency, MaxDeliver: maxDeliveries,
+			Filters: []string{subject.AllTimeout}},
+	}
+	for _, role := range bus.Roles {
+		cs = append(cs, bus.Consumer{Stream: bus.StreamTrainer(role), Durable: Name + "-" + role, Concurrency: d.Concurrency, MaxDeliver: maxDeliveries,
+			Filters: []string{subject.ArriveOf(role), subject.CancelOf(role), subject.Control(role, "pause"), subject.Control(role, "resume")}})
+	}
+	return cs
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, d Deps) error {
+	d = d.withDefaults()
 	s := &Service{Deps: d, index: newIndex(), taskCache: &taskCache{lists: map[int64]schema.TaskList{}}}
+	consumers := Consumers(d)
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		errs <- d.Bus.Consume(ctx, bus.Consumer{
-			Stream:      bus.StreamControl,
-			Durable:     Name + "-control",
-			Filters:     []string{subject.AllPause, subject.AllResume},
-			Concurrency: 4,
-		}, s.handleControl)
-	}()
+	errs := make(chan error, len(consumers)+1)
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		errs <- s.sweep(ctx)
 	}()
-	go func() {
-		defer wg.Done()
-		errs <- d.Bus.Consume(ctx, bus.Consumer{
-			Stream:  bus.StreamRollout,
-			Durable: Name,
-			Filters: []string{subject.AllArrive, subject.AllEpisodeEnd, subject.AllTimeout, subject.AllCancel,
-				subject.LegacyArrive, subject.LegacyCancel},
-			Concurrency: d.Concurrency,
-			MaxDeliver:  maxDeliveries,
-		}, s.handle)
-	}()
+	for _, c := range consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- d.Bus.Consume(ctx, c, s.handle)
+		}()
+	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -118,6 +132,9 @@ func Run(ctx context.Context, d Deps) error {
 }
 
 func (s *Service) handle(ctx context.Context, m bus.Msg) error {
+	if strings.HasPrefix(m.Subject, "control.") {
+		return s.handleControl(ctx, m)
+	}
 	p, err := subject.Parse(m.Subject)
 	if err != nil {
 		return fail.E(fail.Invalid, err)

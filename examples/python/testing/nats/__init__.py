@@ -5,12 +5,17 @@ Streams are lists of messages, filled by JetStream publishes and by
 store() (what a test puts there as planact would). A direct get
 ($JS.API.DIRECT.GET.<stream>.<subject>, wildcards included) answers with
 the last matching message, or a 404 as the server does; a stream it does
-not know has no responders. Subscriptions get what is stored after they
+not know has no responders. An object store's stream answers the
+leader's reads ($JS.API.STREAM.MSG.GET.OBJ_<bucket>) of an object's
+metadata and of its one chunk. Subscriptions get what is stored after they
 were made. Every JetStream publish is kept in `published`, and each
 function in `on_publish` is called with it (a test answers a pause that
 way)."""
 
 import asyncio
+import base64
+import hashlib
+import json
 import os
 from types import SimpleNamespace
 
@@ -82,6 +87,8 @@ class Client:
         return sub
 
     async def request(self, subject, payload=b"", timeout=None):
+        if subject.startswith("$JS.API.STREAM.MSG.GET.OBJ_"):
+            return object_msg(subject[len("$JS.API.STREAM.MSG.GET.OBJ_"):], json.loads(payload))
         prefix = "$JS.API.DIRECT.GET."
         if not subject.startswith(prefix):
             raise errors.NoRespondersError
@@ -113,12 +120,45 @@ class JetStream:
         return ObjectStore(objects.setdefault(bucket, {}))
 
 
+def digest(data):
+    return "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
+
+
+def object_msg(bucket, query):
+    """The JetStream API's answer to a read of bucket's stream: an object's
+    metadata (last_by_subj $O.<bucket>.M.<name>), or its one chunk
+    (next_by_subj $O.<bucket>.C.<nuid>, seq 1), or not found."""
+    objs = objects.get(bucket, {})
+    found = None
+    meta, chunk = f"$O.{bucket}.M.", f"$O.{bucket}.C."
+    if query.get("last_by_subj", "").startswith(meta):
+        name = base64.urlsafe_b64decode(query["last_by_subj"][len(meta):]).decode()
+        if name in objs:
+            info = {"name": name, "bucket": bucket, "nuid": query["last_by_subj"][len(meta):], "size": len(objs[name]),
+                    "chunks": 1, "digest": digest(objs[name])}
+            found = {"subject": query["last_by_subj"], "seq": 2, "data": base64.b64encode(json.dumps(info).encode()).decode()}
+    elif query.get("next_by_subj", "").startswith(chunk) and query.get("seq", 1) <= 1:
+        name = base64.urlsafe_b64decode(query["next_by_subj"][len(chunk):]).decode()
+        if name in objs:
+            found = {"subject": query["next_by_subj"], "seq": 1, "data": base64.b64encode(objs[name]).decode()}
+    if found is None:
+        reply = {"error": {"code": 404, "err_code": 10037, "description": "no message found"}}
+    else:
+        reply = {"message": found}
+    return SimpleNamespace(subject="", data=json.dumps(reply).encode(), headers=None)
+
+
 class ObjectStore:
     def __init__(self, objs):
         self.objs = objs
 
     async def put(self, name, data):
         self.objs[name] = bytes(data)
+
+    async def get_info(self, name):
+        if name not in self.objs:
+            raise errors.ObjectNotFoundError(name)
+        return SimpleNamespace(name=name, size=len(self.objs[name]), digest=digest(self.objs[name]))
 
     async def get(self, name):
         if name not in self.objs:

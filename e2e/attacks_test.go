@@ -1,0 +1,735 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/client"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+)
+
+// The attacks of issue 17, each run as the user who would try it, with the
+// real nats CLI where the attack is a command, against the three servers of
+// compose/nats with compose/nats/accounts.conf verbatim and every service
+// running as its own user. Every attack must be refused; where a permission
+// refuses it, the server's log must show the violation.
+
+// attackers are the cluster and what an attack needs of it.
+type attackers struct {
+	t       *testing.T
+	urls    []string
+	v       *violations
+	admin   *nats.Conn
+	ajs     jetstream.JetStream
+	planner schema.Engine
+	actor   schema.Engine
+	e       *env
+
+	mu   sync.Mutex
+	seen []string // violation lines already matched
+}
+
+// cli runs the nats CLI as user, bounded by limit, and returns its output
+// and error (a refused command fails; that is not the test's failure).
+func (a *attackers) cli(user string, limit time.Duration, stdin []byte, args ...string) (string, error) {
+	a.t.Helper()
+	cli, path := natsCLI(a.t)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cli, append(a.cliAuth(user), args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+path, "NATS_CONTEXT=", "HOME="+a.t.TempDir())
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// cliStart runs the nats CLI as user in the background until stop.
+func (a *attackers) cliStart(user string, args ...string) (stop func() string) {
+	a.t.Helper()
+	cli, path := natsCLI(a.t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, cli, append(a.cliAuth(user), args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+path, "NATS_CONTEXT=", "HOME="+a.t.TempDir())
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		a.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	return func() string {
+		cancel()
+		<-done
+		return out.String()
+	}
+}
+
+// cliAuth are the CLI's connection flags for user: with its own inbox
+// prefix, which it must give to use JetStream at all.
+func (a *attackers) cliAuth(user string) []string {
+	return []string{"--server", a.urls[0], "--user", user, "--password", "pw-" + user, "--timeout", "3s", "--inbox-prefix", bus.InboxPrefix(user)}
+}
+
+// conn connects as user, collecting the asynchronous errors (permission
+// violations) the server sends it.
+func (a *attackers) conn(user string) (*nats.Conn, chan error) {
+	a.t.Helper()
+	errs := make(chan error, 64)
+	nc, err := nats.Connect(withUser(a.urls[1], user), nats.CustomInboxPrefix(bus.InboxPrefix(user)), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	}))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	a.t.Cleanup(nc.Close)
+	return nc, errs
+}
+
+// trainer is role's training job on its own connection.
+func (a *attackers) trainer(role string) *client.Client {
+	a.t.Helper()
+	nc, _ := a.conn("trainer-" + role)
+	c, err := client.New(nc)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return c
+}
+
+// violation waits until the server logged a permission violation of user
+// that mentions what (a subject), and fails the test if none comes.
+func (a *attackers) violation(user, what string) {
+	a.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, line := range a.v.snapshot() {
+			if strings.Contains(line, "user:"+user) && strings.Contains(line, what) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			a.t.Errorf("no permission violation of %s on %q in the servers' log", user, what)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// last returns the last message on subj in whichever stream holds it, or
+// nil, read as admin.
+func (a *attackers) last(subj string) *jetstream.RawStreamMsg {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	name, err := a.ajs.StreamNameBySubject(ctx, subj)
+	if err != nil {
+		return nil
+	}
+	s, err := a.ajs.Stream(ctx, name)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, subj)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// streamMsgs returns how many messages stream holds.
+func (a *attackers) streamMsgs(name string) uint64 {
+	a.t.Helper()
+	return a.streamState(name).Msgs
+}
+
+// streamState returns what stream holds.
+func (a *attackers) streamState(name string) jetstream.StreamState {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	for {
+		s, err := a.ajs.Stream(ctx, name)
+		if err == nil {
+			var info *jetstream.StreamInfo
+			if info, err = s.Info(ctx); err == nil {
+				return info.State
+			}
+		}
+		if ctx.Err() != nil {
+			a.t.Fatalf("stream %s: %v", name, err)
+		}
+		time.Sleep(100 * time.Millisecond) // a leader being elected
+	}
+}
+
+// rollout runs rollout n with both trainers and returns their results.
+func (a *attackers) rollout(n int64, tasks []schema.Task, wait time.Duration) outcome {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	pc, ac := a.trainer(schema.RolePlanner), a.trainer(schema.RoleActor)
+	pc.InlineTasksLimit = 256
+	var o outcome
+	if err := pc.Arrive(ctx, &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: a.planner, WeightVersion: "planner-v7", Tasks: tasks}); err != nil {
+		o.perr = err
+		return o
+	}
+	if err := ac.Arrive(ctx, &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: a.actor, WeightVersion: "actor-v3"}); err != nil {
+		o.aerr = err
+		return o
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); o.planner, o.perr = pc.Result(ctx, n, schema.RolePlanner) }()
+	go func() { defer wg.Done(); o.actor, o.aerr = ac.Result(ctx, n, schema.RoleActor) }()
+	wg.Wait()
+	return o
+}
+
+// ok says whether both results of o are ok.
+func (o outcome) ok() bool {
+	return o.perr == nil && o.aerr == nil && o.planner != nil && o.actor != nil &&
+		o.planner.Status == schema.ResultOK && o.actor.Status == schema.ResultOK
+}
+
+func (o outcome) String() string {
+	s := func(r *schema.Result, err error) string {
+		if r == nil {
+			return fmt.Sprintf("no result (%v)", err)
+		}
+		return fmt.Sprintf("%s %q, %d samples (%v)", r.Status, r.Reason, len(r.Samples), err)
+	}
+	return "planner " + s(o.planner, o.perr) + "; actor " + s(o.actor, o.aerr)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (v *violations) snapshot() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]string(nil), v.lines...)
+}
+
+func mustMarshal(t *testing.T, m any) []byte {
+	t.Helper()
+	b, err := schema.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestAttacks runs the attacks of issue 17 as the real users against a
+// cluster with the shipped accounts file, and requires each to be refused.
+func TestAttacks(t *testing.T) {
+	natsCLI(t)
+	v := &violations{}
+	urls := composeCluster(t, v)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pu, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RolePlanner, Seed: 21, WeightVersion: "planner-v7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	au, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RoleActor, Seed: 22, WeightVersion: "actor-v3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A small storage, so that a flood meets its stream's limit soon.
+	serveClusterWith(t, ctx, urls, 0, bus.Provisioning{Replicas: 3, Storage: 2 << 30})
+	admin := bustest.Conn(t, withUser(urls[0], "admin"))
+	ajs, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &attackers{t: t, urls: urls, v: v, admin: admin, ajs: ajs,
+		planner: schema.Engine{URL: pu, Protocol: "sglang"}, actor: schema.Engine{URL: au, Protocol: "sglang"},
+		e: &env{world: sim.DefaultWorld()}}
+
+	// A finished rollout whose results the attacks go after.
+	const done = 1
+	if o := a.rollout(done, a.e.tasks(3, 2, done), 2*time.Minute); !o.ok() {
+		t.Fatalf("rollout %d: %v (violations %v)", done, o, v.snapshot())
+	}
+	t.Run("1 snoop: trainer-planner reads everyone's deliveries on _INBOX.>", func(t *testing.T) { a.t = t; a.snoop("trainer-planner", 11) })
+	t.Run("1 snoop: viewer reads everyone's deliveries on _INBOX.>", func(t *testing.T) { a.t = t; a.snoop("viewer", 12) })
+	t.Run("2 forge: trainer-actor schedules an arrival as the planner", func(t *testing.T) { a.t = t; a.scheduleArrival() })
+	t.Run("2 forge: trainer-actor schedules a forged planner result", func(t *testing.T) { a.t = t; a.scheduleResult(done) })
+	t.Run("2 forge: trainer-planner copies the actor's result with --schedule-source", func(t *testing.T) { a.t = t; a.scheduleSource(done) })
+	t.Run("2 forge: trainer-planner claims the message id of its coming result", func(t *testing.T) { a.t = t; a.claimMsgID(21) })
+	t.Run("3 tasks: trainer-planner purges the task lists", func(t *testing.T) { a.t = t; a.purgeTasks() })
+	t.Run("3 tasks: trainer-actor deletes and overwrites the planner's task list", func(t *testing.T) { a.t = t; a.touchOthersTasks(31) })
+	t.Run("3 tasks: trainer-planner changes its task list after arriving", func(t *testing.T) { a.t = t; a.poisonOwnTasks(32) })
+	t.Run("4 viewer: -NAKs the services' deliveries", func(t *testing.T) { a.t = t; a.viewerNaks(41) })
+	t.Run("4 viewer: answers $SRV.PING.planner-gateway as a fake gateway", func(t *testing.T) { a.t = t; a.fakeGateway() })
+	t.Run("4 viewer: creates durable consumers", func(t *testing.T) { a.t = t; a.consumers("viewer", "ROLLOUT", 20) })
+	t.Run("5 services: change the streams they use", func(t *testing.T) { a.t = t; a.servicesEdit() })
+	t.Run("6 limits: trainer-planner creates durable consumers", func(t *testing.T) {
+		a.t = t
+		a.consumers("trainer-planner", "OBJ_results_planner", 50)
+	})
+	t.Run("6 limits: trainer-planner leaves schedules that keep writing", func(t *testing.T) { a.t = t; a.everySchedules() })
+	t.Run("6 limits: trainer-actor opens subscriptions without end", func(t *testing.T) { a.t = t; a.subscriptions() })
+	t.Run("2 forge: trainer-actor rolls up the stream it arrives on", func(t *testing.T) { a.t = t; a.rollup(done) })
+	a.t = t
+
+	// Whatever was tried, planact still runs a rollout.
+	if o := a.rollout(99, a.e.tasks(2, 2, 99), 2*time.Minute); !o.ok() {
+		t.Errorf("rollout 99 after the attacks: %v", o)
+	}
+	// Last, as it leaves trainer-actor's stream full.
+	t.Run("6 limits: trainer-actor floods its arrivals", func(t *testing.T) { a.t = t; a.flood(61) })
+}
+
+// snoop: user subscribes to every inbox while a rollout runs.
+func (a *attackers) snoop(user string, n int64) {
+	stop := a.cliStart(user, "sub", "_INBOX.>")
+	time.Sleep(500 * time.Millisecond) // the CLI subscribes
+	o := a.rollout(n, a.e.tasks(2, 2, n), 2*time.Minute)
+	out := stop()
+	if !o.ok() {
+		a.t.Errorf("rollout %d: %v", n, o)
+	}
+	if got := strings.Count(out, "Received on"); got > 0 {
+		a.t.Errorf("%s received %d messages of other users on _INBOX.> during rollout %d:\n%.1500s", user, got, n, out)
+	}
+	a.violation(user, "_INBOX.>")
+}
+
+// scheduleArrival: trainer-actor publishes on its own subject a schedule
+// whose target is the planner's arrival subject.
+func (a *attackers) scheduleArrival() {
+	const n = 22
+	forged := mustMarshal(a.t, &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: schema.Engine{URL: "http://evil.example:1", Protocol: "sglang"},
+		Tasks: []schema.Task{{Prompt: "forged", Label: "x"}}, AtMs: time.Now().UnixMilli()})
+	out, err := a.cli("trainer-actor", 20*time.Second, forged, "pub", fmt.Sprintf("rollout.%d.arrive.actor", n),
+		"--schedule-after", "1s", "--schedule-dest", fmt.Sprintf("rollout.%d.arrive.planner", n), "--force-stdin")
+	time.Sleep(2500 * time.Millisecond) // the schedule would fire after 1s
+	if m := a.last(fmt.Sprintf("rollout.%d.arrive.planner", n)); m != nil {
+		a.t.Errorf("trainer-actor arrived as the planner through a schedule (%v: %s)", err, out)
+	}
+	if err == nil {
+		a.t.Errorf("the scheduled publish was accepted: %s", out)
+	}
+}
+
+// scheduleResult: trainer-actor schedules a forged ok result on the
+// planner's result subject of a finished rollout.
+func (a *attackers) scheduleResult(n int64) {
+	subj := fmt.Sprintf("rollout.%d.result.planner", n)
+	before := a.last(subj)
+	forged := mustMarshal(a.t, &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
+		Samples: []schema.Sample{{Response: "FORGED"}}})
+	out, err := a.cli("trainer-actor", 20*time.Second, forged, "pub", fmt.Sprintf("rollout.%d.arrive.actor", 9023),
+		"--schedule-after", "1s", "--schedule-dest", subj, "--force-stdin")
+	time.Sleep(2500 * time.Millisecond)
+	if after := a.last(subj); after == nil || before == nil || after.Sequence != before.Sequence {
+		a.t.Errorf("the planner's result of rollout %d was replaced through a schedule of trainer-actor (%v: %s)", n, err, out)
+	}
+	if err == nil {
+		a.t.Errorf("the scheduled publish was accepted: %s", out)
+	}
+}
+
+// scheduleSource: trainer-planner has the server copy the actor's result
+// onto a subject it may read.
+func (a *attackers) scheduleSource(n int64) {
+	own := fmt.Sprintf("rollout.%d.result.planner", 9024)
+	out, err := a.cli("trainer-planner", 20*time.Second, nil, "pub", fmt.Sprintf("rollout.%d.arrive.planner", 9024), "x",
+		"--schedule-after", "1s", "--schedule-source", fmt.Sprintf("rollout.%d.result.actor", n), "--schedule-dest", own)
+	time.Sleep(2500 * time.Millisecond)
+	if m := a.last(own); m != nil {
+		a.t.Errorf("the actor's result of rollout %d was copied to %s (%d bytes) for trainer-planner (%v: %s)", n, own, len(m.Data), err, out)
+	}
+	if err == nil {
+		a.t.Errorf("the scheduled publish was accepted: %s", out)
+	}
+}
+
+// claimMsgID: trainer-planner publishes on its own subject with the
+// message id planact gives rollout n's planner result; the real result
+// must still be stored.
+func (a *attackers) claimMsgID(n int64) {
+	out, err := a.cli("trainer-planner", 20*time.Second, nil, "pub", "-J", fmt.Sprintf("rollout.%d.cancel.planner", 9021), "x",
+		"-H", fmt.Sprintf("Nats-Msg-Id:result.%d.planner", n))
+	a.t.Logf("claim: %v %s", err, out)
+	o := a.rollout(n, a.e.tasks(2, 2, n), 90*time.Second)
+	if !o.ok() {
+		a.t.Errorf("rollout %d after trainer-planner took its result's message id: %v", n, o)
+	}
+	// The live copy reached the waiting trainer; the stream must hold it
+	// too, for a trainer that reads it later.
+	if a.last(fmt.Sprintf("rollout.%d.result.planner", n)) == nil {
+		a.t.Errorf("the planner's result of rollout %d is not in the stream: its message id was taken by trainer-planner", n)
+	}
+}
+
+// purgeTasks: trainer-planner purges the task lists: the actor's, and
+// even its own.
+func (a *attackers) purgeTasks() {
+	for _, role := range []string{schema.RoleActor, schema.RolePlanner} {
+		store := "OBJ_" + bus.ObjectTasks(role)
+		before := a.streamMsgs(store)
+		out, err := a.cli("trainer-planner", 20*time.Second, nil, "stream", "purge", store, "-f")
+		if after := a.streamMsgs(store); after < before || err == nil {
+			a.t.Errorf("trainer-planner purged %s (%d -> %d messages; %v: %s)", store, before, after, err, out)
+		}
+		// The CLI looks at the stream first: that is refused already.
+		a.violation("trainer-planner", "$JS.API.STREAM.")
+		a.violation("trainer-planner", store)
+	}
+}
+
+// taskObject returns the object and store of the task list role arrived
+// with for rollout n.
+func (a *attackers) taskObject(n int64, role string) (store, name string) {
+	a.t.Helper()
+	m := a.last(fmt.Sprintf("rollout.%d.arrive.%s", n, role))
+	if m == nil {
+		a.t.Fatalf("no arrival of %s for rollout %d", role, n)
+	}
+	var arr schema.Arrive
+	if err := schema.Unmarshal(m.Data, &arr); err != nil || arr.TasksObject == "" {
+		a.t.Fatalf("arrival of %s for rollout %d: %v, object %q", role, n, err, arr.TasksObject)
+	}
+	return bus.ObjectTasks(role), arr.TasksObject
+}
+
+// touchOthersTasks: trainer-actor deletes, then overwrites, the task list
+// the planner arrived with (rollout n waits at the barrier for the actor).
+func (a *attackers) touchOthersTasks(n int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pc := a.trainer(schema.RolePlanner)
+	pc.InlineTasksLimit = 256
+	if err := pc.Arrive(ctx, &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: a.planner, Tasks: a.e.tasks(3, 1, n)}); err != nil {
+		a.t.Fatal(err)
+	}
+	bucket, name := a.taskObject(n, schema.RolePlanner)
+	store, err := a.ajs.ObjectStore(ctx, bucket)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	infoBefore, err := store.GetInfo(ctx, name)
+	if err != nil {
+		a.t.Fatalf("the planner's task list %s: %v", name, err)
+	}
+	poison := mustMarshal(a.t, &schema.TaskList{Tasks: []schema.Task{{Prompt: "q", Label: "POISONED-LABEL"}}})
+	file := a.t.TempDir() + "/poison"
+	if err := os.WriteFile(file, poison, 0o600); err != nil {
+		a.t.Fatal(err)
+	}
+	out, err := a.cli("trainer-actor", 20*time.Second, nil, "obj", "put", bucket, file, "--name", name, "-f")
+	if info, _ := store.GetInfo(ctx, name); info == nil || info.Digest != infoBefore.Digest {
+		a.t.Errorf("trainer-actor overwrote the planner's task list %s (%v: %s)", name, err, out)
+	}
+	out, err = a.cli("trainer-actor", 20*time.Second, nil, "obj", "del", bucket, name, "-f")
+	if _, gerr := store.GetInfo(ctx, name); gerr != nil {
+		a.t.Errorf("trainer-actor deleted the planner's task list %s: %v (%v: %s)", name, gerr, err, out)
+	}
+	a.violation("trainer-actor", bucket)
+	_ = pc.Cancel(ctx, n, schema.RolePlanner, "attack over")
+}
+
+// poisonOwnTasks: trainer-planner arrives with a task list in the object
+// store, then writes other tasks under its name before the actor arrives:
+// the rollout must not run on them.
+func (a *attackers) poisonOwnTasks(n int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pnc, _ := a.conn("trainer-planner")
+	pc, err := client.New(pnc)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	pc.InlineTasksLimit = 256
+	tasks := a.e.tasks(3, 1, n)
+	if err := pc.Arrive(ctx, &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: a.planner, Tasks: tasks}); err != nil {
+		a.t.Fatal(err)
+	}
+	js, err := jetstream.New(pnc)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	bucket, name := a.taskObject(n, schema.RolePlanner)
+	store, err := js.ObjectStore(ctx, bucket)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	var poisoned []schema.Task
+	for _, tk := range tasks {
+		tk.Label = "POISONED-LABEL"
+		poisoned = append(poisoned, tk)
+	}
+	// Its store is its own: the new list takes the name (the removal of
+	// the old chunks, which needs a purge, is refused).
+	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+	_, perr := store.PutBytes(pctx, name, mustMarshal(a.t, &schema.TaskList{Tasks: poisoned}))
+	pcancel()
+	a.t.Logf("overwrite of its own list: %v", perr)
+	ac := a.trainer(schema.RoleActor)
+	if err := ac.Arrive(ctx, &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: a.actor}); err != nil {
+		a.t.Fatal(err)
+	}
+	r, err := pc.Result(ctx, n, schema.RolePlanner)
+	if r == nil {
+		a.t.Fatalf("rollout %d: %v", n, err)
+	}
+	for _, s := range r.Samples {
+		if strings.Contains(fmt.Sprint(s.Label), "POISONED") {
+			a.t.Fatalf("rollout %d ran on the task list changed after the arrival: sample label %v (%s %s)", n, s.Label, r.Status, r.Reason)
+		}
+	}
+	if r.Status != schema.ResultInvalid || !strings.Contains(r.Reason, "SHA-256") {
+		a.t.Errorf("rollout %d: %s %q; want invalid, naming the SHA-256 that does not match", n, r.Status, r.Reason)
+	}
+}
+
+// viewerNaks: the viewer answers every delivery it can see with -NAK
+// while a rollout runs.
+func (a *attackers) viewerNaks(n int64) {
+	nc, errs := a.conn("viewer")
+	var naks atomic.Int64
+	_, err := nc.Subscribe("_INBOX.>", func(m *nats.Msg) {
+		if strings.HasPrefix(m.Reply, "$JS.ACK.") {
+			if m.Respond([]byte("-NAK")) == nil {
+				naks.Add(1)
+			}
+		}
+	})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	_ = nc.Flush()
+	o := a.rollout(n, a.e.tasks(2, 2, n), 2*time.Minute)
+	if !o.ok() {
+		a.t.Errorf("rollout %d: %v", n, o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	redelivered := 0
+	for _, c := range []string{"planner-gateway", "plan-parser", "act-dispatcher-plan"} {
+		if info, err := a.ajs.Consumer(ctx, "PLAN", c); err == nil {
+			redelivered += info.CachedInfo().NumRedelivered
+		}
+	}
+	if naks.Load() > 0 {
+		a.t.Errorf("the viewer sent %d -NAKs to the services' deliveries (the PLAN consumers redelivered %d)", naks.Load(), redelivered)
+	}
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			a.t.Errorf("viewer: %v, want a permission violation", err)
+		}
+	case <-time.After(10 * time.Second):
+		a.t.Errorf("the viewer's subscription to _INBOX.> was not refused")
+	}
+	a.violation("viewer", "_INBOX.>")
+}
+
+// fakeGateway: the viewer answers $SRV.PING.planner-gateway, so that a
+// pause waits for a gateway that does not exist.
+func (a *attackers) fakeGateway() {
+	ping, _ := json.Marshal(map[string]any{"name": "planner-gateway", "id": "FAKE-GATEWAY", "version": "0.1.0", "metadata": map[string]string{},
+		"type": "io.nats.micro.v1.ping_response"})
+	stop := a.cliStart("viewer", "reply", "$SRV.PING.planner-gateway", string(ping))
+	defer stop()
+	time.Sleep(500 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pc := a.trainer(schema.RolePlanner)
+	began := time.Now()
+	paused, err := pc.Pause(ctx, schema.RolePlanner, client.PauseOptions{Timeout: 10 * time.Second})
+	took := time.Since(began)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if err := pc.Resume(ctx, schema.RolePlanner, "planner-v7"); err != nil {
+		a.t.Fatal(err)
+	}
+	if len(paused.Missing) > 0 || strings.Contains(strings.Join(paused.Drained, ","), "FAKE") {
+		a.t.Errorf("a pause waited %v for the viewer's fake gateway: drained %v, missing %v", took.Round(100*time.Millisecond), paused.Drained, paused.Missing)
+	}
+	a.violation("viewer", "$SRV.PING.planner-gateway")
+}
+
+// consumers: user creates count durable consumers on stream with the CLI,
+// then, with nats.go, a durable one and one that pushes the stream's
+// messages onto a subject of planact's (NATS checks no right of the
+// creator on a deliver subject).
+func (a *attackers) consumers(user, stream string, count int) {
+	made := 0
+	for i := range count {
+		out, err := a.cli(user, 20*time.Second, nil, "consumer", "add", stream, fmt.Sprintf("%s-evil-%d", strings.ReplaceAll(user, "-", ""), i), "--pull", "--defaults")
+		if err == nil {
+			made++
+		} else if i == 0 {
+			a.t.Logf("refused: %.300s", out)
+			break // refused: the others would be too
+		}
+	}
+	if made > 0 {
+		a.t.Errorf("%s created %d durable consumers on %s", user, made, stream)
+	}
+	nc, errs := a.conn(user)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "evil-durable", AckPolicy: jetstream.AckNonePolicy}); err == nil {
+		a.t.Errorf("%s created a durable consumer on %s", user, stream)
+	}
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			a.t.Errorf("%s: %v, want a permission violation", user, err)
+		}
+	case <-time.After(10 * time.Second):
+		a.t.Errorf("%s: the consumer's creation was not refused", user)
+	}
+	a.violation(user, "$JS.API.CONSUMER.CREATE."+stream)
+	legacy, err := nc.JetStream()
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if _, err := legacy.AddConsumer(stream, &nats.ConsumerConfig{Durable: "evil-push", DeliverSubject: "plan.1.req.0", AckPolicy: nats.AckNonePolicy},
+		nats.MaxWait(5*time.Second)); err == nil {
+		a.t.Errorf("%s created a consumer on %s that pushes onto plan.1.req.0", user, stream)
+	}
+}
+
+// servicesEdit: every service user tries to change a stream's
+// configuration (the actor-gateway calls engine URLs trainers supply).
+func (a *attackers) servicesEdit() {
+	for _, user := range []string{"session-store", "planner-gateway", "plan-parser", "act-dispatcher", "actor-gateway"} {
+		for _, stream := range []string{"ROLLOUT", "PLAN"} {
+			out, err := a.cli(user, 20*time.Second, nil, "stream", "edit", stream, "--description", "changed by "+user, "-f")
+			if err == nil {
+				a.t.Errorf("%s changed stream %s: %s", user, stream, out)
+			}
+		}
+		a.violation(user, "$JS.API.STREAM.UPDATE.")
+	}
+}
+
+// flood: trainer-actor publishes 100 arrivals of 1 MB and a 2 MB one; it
+// must be told no long before, its stream must stay in its limit, and
+// neither planact's streams nor the planner's may take any of it.
+func (a *attackers) flood(n int64) {
+	rolloutBefore, plannerBefore := a.streamState(bus.StreamRollout), a.streamState(bus.StreamTrainer(schema.RolePlanner))
+	out, err := a.cli("trainer-actor", 2*time.Minute, nil, "pub", "-J", fmt.Sprintf("rollout.%d.arrive.actor", n), "{{ Random 1000000 1000000 }}", "--count", "100")
+	if err == nil {
+		a.t.Errorf("trainer-actor published 100 junk arrivals of 1 MB without a refusal: %.500s", out)
+	}
+	a.t.Logf("refused: %.300s", out[max(0, len(out)-300):])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if s, err := a.ajs.Stream(ctx, bus.StreamTrainer(schema.RoleActor)); err == nil {
+		info, _ := s.Info(ctx)
+		if info != nil && info.State.Bytes > uint64(info.Config.MaxBytes) {
+			a.t.Errorf("%s holds %d bytes, over its limit of %d", info.Config.Name, info.State.Bytes, info.Config.MaxBytes)
+		}
+	}
+	big := strings.Repeat("x", 2<<20)
+	out, err = a.cli("trainer-actor", 30*time.Second, nil, "pub", "-J", fmt.Sprintf("rollout.%d.arrive.actor", n+1), big)
+	if err == nil {
+		a.t.Errorf("trainer-actor published an arrival of 2 MB: %.300s", out)
+	}
+	if after := a.streamState(bus.StreamRollout); after.Bytes > rolloutBefore.Bytes+1<<20 {
+		a.t.Errorf("ROLLOUT grew from %d to %d bytes during the flood", rolloutBefore.Bytes, after.Bytes)
+	}
+	if after := a.streamState(bus.StreamTrainer(schema.RolePlanner)); after.Msgs != plannerBefore.Msgs {
+		a.t.Errorf("the planner's stream changed during the actor's flood: %d -> %d messages", plannerBefore.Msgs, after.Msgs)
+	}
+	// The planner still arrives.
+	pnc, _ := a.conn("trainer-planner")
+	js, _ := jetstream.New(pnc)
+	msg, _ := bus.NewMsg(context.Background(), &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: a.planner, AtMs: time.Now().UnixMilli(), Tasks: a.e.tasks(1, 1, n)})
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		a.t.Errorf("the planner cannot arrive while the actor floods its own stream: %v", err)
+	}
+}
+
+// everySchedules: trainer-planner leaves a schedule that publishes every
+// second after it disconnected.
+func (a *attackers) everySchedules() {
+	out, err := a.cli("trainer-planner", 20*time.Second, nil, "pub", fmt.Sprintf("rollout.%d.arrive.planner", 9061), "junk",
+		"--schedule-every", "1s", "--schedule-dest", fmt.Sprintf("rollout.%d.cancel.planner", 9061))
+	time.Sleep(2500 * time.Millisecond)
+	if m := a.last(fmt.Sprintf("rollout.%d.cancel.planner", 9061)); m != nil || err == nil {
+		a.t.Errorf("trainer-planner left a schedule that writes every second (%v: %s)", err, out)
+	}
+}
+
+// subscriptions: trainer-actor opens 25,000 subscriptions.
+func (a *attackers) subscriptions() {
+	nc, errs := a.conn("trainer-actor")
+	for i := range 25000 {
+		if _, err := nc.Subscribe(fmt.Sprintf("rollout.%d.result.actor", i), func(*nats.Msg) {}); err != nil {
+			break
+		}
+	}
+	_ = nc.Flush()
+	select {
+	case err := <-errs:
+		if !strings.Contains(err.Error(), "maximum subscriptions") {
+			a.t.Errorf("trainer-actor's 25,000 subscriptions: %v, want the account's limit", err)
+		}
+	case <-time.After(10 * time.Second):
+		a.t.Errorf("trainer-actor holds 25,000 subscriptions")
+	}
+}
+
+// rollup: trainer-actor publishes with Nats-Rollup: all on its own arrival
+// subject: the stream it lands in must not lose a message.
+func (a *attackers) rollup(n int64) {
+	before, own := a.streamMsgs(bus.StreamRollout), a.streamMsgs(bus.StreamTrainer(schema.RoleActor))
+	out, err := a.cli("trainer-actor", 20*time.Second, nil, "pub", "-J", fmt.Sprintf("rollout.%d.arrive.actor", 9025), "x", "-H", "Nats-Rollup:all")
+	if after := a.streamMsgs(bus.StreamRollout); after < before || err == nil {
+		a.t.Errorf("trainer-actor rolled up ROLLOUT: %d -> %d messages (%v: %s)", before, after, err, out)
+	}
+	if after := a.streamMsgs(bus.StreamTrainer(schema.RoleActor)); after < own {
+		a.t.Errorf("trainer-actor rolled up its own stream: %d -> %d messages", own, after)
+	}
+	if a.last(fmt.Sprintf("rollout.%d.result.planner", n)) == nil {
+		a.t.Errorf("the results of rollout %d are gone", n)
+	}
+}

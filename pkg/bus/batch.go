@@ -1,0 +1,124 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/planact/planact/pkg/fail"
+)
+
+// Batch is what ReadBatch read: messages in stream order, and how many
+// more match after them.
+type Batch struct {
+	Msgs []StoredMsg
+	// Pending is how many messages on the filter the stream held after
+	// the last one read, when the read ended.
+	Pending uint64
+}
+
+// batchBytes bounds one batch, so that a reader of a stream of large
+// messages gets them a few at a time.
+const batchBytes = 1 << 20
+
+// ReadBatch reads up to n messages of stream on subjects matching filter
+// (wildcards allowed), from sequence from on, with one direct get: no
+// consumer is needed, so a reader (the web view, `planact watch`) needs
+// the right to read the stream and nothing else. Any replica may answer; one
+// behind the leader answers fewer messages (never a gap), and the next read
+// from after the last one gets the rest. An empty batch says there is
+// nothing from from on yet.
+func ReadBatch(ctx context.Context, nc *nats.Conn, stream, filter string, from uint64, n int) (Batch, error) {
+	req, _ := json.Marshal(map[string]any{"seq": max(from, 1), "next_by_subj": filter, "batch": n, "max_bytes": batchBytes})
+	inbox := nc.NewInbox()
+	msgs := make(chan *nats.Msg, n+1)
+	sub, err := nc.ChanSubscribe(inbox, msgs)
+	if err != nil {
+		return Batch{}, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, req); err != nil {
+		return Batch{}, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	var b Batch
+	for {
+		select {
+		case <-rctx.Done():
+			if len(b.Msgs) > 0 {
+				return b, nil // the end of the batch went missing: read on from what came
+			}
+			return b, fail.Transientf("read %s from %d: %w (%w)", stream, from, rctx.Err(), ErrNotAnswered)
+		case m := <-msgs:
+			switch status := m.Header.Get("Status"); status {
+			case "":
+			case "404":
+				return b, nil // nothing from there on
+			case "204": // the end of the batch
+				b.Pending, _ = strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				return b, nil
+			case "503": // no responders: no replica answers direct gets now
+				return b, fail.Transientf("read %s: no replica answers direct gets (%w)", stream, ErrNotAnswered)
+			default:
+				return b, fail.Transientf("read %s from %d: %s %s", stream, from, status, m.Header.Get("Description"))
+			}
+			sm := StoredMsg{Subject: m.Header.Get("Nats-Subject"), Header: m.Header, Data: m.Data}
+			if sm.Seq, err = strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64); err != nil {
+				return b, fail.Transientf("read %s: bad Nats-Sequence %q", stream, m.Header.Get("Nats-Sequence"))
+			}
+			if sm.Time, err = time.Parse(time.RFC3339Nano, m.Header.Get("Nats-Time-Stamp")); err != nil {
+				return b, fail.Transientf("read %s: bad Nats-Time-Stamp %q", stream, m.Header.Get("Nats-Time-Stamp"))
+			}
+			b.Msgs = append(b.Msgs, sm)
+		}
+	}
+}
+
+// LastSeq returns the sequence of the last message stream holds on
+// subjects matching filter, or 0, with a direct get.
+func LastSeq(ctx context.Context, nc *nats.Conn, stream, filter string) (uint64, error) {
+	m, err := getMsg(ctx, nc, stream, map[string]any{"last_by_subj": filter}, true)
+	if err != nil || m == nil {
+		return 0, err
+	}
+	return m.Seq, nil
+}
+
+// Follow reads stream on filter from sequence from on, calling fn with
+// every message in order, until ctx ends: what it has read, then what
+// comes, polling every interval when there is nothing new. A read that
+// fails (a server restarting, a leader moving) is tried again. caughtUp,
+// if not nil, is called after each read that found nothing more: every
+// message the replica that answered held is read.
+func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint64, interval time.Duration, fn func(StoredMsg), caughtUp func()) error {
+	next := max(from, 1)
+	for {
+		b, err := ReadBatch(ctx, nc, stream, filter, next, 256)
+		for _, m := range b.Msgs {
+			fn(m)
+			next = m.Seq + 1
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil && len(b.Msgs) > 0 && b.Pending > 0 {
+			continue // more already there
+		}
+		if err == nil && caughtUp != nil {
+			caughtUp()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
+
+// String is for logs.
+func (b Batch) String() string { return fmt.Sprintf("%d messages, %d pending", len(b.Msgs), b.Pending) }
