@@ -33,6 +33,7 @@ import (
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
 )
 
@@ -332,10 +333,6 @@ func strictJSON(data []byte, v any) error {
 // with direct gets, no consumer. A rollout the streams do not hold, or
 // that has not ended, is an error that says so.
 func Record(ctx context.Context, nc *nats.Conn, n int64) (*Recording, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
 	r := &Recording{Format: Format, Rollout: n, Arrivals: map[string]*schema.Arrive{}, Results: map[string]*Result{}}
 	eps := map[int]*Episode{}
 	episode := func(e int) *Episode {
@@ -362,18 +359,28 @@ func Record(ctx context.Context, nc *nats.Conn, n int64) (*Recording, error) {
 	}
 	var arrivals []arrival
 	rejected := map[string]bool{}
+	var err error
+	// Each trainer's arrivals are in its own stream (the streams are split
+	// by writer), the rest of the rollout in ROLLOUT.
+	for _, role := range bus.Roles {
+		err = each(ctx, nc, bus.StreamTrainer(role), subject.Arrive(n, role), func(_ string, h nats.Header, data []byte) error {
+			var a schema.Arrive
+			if err := schema.UnmarshalTrainer(data, h, &a); err != nil || a.Role != role {
+				return nil // refused when it came: not the rollout's
+			}
+			arrivals = append(arrivals, arrival{h.Get(jetstream.MsgIDHeader), &a})
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	err = each(ctx, nc, bus.StreamRollout, "rollout."+strconv.FormatInt(n, 10)+".>", func(subj string, h nats.Header, data []byte) error {
 		p, err := subject.Parse(subj)
 		if err != nil {
 			return nil // not a subject of planact's grammar
 		}
 		switch {
-		case p.Verb == "arrive":
-			var a schema.Arrive
-			if err := schema.UnmarshalTrainer(data, h, &a); err != nil {
-				return nil // refused when it came: not the rollout's
-			}
-			arrivals = append(arrivals, arrival{h.Get(jetstream.MsgIDHeader), &a})
 		case p.Verb == "result" && strings.HasSuffix(subj, ".rejected"):
 			var res schema.Result
 			if err := schema.Unmarshal(data, &res); err == nil {
@@ -391,7 +398,7 @@ func Record(ctx context.Context, nc *nats.Conn, n int64) (*Recording, error) {
 				return fmt.Errorf("%s: %w", subj, err)
 			}
 			if res.SamplesObject != "" {
-				if res.Samples, err = objectSamples(ctx, js, res.Role, res.SamplesObject); err != nil {
+				if res.Samples, err = objectSamples(ctx, nc, res.Role, res.SamplesObject); err != nil {
 					return err
 				}
 			}
@@ -494,15 +501,16 @@ func Record(ctx context.Context, nc *nats.Conn, n int64) (*Recording, error) {
 		if from == "" && (len(a.Tasks) > 0 || a.TasksObject != "") {
 			from = role
 			if a.TasksObject != "" {
-				if r.Tasks, err = objectTasks(ctx, js, role, a.TasksObject); err != nil {
-					return nil, err
+				tl := schema.TaskList{Object: a.TasksObject, From: role, Digest: schema.DigestSHA256 + a.TasksSHA256}
+				if r.Tasks, err = session.ReadTaskList(ctx, nc, tl); err != nil {
+					return nil, fmt.Errorf("tasks %s of the %s's arrival: %w", a.TasksObject, role, err)
 				}
 			} else {
 				r.Tasks = a.Tasks
 			}
 		}
 		cp := *a
-		cp.Tasks, cp.TasksObject = nil, ""
+		cp.Tasks, cp.TasksObject, cp.TasksSHA256 = nil, "", ""
 		r.Arrivals[role] = &cp
 	}
 	r.TasksFrom = from
@@ -587,12 +595,8 @@ func each(ctx context.Context, nc *nats.Conn, stream, filter string, fn func(sub
 	}
 }
 
-func objectSamples(ctx context.Context, js jetstream.JetStream, role, name string) ([]schema.Sample, error) {
-	store, err := js.ObjectStore(ctx, bus.ObjectResults(role))
-	if err != nil {
-		return nil, fmt.Errorf("object store %s: %w", bus.ObjectResults(role), err)
-	}
-	data, err := store.GetBytes(ctx, name)
+func objectSamples(ctx context.Context, nc *nats.Conn, role, name string) ([]schema.Sample, error) {
+	data, err := bus.ReadObject(ctx, nc, bus.ObjectResults(role), name, 0)
 	if err != nil {
 		return nil, fmt.Errorf("samples %s: %w (gone with the result retention?)", name, err)
 	}
@@ -601,20 +605,4 @@ func objectSamples(ctx context.Context, js jetstream.JetStream, role, name strin
 		return nil, fmt.Errorf("samples %s: %w", name, err)
 	}
 	return samples, nil
-}
-
-func objectTasks(ctx context.Context, js jetstream.JetStream, role, name string) ([]schema.Task, error) {
-	store, err := js.ObjectStore(ctx, bus.ObjectTasks)
-	if err != nil {
-		return nil, fmt.Errorf("object store %s: %w", bus.ObjectTasks, err)
-	}
-	data, err := store.GetBytes(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("tasks %s of the %s's arrival: %w", name, role, err)
-	}
-	var tl schema.TaskList
-	if err := schema.Unmarshal(data, &tl); err != nil {
-		return nil, fmt.Errorf("tasks %s: %w", name, err)
-	}
-	return tl.Tasks, nil
 }

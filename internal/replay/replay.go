@@ -76,7 +76,11 @@ func Run(ctx context.Context, rec *Recording, o Options) (*Report, error) {
 	go func() {
 		// Retries are quick (the recorded engine answers at once); what
 		// they decide is the same.
-		served <- stack.Serve(sctx, stack.Services, stack.Options{Conn: conn, Log: o.Log, ActRetryBase: 10 * time.Millisecond})
+		// The replay provisions in process, as `planact up` does (the
+		// embedded server has no users), with what its disk offers.
+		so := stack.Options{Provision: true, Conn: conn, Log: o.Log, ActRetryBase: 10 * time.Millisecond}
+		so.Provisioning.Storage = min(bus.DefaultStorage, srv.Storage()/10*9)
+		served <- stack.Serve(sctx, stack.Services, so)
 	}()
 	defer func() {
 		stop()
