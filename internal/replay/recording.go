@@ -31,6 +31,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
@@ -502,8 +503,13 @@ func Record(ctx context.Context, nc *nats.Conn, n int64) (*Recording, error) {
 			from = role
 			if a.TasksObject != "" {
 				tl := schema.TaskList{Object: a.TasksObject, From: role, Digest: schema.DigestSHA256 + a.TasksSHA256}
-				if r.Tasks, err = session.ReadTaskList(ctx, nc, tl); err != nil {
-					return nil, fmt.Errorf("tasks %s of the %s's arrival: %w", a.TasksObject, role, err)
+				r.Tasks, err = session.ReadTaskList(ctx, nc, tl)
+				if errors.Is(err, jetstream.ErrObjectNotFound) {
+					return nil, fmt.Errorf("rollout %d: %w: its tasks came as an object (the %s's list was over the client's inline limit, %d KiB by default), which planact removes when the rollout ends, so a rollout that ended cannot be recorded without them; record one whose tasks came inline",
+						n, err, role, client.DefaultInlineTasksLimit>>10)
+				}
+				if err != nil {
+					return nil, fmt.Errorf("rollout %d: the %s's task list %s: %w", n, role, a.TasksObject, err)
 				}
 			} else {
 				r.Tasks = a.Tasks

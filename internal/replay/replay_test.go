@@ -11,12 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/internal/replay"
+	"github.com/planact/planact/internal/stack"
 	"github.com/planact/planact/internal/stacktest"
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
+	"github.com/planact/planact/pkg/subject"
 )
 
 var update = flag.Bool("update", false, "record the rollouts of testdata/replay again, from the simulated world")
@@ -222,5 +227,93 @@ func TestReplayFindsDifferences(t *testing.T) {
 	}
 	if len(r.Differences) != len(want) {
 		t.Errorf("%d differences, want the %d made", len(r.Differences), len(want))
+	}
+}
+
+// TestRecordReadsObjects: a rollout whose results' samples are in the
+// object stores (results_<role>) is recorded whole, read without a
+// consumer as the least-privilege layout allows, and replays with no
+// difference. One whose task list came as an object (tasks_planner, named
+// by the arrival's tasks_sha256) cannot be recorded once it ended (planact
+// removes the list then), and Record says so instead of recording it
+// without its tasks.
+func TestRecordReadsObjects(t *testing.T) {
+	env := stacktest.StartWith(t, sim.Config{Seed: 3, PlannerStepwise: 0.5}, sim.Config{Seed: 4, ActorErrorRate: 0.3}, stack.Options{InlineLimit: 512})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	nc := bustest.Conn(t, env.URL)
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := stacktest.Tasks(2, 2, 5)
+	rollout := func(n int64) map[string]*schema.Result {
+		t.Helper()
+		pa := &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: env.Planner, WeightVersion: stacktest.PlannerVersion, Tasks: tasks, Config: &schema.Config{MaxTurns: 3}}
+		aa := &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: env.Actor, WeightVersion: stacktest.ActorVersion}
+		for _, a := range []*schema.Arrive{pa, aa} {
+			if err := c.Arrive(ctx, a); err != nil {
+				t.Fatalf("arrive %s: %v", a.Role, err)
+			}
+		}
+		results := map[string]*schema.Result{}
+		for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+			res, err := c.Result(ctx, n, role)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.SamplesObject == "" || len(res.Samples) == 0 {
+				t.Fatalf("the %s's result: samples object %q, %d samples: the case shows nothing", role, res.SamplesObject, len(res.Samples))
+			}
+			results[role] = res
+		}
+		return results
+	}
+
+	const n = 9
+	results := rollout(n)
+	rec, err := replay.Record(ctx, nc, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.TasksFrom != schema.RolePlanner || len(rec.Tasks) != len(tasks) {
+		t.Fatalf("recorded %d tasks from %q, want %d from the planner", len(rec.Tasks), rec.TasksFrom, len(tasks))
+	}
+	for role, res := range results {
+		if got := len(rec.Results[role].Samples); got != len(res.Samples) {
+			t.Errorf("the %s's result recorded with %d samples, it holds %d", role, got, len(res.Samples))
+		}
+	}
+	clean(t, "replay", run(t, rec, nil))
+
+	// The same tasks as an object.
+	const m = 10
+	c.InlineTasksLimit = 1
+	rollout(m)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	str, err := js.Stream(ctx, bus.StreamTrainer(schema.RolePlanner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := str.GetLastMsgForSubject(ctx, subject.Arrive(m, schema.RolePlanner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent schema.Arrive
+	if err := schema.UnmarshalTrainer(msg.Data, msg.Header, &sent); err != nil || sent.TasksObject == "" || sent.TasksSHA256 == "" || len(sent.Tasks) > 0 {
+		t.Fatalf("the planner's arrival (%v): tasks object %q, sha256 %q, %d inline: the case shows nothing", err, sent.TasksObject, sent.TasksSHA256, len(sent.Tasks))
+	}
+	// planact removes the list once it published the results: a Record
+	// that comes first still finds it.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if _, err = replay.Record(ctx, nc, m); err != nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if want := "rollout 10: task object tasks_planner/" + sent.TasksObject + " is gone"; err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "removes when the rollout ends") {
+		t.Errorf("recording a rollout whose task list was an object: %v, want %q and why", err, want)
 	}
 }

@@ -113,7 +113,7 @@ func ReadTaskList(ctx context.Context, nc *nats.Conn, tl schema.TaskList) ([]sch
 	bucket := bus.ObjectTasks(tl.From)
 	data, err := bus.ReadObject(ctx, nc, bucket, tl.Object, maxObjectBytes)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, fail.Permanentf("task object %s/%s is gone", bucket, tl.Object)
+		return nil, fail.Permanentf("task object %s/%s is gone (%w)", bucket, tl.Object, jetstream.ErrObjectNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("task object %s/%s: %w", bucket, tl.Object, err)
