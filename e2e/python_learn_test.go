@@ -47,6 +47,10 @@ for gbs in json.loads(sys.argv[1]):
     except Exception as e:
         report[gbs] = {"error": type(e).__name__ + ": " + str(e)}
         continue
+    # slime's --save-debug-rollout-data / --load-debug-rollout-data keep
+    # samples as Sample.to_dict and read them back with Sample.from_dict.
+    from slime.utils.types import Sample as SlimeSample
+    assert [SlimeSample.from_dict(s.to_dict()) for s in samples] == samples, "samples changed by to_dict/from_dict"
     episodes = {}
     for s in samples:
         episodes.setdefault(s.metadata["planact_rollout_id"], len(episodes))
