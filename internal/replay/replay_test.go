@@ -317,3 +317,21 @@ func TestRecordReadsObjects(t *testing.T) {
 		t.Errorf("recording a rollout whose task list was an object: %v, want %q and why", err, want)
 	}
 }
+
+// TestReplayEvaluation: an evaluation (metrics, every episode's outcome,
+// stats per dataset, no samples) is recorded from the streams and replays
+// the same.
+func TestReplayEvaluation(t *testing.T) {
+	const n = 11
+	tasks := stacktest.Tasks(4, 1, 7)
+	for i := range tasks {
+		tasks[i].Dataset = []string{"gsm", "hotpot"}[i%2]
+	}
+	rec := record(t, n, sim.Config{Seed: 3, PlannerStepwise: 0.5}, sim.Config{Seed: 4, ActorErrorRate: 0.3}, tasks, &schema.Config{MaxTurns: 3, Evaluation: true})
+	res := rec.Results[schema.RolePlanner]
+	if !res.Evaluation || len(res.Episodes) != len(tasks) || len(res.Samples) > 0 || len(res.Stats.Datasets) != 2 {
+		t.Fatalf("recorded planner result: evaluation %v, %d episode outcomes, %d samples, datasets %v: want an evaluation of %d episodes in 2 datasets",
+			res.Evaluation, len(res.Episodes), len(res.Samples), res.Stats.Datasets, len(tasks))
+	}
+	clean(t, "evaluation", run(t, rec, nil))
+}
