@@ -95,10 +95,6 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("compose/nats/nats-1.conf: %w", err)
 	}
-	confPath := filepath.Join(dir, "nats-1.conf")
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		return err
-	}
 	var prof *profiler
 	if o.Profile != "" {
 		if err := os.MkdirAll(o.Profile, 0o755); err != nil {
@@ -108,6 +104,10 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 		// nats-server serves its profiles on prof_port.
 		conf += fmt.Sprintf("\nprof_port: %d\n", ports[2])
 		prof.add("nats-server", fmt.Sprintf("http://127.0.0.1:%d", ports[2]))
+	}
+	confPath := filepath.Join(dir, "nats-1.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return err
 	}
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", ports[0])
 	monitor := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
