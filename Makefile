@@ -21,10 +21,9 @@ up:
 build:
 	$(GO) build -o bin/planact ./cmd/planact
 
-## test: the whole suite with the race detector and, alongside it on one core, every fuzz target
-## for $(FUZZTIME); each part's output comes when it ends (docs/testing.md says what runs, how long)
-test: tools
-	@$(MAKE) --no-print-directory -j2 --output-sync=target unit fuzz-smoke
+## test: the whole suite with the race detector, then every fuzz target for $(FUZZTIME)
+## (docs/testing.md says what runs and how long)
+test: tools unit fuzz-smoke
 
 ## tools: the real clients the suite runs: the nats CLI (go install, once)
 tools:
@@ -35,7 +34,7 @@ unit:
 	$(GO) test -race -shuffle=on -count=1 -timeout 15m $(PKGS)
 
 fuzz-smoke:
-	@FUZZTIME=$(FUZZTIME) FUZZPARALLEL=1 FUZZPKGS="$(FUZZPKGS)" GO=$(GO) ./scripts/fuzz.sh
+	@FUZZTIME=$(FUZZTIME) FUZZPKGS="$(FUZZPKGS)" GO=$(GO) ./scripts/fuzz.sh
 
 ## fuzz: every fuzz target for $(FUZZLONG)
 fuzz:
