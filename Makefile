@@ -22,6 +22,7 @@ build:
 	$(GO) build -o bin/planact ./cmd/planact
 
 ## test: the whole suite with the race detector, then every fuzz target for $(FUZZTIME)
+## (docs/testing.md says what runs and how long)
 test: tools unit fuzz-smoke
 
 ## tools: the real clients the suite runs: the nats CLI (go install, once)

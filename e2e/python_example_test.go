@@ -42,6 +42,7 @@ func python(t *testing.T) string {
 // strict decoder accepts. nats-py cannot be installed here, so the test
 // stands in a stub for the nats module; encoding needs none of it.
 func TestPythonExampleEncodesWhatGoDecodes(t *testing.T) {
+	t.Parallel()
 	py := python(t)
 	examples, err := filepath.Abs("../examples/python")
 	if err != nil {
@@ -107,6 +108,7 @@ print(json.dumps({"subject": subject, "headers": headers, "body": base64.b64enco
 // test doubles included) compiles with py_compile, the bytecode written
 // outside the tree.
 func TestPythonExamplesCompile(t *testing.T) {
+	t.Parallel()
 	py := python(t)
 	var files []string
 	err := filepath.WalkDir("../examples/python", func(path string, d fs.DirEntry, err error) error {
@@ -462,6 +464,7 @@ func trained(groups ...int) []schema.TaskOutcome {
 // turns planact's result into slime Samples token for token, one list per
 // group, the stale sample kept (the default) and marked.
 func TestPythonSlimePlannerRollout(t *testing.T) {
+	t.Parallel()
 	const n = 107 // PLANACT_ROLLOUT_OFFSET 100 + slime's rollout 7
 	samples := plannerSamples(n)
 	var feed slimeFeed
@@ -572,6 +575,7 @@ func actorSamples(n int64) []schema.Sample {
 // alone, drops the stale sample (PLANACT_STALE=drop, counted), and the
 // acts of one episode share one slime rollout_id.
 func TestPythonSlimeActorGroups(t *testing.T) {
+	t.Parallel()
 	const n = 8
 	samples := actorSamples(n)
 	groupSamples := byGroup(samples, nil)
@@ -640,6 +644,7 @@ print_rollout(slime_planact.generate_rollout(rollout_args("http://slime-router:3
 // source, unchanged. PLANACT_STALE=mask keeps the stale sample in its group
 // with remove_sample set.
 func TestPythonSlimeOverSampling(t *testing.T) {
+	t.Parallel()
 	const n = 9
 	samples := plannerSamples(n)
 	var feed slimeFeed
@@ -706,6 +711,7 @@ print_rollout(slime_planact.generate_rollout(rollout_args(sys.argv[1], batch=2, 
 // refusals and time-outs become: errors that say what is wrong, naming the
 // variable at fault.
 func TestPythonSlimeErrors(t *testing.T) {
+	t.Parallel()
 	const n = 9
 	result := func(status, reason string, samples ...schema.Sample) slimeFeed {
 		var feed slimeFeed
@@ -807,6 +813,7 @@ except (ValueError, slime_planact.PlanactError) as e:
 // installed here: the in-memory stand-in plays the old server, giving its
 // version as nats-py does.)
 func TestPythonTrainerRefusesAnOldServer(t *testing.T) {
+	t.Parallel()
 	py := python(t)
 	examples, err := filepath.Abs("../examples/python")
 	if err != nil {
@@ -843,6 +850,7 @@ except trainer.ServerTooOld as e:
 // pause's Nats-Msg-Id), and pause returns planact's answer to this pause,
 // passing over the answer to an earlier one; unanswered, it says so.
 func TestPythonSlimePauseResume(t *testing.T) {
+	t.Parallel()
 	const atMs = 1767225600000
 	answer := func(epoch int64, pauseID, mode string) string {
 		return base64.StdEncoding.EncodeToString(marshal(t, &schema.Paused{Role: schema.RolePlanner, Epoch: epoch, PauseID: pauseID,
@@ -928,6 +936,7 @@ print(json.dumps({"answer": answer, "published": published(), "unanswered": unan
 // sample becomes ABORTED, the batch is returned as the plain list, and
 // PLANACT_STALE=mask is refused saying why.
 func TestPythonSlimeOlderSlime(t *testing.T) {
+	t.Parallel()
 	const n = 9
 	samples := plannerSamples(n)
 	var feed slimeFeed
