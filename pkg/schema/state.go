@@ -34,6 +34,16 @@ const (
 	ScheduleSequential = "sequential" // one node at a time
 )
 
+// Coordination modes (pkg/mode): how the planner and the actor work
+// together in an episode.
+const (
+	ModePlanAct    = "plan_act"    // the planner plans, the actor carries out the plan's acts
+	ModePeerReview = "peer_review" // the actor answers, the planner reviews until it accepts
+)
+
+// Modes are the coordination modes a rollout may name (mode).
+var Modes = []string{ModePlanAct, ModePeerReview}
+
 // Tool kinds.
 const (
 	ToolActor = "actor" // the actor model answers
@@ -51,6 +61,8 @@ type Tool struct {
 // Config is a rollout's configuration, sent by a trainer with its arrival.
 // Zero fields take the defaults of DefaultConfig.
 type Config struct {
+	// Mode names the coordination mode (Modes); default plan_act.
+	Mode             string   `json:"mode,omitempty"`
 	MaxTurns         int      `json:"max_turns,omitempty"`
 	PlanFormat       string   `json:"plan_format,omitempty"`  // format the prompt asks for
 	ParseFormat      string   `json:"parse_format,omitempty"` // force the parser's format; "" = auto
@@ -95,6 +107,7 @@ type Config struct {
 // DefaultConfig is what a rollout gets for every field its trainers leave zero.
 func DefaultConfig() Config {
 	return Config{
+		Mode:             ModePlanAct,
 		MaxTurns:         4,
 		PlanFormat:       string(plan.FormatGraph),
 		Tools:            []Tool{{Name: "search", Description: "look up one short fact, e.g. search(\"capital of France\")", Kind: ToolActor}},
@@ -117,6 +130,9 @@ func DefaultConfig() Config {
 // WithDefaults fills the zero fields of c from DefaultConfig.
 func (c Config) WithDefaults() Config {
 	d := DefaultConfig()
+	if c.Mode == "" {
+		c.Mode = d.Mode
+	}
 	if c.MaxTurns == 0 {
 		c.MaxTurns = d.MaxTurns
 	}
@@ -188,6 +204,12 @@ const (
 // Validate reports the first field that holds a value planact does not
 // know or that is out of its range, naming the field.
 func (c Config) Validate() error {
+	if !slices.Contains(Modes, c.Mode) {
+		return fmt.Errorf("config: mode %q: want one of %s", c.Mode, strings.Join(Modes, ", "))
+	}
+	if c.Mode == ModePeerReview && c.MaxTurns < 2 {
+		return fmt.Errorf("config: max_turns %d: mode peer_review wants at least 2 (turn 1 is the actor's first answer, the planner reviews from turn 2)", c.MaxTurns)
+	}
 	switch c.FailurePolicy {
 	case PolicySkip, PolicyReplan, PolicyFail:
 	default:

@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/planact/planact/pkg/client"
+	"github.com/planact/planact/pkg/reward"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+)
+
+// TestPeerReviewEndToEnd: a peer_review rollout on the simulated world.
+// The actor answers each task (wrongly half the time), the planner reviews
+// until it accepts; both roles' samples are token-exact (the invariants of
+// checkTokenExact), every attempt is one actor sample rewarded with the
+// final answer's score, and the planner's one sample per episode holds one
+// generated run per review and is rewarded with its verdict's agreement.
+func TestPeerReviewEndToEnd(t *testing.T) {
+	e := start(t, envOptions{planner: sim.Config{Seed: 5}, actor: sim.Config{Seed: 6, ActorErrorRate: 0.5}})
+	const n = 300
+	tasks := e.tasks(6, 2, n)
+	cfg := schema.Config{Mode: schema.ModePeerReview, MaxTurns: 6}
+	o := e.rollout(t, e.trainer(t), e.trainer(t), n, tasks, &cfg, false)
+	if o.perr != nil || o.aerr != nil {
+		t.Fatalf("planner err %v, actor err %v", o.perr, o.aerr)
+	}
+	pr, ar := o.planner, o.actor
+	if pr.Status != schema.ResultOK || ar.Status != schema.ResultOK {
+		t.Fatalf("status planner %q actor %q (%s / %s)", pr.Status, ar.Status, pr.Reason, ar.Reason)
+	}
+	if len(pr.Samples) != len(tasks) {
+		t.Fatalf("%d planner samples for %d episodes", len(pr.Samples), len(tasks))
+	}
+	attempts := map[string][]schema.Sample{}
+	for _, s := range ar.Samples {
+		checkTokenExact(t, s)
+		if s.Metadata["tool"] != "answer" {
+			t.Errorf("actor sample %s: tool %v, want answer", s.RolloutID, s.Metadata["tool"])
+		}
+		if len(s.WeightVersions) != 1 || s.WeightVersions[0] != "actor-v3" {
+			t.Errorf("actor sample %s: weight versions %v", s.RolloutID, s.WeightVersions)
+		}
+		if !strings.HasPrefix(s.Prompt, "You are the solver.") {
+			t.Errorf("actor sample %s: prompt %q", s.RolloutID, s.Prompt)
+		}
+		attempts[s.RolloutID] = append(attempts[s.RolloutID], s)
+	}
+	if ar.Stats.Acts != len(ar.Samples) {
+		t.Errorf("stats say %d acts, %d actor samples", ar.Stats.Acts, len(ar.Samples))
+	}
+	revised := 0
+	seen := map[string]bool{}
+	for _, s := range pr.Samples {
+		if seen[s.RolloutID] {
+			t.Errorf("two planner samples of episode %s", s.RolloutID)
+		}
+		seen[s.RolloutID] = true
+		checkTokenExact(t, s)
+		task := tasks[s.Index]
+		if s.Label != task.Label {
+			t.Errorf("sample %s: label %q, task's %q", s.RolloutID, s.Label, task.Label)
+		}
+		if !strings.HasPrefix(s.Prompt, "You are the reviewer.") {
+			t.Errorf("planner sample %s: prompt %q", s.RolloutID, s.Prompt)
+		}
+		if s.Status != schema.EpisodeCompleted {
+			t.Errorf("episode %s: %s (%v)", s.RolloutID, s.Status, s.Metadata["end_reason"])
+			continue
+		}
+		turns := asInt(s.Metadata["turns"])
+		reviews := generatedRuns(s.LossMask)
+		if reviews != turns-1 {
+			t.Errorf("episode %s: %d reviews in the loss mask, %d turns (turn 1 is the actor's)", s.RolloutID, reviews, turns)
+		}
+		if len(s.WeightVersions) != reviews {
+			t.Errorf("episode %s: weight versions %v for %d reviews", s.RolloutID, s.WeightVersions, reviews)
+		}
+		// One attempt per review: the first answer and each revision.
+		tries := attempts[s.RolloutID]
+		if len(tries) != reviews {
+			t.Errorf("episode %s: %d attempts for %d reviews", s.RolloutID, len(tries), reviews)
+		}
+		if len(tries) > 1 {
+			revised++
+		}
+		answer := joinAnswers(s.Metadata["answers"])
+		score := reward.F1(answer, task.Label)
+		correct := reward.ExactMatch(answer, task.Label) == 1
+		accepted, _ := s.Metadata["accepted"].(bool)
+		// The simulated reviewer knows the world: it accepts exactly the
+		// right answers, so it always agrees.
+		if accepted != correct {
+			t.Errorf("episode %s: accepted %v an answer %q whose correctness is %v (label %q)", s.RolloutID, accepted, answer, correct, task.Label)
+		}
+		wantPlanner := 0.0
+		if accepted == correct {
+			wantPlanner = 1
+		}
+		if s.Reward != wantPlanner {
+			t.Errorf("episode %s: planner reward %v, want %v (accepted %v, correct %v)", s.RolloutID, s.Reward, wantPlanner, accepted, correct)
+		}
+		last := ""
+		for _, a := range tries {
+			if a.Reward != score {
+				t.Errorf("episode %s: attempt %v rewarded %v, want the final answer's score %v", s.RolloutID, a.Metadata["key"], a.Reward, score)
+			}
+			if a.Metadata["turn"] != nil {
+				last = fmt.Sprint(a.Response)
+			}
+		}
+		if len(tries) > 0 && strings.TrimSpace(last) != answer && accepted {
+			t.Errorf("episode %s: accepted answer %q is not the last attempt %q", s.RolloutID, answer, last)
+		}
+	}
+	if revised == 0 {
+		t.Error("no episode needed a revision: the test does not exercise the review loop")
+	}
+	t.Logf("%d episodes, %d revised, accuracy %v, mean turns %.2f", len(pr.Samples), revised, pr.Stats.Accuracy, pr.Stats.MeanTurns)
+}
+
+// TestUnknownModeRefused: an arrival naming a mode planact does not know
+// is refused, the reason naming the known ones.
+func TestUnknownModeRefused(t *testing.T) {
+	e := start(t, envOptions{planner: sim.Config{Seed: 1}, actor: sim.Config{Seed: 2}})
+	const n = 301
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	planner := e.trainer(t)
+	err := planner.Arrive(ctx, &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: e.planner, WeightVersion: "planner-v7",
+		Tasks: e.tasks(1, 1, n), Config: &schema.Config{Mode: "debate"}})
+	if err == nil {
+		_, err = planner.Result(ctx, n, schema.RolePlanner)
+	}
+	if !errors.Is(err, client.ErrRejected) || !strings.Contains(err.Error(), `config: mode "debate": want one of plan_act, peer_review`) {
+		t.Fatalf("arrival with mode debate: %v", err)
+	}
+}
