@@ -136,7 +136,84 @@ func TestUnknownModeRefused(t *testing.T) {
 	if err == nil {
 		_, err = planner.Result(ctx, n, schema.RolePlanner)
 	}
-	if !errors.Is(err, client.ErrRejected) || !strings.Contains(err.Error(), `config: mode "debate": want one of plan_act, peer_review`) {
+	if !errors.Is(err, client.ErrRejected) || !strings.Contains(err.Error(), `config: mode "debate": want one of plan_act, peer_review, ensemble`) {
 		t.Fatalf("arrival with mode debate: %v", err)
 	}
+}
+
+// TestEnsembleEndToEnd: an ensemble rollout on the simulated world. Every
+// act of the actor is asked ensemble_k times and voted on: each candidate
+// is an actor sample, token-exact (the invariants of checkResults, which
+// every plan_act rollout passes too); per planned act there are K of them,
+// exactly one chosen; those agreeing with the pick get the final answer's
+// score, the rejected ones 0; and the vote took the most frequent answer.
+func TestEnsembleEndToEnd(t *testing.T) {
+	e := start(t, envOptions{planner: sim.Config{Seed: 7}, actor: sim.Config{Seed: 8, ActorErrorRate: 0.3}})
+	const n, k = 302, 3
+	tasks := e.tasks(6, 2, n)
+	cfg := schema.Config{Mode: schema.ModeEnsemble, EnsembleK: k}
+	o := e.rollout(t, e.trainer(t), e.trainer(t), n, tasks, &cfg, true)
+	checkResults(t, n, tasks, o, false)
+	score := map[string]float64{}
+	for _, s := range o.planner.Samples {
+		score[s.RolloutID] = s.Reward
+	}
+	type pick struct {
+		episode, node string
+		turn          int
+	}
+	cands := map[pick][]schema.Sample{}
+	for _, s := range o.actor.Samples {
+		id := fmt.Sprint(s.Metadata["node"])
+		cut := strings.LastIndex(id, "-c")
+		if cut < 0 {
+			t.Errorf("actor sample %s: node %s is no candidate", s.RolloutID, id)
+			continue
+		}
+		p := pick{s.RolloutID, id[:cut], asInt(s.Metadata["turn"])}
+		cands[p] = append(cands[p], s)
+	}
+	rejected := 0
+	for p, list := range cands {
+		if len(list) != k {
+			t.Errorf("%v: %d candidates, want %d", p, len(list), k)
+		}
+		count := map[string]int{}
+		for _, s := range list {
+			count[reward.Normalize(s.Response)]++
+		}
+		var chosen *schema.Sample
+		for i, s := range list {
+			if s.Metadata["ensemble"] == "chosen" {
+				if chosen != nil {
+					t.Errorf("%v: two candidates chosen", p)
+				}
+				chosen = &list[i]
+			}
+		}
+		if chosen == nil {
+			t.Errorf("%v: no candidate chosen: %v", p, list)
+			continue
+		}
+		for ans, c := range count {
+			if c > count[reward.Normalize(chosen.Response)] {
+				t.Errorf("%v: chose %q (%d votes) over %q (%d votes)", p, chosen.Response, count[reward.Normalize(chosen.Response)], ans, c)
+			}
+		}
+		for _, s := range list {
+			agree := reward.Normalize(s.Response) == reward.Normalize(chosen.Response)
+			switch {
+			case agree && s.Reward != score[p.episode]:
+				t.Errorf("%v: candidate %v (%s) rewarded %v, want the episode's %v", p, s.Metadata["node"], s.Metadata["ensemble"], s.Reward, score[p.episode])
+			case !agree && (s.Reward != 0 || s.Metadata["ensemble"] != "rejected"):
+				t.Errorf("%v: candidate %v %q against the pick %q: %s rewarded %v, want rejected 0", p, s.Metadata["node"], s.Response, chosen.Response, s.Metadata["ensemble"], s.Reward)
+			case !agree:
+				rejected++
+			}
+		}
+	}
+	if rejected == 0 {
+		t.Error("no candidate was rejected: the test does not exercise the vote")
+	}
+	t.Logf("%d picks, %d rejected candidates, accuracy %v", len(cands), rejected, o.planner.Stats.Accuracy)
 }

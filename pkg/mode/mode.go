@@ -63,6 +63,10 @@ type Mode interface {
 	// episode of task: the node (its arguments) and its input with
 	// placeholders filled.
 	ActorPrompt(task schema.Task, tool schema.Tool, node Node, input string) string
+	// RunLocal runs an act of a tool of kind KindLocal (one the mode adds,
+	// such as ensemble's vote) without an engine; node's arguments have
+	// their placeholders filled.
+	RunLocal(tool schema.Tool, node Node) (string, error)
 	// Observation is what the planner is shown of a turn whose acts all
 	// finished (the next turn's observation).
 	Observation(r *schema.Run) string
@@ -98,12 +102,16 @@ type Episode struct {
 	Planner *schema.Sample
 	Actor   []schema.Sample
 	Acts    []*schema.ActDone
+	// Outcomes are every act outcome of the episode (those without a
+	// sample too: failed, cached, HTTP tools, local acts).
+	Outcomes []*schema.ActDone
 }
 
 // modes are the modes by name.
 var modes = map[string]Mode{
 	schema.ModePlanAct:    PlanAct{},
 	schema.ModePeerReview: PeerReview{},
+	schema.ModeEnsemble:   Ensemble{},
 }
 
 // For returns the mode a rollout's config names ("" is plan_act). A name
@@ -120,6 +128,11 @@ func For(cfg schema.Config) (Mode, error) {
 		return nil, fmt.Errorf("mode %q: want one of %s", cfg.Mode, strings.Join(schema.Modes, ", "))
 	}
 	return m, nil
+}
+
+// errNoLocal is RunLocal's answer in a mode that adds no local tool.
+func errNoLocal(m Mode, tool string) error {
+	return fmt.Errorf("mode %s runs no tool %q itself", m.Name(), tool)
 }
 
 // oneLine keeps an observation on one line.

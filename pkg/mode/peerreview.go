@@ -144,6 +144,11 @@ func (PeerReview) Tool(cfg schema.Config, name string) (schema.Tool, bool) {
 	return cfg.Tool(name)
 }
 
+// RunLocal: peer_review adds no local tool.
+func (m PeerReview) RunLocal(tool schema.Tool, _ Node) (string, error) {
+	return "", errNoLocal(m, tool.Name)
+}
+
 // ActorPrompt asks for an answer, or a revision of the previous one.
 func (PeerReview) ActorPrompt(task schema.Task, _ schema.Tool, node Node, _ string) string {
 	var b strings.Builder

@@ -73,6 +73,11 @@ func (PlanAct) ActorPrompt(_ schema.Task, tool schema.Tool, _ Node, input string
 	return StepPrompt(tool, input)
 }
 
+// RunLocal: plan_act adds no local tool.
+func (m PlanAct) RunLocal(tool schema.Tool, _ Node) (string, error) {
+	return "", errNoLocal(m, tool.Name)
+}
+
 // StepPrompt is what the actor model is asked for one step of a plan.
 func StepPrompt(tool schema.Tool, input string) string {
 	var b strings.Builder

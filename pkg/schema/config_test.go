@@ -20,7 +20,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no retries", func(c *schema.Config) { c.ActRetries = -1 }, ""},
 		{"greedy", func(c *schema.Config) { c.ActorSampling.Temperature = schema.Float(0) }, ""},
 		{"peer review", func(c *schema.Config) { c.Mode = schema.ModePeerReview }, ""},
-		{"unknown mode", func(c *schema.Config) { c.Mode = "debate" }, `mode "debate": want one of plan_act, peer_review`},
+		{"unknown mode", func(c *schema.Config) { c.Mode = "debate" }, `mode "debate": want one of plan_act, peer_review, ensemble`},
 		{"peer review in one turn", func(c *schema.Config) { c.Mode, c.MaxTurns = schema.ModePeerReview, 1 }, "mode peer_review wants at least 2"},
 		{"failure policy", func(c *schema.Config) { c.FailurePolicy = "ignore" }, "failure_policy"},
 		{"parse policy", func(c *schema.Config) { c.ParseErrorPolicy = "retry" }, "parse_error_policy"},

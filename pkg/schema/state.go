@@ -39,10 +39,14 @@ const (
 const (
 	ModePlanAct    = "plan_act"    // the planner plans, the actor carries out the plan's acts
 	ModePeerReview = "peer_review" // the actor answers, the planner reviews until it accepts
+	ModeEnsemble   = "ensemble"    // plan_act with every act of the actor asked ensemble_k times, and a vote
 )
 
 // Modes are the coordination modes a rollout may name (mode).
-var Modes = []string{ModePlanAct, ModePeerReview}
+var Modes = []string{ModePlanAct, ModePeerReview, ModeEnsemble}
+
+// DefaultEnsembleK is ensemble_k in mode ensemble when the config leaves it 0.
+const DefaultEnsembleK = 3
 
 // Tool kinds.
 const (
@@ -62,7 +66,10 @@ type Tool struct {
 // Zero fields take the defaults of DefaultConfig.
 type Config struct {
 	// Mode names the coordination mode (Modes); default plan_act.
-	Mode             string   `json:"mode,omitempty"`
+	Mode string `json:"mode,omitempty"`
+	// EnsembleK is how many times mode ensemble asks the actor for each
+	// act (2 to 16; default 3 in that mode, and only for it).
+	EnsembleK        int      `json:"ensemble_k,omitempty"`
 	MaxTurns         int      `json:"max_turns,omitempty"`
 	PlanFormat       string   `json:"plan_format,omitempty"`  // format the prompt asks for
 	ParseFormat      string   `json:"parse_format,omitempty"` // force the parser's format; "" = auto
@@ -132,6 +139,9 @@ func (c Config) WithDefaults() Config {
 	d := DefaultConfig()
 	if c.Mode == "" {
 		c.Mode = d.Mode
+	}
+	if c.Mode == ModeEnsemble && c.EnsembleK == 0 {
+		c.EnsembleK = DefaultEnsembleK
 	}
 	if c.MaxTurns == 0 {
 		c.MaxTurns = d.MaxTurns
@@ -206,6 +216,12 @@ const (
 func (c Config) Validate() error {
 	if !slices.Contains(Modes, c.Mode) {
 		return fmt.Errorf("config: mode %q: want one of %s", c.Mode, strings.Join(Modes, ", "))
+	}
+	switch {
+	case c.Mode == ModeEnsemble && (c.EnsembleK < 2 || c.EnsembleK > 16):
+		return fmt.Errorf("config: ensemble_k %d: want 2 to 16", c.EnsembleK)
+	case c.Mode != ModeEnsemble && c.EnsembleK != 0:
+		return fmt.Errorf("config: ensemble_k %d: only for mode ensemble (mode is %s)", c.EnsembleK, c.Mode)
 	}
 	if c.Mode == ModePeerReview && c.MaxTurns < 2 {
 		return fmt.Errorf("config: max_turns %d: mode peer_review wants at least 2 (turn 1 is the actor's first answer, the planner reviews from turn 2)", c.MaxTurns)

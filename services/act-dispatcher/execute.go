@@ -74,7 +74,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 	gate := s.follow.Gate(schema.RoleActor)
 	for attempt := 1; ; {
 		done.Attempts = attempt
-		if tool.Kind != schema.ToolHTTP {
+		if tool.Kind != schema.ToolHTTP && tool.Kind != mode.KindLocal {
 			// No generation while the actor role is paused: the act waits,
 			// and the wait is no attempt and no part of its time-out.
 			if err := gate.Wait(ctx); err != nil {
@@ -254,6 +254,13 @@ func (s *Service) try(ctx context.Context, info *session.Info, run *act) (string
 	case schema.ToolHTTP:
 		out, err := s.callHTTP(ctx, tool, input)
 		return out, nil, err
+	case mode.KindLocal:
+		// The mode runs it (ensemble's vote): no engine, no generation.
+		out, err := md.RunLocal(tool, mode.Node{ID: run.Node.ID, Tool: run.Node.Tool, Args: run.Node.Args})
+		if err != nil {
+			return "", nil, fail.E(fail.Permanent, err)
+		}
+		return out, nil, nil
 	default:
 		g, err := s.callActor(ctx, info, run, tool, input)
 		if err != nil {

@@ -98,7 +98,7 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 		// The rollout's mode rewards the samples (they come with the
 		// final answer's score).
 		rw := mode.Episode{Task: ep.task, Config: sess.Config, End: ep.end, Last: ep.last, Score: ep.reward, Correct: ep.correct,
-			Planner: ep.planner, Actor: ep.actor, Acts: sampledActs(ep)}
+			Planner: ep.planner, Actor: ep.actor, Acts: sampledActs(ep), Outcomes: ep.acts}
 		md.Rewards(&rw)
 	}
 	return eps, nil
