@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/reward"
 	"github.com/planact/planact/pkg/schema"
@@ -120,6 +124,10 @@ func TestPeerReviewEndToEnd(t *testing.T) {
 	if revised == 0 {
 		t.Error("no episode needed a revision: the test does not exercise the review loop")
 	}
+	kinds := checkWire(t, e.url, n)
+	if kinds["plan.dag/1"] < len(tasks) || kinds["plan.answer/1"] == 0 || kinds["act.done/1"] != len(ar.Samples) {
+		t.Errorf("messages of the rollout: %v", kinds)
+	}
 	t.Logf("%d episodes, %d revised, accuracy %v, mean turns %.2f", len(pr.Samples), revised, pr.Stats.Accuracy, pr.Stats.MeanTurns)
 }
 
@@ -215,5 +223,51 @@ func TestEnsembleEndToEnd(t *testing.T) {
 	if rejected == 0 {
 		t.Error("no candidate was rejected: the test does not exercise the vote")
 	}
+	if kinds := checkWire(t, e.url, n); kinds["act.done/1"] != len(o.actor.Samples)+len(cands) {
+		t.Errorf("%d act outcomes for %d candidates and %d votes: %v", kinds["act.done/1"], len(o.actor.Samples), len(cands), kinds)
+	}
 	t.Logf("%d picks, %d rejected candidates, accuracy %v", len(cands), rejected, o.planner.Stats.Accuracy)
+}
+
+// checkWire validates every message of rollout n in the PLAN and ACT
+// streams against the schema its header names (as TestHeadersAndDecode
+// does for plan_act): a mode's plans and acts are messages like any other.
+func checkWire(t *testing.T, url string, n int64) map[string]int {
+	t.Helper()
+	js, err := jetstream.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	schemas := compileSchemas(t)
+	kinds := map[string]int{}
+	for _, s := range []struct{ stream, filter string }{{bus.StreamPlan, fmt.Sprintf("plan.%d.>", n)}, {bus.StreamAct, fmt.Sprintf("act.%d.>", n)}} {
+		c, err := js.OrderedConsumer(ctx, s.stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.filter}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for left := info.NumPending; left > 0; {
+			batch, err := c.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := 0
+			for m := range batch.Messages() {
+				kind := m.Headers().Get(schema.HdrSchema)
+				kinds[kind]++
+				checkDecode(t, captured{subject: m.Subject(), header: m.Headers(), data: m.Data()}, kind, schemas)
+				got++
+			}
+			if got == 0 {
+				t.Fatalf("%s: %d messages left, none fetched", s.filter, left)
+			}
+			left -= uint64(got)
+		}
+	}
+	return kinds
 }
