@@ -173,6 +173,9 @@ func (PlanAct) PlannerPrompt(task schema.Task, cfg schema.Config) string {
 	}
 	format := cfg.PlanFormat
 	instr, ok := formatInstructions[format]
+	if cf, custom := plan.Custom(plan.Format(format)); !ok && custom {
+		instr, ok = cf.Instructions, true // a format of the program's own
+	}
 	if !ok {
 		format, instr = string(plan.FormatGraph), formatInstructions[string(plan.FormatGraph)]
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/planact/planact/pkg/plan"
+	"github.com/planact/planact/pkg/reward"
 )
 
 // Failure policies: what happens to a turn when an act fails for good.
@@ -52,6 +53,7 @@ const DefaultEnsembleK = 3
 const (
 	ToolActor = "actor" // the actor model answers
 	ToolHTTP  = "http"  // POST {"queries":[…], "topk":…} to a URL
+	ToolGo    = "go"    // a Go function the act-dispatcher's program registered (pkg/tool)
 )
 
 // Tool is a tool the planner may call.
@@ -241,11 +243,11 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("config: schedule %q: want eager, levels or sequential", c.Schedule)
 	}
-	if !slices.Contains(PlanFormats, c.PlanFormat) {
-		return fmt.Errorf("config: plan_format %q: want one of %s", c.PlanFormat, strings.Join(PlanFormats, ", "))
+	if !knownFormat(c.PlanFormat) {
+		return fmt.Errorf("config: plan_format %q: want one of %s", c.PlanFormat, formatList())
 	}
-	if c.ParseFormat != "" && c.ParseFormat != string(plan.FormatAuto) && !slices.Contains(PlanFormats, c.ParseFormat) {
-		return fmt.Errorf("config: parse_format %q: want auto or one of %s", c.ParseFormat, strings.Join(PlanFormats, ", "))
+	if c.ParseFormat != "" && c.ParseFormat != string(plan.FormatAuto) && !knownFormat(c.ParseFormat) {
+		return fmt.Errorf("config: parse_format %q: want auto or one of %s", c.ParseFormat, formatList())
 	}
 	for _, r := range []struct {
 		name     string
@@ -303,7 +305,13 @@ func (c Config) validateReward() error {
 	case "f1", "em":
 		return nil
 	}
+	if _, ok := reward.Lookup(c.Reward); ok {
+		return nil // registered by the program (reward.Register)
+	}
 	if !strings.HasPrefix(c.Reward, "http://") && !strings.HasPrefix(c.Reward, "https://") {
+		if regs := reward.Registered(); len(regs) > 0 {
+			return fmt.Errorf("config: reward %q: want f1, em, one registered (%s) or the URL of a reward server", c.Reward, strings.Join(regs, ", "))
+		}
 		return fmt.Errorf("config: reward %q: want f1, em or the URL of a reward server", c.Reward)
 	}
 	if err := checkURL(c.Reward); err != nil {
@@ -325,8 +333,8 @@ func (c Config) validateTools() error {
 			return fmt.Errorf("config: tools[%d] name %q: want 1 to 64 letters, digits, '_' or '-'", i, t.Name)
 		case seen[t.Name]:
 			return fmt.Errorf("config: tool %q is declared twice", t.Name)
-		case t.Kind != "" && t.Kind != ToolActor && t.Kind != ToolHTTP:
-			return fmt.Errorf("config: tool %q: kind %q: want actor or http", t.Name, t.Kind)
+		case t.Kind != "" && t.Kind != ToolActor && t.Kind != ToolHTTP && t.Kind != ToolGo:
+			return fmt.Errorf("config: tool %q: kind %q: want actor, http or go", t.Name, t.Kind)
 		case t.Kind == ToolHTTP && t.URL == "":
 			return fmt.Errorf("config: http tool %q has no url", t.Name)
 		case t.Kind != ToolHTTP && t.URL != "":
@@ -387,7 +395,30 @@ func (c Config) Filtering() bool {
 }
 
 func (c Config) ParseOptions() plan.Options {
-	return plan.Options{Format: plan.Format(c.ParseFormat), Tools: c.ToolNames(), MaxNodes: c.MaxNodes}
+	format := plan.Format(c.ParseFormat)
+	if _, custom := plan.Custom(plan.Format(c.PlanFormat)); custom && (format == "" || format == plan.FormatAuto) {
+		// The planner was asked for a format of the program's own, which
+		// no detector knows: its outputs are read in it.
+		format = plan.Format(c.PlanFormat)
+	}
+	return plan.Options{Format: format, Tools: c.ToolNames(), MaxNodes: c.MaxNodes}
+}
+
+// knownFormat says whether f is a built-in plan format or one the program
+// registered (plan.RegisterFormat).
+func knownFormat(f string) bool {
+	_, custom := plan.Custom(plan.Format(f))
+	return slices.Contains(PlanFormats, f) || custom
+}
+
+// formatList names the formats for an error: the built-in ones and those
+// registered.
+func formatList() string {
+	names := slices.Clone(PlanFormats)
+	for _, f := range plan.CustomFormats() {
+		names = append(names, string(f))
+	}
+	return strings.Join(names, ", ")
 }
 
 // PartialNodes are the leading nodes, of a plan still being written, that

@@ -27,6 +27,7 @@ import (
 	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
 	"github.com/planact/planact/pkg/telemetry"
+	gotool "github.com/planact/planact/pkg/tool"
 )
 
 // outcome returns the act's outcome if one was published, read from the
@@ -74,7 +75,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 	gate := s.follow.Gate(schema.RoleActor)
 	for attempt := 1; ; {
 		done.Attempts = attempt
-		if tool.Kind != schema.ToolHTTP && tool.Kind != mode.KindLocal {
+		if tool.Kind == schema.ToolActor {
 			// No generation while the actor role is paused: the act waits,
 			// and the wait is no attempt and no part of its time-out.
 			if err := gate.Wait(ctx); err != nil {
@@ -253,6 +254,14 @@ func (s *Service) try(ctx context.Context, info *session.Info, run *act) (string
 	switch tool.Kind {
 	case schema.ToolHTTP:
 		out, err := s.callHTTP(ctx, tool, input)
+		return out, nil, err
+	case schema.ToolGo:
+		// A Go function this process registered (pkg/tool).
+		fn, ok := gotool.Lookup(tool.Name)
+		if !ok {
+			return "", nil, fail.Permanentf("tool %q is of kind go, and this act-dispatcher's program registered no such tool (tool.Register in its main; it has %v)", tool.Name, gotool.Registered())
+		}
+		out, err := fn(ctx, input)
 		return out, nil, err
 	case mode.KindLocal:
 		// The mode runs it (ensemble's vote): no engine, no generation.

@@ -673,12 +673,24 @@ func ones(n int) []int {
 	return m
 }
 
+// registered says whether the program registered the reward function name
+// (reward.Register).
+func registered(name string) bool {
+	_, ok := reward.Lookup(name)
+	return ok
+}
+
 // scorer returns the rollout's reward function.
 func (s *Service) scorer(cfg schema.Config) func(ctx context.Context, t schema.Task, answer string) (float64, error) {
 	switch {
 	case cfg.Reward == "em":
 		return func(_ context.Context, t schema.Task, a string) (float64, error) {
 			return reward.ExactMatch(a, t.Label), nil
+		}
+	case registered(cfg.Reward):
+		fn, _ := reward.Lookup(cfg.Reward)
+		return func(ctx context.Context, t schema.Task, a string) (float64, error) {
+			return fn(ctx, t.Prompt, a, t.Label)
 		}
 	case strings.HasPrefix(cfg.Reward, "http://") || strings.HasPrefix(cfg.Reward, "https://"):
 		r := reward.Remote{URL: cfg.Reward, HTTP: &http.Client{Timeout: 30 * time.Second}}
