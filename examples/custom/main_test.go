@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/planact/planact/pkg/schema"
-	plannergateway "github.com/planact/planact/services/planner-gateway"
 	planparser "github.com/planact/planact/services/plan-parser"
+	plannergateway "github.com/planact/planact/services/planner-gateway"
 )
 
 // TestBuildsAndRuns builds the example as a user would (go build) and plays
