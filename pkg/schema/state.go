@@ -225,6 +225,11 @@ func (c Config) Validate() error {
 	case c.Mode != ModeEnsemble && c.EnsembleK != 0:
 		return fmt.Errorf("config: ensemble_k %d: only for mode ensemble (mode is %s)", c.EnsembleK, c.Mode)
 	}
+	if c.Mode == ModeEnsemble && c.StreamPlans {
+		// Nodes released from a partial plan would run once, before the
+		// final plan turns them into candidates and a vote.
+		return fmt.Errorf("config: stream_plans: not with mode ensemble (each act runs as ensemble_k candidates, made from the final plan)")
+	}
 	if c.Mode == ModePeerReview && c.MaxTurns < 2 {
 		return fmt.Errorf("config: max_turns %d: mode peer_review wants at least 2 (turn 1 is the actor's first answer, the planner reviews from turn 2)", c.MaxTurns)
 	}

@@ -357,7 +357,10 @@ func (s *Service) lastOutput(ctx context.Context, req *schema.PlanRequest) (prev
 	switch {
 	case prev != nil && prev.Turn >= req.Turn:
 		return nil, true, nil
+	case req.Turn <= 1:
+		return nil, false, nil
 	case prev == nil:
+		// A later first turn, in a mode whose actor goes first?
 		first, err := s.firstTurn(ctx, req.Rollout)
 		if err != nil || req.Turn <= first {
 			return nil, false, err
