@@ -9,11 +9,11 @@ import (
 	"github.com/planact/planact/pkg/plan"
 )
 
-// TestRegisterFormat: a registered format parses when asked for, its
-// nodes validated as every plan's; answers are found before it.
 // once registers the test's own entry once per process.
 var once sync.Once
 
+// TestRegisterFormat: a registered format parses when asked for, its
+// nodes validated as every plan's; answers are found before it.
 func TestRegisterFormat(t *testing.T) {
 	once.Do(func() { // -count=N runs the test N times in one process
 		plan.RegisterFormat("pairs-test", plan.CustomFormat{
