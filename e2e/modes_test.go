@@ -271,3 +271,56 @@ func checkWire(t *testing.T, url string, n int64) map[string]int {
 	}
 	return kinds
 }
+
+// TestModesUnderLeastPrivilege: peer_review and ensemble rollouts on the
+// three servers of compose/nats with accounts.conf verbatim, every service
+// as its own user: both end ok with no permission violation. (A
+// peer_review episode starts with a plan the session-store publishes:
+// without its right to plan.*.dag.*, the server refuses it.)
+func TestModesUnderLeastPrivilege(t *testing.T) {
+	v := &violations{}
+	urls := composeCluster(t, v)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pu, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RolePlanner, Seed: 31, WeightVersion: "planner-v7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	au, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RoleActor, Seed: 32, WeightVersion: "actor-v3", ActorErrorRate: 0.4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveCluster(t, ctx, urls, 0)
+	trainer := func(i int, role string) *client.Client {
+		c, err := client.New(bustest.Conn(t, withUser(urls[i%len(urls)], "trainer-"+role)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	world := &env{world: sim.DefaultWorld()}
+	for i, cfg := range []schema.Config{{Mode: schema.ModePeerReview}, {Mode: schema.ModeEnsemble, EnsembleK: 3}} {
+		n := int64(310 + i)
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Minute)
+		pc, ac := trainer(i, schema.RolePlanner), trainer(i+1, schema.RoleActor)
+		if err := pc.Arrive(rctx, &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: schema.Engine{URL: pu, Protocol: "sglang"},
+			WeightVersion: "planner-v7", Tasks: world.tasks(3, 2, n), Config: &cfg}); err != nil {
+			t.Fatal(err)
+		}
+		if err := ac.Arrive(rctx, &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: au, Protocol: "sglang"}, WeightVersion: "actor-v3"}); err != nil {
+			t.Fatal(err)
+		}
+		pr, perr := pc.Result(rctx, n, schema.RolePlanner)
+		ar, aerr := ac.Result(rctx, n, schema.RoleActor)
+		rcancel()
+		if perr != nil || aerr != nil || pr.Status != schema.ResultOK || ar.Status != schema.ResultOK || len(pr.Samples) != 6 || len(ar.Samples) < 6 {
+			t.Fatalf("mode %s: planner %v %v, actor %v %v (violations %v)", cfg.Mode, brief(pr), perr, brief(ar), aerr, v.snapshot())
+		}
+		for _, s := range append(pr.Samples, ar.Samples...) {
+			checkTokenExact(t, s)
+		}
+	}
+	if lines := v.take(); len(lines) > 0 {
+		t.Errorf("permission violations: %v", lines)
+	}
+}
