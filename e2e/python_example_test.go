@@ -719,6 +719,12 @@ func TestPythonSlimeErrors(t *testing.T) {
 			Reason: `unknown field "config.max_turn"`, Rejected: true, ArrivalID: arrivalID})
 		return feed
 	}
+	actorResult := func() slimeFeed {
+		var feed slimeFeed
+		feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
+			Samples: actorSamples(n)[:1], Tasks: trained(0)})
+		return feed
+	}
 	good := plannerSamples(n)[1]
 	unsent, uneven, odd := good, good, good
 	unsent.Index = 99
@@ -745,7 +751,11 @@ func TestPythonSlimeErrors(t *testing.T) {
 		{name: "target over the batch", env: map[string]string{"PLANACT_CONFIG": `{"target_groups": 5}`}, wants: "ValueError: PLANACT_CONFIG target_groups=5 is more than the 1 groups"},
 		{name: "slime filter", args: `{"dynamic_sampling_filter_path": "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"}`,
 			wants: "ValueError: --dynamic-sampling-filter-path runs in slime's own rollout"},
-		{name: "evaluation", eval: true, wants: "ValueError: slime_planact does not evaluate: set --eval-function-path"},
+		{name: "evaluation without eval data", eval: true, wants: "ValueError: evaluation: slime's args name no eval dataset"},
+		{name: "eval config", env: map[string]string{"PLANACT_EVAL_CONFIG": "[]"}, wants: "ValueError: PLANACT_EVAL_CONFIG must be a JSON object"},
+		{name: "evaluation of a training rollout", eval: true,
+			env: map[string]string{"PLANACT_ROLE": "actor", "PLANACT_EVAL_ROLLOUT_OFFSET": "0", "PLANACT_TIMEOUT_S": "5"}, feed: actorResult(),
+			wants: "PlanactError: planact: not_evaluation: rollout 9 (actor) is not an evaluation"},
 		{name: "old nats-server", env: map[string]string{"STANDIN_NATS_SERVER_VERSION": "2.9.10"},
 			wants: "PlanactError: planact: unsupported: nats-server too old for planact: nats://127.0.0.1:4222 runs 2.9.10, planact needs 2.12.0 or later"},
 		{name: "rejected", feed: rejected(""), wants: `PlanactError: planact: invalid: rollout 9 (planner): unknown field "config.max_turn"`},

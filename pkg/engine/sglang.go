@@ -117,7 +117,7 @@ func (c *SGLang) Generate(ctx context.Context, r Request) (Generation, error) {
 	}
 	g, err := out.generation(out.OutputIDs)
 	if err == nil {
-		err = checkPromptKept(r, g)
+		err = checkConsumed(r, g)
 	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("sglang generate: %w", err)
@@ -242,7 +242,7 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	last.Text = text
 	g, err = last.generation(ids)
 	if err == nil {
-		err = checkPromptKept(r, g)
+		err = checkConsumed(r, g)
 	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("sglang generate stream: %w", err)
