@@ -60,9 +60,14 @@ func TraceIDOf(traceparent string) string {
 
 // NewMsg builds the NATS message for m: msgpack body and every planact header.
 func NewMsg(ctx context.Context, m schema.Message) (*nats.Msg, error) {
-	body, err := schema.Marshal(m)
-	if err != nil {
-		return nil, err
+	var body []byte
+	if e, ok := m.(Encoded); ok {
+		body, m = e.Body, e.Message
+	} else {
+		var err error
+		if body, err = schema.Marshal(m); err != nil {
+			return nil, err
+		}
 	}
 	msg := nats.NewMsg(m.Subject())
 	msg.Data = body
@@ -141,6 +146,14 @@ func ExtractSpan(ctx context.Context, h nats.Header) context.Context {
 		return ctx
 	}
 	return propagator.Extract(ctx, headerCarrier(h))
+}
+
+// Encoded is a message with its body: schema.Marshal(Message), which the
+// caller has already made (to weigh it, say). Published, it is sent as it
+// is rather than encoded again.
+type Encoded struct {
+	schema.Message
+	Body []byte
 }
 
 // Publish publishes m to its stream and waits for the stream's ack. A

@@ -111,7 +111,8 @@ func (c *SGLang) Generate(ctx context.Context, r Request) (Generation, error) {
 	start := time.Now()
 	in := c.request(r, false)
 	var out sglReply
-	if err := c.doJSON(ctx, http.MethodPost, "/generate", in, &out, routingHeader(r.RoutingKey)); err != nil {
+	err := c.doRead(ctx, http.MethodPost, "/generate", in, routingHeader(r.RoutingKey), func(b []byte) error { return decodeGenerate(b, &out) })
+	if err != nil {
 		c.abortIfGivenUp(ctx, in.RID)
 		return Generation{}, fmt.Errorf("sglang generate: %w", err)
 	}

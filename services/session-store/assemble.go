@@ -652,12 +652,21 @@ func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 		return schema.Sample{}, false
 	}
 	prompt := out.Segments[0]
+	// The trajectory's length first: every array is made once, at its size.
+	rest, text := 0, 0
+	for _, seg := range out.Segments[1:] {
+		rest, text = rest+len(seg.IDs), text+len(seg.Text)
+	}
 	smp := schema.Sample{
 		GroupIndex: ep.task.GroupIndex, Index: ep.task.Index, RolloutID: episodeID(n, e),
 		Prompt: prompt.Text, Label: ep.task.Label, Reward: ep.reward, Status: ep.end.Status,
-		Tokens: append([]int(nil), prompt.IDs...),
+		Tokens: append(make([]int, 0, len(prompt.IDs)+rest), prompt.IDs...),
+	}
+	if rest > 0 {
+		smp.LossMask, smp.RolloutLogProbs = make([]int, 0, rest), make([]float64, 0, rest)
 	}
 	var resp strings.Builder
+	resp.Grow(text)
 	missing, unchecked := "", ""
 	for _, seg := range out.Segments[1:] {
 		resp.WriteString(seg.Text)
@@ -738,7 +747,7 @@ func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample,
 	smp := schema.Sample{
 		GroupIndex: ep.task.GroupIndex, Index: ep.task.Index, RolloutID: episodeID(n, e),
 		Prompt: g.Prompt, Response: g.Text, Label: ep.task.Label, Reward: ep.reward,
-		Tokens:         append(append([]int(nil), g.PromptIDs...), g.OutputIDs...),
+		Tokens:         append(append(make([]int, 0, len(g.PromptIDs)+len(g.OutputIDs)), g.PromptIDs...), g.OutputIDs...),
 		ResponseLength: len(g.OutputIDs),
 		LossMask:       ones(len(g.OutputIDs)),
 		Status:         schema.EpisodeCompleted,
