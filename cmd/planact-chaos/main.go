@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/planact/planact/internal/chaos"
+	"github.com/planact/planact/pkg/schema"
 )
 
 const usage = `planact-chaos runs planact's real topology as processes and breaks it.
@@ -150,6 +151,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rolloutTimeout := fs.Duration("rollout-timeout", 5*time.Minute, "rollouts' deadline (rollout_timeout_s); trainers wait the barrier time-out and a minute longer")
 	barrierTimeout := fs.Duration("barrier-timeout", time.Minute, "how long one role waits for the other (barrier_timeout_s)")
 	actTimeout := fs.Duration("act-timeout", 10*time.Second, "per-attempt act time-out (act_timeout_s)")
+	mode := fs.String("mode", schema.ModePlanAct, "the rollouts' coordination mode: "+strings.Join(schema.Modes, ", "))
 	fs.DurationVar(&c.history, "history", 8*time.Minute, "planact serve --history, when it has the flag (must outlast the barrier and rollout time-outs)")
 	fs.DurationVar(&c.results, "result-retention", time.Minute, "planact serve --result-retention, when it has the flag")
 	if err := fs.Parse(args); err != nil {
@@ -157,6 +159,9 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("chaos: unexpected arguments %q", fs.Args())
+	}
+	if !slices.Contains(schema.Modes, *mode) {
+		return fmt.Errorf("chaos: --mode %q: want one of %s", *mode, strings.Join(schema.Modes, ", "))
 	}
 	tops, err := c.topologies()
 	if err != nil {
@@ -184,7 +189,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		o := chaos.Options{
 			Topology: top, Root: root, Bin: bin, Dir: dir, Seed: c.seed,
 			Rollouts: c.rollouts, Concurrency: c.concurrency, Tasks: c.tasks, PerPrompt: c.perPrompt,
-			Faults: *faults, Span: c.duration, RolloutTimeout: *rolloutTimeout, BarrierTimeout: *barrierTimeout, ActTimeout: *actTimeout,
+			Faults: *faults, Span: c.duration, RolloutTimeout: *rolloutTimeout, BarrierTimeout: *barrierTimeout, ActTimeout: *actTimeout, Mode: *mode,
 			Retention: chaos.Retention{History: c.history, Results: c.results},
 			Auth:      c.auth, LogLevel: c.logLevel, ServeFlags: strings.Fields(c.serveFlags), Progress: stdout,
 		}

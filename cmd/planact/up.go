@@ -47,6 +47,8 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	tasks := fs.Int("tasks", 4, "with --demo: distinct tasks per rollout")
 	group := fs.Int("samples-per-prompt", 2, "with --demo: copies of each task (a group)")
 	format := fs.String("plan-format", "graph", "with --demo: plan format the planner is asked for (graph, tasklist, json, numbered, steps)")
+	modeName := fs.String("mode", schema.ModePlanAct, "with --demo: coordination mode ("+strings.Join(schema.Modes, ", ")+"; docs/modes.md)")
+	ensembleK := fs.Int("ensemble-k", 0, "with --demo --mode ensemble: candidates per act (2 to 16; default 3)")
 	seed := fs.Int64("seed", 1, "seed of the simulated world and engines")
 	latency := fs.Duration("sim-per-token", sim.Defaults.PerToken, "simulated time per generated token")
 	ttft := fs.Duration("sim-ttft", sim.Defaults.TTFT, "simulated time to first token")
@@ -72,6 +74,9 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	so.Provisioning.Storage = int64(*storage)
+	if err := checkDemoMode(*modeName, *ensembleK); err != nil {
+		return err
+	}
 	if err := checkDemoFlags(*rollouts, *tasks, *group, *format, *protocol, *actorErr, *stepwise); err != nil {
 		return err
 	}
@@ -236,6 +241,8 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	cfg := schema.DefaultConfig()
 	cfg.PlanFormat = *format
+	cfg.Mode, cfg.EnsembleK = *modeName, *ensembleK
+	cfg = cfg.WithDefaults()
 	// Seeded sampling: the same --seed plays the same demo.
 	cfg.PlannerSampling.Seed, cfg.ActorSampling.Seed = seed, seed
 	say("planact: demo — %d rollouts of %d tasks × %d samples; planner and actor trainers arrive on their own connections\n", *rollouts, *tasks, *group)
@@ -325,6 +332,19 @@ func printSummary(w io.Writer, s *demo.Summary) {
 	fmt.Fprintf(w, "  acts                %d\n", s.Acts)
 	fmt.Fprintf(w, "  planner samples     %d (%d tokens)\n", s.PlannerSamples, s.PlannerTokens)
 	fmt.Fprintf(w, "  actor samples       %d (%d tokens)\n", s.ActorSamples, s.ActorTokens)
+}
+
+// checkDemoMode refuses a mode planact does not know, and an ensemble_k
+// that mode would not take.
+func checkDemoMode(name string, k int) error {
+	if !slices.Contains(schema.Modes, name) {
+		return fmt.Errorf("up: --mode %q: want one of %s", name, strings.Join(schema.Modes, ", "))
+	}
+	cfg := schema.Config{Mode: name, EnsembleK: k}.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("up: --mode %s --ensemble-k %d: %w", name, k, err)
+	}
+	return nil
 }
 
 // checkDemoFlags refuses, before anything starts, flags that could only

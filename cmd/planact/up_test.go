@@ -43,6 +43,47 @@ func TestUpDemoJSON(t *testing.T) {
 	}
 }
 
+// TestUpDemoModes: `planact up --demo --mode M` plays each coordination
+// mode end to end, both roles receiving samples; a mode planact does not
+// know, or an ensemble_k its mode does not take, is refused before
+// anything starts.
+func TestUpDemoModes(t *testing.T) {
+	for _, mode := range []string{schema.ModePeerReview, schema.ModeEnsemble} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		var stdout bytes.Buffer
+		var stderr syncBuffer
+		err := run(ctx, []string{"up", "--demo", "--json", "--mode", mode, "--port", "-1", "--metrics", "", "--data", t.TempDir(),
+			"--rollouts", "1", "--tasks", "2", "--samples-per-prompt", "2", "--sim-ttft", "0", "--sim-per-token", "0"},
+			noenv, strings.NewReader(""), &stdout, &stderr)
+		cancel()
+		if err != nil {
+			t.Fatalf("up --demo --mode %s: %v\nstderr:\n%s", mode, err, stderr.String())
+		}
+		var sum demo.Summary
+		if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+			t.Fatalf("--mode %s: stdout is not one JSON object: %v\n%s", mode, err, stdout.String())
+		}
+		if sum.RolloutsCompleted != 1 || sum.Episodes != 4 || sum.PlannerSamples != 4 || sum.ActorSamples < 4 || sum.Acts != sum.ActorSamples {
+			t.Errorf("--mode %s: rollouts %d episodes %d planner samples %d actor samples %d acts %d", mode,
+				sum.RolloutsCompleted, sum.Episodes, sum.PlannerSamples, sum.ActorSamples, sum.Acts)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--mode", "debate"}, `--mode "debate": want one of plan_act, peer_review, ensemble`},
+		{[]string{"--mode", "ensemble", "--ensemble-k", "1"}, "ensemble_k 1: want 2 to 16"},
+		{[]string{"--ensemble-k", "3"}, "ensemble_k 3: only for mode ensemble"},
+	} {
+		var out bytes.Buffer
+		err := run(context.Background(), append([]string{"up", "--demo", "--port", "-1"}, c.args...), noenv, strings.NewReader(""), &out, &out)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("up --demo %v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
 func TestDecode(t *testing.T) {
 	body, err := schema.Marshal(&schema.ActDone{Rollout: 7, Episode: 1, Turn: 2, Key: "t2-s1", Status: schema.ActDoneOK})
 	if err != nil {

@@ -141,6 +141,8 @@ func parseDoc(d *doc, o *Options) (Result, *Error) {
 		candidates = detectAll(d)
 	} else if _, ok := parsers[o.Format]; ok {
 		candidates = []Format{o.Format}
+	} else if _, ok := Custom(o.Format); ok {
+		candidates = []Format{o.Format} // a format registered by the program (register.go)
 	} else if len(ans.elems) == 0 {
 		return Result{}, errorf(ErrUnknownFormat, "unknown plan format %q; the formats are graph, tasklist, json, numbered, steps and answer", string(o.Format))
 	}
@@ -204,7 +206,11 @@ func unclosedAnswer(d *doc, ans answerScan) *Error {
 
 // parseAs parses d in format f and validates the plan.
 func parseAs(d *doc, f Format, o *Options) (Result, *Error, parsed) {
-	p, err := parsers[f](d, o)
+	parse, ok := parsers[f]
+	if !ok {
+		parse, _ = customParser(f)
+	}
+	p, err := parse(d, o)
 	if err != nil {
 		return Result{}, err, p
 	}

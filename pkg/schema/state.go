@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/planact/planact/pkg/plan"
+	"github.com/planact/planact/pkg/reward"
 )
 
 // Failure policies: what happens to a turn when an act fails for good.
@@ -34,10 +35,25 @@ const (
 	ScheduleSequential = "sequential" // one node at a time
 )
 
+// Coordination modes (pkg/mode): how the planner and the actor work
+// together in an episode.
+const (
+	ModePlanAct    = "plan_act"    // the planner plans, the actor carries out the plan's acts
+	ModePeerReview = "peer_review" // the actor answers, the planner reviews until it accepts
+	ModeEnsemble   = "ensemble"    // plan_act with every act of the actor asked ensemble_k times, and a vote
+)
+
+// Modes are the coordination modes a rollout may name (mode).
+var Modes = []string{ModePlanAct, ModePeerReview, ModeEnsemble}
+
+// DefaultEnsembleK is ensemble_k in mode ensemble when the config leaves it 0.
+const DefaultEnsembleK = 3
+
 // Tool kinds.
 const (
 	ToolActor = "actor" // the actor model answers
 	ToolHTTP  = "http"  // POST {"queries":[…], "topk":…} to a URL
+	ToolGo    = "go"    // a Go function the act-dispatcher's program registered (pkg/tool)
 )
 
 // Tool is a tool the planner may call.
@@ -51,6 +67,11 @@ type Tool struct {
 // Config is a rollout's configuration, sent by a trainer with its arrival.
 // Zero fields take the defaults of DefaultConfig.
 type Config struct {
+	// Mode names the coordination mode (Modes); default plan_act.
+	Mode string `json:"mode,omitempty"`
+	// EnsembleK is how many times mode ensemble asks the actor for each
+	// act (2 to 16; default 3 in that mode, and only for it).
+	EnsembleK        int      `json:"ensemble_k,omitempty"`
 	MaxTurns         int      `json:"max_turns,omitempty"`
 	PlanFormat       string   `json:"plan_format,omitempty"`  // format the prompt asks for
 	ParseFormat      string   `json:"parse_format,omitempty"` // force the parser's format; "" = auto
@@ -99,6 +120,7 @@ type Config struct {
 // DefaultConfig is what a rollout gets for every field its trainers leave zero.
 func DefaultConfig() Config {
 	return Config{
+		Mode:             ModePlanAct,
 		MaxTurns:         4,
 		PlanFormat:       string(plan.FormatGraph),
 		Tools:            []Tool{{Name: "search", Description: "look up one short fact, e.g. search(\"capital of France\")", Kind: ToolActor}},
@@ -121,6 +143,12 @@ func DefaultConfig() Config {
 // WithDefaults fills the zero fields of c from DefaultConfig.
 func (c Config) WithDefaults() Config {
 	d := DefaultConfig()
+	if c.Mode == "" {
+		c.Mode = d.Mode
+	}
+	if c.Mode == ModeEnsemble && c.EnsembleK == 0 {
+		c.EnsembleK = DefaultEnsembleK
+	}
 	if c.MaxTurns == 0 {
 		c.MaxTurns = d.MaxTurns
 	}
@@ -192,6 +220,23 @@ const (
 // Validate reports the first field that holds a value planact does not
 // know or that is out of its range, naming the field.
 func (c Config) Validate() error {
+	if !slices.Contains(Modes, c.Mode) {
+		return fmt.Errorf("config: mode %q: want one of %s", c.Mode, strings.Join(Modes, ", "))
+	}
+	switch {
+	case c.Mode == ModeEnsemble && (c.EnsembleK < 2 || c.EnsembleK > 16):
+		return fmt.Errorf("config: ensemble_k %d: want 2 to 16", c.EnsembleK)
+	case c.Mode != ModeEnsemble && c.EnsembleK != 0:
+		return fmt.Errorf("config: ensemble_k %d: only for mode ensemble (mode is %s)", c.EnsembleK, c.Mode)
+	}
+	if c.Mode == ModeEnsemble && c.StreamPlans {
+		// Nodes released from a partial plan would run once, before the
+		// final plan turns them into candidates and a vote.
+		return fmt.Errorf("config: stream_plans: not with mode ensemble (each act runs as ensemble_k candidates, made from the final plan)")
+	}
+	if c.Mode == ModePeerReview && c.MaxTurns < 2 {
+		return fmt.Errorf("config: max_turns %d: mode peer_review wants at least 2 (turn 1 is the actor's first answer, the planner reviews from turn 2)", c.MaxTurns)
+	}
 	switch c.FailurePolicy {
 	case PolicySkip, PolicyReplan, PolicyFail:
 	default:
@@ -207,11 +252,11 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("config: schedule %q: want eager, levels or sequential", c.Schedule)
 	}
-	if !slices.Contains(PlanFormats, c.PlanFormat) {
-		return fmt.Errorf("config: plan_format %q: want one of %s", c.PlanFormat, strings.Join(PlanFormats, ", "))
+	if !knownFormat(c.PlanFormat) {
+		return fmt.Errorf("config: plan_format %q: want one of %s", c.PlanFormat, formatList())
 	}
-	if c.ParseFormat != "" && c.ParseFormat != string(plan.FormatAuto) && !slices.Contains(PlanFormats, c.ParseFormat) {
-		return fmt.Errorf("config: parse_format %q: want auto or one of %s", c.ParseFormat, strings.Join(PlanFormats, ", "))
+	if c.ParseFormat != "" && c.ParseFormat != string(plan.FormatAuto) && !knownFormat(c.ParseFormat) {
+		return fmt.Errorf("config: parse_format %q: want auto or one of %s", c.ParseFormat, formatList())
 	}
 	for _, r := range []struct {
 		name     string
@@ -272,7 +317,13 @@ func (c Config) validateReward() error {
 	case "f1", "em":
 		return nil
 	}
+	if _, ok := reward.Lookup(c.Reward); ok {
+		return nil // registered by the program (reward.Register)
+	}
 	if !strings.HasPrefix(c.Reward, "http://") && !strings.HasPrefix(c.Reward, "https://") {
+		if regs := reward.Registered(); len(regs) > 0 {
+			return fmt.Errorf("config: reward %q: want f1, em, one registered (%s) or the URL of a reward server", c.Reward, strings.Join(regs, ", "))
+		}
 		return fmt.Errorf("config: reward %q: want f1, em or the URL of a reward server", c.Reward)
 	}
 	if err := checkURL(c.Reward); err != nil {
@@ -294,8 +345,8 @@ func (c Config) validateTools() error {
 			return fmt.Errorf("config: tools[%d] name %q: want 1 to 64 letters, digits, '_' or '-'", i, t.Name)
 		case seen[t.Name]:
 			return fmt.Errorf("config: tool %q is declared twice", t.Name)
-		case t.Kind != "" && t.Kind != ToolActor && t.Kind != ToolHTTP:
-			return fmt.Errorf("config: tool %q: kind %q: want actor or http", t.Name, t.Kind)
+		case t.Kind != "" && t.Kind != ToolActor && t.Kind != ToolHTTP && t.Kind != ToolGo:
+			return fmt.Errorf("config: tool %q: kind %q: want actor, http or go", t.Name, t.Kind)
 		case t.Kind == ToolHTTP && t.URL == "":
 			return fmt.Errorf("config: http tool %q has no url", t.Name)
 		case t.Kind != ToolHTTP && t.URL != "":
@@ -356,7 +407,30 @@ func (c Config) Filtering() bool {
 }
 
 func (c Config) ParseOptions() plan.Options {
-	return plan.Options{Format: plan.Format(c.ParseFormat), Tools: c.ToolNames(), MaxNodes: c.MaxNodes}
+	format := plan.Format(c.ParseFormat)
+	if _, custom := plan.Custom(plan.Format(c.PlanFormat)); custom && (format == "" || format == plan.FormatAuto) {
+		// The planner was asked for a format of the program's own, which
+		// no detector knows: its outputs are read in it.
+		format = plan.Format(c.PlanFormat)
+	}
+	return plan.Options{Format: format, Tools: c.ToolNames(), MaxNodes: c.MaxNodes}
+}
+
+// knownFormat says whether f is a built-in plan format or one the program
+// registered (plan.RegisterFormat).
+func knownFormat(f string) bool {
+	_, custom := plan.Custom(plan.Format(f))
+	return slices.Contains(PlanFormats, f) || custom
+}
+
+// formatList names the formats for an error: the built-in ones and those
+// registered.
+func formatList() string {
+	names := slices.Clone(PlanFormats)
+	for _, f := range plan.CustomFormats() {
+		names = append(names, string(f))
+	}
+	return strings.Join(names, ", ")
 }
 
 // PartialNodes are the leading nodes, of a plan still being written, that

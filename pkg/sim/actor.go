@@ -27,6 +27,14 @@ func (e *Engine) actorOutput(prompt, occurrence string, fires func(string) bool)
 		input = lines[len(lines)-1]
 	}
 	q := stripMarkers(input)
+	if _, lookup := e.world.Lookup(q); !lookup {
+		if _, question := parseQuestion(q); question {
+			// A whole question (peer_review's solver).
+			wrong := fires("actor-wrong") || roll(e.cfg.ActorErrorRate, e.cfg.Seed, "actor-wrong", normQuery(q), prompt, occurrence)
+			a, _ := e.world.answerQuestion(q, wrong, hash64(e.cfg.Seed, "wrong", prompt))
+			return a
+		}
+	}
 	if fires("actor-wrong") || roll(e.cfg.ActorErrorRate, e.cfg.Seed, "actor-wrong", normQuery(q), occurrence) {
 		return e.world.wrongLookup(q, hash64(e.cfg.Seed, "wrong", normQuery(q)))
 	}

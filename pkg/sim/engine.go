@@ -851,6 +851,9 @@ func (e *Engine) fire(m marker, key string) bool {
 // plannerOutput writes the planner's answer or plan for a prompt.
 func (e *Engine) plannerOutput(prompt, occurrence string, fires func(string) bool) (string, bool) {
 	p := parsePlannerPrompt(prompt)
+	if isReviewPrompt(prompt) {
+		return e.world.reviewOutput(p, prompt), false
+	}
 	question := stripMarkers(p.question)
 	if e.cfg.PlanWidth > 0 {
 		return widePlan(p, question, e.cfg.PlanWidth)

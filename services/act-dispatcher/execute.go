@@ -22,10 +22,12 @@ import (
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/mode"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
 	"github.com/planact/planact/pkg/telemetry"
+	gotool "github.com/planact/planact/pkg/tool"
 )
 
 // outcome returns the act's outcome if one was published, read from the
@@ -65,11 +67,15 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			telemetry.KeyReplica.String(s.replicaName()), telemetry.KeyService.String(Name))
 	}
 	var unavailableSince time.Time
-	tool, _ := cfg.Tool(run.Node.Tool)
+	md, err := mode.For(cfg)
+	if err != nil {
+		return nil, fail.E(fail.Invalid, err)
+	}
+	tool, _ := md.Tool(cfg, run.Node.Tool)
 	gate := s.follow.Gate(schema.RoleActor)
 	for attempt := 1; ; {
 		done.Attempts = attempt
-		if tool.Kind != schema.ToolHTTP {
+		if tool.Kind == schema.ToolActor {
 			// No generation while the actor role is paused: the act waits,
 			// and the wait is no attempt and no part of its time-out.
 			if err := gate.Wait(ctx); err != nil {
@@ -239,7 +245,12 @@ func backoff(base time.Duration, attempt int) time.Duration {
 
 // try runs the node's tool once.
 func (s *Service) try(ctx context.Context, info *session.Info, run *act) (string, *schema.Generation, error) {
-	tool, ok := info.Session.Config.Tool(run.Node.Tool)
+	cfg := info.Session.Config
+	md, err := mode.For(cfg)
+	if err != nil {
+		return "", nil, fail.E(fail.Invalid, err)
+	}
+	tool, ok := md.Tool(cfg, run.Node.Tool)
 	if !ok {
 		return "", nil, fail.Permanentf("unknown tool %q", run.Node.Tool)
 	}
@@ -251,6 +262,21 @@ func (s *Service) try(ctx context.Context, info *session.Info, run *act) (string
 	case schema.ToolHTTP:
 		out, err := s.callHTTP(ctx, tool, input)
 		return out, nil, err
+	case schema.ToolGo:
+		// A Go function this process registered (pkg/tool).
+		fn, ok := gotool.Lookup(tool.Name)
+		if !ok {
+			return "", nil, fail.Permanentf("tool %q is of kind go, and this act-dispatcher's program registered no such tool (tool.Register in its main; it has %v)", tool.Name, gotool.Registered())
+		}
+		out, err := fn(ctx, input)
+		return out, nil, err
+	case mode.KindLocal:
+		// The mode runs it (ensemble's vote): no engine, no generation.
+		out, err := md.RunLocal(tool, mode.Node{ID: run.Node.ID, Tool: run.Node.Tool, Args: run.Node.Args})
+		if err != nil {
+			return "", nil, fail.E(fail.Permanent, err)
+		}
+		return out, nil, nil
 	default:
 		g, err := s.callActor(ctx, info, run, tool, input)
 		if err != nil {
@@ -260,17 +286,9 @@ func (s *Service) try(ctx context.Context, info *session.Info, run *act) (string
 	}
 }
 
-// ActorPrompt is what the actor model is asked for one act.
-func ActorPrompt(tool schema.Tool, input string) string {
-	var b strings.Builder
-	b.WriteString("You are the actor. Carry out one step of a larger plan and reply with the result only, as short as possible.\n")
-	fmt.Fprintf(&b, "Tool: %s\n", tool.Name)
-	if tool.Description != "" {
-		fmt.Fprintf(&b, "Tool description: %s\n", tool.Description)
-	}
-	fmt.Fprintf(&b, "Input: %s\nResult:", input)
-	return b.String()
-}
+// ActorPrompt is what the plan_act actor is asked for one act
+// (mode.StepPrompt; a rollout's mode asks its own).
+func ActorPrompt(tool schema.Tool, input string) string { return mode.StepPrompt(tool, input) }
 
 // callActor asks the actor-gateway service for a generation.
 func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, tool schema.Tool, input string) (*schema.Generation, error) {
@@ -291,9 +309,18 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 	if run.try == 0 || run.taken {
 		run.try, run.taken = run.try+1, false
 	}
+	md, err := mode.For(info.Session.Config)
+	if err != nil {
+		return nil, fail.E(fail.Invalid, err)
+	}
+	task, err := info.Task(run.Episode)
+	if err != nil {
+		return nil, err
+	}
+	prompt := md.ActorPrompt(task, tool, mode.Node{ID: run.Node.ID, Tool: run.Node.Tool, Args: run.Node.Args}, input)
 	req := &schema.ActorRequest{
 		Rollout: run.Rollout, Episode: run.Episode, Key: run.Key, Engine: eng,
-		Prompt: ActorPrompt(tool, input), Sampling: info.Session.Config.ActorSampling, Try: run.try,
+		Prompt: prompt, Sampling: info.Session.Config.ActorSampling, Try: run.try,
 		MaxStaleness: info.Session.Config.MaxStaleness,
 	}
 	if d, ok := ctx.Deadline(); ok {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/mode"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
@@ -158,7 +159,11 @@ func (s *Service) finishTurn(ctx context.Context, info *session.Info, r *schema.
 	case r.Turn >= cfg.MaxTurns:
 		return s.endEpisode(ctx, r.Rollout, r.Episode, r.Turn, schema.EpisodeTruncated, nil, "max_turns")
 	}
-	obs := Observation(r)
+	md, err := mode.For(cfg)
+	if err != nil {
+		return fail.E(fail.Invalid, err)
+	}
+	obs := md.Observation(r)
 	if cfg.FailurePolicy == schema.PolicyReplan && len(failed) > 0 {
 		obs += "Some steps failed (" + strings.Join(failed, "; ") + "). Re-plan the remaining steps, or answer if you can.\n"
 	}

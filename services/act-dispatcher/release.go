@@ -3,9 +3,9 @@ package actdispatcher
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/planact/planact/pkg/dag"
+	"github.com/planact/planact/pkg/mode"
 	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
@@ -267,38 +267,10 @@ func skipPending(r *schema.Run, why string) {
 	}
 }
 
-// Observation renders what a turn's acts observed, for the planner's next
-// turn: one line per node, `<id> <tool>("<input>") -> <output>`.
-func Observation(r *schema.Run) string {
-	var b strings.Builder
-	b.WriteString("\n<observation>\n")
-	for _, n := range r.Nodes {
-		input := n.Input
-		if input == "" {
-			input = n.Node.Input()
-		}
-		fmt.Fprintf(&b, "%s %s(%q) -> ", n.Node.ID, n.Node.Tool, input)
-		switch n.Status {
-		case schema.NodeDone, schema.NodeCached:
-			b.WriteString(oneLine(n.Output))
-		case schema.NodeFailed:
-			b.WriteString("ERROR: " + oneLine(n.Error))
-		default:
-			b.WriteString("SKIPPED: " + oneLine(n.Error))
-		}
-		b.WriteByte('\n')
-	}
-	b.WriteString("</observation>\n")
-	return b.String()
-}
+// Observation renders what a turn's acts observed, for the plan_act
+// planner's next turn (mode.PlanAct.Observation; a rollout's mode renders
+// its own).
+func Observation(r *schema.Run) string { return mode.PlanAct{}.Observation(r) }
 
 // ErrorObservation tells the planner why its output could not be used.
-func ErrorObservation(msg string) string {
-	return "\n<observation>\nYour plan could not be used: " + oneLine(msg) + "\n</observation>\n"
-}
-
-func oneLine(s string) string {
-	s = strings.TrimSpace(s)
-	s = strings.ReplaceAll(s, "\r", " ")
-	return strings.ReplaceAll(s, "\n", " ")
-}
+func ErrorObservation(msg string) string { return mode.ErrorObservation(msg) }

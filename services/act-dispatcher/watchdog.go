@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/mode"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
@@ -106,8 +108,17 @@ func (s *Service) driveOn(ctx context.Context, info *session.Info, e int, last, 
 	if last == nil {
 		// Not even the first plan request is there (lost): its own id may
 		// still be in the duplicate window, so it goes out under another.
-		req := &schema.PlanRequest{Rollout: n, Episode: e, Turn: 1, WeightVersion: plannerVersion(info)}
-		return "plan-request", s.Bus.PublishAs(ctx, req, req.MsgID()+"."+tag)
+		// The rollout's mode says what that first message is.
+		md, err := mode.For(info.Session.Config)
+		if err != nil {
+			return "", fail.E(fail.Invalid, err)
+		}
+		task, err := info.Task(e)
+		if err != nil {
+			return "", err
+		}
+		first := md.Open(n, e, task, info.Session.Config, plannerVersion(info))
+		return "plan-request", s.Bus.PublishAs(ctx, first, first.MsgID()+"."+tag)
 	}
 	p, err := subject.Parse(last.Subject)
 	if err != nil {

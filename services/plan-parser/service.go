@@ -14,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/planact/planact/pkg/bus"
-	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/mode"
 	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
@@ -85,8 +85,22 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		return nil
 	}
 	ctx = bus.WithTrace(ctx, info.Session.Trace)
+	md, err := mode.For(info.Session.Config)
+	if err != nil {
+		return fail.E(fail.Invalid, err)
+	}
+	observation := ""
+	if md.ParseNeedsObservation() {
+		// Only a mode that reads what the planner answered pays for the
+		// trajectory.
+		var full schema.PlanOutput
+		if err := m.Decode(&full); err != nil {
+			return fmt.Errorf("%s: %w", m.Subject, err)
+		}
+		observation = LastObservation(&full)
+	}
 	pctx, span := s.startParse(ctx, out.Rollout, out.Episode, out.Turn, false)
-	msg, err := ParseContext(pctx, &out, info.Session.Config)
+	msg, err := md.Parse(pctx, &out, observation, info.Session.Config)
 	endParse(span, msg)
 	if err != nil {
 		return err // stopping: the output is parsed again when redelivered
@@ -187,33 +201,24 @@ func Parse(out *schema.PlanOutput, cfg schema.Config) schema.Message {
 }
 
 // ParseContext is Parse that stops when ctx ends: then it returns ctx's
-// error (wrapped) and no message, for the output to be parsed again.
+// error (wrapped) and no message, for the output to be parsed again. The
+// rollout's mode parses (pkg/mode); out's trajectory gives it the
+// observation it answered.
 func ParseContext(ctx context.Context, out *schema.PlanOutput, cfg schema.Config) (schema.Message, error) {
-	opts := cfg.ParseOptions()
-	if out.FinishReason == engine.FinishStop {
-		// The engine may have stopped on a stop string and stripped it
-		// (an answer's "</answer>"): the parser must know which it may be.
-		opts.Stop = cfg.PlannerSampling.Stop
-	}
-	res, err := plan.ParseContext(ctx, out.Text, opts)
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return nil, err
-	}
+	m, err := mode.For(cfg)
 	if err != nil {
-		pe := &schema.PlanError{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, ErrorKind: "syntax", Message: err.Error(), FinishReason: out.FinishReason}
-		if e, ok := err.(*plan.Error); ok {
-			pe.ErrorKind = string(e.Kind)
-		}
-		if out.FinishReason == "length" && out.Text == "" {
-			pe.ErrorKind, pe.Message = schema.PlanErrContextFull, "the episode ran out of context before the planner could answer"
-			if out.Truncated != "" {
-				pe.Message += ": " + out.Truncated
-			}
-		}
-		return pe, nil
+		return nil, fail.E(fail.Invalid, err)
 	}
-	if len(res.Answers) > 0 {
-		return &schema.PlanAnswer{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, Answers: res.Answers, FinishReason: out.FinishReason}, nil
+	return m.Parse(ctx, out, LastObservation(out), cfg)
+}
+
+// LastObservation is the text of the observation the output's turn
+// answered: the last observation segment of its trajectory, "" if none.
+func LastObservation(out *schema.PlanOutput) string {
+	for i := len(out.Segments) - 1; i >= 0; i-- {
+		if out.Segments[i].Kind == schema.SegObservation {
+			return out.Segments[i].Text
+		}
 	}
-	return &schema.PlanDAG{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, Plan: *res.Plan, FinishReason: out.FinishReason}, nil
+	return ""
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/mode"
 	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
@@ -122,13 +123,26 @@ func (s *Service) onEngine(ctx context.Context, lease *engine.Lease, req *schema
 	log := zerolog.Ctx(ctx)
 	var segs []schema.Segment
 	prompt := ""
-	if req.Turn <= 1 {
-		prompt = RenderPrompt(task, cfg)
+	if prev == nil {
+		// The planner's first turn (turn 1, or later in a mode whose actor
+		// goes first: its request's observation follows the prompt).
+		m, err := mode.For(cfg)
+		if err != nil {
+			return nil, fail.E(fail.Invalid, err)
+		}
+		prompt = m.PlannerPrompt(task, cfg)
 		ids, err := lease.Tokenize(ctx, prompt)
 		if err != nil {
 			return nil, fmt.Errorf("tokenize prompt: %w", err)
 		}
-		segs = []schema.Segment{{Kind: schema.SegPrompt, Turn: 1, Text: prompt, IDs: ids}}
+		segs = []schema.Segment{{Kind: schema.SegPrompt, Turn: req.Turn, Text: prompt, IDs: ids}}
+		if req.Observation != "" {
+			ids, err := lease.Tokenize(ctx, req.Observation)
+			if err != nil {
+				return nil, fmt.Errorf("tokenize observation: %w", err)
+			}
+			segs = append(segs, schema.Segment{Kind: schema.SegObservation, Turn: req.Turn, Text: req.Observation, IDs: ids})
+		}
 	} else {
 		ids, err := lease.Tokenize(ctx, req.Observation)
 		if err != nil {
@@ -327,7 +341,7 @@ func (p *partials) chunk(text string) {
 }
 
 // lastOutput fetches the episode's last planner output, which must be the
-// turn before req's (none for turn 1). served is true when req's turn is
+// turn before req's (none for the mode's first planner turn). served is true when req's turn is
 // already answered: a request asked again (redelivered, re-issued).
 func (s *Service) lastOutput(ctx context.Context, req *schema.PlanRequest) (prev *schema.PlanOutput, served bool, err error) {
 	m, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanOut(req.Rollout, req.Episode))
@@ -346,11 +360,30 @@ func (s *Service) lastOutput(ctx context.Context, req *schema.PlanRequest) (prev
 	case req.Turn <= 1:
 		return nil, false, nil
 	case prev == nil:
+		// A later first turn, in a mode whose actor goes first?
+		first, err := s.firstTurn(ctx, req.Rollout)
+		if err != nil || req.Turn <= first {
+			return nil, false, err
+		}
 		return nil, false, fail.Permanentf("turn %d: episode has no earlier planner output", req.Turn)
 	case prev.Turn != req.Turn-1:
 		return nil, false, fail.Permanentf("turn %d: last planner output is of turn %d", req.Turn, prev.Turn)
 	}
 	return prev, false, nil
+}
+
+// firstTurn is the turn of the planner's first request in rollout n's
+// mode: 1, or later when the actor goes first.
+func (s *Service) firstTurn(ctx context.Context, n int64) (int, error) {
+	info, err := s.sessions.Get(ctx, n)
+	if err != nil {
+		return 0, err
+	}
+	m, err := mode.For(info.Session.Config)
+	if err != nil {
+		return 0, fail.E(fail.Invalid, err)
+	}
+	return m.FirstPlannerTurn(), nil
 }
 
 // unstreamed reports whether no partial plan of req's turn was published.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/mode"
 	"github.com/planact/planact/pkg/reward"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
@@ -62,6 +63,10 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 		return nil, err
 	}
 	scorer := s.scorer(sess.Config)
+	md, err := mode.For(sess.Config)
+	if err != nil {
+		return nil, fail.E(fail.Invalid, err)
+	}
 	for _, e := range which {
 		ep := eps[e]
 		if ep.end == nil {
@@ -101,13 +106,24 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 				ep.actor = append(ep.actor, as)
 			}
 		}
-		if sess.Config.SplitActReward && len(ep.actor) > 0 {
-			for i := range ep.actor {
-				ep.actor[i].Reward = ep.reward / float64(len(ep.actor))
-			}
-		}
+		// The rollout's mode rewards the samples (they come with the
+		// final answer's score).
+		rw := mode.Episode{Task: ep.task, Config: sess.Config, End: ep.end, Last: ep.last, Score: ep.reward, Correct: ep.correct,
+			Planner: ep.planner, Actor: ep.actor, Acts: sampledActs(ep), Outcomes: ep.acts}
+		md.Rewards(&rw)
 	}
 	return eps, nil
+}
+
+// sampledActs are the outcomes ep's actor samples came from, in their order.
+func sampledActs(ep *episode) []*schema.ActDone {
+	var acts []*schema.ActDone
+	for _, d := range ep.acts {
+		if modelRan(d) {
+			acts = append(acts, d)
+		}
+	}
+	return acts
 }
 
 // assemble builds both roles' results of a rollout: its stats, how every
@@ -792,12 +808,24 @@ func ones(n int) []int {
 	return m
 }
 
+// registered says whether the program registered the reward function name
+// (reward.Register).
+func registered(name string) bool {
+	_, ok := reward.Lookup(name)
+	return ok
+}
+
 // scorer returns the rollout's reward function.
 func (s *Service) scorer(cfg schema.Config) func(ctx context.Context, t schema.Task, answer string) (float64, error) {
 	switch {
 	case cfg.Reward == "em":
 		return func(_ context.Context, t schema.Task, a string) (float64, error) {
 			return reward.ExactMatch(a, t.Label), nil
+		}
+	case registered(cfg.Reward):
+		fn, _ := reward.Lookup(cfg.Reward)
+		return func(ctx context.Context, t schema.Task, a string) (float64, error) {
+			return fn(ctx, t.Prompt, a, t.Label)
 		}
 	case strings.HasPrefix(cfg.Reward, "http://") || strings.HasPrefix(cfg.Reward, "https://"):
 		r := reward.Remote{URL: cfg.Reward, HTTP: &http.Client{Timeout: 30 * time.Second}}

@@ -12,6 +12,7 @@ import (
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/mode"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
 	"github.com/planact/planact/pkg/telemetry"
@@ -322,13 +323,31 @@ func (s *Service) start(ctx context.Context, sess *schema.Session) error {
 	deadline := make(chan error, 1)
 	go func() { deadline <- s.scheduleTimeout(ctx, sess.Rollout, schema.TimeoutRollout, sess.DeadlineMs()) }()
 	version := sess.Roles[schema.RolePlanner].WeightVersion
+	md, err := mode.For(sess.Config)
+	if err != nil {
+		return fail.E(fail.Invalid, err)
+	}
+	var tasks []schema.Task
+	if md.FirstPlannerTurn() > 1 {
+		// The actor goes first: its first act is the task itself.
+		if tasks, err = s.tasks(ctx, sess.Rollout); err != nil {
+			return err
+		}
+		if len(tasks) < sess.Episodes {
+			return fail.Permanentf("rollout %d: %d tasks for %d episodes", sess.Rollout, len(tasks), sess.Episodes)
+		}
+	}
 	msgs := make([]schema.Message, 0, sess.Episodes+2)
 	msgs = append(msgs, &schema.Start{Rollout: sess.Rollout, Episodes: sess.Episodes, DeadlineMs: sess.DeadlineMs(), AtMs: sess.StartedMs})
 	for e := range sess.Episodes {
-		msgs = append(msgs, &schema.PlanRequest{Rollout: sess.Rollout, Episode: e, Turn: 1, WeightVersion: version})
+		var task schema.Task
+		if tasks != nil {
+			task = tasks[e]
+		}
+		msgs = append(msgs, md.Open(sess.Rollout, e, task, sess.Config, version))
 	}
 	msgs = append(msgs, &schema.Status{Rollout: sess.Rollout, Event: "started", Episode: -1, Detail: fmt.Sprintf("%d episodes", sess.Episodes), AtMs: s.nowMs()})
-	err := s.Bus.PublishAll(ctx, msgs...)
+	err = s.Bus.PublishAll(ctx, msgs...)
 	if derr := <-deadline; derr != nil {
 		return derr
 	}

@@ -1,0 +1,210 @@
+package mode
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/planact/planact/pkg/plan"
+	"github.com/planact/planact/pkg/reward"
+	"github.com/planact/planact/pkg/schema"
+)
+
+// Ensemble is the ensemble mode: Plan/Act, but every act of the actor model
+// is asked ensemble_k times. The plan's node X becomes K candidate nodes
+// X-c1…X-cK (the same call, each its own generation) and a pick node X
+// that depends on them: a vote (the most frequent answer, normalised; a
+// tie goes to the earliest candidate), run by the act-dispatcher without an
+// engine. Nodes that depend on X get the answer picked; the planner sees
+// one line per planned node, as in plan_act.
+//
+// Every candidate is an actor sample. A candidate whose answer is the one
+// picked gets the final answer's score (metadata ensemble: chosen for the
+// candidate the vote took, agreed for the others with the same answer);
+// a rejected one gets 0. The planner's sample is rewarded as in plan_act.
+type Ensemble struct{ PlanAct }
+
+// VoteTool is the pick nodes' tool: run by the act-dispatcher, no engine.
+const VoteTool = "vote"
+
+// KindLocal is the kind of a tool a mode runs itself (Mode.RunLocal).
+const KindLocal = "local"
+
+// Name is ensemble.
+func (Ensemble) Name() string { return schema.ModeEnsemble }
+
+// Parse parses the plan as plan_act does, and expands each act of the
+// actor model into its candidates and their vote.
+func (m Ensemble) Parse(ctx context.Context, out *schema.PlanOutput, observation string, cfg schema.Config) (schema.Message, error) {
+	msg, err := m.PlanAct.Parse(ctx, out, observation, cfg)
+	if d, ok := msg.(*schema.PlanDAG); ok && err == nil {
+		d.Plan.Nodes = Expand(d.Plan.Nodes, cfg)
+	}
+	return msg, err
+}
+
+// Expand turns every node of the actor model into K candidates and a vote
+// of the same id.
+func Expand(nodes []plan.Node, cfg schema.Config) []plan.Node {
+	k := max(cfg.EnsembleK, 1)
+	taken := map[string]bool{}
+	for _, n := range nodes {
+		taken[n.ID] = true
+	}
+	var out []plan.Node
+	for _, n := range nodes {
+		if t, ok := cfg.Tool(n.Tool); !ok || t.Kind == schema.ToolHTTP {
+			out = append(out, n)
+			continue
+		}
+		var refs []any
+		var ids []string
+		for i := 1; i <= k; i++ {
+			id := fmt.Sprintf("%s-c%d", n.ID, i)
+			for taken[id] {
+				id += "_"
+			}
+			taken[id] = true
+			c := n
+			c.ID = id
+			c.Args = make(map[string]any, len(n.Args)+1)
+			for a, v := range n.Args {
+				c.Args[a] = v
+			}
+			c.Args["candidate"] = i // a call of its own: the duplicate guard keeps candidates apart
+			c.Description = fmt.Sprintf("candidate %d of %d of %s", i, k, n.ID)
+			out = append(out, c)
+			refs = append(refs, "{"+id+"}")
+			ids = append(ids, id)
+		}
+		out = append(out, plan.Node{
+			ID: n.ID, Tool: VoteTool, Deps: ids, Description: "vote among the candidates of " + n.ID,
+			Args: map[string]any{"input": n.Input(), "tool": n.Tool, "candidates": refs},
+		})
+	}
+	return out
+}
+
+// Tool adds the vote to the rollout's tools.
+func (m Ensemble) Tool(cfg schema.Config, name string) (schema.Tool, bool) {
+	if name == VoteTool {
+		return schema.Tool{Name: VoteTool, Description: "the most frequent answer of the candidates", Kind: KindLocal}, true
+	}
+	return cfg.Tool(name)
+}
+
+// RunLocal runs a vote: the most frequent candidate answer (normalised), a
+// tie to the earliest.
+func (Ensemble) RunLocal(_ schema.Tool, node Node) (string, error) {
+	cands, _ := node.Args["candidates"].([]any)
+	var answers []string
+	for _, c := range cands {
+		if s, ok := c.(string); ok {
+			answers = append(answers, s)
+		}
+	}
+	if len(answers) == 0 {
+		return "", fmt.Errorf("vote %s: no candidate answers", node.ID)
+	}
+	return answers[Vote(answers)], nil
+}
+
+// Vote returns the index of the answer the vote picks: the most frequent
+// (normalised), the earliest of a tie.
+func Vote(answers []string) int {
+	count := map[string]int{}
+	for _, a := range answers {
+		count[reward.Normalize(a)]++
+	}
+	best := 0
+	for i, a := range answers {
+		if count[reward.Normalize(a)] > count[reward.Normalize(answers[best])] {
+			best = i
+		}
+	}
+	return best
+}
+
+// Observation shows each planned node once: the votes, as the call
+// planned, with the answer picked; candidates are not shown.
+func (m Ensemble) Observation(r *schema.Run) string {
+	shown := *r
+	shown.Nodes = nil
+	for _, n := range r.Nodes {
+		if _, candidate := n.Node.Args["candidate"]; candidate {
+			continue
+		}
+		if n.Node.Tool == VoteTool {
+			c := *n
+			c.Node.Tool, _ = n.Node.Args["tool"].(string)
+			c.Input, _ = n.Node.Args["input"].(string)
+			n = &c
+		}
+		shown.Nodes = append(shown.Nodes, n)
+	}
+	return m.PlanAct.Observation(&shown)
+}
+
+// Rewards: a candidate whose answer is the one picked gets the final
+// answer's score, a rejected one 0.
+func (Ensemble) Rewards(ep *Episode) {
+	picks := map[string]*schema.ActDone{} // turn/pick id -> the vote's outcome
+	for _, d := range ep.Outcomes {
+		if d.Tool == VoteTool {
+			picks[strconv.Itoa(d.Turn)+"/"+d.NodeID] = d
+		}
+	}
+	first := map[string]int{} // turn/pick id -> the earliest agreeing candidate (the one the vote took)
+	verdicts := make([]string, len(ep.Actor))
+	for i := range ep.Actor {
+		d := ep.Acts[i]
+		pick, number, ok := candidateOf(d.NodeID)
+		if !ok {
+			continue
+		}
+		key := strconv.Itoa(d.Turn) + "/" + pick
+		p := picks[key]
+		s := &ep.Actor[i]
+		switch {
+		case p == nil || p.Status != schema.ActDoneOK && p.Status != schema.ActCached:
+			s.Reward, verdicts[i] = 0, "unpicked"
+		case reward.Normalize(d.Output) == reward.Normalize(p.Output):
+			verdicts[i] = "agreed"
+			if f, seen := first[key]; !seen || number < f {
+				first[key] = number
+			}
+		default:
+			s.Reward, verdicts[i] = 0, "rejected"
+		}
+	}
+	for i := range ep.Actor {
+		if verdicts[i] == "" {
+			continue
+		}
+		d := ep.Acts[i]
+		pick, number, _ := candidateOf(d.NodeID)
+		if verdicts[i] == "agreed" && first[strconv.Itoa(d.Turn)+"/"+pick] == number {
+			verdicts[i] = "chosen"
+		}
+		s := &ep.Actor[i]
+		if s.Metadata == nil {
+			s.Metadata = map[string]any{}
+		}
+		s.Metadata["ensemble"] = verdicts[i]
+	}
+}
+
+// candidateOf reads a candidate's node id (Expand's): its pick's id and its
+// number.
+func candidateOf(id string) (pick string, number int, ok bool) {
+	cut := strings.LastIndex(id, "-c")
+	if cut < 0 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(strings.TrimRight(id[cut+2:], "_"))
+	if err != nil {
+		return "", 0, false
+	}
+	return id[:cut], n, true
+}

@@ -1,0 +1,201 @@
+package mode_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/planact/planact/pkg/mode"
+	"github.com/planact/planact/pkg/plan"
+	"github.com/planact/planact/pkg/schema"
+)
+
+func TestFor(t *testing.T) {
+	for _, name := range append([]string{""}, schema.Modes...) {
+		m, err := mode.For(schema.Config{Mode: name})
+		if err != nil {
+			t.Fatalf("mode %q: %v", name, err)
+		}
+		if want := name; want != "" && m.Name() != want {
+			t.Errorf("mode %q is %s", name, m.Name())
+		}
+	}
+	if _, err := mode.For(schema.Config{Mode: "debate"}); err == nil || !strings.Contains(err.Error(), "want one of plan_act, peer_review, ensemble") {
+		t.Errorf("unknown mode: %v", err)
+	}
+}
+
+func TestVerdict(t *testing.T) {
+	cases := []struct {
+		text     string
+		accept   bool
+		critique string
+		ok       bool
+	}{
+		{"<accept/>", true, "", true},
+		{"<think>hmm</think>\n<accept />", true, "", true},
+		{"<revise>Paris is not a country.</revise>", false, "Paris is not a country.", true},
+		{"<think><accept/></think><revise>wrong</revise>", false, "wrong", true},
+		{"<revise>first</revise> then <accept/>", true, "", true},
+		{"<accept/> no, <revise>second thoughts</revise>", false, "second thoughts", true},
+		{"Looks fine to me.", false, "", false},
+		{"<revise>never closed", false, "", false},
+	}
+	for _, c := range cases {
+		accept, critique, ok := mode.Verdict(c.text)
+		if accept != c.accept || critique != c.critique || ok != c.ok {
+			t.Errorf("Verdict(%q) = %v %q %v, want %v %q %v", c.text, accept, critique, ok, c.accept, c.critique, c.ok)
+		}
+	}
+}
+
+// TestPeerReviewParse: what each review becomes, and what the actor is
+// asked for a revision.
+func TestPeerReviewParse(t *testing.T) {
+	m := mode.PeerReview{}
+	cfg := schema.Config{Mode: schema.ModePeerReview}.WithDefaults() // max_turns 4
+	obs := m.Observation(&schema.Run{Nodes: []*schema.NodeState{{Node: plan.Node{ID: "attempt"}, Status: schema.NodeDone, Output: "Addis Ababa\n"}}})
+	failed := m.Observation(&schema.Run{Nodes: []*schema.NodeState{{Node: plan.Node{ID: "attempt"}, Status: schema.NodeFailed, Error: "act timed out"}}})
+	parse := func(turn int, text, observation string) schema.Message {
+		t.Helper()
+		msg, err := m.Parse(context.Background(), &schema.PlanOutput{Rollout: 1, Episode: 2, Turn: turn, Text: text}, observation, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg
+	}
+	if a, ok := parse(2, "<accept/>", obs).(*schema.PlanAnswer); !ok || len(a.Answers) != 1 || a.Answers[0] != "Addis Ababa" || a.Turn != 2 {
+		t.Errorf("accept: %#v", parse(2, "<accept/>", obs))
+	}
+	d, ok := parse(2, "<revise>check the capital</revise>", obs).(*schema.PlanDAG)
+	if !ok || len(d.Plan.Nodes) != 1 || d.Plan.Nodes[0].Tool != mode.ReviewTool || d.Plan.Nodes[0].Args["previous"] != "Addis Ababa" || d.Plan.Nodes[0].Args["critique"] != "check the capital" {
+		t.Fatalf("revise: %#v", parse(2, "<revise>check the capital</revise>", obs))
+	}
+	n := d.Plan.Nodes[0]
+	prompt := m.ActorPrompt(schema.Task{Prompt: "What is the capital of Ethiopia?"}, schema.Tool{}, mode.Node{ID: n.ID, Tool: n.Tool, Args: n.Args}, n.Input())
+	for _, want := range []string{"Your previous answer: Addis Ababa", "A reviewer asked for a revision: check the capital", "Input: What is the capital of Ethiopia?"} {
+		if !strings.Contains(prompt, want) {
+			t.Errorf("revision prompt %q lacks %q", prompt, want)
+		}
+	}
+	// At max_turns a revision is no longer asked for: the answer reviewed stands.
+	if a, ok := parse(4, "<revise>still wrong</revise>", obs).(*schema.PlanAnswer); !ok || a.Answers[0] != "Addis Ababa" {
+		t.Errorf("revise at max_turns: %#v", parse(4, "<revise>still wrong</revise>", obs))
+	}
+	for _, c := range []struct {
+		name, text, obs, want string
+	}{
+		{"no verdict", "It is fine.", obs, "found neither"},
+		{"nothing to accept", "<accept/>", failed, "no answer to accept"},
+		{"empty critique", "<revise> </revise>", obs, "holds no critique"},
+	} {
+		pe, ok := parse(2, c.text, c.obs).(*schema.PlanError)
+		if !ok || !strings.Contains(pe.Message, c.want) {
+			t.Errorf("%s: %#v, want an error saying %q", c.name, parse(2, c.text, c.obs), c.want)
+		}
+	}
+	if pe, ok := parse(3, "", obs).(*schema.PlanError); !ok || pe.ErrorKind != "syntax" {
+		t.Errorf("empty review: %#v", parse(3, "", obs))
+	}
+	open, ok := m.Open(7, 1, schema.Task{Prompt: "Q?"}, cfg, "v1").(*schema.PlanDAG)
+	if !ok || open.Turn != 1 || len(open.Plan.Nodes) != 1 || open.Plan.Nodes[0].Input() != "Q?" {
+		t.Errorf("open: %#v", m.Open(7, 1, schema.Task{Prompt: "Q?"}, cfg, "v1"))
+	}
+}
+
+// TestPeerReviewRewards: the planner is rewarded for agreeing with the
+// final answer's correctness; the attempts keep the answer's score.
+func TestPeerReviewRewards(t *testing.T) {
+	for _, c := range []struct {
+		review  string
+		correct bool
+		want    float64
+	}{
+		{"<accept/>", true, 1},
+		{"<accept/>", false, 0},
+		{"<revise>no</revise>", false, 1},
+		{"<revise>no</revise>", true, 0},
+	} {
+		ep := &mode.Episode{End: &schema.EpisodeEnd{Status: schema.EpisodeCompleted}, Last: &schema.PlanOutput{Text: c.review},
+			Score: 0.5, Correct: c.correct, Planner: &schema.Sample{Reward: 0.5}, Actor: []schema.Sample{{Reward: 0.5}}}
+		mode.PeerReview{}.Rewards(ep)
+		if ep.Planner.Reward != c.want || ep.Actor[0].Reward != 0.5 {
+			t.Errorf("%s, correct %v: planner %v (want %v), actor %v", c.review, c.correct, ep.Planner.Reward, c.want, ep.Actor[0].Reward)
+		}
+	}
+}
+
+func TestVote(t *testing.T) {
+	for _, c := range []struct {
+		answers []string
+		want    int
+	}{
+		{[]string{"Paris", "Lyon", "paris."}, 0},
+		{[]string{"Lyon", "Paris", "the Paris"}, 1},
+		{[]string{"a", "b", "c"}, 0},
+		{[]string{"a", "b", "b", "a"}, 0},
+	} {
+		if got := mode.Vote(c.answers); got != c.want {
+			t.Errorf("Vote(%q) = %d, want %d", c.answers, got, c.want)
+		}
+	}
+}
+
+// TestEnsembleExpand: acts of the actor model become K candidates and a
+// vote of the same id; HTTP tools are left as they are; the vote runs
+// locally on the candidates' answers.
+func TestEnsembleExpand(t *testing.T) {
+	cfg := schema.Config{Mode: schema.ModeEnsemble, EnsembleK: 3, Tools: []schema.Tool{{Name: "search"}, {Name: "wiki", Kind: schema.ToolHTTP, URL: "http://w"}}}
+	nodes := mode.Expand([]plan.Node{
+		{ID: "s1", Tool: "search", Args: map[string]any{"query": "capital of France"}, Deps: []string{}},
+		{ID: "s2", Tool: "wiki", Args: map[string]any{"query": "{s1}"}, Deps: []string{"s1"}},
+		{ID: "s1-c1", Tool: "search", Args: map[string]any{"query": "x"}, Deps: []string{}}, // a planner's id in the way
+	}, cfg)
+	var ids []string
+	for _, n := range nodes {
+		ids = append(ids, n.ID+":"+n.Tool)
+	}
+	want := "s1-c1_:search s1-c2:search s1-c3:search s1:vote s2:wiki s1-c1-c1:search s1-c1-c2:search s1-c1-c3:search s1-c1:vote"
+	if got := strings.Join(ids, " "); got != want {
+		t.Fatalf("expanded to %s, want %s", got, want)
+	}
+	if lv := (&plan.Plan{Format: plan.FormatGraph, Nodes: nodes}).Levels(); len(lv) != 3 {
+		t.Errorf("expanded plan's levels: %v, want candidates, votes, what needs them", lv)
+	}
+	vote := nodes[3]
+	filled := plan.Substitute(vote, map[string]string{"s1-c1_": "Paris", "s1-c2": "Lyon", "s1-c3": "paris"})
+	m := mode.Ensemble{}
+	tool, ok := m.Tool(cfg, vote.Tool)
+	if !ok || tool.Kind != mode.KindLocal {
+		t.Fatalf("vote tool %+v %v", tool, ok)
+	}
+	out, err := m.RunLocal(tool, mode.Node{ID: filled.ID, Tool: filled.Tool, Args: filled.Args})
+	if err != nil || out != "Paris" {
+		t.Errorf("vote: %q %v", out, err)
+	}
+	if filled.Input() != "capital of France" {
+		t.Errorf("vote input %q", filled.Input())
+	}
+}
+
+// TestEnsembleRewards: chosen and agreeing candidates keep the score, the
+// rejected ones get 0.
+func TestEnsembleRewards(t *testing.T) {
+	acts := []*schema.ActDone{
+		{Turn: 1, NodeID: "s1-c1", Output: "Lyon", Status: schema.ActDoneOK},
+		{Turn: 1, NodeID: "s1-c2", Output: "Paris", Status: schema.ActDoneOK},
+		{Turn: 1, NodeID: "s1-c3", Output: "paris", Status: schema.ActDoneOK},
+	}
+	vote := &schema.ActDone{Turn: 1, NodeID: "s1", Tool: mode.VoteTool, Output: "Paris", Status: schema.ActDoneOK}
+	ep := &mode.Episode{Score: 1, Acts: acts, Outcomes: append(append([]*schema.ActDone(nil), acts...), vote),
+		Actor: []schema.Sample{{Reward: 1}, {Reward: 1}, {Reward: 1}}}
+	mode.Ensemble{}.Rewards(ep)
+	var got []string
+	for _, s := range ep.Actor {
+		got = append(got, fmt.Sprintf("%s:%v", s.Metadata["ensemble"], s.Reward))
+	}
+	if want := "rejected:0 chosen:1 agreed:1"; strings.Join(got, " ") != want {
+		t.Errorf("rewards %s, want %s", strings.Join(got, " "), want)
+	}
+}

@@ -1,0 +1,205 @@
+package mode
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/planact/planact/pkg/plan"
+	"github.com/planact/planact/pkg/schema"
+)
+
+// PeerReview is the peer_review mode: the actor answers the task (turn 1,
+// no planner call); from turn 2 on the planner reviews the latest answer,
+// and either accepts it (<accept/>: the episode ends with that answer) or
+// critiques it (<revise>critique</revise>: the actor revises in the same
+// turn, and the revision is the next turn's observation). A review that
+// asks for a revision at max_turns ends the episode with the answer it
+// reviewed, unaccepted.
+//
+// Every attempt is an actor sample, rewarded with the final answer's score;
+// the planner's sample holds every review and is rewarded with the
+// agreement of its last verdict with the final answer's correctness: 1 for
+// accepting a correct answer or rejecting a wrong one, 0 otherwise.
+//
+// It is the smallest mode: read it first when writing a new one.
+type PeerReview struct{}
+
+// ReviewTool is the tool of the actor's attempts.
+const ReviewTool = "answer"
+
+// FormatReview is the plan format of the attempts' one-node plans.
+const FormatReview plan.Format = "review"
+
+// Name is peer_review.
+func (PeerReview) Name() string { return schema.ModePeerReview }
+
+// Open is the actor's first attempt: a plan of one node, turn 1.
+func (PeerReview) Open(n int64, e int, task schema.Task, _ schema.Config, _ string) schema.Message {
+	return &schema.PlanDAG{Rollout: n, Episode: e, Turn: 1, Plan: plan.Plan{Format: FormatReview, Nodes: []plan.Node{{
+		ID: "attempt", Tool: ReviewTool, Args: map[string]any{"question": task.Prompt}, Deps: []string{},
+		Description: "answer the question",
+	}}}}
+}
+
+// FirstPlannerTurn is 2: the planner's first request carries the first
+// attempt as its observation.
+func (PeerReview) FirstPlannerTurn() int { return 2 }
+
+// PlannerPrompt asks for a review.
+func (PeerReview) PlannerPrompt(task schema.Task, _ schema.Config) string {
+	var b strings.Builder
+	b.WriteString("You are the reviewer. A solver answers the question below; each <observation> shows its latest answer. ")
+	b.WriteString("If the answer is right, reply with <accept/> and nothing else. If it is wrong, reply with <revise>what is wrong and how to fix it</revise>, and the solver will try again.\n")
+	fmt.Fprintf(&b, "Question: %s\n", task.Prompt)
+	return b.String()
+}
+
+// ParseNeedsObservation is true: an accepted answer is the one observed.
+func (PeerReview) ParseNeedsObservation() bool { return true }
+
+var (
+	acceptRe  = regexp.MustCompile(`<accept\s*/?>`)
+	reviseRe  = regexp.MustCompile(`(?s)<revise>(.*?)</revise>`)
+	thinkRe   = regexp.MustCompile(`(?s)<think>.*?</think>`)
+	answerRe  = regexp.MustCompile(`(?m)^Answer: (.*)$`)
+	attemptRe = regexp.MustCompile(`(?m)^The attempt failed`)
+)
+
+// Verdict reads a review: accept, or the critique of a revision; ok is
+// false when the text holds neither. The last verdict written wins, and
+// what is in <think> does not count.
+func Verdict(text string) (accept bool, critique string, ok bool) {
+	text = thinkRe.ReplaceAllString(text, "")
+	a := acceptRe.FindAllStringIndex(text, -1)
+	r := reviseRe.FindAllStringSubmatchIndex(text, -1)
+	switch {
+	case len(a) == 0 && len(r) == 0:
+		return false, "", false
+	case len(r) == 0 || len(a) > 0 && a[len(a)-1][0] > r[len(r)-1][0]:
+		return true, "", true
+	}
+	last := r[len(r)-1]
+	return false, strings.TrimSpace(text[last[2]:last[3]]), true
+}
+
+// Parse reads the review: accept ends the episode with the observed
+// answer; a critique is a revision for the actor, or, at max_turns, the end
+// with the answer reviewed.
+func (PeerReview) Parse(_ context.Context, out *schema.PlanOutput, observation string, cfg schema.Config) (schema.Message, error) {
+	perr := func(kind, msg string) schema.Message {
+		return &schema.PlanError{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, ErrorKind: kind, Message: msg, FinishReason: out.FinishReason}
+	}
+	if out.FinishReason == "length" && out.Text == "" {
+		msg := "the episode ran out of context before the reviewer could answer"
+		if out.Truncated != "" {
+			msg += ": " + out.Truncated
+		}
+		return perr(schema.PlanErrContextFull, msg), nil
+	}
+	accept, critique, ok := Verdict(out.Text)
+	if !ok {
+		return perr("syntax", "a review is <accept/> or <revise>what is wrong</revise>; found neither"), nil
+	}
+	answer, answered := observedAnswer(observation)
+	end := func() schema.Message {
+		return &schema.PlanAnswer{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, Answers: []string{answer}, FinishReason: out.FinishReason}
+	}
+	switch {
+	case accept && !answered:
+		return perr("syntax", "there is no answer to accept: the last attempt failed; ask for a revision"), nil
+	case accept:
+		return end(), nil
+	case critique == "":
+		return perr("syntax", "<revise> holds no critique: say what is wrong"), nil
+	case out.Turn >= cfg.MaxTurns && answered:
+		return end(), nil // max_turns: the answer reviewed stands, unaccepted
+	}
+	args := map[string]any{"critique": critique}
+	if answered {
+		args["previous"] = answer
+	}
+	return &schema.PlanDAG{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, FinishReason: out.FinishReason,
+		Plan: plan.Plan{Format: FormatReview, Nodes: []plan.Node{{ID: "revision", Tool: ReviewTool, Args: args, Deps: []string{}, Description: "revise the answer"}}}}, nil
+}
+
+// observedAnswer reads the answer an observation (Observation's) shows.
+func observedAnswer(observation string) (string, bool) {
+	if attemptRe.MatchString(observation) {
+		return "", false
+	}
+	m := answerRe.FindAllStringSubmatch(observation, -1)
+	if len(m) == 0 {
+		return "", false
+	}
+	return strings.TrimSpace(m[len(m)-1][1]), true
+}
+
+// Tool adds the attempts' tool, the actor model, to the rollout's.
+func (PeerReview) Tool(cfg schema.Config, name string) (schema.Tool, bool) {
+	if name == ReviewTool {
+		return schema.Tool{Name: ReviewTool, Description: "answer the question", Kind: schema.ToolActor}, true
+	}
+	return cfg.Tool(name)
+}
+
+// RunLocal: peer_review adds no local tool.
+func (m PeerReview) RunLocal(tool schema.Tool, _ Node) (string, error) {
+	return "", errNoLocal(m, tool.Name)
+}
+
+// ActorPrompt asks for an answer, or a revision of the previous one.
+func (PeerReview) ActorPrompt(task schema.Task, _ schema.Tool, node Node, _ string) string {
+	var b strings.Builder
+	b.WriteString("You are the solver. Answer the question; reply with the answer only, as short as possible.\n")
+	if prev, ok := node.Args["previous"].(string); ok {
+		fmt.Fprintf(&b, "Your previous answer: %s\n", oneLine(prev))
+	}
+	if c, ok := node.Args["critique"].(string); ok {
+		fmt.Fprintf(&b, "A reviewer asked for a revision: %s\n", oneLine(c))
+	}
+	fmt.Fprintf(&b, "Input: %s\nAnswer:", oneLine(task.Prompt))
+	return b.String()
+}
+
+// Observation shows the reviewer the turn's attempt.
+func (PeerReview) Observation(r *schema.Run) string {
+	var b strings.Builder
+	b.WriteString("\n<observation>\n")
+	for _, n := range r.Nodes {
+		switch n.Status {
+		case schema.NodeDone, schema.NodeCached:
+			b.WriteString("Answer: " + oneLine(n.Output))
+		case schema.NodeFailed:
+			b.WriteString("The attempt failed: " + oneLine(n.Error))
+		default:
+			b.WriteString("The attempt failed: skipped: " + oneLine(n.Error))
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString("</observation>\n")
+	return b.String()
+}
+
+// Rewards: attempts get the final answer's score; the reviews, whether the
+// last verdict agrees with the final answer's correctness.
+func (PeerReview) Rewards(ep *Episode) {
+	if ep.Planner == nil {
+		return
+	}
+	accepted := false
+	if ep.Last != nil {
+		accepted, _, _ = Verdict(ep.Last.Text)
+	}
+	agree := 0.0
+	if ep.End != nil && ep.End.Status == schema.EpisodeCompleted && accepted == ep.Correct {
+		agree = 1
+	}
+	ep.Planner.Reward = agree
+	if ep.Planner.Metadata == nil {
+		ep.Planner.Metadata = map[string]any{}
+	}
+	ep.Planner.Metadata["accepted"] = accepted
+	ep.Planner.Metadata["answer_score"] = ep.Score
+}
