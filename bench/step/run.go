@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -114,7 +115,13 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 	p.say("raw: %.0f msgs/s; %.4f ms of CPU per message (server %.4f, client %.4f); %.2f NATS messages per message",
 		rep.Raw.MsgsPerS, rep.Raw.CPUPerMsgMs, rep.Raw.ServerCPUPerMsgMs, rep.Raw.ClientCPUPerMsgMs, rep.Raw.NATSMsgsPerMsg)
 
-	// The services: the session-store first (it provisions), then the rest.
+	// Provisioning, as the admin of a deployment does once (`planact
+	// provision`): the services create nothing themselves.
+	prov := exec.CommandContext(ctx, bins.Planact, "provision", "--nats", natsURL)
+	if out, err := prov.CombinedOutput(); err != nil {
+		return fmt.Errorf("planact provision: %w\n%s", err, out)
+	}
+	// The services: the session-store first, then the rest.
 	serve := func(svc string, i int) error {
 		args := append([]string{"serve", "--nats", natsURL}, o.ServeFlags...)
 		args = append(args, svc)
