@@ -41,8 +41,8 @@ func runProvision(ctx context.Context, args []string, getenv func(string) string
 	if fs.NArg() > 0 {
 		return fmt.Errorf("provision: unexpected arguments %q", fs.Args())
 	}
-	p := bus.Provisioning{Replicas: *replicas, History: *history, ResultRetention: *results, Storage: int64(*storage)}
-	if err := fillDefaults(&p).Validate(); err != nil {
+	p := bus.Provisioning{Replicas: *replicas, History: *history, ResultRetention: *results, Storage: int64(*storage)}.WithDefaults()
+	if err := p.Validate(); err != nil {
 		return fmt.Errorf("provision: %w", err)
 	}
 	if *dryRun {
@@ -60,27 +60,6 @@ func runProvision(ctx context.Context, args []string, getenv func(string) string
 	fmt.Fprintf(stdout, "planact: provisioned on %s (%d replicas, %s of storage per server)\n", bus.Redact(conn.Servers()), p.Replicas, bus.FormatBytes(p.Storage))
 	printLayout(stdout, p)
 	return nil
-}
-
-// fillDefaults fills what p leaves zero, as provisioning does.
-func fillDefaults(p *bus.Provisioning) *bus.Provisioning {
-	d := bus.DefaultProvisioning()
-	if p.Replicas == 0 {
-		p.Replicas = d.Replicas
-	}
-	if p.History == 0 {
-		p.History = d.History
-	}
-	if p.ResultRetention == 0 {
-		p.ResultRetention = min(d.ResultRetention, p.History)
-	}
-	if p.DupeWindow == 0 {
-		p.DupeWindow = min(d.DupeWindow, p.History)
-	}
-	if p.Storage == 0 {
-		p.Storage = d.Storage
-	}
-	return p
 }
 
 // printLayout writes what provisioning makes: every stream with its

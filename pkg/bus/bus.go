@@ -143,7 +143,7 @@ func Open(ctx context.Context, nc *nats.Conn, log zerolog.Logger, p Provisioning
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	b := &Bus{NC: nc, JS: js, Log: log, Provisioning: p.withDefaults()}
+	b := &Bus{NC: nc, JS: js, Log: log, Provisioning: p.WithDefaults()}
 	if err := b.Provisioning.Validate(); err != nil {
 		return nil, err
 	}

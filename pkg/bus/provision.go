@@ -53,7 +53,8 @@ func DefaultProvisioning() Provisioning {
 	}
 }
 
-func (p Provisioning) withDefaults() Provisioning {
+// WithDefaults fills what p leaves zero, as provisioning does.
+func (p Provisioning) WithDefaults() Provisioning {
 	d := DefaultProvisioning()
 	if p.Replicas == 0 {
 		p.Replicas = d.Replicas
@@ -125,7 +126,7 @@ const (
 
 // Bytes returns what the stream (or bucket or store) name may hold.
 func (p Provisioning) Bytes(name string) int64 {
-	p = p.withDefaults()
+	p = p.WithDefaults()
 	return max(int64(Shares[name]*float64(p.Storage)), 1<<20)
 }
 
@@ -135,7 +136,7 @@ func (p Provisioning) Bytes(name string) int64 {
 // roll-ups and purges); the others refuse roll-ups, message deletes and
 // purges, and refuse a message when full instead of dropping old ones.
 func (p Provisioning) StreamConfigs() []jetstream.StreamConfig {
-	p = p.withDefaults()
+	p = p.WithDefaults()
 	mk := func(name, desc string, subjects ...string) jetstream.StreamConfig {
 		return jetstream.StreamConfig{
 			Name:        name,
@@ -192,7 +193,7 @@ func (p Provisioning) StreamConfigs() []jetstream.StreamConfig {
 // KeyValueConfigs are planact's buckets. NATS makes a bucket with limit
 // markers allow roll-ups and purges; only planact's services write them.
 func (p Provisioning) KeyValueConfigs() []jetstream.KeyValueConfig {
-	p = p.withDefaults()
+	p = p.WithDefaults()
 	return []jetstream.KeyValueConfig{{
 		Bucket:         BucketSession,
 		Description:    "planact rollout sessions: barrier and lifecycle, one key per rollout",
@@ -217,7 +218,7 @@ func (p Provisioning) KeyValueConfigs() []jetstream.KeyValueConfig {
 // ObjectStoreConfigs are planact's object stores: each role's task lists
 // (written by its trainer) and results (written by the session-store).
 func (p Provisioning) ObjectStoreConfigs() []jetstream.ObjectStoreConfig {
-	p = p.withDefaults()
+	p = p.WithDefaults()
 	var out []jetstream.ObjectStoreConfig
 	for _, role := range Roles {
 		out = append(out, jetstream.ObjectStoreConfig{
@@ -251,7 +252,7 @@ const provisionPatience = time.Minute
 // what it made. It retries with back-off while the cluster is not ready or
 // another process provisions at once.
 func Provision(ctx context.Context, nc *nats.Conn, log zerolog.Logger, p Provisioning) error {
-	p = p.withDefaults()
+	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return err
 	}

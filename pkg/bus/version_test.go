@@ -59,7 +59,7 @@ func TestProvisionDoesNotRetryWhatTheServerCannotDo(t *testing.T) {
 	}
 	var logged bytes.Buffer
 	b := &Bus{NC: nc, JS: js, Log: zerolog.New(&logged)}
-	err = b.provision(context.Background(), Provisioning{}.withDefaults())
+	err = b.provision(context.Background(), Provisioning{}.WithDefaults())
 	if !errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) || fail.KindOf(err) != fail.Permanent || !strings.Contains(err.Error(), "needs nats-server 2.12.0") {
 		t.Errorf("provisioning on nats-server %s: %v (%v), want a permanent error naming the version needed", old.Version, err, fail.KindOf(err))
 	}
