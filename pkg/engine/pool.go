@@ -36,7 +36,8 @@ type Pool struct {
 }
 
 type pooled struct {
-	capacity int // the engine's stated capacity, shared with the other replicas; 0: Limit
+	capacity int  // the engine's stated capacity, shared with the other replicas; 0: Limit
+	balanced bool // its limit was set from capacity (a new engine's is Limit until then)
 	client   Client
 	slots    *slots
 	tokens   *tokenCache
@@ -67,8 +68,8 @@ func (p *Pool) AcquireShare(ctx context.Context, protocol, url, model string, ca
 		return nil, err
 	}
 	p.mu.Lock()
-	changed := e.capacity != capacity
-	e.capacity = capacity
+	changed := e.capacity != capacity || !e.balanced
+	e.capacity, e.balanced = capacity, true
 	p.mu.Unlock()
 	if changed {
 		p.Rebalance()
