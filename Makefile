@@ -7,7 +7,7 @@ FUZZPKGS ?= ./pkg/plan
 
 NATSCLI  ?= v0.5.1
 
-.PHONY: run up build test tools unit fuzz-smoke fuzz lint bench bench-step chaos soak tidy clean
+.PHONY: run up build test tools unit fuzz-smoke fuzz lint bench bench-step chaos soak flakehunt tidy clean
 
 ## run: the embedded default — NATS, the five services, simulated engines, and a demo of both trainers
 run:
@@ -22,6 +22,7 @@ build:
 	$(GO) build -o bin/planact ./cmd/planact
 
 ## test: the whole suite with the race detector, then every fuzz target for $(FUZZTIME)
+## (docs/testing.md says what runs and how long)
 test: tools unit fuzz-smoke
 
 ## tools: the real clients the suite runs: the nats CLI (go install, once)
@@ -67,6 +68,12 @@ chaos:
 SOAKFLAGS ?=
 soak:
 	$(GO) run ./cmd/planact-chaos soak --out chaos/results $(SOAKFLAGS)
+
+## flakehunt: the whole suite RUNS times (default 20), every other run under a CPU hog on every
+## core; tallies every test that failed even once into bench/results/flakehunt.md
+RUNS ?= 20
+flakehunt:
+	RUNS=$(RUNS) GO=$(GO) ./scripts/flakehunt.sh
 
 tidy:
 	$(GO) mod tidy

@@ -20,6 +20,7 @@ import (
 // its status), leaving its results as they were; a cancel of a rollout
 // planact does not know is told so.
 func TestCancelIsAnswered(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 31}, actor: sim.Config{Seed: 32}})
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
@@ -71,6 +72,7 @@ func TestCancelIsAnswered(t *testing.T) {
 // arrival sent again (another message id, attempt and time; a config that
 // spells out a default) is harmless. The rollout runs the first arrival's.
 func TestSecondArrivalThatDisagrees(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 33}, actor: sim.Config{Seed: 34}})
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()

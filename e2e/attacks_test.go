@@ -258,6 +258,7 @@ func mustMarshal(t *testing.T, m any) []byte {
 // TestAttacks runs the attacks of issue 17 as the real users against a
 // cluster with the shipped accounts file, and requires each to be refused.
 func TestAttacks(t *testing.T) {
+	t.Parallel()
 	natsCLI(t)
 	v := &violations{}
 	urls := composeCluster(t, v)

@@ -97,6 +97,7 @@ func TestBarrierRaces(t *testing.T) {
 // TestRejectedArrivals: an arrival planact cannot use gets a clear error at
 // once, and a corrected arrival for the same rollout then runs normally.
 func TestRejectedArrivals(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 21}, actor: sim.Config{Seed: 22}})
 	planner, actor := e.trainer(t), e.trainer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

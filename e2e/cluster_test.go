@@ -44,6 +44,8 @@ var composeUsers = map[string]string{
 	"sys":             "PLANACT_PW_SYS",
 }
 
+var composeEnvOnce sync.Once
+
 // violations collects the permission violations a server logs.
 type violations struct {
 	mu    sync.Mutex
@@ -88,9 +90,16 @@ func freePort(t *testing.T) int {
 // their client URLs.
 func composeCluster(t *testing.T, v *violations) []string {
 	t.Helper()
-	for user, env := range composeUsers {
-		t.Setenv(env, "pw-"+user)
-	}
+	composeEnvOnce.Do(func() {
+		// The same value for every test, set once for the process and
+		// never unset: tests that start clusters run in parallel (which
+		// t.Setenv forbids), and each reads what the others would set.
+		for user, env := range composeUsers {
+			if err := os.Setenv(env, "pw-"+user); err != nil {
+				panic(err)
+			}
+		}
+	})
 	routes := make([]int, 3)
 	for i := range routes {
 		routes[i] = freePort(t)
@@ -166,6 +175,7 @@ func withUser(raw, user string) string {
 // each trainer as its role's user. A rollout must complete without a single
 // permission violation, and every action of the forbidden list is refused.
 func TestComposeCluster(t *testing.T) {
+	t.Parallel()
 	v := &violations{}
 	urls := composeCluster(t, v)
 
@@ -394,6 +404,7 @@ func serveClusterWith(t *testing.T, ctx context.Context, urls []string, stall ti
 // a read that cannot be stale; with the watchdog out of the way (an hour),
 // every rollout of a busy run ends, with every sample, once.
 func TestClusterRolloutsAllEnd(t *testing.T) {
+	t.Parallel()
 	v := &violations{}
 	urls := composeCluster(t, v)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -516,37 +527,23 @@ func checkForbidden(t *testing.T, url string, v *violations, n int64) {
 		{user: "session-store", what: "purge a stream of planact's history", request: "$JS.API.STREAM.PURGE.ROLLOUT"},
 		{user: "session-store", what: "read another's inboxes", subscribe: "_INBOX_act-dispatcher.>"},
 	}
-	for _, a := range actions {
+	// Every action is tried at once, each on its own connection (a refused
+	// request shows only as a second without an answer), then reported
+	// as its own subtest.
+	problems := make([][]string, len(actions))
+	var wg sync.WaitGroup
+	for i, a := range actions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			problems[i] = tryForbidden(url, a.user, a.publish, a.request, a.subscribe)
+		}()
+	}
+	wg.Wait()
+	for i, a := range actions {
 		t.Run(a.user+" may not "+a.what, func(t *testing.T) {
-			denied := make(chan error, 4)
-			nc, err := nats.Connect(withUser(url, a.user), nats.CustomInboxPrefix(bus.InboxPrefix(a.user)),
-				nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied <- err }))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			switch {
-			case a.publish != "":
-				if err := nc.Publish(a.publish, []byte("x")); err != nil {
-					t.Fatal(err)
-				}
-			case a.subscribe != "":
-				if _, err := nc.SubscribeSync(a.subscribe); err != nil {
-					t.Fatal(err)
-				}
-			case a.request != "":
-				if _, err := nc.Request(a.request, []byte("{}"), time.Second); err == nil {
-					t.Fatalf("%s was answered", a.request)
-				}
-			}
-			_ = nc.Flush()
-			select {
-			case err := <-denied:
-				if !errors.Is(err, nats.ErrPermissionViolation) {
-					t.Errorf("%s: %v, want a permission violation", a.what, err)
-				}
-			case <-time.After(patience):
-				t.Errorf("%s: no permission violation", a.what)
+			for _, p := range problems[i] {
+				t.Errorf("%s: %s", a.what, p)
 			}
 		})
 	}
@@ -560,4 +557,46 @@ func checkForbidden(t *testing.T, url string, v *violations, n int64) {
 			t.Errorf("permission violation: %s", line)
 		}
 	}
+}
+
+// tryForbidden does, as user, one of a publish, a JetStream API request or
+// a subscription that its permissions must refuse, and says what was not
+// refused as it must be.
+func tryForbidden(url, user, publish, request, subscribe string) (problems []string) {
+	denied := make(chan error, 4)
+	nc, err := nats.Connect(withUser(url, user), nats.CustomInboxPrefix(bus.InboxPrefix(user)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case denied <- err:
+			default:
+			}
+		}))
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer nc.Close()
+	switch {
+	case publish != "":
+		if err := nc.Publish(publish, []byte("x")); err != nil {
+			return []string{err.Error()}
+		}
+	case subscribe != "":
+		if _, err := nc.SubscribeSync(subscribe); err != nil {
+			return []string{err.Error()}
+		}
+	case request != "":
+		if _, err := nc.Request(request, []byte("{}"), time.Second); err == nil {
+			return []string{request + " was answered"}
+		}
+	}
+	_ = nc.Flush()
+	select {
+	case err := <-denied:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			return []string{fmt.Sprintf("%v, want a permission violation", err)}
+		}
+	case <-time.After(patience):
+		return []string{"no permission violation"}
+	}
+	return nil
 }

@@ -24,6 +24,7 @@ import (
 // documentation gives, matched by the arrival's own Nats-Msg-Id. Each of
 // these used to run as something else, or to get no answer at all.
 func TestContractIsStrict(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 81}, actor: sim.Config{Seed: 82}})
 	nc := bustest.Conn(t, e.url)
 	js, err := nc.JetStream()
@@ -172,6 +173,7 @@ func TestContractIsStrict(t *testing.T) {
 // ended is refused and says so, instead of handing the old result back as
 // if it were new; the result itself can still be read.
 func TestResubmittingAFinishedRollout(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 83}, actor: sim.Config{Seed: 84}})
 	const n = 811
 	tasks := e.tasks(1, 1, n)
@@ -195,6 +197,7 @@ func TestResubmittingAFinishedRollout(t *testing.T) {
 // than 2 s after the arrival (scheduled messages fire on whole seconds, and
 // fired up to a second early).
 func TestTimeoutsAreNeverEarly(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 85}, actor: sim.Config{Seed: 86}})
 	const n = 812
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -225,6 +228,7 @@ func TestTimeoutsAreNeverEarly(t *testing.T) {
 // (event rejected, saying why), and the rollout waits on until a cancel
 // that holds together ends it.
 func TestCancelsThatDisagreeAreRefused(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 87}, actor: sim.Config{Seed: 88}})
 	const n = 830
 	ctx, cancel := context.WithTimeout(context.Background(), patience)

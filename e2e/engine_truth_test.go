@@ -26,6 +26,7 @@ import (
 // without rollout_log_probs, their metadata saying why, never zeros; the
 // rollout is otherwise what it would be.
 func TestNoLogProbsNoZeros(t *testing.T) {
+	t.Parallel()
 	omit := sim.Omit{LogProbs: true}
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 161, Omit: omit}, actor: sim.Config{Seed: 162, Omit: omit}})
 	const n = 1601
@@ -51,6 +52,7 @@ func TestNoLogProbsNoZeros(t *testing.T) {
 // planner's episodes fail (the rollout fails, saying why), and the actor's
 // acts fail without giving samples.
 func TestCompletionsWithoutIDsRefused(t *testing.T) {
+	t.Parallel()
 	t.Run("planner", func(t *testing.T) {
 		e := startSem(t, semOptions{planner: sim.Config{Seed: 163, Omit: sim.Omit{TokenIDs: true}}, actor: sim.Config{Seed: 164}})
 		e.planner.Protocol = "openai"
@@ -90,6 +92,7 @@ func brief(r *schema.Result) string {
 // not tried again at once: the act (or turn) fails in the engine's words,
 // after one request.
 func TestRetryAfterPastTheDeadline(t *testing.T) {
+	t.Parallel()
 	busy := sim.Faults{BusyRate: 1}
 	t.Run("actor", func(t *testing.T) {
 		e := startSem(t, semOptions{planner: sim.Config{Seed: 167}, actor: sim.Config{Seed: 168, Faults: busy, RetryAfter: "30"}})
@@ -161,6 +164,7 @@ func (e *semEnv) resumed(t *testing.T, role, version string) {
 // the first of a rollout included; where an engine cannot say, the
 // generations run and the result says so.
 func TestStalenessCheckedBeforeEveryGeneration(t *testing.T) {
+	t.Parallel()
 	t.Run("the first planner turn", func(t *testing.T) {
 		e := startSem(t, semOptions{planner: sim.Config{Seed: 171}, actor: sim.Config{Seed: 172}})
 		e.resumed(t, schema.RolePlanner, "planner-v9") // the engine still serves planner-v7
@@ -292,6 +296,7 @@ func truncations(role, limit string) float64 {
 // truncated with a reason that names the limit, and a metric counts it; a
 // prompt the engine itself cut is refused, in its words.
 func TestTruncatedSaysWhy(t *testing.T) {
+	t.Parallel()
 	t.Run("a prompt longer than max_context_tokens", func(t *testing.T) {
 		e := startSem(t, semOptions{planner: sim.Config{Seed: 177}, actor: sim.Config{Seed: 178}})
 		before := truncations(schema.RolePlanner, "max_context_tokens")

@@ -168,6 +168,7 @@ func checkOnce(t *testing.T, e *countedEnv) (turns, acts int) {
 // called once per planner turn and once per act: a message waiting for a
 // free slot is never handed out a second time.
 func TestEveryGenerationOnce(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name           string
 		planner, actor sim.Config
@@ -341,6 +342,7 @@ func TestATurnWhoseHolderIsGoneIsTakenOver(t *testing.T) {
 // act's time-out, the act is sent to another gateway: one attempt, one
 // engine call, and the retry recorded in its outcome (by, from, why).
 func TestAnActWhoseGatewayIsGoneIsSentAgain(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, ack, from, why string
 	}{
@@ -466,6 +468,7 @@ func TestALostActorReplyIsAnsweredAgain(t *testing.T) {
 // turn's generation ended, in abort mode at once, the turn aborted. From
 // the pause's answer to the resume, no generation reaches the engine.
 func TestAPauseHoldsATurnThatIsTokenizing(t *testing.T) {
+	t.Parallel()
 	for _, abort := range []bool{false, true} {
 		name := "wait"
 		if abort {

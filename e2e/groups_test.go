@@ -53,6 +53,7 @@ func tasksByState(t *testing.T, r *schema.Result, tasks int) map[string][]schema
 // stream ends, and the result holds the delivered group's samples and says
 // how every task ended.
 func TestGroupsStreamBeforeTheEnd(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 101}, actor: sim.Config{Seed: 102}})
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
@@ -133,6 +134,7 @@ func TestGroupsStreamBeforeTheEnd(t *testing.T) {
 // time-out), their tasks say they were aborted, and exactly the two groups
 // are delivered.
 func TestOverSampling(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 103}, actor: sim.Config{Seed: 104}})
 	const n = 1011
 	tasks := []schema.Task{
@@ -200,6 +202,7 @@ func TestOverSampling(t *testing.T) {
 // all equal and delivers one with spread; a remote filter decides by its
 // answer, and a filter that cannot be asked keeps the group, saying so.
 func TestGroupFilters(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 105}, actor: sim.Config{Seed: 106}})
 	tasks := func() []schema.Task {
 		return []schema.Task{
@@ -288,6 +291,7 @@ func contains(s []int, v int) bool {
 // TestTargetGroupsBeyondTheBatch: asking for more groups than the batch has
 // is refused at once, naming the field.
 func TestTargetGroupsBeyondTheBatch(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 107}, actor: sim.Config{Seed: 108}})
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()

@@ -97,6 +97,7 @@ func natsRun(t *testing.T, url string, args ...string) string {
 // `nats sub --translate 'planact decode'`, the buckets in `nats kv ls`, and
 // `nats trace` of a planact subject.
 func TestNatsCLI(t *testing.T) {
+	t.Parallel()
 	natsCLI(t)
 	e := start(t, envOptions{planner: sim.Config{Seed: 91}, actor: sim.Config{Seed: 92, TTFT: 5 * time.Millisecond}})
 	waitServices(t, bustest.Conn(t, e.url))
@@ -262,6 +263,7 @@ func mustJSON(t *testing.T, out string, v any) {
 // unexpected code=7b decoding map length". Without the header, the answer
 // says what planact reads and how to send it.
 func TestNatsCLISpeaksJSON(t *testing.T) {
+	t.Parallel()
 	natsCLI(t)
 	e := start(t, envOptions{planner: sim.Config{Seed: 95}, actor: sim.Config{Seed: 96}})
 	nc := bustest.Conn(t, e.url)

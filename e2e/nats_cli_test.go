@@ -100,6 +100,7 @@ func keys[V any](m map[string]V) []string {
 // TestMicroServices: `nats micro ls` lists every planact service, `nats
 // micro info` shows their endpoints and `nats micro stats` counts requests.
 func TestMicroServices(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{replicas: map[string]int{actorgateway.Name: 2}})
 	nc := bustest.Conn(t, e.url)
 
@@ -197,6 +198,7 @@ var traceparentRE = regexp.MustCompile(`^00-([0-9a-f]{32})-([0-9a-f]{16})-01$`)
 // it is in its headers, that its body decodes to JSON (`planact decode`)
 // that validates against its schema, and that one trace id spans it all.
 func TestHeadersAndDecode(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 5, PlannerStepwise: 0.5}, actor: sim.Config{Seed: 6}})
 	nc := bustest.Conn(t, e.url)
 	const n = 31
@@ -410,6 +412,7 @@ func compileSchemas(t *testing.T) map[string]*jsonschema.Schema {
 // it (ingress, the stream that stored it, the subscriptions it reached).
 // With Nats-Trace-Only the message goes nowhere; only the trace is made.
 func TestMessageTrace(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{})
 	nc := bustest.Conn(t, e.url)
 	js, err := jetstream.New(nc)

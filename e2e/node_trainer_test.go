@@ -27,6 +27,7 @@ import (
 // contract says a trainer sends. A misspelt config field is refused and
 // the Node trainer reports the reason, naming the field.
 func TestNodeTrainer(t *testing.T) {
+	t.Parallel()
 	dir := nodeExample(t)
 
 	t.Run("sample checks catch violations", func(t *testing.T) {
@@ -345,6 +346,7 @@ func nodeCmd(t *testing.T, dir, name string, args ...string) *exec.Cmd {
 // naming the server's version and the one planact needs, exit status 1,
 // instead of arriving and waiting for its whole time-out.
 func TestNodeTrainerRefusesAnOldServer(t *testing.T) {
+	t.Parallel()
 	old := natsbin.Old(t)
 	dir := nodeExample(t)
 	cmd := nodeCmd(t, dir, "node", "trainer.mjs", "--nats", old.URL, "--rollout", "1", "--role", "both",

@@ -24,6 +24,7 @@ import (
 // aborted and sent again after Resume; no act fails and each has one
 // sample.
 func TestPauseAndResume(t *testing.T) {
+	t.Parallel()
 	for _, abort := range []bool{false, true} {
 		name := "wait"
 		if abort {
@@ -156,6 +157,7 @@ func TestPauseTimesOut(t *testing.T) {
 // first included (the engine is asked before every generation): the
 // episode ends aborted, saying why, and the engine generates nothing.
 func TestBoundedStaleness(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 97}, actor: sim.Config{Seed: 98}})
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()

@@ -42,6 +42,7 @@ func python(t *testing.T) string {
 // strict decoder accepts. nats-py cannot be installed here, so the test
 // stands in a stub for the nats module; encoding needs none of it.
 func TestPythonExampleEncodesWhatGoDecodes(t *testing.T) {
+	t.Parallel()
 	py := python(t)
 	examples, err := filepath.Abs("../examples/python")
 	if err != nil {
@@ -107,6 +108,7 @@ print(json.dumps({"subject": subject, "headers": headers, "body": base64.b64enco
 // test doubles included) compiles with py_compile, the bytecode written
 // outside the tree.
 func TestPythonExamplesCompile(t *testing.T) {
+	t.Parallel()
 	py := python(t)
 	var files []string
 	err := filepath.WalkDir("../examples/python", func(path string, d fs.DirEntry, err error) error {
@@ -462,6 +464,7 @@ func trained(groups ...int) []schema.TaskOutcome {
 // turns planact's result into slime Samples token for token, one list per
 // group, the stale sample kept (the default) and marked.
 func TestPythonSlimePlannerRollout(t *testing.T) {
+	t.Parallel()
 	const n = 107 // PLANACT_ROLLOUT_OFFSET 100 + slime's rollout 7
 	samples := plannerSamples(n)
 	var feed slimeFeed
@@ -572,6 +575,7 @@ func actorSamples(n int64) []schema.Sample {
 // alone, drops the stale sample (PLANACT_STALE=drop, counted), and the
 // acts of one episode share one slime rollout_id.
 func TestPythonSlimeActorGroups(t *testing.T) {
+	t.Parallel()
 	const n = 8
 	samples := actorSamples(n)
 	groupSamples := byGroup(samples, nil)
@@ -640,6 +644,7 @@ print_rollout(slime_planact.generate_rollout(rollout_args("http://slime-router:3
 // source, unchanged. PLANACT_STALE=mask keeps the stale sample in its group
 // with remove_sample set.
 func TestPythonSlimeOverSampling(t *testing.T) {
+	t.Parallel()
 	const n = 9
 	samples := plannerSamples(n)
 	var feed slimeFeed
@@ -706,6 +711,7 @@ print_rollout(slime_planact.generate_rollout(rollout_args(sys.argv[1], batch=2, 
 // refusals and time-outs become: errors that say what is wrong, naming the
 // variable at fault.
 func TestPythonSlimeErrors(t *testing.T) {
+	t.Parallel()
 	const n = 9
 	result := func(status, reason string, samples ...schema.Sample) slimeFeed {
 		var feed slimeFeed
@@ -717,6 +723,12 @@ func TestPythonSlimeErrors(t *testing.T) {
 		var feed slimeFeed
 		feed.store(t, subject.Rejected(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultInvalid,
 			Reason: `unknown field "config.max_turn"`, Rejected: true, ArrivalID: arrivalID})
+		return feed
+	}
+	actorResult := func() slimeFeed {
+		var feed slimeFeed
+		feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
+			Samples: actorSamples(n)[:1], Tasks: trained(0)})
 		return feed
 	}
 	good := plannerSamples(n)[1]
@@ -745,7 +757,11 @@ func TestPythonSlimeErrors(t *testing.T) {
 		{name: "target over the batch", env: map[string]string{"PLANACT_CONFIG": `{"target_groups": 5}`}, wants: "ValueError: PLANACT_CONFIG target_groups=5 is more than the 1 groups"},
 		{name: "slime filter", args: `{"dynamic_sampling_filter_path": "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"}`,
 			wants: "ValueError: --dynamic-sampling-filter-path runs in slime's own rollout"},
-		{name: "evaluation", eval: true, wants: "ValueError: slime_planact does not evaluate: set --eval-function-path"},
+		{name: "evaluation without eval data", eval: true, wants: "ValueError: evaluation: slime's args name no eval dataset"},
+		{name: "eval config", env: map[string]string{"PLANACT_EVAL_CONFIG": "[]"}, wants: "ValueError: PLANACT_EVAL_CONFIG must be a JSON object"},
+		{name: "evaluation of a training rollout", eval: true,
+			env: map[string]string{"PLANACT_ROLE": "actor", "PLANACT_EVAL_ROLLOUT_OFFSET": "0", "PLANACT_TIMEOUT_S": "5"}, feed: actorResult(),
+			wants: "PlanactError: planact: not_evaluation: rollout 9 (actor) is not an evaluation"},
 		{name: "old nats-server", env: map[string]string{"STANDIN_NATS_SERVER_VERSION": "2.9.10"},
 			wants: "PlanactError: planact: unsupported: nats-server too old for planact: nats://127.0.0.1:4222 runs 2.9.10, planact needs 2.12.0 or later"},
 		{name: "rejected", feed: rejected(""), wants: `PlanactError: planact: invalid: rollout 9 (planner): unknown field "config.max_turn"`},
@@ -797,6 +813,7 @@ except (ValueError, slime_planact.PlanactError) as e:
 // installed here: the in-memory stand-in plays the old server, giving its
 // version as nats-py does.)
 func TestPythonTrainerRefusesAnOldServer(t *testing.T) {
+	t.Parallel()
 	py := python(t)
 	examples, err := filepath.Abs("../examples/python")
 	if err != nil {
@@ -833,6 +850,7 @@ except trainer.ServerTooOld as e:
 // pause's Nats-Msg-Id), and pause returns planact's answer to this pause,
 // passing over the answer to an earlier one; unanswered, it says so.
 func TestPythonSlimePauseResume(t *testing.T) {
+	t.Parallel()
 	const atMs = 1767225600000
 	answer := func(epoch int64, pauseID, mode string) string {
 		return base64.StdEncoding.EncodeToString(marshal(t, &schema.Paused{Role: schema.RolePlanner, Epoch: epoch, PauseID: pauseID,
@@ -918,6 +936,7 @@ print(json.dumps({"answer": answer, "published": published(), "unanswered": unan
 // sample becomes ABORTED, the batch is returned as the plain list, and
 // PLANACT_STALE=mask is refused saying why.
 func TestPythonSlimeOlderSlime(t *testing.T) {
+	t.Parallel()
 	const n = 9
 	samples := plannerSamples(n)
 	var feed slimeFeed

@@ -32,6 +32,7 @@ import (
 // decision is now recorded with its effects, and they are published by
 // whoever reads the session next.
 func TestResultsOwedAfterACrash(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 61}, actor: sim.Config{Seed: 62}, inline: 1})
 	ctx := context.Background()
 	// Every service is up (each provisions what is missing when it starts);
@@ -69,6 +70,7 @@ func TestResultsOwedAfterACrash(t *testing.T) {
 // NATS restarts gets the result, not "nats: no heartbeat received" ten
 // seconds after the restart.
 func TestClientRidesOutNATSRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv, err := embedded.Start(embedded.Options{Dir: dir, Port: -1, Name: "restarting"})
 	if err != nil {
@@ -126,6 +128,7 @@ func TestClientRidesOutNATSRestart(t *testing.T) {
 // JetStream consumer, so back-to-back rollouts do not run into the
 // server's limit of consumers per stream (it did after ~430).
 func TestNoConsumerPerWait(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 65}, actor: sim.Config{Seed: 66}})
 	ctx := context.Background()
 	consumers := func() map[string][]string {
@@ -166,6 +169,7 @@ func TestNoConsumerPerWait(t *testing.T) {
 // retention; its session (the record of how it ended) and its messages go
 // after the history. Nothing is left.
 func TestNothingLeftAfterRetention(t *testing.T) {
+	t.Parallel()
 	keep := bus.Provisioning{History: 8 * time.Second, ResultRetention: 2 * time.Second, DupeWindow: time.Second}
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 67}, actor: sim.Config{Seed: 68}, keep: keep, inline: 1})
 	ctx := context.Background()

@@ -14,6 +14,7 @@ import (
 // act-dispatchers and two actor-gateways among them) give the same samples
 // as one of each, with no duplicates.
 func TestReplicasSideBySide(t *testing.T) {
+	t.Parallel()
 	simCfg := func(seed int64) (sim.Config, sim.Config) {
 		return sim.Config{Seed: seed, PlannerStepwise: 0.5}, sim.Config{Seed: seed + 1, ActorErrorRate: 0.2}
 	}

@@ -168,6 +168,7 @@ func joinAnswers(v any) string {
 // rollouts at once, arriving in either order; multi-turn episodes with
 // parallel acts; both roles get their samples.
 func TestRolloutsEndToEnd(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 3, PlannerStepwise: 0.5}, actor: sim.Config{Seed: 4}})
 	planner, actor := e.trainer(t), e.trainer(t)
 	formats := []string{"graph", "tasklist", "json", "numbered", "steps", "graph"}
@@ -194,6 +195,7 @@ func TestRolloutsEndToEnd(t *testing.T) {
 // TestLargeResultsGoToTheObjectStore: a result too large for a message
 // carries an object-store reference, and the client fetches the samples.
 func TestLargeResultsGoToTheObjectStore(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 8}, actor: sim.Config{Seed: 9}, inlineLimit: 4096})
 	tasks := e.tasks(3, 2, 55)
 	o := e.rollout(t, e.trainer(t), e.trainer(t), 55, tasks, nil, false)
@@ -214,6 +216,7 @@ func TestLargeResultsGoToTheObjectStore(t *testing.T) {
 // TestLargeTaskListsGoThroughTheObjectStore: a batch too large for a
 // message is stored as an object by the client and read back by planact.
 func TestLargeTaskListsGoThroughTheObjectStore(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 10}, actor: sim.Config{Seed: 11}})
 	planner := e.trainer(t)
 	planner.InlineTasksLimit = 512
@@ -251,6 +254,7 @@ func TestLargeTaskListsGoThroughTheObjectStore(t *testing.T) {
 // (/v1/completions with token ids and log-probs, /tokenize) give the same
 // token-exact samples.
 func TestOpenAIProtocol(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 12}, actor: sim.Config{Seed: 13}})
 	e.planner.Protocol, e.actor.Protocol = "openai", "openai"
 	tasks := e.tasks(3, 1, 77)
@@ -261,6 +265,7 @@ func TestOpenAIProtocol(t *testing.T) {
 // TestRewardServerDown: when the reward server cannot be reached, the
 // rollout still delivers its samples; the episodes score 0 and say why.
 func TestRewardServerDown(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 14}, actor: sim.Config{Seed: 15}})
 	tasks := e.tasks(2, 1, 88)
 	o := e.rollout(t, e.trainer(t), e.trainer(t), 88, tasks, &schema.Config{Reward: "http://127.0.0.1:1/reward"}, false)
@@ -282,6 +287,7 @@ func TestRewardServerDown(t *testing.T) {
 // message, instead of leaving it to the rollout time-out; a rollout whose
 // episodes all failed is failed, not ok, and says why.
 func TestPlannerEngineRefuses(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 16}, actor: sim.Config{Seed: 17}})
 	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/tokenize" {
@@ -306,6 +312,7 @@ func TestPlannerEngineRefuses(t *testing.T) {
 // is reported failed (it was "ok, 0 samples"), its reason naming the cause,
 // and both trainers learn it (ErrFailed).
 func TestPlannerEngineUnreachable(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 18}, actor: sim.Config{Seed: 19}})
 	down := httptest.NewServer(http.NotFoundHandler())
 	e.planner = schema.Engine{URL: down.URL}

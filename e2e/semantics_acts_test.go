@@ -21,6 +21,7 @@ import (
 // the last attempt the node is failed and its dependents skipped. A retried
 // act gives one outcome and one sample, whatever its attempts.
 func TestSemanticsRetries(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{})
 	tasks := []schema.Task{
 		e.question(0, population("France"), sim.FaultTimes(sim.FaultActorError, 1)),
@@ -103,6 +104,7 @@ func TestSemanticsRetries(t *testing.T) {
 // node at once, an HTTP 503 is retried, and a node whose arguments hold no
 // input fails at once without calling anything.
 func TestSemanticsPermanentFailures(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{})
 	var mu sync.Mutex
 	calls := map[string]int{}
@@ -184,6 +186,7 @@ func TestSemanticsPermanentFailures(t *testing.T) {
 // Episode 0's first lookup always fails; episode 2's fails for one turn
 // (1 + act_retries attempts) and works when planned again.
 func TestSemanticsFailurePolicies(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{})
 	countries := map[string][3]string{
 		schema.PolicySkip:   {"France", "Germany", "Spain"},
@@ -258,6 +261,7 @@ func TestSemanticsFailurePolicies(t *testing.T) {
 // from the earlier turn; placeholders are substituted before comparing.
 // Cached nodes run nothing and give no actor sample.
 func TestSemanticsDuplicateGuard(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{scripted: true})
 	const n = 221
 	var mu sync.Mutex
@@ -322,6 +326,7 @@ func TestSemanticsDuplicateGuard(t *testing.T) {
 // The assertions are causal orders of the outcomes' timestamps, which the
 // dispatcher guarantees, not durations.
 func TestSemanticsSchedules(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{})
 	compare := func(a, b string) string {
 		return "Which capital has the larger population, the capital of " + a + " or the capital of " + b + "?"
@@ -420,6 +425,7 @@ func byKeyStatus(r schema.Run, key string) string {
 // consume loop keeps telling JetStream the turn's plan is in progress; it
 // runs once.
 func TestSemanticsLongActStaysInProgress(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{
 		planner: sim.Config{Seed: 31},
 		actor:   sim.Config{Seed: 32, TTFT: 3 * time.Second},

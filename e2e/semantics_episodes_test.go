@@ -16,6 +16,7 @@ import (
 // a turn and the planner reads the parser's message; with end, the episode
 // ends failed at once.
 func TestSemanticsParseErrors(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{})
 	run := func(n int64, policy string, countries [3]string) outcome {
 		tasks := []schema.Task{
@@ -66,6 +67,7 @@ func TestSemanticsParseErrors(t *testing.T) {
 // TestSemanticsGuards: max_turns and the context length end an episode
 // truncated; a plan with more nodes than max_nodes is a parse error.
 func TestSemanticsGuards(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{})
 	compare := "Which capital has the larger population, the capital of Kenya or the capital of Peru?"
 

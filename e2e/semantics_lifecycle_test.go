@@ -21,6 +21,7 @@ import (
 // timeout result and the client reports client.ErrTimeout, also when the
 // services were down while the deadline passed.
 func TestSemanticsBarrierTimeout(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{})
 	c := e.trainer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -70,6 +71,7 @@ func TestSemanticsBarrierTimeout(t *testing.T) {
 // samples of the episodes that ended (partial), or timeout when none did;
 // the acts still hanging are abandoned.
 func TestSemanticsRolloutTimeout(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{})
 	cfg := &schema.Config{RolloutTimeoutS: 2}
 	partial := e.start(t, 271, []schema.Task{e.question(0, population("France")), e.question(1, population("Germany"), sim.FaultActorHang)}, cfg)
@@ -102,6 +104,7 @@ func TestSemanticsRolloutTimeout(t *testing.T) {
 // N: both roles get aborted with the finished episode's samples, and the
 // hanging act is abandoned, not retried.
 func TestSemanticsCancelWhileNextRuns(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{})
 	const n = 281
 	compare := "Which capital has the larger population, the capital of Japan or the capital of China?"
@@ -154,6 +157,7 @@ func TestSemanticsCancelWhileNextRuns(t *testing.T) {
 // an act runs is taken over on redelivery, its act run again; either way
 // one outcome, one sample.
 func TestSemanticsTurnRedelivery(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{})
 	const n = 291
 	running := e.start(t, n, []schema.Task{e.question(0, population("Egypt")), e.question(1, population("Kenya"), sim.FaultActorHang)},

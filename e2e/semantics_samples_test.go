@@ -17,6 +17,7 @@ import (
 // group_index whatever the task order; sample status from the finish
 // reason; weight versions, timings and stats.
 func TestSemanticsSamplesAndRewards(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{})
 	// Groups interleaved on purpose; the wrong actor answer makes F1 and EM differ.
 	tasks := func(a, b string) []schema.Task {

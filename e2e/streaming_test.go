@@ -28,6 +28,7 @@ import (
 // on the machine's load, so it is logged here; TestStreamingReleasesEarly
 // proves the early release without depending on time.
 func TestStreamingPlans(t *testing.T) {
+	t.Parallel()
 	// ~5 ms a token (a byte): a plan takes about a second to write.
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 5, PerToken: 5 * time.Millisecond}, actor: sim.Config{Seed: 6}})
 	formats := []string{"graph", "tasklist", "json", "numbered", "steps"}
@@ -165,6 +166,7 @@ func (g *gatedPlanner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // until the first node's act has an outcome; the act only ran if the node
 // was released from a partial plan, so no clock is involved.
 func TestStreamingReleasesEarly(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{actor: sim.Config{Seed: 6}})
 	g := &gatedPlanner{release: make(chan struct{})}
 	srv := httptest.NewServer(g)

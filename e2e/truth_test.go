@@ -18,6 +18,7 @@ import (
 // samples; the actor's result is failed, says why (the act failures), and
 // no task is trained for it: each failed, naming its acts' failure.
 func TestDeadActorEngine(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 41}, actor: sim.Config{Seed: 42}})
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()

@@ -35,6 +35,7 @@ type options struct {
 	Out           string        `json:"-"`
 	Name          string        `json:"name"`
 	Keep          bool          `json:"-"`
+	Profile       string        `json:"-"`
 	Quick         bool          `json:"quick"`
 	Model         Model         `json:"model"`
 }
@@ -107,6 +108,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Out, "out", o.Out, "write <name>.txt, .json and .png here (\"\": print only)")
 	fs.StringVar(&o.Name, "name", o.Name, "the results' file name")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (logs of every process, the engines' call logs)")
+	fs.StringVar(&o.Profile, "profile", "", "collect CPU profiles of every service and of nats-server over the step into this directory: <process>.pb.gz (go tool pprof reads them) and profiles.txt, each process's top functions and packages")
 	m := &o.Model
 	fs.Int64Var(&m.Seed, "seed", m.Seed, "seed of every draw")
 	engineFlags(fs, rolePlanner, &m.Planner)

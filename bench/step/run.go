@@ -95,6 +95,16 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("compose/nats/nats-1.conf: %w", err)
 	}
+	var prof *profiler
+	if o.Profile != "" {
+		if err := os.MkdirAll(o.Profile, 0o755); err != nil {
+			return err
+		}
+		prof = newProfiler(o.Profile)
+		// nats-server serves its profiles on prof_port.
+		conf += fmt.Sprintf("\nprof_port: %d\n", ports[2])
+		prof.add("nats-server", fmt.Sprintf("http://127.0.0.1:%d", ports[2]))
+	}
 	confPath := filepath.Join(dir, "nats-1.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return err
@@ -123,9 +133,19 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 	}
 	// The services: the session-store first, then the rest.
 	serve := func(svc string, i int) error {
+		name := fmt.Sprintf("%s-%d", svc, i+1)
 		args := append([]string{"serve", "--nats", natsURL}, o.ServeFlags...)
+		if prof != nil {
+			pp, err := freePorts(1)
+			if err != nil {
+				return err
+			}
+			addr := fmt.Sprintf("127.0.0.1:%d", pp[0])
+			args = append(args, "--pprof", addr)
+			prof.add(name, "http://"+addr)
+		}
 		args = append(args, svc)
-		_, err := c.start(ctx, fmt.Sprintf("%s-%d", svc, i+1), groupPlanact, bins.Planact, args, "service started")
+		_, err := c.start(ctx, name, groupPlanact, bins.Planact, args, "service started")
 		return err
 	}
 	for i := range o.Replicas[chaos.SessionStore] {
@@ -168,6 +188,10 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	smp := c.sampleEvery(500 * time.Millisecond)
+	if prof != nil {
+		prof.start(ctx)
+		p.say("profiling %d processes (CPU, %v windows) into %s", len(prof.targets), profileWindow, o.Profile)
+	}
 
 	// The trainers.
 	cfg := stepConfig(o)
@@ -206,6 +230,10 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	samples := smp.end()
+	if prof != nil {
+		p.say("waiting for the last profile windows")
+		prof.end()
+	}
 	p.say("trainers done; reading the engines' call logs and when planact stored each rollout's start, groups and results")
 	stored := storedTimes(ctx, js, first, o.Rollouts)
 	var calls [2]Calls
@@ -234,6 +262,12 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 	p.say("analysing: the lower bound from %d episode scripts, a replay without planact", o.Rollouts*o.Prompts*o.Model.Copies)
 	if err := rep.analyse(o, calls, logs, stored, before, after, samples, c); err != nil {
 		return err
+	}
+	if prof != nil {
+		if err := writeProfileSummaries(ctx, prof, o.Profile); err != nil {
+			return err
+		}
+		p.say("profiles: %s", filepath.Join(o.Profile, "profiles.txt"))
 	}
 	rep.WallS = time.Since(p.begin).Seconds()
 	return rep.write(o, stdout)

@@ -25,6 +25,9 @@ Usage:
   planact submit --rollout N [flags]       play one or both trainers for one rollout
   planact watch [-v] [rollout]             follow rollouts live: a progress line per rollout (-v: per message)
   planact inspect [--dot] <rollout> [ep]   a rollout's episodes and plans, or one episode's turns and act timeline
+  planact replay <rollout> [ep]            run a recorded rollout again through today's planact, its engines' outputs
+                                           as recorded, and report every difference (--from FILE, --record FILE,
+                                           --planner URL: another planner's answer to the first prompt, side by side)
   planact decode [file]                    msgpack body (stdin or file) -> JSON; for nats --translate
   planact version
 
@@ -85,6 +88,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return runWatch(ctx, rest, getenv, stdout, stderr)
 	case "inspect":
 		return runInspect(ctx, rest, getenv, stdout, stderr)
+	case "replay":
+		return runReplay(ctx, rest, getenv, stdout, stderr)
 	case "decode":
 		return runDecode(ctx, rest, stdin, stdout, stderr)
 	case "version":

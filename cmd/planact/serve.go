@@ -24,6 +24,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	replicas := fs.Int("replicas", 1, "JetStream replicas for streams and buckets created by this process (3 on a cluster)")
 	engineLimit := fs.Int("engine-limit", 64, "generations in flight per engine in each gateway")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address, e.g. :9464")
+	pprofAddr := fs.String("pprof", "", "serve Go's runtime profiles (/debug/pprof/: CPU, heap, goroutines) on this address, e.g. 127.0.0.1:6060 (keep it on loopback)")
 	webAddr := fs.String("web-addr", web.DefaultAddr, "with the web target: serve the web view on this address (host:port)")
 	keep := retentionFlags(fs)
 	fs.Usage = func() {
@@ -51,6 +52,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	log := telemetry.NewLogger(stderr, telemetry.LogOptionsFromEnv(getenv))
 	if _, err := telemetry.ServeMetrics(ctx, *metricsAddr); err != nil {
 		return fmt.Errorf("metrics: %w", err)
+	}
+	if _, err := telemetry.ServeProfiles(ctx, *pprofAddr); err != nil {
+		return fmt.Errorf("pprof: %w", err)
 	}
 	tracing, err := telemetry.StartTracing(ctx, getenv, "planact-"+strings.Join(names, "+"))
 	if err != nil {

@@ -291,6 +291,67 @@ export async function rollout(nc, arrival, { timeoutMs = 3_600_000, inlineTasksL
 }
 
 /**
+ * evaluate runs an evaluation rollout: one that yields metrics, not
+ * samples. The arrival that brings the config or the tasks (the planner's)
+ * gets config.evaluation; the other role's arrival brings none and gets the
+ * same result: stats (stats.datasets per dataset, when the tasks name
+ * theirs in task.dataset) and every episode's outcome (result.episodes),
+ * no samples. Throws like rollout, and a PlanactError "rejected" when the
+ * rollout is not an evaluation (the config that won did not ask for one).
+ * Returns the result; evaluationMetrics(result) sums it up.
+ */
+export async function evaluate(nc, arrival, options = {}) {
+  if (arrival.config || arrival.tasks?.length) {
+    arrival = { ...arrival, config: { ...(arrival.config ?? {}), evaluation: true } };
+  }
+  const result = await rollout(nc, arrival, options);
+  return checkEvaluation(result);
+}
+
+/**
+ * checkEvaluation returns result if it is an evaluation's (no samples, an
+ * outcome per episode) and throws a PlanactError "rejected" otherwise.
+ */
+export function checkEvaluation(result) {
+  if (!result.evaluation) {
+    throw new PlanactError(
+      "rejected",
+      `rollout ${result.rollout ?? 0} (${result.role}) is not an evaluation (the config that won, the planner's, did not set evaluation): it delivered ${result.sample_count ?? 0} samples`,
+      result,
+    );
+  }
+  return result;
+}
+
+/**
+ * evaluationMetrics sums up an evaluation's result: its status, the whole
+ * rollout's accuracy, mean reward, turns and acts per episode and failures,
+ * and the same per dataset.
+ */
+export function evaluationMetrics(result) {
+  const st = result.stats ?? {};
+  const numbers = (s) => ({
+    episodes: s.episodes ?? 0,
+    ended: s.ended ?? 0,
+    accuracy: s.accuracy ?? 0,
+    mean_reward: s.mean_reward ?? 0,
+    mean_turns: s.mean_turns ?? 0,
+    acts_per_episode: s.acts_per_episode ?? 0,
+    failures: s.failures ?? {},
+    episode_status: s.episode_status ?? {},
+  });
+  return {
+    status: result.status,
+    reason: result.reason ?? "",
+    evaluation: true,
+    samples: result.samples?.length ?? 0,
+    ...numbers(st),
+    episodes_reported: result.episodes?.length ?? 0,
+    datasets: Object.fromEntries(Object.entries(st.datasets ?? {}).map(([name, s]) => [name, numbers(s)])),
+  };
+}
+
+/**
  * outcome returns result when it brings samples (ok, partial, aborted) and
  * throws the PlanactError its status means otherwise.
  */

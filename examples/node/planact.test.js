@@ -5,7 +5,16 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { checkSamples, checkServer, MIN_SERVER_VERSION, outcome, PlanactError, versionAtLeast } from "./planact.js";
+import {
+  checkEvaluation,
+  checkSamples,
+  checkServer,
+  evaluationMetrics,
+  MIN_SERVER_VERSION,
+  outcome,
+  PlanactError,
+  versionAtLeast,
+} from "./planact.js";
 
 // results builds a consistent rollout of two episodes (rollout 42), one act
 // each, the way planact sends them.
@@ -132,6 +141,35 @@ test("statuses map to samples, fall back or error", () => {
       (err) => err instanceof PlanactError && err.code === code && /why/.test(err.message),
     );
   }
+});
+
+test("an evaluation yields metrics, per dataset; a training result is not one", () => {
+  const result = {
+    rollout: 3,
+    role: "actor",
+    status: "ok",
+    evaluation: true,
+    episodes: [{ status: "completed", reward: 1 }, { status: "failed", reward: 0 }],
+    stats: {
+      episodes: 2,
+      ended: 2,
+      accuracy: 0.5,
+      mean_reward: 0.5,
+      mean_turns: 2,
+      acts_per_episode: 1.5,
+      failures: { timeout: 1 },
+      datasets: { nq: { episodes: 2, ended: 2, accuracy: 0.5, mean_reward: 0.5, mean_turns: 2, acts_per_episode: 1.5 } },
+    },
+  };
+  const m = evaluationMetrics(checkEvaluation(result));
+  assert.equal(m.samples, 0);
+  assert.equal(m.episodes_reported, 2);
+  assert.deepEqual(m.failures, { timeout: 1 });
+  assert.equal(m.datasets.nq.accuracy, 0.5);
+  assert.throws(
+    () => checkEvaluation({ rollout: 3, role: "actor", status: "ok", sample_count: 7 }),
+    (err) => err instanceof PlanactError && err.code === "rejected" && /not an evaluation/.test(err.message),
+  );
 });
 
 // A nats-server older than planact needs is named, with the version needed.

@@ -8,7 +8,18 @@ import { parseArgs } from "node:util";
 
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
 
-import { arrive, cancel, checkSamples, checkServer, outcome, PlanactError, summarize, waitResult } from "./planact.js";
+import {
+  arrive,
+  cancel,
+  checkEvaluation,
+  checkSamples,
+  checkServer,
+  evaluationMetrics,
+  outcome,
+  PlanactError,
+  summarize,
+  waitResult,
+} from "./planact.js";
 
 const USAGE = `usage: node trainer.mjs --rollout N [--role planner|actor|both] [flags]
 
@@ -31,13 +42,16 @@ const USAGE = `usage: node trainer.mjs --rollout N [--role planner|actor|both] [
   --config FILE|JSON           the rollout configuration (sent as is: planact names a wrong field)
   --inline-tasks-limit BYTES   larger task lists go to the object store tasks_<role> (default 262144)
   --timeout SECONDS            stop waiting after this long and fall back (default 3600)
+  --evaluate                   an evaluation: the planner's config gets evaluation, and each role
+                               gets metrics (per dataset, when tasks name theirs in "dataset"),
+                               no samples
   --check                      check the sample invariants; a violation fails the run
                                (weight_versions come from the engine or the --*-weight-version)
   --cancel REASON              instead of arriving: abort the rollout as --role (planner for both)
 
 With --role both, once one role is refused or fails, the other is waited for 15 s more.
-Exit status: 0 samples for every role (and checks passed), 2 a time-out (fall back to
-the standard rollout), 1 a rejection, a failure or a failed check.`;
+Exit status: 0 samples (metrics with --evaluate) for every role (and checks passed), 2 a
+time-out (fall back to the standard rollout), 1 a rejection, a failure or a failed check.`;
 
 // GRACE_MS is how long, once one role got no samples, the other is waited
 // for before this trainer falls back for it too.
@@ -81,7 +95,8 @@ async function main(argv, env, stdout, stderr) {
     if (!summary.ok) {
       return 1;
     }
-    return opts.roles.every((r) => summary[r].outcome === "samples") ? 0 : 2;
+    const wanted = opts.evaluate ? "metrics" : "samples";
+    return opts.roles.every((r) => summary[r].outcome === wanted) ? 0 : 2;
   } catch (err) {
     stderr.write(`trainer: ${err.message}\n`);
     return 1;
@@ -123,7 +138,7 @@ async function play(opts, conns, stderr) {
         timeoutMs: Math.max(0, deadline - Date.now()),
         signal: stops[role].signal,
       });
-      settled[role] = { result: outcome(r) };
+      settled[role] = { result: opts.evaluate ? checkEvaluation(outcome(r)) : outcome(r) };
     } catch (e) {
       const err = e instanceof PlanactError ? e : new PlanactError("failed", e.message);
       settled[role] = { result: err.result, error: err };
@@ -147,8 +162,12 @@ async function play(opts, conns, stderr) {
   for (const role of opts.roles) {
     const { result, error } = settled[role];
     stats ??= result?.stats;
-    const s = result ? summarize(result) : { status: "timeout", reason: error.message, samples: 0 };
-    s.outcome = !error ? "samples" : error.code === "timeout" ? "fallback" : "error";
+    const s = !result
+      ? { status: "timeout", reason: error.message, samples: 0 }
+      : opts.evaluate && result.evaluation
+        ? evaluationMetrics(result)
+        : summarize(result);
+    s.outcome = !error ? (opts.evaluate ? "metrics" : "samples") : error.code === "timeout" ? "fallback" : "error";
     s.arrival_id = arrivals[role].id;
     if (arrivals[role].tasksObject) {
       s.tasks_object = arrivals[role].tasksObject;
@@ -160,7 +179,9 @@ async function play(opts, conns, stderr) {
     stderr.write(
       error
         ? `${role}: ${s.outcome === "fallback" ? "falling back to the standard rollout" : "no samples"}: ${error.message}\n`
-        : `${role}: ${s.status} — ${s.samples} samples, ${s.tokens} tokens, mean reward ${s.mean_reward.toFixed(3)}\n`,
+        : opts.evaluate
+          ? `${role}: ${s.status} — evaluated ${s.episodes} episodes, accuracy ${s.accuracy.toFixed(3)}, mean reward ${s.mean_reward.toFixed(3)}\n`
+          : `${role}: ${s.status} — ${s.samples} samples, ${s.tokens} tokens, mean reward ${s.mean_reward.toFixed(3)}\n`,
     );
   }
   if (stats) {
@@ -205,6 +226,7 @@ function options(argv, env) {
       "inline-tasks-limit": { type: "string" },
       timeout: { type: "string", default: "3600" },
       check: { type: "boolean", default: false },
+      evaluate: { type: "boolean", default: false },
       cancel: { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
@@ -231,6 +253,7 @@ function options(argv, env) {
     weightVersions: { planner: v["planner-weight-version"], actor: v["actor-weight-version"] },
     timeoutMs: positive("--timeout", v.timeout) * 1000,
     check: v.check,
+    evaluate: v.evaluate,
     cancel: v.cancel,
   };
   if (v["inline-tasks-limit"] !== undefined) {
@@ -247,6 +270,12 @@ function options(argv, env) {
   if (v.config !== undefined) {
     const text = v.config.trimStart().startsWith("{") ? v.config : readFileSync(v.config, "utf8");
     opts.config = JSON.parse(text);
+  }
+  if (v.evaluate && v.check) {
+    throw new Error("--check checks samples, and an evaluation (--evaluate) has none: give one of them");
+  }
+  if (v.evaluate) {
+    opts.config = { ...(opts.config ?? {}), evaluation: true };
   }
   if (roles.includes("planner")) {
     const copies = positive("--samples-per-prompt", v["samples-per-prompt"]);

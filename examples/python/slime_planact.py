@@ -11,7 +11,11 @@ their samples back from planact, token-exact:
 
     PYTHONPATH=/path/to/planact/examples/python:$PYTHONPATH
     python train.py ... --rollout-function-path slime_planact.generate_rollout \\
-        --eval-function-path slime.rollout.sglang_rollout.generate_rollout
+        --custom-reward-post-process-path slime_planact.reward_post_process \\
+        --eval-prompt-data nq /data/nq_eval.jsonl --eval-interval 20
+
+(no --eval-function-path: slime then evaluates with this function, which
+runs the eval prompts through planact; see evaluate()).
 
 Ray starts slime's RolloutManager, where the function runs, in another
 process: put PYTHONPATH and the PLANACT_* variables in the job's
@@ -64,6 +68,11 @@ the variable):
                           already ran (for as long as its history keeps it):
                           after a restart that reruns rollout ids, give both
                           jobs a new offset.
+  PLANACT_EVAL_ROLLOUT_OFFSET  an evaluation at slime's rollout_id is planact
+                          rollout this + rollout_id (default 1000000000).
+  PLANACT_EVAL_CONFIG     a JSON object laid over the evaluation's config
+                          (PLANACT_CONFIG less stream_groups, group_filter and
+                          target_groups; greedy; evaluation on).
 
 Decisions:
 - planact's answer is the samples or an error: a timeout, a rejection or a
@@ -85,9 +94,20 @@ Decisions:
   --partial-rollout, the groups planact stopped before they finished go back
   to slime's data source (add_samples), as slime's rollout does with its
   aborted groups; they start again from their prompt.
-- evaluation=True raises: evaluate with slime's own function
-  (--eval-function-path, above); a planact rollout id names one rollout of
-  both jobs.
+- evaluation=True evaluates the Plan/Act system through planact (both
+  roles, greedy unless PLANACT_EVAL_CONFIG says otherwise, no training
+  samples) as planact rollout PLANACT_EVAL_ROLLOUT_OFFSET (default 10^9) +
+  rollout_id, and returns RolloutFnEvalOutput per eval dataset (evaluate()).
+- Advantages: point both jobs' --custom-reward-post-process-path at
+  slime_planact.reward_post_process. A group is the copies of one task, its
+  members episodes (each counted once, whatever its number of samples),
+  and every sample of an episode gets the episode's advantage (see its
+  docstring and docs/python_trainer.md, "Group-relative advantages").
+- Training steps: slime makes num_rollouts // --global-batch-size steps,
+  counting rollouts by Sample.rollout_id, and leaves the rest out; the
+  number of episodes that give a role samples varies, so the rollout ids
+  are set to a whole number of steps and no sample is left out
+  (fit_training_steps).
 - The weight version the arrival announces is what the engine reports
   (SGLang's /get_weight_version on the router's workers), which slime sets
   on every weight update.
@@ -136,9 +156,9 @@ import trainer
 from slime.utils.types import Sample
 
 try:
-    from slime.rollout.base_types import RolloutFnTrainOutput
-except ImportError:  # slime before Oct 2025 (#471) takes the list itself
-    RolloutFnTrainOutput = None
+    from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
+except ImportError:  # slime before Oct 2025 (#471) takes the list (the dict, evaluating) itself
+    RolloutFnTrainOutput = RolloutFnEvalOutput = None
 
 logger = logging.getLogger(__name__)
 
@@ -149,8 +169,17 @@ CONTROL_STREAM = "CONTROL"
 DEFAULT_BARRIER_TIMEOUT_S = 1800
 DEFAULT_ROLLOUT_TIMEOUT_S = 3600
 DEFAULT_PAUSE_TIMEOUT_S = 600
+# An evaluation of slime's rollout r is planact rollout this + r: its own
+# ids, apart from the training rollouts' (a planact rollout id names one
+# rollout).
+DEFAULT_EVAL_ROLLOUT_OFFSET = 1_000_000_000
+# What a training config may hold that an evaluation does not take.
+TRAINING_ONLY = ("stream_groups", "group_filter", "target_groups")
+
 # planact sample status -> slime Sample.Status member
 STATUSES = {"completed": "COMPLETED", "truncated": "TRUNCATED", "aborted": "ABORTED", "failed": "FAILED"}
+# planact's episode statuses -> slime's, for an evaluation's samples.
+EPISODE_STATUSES = {**STATUSES, "quarantined": "FAILED"}
 # task states (rollout.result tasks) whose group is given back to slime's data
 # source with --partial-rollout: stopped before they ended
 STOPPED_STATES = ("aborted", "unfinished")
@@ -177,6 +206,8 @@ class Settings:
     timeout_s: float
     engine_url: str
     rollout_offset: int
+    eval_config: dict = dataclasses.field(default_factory=dict)
+    eval_rollout_offset: int = 0
 
     @property
     def streams_groups(self):
@@ -220,8 +251,11 @@ def settings_from_env(env=os.environ):
         "rollout_timeout_s", DEFAULT_ROLLOUT_TIMEOUT_S) + 300
     timeout_s = number_from_env(env, "PLANACT_TIMEOUT_S", default_timeout, positive=True)
     offset = number_from_env(env, "PLANACT_ROLLOUT_OFFSET", 0, integer=True)
+    eval_config = parse_config(env.get("PLANACT_EVAL_CONFIG", ""), "PLANACT_EVAL_CONFIG")
+    eval_offset = number_from_env(env, "PLANACT_EVAL_ROLLOUT_OFFSET", DEFAULT_EVAL_ROLLOUT_OFFSET, integer=True)
     return Settings(role=role, connect=connect_options(env), config=config, stale=stale, timeout_s=timeout_s,
-                    engine_url=env.get("PLANACT_ENGINE_URL", ""), rollout_offset=offset)
+                    engine_url=env.get("PLANACT_ENGINE_URL", ""), rollout_offset=offset,
+                    eval_config=eval_config, eval_rollout_offset=eval_offset)
 
 
 def number_from_env(env, name, default, positive=False, integer=False):
@@ -237,17 +271,18 @@ def number_from_env(env, name, default, positive=False, integer=False):
     return value
 
 
-def parse_config(text):
-    """PLANACT_CONFIG as a dict. planact checks the whole config (and rejects
-    the arrival saying what is wrong); here only what this module reads."""
+def parse_config(text, name="PLANACT_CONFIG"):
+    """PLANACT_CONFIG (or name) as a dict. planact checks the whole config
+    (and rejects the arrival saying what is wrong); here only what this
+    module reads."""
     if not text.strip():
         return {}
     try:
         config = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"PLANACT_CONFIG is not JSON: {e}") from None
+        raise ValueError(f"{name} is not JSON: {e}") from None
     if not isinstance(config, dict):
-        raise ValueError(f"PLANACT_CONFIG must be a JSON object (planact's rollout config), not {type(config).__name__}")
+        raise ValueError(f"{name} must be a JSON object (planact's rollout config), not {type(config).__name__}")
     checks = {
         "target_groups": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
         "stream_groups": lambda v: isinstance(v, bool),
@@ -257,7 +292,7 @@ def parse_config(text):
     }
     for key, ok in checks.items():
         if key in config and not ok(config[key]):
-            raise ValueError(f"PLANACT_CONFIG {key}={config[key]!r} is not valid (see schemas/defs.v1.schema.json#/$defs/config)")
+            raise ValueError(f"{name} {key}={config[key]!r} is not valid (see schemas/defs.v1.schema.json#/$defs/config)")
     return config
 
 
@@ -268,10 +303,9 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
     """slime's rollout function: this role's samples of planact rollout
     PLANACT_ROLLOUT_OFFSET + rollout_id, grouped by group_index, with
     metrics (see the module's docstring)."""
-    if evaluation:
-        raise ValueError("slime_planact does not evaluate: set --eval-function-path "
-                         "slime.rollout.sglang_rollout.generate_rollout (or your own eval function)")
     settings = settings_from_env()
+    if evaluation:
+        return evaluate(args, rollout_id, settings)
     n = settings.rollout_offset + rollout_id
     engine = settings.engine_url or router_url(args)
     groups, config = [], None
@@ -294,9 +328,186 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
         raise PlanactError("empty", f"rollout {n} gave the {settings.role} no samples to train on "
                                     f"(status {result['status']}; {result.get('reason') or 'no reason given'}; "
                                     f"tasks {task_states(result)}; stale dropped {counts['stale_dropped']})")
+    metrics.update(fit_training_steps(batch, getattr(args, "global_batch_size", None), n, settings.role))
     if RolloutFnTrainOutput is None:
         return batch
     return RolloutFnTrainOutput(samples=batch, metrics=metrics)
+
+
+# Evaluation through planact.
+
+
+def evaluate(args, rollout_id, settings):
+    """slime's evaluation (generate_rollout with evaluation=True; slime calls
+    the rollout function so when no --eval-function-path is given): the
+    eval prompts run through planact, both roles, as planact rollout
+    PLANACT_EVAL_ROLLOUT_OFFSET + rollout_id with config evaluation, so that
+    no training sample is assembled. The planner's job reads slime's eval
+    datasets (eval_tasks) and sends them with the evaluation's config
+    (eval_config); the actor's job arrives with neither. Both get
+    RolloutFnEvalOutput: data, one entry per dataset as slime's own eval
+    rollout names them ({"rewards", "truncated", "samples"}, one per episode
+    that ended; a Sample per episode with its answer as the response and no
+    tokens), and metrics (planact_eval/...: accuracy, mean reward, turns and
+    acts per episode, failures, per dataset and overall)."""
+    n = settings.eval_rollout_offset + rollout_id
+    engine = settings.engine_url or router_url(args)
+    tasks, config, prompts = [], None, {}
+    if settings.role == "planner":
+        tasks = eval_tasks(args)
+        config = eval_config(args, settings)
+        prompts = {(t["group_index"], t["index"]): t for t in tasks}
+    fields = {"rollout": n, "role": settings.role, "engine": {"url": engine, "protocol": "sglang"},
+              "weight_version": engine_weight_version(engine), "tasks": tasks or None, "config": config}
+    logger.info("evaluation %d (slime rollout %d): arriving as the %s with %d tasks", n, rollout_id, settings.role, len(tasks))
+    eval_settings = dataclasses.replace(settings, config=config or {})
+    result, _ = asyncio.run(run_rollout(eval_settings, fields))
+    if not result.get("evaluation"):
+        raise PlanactError("not_evaluation", f"rollout {n} ({settings.role}) is not an evaluation: the planner's config did not "
+                                             "ask for one (give both jobs the same slime_planact, called with evaluation=True)")
+    data, metrics = eval_output(result, settings.role, prompts)
+    if RolloutFnEvalOutput is None:
+        return data
+    return RolloutFnEvalOutput(data=data, metrics=metrics)
+
+
+def eval_datasets(args):
+    """slime's eval datasets: [(name, path, input_key, label_key, copies)],
+    from args.eval_datasets (slime's EvalDatasetConfig: name, path, and its
+    own input_key, label_key, n_samples_per_eval_prompt when set) or else
+    --eval-prompt-data name path [name path ...]."""
+    default_input = getattr(args, "eval_input_key", None) or getattr(args, "input_key", None) or "input"
+    default_label = getattr(args, "eval_label_key", None) or getattr(args, "label_key", None)
+    default_copies = getattr(args, "n_samples_per_eval_prompt", None) or 1
+    out = []
+    for c in getattr(args, "eval_datasets", None) or []:
+        get = c.get if isinstance(c, dict) else (lambda k, d=None: getattr(c, k, d))
+        out.append((get("name"), get("path"), get("input_key") or default_input, get("label_key") or default_label,
+                    get("n_samples_per_eval_prompt") or default_copies))
+    if not out:
+        pairs = list(getattr(args, "eval_prompt_data", None) or [])
+        if len(pairs) % 2:
+            raise ValueError(f"--eval-prompt-data {pairs}: want name path pairs")
+        out = [(name, path, default_input, default_label, default_copies) for name, path in zip(pairs[::2], pairs[1::2])]
+    if not out:
+        raise ValueError("evaluation: slime's args name no eval dataset (--eval-prompt-data name path ..., or eval_datasets)")
+    names = [d[0] for d in out]
+    if len(set(names)) != len(names) or not all(isinstance(x, str) and x for x in names):
+        raise ValueError(f"evaluation: eval dataset names {names}: want distinct, non-empty names")
+    return out
+
+
+def eval_tasks(args):
+    """planact tasks from slime's eval datasets (JSON Lines): one group per
+    prompt, n_samples_per_eval_prompt copies of it, numbered across the
+    datasets in order, each naming its dataset."""
+    tasks = []
+    for name, path, input_key, label_key, copies in eval_datasets(args):
+        if not str(path).endswith(".jsonl"):
+            raise ValueError(f"eval dataset {name}: {path}: slime_planact reads JSON Lines (.jsonl) eval data")
+        with open(path, encoding="utf-8") as f:
+            rows = [(i + 1, line) for i, line in enumerate(f) if line.strip()]
+        for line_no, line in rows:
+            where = f"eval dataset {name} ({path}:{line_no})"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not JSON: {e}") from None
+            prompt = row.get(input_key) if isinstance(row, dict) else None
+            if not isinstance(prompt, str) or not prompt:
+                raise ValueError(f"{where}: no text under {input_key!r} (--input-key): planact's prompts are the question as text")
+            group = (tasks[-1]["group_index"] + 1) if tasks else 0
+            for _ in range(int(copies)):
+                task = {"group_index": group, "index": len(tasks), "prompt": prompt, "dataset": name}
+                label = row.get(label_key) if label_key else None
+                if label is not None and label != "":
+                    task["label"] = label if isinstance(label, str) else json.dumps(label)
+                tasks.append(task)
+    return tasks
+
+
+def eval_config(args, settings):
+    """The evaluation's config: PLANACT_CONFIG without what only training
+    takes (stream_groups, group_filter, target_groups), sampling greedy for
+    both roles (or slime's --eval-temperature / --eval-top-p when set),
+    PLANACT_EVAL_CONFIG over it, and evaluation on."""
+    config = {k: v for k, v in settings.config.items() if k not in TRAINING_ONLY}
+    sampling = {"temperature": getattr(args, "eval_temperature", None)}
+    sampling["temperature"] = 0.0 if sampling["temperature"] is None else float(sampling["temperature"])
+    if getattr(args, "eval_top_p", None) is not None:
+        sampling["top_p"] = float(args.eval_top_p)
+    for role in ("planner_sampling", "actor_sampling"):
+        config[role] = {**config.get(role, {}), **sampling}
+    for key, value in settings.eval_config.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key] = {**config[key], **value}
+        else:
+            config[key] = value
+    config["evaluation"] = True
+    return config
+
+
+def eval_output(result, role, prompts):
+    """slime's eval data and metrics from an evaluation's result."""
+    data, counts = {}, {}
+    for o in result.get("episodes", []):
+        name = o.get("dataset") or "planact"
+        c = counts.setdefault(name, {"episodes": 0, "ended": 0, "correct": 0, "turns": 0, "acts": 0, "reward": 0.0,
+                                     "statuses": {}, "failures": {}})
+        c["episodes"] += 1
+        status = o.get("status")
+        c["statuses"][status] = c["statuses"].get(status, 0) + 1
+        if status not in EPISODE_STATUSES:  # did not end: no reward, in no mean
+            continue
+        c["ended"] += 1
+        c["correct"] += bool(o.get("correct"))
+        c["turns"] += o.get("turns", 0)
+        c["acts"] += o.get("acts", 0)
+        c["reward"] += o.get("reward", 0.0)
+        for kind, k in (o.get("failures") or {}).items():
+            c["failures"][kind] = c["failures"].get(kind, 0) + k
+        task = prompts.get((o.get("group_index", 0), o.get("index", 0)), {})
+        sample = Sample(group_index=o.get("group_index", 0), index=o.get("index", 0), prompt=task.get("prompt", ""),
+                        response=" | ".join(o.get("answers") or []), label=task.get("label"),
+                        reward=float(o.get("reward", 0.0)), status=slime_status_of(EPISODE_STATUSES[status]))
+        sample.metadata = {"planact_rollout_id": f"{result.get('rollout', 0)}-{o.get('episode', 0)}", "planact_role": role,
+                           "dataset": name, "status": status, "reason": o.get("reason", ""), "turns": o.get("turns", 0),
+                           "acts": o.get("acts", 0), "correct": bool(o.get("correct")), "failures": o.get("failures") or {}}
+        d = data.setdefault(name, {"rewards": [], "truncated": [], "samples": []})
+        d["rewards"].append(sample.reward)
+        d["truncated"].append(status == "truncated")
+        d["samples"].append(sample)
+    metrics = {}
+    total = {"episodes": 0, "ended": 0, "correct": 0, "turns": 0, "acts": 0, "reward": 0.0, "statuses": {}, "failures": {}}
+    for name, c in counts.items():
+        metrics.update(eval_metrics(f"planact_eval/{name}/", c))
+        for k in ("episodes", "ended", "correct", "turns", "acts", "reward"):
+            total[k] += c[k]
+        for k in ("statuses", "failures"):
+            for kind, v in c[k].items():
+                total[k][kind] = total[k].get(kind, 0) + v
+    metrics.update(eval_metrics("planact_eval/", total))
+    if not data:
+        raise PlanactError("empty", f"evaluation {result.get('rollout')} ({role}): no episode ended "
+                                    f"(status {result.get('status')}; {result.get('reason') or 'no reason given'})")
+    return data, metrics
+
+
+def eval_metrics(prefix, c):
+    ended = c["ended"]
+    m = {f"{prefix}episodes": c["episodes"], f"{prefix}ended": ended}
+    if ended:
+        m.update({f"{prefix}accuracy": c["correct"] / ended, f"{prefix}mean_reward": c["reward"] / ended,
+                  f"{prefix}mean_turns": c["turns"] / ended, f"{prefix}acts_per_episode": c["acts"] / ended})
+    m.update({f"{prefix}episodes_{s}": k for s, k in c["statuses"].items()})
+    m.update({f"{prefix}failures/{kind}": k for kind, k in c["failures"].items()})
+    return m
+
+
+def slime_status_of(name):
+    if not hasattr(Sample.Status, name):  # FAILED: slime since Dec 2025
+        name = "ABORTED"
+    return Sample.Status[name]
 
 
 def batch_plan(args, config):
@@ -448,7 +659,9 @@ async def connect(options):
 def check_status(result, n, role):
     """Raises unless the result has samples to train on (docs/python_trainer.md, 3)."""
     status, reason = result.get("status"), result.get("reason") or "no reason given"
-    if status in ("partial", "aborted"):
+    if status in ("partial", "aborted") and result.get("evaluation"):
+        logger.warning("evaluation %d: %s: %s; the %s scores the episodes that ended", n, status, reason, role)
+    elif status in ("partial", "aborted"):
         logger.warning("rollout %d: %s: %s; training the %s on the %d samples that finished",
                        n, status, reason, role, len(result["samples"]))
     elif status != "ok":
@@ -619,6 +832,158 @@ def slime_status(status, where):
     if not hasattr(Sample.Status, name):  # FAILED: slime since Dec 2025 (#1219)
         name = "ABORTED"
     return Sample.Status[name]
+
+
+# Group-relative advantages and training steps.
+
+# slime's estimators that normalize rewards within a group
+# (RolloutManager._post_process_rewards), and those that also divide by the
+# group's standard deviation (with --grpo-std-normalization, slime's default).
+GROUP_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
+STD_ESTIMATORS = ("grpo", "gspo", "cispo")
+
+
+def reward_post_process(args, samples):
+    """slime's --custom-reward-post-process-path for planact's samples, both
+    roles: returns (raw_rewards, rewards), one of each per sample, as slime's
+    RolloutManager._post_process_rewards does (slime calls it with the
+    rollout's samples, flattened).
+
+    A group is the copies of one task (group_index: n_samples_per_prompt
+    episodes of one prompt), and its members are episodes, not samples:
+    every sample of an episode (the planner's one, the actor's one per act)
+    gets the episode's advantage, its outcome (the episode's reward) less
+    the mean of the group's episode outcomes, each episode counted once
+    however many samples it has; divided by their standard deviation (n-1,
+    as torch.std) + 1e-6 under grpo, gspo and cispo with
+    --grpo-std-normalization (slime's default). An episode alone in its
+    group (the others gave this role no sample) has nothing to be compared
+    with: advantage 0. Where all of a group's outcomes are equal, every
+    advantage is 0; where they differ, they are not. Other estimators, or
+    --disable-rewards-normalization, get the rewards as they are, as in
+    slime. See docs/python_trainer.md, "Group-relative advantages".
+
+    An actor sample whose reward is not its episode's outcome
+    (metadata.episode_reward: split_act_reward is on) is refused: the
+    groups compare outcomes, and a split reward would make long plans look
+    worse for their length. A sample that is not planact's, or a reward
+    that is not a number (--reward-key), is refused too."""
+    raw = []
+    for s in samples:
+        meta = s.metadata or {}
+        where = f"sample (group {s.group_index}, index {s.index})"
+        if "planact_rollout_id" not in meta:
+            raise ValueError(f"{where} has no metadata planact_rollout_id: slime_planact.reward_post_process "
+                             "normalizes the rewards of planact's samples (slime_planact.generate_rollout)")
+        r = s.reward
+        if isinstance(r, bool) or not isinstance(r, (int, float)):
+            raise ValueError(f"{where}: reward {r!r} is not a number: planact's rewards are (leave --reward-key unset)")
+        outcome = meta.get("episode_reward", r)
+        if float(outcome) != float(r):
+            raise ValueError(f"{where}: reward {r} is not its episode's outcome {outcome} (split_act_reward is on): "
+                             "reward_post_process compares episode outcomes within a group; turn split_act_reward "
+                             "off, or post-process the rewards yourself")
+        raw.append(float(r))
+    estimator = getattr(args, "advantage_estimator", None)
+    if estimator not in GROUP_ESTIMATORS or not getattr(args, "rewards_normalization", True):
+        return raw, list(raw)
+    divide = estimator in STD_ESTIMATORS and getattr(args, "grpo_std_normalization", True)
+    outcomes = {}  # group_index -> {episode: outcome}
+    for s, r in zip(samples, raw):
+        outcomes.setdefault(s.group_index, {})[s.metadata["planact_rollout_id"]] = r
+    baselines = {gi: group_baseline(list(eps.values()), divide) for gi, eps in outcomes.items()}
+    rewards = []
+    for s, r in zip(samples, raw):
+        mean, std = baselines[s.group_index]
+        rewards.append((r - mean) / (std + 1e-6) if divide else r - mean)
+    return raw, rewards
+
+
+def group_baseline(values, with_std):
+    """The mean of a group's episode outcomes and, with_std, their standard
+    deviation (n-1, as torch.std; 0 for one episode, which has nothing to
+    be compared with)."""
+    mean = sum(values) / len(values)
+    if not with_std or len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def fit_training_steps(batch, global_batch_size, rollout=None, role=""):
+    """Sets Sample.rollout_id so that slime's training side takes every
+    sample of the batch in whole training steps, and returns metrics.
+
+    slime splits a rollout's samples into training steps by Sample.rollout_id
+    (slime/utils/dp_schedule.py build_dp_schedule, called by
+    RolloutManager._split_train_data_by_dp): num_rollouts // global_batch_size
+    steps of global_batch_size rollouts, the trailing rollouts left out, and
+    an assertion when there are fewer rollouts than that. One slime rollout
+    is one planact episode here (its samples share the id, so that slime's
+    loss counts an episode once however many acts it had, as slime does for
+    subagent rollouts), but the number of episodes that give a role samples
+    varies (an actor has none of an episode the planner answered at once).
+    So the rollout ids are set to a whole number of steps,
+    max(1, episodes // global_batch_size) of them:
+      - more episodes than that: the extra ones share a rollout id with
+        another episode of their group (its copy of the same task; of
+        another group only when no group has two), which then counts as one
+        rollout in slime's loss (their tokens' mean);
+      - fewer (fewer episodes than one step): the episodes with the most
+        samples give one sample each a rollout id of its own until there
+        are global_batch_size; fewer samples than global_batch_size cannot
+        make one step, and raise PlanactError("too_small").
+    Nothing is left out; the metrics and a warning say what was shared or
+    split. Advantages are the episodes' (reward_post_process), whatever the
+    rollout ids. An older slime without Sample.rollout_id, or args without
+    global_batch_size, leaves the batch as it is."""
+    if "rollout_id" not in Sample.__dataclass_fields__ or not global_batch_size:
+        return {}
+    gbs = int(global_batch_size)
+    slots, samples = [], 0  # each slot: one slime rollout, [(group_index, episode, [samples])]
+    index = {}
+    for group in batch:
+        for s in group:
+            episode = s.metadata["planact_rollout_id"]
+            if episode not in index:
+                index[episode] = len(slots)
+                slots.append([(s.group_index, episode, [])])
+            slots[index[episode]][0][2].append(s)
+            samples += 1
+    episodes = len(slots)
+    if samples < gbs:
+        raise PlanactError("too_small", f"rollout {rollout}: the {role} has {samples} samples from {episodes} episodes, "
+                                        f"fewer than --global-batch-size {gbs} (slime's rollouts per training step): slime "
+                                        f"could make no training step of them; lower the {role} job's --global-batch-size "
+                                        "or send more tasks")
+    want = gbs * max(1, episodes // gbs)
+    size = lambda slot: sum(len(part[2]) for part in slot)
+    while len(slots) > want:
+        by_group = {}
+        for i, slot in enumerate(slots):
+            by_group.setdefault(slot[0][0], []).append(i)
+        pool = max(by_group.values(), key=len)
+        if len(pool) < 2:
+            pool = range(len(slots))
+        a, b = sorted(sorted(pool, key=lambda i: (size(slots[i]), -i))[:2])
+        slots[a] = slots[a] + slots.pop(b)
+    while len(slots) < want:
+        i = max(range(len(slots)), key=lambda i: (size(slots[i]), -i))
+        gi, episode, parts = max(slots[i], key=lambda part: len(part[2]))
+        moved = parts.pop()
+        slots.insert(i + 1, [(gi, episode, [moved])])
+    for rid, slot in enumerate(slots):
+        for _, _, parts in slot:
+            for s in parts:
+                s.rollout_id = rid
+    shared = sum(len(slot) for slot in slots if len(slot) > 1)
+    split = max(0, want - episodes)
+    if shared or split:
+        logger.warning("rollout %s: %d %s episodes in %d training steps of --global-batch-size %d: %s",
+                       rollout, episodes, role, want // gbs, gbs,
+                       f"{shared} of them share their rollout id with another episode" if shared
+                       else f"{split} samples take a rollout id of their own (fewer episodes than one step)")
+    return {"planact/train_rollouts": want, "planact/train_steps": want // gbs,
+            "planact/episodes_sharing_rollout_id": shared, "planact/samples_split_off": split}
 
 
 def task_states(result):

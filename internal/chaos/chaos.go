@@ -265,7 +265,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.Pickup = PickupOf(recs, obs.ResultAt)
 	for i := range rep.Faults {
-		rep.Faults[i].Recovery = RecoveryOf(rep.Faults[i].At, recs, obs.Events)
+		f := &rep.Faults[i]
+		f.Recovery = RecoveryOf(f.At, recs, obs.Events)
+		say("%s at %s: first progress after %s, next rollout completed after %s, all in-flight episodes moved after %s",
+			f.Kind, f.At.Format("15:04:05.000"), secs(f.Recovery.FirstProgress), secs(f.Recovery.NextCompletion), secs(f.Recovery.Full))
 	}
 	rep.Recovery = SumRecovery(rep.Faults)
 

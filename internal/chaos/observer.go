@@ -54,6 +54,7 @@ type Event struct {
 	At      time.Time // when JetStream stored it
 	Episode int       // -1 for a result
 	What    string    // act, plan, end, result
+	Role    string    // whose result (What is result)
 }
 
 // NewObserver starts reading. keepEvents keeps every progress event (for
@@ -146,7 +147,7 @@ func (o *Observer) handle(stream string, m jetstream.Msg) {
 	case "end":
 		ev.What = "end"
 	case "result":
-		ev.What, ev.Episode = "result", -1
+		ev.What, ev.Episode, ev.Role = "result", -1, p.Role
 	default:
 		return
 	}

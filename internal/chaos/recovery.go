@@ -26,6 +26,10 @@ type Recovery struct {
 	// FirstProgress is the time from F to the first message of any rollout
 	// stored after F: how long the whole system stood still.
 	FirstProgress time.Duration `json:"first_progress_ns"`
+	// NextCompletion is the time from F until the first rollout completed
+	// after it: both roles' results stored, the later of them after F. It
+	// is what a training run feels: how long no rollout came back.
+	NextCompletion time.Duration `json:"next_completion_ns"`
 	// Full is the time from F until every episode in flight at F had moved:
 	// how long the slowest one waited. Unrecovered episodes never moved.
 	Full        time.Duration `json:"full_ns"`
@@ -41,9 +45,12 @@ const StallWindow = 45 * time.Second
 // and what the observer saw.
 func RecoveryOf(at time.Time, recs []RolloutRecord, events func(int64) []Event) Recovery {
 	var r Recovery
-	first := time.Time{}
+	first, next := time.Time{}, time.Time{}
 	for _, rec := range recs {
 		evs := events(rec.Rollout)
+		if done := completedAt(evs); done.After(at) && (next.IsZero() || done.Before(next)) {
+			next = done
+		}
 		for _, ev := range evs {
 			if ev.At.After(at) {
 				if first.IsZero() || ev.At.Before(first) {
@@ -108,7 +115,24 @@ func RecoveryOf(at time.Time, recs []RolloutRecord, events func(int64) []Event) 
 	if !first.IsZero() {
 		r.FirstProgress = first.Sub(at)
 	}
+	if !next.IsZero() {
+		r.NextCompletion = next.Sub(at)
+	}
 	return r
+}
+
+// completedAt is when a rollout completed: when the results of both roles
+// had been stored (events in stored order), or zero if they were not.
+func completedAt(evs []Event) time.Time {
+	roles := map[string]bool{}
+	for _, ev := range evs {
+		if ev.What == "result" {
+			if roles[ev.Role] = true; roles[schema.RolePlanner] && roles[schema.RoleActor] {
+				return ev.At
+			}
+		}
+	}
+	return time.Time{}
 }
 
 // RecoveryStats sum up the faults of one kind.
@@ -116,6 +140,8 @@ type RecoveryStats struct {
 	Faults            int           `json:"faults"`
 	Failed            int           `json:"failed"` // the harness could not inject or repair it
 	MedianFirst       time.Duration `json:"median_first_progress_ns"`
+	MedianNext        time.Duration `json:"median_next_completion_ns"`
+	MaxNext           time.Duration `json:"max_next_completion_ns"`
 	MedianFull        time.Duration `json:"median_full_ns"`
 	MaxFull           time.Duration `json:"max_full_ns"`
 	Unrecovered       int           `json:"unrecovered_episodes"`
@@ -132,7 +158,7 @@ func SumRecovery(faults []FaultRecord) map[string]RecoveryStats {
 	out := map[string]RecoveryStats{}
 	for kind, fs := range byKind {
 		var s RecoveryStats
-		var firsts, fulls, ready []time.Duration
+		var firsts, nexts, fulls, ready []time.Duration
 		for _, f := range fs {
 			s.Faults++
 			if f.Err != "" {
@@ -144,6 +170,10 @@ func SumRecovery(faults []FaultRecord) map[string]RecoveryStats {
 			if f.Recovery.FirstProgress > 0 {
 				firsts = append(firsts, f.Recovery.FirstProgress)
 			}
+			if f.Recovery.NextCompletion > 0 {
+				nexts = append(nexts, f.Recovery.NextCompletion)
+				s.MaxNext = max(s.MaxNext, f.Recovery.NextCompletion)
+			}
 			if !f.Recovery.Measured {
 				continue
 			}
@@ -152,7 +182,7 @@ func SumRecovery(faults []FaultRecord) map[string]RecoveryStats {
 			s.Unrecovered += f.Recovery.Unrecovered
 			s.Stuck += f.Recovery.Stuck
 		}
-		s.MedianFirst, s.MedianFull, s.MedianTargetReady = median(firsts), median(fulls), median(ready)
+		s.MedianFirst, s.MedianNext, s.MedianFull, s.MedianTargetReady = median(firsts), median(nexts), median(fulls), median(ready)
 		out[kind] = s
 	}
 	return out

@@ -27,8 +27,16 @@ func TestRecoveryOf(t *testing.T) {
 		4: {{At: at(10.5), Episode: 0, What: "plan"}},
 		5: {{At: at(-50), Episode: 0, What: "plan"}, {At: at(100), Episode: -1, What: "result"}},
 	}
+	// Rollout 2 completed before the fault; rollout 4's planner result is
+	// stored twice before the actor's: the rollout completes when the
+	// actor's is stored, 8s after the fault.
+	events[2][0].Role, events[2][1].Role = schema.RolePlanner, schema.RoleActor
+	events[4] = append(events[4],
+		chaos.Event{At: at(16), Episode: -1, What: "result", Role: schema.RolePlanner},
+		chaos.Event{At: at(17), Episode: -1, What: "result", Role: schema.RolePlanner},
+		chaos.Event{At: at(18), Episode: -1, What: "result", Role: schema.RoleActor})
 	r := chaos.RecoveryOf(fault, recs, func(n int64) []chaos.Event { return events[n] })
-	want := chaos.Recovery{InFlight: 3, FirstProgress: 500 * time.Millisecond, Full: 4 * time.Second, Unrecovered: 1, Stuck: 1, Measured: true}
+	want := chaos.Recovery{InFlight: 3, FirstProgress: 500 * time.Millisecond, NextCompletion: 8 * time.Second, Full: 4 * time.Second, Unrecovered: 1, Stuck: 1, Measured: true}
 	if r != want {
 		t.Errorf("recovery %+v, want %+v", r, want)
 	}

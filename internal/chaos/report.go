@@ -204,8 +204,8 @@ func Markdown(reports []*Report) string {
 		fmt.Fprintf(&b, "trainers got their results after the bus stored them: median %s, p99 %s, max %s\n\n",
 			secs(r.Pickup.Median), secs(r.Pickup.P99), secs(r.Pickup.Max))
 		if len(r.Faults) > 0 {
-			b.WriteString("| fault | injected | target ready (median) | first progress (median) | all in-flight episodes moved (median / max) | never moved | stuck before |\n")
-			b.WriteString("|---|---|---|---|---|---|---|\n")
+			b.WriteString("| fault | injected | target ready (median) | first progress (median) | next rollout completed (median / max) | all in-flight episodes moved (median / max) | never moved | stuck before |\n")
+			b.WriteString("|---|---|---|---|---|---|---|---|\n")
 			kinds := sortedKeys(r.Recovery)
 			for _, k := range kinds {
 				st := r.Recovery[k]
@@ -213,7 +213,7 @@ func Markdown(reports []*Report) string {
 				if st.Failed > 0 {
 					inj += fmt.Sprintf(" (%d failed)", st.Failed)
 				}
-				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s / %s | %d | %d |\n", k, inj, secs(st.MedianTargetReady), secs(st.MedianFirst), secs(st.MedianFull), secs(st.MaxFull), st.Unrecovered, st.Stuck)
+				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s / %s | %s / %s | %d | %d |\n", k, inj, secs(st.MedianTargetReady), secs(st.MedianFirst), secs(st.MedianNext), secs(st.MaxNext), secs(st.MedianFull), secs(st.MaxFull), st.Unrecovered, st.Stuck)
 			}
 			b.WriteString("\n")
 		}
@@ -253,7 +253,8 @@ func Markdown(reports []*Report) string {
 const recoveryDefinition = `Recovery times: at a fault's time F (the kill or SIGSTOP), an episode is in flight if its rollout
 had started and neither the episode's end nor the rollout's result was stored by F. It moves when
 JetStream stores an act outcome, a planner output or the end of that episode, or a result of its
-rollout. "first progress" is F to the first such message of any rollout; "all moved" is F until every
+rollout. "first progress" is F to the first such message of any rollout; "next rollout completed" is F
+until the first rollout completed after it (both roles' results stored); "all moved" is F until every
 episode in flight at F had moved; "never moved" counts episodes that did not move again. Episodes that
 had not moved for 45s before F were stuck already and are counted apart ("stuck before"), not timed;
 "–" means nothing was in flight at F (for instance, every trainer was still waiting for a result already published).

@@ -36,6 +36,13 @@ const (
 // configure the simulated engines (their role and version are set here).
 func Start(t *testing.T, planner, actor sim.Config) *Env {
 	t.Helper()
+	return StartWith(t, planner, actor, stack.Options{})
+}
+
+// StartWith is Start with the services run with so (its connection, log
+// and provisioning are Start's).
+func StartWith(t *testing.T, planner, actor sim.Config, so stack.Options) *Env {
+	t.Helper()
 	_, url := bustest.Server(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	planner.Role, actor.Role = schema.RolePlanner, schema.RoleActor
@@ -51,7 +58,8 @@ func Start(t *testing.T, planner, actor sim.Config) *Env {
 	done := make(chan error, 1)
 	conn := bus.ConnOptions{URL: url}
 	go func() {
-		done <- stack.Serve(ctx, stack.Services, stack.Options{Provision: true, Conn: conn, Log: bustest.Logger()})
+		so.Provision, so.Conn, so.Log = true, conn, bustest.Logger()
+		done <- stack.Serve(ctx, stack.Services, so)
 	}()
 	t.Cleanup(func() {
 		cancel()

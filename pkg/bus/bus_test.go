@@ -766,3 +766,28 @@ func eventuallyBus(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestALongHandlerKeepsItsMessage: a handler that runs for several ack
+// waits keeps its message (in progress, told to JetStream within each ack
+// wait): it is delivered once, and handled once.
+func TestALongHandlerKeepsItsMessage(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "a")
+	c := bus.Consumer{Stream: bus.StreamRollout, Durable: "long", Filters: []string{"rollout.*.status"}, AckWait: time.Second, Concurrency: 4}
+	hb := newHandledBy()
+	hb.consume(t, b, "a", c, func(ctx context.Context) {
+		select {
+		case <-time.After(5 * c.AckWait / 2): // past two ack waits: the message would go again without in-progress
+		case <-ctx.Done():
+		}
+	})
+	publishStatuses(t, b, 0, 3)
+	settle(t, b, "long", func() bool { return hb.count("a") == 3 })
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	for r, by := range hb.by {
+		if len(by) != 1 || hb.delivered[r] != 1 {
+			t.Errorf("message %d handled %d times, delivered %d times; want once", r, len(by), hb.delivered[r])
+		}
+	}
+}

@@ -273,23 +273,32 @@ func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw *nats.Msg, 
 }
 
 // keepInProgress tells JetStream every interval that raw is being worked
-// on, until stop is called.
+// on, until stop is called; after stop returns it tells nothing more. It
+// is a timer, not a goroutine: most handlers end well within interval, and
+// then nothing ran for it but the timer's start and stop.
 func keepInProgress(nc *nats.Conn, raw *nats.Msg, interval time.Duration) (stop func()) {
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = ack(nc, raw, ackProgress)
-			}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock() // t is set before the first tick reads it
+	t = time.AfterFunc(interval, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
-	var once sync.Once
-	return func() { once.Do(func() { close(done) }) }
+		_ = ack(nc, raw, ackProgress)
+		t.Reset(interval)
+	})
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		t.Stop()
+	}
 }
 
 func safeCall(ctx context.Context, h Handler, m Msg) (err error) {

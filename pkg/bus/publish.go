@@ -60,9 +60,14 @@ func TraceIDOf(traceparent string) string {
 
 // NewMsg builds the NATS message for m: msgpack body and every planact header.
 func NewMsg(ctx context.Context, m schema.Message) (*nats.Msg, error) {
-	body, err := schema.Marshal(m)
-	if err != nil {
-		return nil, err
+	var body []byte
+	if e, ok := m.(Encoded); ok {
+		body, m = e.Body, e.Message
+	} else {
+		var err error
+		if body, err = schema.Marshal(m); err != nil {
+			return nil, err
+		}
 	}
 	msg := nats.NewMsg(m.Subject())
 	msg.Data = body
@@ -143,6 +148,14 @@ func ExtractSpan(ctx context.Context, h nats.Header) context.Context {
 	return propagator.Extract(ctx, headerCarrier(h))
 }
 
+// Encoded is a message with its body: schema.Marshal(Message), which the
+// caller has already made (to weigh it, say). Published, it is sent as it
+// is rather than encoded again.
+type Encoded struct {
+	schema.Message
+	Body []byte
+}
+
 // Publish publishes m to its stream and waits for the stream's ack. A
 // message whose Nats-Msg-Id was seen within the duplicate window is
 // accepted without being stored twice.
@@ -171,23 +184,50 @@ func (b *Bus) PublishAs(ctx context.Context, m schema.Message, msgID string) err
 // id makes safe.
 const PublishTimeout = 5 * time.Second
 
+// publishPatience is how long a publish goes on trying while its stream
+// has no leader (a node's crash: JetStream's election takes 4–9 s) or its
+// ack is lost. Each attempt waits publishAttempt for the ack, and a stream
+// that does not answer at all (no responders, during the election) is
+// asked again every leaderPoll: the publish lands within a fraction of a
+// second of the new leader, not a whole PublishTimeout after it.
+const (
+	publishPatience = 3 * PublishTimeout
+	publishAttempt  = time.Second
+	leaderPoll      = 100 * time.Millisecond
+)
+
+// leaderless reports whether err says that a stream had no leader to
+// answer (no responders) or that the answer was lost (time-out): both pass
+// when a leader is elected, so the request is worth sending again.
+func leaderless(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
 func (b *Bus) publishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) error {
 	_, err := b.publishAck(ctx, msg, opts...)
 	return err
 }
 
 func (b *Bus) publishAck(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	const attempts = 3
 	var err error
 	var ack *jetstream.PubAck
-	for i := 0; i < attempts; i++ {
-		actx, cancel := context.WithTimeout(ctx, PublishTimeout)
+	deadline := time.Now().Add(publishPatience)
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, min(publishAttempt, time.Until(deadline)))
 		ack, err = b.JS.PublishMsg(actx, msg, opts...)
 		cancel()
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+		if err == nil || ctx.Err() != nil || !leaderless(err) || !time.Now().Before(deadline) {
 			break
 		}
-		b.Log.Warn().Str("subject", msg.Subject).Int("attempt", i+1).Msg("no ack from the stream; publishing again")
+		if attempt == 1 {
+			b.Log.Warn().Err(err).Str("subject", msg.Subject).Msg("no ack from the stream (a leader being elected?); publishing again until it answers")
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			select {
+			case <-ctx.Done():
+			case <-time.After(leaderPoll):
+			}
+		}
 	}
 	if err != nil {
 		if why := refusedForLimits(err); why != "" {

@@ -207,10 +207,22 @@ func (p *puller) ask(limit int) time.Duration {
 	return 0
 }
 
-// refused makes the next request wait a little, longer each time. p.mu is held.
+// refused makes the next request wait a little, longer each time up to
+// maxPullRetry. p.mu is held.
 func (p *puller) refused() {
 	p.failures++
-	p.retryAt = time.Now().Add(min(100*time.Millisecond<<min(p.failures-1, 6), 5*time.Second))
+	p.retryAt = time.Now().Add(pullRetry(p.failures))
+}
+
+// maxPullRetry bounds the wait after refused requests. While a consumer
+// has no leader (JetStream elects one 4–9 s after its node's crash) every
+// request is refused (no responders); the first request after the
+// election must follow it closely, not a back-off of seconds later.
+const maxPullRetry = 500 * time.Millisecond
+
+// pullRetry is the wait after the failures-th refused request in a row.
+func pullRetry(failures int) time.Duration {
+	return min(100*time.Millisecond<<min(max(failures-1, 0), 6), maxPullRetry)
 }
 
 // end closes request id, which JetStream ended with status code; the

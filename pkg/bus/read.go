@@ -68,7 +68,7 @@ func getMsg(ctx context.Context, nc *nats.Conn, stream string, req map[string]an
 	if direct {
 		return directGet(rctx, nc, stream, body, req)
 	}
-	reply, err := nc.RequestWithContext(rctx, "$JS.API.STREAM.MSG.GET."+stream, body)
+	reply, err := requestLeader(rctx, nc, "$JS.API.STREAM.MSG.GET."+stream, body)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			err = fmt.Errorf("stream %s has no leader: %w", stream, err)
@@ -112,6 +112,34 @@ func getMsg(ctx context.Context, nc *nats.Conn, stream string, req map[string]an
 	}
 	return m, nil
 }
+
+// requestLeader sends a request that only a stream's leader answers, again
+// while none does (no responders: a leader being elected, 4–9 s after its
+// node's crash) and every readAttempt while the answer does not come (a
+// request sent to the old leader, or lost with a connection), until ctx
+// ends: the answer comes within a fraction of a second of the new leader.
+func requestLeader(ctx context.Context, nc *nats.Conn, subj string, body []byte) (*nats.Msg, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, readAttempt)
+		reply, err := nc.RequestWithContext(actx, subj, body)
+		cancel()
+		if err == nil || ctx.Err() != nil || !leaderless(err) {
+			if err != nil && ctx.Err() != nil {
+				err = fmt.Errorf("%w (%w)", err, ctx.Err())
+			}
+			return reply, err
+		}
+		if errors.Is(err, nats.ErrNoResponders) {
+			select {
+			case <-ctx.Done():
+			case <-time.After(leaderPoll):
+			}
+		}
+	}
+}
+
+// readAttempt bounds one request to a stream's leader within apiTimeout.
+const readAttempt = time.Second
 
 // directGet is msgGet for a stream with one replica, where the one server
 // that answers holds every acknowledged write: the reply is the message

@@ -177,14 +177,9 @@ func (c *Chat) generation(a *oaiAccumulator, prefix []int) (Generation, error) {
 		return Generation{}, fail.Permanentf("the server returned no prompt_token_ids (vLLM's return_token_ids): " +
 			"the tokens its chat template rendered are unknown, so the sample would not be token-exact")
 	}
-	if !hasPrefix(g.PromptIDs, prefix) {
-		at := 0
-		for at < len(prefix) && at < len(g.PromptIDs) && prefix[at] == g.PromptIDs[at] {
-			at++
-		}
-		return Generation{}, fail.Permanentf("the chat template re-tokenized the conversation: its prompt differs from the trajectory so far at token %d of %d "+
-			"(the server rendered %d tokens): the history the model saw is not the one planact trains on; "+
-			"use a template that renders earlier turns unchanged (no <think> stripping, no trimming) or a completions protocol", at, len(prefix), len(g.PromptIDs))
+	if err := checkPrefix(prefix, g); err != nil {
+		return Generation{}, fmt.Errorf("the chat template re-rendered the conversation: the history the model saw is not the one planact trains on "+
+			"(use a template that renders earlier turns unchanged: no <think> stripping, no trimming; or a completions protocol): %w", err)
 	}
 	if g.PromptTokens == 0 {
 		g.PromptTokens = len(g.PromptIDs)

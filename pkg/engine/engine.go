@@ -94,10 +94,12 @@ type Generation struct {
 	PromptTokens    int           `msgpack:"prompt_tokens" json:"prompt_tokens"`
 	WeightVersion   string        `msgpack:"weight_version,omitempty" json:"weight_version,omitempty"`
 	Latency         time.Duration `msgpack:"latency" json:"latency"`
-	// PromptIDs are set by engines that render the prompt themselves (chat):
-	// the ids the engine generated from. They begin with the ids of every
-	// message but the last (checked); the rest is the last message as the
-	// chat template wrote it, the trajectory's ids for that message.
+	// PromptIDs are the ids the engine reports it generated from, where it
+	// reports them: a chat engine renders the prompt itself, and its ids
+	// begin with those of every message but the last (checked); the rest
+	// is the last message as the chat template wrote it, the trajectory's
+	// ids for that message. vLLM's completions return them too, and they
+	// equal the ids sent (checked). Any other input is ErrTokenDrift.
 	PromptIDs []int `msgpack:"prompt_ids,omitempty" json:"prompt_ids,omitempty"`
 }
 
@@ -191,15 +193,12 @@ func NewClient(protocol, url string, o Options) (Client, error) {
 // trajectory that would be trained on.
 var ErrPromptCut = errors.New("the engine cut the prompt")
 
-// checkPromptKept refuses, for good, a generation from token ids whose
-// engine reports a shorter prompt than r's.
-func checkPromptKept(r Request, g Generation) error {
-	if len(r.InputIDs) == 0 || g.PromptTokens <= 0 || g.PromptTokens >= len(r.InputIDs) {
-		return nil
-	}
+// promptCut refuses, for good, a generation whose engine took only took of
+// the sent prompt tokens.
+func promptCut(took, sent int) error {
 	return fail.E(fail.Permanent, fmt.Errorf("%w: it took %d of the %d prompt tokens it was sent (it cuts prompts longer than its context length, "+
 		"as SGLang's --allow-auto-truncate does): what it generated from is not the trajectory; raise the engine's context length, or lower max_context_tokens",
-		ErrPromptCut, g.PromptTokens, len(r.InputIDs)))
+		ErrPromptCut, took, sent))
 }
 
 func checkRequest(r Request) error {

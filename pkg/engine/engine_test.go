@@ -35,7 +35,7 @@ func TestSGLangGenerate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := c.Generate(context.Background(), Request{InputIDs: []int{1, 2, 3}, Text: "ignored",
+	g, err := c.Generate(context.Background(), Request{InputIDs: []int{1, 2, 3, 4, 5}, Text: "ignored",
 		Sampling: Sampling{Temperature: 0.7, TopP: 0.9, MaxNewTokens: 32, Stop: []string{"</answer>"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func TestSGLangGenerate(t *testing.T) {
 	if !reflect.DeepEqual(g, want) {
 		t.Errorf("generation = %+v\nwant %+v", g, want)
 	}
-	if got["text"] != nil || !reflect.DeepEqual(got["input_ids"], []any{1.0, 2.0, 3.0}) || got["return_logprob"] != true {
+	if got["text"] != nil || !reflect.DeepEqual(got["input_ids"], []any{1.0, 2.0, 3.0, 4.0, 5.0}) || got["return_logprob"] != true {
 		t.Errorf("request = %v", got)
 	}
 	sp := got["sampling_params"].(map[string]any)

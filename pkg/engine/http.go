@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/planact/planact/pkg/fail"
@@ -237,6 +238,41 @@ func (c *conn) doJSON(ctx context.Context, method, path string, in, out any, hea
 	return nil
 }
 
+// doRead sends in and hands a 200 reply's body, read whole, to decode (a
+// reader made for the reply, see reply.go). The body is read into a buffer
+// used again by the next reply: decode must copy what it keeps.
+func (c *conn) doRead(ctx context.Context, method, path string, in any, header http.Header, decode func([]byte) error) error {
+	resp, err := c.do(ctx, method, path, in, header)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	buf := replyBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= maxPooledReply {
+			replyBuffers.Put(buf)
+		}
+	}()
+	if _, err = buf.ReadFrom(resp.Body); err == nil {
+		err = decode(buf.Bytes())
+	}
+	if err != nil {
+		// A cut connection shows up here too, so retrying is reasonable.
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s %s: %w", method, c.base+path, ctx.Err())
+		}
+		return fail.Transientf("%s %s: decode reply: %w", method, c.base+path, err)
+	}
+	return nil
+}
+
+// replyBuffers hold the engines' replies while they are read; one grown
+// past maxPooledReply (a rare, huge reply) is left to the collector.
+var replyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledReply = 4 << 20
+
 // routingHeader is the header that carries a routing key, or nil.
 func routingHeader(key string) http.Header {
 	if key == "" {
@@ -261,16 +297,18 @@ func (c *conn) tokenize(ctx context.Context, model, text string) ([]int, error) 
 	if model != "" {
 		in["model"] = model
 	}
-	var out struct {
-		Tokens *[]int `json:"tokens"`
-	}
-	if err := c.doJSON(ctx, http.MethodPost, "/tokenize", in, &out, nil); err != nil {
+	var tokens *[]int
+	err := c.doRead(ctx, http.MethodPost, "/tokenize", in, nil, func(b []byte) (err error) {
+		tokens, err = decodeTokens(b)
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("tokenize: %w", err)
 	}
-	if out.Tokens == nil {
+	if tokens == nil {
 		return nil, fail.E(fail.Permanent, errors.New(`tokenize: reply has no "tokens"`))
 	}
-	return *out.Tokens, nil
+	return *tokens, nil
 }
 
 // health calls GET /health.

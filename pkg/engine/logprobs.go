@@ -88,7 +88,7 @@ func scanLogprobs(b []byte) (lps []float64, ids []int, missing int, ok bool) {
 			}
 			missing++ // no log-prob: a place holder, never a value
 		} else {
-			v, err := strconv.ParseFloat(p.number(), 64)
+			v, err := strconv.ParseFloat(string(p.number()), 64)
 			if err != nil {
 				return nil, nil, 0, false
 			}
@@ -97,7 +97,7 @@ func scanLogprobs(b []byte) (lps []float64, ids []int, missing int, ok bool) {
 		if !p.eat(',') {
 			return nil, nil, 0, false
 		}
-		id, err := strconv.Atoi(p.number())
+		id, err := strconv.Atoi(string(p.number()))
 		if err != nil {
 			return nil, nil, 0, false
 		}
@@ -153,8 +153,10 @@ func (p *scanner) word(w string) bool {
 	return true
 }
 
-// number returns the JSON number that comes next.
-func (p *scanner) number() string {
+// number returns the JSON number that comes next (its bytes: converted
+// where they are read, a string that does not escape, so that no number
+// costs an allocation).
+func (p *scanner) number() []byte {
 	p.skip()
 	start := p.i
 	for p.i < len(p.b) {
@@ -165,7 +167,7 @@ func (p *scanner) number() string {
 		}
 		break
 	}
-	s := string(p.b[start:p.i])
+	s := p.b[start:p.i]
 	p.skip()
 	return s
 }

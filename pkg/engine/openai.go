@@ -67,6 +67,9 @@ type oaiChoice struct {
 		TokenLogprobs []*float64 `json:"token_logprobs"`
 	} `json:"logprobs"`
 	TokenIDs []int `json:"token_ids"`
+	// PromptTokenIDs: vLLM's completions return the prompt's ids on the
+	// choice (return_token_ids), in the first chunk of a stream.
+	PromptTokenIDs []int `json:"prompt_token_ids"`
 }
 
 type oaiUsage struct {
@@ -131,7 +134,7 @@ func (c *OpenAI) Generate(ctx context.Context, r Request) (Generation, error) {
 		err = acc.requireIDs(g)
 	}
 	if err == nil {
-		err = checkPromptKept(r, g)
+		err = checkConsumed(r, g)
 	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("openai completions: %w", err)
@@ -182,7 +185,7 @@ func (c *OpenAI) GenerateStream(ctx context.Context, r Request, onChunk func(str
 		err = acc.requireIDs(g)
 	}
 	if err == nil {
-		err = checkPromptKept(r, g)
+		err = checkConsumed(r, g)
 	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("openai completions stream: %w", err)
@@ -215,6 +218,9 @@ func (a *oaiAccumulator) add(r *oaiReply) {
 		return
 	}
 	ch := r.Choices[0]
+	if ch.PromptTokenIDs != nil && a.promptIDs == nil {
+		a.promptIDs = ch.PromptTokenIDs
+	}
 	var tokens []string
 	var lps []*float64
 	if ch.Logprobs != nil {

@@ -111,13 +111,14 @@ func (c *SGLang) Generate(ctx context.Context, r Request) (Generation, error) {
 	start := time.Now()
 	in := c.request(r, false)
 	var out sglReply
-	if err := c.doJSON(ctx, http.MethodPost, "/generate", in, &out, routingHeader(r.RoutingKey)); err != nil {
+	err := c.doRead(ctx, http.MethodPost, "/generate", in, routingHeader(r.RoutingKey), func(b []byte) error { return decodeGenerate(b, &out) })
+	if err != nil {
 		c.abortIfGivenUp(ctx, in.RID)
 		return Generation{}, fmt.Errorf("sglang generate: %w", err)
 	}
 	g, err := out.generation(out.OutputIDs)
 	if err == nil {
-		err = checkPromptKept(r, g)
+		err = checkConsumed(r, g)
 	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("sglang generate: %w", err)
@@ -242,7 +243,7 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	last.Text = text
 	g, err = last.generation(ids)
 	if err == nil {
-		err = checkPromptKept(r, g)
+		err = checkConsumed(r, g)
 	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("sglang generate stream: %w", err)

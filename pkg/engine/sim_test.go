@@ -132,7 +132,7 @@ func TestChatTemplateRetokenizes(t *testing.T) {
 		{Role: RoleAssistant, Text: g1.Text, IDs: g1.OutputIDs},
 		{Role: RoleUser, Text: "\n<observation>\n</observation>\n"},
 	}})
-	if fail.KindOf(err) != fail.Permanent || err == nil || !strings.Contains(err.Error(), "re-tokenized the conversation") {
+	if fail.KindOf(err) != fail.Permanent || !errors.Is(err, ErrTokenDrift) || !strings.Contains(err.Error(), "re-rendered the conversation") {
 		t.Errorf("turn 2: %v (kind %v), want a permanent re-tokenization error", err, fail.KindOf(err))
 	}
 }

@@ -144,7 +144,7 @@ func TestChatNotTokenExact(t *testing.T) {
 			Request{Text: "q"}, fail.Permanent, "no prompt_token_ids"},
 		{"history re-tokenized", `{"choices":[{"message":{"content":"x"},"finish_reason":"stop","token_ids":[4]}],"prompt_token_ids":[1,2,9,5]}`,
 			Request{Messages: []Message{{Role: RoleUser, Text: "a", IDs: []int{1, 2}}, {Role: RoleAssistant, Text: "b", IDs: []int{3}}, {Role: RoleUser, Text: "c"}}},
-			fail.Permanent, "re-tokenized the conversation: its prompt differs from the trajectory so far at token 2 of 3"},
+			fail.Permanent, "re-rendered the conversation: the history the model saw is not the one planact trains on (use a template that renders earlier turns unchanged: no <think> stripping, no trimming; or a completions protocol): token_drift: the engine's input differs from planact's trajectory at token 2 of 3"},
 		{"token ids alone", `{}`, Request{InputIDs: []int{1}}, fail.Invalid, "not token ids alone"},
 		{"history without ids", `{}`, Request{Messages: []Message{{Role: RoleUser, Text: "a"}, {Role: RoleUser, Text: "c"}}}, fail.Invalid, "has no ids"},
 	} {

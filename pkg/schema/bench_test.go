@@ -32,10 +32,25 @@ func BenchmarkUnmarshal(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run("plan.out", func(b *testing.B) {
+		b.ReportAllocs()
 		b.SetBytes(int64(len(out)))
 		for b.Loop() {
 			var m PlanOutput
 			if err := Unmarshal(out, &m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	req, err := Marshal(&PlanRequest{Rollout: 7, Episode: 3, Turn: 2, Observation: "<observation>n1: 42</observation>", WeightVersion: "v3"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("plan.req", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(req)))
+		for b.Loop() {
+			var m PlanRequest
+			if err := Unmarshal(req, &m); err != nil {
 				b.Fatal(err)
 			}
 		}

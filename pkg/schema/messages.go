@@ -124,11 +124,14 @@ func (s Sampling) validate(field string, maxTokens int) error {
 // Task is one prompt of the batch. n_samples_per_prompt copies of a task
 // share a group_index and differ in index.
 type Task struct {
-	GroupIndex int            `json:"group_index"`
-	Index      int            `json:"index"`
-	Prompt     string         `json:"prompt"`
-	Label      string         `json:"label,omitempty"`
-	Metadata   map[string]any `json:"metadata,omitempty"`
+	GroupIndex int    `json:"group_index"`
+	Index      int    `json:"index"`
+	Prompt     string `json:"prompt"`
+	Label      string `json:"label,omitempty"`
+	// Dataset names the evaluation dataset the task comes from: results
+	// report each dataset's numbers (Stats.Datasets, Result.Episodes).
+	Dataset  string         `json:"dataset,omitempty"`
+	Metadata map[string]any `json:"metadata,omitempty"`
 }
 
 // Arrive announces a trainer for a rollout. The planner's arrival carries
@@ -349,6 +352,9 @@ const (
 	PlanErrPlannerRejected    = "planner_rejected"    // the engine or planact refused the request
 	PlanErrContextFull        = "context_full"        // no room left in the context to generate
 	PlanErrStale              = "stale"               // the planner's weights are older than max_staleness allows
+	// PlanErrTokenDrift: the engine's input was not the episode's
+	// trajectory (the message says where): the episode is quarantined.
+	PlanErrTokenDrift = "token_drift"
 )
 
 // PlanError is a plan that could not be used, with a message precise enough
@@ -387,6 +393,7 @@ const (
 	ActErrDuplicate   = "duplicate"   // repeats a call of the episode that failed
 	ActErrPaused      = "paused"      // the actor role stayed paused past its pause's time-out
 	ActErrStale       = "stale"       // the actor's weights were older than max_staleness allows
+	ActErrTokenDrift  = "token_drift" // the engine's input was not the act's prompt: the episode is quarantined
 )
 
 // Generation is one engine call as a trainer needs it: token-exact.
@@ -454,6 +461,10 @@ const (
 	EpisodeTruncated = "truncated"
 	EpisodeFailed    = "failed"
 	EpisodeAborted   = "aborted"
+	// EpisodeQuarantined: an engine's input drifted from the episode's
+	// trajectory (Reason: token_drift, where and how): no role trains on
+	// it, and its reward is not computed. Never a sample status.
+	EpisodeQuarantined = "quarantined"
 )
 
 // EpisodeEnd says that an episode is over.
@@ -516,7 +527,49 @@ const (
 	// model to run (the actor: no act ran the actor model), so the role has
 	// no sample of it.
 	TaskEmpty = "empty"
+	// TaskQuarantined: its episode was quarantined (token drift): no role
+	// trains on it; Reason says where the engine's input drifted.
+	TaskQuarantined = "quarantined"
+	// TaskEvaluated: its episode ended and is scored in the result's
+	// Episodes; an evaluation (config evaluation) delivers no samples.
+	TaskEvaluated = "evaluated"
 )
+
+// EpisodeOutcome is how one episode of an evaluation ended, scored: what
+// an evaluation result holds instead of samples.
+type EpisodeOutcome struct {
+	Episode    int    `json:"episode"`
+	GroupIndex int    `json:"group_index"`
+	Index      int    `json:"index"`
+	Dataset    string `json:"dataset,omitempty"`
+	// Status is the episode's end status, or TaskUnfinished / TaskAborted
+	// for an episode that did not end (it has no reward then).
+	Status  string   `json:"status"`
+	Reason  string   `json:"reason,omitempty"`
+	Answers []string `json:"answers,omitempty"`
+	Reward  float64  `json:"reward"`
+	Correct bool     `json:"correct,omitempty"`
+	Turns   int      `json:"turns"`
+	// Acts counts the acts the actor model ran (one actor sample each in
+	// training); Failures the episode's failed acts by kind, and "reward"
+	// when its reward could not be computed.
+	Acts     int            `json:"acts"`
+	Failures map[string]int `json:"failures,omitempty"`
+}
+
+// DatasetStats are Stats' numbers for the episodes of one dataset.
+type DatasetStats struct {
+	Episodes       int            `json:"episodes"`
+	Ended          int            `json:"ended"`
+	Correct        int            `json:"correct"`
+	Accuracy       float64        `json:"accuracy"`
+	MeanReward     float64        `json:"mean_reward"`
+	MeanTurns      float64        `json:"mean_turns"`
+	Acts           int            `json:"acts"`
+	ActsPerEpisode float64        `json:"acts_per_episode"`
+	Failures       map[string]int `json:"failures,omitempty"`
+	EpisodeStatus  map[string]int `json:"episode_status,omitempty"`
+}
 
 // TaskOutcome is how one task (one episode) of a rollout ended.
 type TaskOutcome struct {
@@ -578,6 +631,9 @@ type Stats struct {
 	// episodes (planner turns, acts) that ran without their weights checked
 	// against max_staleness: their engine could not say which it served.
 	StalenessUnchecked map[string]int `json:"staleness_unchecked,omitempty"`
+	// Datasets are these numbers per dataset, when the tasks name theirs
+	// (Task.Dataset); means over each dataset's ended episodes.
+	Datasets map[string]DatasetStats `json:"datasets,omitempty"`
 }
 
 // Result is one role's share of a finished rollout. Samples are inline, or
@@ -599,6 +655,11 @@ type Result struct {
 	// A rejection (Rejected) goes to the rejection subject, never the result's.
 	ArrivalID string `json:"arrival_id,omitempty"`
 	Rejected  bool   `json:"rejected,omitempty"`
+	// Evaluation is set on the result of an evaluation (config
+	// evaluation): no samples, by design; Episodes say how every episode
+	// ended and scored.
+	Evaluation bool             `json:"evaluation,omitempty"`
+	Episodes   []EpisodeOutcome `json:"episodes,omitempty"`
 }
 
 func (m *Result) Kind() string { return "rollout.result/1" }
@@ -677,6 +738,7 @@ const (
 	ActorCodePaused      = "423" // the actor role is paused: send it again after the resume
 	ActorCodeStale       = "409" // the engine's weights are further behind than max_staleness allows
 	ActorCodeBusy        = "429" // the engine asked to be tried again (Retry-After) past the caller's deadline
+	ActorCodeTokenDrift  = "422" // the engine took another input than the act's prompt (the description says where)
 	ActorCodeGone        = "410" // the gateway ran this try, and keeps its answer no longer
 )
 

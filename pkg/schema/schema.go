@@ -104,6 +104,25 @@ var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // maxPooledBuffer keeps a rare huge body's buffer out of the pool.
 const maxPooledBuffer = 4 << 20
 
+// decode decodes data into v (fields by their json names) with a decoder
+// from msgpack's pool: every message read costs no decoder of its own.
+// What v gets is its own (msgpack copies strings and bytes out of its
+// buffers).
+func decode(data []byte, v any) error {
+	r := readers.Get().(*bytes.Reader)
+	r.Reset(data)
+	dec := msgpack.GetDecoder()
+	dec.Reset(r)
+	dec.SetCustomStructTag("json")
+	err := dec.Decode(v)
+	msgpack.PutDecoder(dec)
+	r.Reset(nil)
+	readers.Put(r)
+	return err
+}
+
+var readers = sync.Pool{New: func() any { return new(bytes.Reader) }}
+
 // Unmarshal decodes msgpack data into v. When v is a Message, the body's
 // schema must be one this reader knows: same kind, same major version. An
 // error names the field that could not be read, its value and what is
@@ -116,9 +135,7 @@ func Unmarshal(data []byte, v any) error {
 			return fail.Invalidf("decode %s: %w", nameOf(v), explainMsgpack(data, v, err, false))
 		}
 	}
-	dec := msgpack.NewDecoder(bytes.NewReader(data))
-	dec.SetCustomStructTag("json")
-	if err := dec.Decode(v); err != nil {
+	if err := decode(data, v); err != nil {
 		return fail.Invalidf("decode %s: %w", nameOf(v), explainMsgpack(data, v, err, false))
 	}
 	return checkSchema(v)
@@ -158,9 +175,7 @@ func checkSchema(v any) error {
 // reads a planner output's text, not its token trajectory). The body's
 // schema must be m's, as Unmarshal checks.
 func UnmarshalPart[T any](data []byte, m Message, v *T) error {
-	dec := msgpack.NewDecoder(bytes.NewReader(data))
-	dec.SetCustomStructTag("json")
-	if err := dec.Decode(v); err != nil {
+	if err := decode(data, v); err != nil {
 		return fail.Invalidf("decode %s: %w", m.Kind(), explainMsgpack(data, v, err, false))
 	}
 	e, ok := any(v).(enveloped)
@@ -213,9 +228,7 @@ func stringKeys(v any) any {
 // KindOf returns the schema a body declares, without decoding the rest.
 func KindOf(data []byte) (string, error) {
 	var e Envelope
-	dec := msgpack.NewDecoder(bytes.NewReader(data))
-	dec.SetCustomStructTag("json")
-	if err := dec.Decode(&e); err != nil {
+	if err := decode(data, &e); err != nil {
 		return "", fail.Invalidf("not a planact body: %w", err)
 	}
 	if e.Schema == "" || !strings.Contains(e.Schema, "/") {

@@ -90,6 +90,10 @@ type Config struct {
 	// be: older, the work is not started; a sample whose oldest segment is
 	// further behind at the end is marked stale. 0: no bound.
 	MaxStaleness int `json:"max_staleness,omitempty"`
+	// Evaluation makes the rollout an evaluation: both roles' results carry
+	// the stats and every episode's outcome (Result.Episodes), and no
+	// samples; nothing is assembled for training.
+	Evaluation bool `json:"evaluation,omitempty"`
 }
 
 // DefaultConfig is what a rollout gets for every field its trainers leave zero.
@@ -250,6 +254,9 @@ func (c Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("config: group_filter %q: want none, spread or the URL of a filter server", c.GroupFilter)
+	}
+	if c.Evaluation && c.Grouped() {
+		return fmt.Errorf("config: evaluation with stream_groups, group_filter or target_groups: an evaluation delivers no groups (it scores every episode); want none of them")
 	}
 	if err := c.PlannerSampling.validate("planner_sampling", c.MaxContextTokens); err != nil {
 		return err

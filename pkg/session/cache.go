@@ -113,7 +113,7 @@ func ReadTaskList(ctx context.Context, nc *nats.Conn, tl schema.TaskList) ([]sch
 	bucket := bus.ObjectTasks(tl.From)
 	data, err := bus.ReadObject(ctx, nc, bucket, tl.Object, maxObjectBytes)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, fail.Permanentf("task object %s/%s is gone", bucket, tl.Object)
+		return nil, fail.Permanentf("task object %s/%s is gone (%w)", bucket, tl.Object, jetstream.ErrObjectNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("task object %s/%s: %w", bucket, tl.Object, err)
@@ -128,7 +128,7 @@ func ReadTaskList(ctx context.Context, nc *nats.Conn, tl schema.TaskList) ([]sch
 	}
 	tasks := make([]schema.Task, len(inner.Tasks))
 	for i, t := range inner.Tasks {
-		tasks[i] = schema.Task{GroupIndex: t.GroupIndex, Index: t.Index, Prompt: t.Prompt, Label: t.Label}
+		tasks[i] = schema.Task{GroupIndex: t.GroupIndex, Index: t.Index, Prompt: t.Prompt, Label: t.Label, Dataset: t.Dataset}
 	}
 	inner.Tasks = nil
 	if len(data) >= collectAfterBytes {
@@ -159,6 +159,7 @@ type listedTask struct {
 	Index      int             `json:"index"`
 	Prompt     string          `json:"prompt"`
 	Label      string          `json:"label,omitempty"`
+	Dataset    string          `json:"dataset,omitempty"`
 	Metadata   skippedMetadata `json:"metadata,omitempty"`
 }
 

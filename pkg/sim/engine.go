@@ -55,6 +55,15 @@ type Config struct {
 	// earlier assistant turns, as Qwen3's does: a conversation re-rendered
 	// every turn then differs from the trajectory it extends.
 	ChatStripThink bool
+	// DriftFrom makes the engine take another input than it was sent from
+	// the DriftFrom-th generation request of an episode (its routing key)
+	// on, as a server with another tokenizer revision behind the same
+	// router would: its chat template ends earlier user turns with "\n"
+	// where it wrote EOS (so a conversation no longer extends its
+	// trajectory), and token ids given to /generate or /v1/completions get
+	// a BOS first. It says so as engines do: in the prompt_token_ids and
+	// prompt_tokens of its replies. 0: never.
+	DriftFrom int
 	// Omit leaves fields out of the engine's replies, as servers that do
 	// not know (or were not started with) the options that ask for them.
 	Omit Omit
@@ -126,6 +135,7 @@ type Engine struct {
 	fired         map[string]int // counted marker + key -> times fired
 	runs          map[*run]bool  // generations in the engine, admitted or waiting
 	routing       map[string]int // routing key -> requests
+	driftSeen     map[string]int // routing key -> requests, as DriftFrom counts them
 	aborts        []Abort
 	// The gate: paused (a pause, until continue) and draining (a weight
 	// update or vLLM's pause in mode wait, until what runs has finished)
@@ -168,7 +178,7 @@ type run struct {
 // New returns a simulated engine.
 func New(cfg Config) *Engine {
 	e := &Engine{cfg: cfg, world: cfg.World, weightVersion: cfg.WeightVersion,
-		seen: map[uint64]int{}, fired: map[string]int{}, runs: map[*run]bool{}, routing: map[string]int{},
+		seen: map[uint64]int{}, fired: map[string]int{}, runs: map[*run]bool{}, routing: map[string]int{}, driftSeen: map[string]int{},
 		gateCh: make(chan struct{})}
 	if e.world == nil {
 		e.world = DefaultWorld()
@@ -388,6 +398,21 @@ func (e *Engine) abortMessage(r *run) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return fmt.Sprintf("Abort request %s (%s)", r.rid, r.by)
+}
+
+// drifts counts a generation request with routing key key and reports
+// whether it is one the engine takes another input for (Config.DriftFrom).
+func (e *Engine) drifts(key string) bool {
+	if e.cfg.DriftFrom <= 0 || key == "" {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.driftSeen) > 1<<16 {
+		clear(e.driftSeen)
+	}
+	e.driftSeen[key]++
+	return e.driftSeen[key] >= e.cfg.DriftFrom
 }
 
 // enter registers a generation and counts its routing key.

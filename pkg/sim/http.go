@@ -164,6 +164,9 @@ func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			writeGenError(w, r, err)
 			return
 		}
+		if e.drifts(routingKey(r, req.RoutingKey)) {
+			in.ids = append([]int{BOSID}, in.ids...)
+		}
 	case req.Text != nil:
 		in = promptFromText(*req.Text)
 	default:
@@ -530,6 +533,9 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		writeGenError(w, r, err)
 		return
 	}
+	if byIDs := !strings.HasPrefix(strings.TrimSpace(string(req.Prompt)), `"`); byIDs && e.drifts(routingKey(r, "")) {
+		in.ids = append([]int{BOSID}, in.ids...)
+	}
 	id := fmt.Sprintf("cmpl-%x", hash64(time.Now().UnixNano(), in.prompt))
 	req.apply(&in, r, id)
 	model := cmpOr(req.Model, e.cfg.Model)
@@ -623,14 +629,18 @@ func completionPrompt(raw json.RawMessage) (genInput, error) {
 // was; with ChatStripThink, earlier assistant turns lose their <think>
 // blocks first, as Qwen3's template does, and the conversation no longer
 // extends its trajectory.
-func (e *Engine) chatTemplate(msgs []chatMessage) []int {
+func (e *Engine) chatTemplate(msgs []chatMessage, drift bool) []int {
 	var ids []int
-	for _, m := range msgs {
+	for i, m := range msgs {
 		text := m.text()
 		if e.cfg.ChatStripThink && m.Role == "assistant" {
 			text = thinkRe.ReplaceAllString(text, "")
 		}
 		ids = append(ids, Encode("<|"+m.Role+"|>\n"+text)...)
+		if drift && m.Role == "user" && i < len(msgs)-1 {
+			ids = append(ids, Encode("\n")...) // the other revision's end of a user turn
+			continue
+		}
 		ids = append(ids, EOSID)
 	}
 	return append(ids, Encode("<|assistant|>\n")...)
@@ -674,7 +684,7 @@ func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "messages must not be empty")
 		return
 	}
-	in, err := promptFromIDs(e.chatTemplate(req.Messages))
+	in, err := promptFromIDs(e.chatTemplate(req.Messages, e.drifts(routingKey(r, ""))))
 	if err != nil {
 		writeGenError(w, r, err)
 		return

@@ -94,6 +94,10 @@ var (
 		Name: "planact_truncations_total",
 		Help: "Generations cut short by a limit, by role and limit: max_context_tokens (the planner's context had no room left, or less than max_new_tokens), max_new_tokens (the role's sampling limit), engine_context (the engine cut the prompt it was sent: refused).",
 	}, []string{"role", "limit"})
+	TokenDrift = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "planact_token_drift_total",
+		Help: "Generations whose engine reported another input than planact's trajectory (prompt_token_ids, or the prompt token count), by role: each quarantines its episode (status quarantined, reason token_drift), which no role trains on.",
+	}, []string{"role"})
 	BarrierWaitSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "planact_barrier_wait_seconds",
 		Help:    "Time from a rollout's first arrival to its start (the other role's arrival), by the role that arrived last.",

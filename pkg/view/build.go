@@ -46,6 +46,9 @@ func (r *rolloutState) summary(now time.Time) RolloutSummary {
 			continue
 		}
 		s.Ended++
+		if ep.end.Status == schema.EpisodeQuarantined {
+			s.Quarantined++
+		}
 		if score != nil {
 			rw, ok := r.episodeReward(ep, score)
 			rewards += rw

@@ -37,12 +37,16 @@ type ActCounts struct {
 
 // RolloutSummary is one line of the list of rollouts.
 type RolloutSummary struct {
-	Rollout  int64     `json:"rollout"`
-	Status   string    `json:"status"`
-	Reason   string    `json:"reason,omitempty"`
-	Ended    int       `json:"ended"`    // episodes ended
-	Episodes int       `json:"episodes"` // episodes of the rollout (0 until it starts)
-	Acts     ActCounts `json:"acts"`
+	Rollout  int64  `json:"rollout"`
+	Status   string `json:"status"`
+	Reason   string `json:"reason,omitempty"`
+	Ended    int    `json:"ended"`    // episodes ended
+	Episodes int    `json:"episodes"` // episodes of the rollout (0 until it starts)
+	// Quarantined counts the episodes that ended quarantined: an engine's
+	// input drifted from their trajectory (token_drift), and no role trains
+	// on them.
+	Quarantined int       `json:"quarantined,omitempty"`
+	Acts        ActCounts `json:"acts"`
 	// Accuracy and MeanReward are over the episodes ended so far (the
 	// result's figures once there is one); nil when they cannot be known
 	// here (a reward server scores the rollout, or no episode ended).
@@ -70,9 +74,11 @@ type Rollout struct {
 
 // EpisodeSummary is one episode of a rollout.
 type EpisodeSummary struct {
-	Rollout int64    `json:"rollout"`
-	Episode int      `json:"episode"`
-	Status  string   `json:"status"` // running, completed, truncated, failed, aborted
+	Rollout int64  `json:"rollout"`
+	Episode int    `json:"episode"`
+	Status  string `json:"status"` // running, completed, truncated, failed, aborted, quarantined
+	// Reason says why it ended so; a quarantined episode's says where the
+	// engine's input drifted (token_drift: turn 2: … at token 137 of 412).
 	Reason  string   `json:"reason,omitempty"`
 	Answers []string `json:"answers,omitempty"`
 	// Reward of an ended episode as the rollout's reward function gives it;

@@ -88,6 +88,13 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 		out, gen, err := s.try(actx, info, run)
 		endAttempt(attemptSpan, attempt, gen, err)
 		cancel()
+		if drift := (*tokenDrift)(nil); errors.As(err, &drift) {
+			// The engine took another input than the act's prompt: never
+			// tried again (it would drift again), and its episode is
+			// quarantined when the turn ends (finishTurn).
+			done.Status, done.Error, done.ErrorKind = schema.ActFailed, drift.where, schema.ActErrTokenDrift
+			break
+		}
 		if stale := (*session.StaleError)(nil); errors.As(err, &stale) {
 			// Bounded staleness: the actor-gateway asked the engine right
 			// before it would have generated, and its weights were too old.
@@ -317,6 +324,8 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 	} else if code == schema.ActorCodeStale {
 		// Refused before it ran: the engine's weights are too far behind.
 		return nil, fail.E(fail.Permanent, &session.StaleError{Why: reply.Header.Get(micro.ErrorHeader)})
+	} else if code == schema.ActorCodeTokenDrift {
+		return nil, fail.E(fail.Permanent, &tokenDrift{where: reply.Header.Get(micro.ErrorHeader)})
 	} else if code == schema.ActorCodeBusy {
 		return nil, fail.E(fail.Permanent, fmt.Errorf("%w: %s", errEngineBusy, reply.Header.Get(micro.ErrorHeader)))
 	} else if code == schema.ActorCodeGone {
@@ -410,3 +419,9 @@ func (s *Service) waitFits(cfg schema.Config, began time.Time, next int, d time.
 	}
 	return time.Since(began)+need <= s.actBudget(cfg)
 }
+
+// tokenDrift is an actor-gateway's answer that the engine took another
+// input than the act's prompt; where says where and how.
+type tokenDrift struct{ where string }
+
+func (e *tokenDrift) Error() string { return "token_drift: " + e.where }

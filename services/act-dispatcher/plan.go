@@ -2,6 +2,7 @@ package actdispatcher
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -110,6 +111,8 @@ func (s *Service) handleParseError(ctx context.Context, info *session.Info, pe *
 	switch {
 	case pe.ErrorKind == schema.PlanErrStale:
 		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeAborted, nil, reason)
+	case pe.ErrorKind == schema.PlanErrTokenDrift:
+		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeQuarantined, nil, reason)
 	case pe.ErrorKind == schema.PlanErrPlannerUnavailable || pe.ErrorKind == schema.PlanErrPlannerRejected:
 		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeFailed, nil, reason)
 	case pe.ErrorKind == schema.PlanErrContextFull:
@@ -130,16 +133,23 @@ func (s *Service) handleParseError(ctx context.Context, info *session.Info, pe *
 func (s *Service) finishTurn(ctx context.Context, info *session.Info, r *schema.Run) error {
 	cfg := info.Session.Config
 	var failed []string
-	stale := ""
+	stale, drift := "", ""
 	for _, n := range r.Nodes {
 		if n.Status == schema.NodeFailed {
 			failed = append(failed, n.Node.ID+": "+n.Error)
 			if n.ErrorKind == schema.ActErrStale {
 				stale = n.Error
 			}
+			if n.ErrorKind == schema.ActErrTokenDrift && drift == "" {
+				drift = fmt.Sprintf("act %s (turn %d): %s", n.Node.ID, r.Turn, n.Error)
+			}
 		}
 	}
 	switch {
+	case drift != "":
+		// An act's engine took another input than its prompt: the episode
+		// is never trained on.
+		return s.endEpisode(ctx, r.Rollout, r.Episode, r.Turn, schema.EpisodeQuarantined, nil, "token_drift: "+drift)
 	case stale != "":
 		// Weights too old to start work with: the episode stops.
 		return s.endEpisode(ctx, r.Rollout, r.Episode, r.Turn, schema.EpisodeAborted, nil, "stale: "+stale)

@@ -47,6 +47,7 @@ const (
 	CodePaused      = schema.ActorCodePaused
 	CodeStale       = schema.ActorCodeStale
 	CodeBusy        = schema.ActorCodeBusy
+	CodeTokenDrift  = schema.ActorCodeTokenDrift
 	CodeGone        = schema.ActorCodeGone
 )
 
@@ -373,9 +374,16 @@ func (g *gateway) generate(ctx context.Context, req *schema.ActorRequest) (*nats
 	if err != nil {
 		code := CodeUnavailable
 		var stale *session.StaleError
+		var drift *engine.DriftError
 		switch {
 		case errors.As(err, &stale):
 			code = CodeStale // refused before it ran: the act fails, saying why
+		case errors.As(err, &drift):
+			// The engine took another input than the act's prompt: the act
+			// fails, its episode is quarantined, saying where.
+			telemetry.TokenDrift.WithLabelValues(schema.RoleActor).Inc()
+			log.Warn().Err(err).Msg("actor generation drifted")
+			return errorAnswer(CodeTokenDrift, drift.Where())
 		case errors.Is(context.Cause(ctx), session.ErrPaused):
 			code = CodePaused // aborted by the pause; sent again after the resume
 		case context.Cause(ctx) == session.ErrRolloutOver:

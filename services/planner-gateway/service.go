@@ -171,9 +171,19 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 	}
 	kind := schema.PlanErrPlannerRejected
 	var stale *session.StaleError
+	var drift *engine.DriftError
 	switch {
 	case errors.As(err, &stale):
 		kind = schema.PlanErrStale
+	case errors.As(err, &drift):
+		// The engine's input was not the episode's trajectory: what it
+		// generated is never trained on; the episode is quarantined.
+		telemetry.TokenDrift.WithLabelValues(schema.RolePlanner).Inc()
+		log.Error().Err(err).Str("kind", schema.PlanErrTokenDrift).Msg("planner turn drifted: episode quarantined")
+		return s.Bus.Publish(ctx, &schema.PlanError{
+			Rollout: req.Rollout, Episode: req.Episode, Turn: req.Turn, ErrorKind: schema.PlanErrTokenDrift,
+			Message: fmt.Sprintf("turn %d: %s", req.Turn, drift.Where()),
+		})
 	case fail.IsRetryable(err) || errors.Is(err, engine.ErrBusy):
 		// Busy past the turn's deadline (its Retry-After): the engine's
 		// words say why, and nothing tried it again before it said.

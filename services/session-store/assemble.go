@@ -28,6 +28,7 @@ type episode struct {
 	reward    float64
 	rewardErr string
 	correct   bool
+	ran       int // acts the actor model ran (one actor sample each, in training)
 
 	planner *schema.Sample  // nil: none (did not end, or no trajectory)
 	actor   []schema.Sample // one per executed act
@@ -48,8 +49,10 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 	for _, e := range which {
 		eps[e] = &episode{task: tasks[e]}
 	}
+	// An evaluation gives no samples: its episodes' trajectories are not read.
+	trajectories := !sess.Config.Evaluation
 	err := forEach(ctx, len(which), readers, func(ctx context.Context, i int) error {
-		return s.readEpisode(ctx, n, which[i], eps[which[i]])
+		return s.readEpisode(ctx, n, which[i], eps[which[i]], trajectories)
 	})
 	if err != nil {
 		return nil, err
@@ -72,6 +75,14 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 				zerolog.Ctx(ctx).Warn().Err(err).Int("episode", e).Msg("reward failed; episode scores 0")
 			}
 			ep.correct = reward.ExactMatch(strings.Join(ep.end.Answers, " "), ep.task.Label) == 1
+		}
+		for _, d := range ep.acts {
+			if modelRan(d) {
+				ep.ran++
+			}
+		}
+		if sess.Config.Evaluation || ep.end.Status == schema.EpisodeQuarantined {
+			continue // no samples: an evaluation scores episodes; a quarantined one is never trained on
 		}
 		if ps, ok := plannerSample(n, e, ep); ok {
 			markStaleness(&ps, newest[schema.RolePlanner], sess.Config.MaxStaleness)
@@ -161,20 +172,15 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 		if ep.correct {
 			stats.Correct++
 		}
-		if ep.rewardErr != "" {
-			stats.Failures["reward"]++
+		for k, v := range failures(ep) {
+			stats.Failures[k] += v
 		}
 		for _, d := range ep.acts {
-			if d.Status == schema.ActFailed && d.ErrorKind != schema.ActErrDuplicate {
-				// A duplicate that failed with the act it repeats is that
-				// act's failure, counted once.
-				stats.Failures[d.ErrorKind]++
-			}
 			if d.Status == schema.ActCached {
 				stats.CachedActs++
 			}
 		}
-		stats.Acts += len(ep.actor)
+		stats.Acts += ep.ran
 		countUnchecked(&stats, ep)
 		if inGroup[ep.task.GroupIndex] || filtering {
 			continue // delivered groups come as they were delivered; others are not delivered
@@ -208,6 +214,13 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 	if sess.FinishedMs > 0 && sess.StartedMs > 0 {
 		stats.WallMs = sess.FinishedMs - sess.StartedMs
 	}
+	stats.Datasets = datasetStats(tasks, eps)
+	var outcomes []schema.EpisodeOutcome
+	if sess.Config.Evaluation {
+		outcomes = episodeOutcomes(sess, tasks, eps)
+		planner.Evaluation, actor.Evaluation = true, true
+		planner.Episodes, actor.Episodes = outcomes, outcomes
+	}
 	for _, r := range results {
 		has := sampled(r.Samples)
 		var lost lostTasks
@@ -231,6 +244,95 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 		r.Status, r.Reason = truth(r, eps, lost)
 	}
 	return planner, actor
+}
+
+// failures are an ended episode's failed acts by kind (a duplicate that
+// failed with the act it repeats is that act's failure, counted once), and
+// "reward" when its reward could not be computed.
+func failures(ep *episode) map[string]int {
+	out := map[string]int{}
+	for _, d := range ep.acts {
+		if d.Status == schema.ActFailed && d.ErrorKind != schema.ActErrDuplicate {
+			out[d.ErrorKind]++
+		}
+	}
+	if ep.rewardErr != "" {
+		out["reward"]++
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// episodeOutcomes are an evaluation's episodes, scored, in episode order:
+// what its results hold instead of samples.
+func episodeOutcomes(sess *schema.Session, tasks []schema.Task, eps map[int]*episode) []schema.EpisodeOutcome {
+	out := make([]schema.EpisodeOutcome, len(tasks))
+	for e, t := range tasks {
+		ep := eps[e]
+		o := schema.EpisodeOutcome{Episode: e, GroupIndex: t.GroupIndex, Index: t.Index, Dataset: t.Dataset}
+		if ep.end == nil {
+			to := taskOutcome(sess, e, ep, false)
+			o.Status, o.Reason = to.State, to.Reason // unfinished, or aborted: no reward
+		} else {
+			o.Status, o.Reason, o.Answers = ep.end.Status, ep.end.Reason, ep.end.Answers
+			o.Reward, o.Correct, o.Turns, o.Acts = ep.reward, ep.correct, ep.end.Turns, ep.ran
+			o.Failures = failures(ep)
+		}
+		out[e] = o
+	}
+	return out
+}
+
+// datasetStats are Stats' numbers per dataset, when the tasks name theirs.
+func datasetStats(tasks []schema.Task, eps map[int]*episode) map[string]schema.DatasetStats {
+	var out map[string]schema.DatasetStats
+	sums := map[string]*struct{ rewards, turns float64 }{}
+	for e, t := range tasks {
+		if t.Dataset == "" {
+			continue
+		}
+		if out == nil {
+			out = map[string]schema.DatasetStats{}
+		}
+		ds := out[t.Dataset]
+		if sums[t.Dataset] == nil {
+			sums[t.Dataset] = &struct{ rewards, turns float64 }{}
+			ds.EpisodeStatus, ds.Failures = map[string]int{}, map[string]int{}
+		}
+		ds.Episodes++
+		ep := eps[e]
+		if ep.end == nil {
+			ds.EpisodeStatus[schema.TaskUnfinished]++
+			out[t.Dataset] = ds
+			continue
+		}
+		ds.Ended++
+		ds.EpisodeStatus[ep.end.Status]++
+		if ep.correct {
+			ds.Correct++
+		}
+		ds.Acts += ep.ran
+		for k, v := range failures(ep) {
+			ds.Failures[k] += v
+		}
+		sums[t.Dataset].rewards += ep.reward
+		sums[t.Dataset].turns += float64(ep.end.Turns)
+		out[t.Dataset] = ds
+	}
+	for name, ds := range out {
+		if ds.Ended > 0 {
+			c := float64(ds.Ended)
+			ds.Accuracy, ds.MeanReward = float64(ds.Correct)/c, sums[name].rewards/c
+			ds.MeanTurns, ds.ActsPerEpisode = sums[name].turns/c, float64(ds.Acts)/c
+		}
+		if len(ds.Failures) == 0 {
+			ds.Failures = nil
+		}
+		out[name] = ds
+	}
+	return out
 }
 
 // sampled lists the episodes (by rollout_id) that have samples in samples.
@@ -257,6 +359,10 @@ func taskOutcome(sess *schema.Session, e int, ep *episode, filtering bool) schem
 		out.State, out.Reason = schema.TaskFailed, ep.end.Reason
 	case ep.end.Status == schema.EpisodeAborted:
 		out.State, out.Reason = schema.TaskAborted, ep.end.Reason
+	case ep.end.Status == schema.EpisodeQuarantined:
+		out.State, out.Reason = schema.TaskQuarantined, ep.end.Reason
+	case sess.Config.Evaluation:
+		out.State = schema.TaskEvaluated
 	case complete && gs.State == schema.GroupFiltered:
 		out.State, out.Reason = schema.TaskFiltered, gs.Reason
 	case complete && gs.State == schema.GroupSurplus:
@@ -363,7 +469,7 @@ func (c *causes) most() (string, int) {
 const readers = 32
 
 // readEpisode reads episode e's end, last planner output and act outcomes.
-func (s *Service) readEpisode(ctx context.Context, n int64, e int, ep *episode) error {
+func (s *Service) readEpisode(ctx context.Context, n int64, e int, ep *episode, trajectory bool) error {
 	m, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.EpisodeEnd(n, e))
 	if err != nil || m == nil {
 		return err // nil: the episode did not end
@@ -373,7 +479,9 @@ func (s *Service) readEpisode(ctx context.Context, n int64, e int, ep *episode) 
 		return fmt.Errorf("%s: %w", m.Subject, err)
 	}
 	ep.end = &end
-	if m, err = s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanOut(n, e)); err != nil {
+	if !trajectory {
+		m = nil
+	} else if m, err = s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanOut(n, e)); err != nil {
 		return err
 	}
 	if m != nil {
@@ -408,7 +516,7 @@ func (s *Service) readEpisode(ctx context.Context, n int64, e int, ep *episode) 
 // sample while tasks failed for its role is failed.
 func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, string) {
 	status, reason := r.Status, r.Reason
-	failed, aborted, ended := causes{}, causes{}, 0
+	failed, aborted, quarantined, ended := causes{}, causes{}, causes{}, 0
 	for _, ep := range eps {
 		if ep.end == nil {
 			continue
@@ -419,6 +527,8 @@ func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, stri
 			failed.add(ep.end.Reason)
 		case schema.EpisodeAborted:
 			aborted.add(ep.end.Reason) // stale weights, say: its own episode's, not a cancel of the rollout
+		case schema.EpisodeQuarantined:
+			quarantined.add(ep.end.Reason)
 		}
 	}
 	var what []string
@@ -434,6 +544,10 @@ func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, stri
 		cause, most := aborted.most()
 		what = append(what, fmt.Sprintf("%d of %d episodes aborted (%d: %s)", aborted.total, len(eps), most, cause))
 	}
+	if quarantined.total > 0 {
+		cause, most := quarantined.most()
+		what = append(what, fmt.Sprintf("%d of %d episodes quarantined, never trained on (%d: %s)", quarantined.total, len(eps), most, cause))
+	}
 	if lost.tasks > 0 {
 		cause, most := lost.acts.most()
 		if r.Role == schema.RoleActor {
@@ -443,7 +557,9 @@ func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, stri
 			what = append(what, fmt.Sprintf("the %s got no sample of %d of %d tasks whose episode did not fail (%d: %s)", r.Role, lost.tasks, len(eps), most, cause))
 		}
 	}
-	if len(r.Samples) == 0 && r.Stats.TaskStates[schema.TaskEmpty] > 0 && lost.tasks == 0 && failed.total == 0 {
+	if r.Evaluation {
+		// No samples, by design: nothing to say of them.
+	} else if len(r.Samples) == 0 && r.Stats.TaskStates[schema.TaskEmpty] > 0 && lost.tasks == 0 && failed.total == 0 {
 		what = append(what, fmt.Sprintf("no %s sample: no act of the %d tasks ran the actor model", r.Role, r.Stats.TaskStates[schema.TaskEmpty]))
 	}
 	if len(r.Samples) == 0 && len(what) == 0 && len(eps) > 0 && (status == schema.ResultOK || status == schema.ResultPartial) {
@@ -459,7 +575,8 @@ func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, stri
 	switch {
 	case status == schema.ResultOK && failed.total == ended && failed.total == len(eps):
 		status = schema.ResultFailed
-	case (status == schema.ResultOK || status == schema.ResultPartial) && len(r.Samples) == 0 && (r.Stats.TaskStates[schema.TaskFailed] > 0 || aborted.total > 0):
+	case !r.Evaluation && (status == schema.ResultOK || status == schema.ResultPartial) && len(r.Samples) == 0 &&
+		(r.Stats.TaskStates[schema.TaskFailed] > 0 || aborted.total > 0 || quarantined.total > 0):
 		// Nothing to train on, and not for want of asking: a result that
 		// delivers nothing of what it was to deliver is not ok.
 		status = schema.ResultFailed
@@ -519,12 +636,21 @@ func plannerSample(n int64, e int, ep *episode) (schema.Sample, bool) {
 		return schema.Sample{}, false
 	}
 	prompt := out.Segments[0]
+	// The trajectory's length first: every array is made once, at its size.
+	rest, text := 0, 0
+	for _, seg := range out.Segments[1:] {
+		rest, text = rest+len(seg.IDs), text+len(seg.Text)
+	}
 	smp := schema.Sample{
 		GroupIndex: ep.task.GroupIndex, Index: ep.task.Index, RolloutID: episodeID(n, e),
 		Prompt: prompt.Text, Label: ep.task.Label, Reward: ep.reward, Status: ep.end.Status,
-		Tokens: append([]int(nil), prompt.IDs...),
+		Tokens: append(make([]int, 0, len(prompt.IDs)+rest), prompt.IDs...),
+	}
+	if rest > 0 {
+		smp.LossMask, smp.RolloutLogProbs = make([]int, 0, rest), make([]float64, 0, rest)
 	}
 	var resp strings.Builder
+	resp.Grow(text)
 	missing, unchecked := "", ""
 	for _, seg := range out.Segments[1:] {
 		resp.WriteString(seg.Text)
@@ -599,13 +725,13 @@ func logProbsMissing(why string, got, n int) string {
 // cache, skipped or failed before the model ran give none.
 func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample, bool) {
 	g := d.Generation
-	if g == nil || d.Status != schema.ActDoneOK {
+	if !modelRan(d) {
 		return schema.Sample{}, false
 	}
 	smp := schema.Sample{
 		GroupIndex: ep.task.GroupIndex, Index: ep.task.Index, RolloutID: episodeID(n, e),
 		Prompt: g.Prompt, Response: g.Text, Label: ep.task.Label, Reward: ep.reward,
-		Tokens:         append(append([]int(nil), g.PromptIDs...), g.OutputIDs...),
+		Tokens:         append(append(make([]int, 0, len(g.PromptIDs)+len(g.OutputIDs)), g.PromptIDs...), g.OutputIDs...),
 		ResponseLength: len(g.OutputIDs),
 		LossMask:       ones(len(g.OutputIDs)),
 		Status:         schema.EpisodeCompleted,
@@ -627,6 +753,9 @@ func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample,
 		"rollout": n, "episode": e, "turn": d.Turn, "node": d.NodeID, "key": d.Key, "tool": d.Tool,
 		"input": d.Input, "attempts": d.Attempts, "latency_ms": g.LatencyMs,
 		"started_ms": d.StartedMs, "ended_ms": d.EndedMs,
+		// The episode's outcome, whatever split_act_reward makes of the
+		// sample's reward: what group-relative advantages compare.
+		"episode_reward": ep.reward,
 	}
 	if len(g.LogProbs) != len(g.OutputIDs) {
 		smp.Metadata["log_probs_missing"] = logProbsMissing(g.LogProbsMissing, len(g.LogProbs), len(g.OutputIDs))
@@ -638,6 +767,12 @@ func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample,
 		smp.Metadata["truncated"] = g.Truncated // the limit that cut it
 	}
 	return smp, true
+}
+
+// modelRan reports whether the actor model ran the act and it is done:
+// what gives an actor sample.
+func modelRan(d *schema.ActDone) bool {
+	return d.Generation != nil && d.Status == schema.ActDoneOK
 }
 
 func sampleBefore(a, b *schema.Sample) bool {

@@ -2,6 +2,7 @@ package sessionstore
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -21,7 +22,7 @@ type world struct {
 }
 
 var (
-	endStatuses = []string{schema.EpisodeCompleted, schema.EpisodeTruncated, schema.EpisodeFailed, schema.EpisodeAborted}
+	endStatuses = []string{schema.EpisodeCompleted, schema.EpisodeTruncated, schema.EpisodeFailed, schema.EpisodeAborted, schema.EpisodeQuarantined}
 	failKinds   = []string{schema.ActErrTransient, schema.ActErrTimeout, schema.ActErrStale, schema.ActErrPaused, schema.ActErrUnavailable, schema.ActErrDuplicate}
 )
 
@@ -36,12 +37,14 @@ func randomWorld(r *rand.Rand) world {
 		cfg.GroupFilter = schema.FilterSpread
 	case 3:
 		cfg.TargetGroups = 1
+	default:
+		cfg.Evaluation = r.IntN(3) == 0
 	}
 	w := world{tasks: make([]schema.Task, 1+r.IntN(10)), eps: map[int]*episode{}, delivered: map[string]map[int][]schema.Sample{
 		schema.RolePlanner: {}, schema.RoleActor: {}}}
 	groups := 1 + r.IntN(len(w.tasks))
 	for e := range w.tasks {
-		w.tasks[e] = schema.Task{GroupIndex: r.IntN(groups), Index: e, Prompt: fmt.Sprintf("q%d", e), Label: "a"}
+		w.tasks[e] = schema.Task{GroupIndex: r.IntN(groups), Index: e, Prompt: fmt.Sprintf("q%d", e), Label: "a", Dataset: []string{"", "hotpot", "nq"}[r.IntN(3)]}
 	}
 	w.sess = &schema.Session{Rollout: n, Config: cfg, Episodes: len(w.tasks), StartedMs: 1000, FinishedMs: 5000}
 	switch r.IntN(4) {
@@ -62,6 +65,9 @@ func randomWorld(r *rand.Rand) world {
 			continue // did not end
 		}
 		ep.end = &schema.EpisodeEnd{Rollout: n, Episode: e, Turns: 1 + r.IntN(3), Status: endStatuses[r.IntN(len(endStatuses))], Reason: "why " + fmt.Sprint(r.IntN(3))}
+		// As gather builds them: no sample of an evaluation, or of a
+		// quarantined episode.
+		sampled := !cfg.Evaluation && ep.end.Status != schema.EpisodeQuarantined
 		if ep.end.Status == schema.EpisodeCompleted {
 			ep.reward = float64(r.IntN(3)) / 2
 			ep.correct = ep.reward == 1
@@ -75,7 +81,7 @@ func randomWorld(r *rand.Rand) world {
 				{Kind: schema.SegPrompt, Turn: 1, Text: "p", IDs: make([]int, 1+r.IntN(10))},
 				{Kind: schema.SegGenerated, Turn: 1, Text: "g", IDs: gen, LogProbs: make([]float64, len(gen)), Version: "v1"},
 			}}
-			if smp, ok := plannerSample(n, e, ep); ok {
+			if smp, ok := plannerSample(n, e, ep); ok && sampled {
 				ep.planner = &smp
 			}
 		}
@@ -101,7 +107,10 @@ func randomWorld(r *rand.Rand) world {
 				}
 			}
 			ep.acts = append(ep.acts, d)
-			if smp, ok := actorSample(n, e, ep, d); ok {
+			if modelRan(d) {
+				ep.ran++
+			}
+			if smp, ok := actorSample(n, e, ep, d); ok && sampled {
 				ep.actor = append(ep.actor, smp)
 			}
 		}
@@ -156,6 +165,82 @@ func TestResultsTellTheTruth(t *testing.T) {
 	}
 }
 
+// checkEvaluation checks an evaluation's result: no samples, every
+// episode scored as it ended, tasks evaluated only when their episode
+// ended and was not failed, aborted or quarantined, the numbers of each
+// dataset those of its episodes; and a training result has none of that.
+func checkEvaluation(w world, res *schema.Result) error {
+	if !w.sess.Config.Evaluation {
+		if res.Evaluation || len(res.Episodes) > 0 || res.Stats.TaskStates[schema.TaskEvaluated] > 0 {
+			return fmt.Errorf("a training result says evaluation %v, %d episodes, %d tasks evaluated", res.Evaluation, len(res.Episodes), res.Stats.TaskStates[schema.TaskEvaluated])
+		}
+		return nil
+	}
+	if !res.Evaluation || len(res.Samples) > 0 || len(res.Episodes) != len(w.tasks) {
+		return fmt.Errorf("evaluation result: evaluation %v, %d samples, %d episodes for %d tasks", res.Evaluation, len(res.Samples), len(res.Episodes), len(w.tasks))
+	}
+	type sum struct {
+		n, ended, correct, acts int
+		reward                  float64
+	}
+	sums := map[string]*sum{}
+	for e, o := range res.Episodes {
+		ep, out := w.eps[e], res.Tasks[e]
+		if o.Episode != e || o.GroupIndex != w.tasks[e].GroupIndex || o.Dataset != w.tasks[e].Dataset {
+			return fmt.Errorf("episode %d reported as %+v, its task is %+v", e, o, w.tasks[e])
+		}
+		if w.tasks[e].Dataset != "" {
+			if sums[o.Dataset] == nil {
+				sums[o.Dataset] = &sum{}
+			}
+			sums[o.Dataset].n++
+		}
+		if ep.end == nil {
+			if o.Reward != 0 || o.Turns != 0 || o.Status != out.State || out.State == schema.TaskEvaluated {
+				return fmt.Errorf("episode %d did not end: reported %+v, task %+v", e, o, out)
+			}
+			continue
+		}
+		if o.Status != ep.end.Status || o.Reward != ep.reward || o.Turns != ep.end.Turns || o.Acts != ep.ran || o.Correct != ep.correct {
+			return fmt.Errorf("episode %d ended %s (reward %v, %d turns, %d acts): reported %+v", e, ep.end.Status, ep.reward, ep.end.Turns, ep.ran, o)
+		}
+		evaluated := ep.end.Status == schema.EpisodeCompleted || ep.end.Status == schema.EpisodeTruncated
+		if (out.State == schema.TaskEvaluated) != evaluated {
+			return fmt.Errorf("episode %d ended %s, its task %s", e, ep.end.Status, out.State)
+		}
+		if s := sums[o.Dataset]; s != nil {
+			s.ended++
+			s.acts += ep.ran
+			s.reward += ep.reward
+			if ep.correct {
+				s.correct++
+			}
+		}
+	}
+	if len(sums) != len(res.Stats.Datasets) {
+		return fmt.Errorf("datasets %v, the tasks name %d", res.Stats.Datasets, len(sums))
+	}
+	for name, s := range sums {
+		ds := res.Stats.Datasets[name]
+		if ds.Episodes != s.n || ds.Ended != s.ended || ds.Correct != s.correct || ds.Acts != s.acts ||
+			(s.ended > 0 && math.Abs(ds.MeanReward-s.reward/float64(s.ended)) > 1e-12) {
+			return fmt.Errorf("dataset %s: %+v, its episodes: %+v", name, ds, *s)
+		}
+	}
+	if res.Status == schema.ResultFailed {
+		failed := 0
+		for _, ep := range w.eps {
+			if ep.end != nil && ep.end.Status == schema.EpisodeFailed {
+				failed++
+			}
+		}
+		if failed != len(w.tasks) {
+			return fmt.Errorf("evaluation failed with %d of %d episodes failed: %s", failed, len(w.tasks), res.Reason)
+		}
+	}
+	return nil
+}
+
 // checkTruth checks one role's result against the rollout it reports.
 func checkTruth(w world, res *schema.Result) error {
 	st := res.Stats
@@ -206,8 +291,17 @@ func checkTruth(w world, res *schema.Result) error {
 	if st.Tokens[res.Role] != tokens {
 		return fmt.Errorf("tokens %d, the samples hold %d", st.Tokens[res.Role], tokens)
 	}
-	if !w.sess.Config.Grouped() && res.Role == schema.RoleActor && st.Acts != len(res.Samples) {
-		return fmt.Errorf("acts %d, %d actor samples", st.Acts, len(res.Samples))
+	quarantinedActs := 0
+	for _, ep := range w.eps {
+		if ep.end != nil && ep.end.Status == schema.EpisodeQuarantined {
+			quarantinedActs += ep.ran
+		}
+	}
+	if !w.sess.Config.Grouped() && !w.sess.Config.Evaluation && res.Role == schema.RoleActor && st.Acts != len(res.Samples)+quarantinedActs {
+		return fmt.Errorf("acts %d, %d actor samples and %d acts of quarantined episodes", st.Acts, len(res.Samples), quarantinedActs)
+	}
+	if err := checkEvaluation(w, res); err != nil {
+		return err
 	}
 	for e, out := range res.Tasks {
 		id := episodeID(w.sess.Rollout, e)
@@ -216,7 +310,11 @@ func checkTruth(w world, res *schema.Result) error {
 			return fmt.Errorf("task %d is trained, and the result has no sample of it", e)
 		case has[id] > 0 && !slices.Contains([]string{schema.TaskTrained, schema.TaskFailed, schema.TaskAborted}, out.State):
 			return fmt.Errorf("task %d is %s, and the result has %d samples of it", e, out.State, has[id])
-		case out.State != schema.TaskTrained && out.Reason == "":
+		case out.State == schema.TaskQuarantined && (has[id] > 0 || w.eps[e].end == nil || w.eps[e].end.Status != schema.EpisodeQuarantined):
+			return fmt.Errorf("task %d is quarantined, with %d samples, its episode ended %+v", e, has[id], w.eps[e].end)
+		case w.eps[e].end != nil && w.eps[e].end.Status == schema.EpisodeQuarantined && out.State != schema.TaskQuarantined:
+			return fmt.Errorf("task %d is %s, its episode quarantined", e, out.State)
+		case out.State != schema.TaskTrained && out.State != schema.TaskEvaluated && out.Reason == "":
 			return fmt.Errorf("task %d is %s, with no reason", e, out.State)
 		case out.State == schema.TaskEmpty && res.Role == schema.RolePlanner:
 			return fmt.Errorf("task %d is empty for the planner", e)
@@ -229,22 +327,23 @@ func checkTruth(w world, res *schema.Result) error {
 			return fmt.Errorf("planner sample of episode %d is completed, the episode %s", e, ep.end.Status)
 		}
 	}
+	training := !w.sess.Config.Evaluation // an evaluation has no samples, by design
 	switch res.Status {
 	case schema.ResultOK:
-		if len(res.Samples) == 0 && st.TaskStates[schema.TaskFailed] > 0 {
+		if len(res.Samples) == 0 && training && (st.TaskStates[schema.TaskFailed] > 0 || st.TaskStates[schema.TaskQuarantined] > 0) {
 			return fmt.Errorf("ok with no sample, %d tasks failed", st.TaskStates[schema.TaskFailed])
 		}
-		if len(res.Samples) == 0 && res.Reason == "" && len(w.tasks) > 0 {
+		if len(res.Samples) == 0 && training && res.Reason == "" && len(w.tasks) > 0 {
 			return fmt.Errorf("ok with no sample and no reason")
 		}
-		if len(res.Samples) == 0 && episodes[schema.EpisodeAborted] > 0 {
+		if len(res.Samples) == 0 && training && episodes[schema.EpisodeAborted] > 0 {
 			return fmt.Errorf("ok with no sample, %d episodes aborted", episodes[schema.EpisodeAborted])
 		}
 		if w.sess.Status != schema.ResultOK {
 			return fmt.Errorf("ok, the rollout ended %s", w.sess.Status)
 		}
 	case schema.ResultPartial:
-		if len(res.Samples) == 0 && (st.TaskStates[schema.TaskFailed] > 0 || episodes[schema.EpisodeAborted] > 0) {
+		if len(res.Samples) == 0 && training && (st.TaskStates[schema.TaskFailed] > 0 || episodes[schema.EpisodeAborted] > 0) {
 			return fmt.Errorf("partial with no sample, %d tasks failed", st.TaskStates[schema.TaskFailed])
 		}
 	case schema.ResultFailed:

@@ -194,8 +194,11 @@ func (s *Service) publishSamples(ctx context.Context, m *schema.Group, name stri
 			return "", fail.Transientf("store %s: %w", name, err)
 		}
 		m.Samples, m.SamplesObject, obj = nil, name, bus.ObjectResults(m.Role)+"/"+name
+		_, err = s.Bus.PublishOnce(ctx, m)
+		return obj, err
 	}
-	_, err = s.Bus.PublishOnce(ctx, m)
+	// Encoded once: weighed, then sent.
+	_, err = s.Bus.PublishOnce(ctx, bus.Encoded{Message: m, Body: body})
 	return obj, err
 }
 

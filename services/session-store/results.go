@@ -115,15 +115,21 @@ func (s *Service) results(ctx context.Context, sess *schema.Session, giveUp bool
 // when the message would be too large to carry them.
 func (s *Service) publishResult(ctx context.Context, r *schema.Result) error {
 	r.SampleCount = len(r.Samples)
-	body, err := schema.Marshal(r)
+	// A rollout's samples are encoded once. The result's body holds them
+	// as they encode alone, so samples over the limit make a body over it
+	// too: to the object store, without encoding the body. Under it, the
+	// body is encoded, weighed, and sent as it is.
+	data, err := schema.Marshal(r.Samples)
 	if err != nil {
 		return fail.E(fail.Permanent, err)
 	}
-	if len(body) > s.InlineLimit {
-		data, err := schema.Marshal(r.Samples)
-		if err != nil {
+	var body []byte
+	if len(data) <= s.InlineLimit {
+		if body, err = schema.Marshal(r); err != nil {
 			return fail.E(fail.Permanent, err)
 		}
+	}
+	if len(data) > s.InlineLimit || len(body) > s.InlineLimit {
 		store := s.Bus.Results[r.Role]
 		if store == nil {
 			return fail.Permanentf("no result store for role %q", r.Role)
@@ -133,8 +139,9 @@ func (s *Service) publishResult(ctx context.Context, r *schema.Result) error {
 			return fail.Transientf("store %s: %w", name, err)
 		}
 		r.Samples, r.SamplesObject = nil, name
+		return s.Bus.Publish(ctx, r)
 	}
-	return s.Bus.Publish(ctx, r)
+	return s.Bus.Publish(ctx, bus.Encoded{Message: r, Body: body})
 }
 
 func isNotFound(err error) bool {

@@ -8,7 +8,7 @@ const query = new URLSearchParams(location.search);
 
 function filters() {
   const status = el("select", {id: "status", onchange: apply},
-    ["", "running", "completed", "truncated", "failed", "aborted"].map((s) => el("option", {value: s}, s || "all")));
+    ["", "running", "completed", "truncated", "failed", "aborted", "quarantined"].map((s) => el("option", {value: s}, s || "all")));
   status.value = query.get("status") || "";
   const lowest = el("input", {id: "lowest", type: "number", min: "1", placeholder: "all", style: "width:5rem", onchange: apply});
   lowest.value = query.get("lowest") || "";
@@ -29,6 +29,7 @@ document.getElementById("main").replaceChildren(el("h1", {}, `Rollout ${n}`), he
 function render(r) {
   head.replaceChildren(el("div", {class: "facts"},
     fact("status", badge(r.status)), fact("episodes ended", progress(r.ended, r.episodes)),
+    r.quarantined ? fact("quarantined (token drift)", el("span", {id: "quarantined", class: "error"}, String(r.quarantined))) : "",
     fact("acts running / done / failed", `${r.acts.running} / ${r.acts.done} / ${r.acts.failed}`),
     fact("accuracy", pct(r.accuracy)), fact("mean reward", num(r.mean_reward)),
     fact("weight versions", versions(r.weight_versions)), fact("wall time", secs(r.wall_ms)),

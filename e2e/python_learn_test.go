@@ -1,0 +1,446 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/sim"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// slimeTrainSide runs, for each global batch size in sys.argv[1] (JSON),
+// the actor's rollout function and what slime's RolloutManager does with
+// its output before training (the stand-ins of slime/ray/rollout.py and
+// slime/utils/dp_schedule.py): rollout_id check, flattening, reward
+// post-processing (slime_planact.reward_post_process, or slime's own when
+// sys.argv[2] is "default"), train data, and the step split. It prints,
+// per batch size, every sample with its reward and advantage, the ranks'
+// partitions and steps, or the error. "unfitted" is the split slime would
+// make of the same batch with one rollout id per episode, as planact's
+// samples come.
+const slimeTrainSide = `
+from slime.ray.rollout import RolloutManager
+from slime.utils.dp_schedule import build_dp_schedule
+
+def train_args(engine, gbs):
+    return rollout_args(engine, batch=int(sys.argv[3]), global_batch_size=gbs, advantage_estimator="grpo",
+                        rewards_normalization=True, grpo_std_normalization=True, reward_key=None,
+                        n_samples_per_prompt=int(sys.argv[4]), use_dynamic_batch_size=False, micro_batch_size=1,
+                        max_tokens_per_gpu=None, balance_data=False, balance_by_flops=False)
+
+custom = None if sys.argv[2] == "default" else slime_planact.reward_post_process
+report = {}
+for gbs in json.loads(sys.argv[1]):
+    manager = RolloutManager(train_args("http://slime-router:30000", gbs), slime_planact.generate_rollout, custom)
+    try:
+        samples, metrics, data, split = manager.generate(int(sys.argv[5]))
+    except Exception as e:
+        report[gbs] = {"error": type(e).__name__ + ": " + str(e)}
+        continue
+    # slime's --save-debug-rollout-data / --load-debug-rollout-data keep
+    # samples as Sample.to_dict and read them back with Sample.from_dict.
+    from slime.utils.types import Sample as SlimeSample
+    assert [SlimeSample.from_dict(s.to_dict()) for s in samples] == samples, "samples changed by to_dict/from_dict"
+    episodes = {}
+    for s in samples:
+        episodes.setdefault(s.metadata["planact_rollout_id"], len(episodes))
+    unfitted = {"placed": 0}
+    try:
+        parts, _, _, sizes = build_dp_schedule(manager.args, manager.train_parallel_config, data["total_lengths"],
+                                               global_batch_size=gbs,
+                                               rollout_indices=[episodes[s.metadata["planact_rollout_id"]] for s in samples])
+        unfitted = {"placed": sum(len(p) for p in parts), "steps": len(sizes)}
+    except AssertionError as e:
+        unfitted = {"placed": 0, "error": str(e)}
+    report[gbs] = {
+        "samples": [{"episode": s.metadata["planact_rollout_id"], "group_index": s.group_index, "key": s.metadata.get("key"),
+                     "rollout_id": rid, "raw": raw, "advantage": adv}
+                    for s, rid, raw, adv in zip(samples, data["rollout_ids"], data["raw_reward"], data["rewards"])],
+        "partitions": split["partitions"], "steps": split["global_batch_sizes"], "metrics": metrics, "unfitted": unfitted}
+print(json.dumps(report))
+`
+
+type trainSide struct {
+	Error   string `json:"error"`
+	Samples []struct {
+		Episode    string  `json:"episode"`
+		GroupIndex int     `json:"group_index"`
+		Key        string  `json:"key"`
+		RolloutID  int     `json:"rollout_id"`
+		Raw        float64 `json:"raw"`
+		Advantage  float64 `json:"advantage"`
+	} `json:"samples"`
+	Partitions [][]int            `json:"partitions"`
+	Steps      []int              `json:"steps"`
+	Metrics    map[string]float64 `json:"metrics"`
+	Unfitted   struct {
+		Placed int    `json:"placed"`
+		Steps  int    `json:"steps"`
+		Error  string `json:"error"`
+	} `json:"unfitted"`
+}
+
+// TestPythonSlimeActorAdvantages: over a rollout of the simulated world (6
+// tasks × 4 copies, the actor wrong 30% of the time), the actor's samples
+// go through slime_planact and through what slime does with them before
+// training (the stand-ins). With slime_planact.reward_post_process the
+// actor's advantages are group-relative over episodes: non-zero in every
+// group whose episode outcomes differ, zero in every group whose outcomes
+// are all equal, each the episode's (outcome - mean) / (std + 1e-6)
+// computed here again. Whatever the global batch size (one that divides
+// the episodes, one that does not, one larger than the episodes), every
+// sample lands in exactly one of max(1, episodes // global_batch_size)
+// training steps, where one rollout id per episode (planact's samples as
+// they come) would leave samples out or fail slime's assertion; a global
+// batch size larger than the samples is refused, saying so. slime's own
+// post-processing normalizes the actor's batch as one group (its sample
+// count is not rollout_batch_size × n_samples_per_prompt), which gives
+// groups of equal outcomes non-zero advantages: why the hook is shipped.
+func TestPythonSlimeActorAdvantages(t *testing.T) {
+	python(t)
+	e := start(t, envOptions{actor: sim.Config{ActorErrorRate: 0.3, Seed: 11}, planner: sim.Config{Seed: 5}})
+	const n, tasks, copies = 41, 6, 4
+	cfg := &schema.Config{PlannerSampling: schema.Sampling{Seed: seed(3)}, ActorSampling: schema.Sampling{Seed: seed(4)}}
+	o := e.rollout(t, e.trainer(t), e.trainer(t), n, e.tasks(tasks, copies, 17), cfg, false)
+	if o.perr != nil || o.aerr != nil {
+		t.Fatalf("rollout: %v / %v", o.perr, o.aerr)
+	}
+	res := o.actor
+	outcome := map[string]float64{} // episode -> reward
+	group := map[string]int{}
+	for _, s := range res.Samples {
+		outcome[s.RolloutID], group[s.RolloutID] = s.Reward, s.GroupIndex
+		if r, ok := s.Metadata["episode_reward"].(float64); !ok || r != s.Reward {
+			t.Fatalf("actor sample %s %v: metadata episode_reward %v, want its reward %v", s.RolloutID, s.Metadata["key"], s.Metadata["episode_reward"], s.Reward)
+		}
+	}
+	episodes, samples := len(outcome), len(res.Samples)
+	// Every group's baseline, from the episodes (each once).
+	type stat struct{ mean, std float64 }
+	byGroup := map[int][]float64{}
+	for ep, r := range outcome {
+		byGroup[group[ep]] = append(byGroup[group[ep]], r)
+	}
+	stats := map[int]stat{}
+	spread, flat := 0, 0
+	for g, rs := range byGroup {
+		sort.Float64s(rs)
+		var st stat
+		for _, r := range rs {
+			st.mean += r / float64(len(rs))
+		}
+		if len(rs) > 1 {
+			for _, r := range rs {
+				st.std += (r - st.mean) * (r - st.mean)
+			}
+			st.std = math.Sqrt(st.std / float64(len(rs)-1))
+		}
+		stats[g] = st
+		if rs[0] != rs[len(rs)-1] {
+			spread++
+		} else {
+			flat++
+		}
+	}
+	t.Logf("rollout %d: %d actor samples of %d episodes in %d groups (%d with outcomes that differ, %d all equal)", n, samples, episodes, len(byGroup), spread, flat)
+	if spread == 0 || flat == 0 {
+		t.Fatalf("the batch needs groups of both kinds to show anything: %d spread, %d flat (outcomes by group %v)", spread, flat, byGroup)
+	}
+
+	var feed slimeFeed
+	stored := *res
+	// Handed to the module's own arrival: the result names none (the Go
+	// trainer's arrival made it), and its samples are inline.
+	stored.SamplesObject, stored.ArrivalID = "", ""
+	feed.store(t, subject.Result(n, schema.RoleActor), &stored)
+	engine := engineServer(t, "actor-v3")
+	env := map[string]string{"PLANACT_ROLE": "actor", "PLANACT_ENGINE_URL": engine, "PLANACT_TIMEOUT_S": "60"}
+	sizes := []int{episodes, 4, 5, episodes + 3, samples + 1}
+	out, err := slimeRun(t, slimeTrainSide, env, feed, jsonOf(t, sizes), "planact", "6", "4", "41")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report map[int]trainSide
+	if err := json.Unmarshal(out, &report); err != nil {
+		t.Fatalf("python printed %q: %v", out, err)
+	}
+	for _, gbs := range sizes {
+		r := report[gbs]
+		if gbs > samples {
+			if r.Error == "" || !strings.Contains(r.Error, "too_small") || !strings.Contains(r.Error, "--global-batch-size") {
+				t.Errorf("global batch size %d > %d samples: error %q, want PlanactError too_small naming --global-batch-size", gbs, samples, r.Error)
+			}
+			continue
+		}
+		if r.Error != "" {
+			t.Errorf("global batch size %d: %s", gbs, r.Error)
+			continue
+		}
+		if len(r.Samples) != samples {
+			t.Errorf("global batch size %d: slime got %d samples, planact gave %d", gbs, len(r.Samples), samples)
+		}
+		// Every sample in exactly one step.
+		placed := map[int]int{}
+		for _, p := range r.Partitions {
+			for _, i := range p {
+				placed[i]++
+			}
+		}
+		for i := range r.Samples {
+			if placed[i] != 1 {
+				t.Errorf("global batch size %d: sample %d (%s %s) placed %d times", gbs, i, r.Samples[i].Episode, r.Samples[i].Key, placed[i])
+			}
+		}
+		if want := max(1, episodes/gbs); len(r.Steps) != want || int(r.Metrics["planact/train_steps"]) != want {
+			t.Errorf("global batch size %d: %d steps (metric %v), want max(1, %d episodes // %d) = %d", gbs, len(r.Steps), r.Metrics["planact/train_steps"], episodes, gbs, want)
+		}
+		// One rollout id per episode, as planact's samples come, would
+		// have left samples out or failed slime's assertion here.
+		if episodes%gbs != 0 && r.Unfitted.Placed >= samples {
+			t.Errorf("global batch size %d: one rollout id per episode placed all %d samples too: the case shows nothing", gbs, samples)
+		}
+		// An episode's samples share a rollout id.
+		rid := map[string]int{}
+		for _, s := range r.Samples {
+			if gbs <= episodes {
+				if id, ok := rid[s.Episode]; ok && id != s.RolloutID {
+					t.Errorf("global batch size %d: episode %s has rollout ids %d and %d", gbs, s.Episode, id, s.RolloutID)
+				}
+				rid[s.Episode] = s.RolloutID
+			}
+			st := stats[s.GroupIndex]
+			want := (outcome[s.Episode] - st.mean) / (st.std + 1e-6)
+			if math.Abs(s.Advantage-want) > 1e-9 || s.Raw != outcome[s.Episode] {
+				t.Errorf("global batch size %d: %s %s: reward %v advantage %v, want %v and %v", gbs, s.Episode, s.Key, s.Raw, s.Advantage, outcome[s.Episode], want)
+			}
+			// Zero exactly where the group's outcomes are all equal (or
+			// the episode's is their mean); non-zero elsewhere.
+			rs := byGroup[s.GroupIndex]
+			if (rs[0] == rs[len(rs)-1] || outcome[s.Episode] == st.mean) != (s.Advantage == 0) {
+				t.Errorf("global batch size %d: %s %s in group %d (outcomes %v): advantage %v", gbs, s.Episode, s.Key, s.GroupIndex, rs, s.Advantage)
+			}
+		}
+		t.Logf("global batch size %d: %d steps, %d rollout ids, %v episodes share one, %v samples split off; one id per episode would place %d of %d samples (%s)",
+			gbs, len(r.Steps), int(r.Metrics["planact/train_rollouts"]), r.Metrics["planact/episodes_sharing_rollout_id"], r.Metrics["planact/samples_split_off"],
+			r.Unfitted.Placed, samples, r.Unfitted.Error)
+	}
+
+	// slime's own post-processing, on the same batch.
+	out, err = slimeRun(t, slimeTrainSide, env, feed, jsonOf(t, []int{episodes}), "default", "6", "4", "41")
+	if err != nil {
+		t.Fatal(err)
+	}
+	report = nil
+	if err := json.Unmarshal(out, &report); err != nil {
+		t.Fatalf("python printed %q: %v", out, err)
+	}
+	wrong := 0
+	for _, s := range report[episodes].Samples {
+		if rs := byGroup[s.GroupIndex]; rs[0] == rs[len(rs)-1] && s.Advantage != 0 {
+			wrong++
+		}
+	}
+	if wrong == 0 {
+		t.Errorf("slime's default post-processing gave every sample of a group of equal outcomes 0: the batch shows nothing")
+	}
+	t.Logf("slime's default post-processing: %d samples of groups whose outcomes are all equal get a non-zero advantage", wrong)
+}
+
+func seed(v int64) *int64 { return &v }
+
+// slimeEval is what the evaluation scripts print: slime's eval data (per
+// dataset, its rewards, truncated flags and samples), the metrics, what
+// the module published, and whether slime's eval contract held
+// (assert_eval_rollout_contract of tests/plugin_contracts).
+const slimeEval = `
+from slime.rollout.base_types import RolloutFnEvalOutput, call_rollout_fn
+
+def eval_args(engine):
+    return rollout_args(engine, eval_prompt_data=json.loads(sys.argv[1]), input_key="question", label_key="answer",
+                        n_samples_per_eval_prompt=2)
+
+def assert_eval_rollout_contract(output):
+    # slime's tests/plugin_contracts/test_plugin_rollout_contracts.py
+    assert isinstance(output, RolloutFnEvalOutput)
+    assert output.data
+    for dataset_data in output.data.values():
+        assert set(dataset_data) >= {"rewards", "truncated", "samples"}
+        assert len(dataset_data["rewards"]) == len(dataset_data["truncated"]) == len(dataset_data["samples"])
+        for sample in dataset_data["samples"]:
+            assert isinstance(sample, Sample)
+            assert isinstance(sample.tokens, list)
+            assert all(isinstance(token, int) for token in sample.tokens)
+            assert isinstance(sample.response, str)
+            assert isinstance(sample.response_length, int)
+            assert sample.reward is not None
+            assert isinstance(sample.status, Sample.Status)
+`
+
+// TestPythonSlimeEvaluation: slime_planact evaluates through planact.
+// The planner's job reads slime's eval datasets (--eval-prompt-data, two
+// JSON Lines files) into planact tasks naming their dataset, with the
+// evaluation's config (greedy, evaluation on, the training-only group
+// settings of PLANACT_CONFIG left out, PLANACT_EVAL_CONFIG over it);
+// planact runs exactly that (both roles, real services, simulated
+// engines) and answers with metrics, no samples; both jobs'
+// generate_rollout(evaluation=True) return slime's RolloutFnEvalOutput,
+// which passes slime's eval contract: per dataset, one reward, truncated
+// flag and Sample per episode (the planner's with its prompt and label),
+// and metrics (accuracy, mean reward, turns and acts per episode, episode
+// statuses, failures; per dataset and overall) equal to planact's numbers.
+func TestPythonSlimeEvaluation(t *testing.T) {
+	python(t)
+	e := start(t, envOptions{actor: sim.Config{ActorErrorRate: 0.3, Seed: 13}})
+	dir := t.TempDir()
+	var data []string
+	for i, name := range []string{"hotpotqa", "nq"} {
+		var lines strings.Builder
+		for _, task := range e.tasks(3, 1, int64(31+i)) {
+			lines.WriteString(jsonOf(t, map[string]any{"question": task.Prompt, "answer": task.Label, "id": i}) + "\n")
+		}
+		path := filepath.Join(dir, name+".jsonl")
+		if err := os.WriteFile(path, []byte(lines.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, name, path)
+	}
+	env := map[string]string{"PLANACT_ENGINE_URL": engineServer(t, "step-3"), "PLANACT_TIMEOUT_S": "60",
+		"PLANACT_EVAL_ROLLOUT_OFFSET": "1000",
+		"PLANACT_CONFIG":              `{"max_turns": 4, "group_filter": "spread", "planner_sampling": {"temperature": 0.7, "max_new_tokens": 900}}`,
+		"PLANACT_EVAL_CONFIG":         `{"max_turns": 3}`}
+	// What the planner's job will send.
+	env["PLANACT_ROLE"] = "planner"
+	out, err := slimeRun(t, slimeEval+`
+args = eval_args("http://slime-router:30000")
+print(json.dumps({"tasks": slime_planact.eval_tasks(args), "config": slime_planact.eval_config(args, slime_planact.settings_from_env())}))
+`, env, slimeFeed{}, jsonOf(t, data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent struct {
+		Tasks  []schema.Task `json:"tasks"`
+		Config schema.Config `json:"config"`
+	}
+	if err := json.Unmarshal(out, &sent); err != nil {
+		t.Fatalf("python printed %q: %v", out, err)
+	}
+	if len(sent.Tasks) != 12 || sent.Tasks[0].Dataset != "hotpotqa" || sent.Tasks[11].Dataset != "nq" || sent.Tasks[11].GroupIndex != 5 {
+		t.Fatalf("eval tasks %+v: want 12, 2 copies of 6 prompts, hotpotqa's then nq's", sent.Tasks)
+	}
+	c := sent.Config
+	if !c.Evaluation || c.GroupFilter != "" || c.MaxTurns != 3 || *c.PlannerSampling.Temperature != 0 || *c.ActorSampling.Temperature != 0 ||
+		c.PlannerSampling.MaxNewTokens != 900 {
+		t.Fatalf("eval config %+v: want evaluation, no group filter, max_turns 3, greedy, the planner's max_new_tokens kept", c)
+	}
+
+	// planact runs it.
+	const n = 1007
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var pr, ar *schema.Result
+	var perr, aerr error
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		pr, perr = e.trainer(t).Evaluate(ctx, &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: e.planner, Tasks: sent.Tasks, Config: &sent.Config}, 0)
+	}()
+	go func() {
+		defer wg.Done()
+		ar, aerr = e.trainer(t).Evaluate(ctx, &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: e.actor}, 0)
+	}()
+	wg.Wait()
+	if perr != nil || aerr != nil {
+		t.Fatalf("evaluation: %v / %v", perr, aerr)
+	}
+
+	// Both jobs' rollout functions, with evaluation=True.
+	for _, r := range []*schema.Result{pr, ar} {
+		var feed slimeFeed
+		stored := *r
+		stored.ArrivalID = ""
+		feed.store(t, subject.Result(n, r.Role), &stored)
+		env["PLANACT_ROLE"] = r.Role
+		out, err := slimeRun(t, slimeEval+`
+ds = DataSource([])
+output = call_rollout_fn(slime_planact.generate_rollout, eval_args("http://slime-router:30000"), 7, ds, evaluation=True)
+assert_eval_rollout_contract(output)
+print(json.dumps({"data": {name: {"rewards": d["rewards"], "truncated": d["truncated"], "samples": [sample_json(s) for s in d["samples"]]}
+                           for name, d in output.data.items()},
+                  "metrics": output.metrics, "published": published(), "asked": ds.asked}))
+`, env, feed, jsonOf(t, data))
+		if err != nil {
+			t.Fatalf("%s: %v", r.Role, err)
+		}
+		var got struct {
+			Data map[string]struct {
+				Rewards   []float64  `json:"rewards"`
+				Truncated []bool     `json:"truncated"`
+				Samples   []pySample `json:"samples"`
+			} `json:"data"`
+			Metrics   map[string]float64 `json:"metrics"`
+			Published []pyMsg            `json:"published"`
+			Asked     []int              `json:"asked"`
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("%s: python printed %q: %v", r.Role, out, err)
+		}
+		if len(got.Published) != 1 || len(got.Asked) != 0 {
+			t.Fatalf("%s: published %d messages, asked the data source for %v: want one arrival, and the data source left alone", r.Role, len(got.Published), got.Asked)
+		}
+		var a schema.Arrive
+		if err := schema.UnmarshalStrict(got.Published[0].body(t), &a); err != nil {
+			t.Fatalf("%s: the Go decoder refuses the arrival: %v", r.Role, err)
+		}
+		if a.Rollout != n || (r.Role == schema.RolePlanner) != (a.Config != nil && a.Config.Evaluation && reflect.DeepEqual(a.Tasks, sent.Tasks)) {
+			t.Errorf("%s: arrival for rollout %d with config %+v and %d tasks: want rollout %d, the planner's with the evaluation's config and tasks",
+				r.Role, a.Rollout, a.Config, len(a.Tasks), n)
+		}
+		if len(got.Data) != 2 {
+			t.Fatalf("%s: datasets %v, want hotpotqa and nq", r.Role, got.Data)
+		}
+		for name, ds := range r.Stats.Datasets {
+			d := got.Data[name]
+			var rewards []float64
+			var truncated []bool
+			for _, o := range r.Episodes {
+				if o.Dataset == name {
+					rewards = append(rewards, o.Reward)
+					truncated = append(truncated, o.Status == schema.EpisodeTruncated)
+				}
+			}
+			if !reflect.DeepEqual(d.Rewards, rewards) || !reflect.DeepEqual(d.Truncated, truncated) || len(d.Samples) != ds.Ended {
+				t.Errorf("%s: dataset %s: rewards %v truncated %v (%d samples); planact's episodes %v %v (%d ended)", r.Role, name, d.Rewards, d.Truncated, len(d.Samples), rewards, truncated, ds.Ended)
+			}
+			for k, want := range map[string]float64{"accuracy": ds.Accuracy, "mean_reward": ds.MeanReward, "mean_turns": ds.MeanTurns,
+				"acts_per_episode": ds.ActsPerEpisode, "episodes": float64(ds.Episodes)} {
+				if got := got.Metrics["planact_eval/"+name+"/"+k]; math.Abs(got-want) > 1e-12 {
+					t.Errorf("%s: metric planact_eval/%s/%s = %v, planact says %v", r.Role, name, k, got, want)
+				}
+			}
+			for _, s := range d.Samples {
+				task := sent.Tasks[s.Index]
+				if s.GroupIndex != task.GroupIndex || len(s.Tokens) != 0 || s.Metadata["dataset"] != name ||
+					(r.Role == schema.RolePlanner) != (s.Prompt == task.Prompt && s.Label == task.Label) {
+					t.Errorf("%s: eval sample %+v for task %+v", r.Role, s, task)
+				}
+			}
+		}
+		for k, want := range map[string]float64{"accuracy": r.Stats.Accuracy, "mean_reward": r.Stats.MeanReward, "acts_per_episode": r.Stats.ActsPerEpisode} {
+			if got := got.Metrics["planact_eval/"+k]; math.Abs(got-want) > 1e-12 {
+				t.Errorf("%s: metric planact_eval/%s = %v, planact says %v", r.Role, k, got, want)
+			}
+		}
+		t.Logf("%s: %v", r.Role, got.Metrics)
+	}
+}

@@ -1,0 +1,138 @@
+"""Stand-in of the training-data half of RolloutManager in
+slime/ray/rollout.py (THUDM/slime 624b824a898ab0ec1fcb4d373004c7f3852bf515):
+what happens to a rollout function's output before training, without Ray,
+torch or engines. Faithful to _get_rollout_data (call, rollout_id check,
+flatten), _post_process_rewards (the custom hook, else group norm by
+reshape to n_samples_per_prompt when the batch has exactly
+rollout_batch_size * n_samples_per_prompt samples, else over the whole
+batch), the parts of _convert_samples_to_train_data the step split and the
+loss read (rollout ids, loss masks with remove_sample, rollout_mask_sums)
+and _split_train_data_by_dp's call of build_dp_schedule, whose per-rank
+partitions it returns instead of Ray object refs."""
+
+import itertools
+import math
+
+from slime.observability.rollout_data_utils import validate_rollout_id_annotated
+from slime.rollout.base_types import call_rollout_fn
+from slime.utils.dp_schedule import build_dp_schedule
+from slime.utils.types import Sample
+
+
+class RolloutManager:
+    def __init__(self, args, generate_rollout, custom_reward_post_process_func=None, train_parallel_config=None):
+        self.args = args
+        self.generate_rollout = generate_rollout
+        self.custom_reward_post_process_func = custom_reward_post_process_func
+        self.custom_convert_samples_to_train_data_func = None
+        self.train_parallel_config = train_parallel_config or {
+            "dp_size": 1, "cp_size": 1, "vpp_size": 1, "microbatch_group_size_per_vp_stage": 1}
+        self.data_source = None
+
+    def _get_rollout_data(self, rollout_id):
+        data = call_rollout_fn(self.generate_rollout, self.args, rollout_id, self.data_source, evaluation=False)
+        metrics = data.metrics
+        data = data.samples
+        validate_rollout_id_annotated(data)
+        while isinstance(data[0], list):
+            data = list(itertools.chain.from_iterable(data))
+        return data, metrics
+
+    def _post_process_rewards(self, samples):
+        if self.custom_reward_post_process_func is not None:
+            return self.custom_reward_post_process_func(self.args, samples)
+
+        raw_rewards = [sample.get_reward_value(self.args) for sample in samples]
+        if (
+            self.args.advantage_estimator in ["grpo", "gspo", "cispo", "reinforce_plus_plus_baseline"]
+            and self.args.rewards_normalization
+        ):
+            # group norm, as slime does it with torch (reshape, mean, std with n-1)
+            if len(raw_rewards) == self.args.n_samples_per_prompt * self.args.rollout_batch_size:
+                k = self.args.n_samples_per_prompt
+                rows = [raw_rewards[i : i + k] for i in range(0, len(raw_rewards), k)]
+            else:
+                # when samples count are not equal in each group
+                rows = [raw_rewards]
+            rewards = []
+            for row in rows:
+                mean = sum(row) / len(row)
+                row = [r - mean for r in row]
+                if self.args.advantage_estimator in ["grpo", "gspo", "cispo"] and self.args.grpo_std_normalization:
+                    std = math.sqrt(sum(r * r for r in row) / (len(row) - 1)) if len(row) > 1 else math.nan
+                    row = [r / (std + 1e-6) for r in row]
+                rewards.extend(row)
+            return raw_rewards, rewards
+
+        return raw_rewards, raw_rewards
+
+    def _convert_samples_to_train_data(self, samples):
+        raw_rewards, rewards = self._post_process_rewards(samples)
+
+        assert len(raw_rewards) == len(samples)
+        assert len(rewards) == len(samples)
+
+        rollout_ids = [sample.rollout_id for sample in samples]
+        existed_rollout_id_values = set(rid for rid in rollout_ids if rid is not None)
+        tmp_id = 0
+        for i in range(len(rollout_ids)):
+            if rollout_ids[i] is None:
+                while tmp_id in existed_rollout_id_values:
+                    tmp_id += 1
+                rollout_ids[i] = tmp_id
+                existed_rollout_id_values.add(tmp_id)
+
+        train_data = {
+            "tokens": [sample.tokens for sample in samples],
+            "response_lengths": [sample.response_length for sample in samples],
+            "rewards": rewards,
+            "raw_reward": raw_rewards,
+            "truncated": [1 if sample.status == Sample.Status.TRUNCATED else 0 for sample in samples],
+            "sample_indices": [sample.index for sample in samples],
+            "rollout_ids": rollout_ids,
+        }
+
+        loss_masks = []
+        for sample in samples:
+            if sample.loss_mask is None:
+                sample.loss_mask = [1] * sample.response_length
+            assert (
+                len(sample.loss_mask) == sample.response_length
+            ), f"loss mask length {len(sample.loss_mask)} != response length {sample.response_length}"
+            if sample.remove_sample:
+                sample.loss_mask = [0] * sample.response_length
+            loss_masks.append(sample.loss_mask)
+        train_data["loss_masks"] = loss_masks
+
+        rollout_id_list = train_data["rollout_ids"]
+        mask_sums_per_sample = [sum(m) for m in loss_masks]
+        rollout_total_mask = {}
+        for rid, ms in zip(rollout_id_list, mask_sums_per_sample, strict=True):
+            rollout_total_mask[rid] = rollout_total_mask.get(rid, 0) + ms
+        train_data["rollout_mask_sums"] = [rollout_total_mask[rid] for rid in rollout_id_list]
+
+        if samples[0].rollout_log_probs is not None:
+            train_data["rollout_log_probs"] = [sample.rollout_log_probs for sample in samples]
+        return train_data
+
+    def _split_train_data_by_dp(self, data):
+        """The per-rank partitions (global sample indices) and step sizes
+        build_dp_schedule computes; slime packages them into Ray Boxes."""
+        total_lengths = [len(t) for t in data["tokens"]]
+        data["total_lengths"] = total_lengths
+        partitions, micro_batch_indices, num_microbatches, global_batch_sizes = build_dp_schedule(
+            self.args,
+            self.train_parallel_config,
+            total_lengths,
+            global_batch_size=self.args.global_batch_size,
+            rollout_indices=data["rollout_ids"],
+        )
+        return {"partitions": partitions, "micro_batch_indices": micro_batch_indices,
+                "num_microbatches": num_microbatches, "global_batch_sizes": global_batch_sizes}
+
+    def generate(self, rollout_id):
+        """RolloutManager.generate without logging and Ray: the rollout's
+        samples (flattened), their train data and its split."""
+        samples, metrics = self._get_rollout_data(rollout_id=rollout_id)
+        data = self._convert_samples_to_train_data(samples)
+        return samples, metrics, data, self._split_train_data_by_dp(data)
