@@ -595,29 +595,46 @@ func (a *attackers) fakeGateway() {
 // messages onto a subject of planact's (NATS checks no right of the
 // creator on a deliver subject).
 func (a *attackers) consumers(user, stream string, count int) {
-	made := 0
-	for i := range count {
-		out, err := a.cli(user, 20*time.Second, nil, "consumer", "add", stream, fmt.Sprintf("%s-evil-%d", strings.ReplaceAll(user, "-", ""), i), "--pull", "--defaults")
-		if err == nil {
-			made++
-		} else if i == 0 {
-			a.t.Logf("refused: %.300s", out)
-			break // refused: the others would be too
+	// Each refused creation waits out its time-out: the CLI's, the new API's
+	// and the legacy push consumer's are tried at once.
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		made := 0
+		for i := range count {
+			out, err := a.cli(user, 20*time.Second, nil, "consumer", "add", stream, fmt.Sprintf("%s-evil-%d", strings.ReplaceAll(user, "-", ""), i), "--pull", "--defaults")
+			if err == nil {
+				made++
+			} else if i == 0 {
+				a.t.Logf("refused: %.300s", out)
+				break // refused: the others would be too
+			}
 		}
-	}
-	if made > 0 {
-		a.t.Errorf("%s created %d durable consumers on %s", user, made, stream)
-	}
+		if made > 0 {
+			a.t.Errorf("%s created %d durable consumers on %s", user, made, stream)
+		}
+	})
 	nc, errs := a.conn(user)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "evil-durable", AckPolicy: jetstream.AckNonePolicy}); err == nil {
-		a.t.Errorf("%s created a durable consumer on %s", user, stream)
+	legacy, err := nc.JetStream()
+	if err != nil {
+		a.t.Fatal(err)
 	}
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "evil-durable", AckPolicy: jetstream.AckNonePolicy}); err == nil {
+			a.t.Errorf("%s created a durable consumer on %s", user, stream)
+		}
+	})
+	wg.Go(func() {
+		if _, err := legacy.AddConsumer(stream, &nats.ConsumerConfig{Durable: "evil-push", DeliverSubject: "plan.1.req.0", AckPolicy: nats.AckNonePolicy},
+			nats.MaxWait(5*time.Second)); err == nil {
+			a.t.Errorf("%s created a consumer on %s that pushes onto plan.1.req.0", user, stream)
+		}
+	})
 	select {
 	case err := <-errs:
 		if !errors.Is(err, nats.ErrPermissionViolation) {
@@ -626,27 +643,28 @@ func (a *attackers) consumers(user, stream string, count int) {
 	case <-time.After(10 * time.Second):
 		a.t.Errorf("%s: the consumer's creation was not refused", user)
 	}
+	wg.Wait()
 	a.violation(user, "$JS.API.CONSUMER.CREATE."+stream)
-	legacy, err := nc.JetStream()
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	if _, err := legacy.AddConsumer(stream, &nats.ConsumerConfig{Durable: "evil-push", DeliverSubject: "plan.1.req.0", AckPolicy: nats.AckNonePolicy},
-		nats.MaxWait(5*time.Second)); err == nil {
-		a.t.Errorf("%s created a consumer on %s that pushes onto plan.1.req.0", user, stream)
-	}
 }
 
 // servicesEdit: every service user tries to change a stream's
 // configuration (the actor-gateway calls engine URLs trainers supply).
 func (a *attackers) servicesEdit() {
-	for _, user := range []string{"session-store", "planner-gateway", "plan-parser", "act-dispatcher", "actor-gateway"} {
+	users := []string{"session-store", "planner-gateway", "plan-parser", "act-dispatcher", "actor-gateway"}
+	// Every refused edit waits out the CLI's time-out: try them all at once.
+	var wg sync.WaitGroup
+	for _, user := range users {
 		for _, stream := range []string{"ROLLOUT", "PLAN"} {
-			out, err := a.cli(user, 20*time.Second, nil, "stream", "edit", stream, "--description", "changed by "+user, "-f")
-			if err == nil {
-				a.t.Errorf("%s changed stream %s: %s", user, stream, out)
-			}
+			wg.Go(func() {
+				out, err := a.cli(user, 20*time.Second, nil, "stream", "edit", stream, "--description", "changed by "+user, "-f")
+				if err == nil {
+					a.t.Errorf("%s changed stream %s: %s", user, stream, out)
+				}
+			})
 		}
+	}
+	wg.Wait()
+	for _, user := range users {
 		a.violation(user, "$JS.API.STREAM.UPDATE.")
 	}
 }
