@@ -64,9 +64,10 @@ func gather(t *testing.T, nc *nats.Conn, subj string) []*nats.Msg {
 	}
 }
 
-// serviceReplies asks subj until every name in want has answered (services
-// register as they start) and returns the answers by service name.
-func serviceReplies[T any](t *testing.T, nc *nats.Conn, subj string, want []string, name func(T) string) map[string][]T {
+// serviceReplies asks subj until every name in want has answered as many
+// times as want says (services and their replicas register as they start)
+// and returns the answers by service name.
+func serviceReplies[T any](t *testing.T, nc *nats.Conn, subj string, want map[string]int, name func(T) string) map[string][]T {
 	t.Helper()
 	deadline := time.Now().Add(patience)
 	for {
@@ -78,7 +79,13 @@ func serviceReplies[T any](t *testing.T, nc *nats.Conn, subj string, want []stri
 			}
 			got[name(v)] = append(got[name(v)], v)
 		}
-		missing := slices.DeleteFunc(slices.Clone(want), func(s string) bool { return len(got[s]) > 0 })
+		var missing []string
+		for s, n := range want {
+			if len(got[s]) < n {
+				missing = append(missing, s)
+			}
+		}
+		sort.Strings(missing)
 		if len(missing) == 0 {
 			return got
 		}
@@ -86,6 +93,18 @@ func serviceReplies[T any](t *testing.T, nc *nats.Conn, subj string, want []stri
 			t.Fatalf("%s: no answer from %v (answered: %v)", subj, missing, keys(got))
 		}
 	}
+}
+
+// replicas wants one answer from each service, and more where more says.
+func replicas(more map[string]int) map[string]int {
+	want := map[string]int{}
+	for _, s := range stack.Services {
+		want[s] = 1
+	}
+	for s, n := range more {
+		want[s] = n
+	}
+	return want
 }
 
 func keys[V any](m map[string]V) []string {
@@ -104,7 +123,7 @@ func TestMicroServices(t *testing.T) {
 	e := start(t, envOptions{replicas: map[string]int{actorgateway.Name: 2}})
 	nc := bustest.Conn(t, e.url)
 
-	pings := serviceReplies(t, nc, "$SRV.PING", stack.Services, func(p micro.Ping) string { return p.Name })
+	pings := serviceReplies(t, nc, "$SRV.PING", replicas(map[string]int{actorgateway.Name: 2}), func(p micro.Ping) string { return p.Name })
 	for _, name := range stack.Services {
 		for _, p := range pings[name] {
 			if p.Type != micro.PingResponseType || p.ID == "" || p.Version == "" {
@@ -123,7 +142,7 @@ func TestMicroServices(t *testing.T) {
 		}
 	}
 
-	infos := serviceReplies(t, nc, "$SRV.INFO", stack.Services, func(i micro.Info) string { return i.Name })
+	infos := serviceReplies(t, nc, "$SRV.INFO", replicas(nil), func(i micro.Info) string { return i.Name })
 	for _, name := range stack.Services {
 		for _, i := range infos[name] {
 			if i.Description == "" || len(i.Endpoints) == 0 {
@@ -149,7 +168,7 @@ func TestMicroServices(t *testing.T) {
 		t.Log("$SRV.STATS not checked under -race (nats.go micro data race)")
 		return
 	}
-	stats := serviceReplies(t, nc, "$SRV.STATS", stack.Services, func(s micro.Stats) string { return s.Name })
+	stats := serviceReplies(t, nc, "$SRV.STATS", replicas(map[string]int{actorgateway.Name: 2}), func(s micro.Stats) string { return s.Name })
 	served := 0
 	for _, s := range stats[actorgateway.Name] {
 		if s.Type != micro.StatsResponseType {
@@ -181,7 +200,7 @@ func raceEnabled() bool {
 // is once they have all connected and provisioned.
 func waitServices(t *testing.T, nc *nats.Conn) {
 	t.Helper()
-	serviceReplies(t, nc, "$SRV.PING", stack.Services, func(p micro.Ping) string { return p.Name })
+	serviceReplies(t, nc, "$SRV.PING", replicas(nil), func(p micro.Ping) string { return p.Name })
 }
 
 // captured is one message seen by a plain subscription.
