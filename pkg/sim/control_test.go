@@ -138,7 +138,8 @@ func TestPauseEndpoints(t *testing.T) {
 			srv := httptest.NewServer(e)
 			defer srv.Close()
 			running := generateAsync(t, srv.URL, map[string]any{"text": "Input: capital of Peru " + FaultHang, "rid": "h"})
-			waitFor(t, func() bool { return e.InFlight() == 1 })
+			// Past the gate: a pause that lands before it holds it instead.
+			waitFor(t, func() bool { return e.Started() == 1 })
 			var reply map[string]any
 			if code := post(t, srv.URL+tc.path, tc.body, &reply); code != tc.code {
 				t.Fatalf("%s: %d %v", tc.path, code, reply)
@@ -196,7 +197,8 @@ func TestVLLMPauseWait(t *testing.T) {
 	srv := httptest.NewServer(e)
 	defer srv.Close()
 	running := generateAsync(t, srv.URL, map[string]any{"text": "Input: capital of Peru " + FaultHang, "rid": "h"})
-	waitFor(t, func() bool { return e.InFlight() == 1 })
+	// Past the gate: a pause that lands before it holds it instead.
+	waitFor(t, func() bool { return e.Started() == 1 })
 	paused := make(chan int, 1)
 	go func() { paused <- post(t, srv.URL+"/pause?mode=wait", nil, nil) }()
 	waitFor(t, func() bool { p, _ := e.Paused(); return p })
@@ -237,7 +239,8 @@ func TestWeightEndpoints(t *testing.T) {
 	}
 
 	running := generateAsync(t, srv.URL, map[string]any{"text": "Input: capital of Peru " + FaultHang, "rid": "h"})
-	waitFor(t, func() bool { return e.InFlight() == 1 })
+	// Past the gate: a pause that lands before it holds it instead.
+	waitFor(t, func() bool { return e.Started() == 1 })
 	updated := make(chan map[string]any, 1)
 	go func() {
 		var out map[string]any
@@ -265,7 +268,8 @@ func TestWeightEndpoints(t *testing.T) {
 
 	// abort_all_requests: the running generation ends, aborted.
 	running = generateAsync(t, srv.URL, map[string]any{"text": "Input: capital of Peru " + FaultHang, "rid": "h2"})
-	waitFor(t, func() bool { return e.InFlight() == 1 })
+	// Past the gate: a pause that lands before it holds it instead.
+	waitFor(t, func() bool { return e.Started() == 1 })
 	post(t, srv.URL+"/update_weights_from_disk", map[string]any{"model_path": "/ckpt/4", "weight_version": "v4", "abort_all_requests": true}, nil)
 	if g := <-running; g.MetaInfo.FinishReason == nil || g.MetaInfo.FinishReason.Type != "abort" || e.WeightVersion() != "v4" {
 		t.Errorf("after an update that aborts: %+v, version %q", g, e.WeightVersion())

@@ -643,6 +643,20 @@ func (e *Engine) InFlight() int {
 	return len(e.runs)
 }
 
+// Started is the number of generation requests past the gate (running, not
+// waiting for a pause to end): those a pause in mode abort ends.
+func (e *Engine) Started() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for r := range e.runs {
+		if r.started {
+			n++
+		}
+	}
+	return n
+}
+
 // finish turns the model's text into output tokens, applying stop strings
 // and max_new_tokens as an engine does.
 func (e *Engine) finish(in genInput, text string, truncated bool) *genOutput {
