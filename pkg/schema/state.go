@@ -40,7 +40,7 @@ const (
 const (
 	ModePlanAct    = "plan_act"    // the planner plans, the actor carries out the plan's acts
 	ModePeerReview = "peer_review" // the actor answers, the planner reviews until it accepts
-	ModeEnsemble   = "ensemble"    // plan_act with every act of the actor asked ensemble_k times, and a vote
+	ModeEnsemble   = "ensemble"    // plan_act with every act of the actor asked ensemble_k times, and a pick (ensemble_pick)
 )
 
 // Modes are the coordination modes a rollout may name (mode).
