@@ -24,7 +24,7 @@ import (
 // (X-c1 … like any node) and, per planned node, the candidates it may pick
 // (<candidates node="X" turn="t">1 2 3</candidates>: those that answered);
 // its next reply starts with one <pick node="X">N</pick> per such node,
-// then its plan or answer (planner.go's Parse). A node of the actor model
+// then its plan or answer (pick.go). A node of the actor model
 // cannot feed another in the same plan then (its answer is picked only in
 // the next turn): such a plan is a parse error.
 //
