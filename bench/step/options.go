@@ -26,15 +26,18 @@ type options struct {
 	Replicas     map[string]int `json:"replicas"`
 	ServeFlags   []string       `json:"serve_flags,omitempty"`
 	Swap         time.Duration  `json:"swap"`
-	PauseAbort   bool           `json:"pause_abort"`
-	RawMessages  int            `json:"raw_messages"`
-	Timeout      time.Duration  `json:"timeout"`
-	Out          string         `json:"-"`
-	Name         string         `json:"name"`
-	Keep         bool           `json:"-"`
-	Profile      string         `json:"-"`
-	Quick        bool           `json:"quick"`
-	Model        Model          `json:"model"`
+	// StateCapacity: the trainers state each engine's limit in their
+	// arrivals (engine.max_in_flight), so planact keeps it full.
+	StateCapacity bool          `json:"state_capacity"`
+	PauseAbort    bool          `json:"pause_abort"`
+	RawMessages   int           `json:"raw_messages"`
+	Timeout       time.Duration `json:"timeout"`
+	Out           string        `json:"-"`
+	Name          string        `json:"name"`
+	Keep          bool          `json:"-"`
+	Profile       string        `json:"-"`
+	Quick         bool          `json:"quick"`
+	Model         Model         `json:"model"`
 }
 
 // defaultModel is the step's default workload. Token counts are those of
@@ -97,6 +100,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.TargetFrac, "target-frac", o.TargetFrac, "target_groups as a fraction of the prompts (over-sampling: the rollout ends when this many groups are complete); 1 waits for every group")
 	replicas := fs.String("replicas", "", "planact serve processes per service, e.g. act-dispatcher=2,actor-gateway=2 (default 1 each)")
 	serveFlags := fs.String("serve-flags", "", "more flags for every `planact serve`, space-separated, e.g. \"--engine-limit 128\"")
+	fs.BoolVar(&o.StateCapacity, "state-capacity", true, "the trainers state each engine's limit in their arrival (engine.max_in_flight); false leaves it to --engine-limit")
 	fs.DurationVar(&o.Swap, "swap", o.Swap, "how long each trainer's weight swap takes between two rollouts (its role paused)")
 	fs.BoolVar(&o.PauseAbort, "pause-abort", o.PauseAbort, "pause with abort (generations running are aborted and sent again after the resume); false waits for them")
 	fs.IntVar(&o.RawMessages, "raw-messages", o.RawMessages, "messages per repeat of the raw JetStream baseline (3 repeats)")

@@ -60,7 +60,11 @@ func (r *Report) text(w io.Writer, o options) {
 	if len(o.ServeFlags) > 0 {
 		flags = strings.Join(o.ServeFlags, " ")
 	}
-	fmt.Fprintf(w, "processes: nats-server (compose's nats-1.conf, one node); %s (planact serve flags: %s); engines; trainer-planner, trainer-actor\n", replicaLine(o.Replicas), flags)
+	capacity := "stated in the arrivals (engine.max_in_flight)"
+	if !o.StateCapacity {
+		capacity = "not stated (each gateway keeps --engine-limit)"
+	}
+	fmt.Fprintf(w, "processes: nats-server (compose's nats-1.conf, one node); %s (planact serve flags: %s); engines; trainer-planner, trainer-actor; engine limits %s\n", replicaLine(o.Replicas), flags, capacity)
 	fmt.Fprintf(w, "engines: %s\n         %s\n", engineLine("planner", m.Planner), engineLine("actor", m.Actor))
 	fmt.Fprintf(w, "workload: planner turns %s (mean %.2f, the last answers); acts per plan %s (mean %.2f); an act depends on an earlier one with p %.2f; prompts %s tokens; seed %d\n",
 		m.Turns, m.Turns.Mean(), m.Width, m.Width.Mean(), m.DepRate, m.PromptTokens, m.Seed)

@@ -199,11 +199,14 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 	var logPaths []string
 	var trainers []*proc
 	for _, role := range []string{rolePlanner, roleActor} {
-		url := plannerURL
+		url, capacity := plannerURL, o.Model.Planner.Limit
 		if role == roleActor {
-			url = actorURL
+			url, capacity = actorURL, o.Model.Actor.Limit
 		}
-		spec := trainerOptions{Role: role, NATS: natsURL, Engine: url, First: first, Rollouts: o.Rollouts, Prompts: o.Prompts,
+		if !o.StateCapacity {
+			capacity = 0
+		}
+		spec := trainerOptions{Role: role, NATS: natsURL, Engine: url, Capacity: capacity, First: first, Rollouts: o.Rollouts, Prompts: o.Prompts,
 			Target: o.TargetGroups, Swap: o.Swap, Abort: o.PauseAbort, Timeout: o.Timeout, Config: cfg, Model: o.Model}
 		path, err := writeSpec(dir, "trainer-"+role+".json", spec)
 		if err != nil {

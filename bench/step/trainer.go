@@ -61,6 +61,7 @@ type trainerOptions struct {
 	Role     string        `json:"role"`
 	NATS     string        `json:"nats"`
 	Engine   string        `json:"engine"`
+	Capacity int           `json:"capacity"` // engine.max_in_flight stated in the arrival; 0: none
 	First    int64         `json:"first"`
 	Rollouts int           `json:"rollouts"`
 	Prompts  int           `json:"prompts"`
@@ -108,7 +109,7 @@ func train(ctx context.Context, o trainerOptions, log *TrainerLog) error {
 	arrive := func(n int64, step int) error {
 		rl := &RolloutLog{Rollout: n, ArriveCallNs: time.Now().UnixNano()}
 		logs[n] = rl
-		a := &schema.Arrive{Rollout: n, Role: o.Role, Engine: schema.Engine{URL: o.Engine, Protocol: "sglang"}, WeightVersion: version(step)}
+		a := &schema.Arrive{Rollout: n, Role: o.Role, Engine: schema.Engine{URL: o.Engine, Protocol: "sglang", MaxInFlight: o.Capacity}, WeightVersion: version(step)}
 		if o.Role == schema.RolePlanner {
 			a.Tasks, a.Config = tasks(&o.Model, n, o.Prompts), &o.Config
 		}

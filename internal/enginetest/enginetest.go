@@ -38,6 +38,10 @@ type Options struct {
 	// requests queue here (counted in flight, not yet served), as they do
 	// in a real engine whose limit is below planact's width. 0: no limit.
 	Limit int
+	// Hold, when set, holds every generation until it is closed (counted
+	// in flight meanwhile): a test sees how many planact keeps in flight
+	// at most, however fast its machine.
+	Hold <-chan struct{}
 }
 
 // Request is one request the engine saw.
@@ -133,6 +137,14 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
+			sw.WriteHeader(499)
+			return
+		}
+	}
+	if gen && e.o.Hold != nil {
+		select {
+		case <-e.o.Hold:
+		case <-r.Context().Done():
 			sw.WriteHeader(499)
 			return
 		}

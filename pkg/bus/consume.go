@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,7 +79,11 @@ type Consumer struct {
 	// that died (or stopped) moves. Default DefaultAckWait.
 	AckWait    time.Duration
 	MaxDeliver int // deliveries before a message is given up; default 10
-	Backoff    func(delivered uint64) time.Duration
+	// MaxAckPending bounds the messages handed out and not yet acked, by
+	// every replica together; default max(4×Concurrency, 64). A consumer
+	// whose width follows Slots states the most its replicas may hold.
+	MaxAckPending int
+	Backoff       func(delivered uint64) time.Duration
 }
 
 func (c Consumer) withDefaults() Consumer {
@@ -119,7 +124,7 @@ func (c Consumer) Config() jetstream.ConsumerConfig {
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        c.AckWait,
 		MaxDeliver:     c.MaxDeliver + 1, // the adapter terms at MaxDeliver and logs why
-		MaxAckPending:  max(c.Concurrency*4, 64),
+		MaxAckPending:  cmp.Or(c.MaxAckPending, max(c.Concurrency*4, 64)),
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	}
 }

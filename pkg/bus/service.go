@@ -27,6 +27,15 @@ type Service struct {
 	mu        sync.Mutex
 	endpoints []*Endpoint
 	subs      []*nats.Subscription
+	pinged    []func(id string) // told the instance a ping names (HdrPeer)
+}
+
+// onPing calls f with the instance that each ping of this service names as
+// its sender (Peers), before the ping is answered.
+func (s *Service) onPing(f func(id string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pinged = append(s.pinged, f)
 }
 
 // Endpoint is one kind of work a service does, with its statistics.
@@ -59,6 +68,14 @@ func (b *Bus) AddService(cfg ServiceConfig) (*Service, error) {
 			var v any
 			switch verb {
 			case micro.PingVerb:
+				if id := m.Header.Get(HdrPeer); id != "" && m.Subject == "$SRV.PING."+cfg.Name {
+					s.mu.Lock()
+					fs := s.pinged
+					s.mu.Unlock()
+					for _, f := range fs {
+						f(id)
+					}
+				}
 				v = micro.Ping{ServiceIdentity: s.identity, Type: micro.PingResponseType}
 			case micro.InfoVerb:
 				v = s.Info()

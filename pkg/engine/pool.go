@@ -14,19 +14,30 @@ import (
 // overloading a server. Callers wait for a slot first come, first served;
 // one that gives up (its context ends) leaves the queue and takes no slot.
 type Pool struct {
-	// Limit is the maximum concurrent generations per engine; 0 means 64.
+	// Limit is the maximum concurrent generations per engine whose
+	// capacity is not stated; 0 means 64.
 	Limit int
+	// Replicas, when set, says how many live replicas share each stated
+	// capacity (bus.Peers.N): this pool keeps floor(capacity / replicas),
+	// at least 1, of it. Call Rebalance when it changes.
+	Replicas func() int
+	// OnLimits, when set, is told the sum of the limits of the engines this
+	// pool knows whenever it changes (a consumer's width follows it).
+	OnLimits func(total int)
 	// HTTP is shared by every client; nil means a pooled transport sized for Limit.
 	HTTP *http.Client
 	// Backoff is how the clients wait out a busy engine (429, 503).
 	Backoff Backoff
 
-	once    sync.Once
-	mu      sync.Mutex
-	engines map[string]*pooled
+	once        sync.Once
+	rebalancing sync.Mutex // one Rebalance at a time, so OnLimits hears the last total last
+	mu          sync.Mutex
+	engines     map[string]*pooled
 }
 
 type pooled struct {
+	capacity int  // the engine's stated capacity, shared with the other replicas; 0: Limit
+	balanced bool // its limit was set from capacity (a new engine's is Limit until then)
 	client   Client
 	slots    *slots
 	tokens   *tokenCache
@@ -45,9 +56,23 @@ func (l *Lease) Release() { l.once.Do(l.p.slots.release) }
 
 // Acquire waits for a free slot on the engine and returns its client.
 func (p *Pool) Acquire(ctx context.Context, protocol, url, model string) (*Lease, error) {
+	return p.AcquireShare(ctx, protocol, url, model, 0)
+}
+
+// AcquireShare is Acquire on an engine that serves capacity generations at
+// once, shared by the pools of every live replica (Replicas); capacity 0
+// means this pool's Limit, its own.
+func (p *Pool) AcquireShare(ctx context.Context, protocol, url, model string, capacity int) (*Lease, error) {
 	e, err := p.engine(protocol, url, model)
 	if err != nil {
 		return nil, err
+	}
+	p.mu.Lock()
+	changed := e.capacity != capacity || !e.balanced
+	e.capacity, e.balanced = capacity, true
+	p.mu.Unlock()
+	if changed {
+		p.Rebalance()
 	}
 	if err := e.slots.acquire(ctx); err != nil {
 		return nil, err
@@ -80,6 +105,49 @@ func (p *Pool) engine(protocol, url, model string) (*pooled, error) {
 		p.engines[key] = e
 	}
 	return e, nil
+}
+
+// Rebalance sets every engine's limit from its capacity and the live
+// replicas now: a limit that shrinks starts no generation until the
+// engine's are under it; one that grows starts those waiting at once.
+func (p *Pool) Rebalance() {
+	p.init()
+	p.rebalancing.Lock()
+	defer p.rebalancing.Unlock()
+	n := 1
+	if p.Replicas != nil {
+		n = max(p.Replicas(), 1)
+	}
+	p.mu.Lock()
+	total := 0
+	for _, e := range p.engines {
+		limit := p.Limit
+		if e.capacity > 0 {
+			limit = max(e.capacity/n, 1)
+		}
+		e.slots.setLimit(limit)
+		total += limit
+	}
+	onLimits := p.OnLimits
+	p.mu.Unlock()
+	if onLimits != nil {
+		onLimits(total)
+	}
+}
+
+// EngineLimit is how many generations this pool keeps in flight on the engine
+// now (its share of the engine's capacity, or Limit).
+func (p *Pool) EngineLimit(protocol, url, model string) int {
+	p.init()
+	p.mu.Lock()
+	e := p.engines[protocol+" "+url+" "+model]
+	p.mu.Unlock()
+	if e == nil {
+		return p.Limit
+	}
+	e.slots.mu.Lock()
+	defer e.slots.mu.Unlock()
+	return e.slots.limit
 }
 
 func (p *Pool) init() {
@@ -163,6 +231,13 @@ func (s *slots) acquire(ctx context.Context) error {
 		s.mu.Unlock()
 		return ctx.Err()
 	}
+}
+
+func (s *slots) setLimit(n int) {
+	s.mu.Lock()
+	s.limit = n
+	s.grant()
+	s.mu.Unlock()
 }
 
 func (s *slots) release() {

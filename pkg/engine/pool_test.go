@@ -210,3 +210,68 @@ func TestLeaseTokenizeRemembers(t *testing.T) {
 		t.Error("a recently used text was forgotten")
 	}
 }
+
+// TestPoolSharesCapacity: an engine's stated capacity is divided among the
+// live replicas (at least 1 each); a share that shrinks starts nothing
+// above it, one that grows starts those waiting at once; OnLimits hears
+// the total; an engine without one keeps Limit.
+func TestPoolSharesCapacity(t *testing.T) {
+	replicas := 2
+	var totals []int
+	p := &Pool{Limit: 5, Replicas: func() int { return replicas }, OnLimits: func(n int) { totals = append(totals, n) }}
+	ctx := context.Background()
+	var leases []*Lease
+	for range 5 {
+		l, err := p.AcquireShare(ctx, "sglang", "http://a", "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	if got := p.EngineLimit("sglang", "http://a", ""); got != 5 {
+		t.Fatalf("10 shared by 2 replicas: limit %d, want 5", got)
+	}
+	waited := make(chan *Lease, 1)
+	go func() {
+		l, err := p.AcquireShare(ctx, "sglang", "http://a", "", 10)
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- l
+	}()
+	for p.Waiting("sglang", "http://a", "") != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	replicas = 3
+	p.Rebalance() // 3: the share shrinks to 3, with 5 running
+	leases[0].Release()
+	leases[1].Release()
+	select {
+	case <-waited:
+		t.Fatal("a generation started above the shrunk share")
+	default:
+	}
+	replicas = 1
+	p.Rebalance() // alone: 10, the waiter starts
+	leases = append(leases[2:], <-waited)
+	if got := p.InFlight("sglang", "http://a", ""); got != 4 {
+		t.Fatalf("in flight %d, want 4", got)
+	}
+	replicas = 20
+	p.Rebalance()
+	if got := p.EngineLimit("sglang", "http://a", ""); got != 1 {
+		t.Fatalf("10 shared by 20 replicas: limit %d, want at least 1", got)
+	}
+	if _, err := p.AcquireShare(ctx, "sglang", "http://b", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.EngineLimit("sglang", "http://b", ""); got != 5 {
+		t.Fatalf("an engine without a capacity: limit %d, want Limit 5", got)
+	}
+	if want := []int{5, 3, 10, 1, 6}; !slices.Equal(totals, want) {
+		t.Fatalf("OnLimits heard %v, want %v", totals, want)
+	}
+	for _, l := range leases {
+		l.Release()
+	}
+}

@@ -14,6 +14,23 @@ type Engine struct {
 	URL      string `json:"url"`
 	Protocol string `json:"protocol,omitempty"`
 	Model    string `json:"model,omitempty"`
+	// MaxInFlight is how many generations the engine serves at once (its
+	// continuous batch, SGLang's --max-running-requests): planact keeps
+	// that many in flight on it, shared by the gateway replicas; 0 (absent)
+	// means each gateway replica keeps its own --engine-limit.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
+}
+
+// MaxEngineInFlight bounds Engine.MaxInFlight.
+const MaxEngineInFlight = 65536
+
+// Check says what is wrong with the engine named at path ("engine").
+func (e Engine) Check(path string) error {
+	if e.MaxInFlight < 0 || e.MaxInFlight > MaxEngineInFlight {
+		return fmt.Errorf("%s.max_in_flight %d: want the generations the engine serves at once, 1 to %d (absent: each gateway replica keeps its --engine-limit)",
+			path, e.MaxInFlight, MaxEngineInFlight)
+	}
+	return nil
 }
 
 // Sampling parameters for one role's engine. Fields left out take the

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
 )
@@ -30,7 +31,13 @@ const Name = "act-dispatcher"
 type Deps struct {
 	Bus *bus.Bus
 	Log zerolog.Logger
-	// ActConcurrency bounds the acts this replica executes at once; default 256.
+	// ActConcurrency bounds the acts this replica executes at once; default
+	// 256. The acts on an actor engine that states its capacity
+	// (engine.max_in_flight) are bounded by twice that instead, on their
+	// own: the capacity runs and as much waits at the actor-gateways (which
+	// share the capacity), so that however their queue group spreads the
+	// requests each has the work to fill its share, and a slot the engine
+	// frees is taken at once by a request already there.
 	ActConcurrency int
 	// Turns bounds the turns this replica runs at once (each holds its plan
 	// message until the turn is over); default 4096.
@@ -65,8 +72,10 @@ type Service struct {
 	priorMu sync.Mutex
 	prior   map[string]map[string]priorAct // finished turn's run key -> its successful calls
 	runners runners                        // the turns this replica runs
-	slots   chan struct{}                  // acts in flight
-	replies replies                        // the actor-gateways' answers (actor.go)
+	slots   chan struct{}                  // acts in flight (but those of engines with a stated capacity)
+	engMu   sync.Mutex
+	engines map[schema.Engine]chan struct{} // acts in flight on each actor engine with a stated capacity
+	replies replies                         // the actor-gateways' answers (actor.go)
 }
 
 // Run serves until ctx ends.
@@ -93,7 +102,7 @@ func Run(ctx context.Context, d Deps) error {
 		d.Turns = 4096
 	}
 	s := &Service{Deps: d, sessions: session.NewCache(d.Bus), prior: map[string]map[string]priorAct{},
-		runners: runners{m: map[string]*runner{}}, slots: make(chan struct{}, d.ActConcurrency)}
+		runners: runners{m: map[string]*runner{}}, slots: make(chan struct{}, d.ActConcurrency), engines: map[schema.Engine]chan struct{}{}}
 	s.follow = session.NewFollower(d.Bus, d.Log)
 	s.follow.OnEnd = s.sessions.Forget
 	consumers := []struct {
@@ -178,4 +187,24 @@ func (s *Service) replica() string {
 		return svc.ID()
 	}
 	return ""
+}
+
+// slotsFor is the bound on acts in flight that act a runs under: its actor
+// engine's when the engine states its capacity, else the replica's.
+func (s *Service) slotsFor(info *session.Info, a *act) chan struct{} {
+	if tool, _ := info.Session.Config.Tool(a.Node.Tool); tool.Kind == schema.ToolHTTP {
+		return s.slots
+	}
+	eng, _, err := info.Engine(schema.RoleActor)
+	if err != nil || eng.MaxInFlight <= 0 {
+		return s.slots
+	}
+	s.engMu.Lock()
+	defer s.engMu.Unlock()
+	c := s.engines[eng]
+	if c == nil {
+		c = make(chan struct{}, 2*eng.MaxInFlight)
+		s.engines[eng] = c
+	}
+	return c
 }

@@ -668,8 +668,9 @@ var publishOutcome = func(ctx context.Context, b *bus.Bus, done *schema.ActDone)
 // run's, when the act ran twice), or nil when the act was abandoned (its
 // rollout ended, the replica stops).
 func (s *Service) runAct(ctx context.Context, info *session.Info, a *act) (*schema.ActDone, error) {
+	slots := s.slotsFor(info, a)
 	select {
-	case s.slots <- struct{}{}:
+	case slots <- struct{}{}:
 	case <-ctx.Done():
 		return nil, nil
 	}
@@ -677,7 +678,7 @@ func (s *Service) runAct(ctx context.Context, info *session.Info, a *act) (*sche
 	inFlight.Inc()
 	done, err := s.execute(ctx, info, a)
 	inFlight.Dec()
-	<-s.slots
+	<-slots
 	if err != nil || done == nil {
 		return nil, err
 	}

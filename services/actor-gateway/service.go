@@ -57,9 +57,12 @@ type Deps struct {
 	Log zerolog.Logger
 	// Engines bounds the generations in flight per actor engine.
 	Engines *engine.Pool
-	// MaxInFlight bounds the generations this replica runs at once; default
-	// 256. Requests beyond it wait for a slot, acknowledged and told that
-	// they wait.
+	// MaxInFlight bounds the generations this replica runs or waits to run
+	// at once, a guard on its memory; default schema.MaxEngineInFlight.
+	// What reaches an engine is bounded by Engines, per engine: its stated
+	// capacity (engine.max_in_flight) shared with the other replicas, or
+	// Engines.Limit. Requests beyond either wait, acknowledged and told
+	// that they wait.
 	MaxInFlight int
 }
 
@@ -107,7 +110,7 @@ func Run(ctx context.Context, d Deps) error {
 		d.Engines = &engine.Pool{}
 	}
 	if d.MaxInFlight == 0 {
-		d.MaxInFlight = 256
+		d.MaxInFlight = schema.MaxEngineInFlight
 	}
 	g := &gateway{Deps: d, id: d.Bus.Service().ID(), gens: map[string]*generation{}}
 	if g.id == "" {
@@ -127,6 +130,10 @@ func Run(ctx context.Context, d Deps) error {
 	}
 	go g.sweep(ctx)
 	g.slots = make(chan struct{}, d.MaxInFlight)
+	// The replicas share each engine's stated capacity.
+	peers := d.Bus.Peers(ctx)
+	d.Engines.Replicas = peers.N
+	peers.OnChange(func(int) { d.Engines.Rebalance() })
 	var wg sync.WaitGroup
 	// Every request is answered at once (acknowledged, attached, refused):
 	// only a new generation waits, on its own goroutine, for a slot.
@@ -436,7 +443,7 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest, 
 	}
 	// Every engine request of the act names it (engine.GenerationHeader).
 	ctx = engine.WithGeneration(ctx, engine.ActGeneration(req.Rollout, req.Episode, req.Key))
-	lease, err := pool.Acquire(ctx, req.Engine.Protocol, req.Engine.URL, req.Engine.Model)
+	lease, err := pool.AcquireShare(ctx, req.Engine.Protocol, req.Engine.URL, req.Engine.Model, req.Engine.MaxInFlight)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return schema.Generation{}, fail.E(fail.Transient, err)

@@ -34,7 +34,9 @@ type Deps struct {
 	Log zerolog.Logger
 	// Engines bounds the generations in flight per planner engine.
 	Engines *engine.Pool
-	// Concurrency of plan requests handled at once; default 64.
+	// Concurrency of plan requests handled at once before an engine is
+	// known; default 64. Then the width follows the engines: the sum of
+	// what this replica may keep in flight on each (engine.Pool).
 	Concurrency int
 	// AckWait is how long a plan request may go without a sign of life
 	// from this replica before JetStream hands it to another; default
@@ -93,14 +95,22 @@ func Run(ctx context.Context, d Deps) error {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
 	defer func() { _ = holds.Unsubscribe() }()
-	return d.Bus.Consume(ctx, Consumers(d)[0], s.handle)
+	// The replicas share each engine's stated capacity (max_in_flight),
+	// and each pulls only the plan requests its shares can run.
+	c := Consumers(d)[0]
+	c.Slots = bus.NewSlots(d.Concurrency)
+	peers := d.Bus.Peers(ctx)
+	d.Engines.Replicas = peers.N
+	d.Engines.OnLimits = c.Slots.SetLimit
+	peers.OnChange(func(int) { d.Engines.Rebalance() })
+	return d.Bus.Consume(ctx, c, s.handle)
 }
 
 // Consumers are the planner-gateway's durable consumers (`planact
 // provision` creates them): the plan requests.
 func Consumers(d Deps) []bus.Consumer {
 	return []bus.Consumer{{Stream: bus.StreamPlan, Durable: Name, Filters: []string{subject.AllPlanReq},
-		Concurrency: cmp.Or(d.Concurrency, 64), AckWait: d.AckWait}}
+		Concurrency: cmp.Or(d.Concurrency, 64), AckWait: d.AckWait, MaxAckPending: schema.MaxEngineInFlight}}
 }
 
 // handle runs one planner turn, trying a transiently failing engine again

@@ -76,7 +76,7 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest, t *turn) er
 	}
 	// Every engine request of the turn names it (engine.GenerationHeader).
 	ctx = engine.WithGeneration(ctx, engine.TurnGeneration(req.Rollout, req.Episode, req.Turn))
-	lease, err := s.Engines.Acquire(ctx, eng.Protocol, eng.URL, eng.Model)
+	lease, err := s.Engines.AcquireShare(ctx, eng.Protocol, eng.URL, eng.Model, eng.MaxInFlight)
 	if err != nil {
 		return fail.E(fail.Transient, err)
 	}

@@ -81,6 +81,9 @@ func differences(sess *schema.Session, first schema.RoleInfo, a *schema.Arrive, 
 				out = append(out, fmt.Sprintf("engine.%s %q, was %q", f.name, f.now, f.was))
 			}
 		}
+		if first.Engine.MaxInFlight != a.Engine.MaxInFlight {
+			out = append(out, fmt.Sprintf("engine.max_in_flight %d, was %d", a.Engine.MaxInFlight, first.Engine.MaxInFlight))
+		}
 	}
 	if first.WeightVersion != a.WeightVersion {
 		out = append(out, fmt.Sprintf("weight_version %q, was %q", a.WeightVersion, first.WeightVersion))

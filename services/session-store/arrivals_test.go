@@ -69,3 +69,34 @@ func TestDifferencesNameWhatDiffers(t *testing.T) {
 		t.Error("a config that spells out a default sums differently")
 	}
 }
+
+// TestEngineCapacityChecked: an arrival whose engine states a capacity out
+// of bounds is refused, naming the field, the value and what is wanted; a
+// second arrival of the role that states another capacity is refused
+// naming it, as another url is.
+func TestEngineCapacityChecked(t *testing.T) {
+	s := &Service{}
+	for _, c := range []struct {
+		capacity int
+		want     string
+	}{
+		{0, ""}, {1, ""}, {256, ""}, {schema.MaxEngineInFlight, ""},
+		{-1, "engine.max_in_flight -1: want the generations the engine serves at once, 1 to 65536"},
+		{schema.MaxEngineInFlight + 1, "engine.max_in_flight 65537: want"},
+	} {
+		a := &schema.Arrive{Rollout: 1, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://a", MaxInFlight: c.capacity}}
+		err := s.validateArrival(a)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("max_in_flight %d refused: %v", c.capacity, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("max_in_flight %d: error %v, want %q", c.capacity, err, c.want)
+		}
+	}
+	first := schema.RoleInfo{Engine: schema.Engine{URL: "http://a", MaxInFlight: 128}}
+	second := &schema.Arrive{Rollout: 1, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://a", MaxInFlight: 256}}
+	got := strings.Join(differences(&schema.Session{}, first, second, arrivalSum{}), "; ")
+	if !strings.Contains(got, "engine.max_in_flight 256, was 128") {
+		t.Errorf("differences %q: want the capacity named", got)
+	}
+}

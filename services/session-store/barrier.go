@@ -238,6 +238,9 @@ func (s *Service) validateArrival(a *schema.Arrive) error {
 	if a.Engine.Protocol != "" && !slices.Contains(engine.Protocols, a.Engine.Protocol) {
 		return fail.Invalidf("engine protocol %q: want one of %s", a.Engine.Protocol, strings.Join(engine.Protocols, ", "))
 	}
+	if err := a.Engine.Check("engine"); err != nil {
+		return fail.E(fail.Invalid, err)
+	}
 	if a.Config != nil && len(a.Tasks) > 0 && a.Config.TargetGroups > groupCount(a.Tasks) {
 		return fail.Invalidf("config: target_groups %d: the batch has only %d groups (distinct group_index)", a.Config.TargetGroups, groupCount(a.Tasks))
 	}
