@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -323,4 +325,108 @@ func TestModesUnderLeastPrivilege(t *testing.T) {
 	if lines := v.take(); len(lines) > 0 {
 		t.Errorf("permission violations: %v", lines)
 	}
+}
+
+// TestEnsemblePlannerPickEndToEnd: an ensemble rollout with ensemble_pick
+// planner on the simulated world. No vote runs: the planner's next reply
+// picks among each act's candidates (<pick node="X">N</pick>, after the
+// observation that listed them), and its sample, token-exact, holds those
+// picks as generated tokens. Every candidate is an actor sample (the
+// invariants of checkResults); per planned act of a completed episode
+// exactly one is chosen, the one the planner picked; those agreeing with
+// it get the final answer's score, the others 0, so the chosen and the
+// rejected are rewarded differently where their answers differ.
+func TestEnsemblePlannerPickEndToEnd(t *testing.T) {
+	e := start(t, envOptions{planner: sim.Config{Seed: 9, JudgeErrorRate: 0.3}, actor: sim.Config{Seed: 10, ActorErrorRate: 0.3}})
+	const n, k = 303, 3
+	tasks := e.tasks(6, 2, n)
+	cfg := schema.Config{Mode: schema.ModeEnsemble, EnsembleK: k, EnsemblePick: schema.EnsemblePickPlanner}
+	o := e.rollout(t, e.trainer(t), e.trainer(t), n, tasks, &cfg, true)
+	checkResults(t, n, tasks, o, false)
+	type pick struct {
+		episode, node string
+		turn          int
+	}
+	planner := map[string]schema.Sample{}
+	picked := map[pick]int{} // what the planner's sample says it picked
+	candRe := regexp.MustCompile(`<candidates node="([^"]+)" turn="(\d+)">`)
+	for _, s := range o.planner.Samples {
+		planner[s.RolloutID] = s
+		if !strings.Contains(s.Prompt, `<pick node="<id>">N</pick>`) {
+			t.Errorf("planner sample %s: not told to pick: %q", s.RolloutID, s.Prompt)
+		}
+		for _, m := range candRe.FindAllStringSubmatchIndex(s.Response, -1) {
+			node := s.Response[m[2]:m[3]]
+			turn, _ := strconv.Atoi(s.Response[m[4]:m[5]])
+			after := regexp.MustCompile(`<pick node="` + regexp.QuoteMeta(node) + `">(\d+)</pick>`).FindStringSubmatch(s.Response[m[1]:])
+			if after == nil {
+				continue // never judged: the episode ended first
+			}
+			picked[pick{s.RolloutID, node, turn}], _ = strconv.Atoi(after[1])
+		}
+	}
+	cands := map[pick][]schema.Sample{}
+	for _, s := range o.actor.Samples {
+		id := fmt.Sprint(s.Metadata["node"])
+		cut := strings.LastIndex(id, "-c")
+		if cut < 0 {
+			t.Errorf("actor sample %s: node %s is no candidate", s.RolloutID, id)
+			continue
+		}
+		p := pick{s.RolloutID, id[:cut], asInt(s.Metadata["turn"])}
+		cands[p] = append(cands[p], s)
+	}
+	differ, judged := 0, 0
+	for p, list := range cands {
+		if len(list) != k {
+			t.Errorf("%v: %d candidates, want %d", p, len(list), k)
+		}
+		ep := planner[p.episode]
+		var chosen *schema.Sample
+		for i, s := range list {
+			if s.Metadata["ensemble"] == "chosen" {
+				if chosen != nil {
+					t.Errorf("%v: two candidates chosen", p)
+				}
+				chosen = &list[i]
+			}
+		}
+		number, judgedHere := picked[p]
+		switch {
+		case chosen == nil && judgedHere:
+			t.Errorf("%v: the planner picked %d, no candidate chosen", p, number)
+			continue
+		case chosen == nil && ep.Status == schema.EpisodeCompleted:
+			t.Errorf("%v: a completed episode's step was never judged: %q", p, ep.Response)
+			continue
+		case chosen == nil:
+			for _, s := range list {
+				if s.Reward != 0 || s.Metadata["ensemble"] != "unpicked" {
+					t.Errorf("%v: candidate %v of a step never judged: %v rewarded %v", p, s.Metadata["node"], s.Metadata["ensemble"], s.Reward)
+				}
+			}
+			continue
+		case fmt.Sprint(chosen.Metadata["node"]) != fmt.Sprintf("%s-c%d", p.node, number):
+			t.Errorf("%v: chosen %v, the planner picked %d", p, chosen.Metadata["node"], number)
+		}
+		judged++
+		for _, s := range list {
+			agree := reward.Normalize(s.Response) == reward.Normalize(chosen.Response)
+			switch {
+			case agree && s.Reward != ep.Reward:
+				t.Errorf("%v: candidate %v (%s) rewarded %v, want the episode's %v", p, s.Metadata["node"], s.Metadata["ensemble"], s.Reward, ep.Reward)
+			case !agree && (s.Reward != 0 || s.Metadata["ensemble"] != "rejected"):
+				t.Errorf("%v: candidate %v %q against the pick %q: %s rewarded %v, want rejected 0", p, s.Metadata["node"], s.Response, chosen.Response, s.Metadata["ensemble"], s.Reward)
+			case !agree && chosen.Reward != s.Reward:
+				differ++
+			}
+		}
+	}
+	if judged == 0 || differ == 0 {
+		t.Errorf("%d steps judged, %d rejected candidates rewarded unlike the chosen: the test does not exercise the planner's pick", judged, differ)
+	}
+	if kinds := checkWire(t, e.url, n); kinds["act.done/1"] != len(o.actor.Samples) {
+		t.Errorf("%d act outcomes for %d candidates (no votes): %v", kinds["act.done/1"], len(o.actor.Samples), kinds)
+	}
+	t.Logf("%d steps judged, %d rejected candidates rewarded unlike the chosen, accuracy %v", judged, differ, o.planner.Stats.Accuracy)
 }

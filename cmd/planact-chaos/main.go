@@ -152,6 +152,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	barrierTimeout := fs.Duration("barrier-timeout", time.Minute, "how long one role waits for the other (barrier_timeout_s)")
 	actTimeout := fs.Duration("act-timeout", 10*time.Second, "per-attempt act time-out (act_timeout_s)")
 	mode := fs.String("mode", schema.ModePlanAct, "the rollouts' coordination mode: "+strings.Join(schema.Modes, ", "))
+	pick := fs.String("ensemble-pick", "", "with --mode ensemble: who picks among the candidates: "+strings.Join(schema.EnsemblePicks, ", ")+" (default vote)")
 	fs.DurationVar(&c.history, "history", 8*time.Minute, "planact serve --history, when it has the flag (must outlast the barrier and rollout time-outs)")
 	fs.DurationVar(&c.results, "result-retention", time.Minute, "planact serve --result-retention, when it has the flag")
 	if err := fs.Parse(args); err != nil {
@@ -162,6 +163,9 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if !slices.Contains(schema.Modes, *mode) {
 		return fmt.Errorf("chaos: --mode %q: want one of %s", *mode, strings.Join(schema.Modes, ", "))
+	}
+	if err := (schema.Config{Mode: *mode, EnsemblePick: *pick}).WithDefaults().Validate(); *pick != "" && err != nil {
+		return fmt.Errorf("chaos: --mode %s --ensemble-pick %q: %w", *mode, *pick, err)
 	}
 	tops, err := c.topologies()
 	if err != nil {
@@ -189,7 +193,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		o := chaos.Options{
 			Topology: top, Root: root, Bin: bin, Dir: dir, Seed: c.seed,
 			Rollouts: c.rollouts, Concurrency: c.concurrency, Tasks: c.tasks, PerPrompt: c.perPrompt,
-			Faults: *faults, Span: c.duration, RolloutTimeout: *rolloutTimeout, BarrierTimeout: *barrierTimeout, ActTimeout: *actTimeout, Mode: *mode,
+			Faults: *faults, Span: c.duration, RolloutTimeout: *rolloutTimeout, BarrierTimeout: *barrierTimeout, ActTimeout: *actTimeout, Mode: *mode, EnsemblePick: *pick,
 			Retention: chaos.Retention{History: c.history, Results: c.results},
 			Auth:      c.auth, LogLevel: c.logLevel, ServeFlags: strings.Fields(c.serveFlags), Progress: stdout,
 		}

@@ -49,6 +49,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	format := fs.String("plan-format", "graph", "with --demo: plan format the planner is asked for (graph, tasklist, json, numbered, steps)")
 	modeName := fs.String("mode", schema.ModePlanAct, "with --demo: coordination mode ("+strings.Join(schema.Modes, ", ")+"; docs/modes.md)")
 	ensembleK := fs.Int("ensemble-k", 0, "with --demo --mode ensemble: candidates per act (2 to 16; default 3)")
+	ensemblePick := fs.String("ensemble-pick", "", "with --demo --mode ensemble: who picks among the candidates ("+strings.Join(schema.EnsemblePicks, ", ")+"; default vote)")
 	seed := fs.Int64("seed", 1, "seed of the simulated world and engines")
 	latency := fs.Duration("sim-per-token", sim.Defaults.PerToken, "simulated time per generated token")
 	ttft := fs.Duration("sim-ttft", sim.Defaults.TTFT, "simulated time to first token")
@@ -74,7 +75,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	so.Provisioning.Storage = int64(*storage)
-	if err := checkDemoMode(*modeName, *ensembleK); err != nil {
+	if err := checkDemoMode(*modeName, *ensembleK, *ensemblePick); err != nil {
 		return err
 	}
 	if err := checkDemoFlags(*rollouts, *tasks, *group, *format, *protocol, *actorErr, *stepwise); err != nil {
@@ -241,7 +242,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	cfg := schema.DefaultConfig()
 	cfg.PlanFormat = *format
-	cfg.Mode, cfg.EnsembleK = *modeName, *ensembleK
+	cfg.Mode, cfg.EnsembleK, cfg.EnsemblePick = *modeName, *ensembleK, *ensemblePick
 	cfg = cfg.WithDefaults()
 	// Seeded sampling: the same --seed plays the same demo.
 	cfg.PlannerSampling.Seed, cfg.ActorSampling.Seed = seed, seed
@@ -335,14 +336,14 @@ func printSummary(w io.Writer, s *demo.Summary) {
 }
 
 // checkDemoMode refuses a mode planact does not know, and an ensemble_k
-// that mode would not take.
-func checkDemoMode(name string, k int) error {
+// or ensemble_pick that mode would not take.
+func checkDemoMode(name string, k int, pick string) error {
 	if !slices.Contains(schema.Modes, name) {
 		return fmt.Errorf("up: --mode %q: want one of %s", name, strings.Join(schema.Modes, ", "))
 	}
-	cfg := schema.Config{Mode: name, EnsembleK: k}.WithDefaults()
+	cfg := schema.Config{Mode: name, EnsembleK: k, EnsemblePick: pick}.WithDefaults()
 	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("up: --mode %s --ensemble-k %d: %w", name, k, err)
+		return fmt.Errorf("up: --mode %s --ensemble-k %d --ensemble-pick %q: %w", name, k, pick, err)
 	}
 	return nil
 }

@@ -48,12 +48,13 @@ func TestUpDemoJSON(t *testing.T) {
 // know, or an ensemble_k its mode does not take, is refused before
 // anything starts.
 func TestUpDemoModes(t *testing.T) {
-	for _, mode := range []string{schema.ModePeerReview, schema.ModeEnsemble} {
+	for _, args := range [][]string{{"--mode", schema.ModePeerReview}, {"--mode", schema.ModeEnsemble}, {"--mode", schema.ModeEnsemble, "--ensemble-pick", "planner"}} {
+		mode := strings.Join(args[1:], " ")
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		var stdout bytes.Buffer
 		var stderr syncBuffer
-		err := run(ctx, []string{"up", "--demo", "--json", "--mode", mode, "--port", "-1", "--metrics", "", "--data", t.TempDir(),
-			"--rollouts", "1", "--tasks", "2", "--samples-per-prompt", "2", "--sim-ttft", "0", "--sim-per-token", "0"},
+		err := run(ctx, append([]string{"up", "--demo", "--json", "--port", "-1", "--metrics", "", "--data", t.TempDir(),
+			"--rollouts", "1", "--tasks", "2", "--samples-per-prompt", "2", "--sim-ttft", "0", "--sim-per-token", "0"}, args...),
 			noenv, strings.NewReader(""), &stdout, &stderr)
 		cancel()
 		if err != nil {
@@ -75,6 +76,8 @@ func TestUpDemoModes(t *testing.T) {
 		{[]string{"--mode", "debate"}, `--mode "debate": want one of plan_act, peer_review, ensemble`},
 		{[]string{"--mode", "ensemble", "--ensemble-k", "1"}, "ensemble_k 1: want 2 to 16"},
 		{[]string{"--ensemble-k", "3"}, "ensemble_k 3: only for mode ensemble"},
+		{[]string{"--mode", "ensemble", "--ensemble-pick", "judge"}, `ensemble_pick "judge": want one of vote, planner`},
+		{[]string{"--ensemble-pick", "planner"}, `ensemble_pick "planner": only for mode ensemble`},
 	} {
 		var out bytes.Buffer
 		err := run(context.Background(), append([]string{"up", "--demo", "--port", "-1"}, c.args...), noenv, strings.NewReader(""), &out, &out)

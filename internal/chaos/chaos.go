@@ -59,6 +59,8 @@ type Options struct {
 	ActTimeout     time.Duration // act_timeout_s
 	// Mode is the rollouts' coordination mode (schema.Modes); "" is plan_act.
 	Mode string
+	// EnsemblePick is ensemble_pick with mode ensemble; "" is vote.
+	EnsemblePick string
 	// Retention is passed to the services when the planact binary takes
 	// the flags (Bin.RetentionFlags); then the leftover check waits for it.
 	Retention Retention
@@ -118,7 +120,7 @@ func (o *Options) defaults() {
 func (o *Options) rolloutConfig() schema.Config {
 	return schema.Config{
 		RolloutTimeoutS: o.RolloutTimeout.Seconds(), BarrierTimeoutS: o.BarrierTimeout.Seconds(),
-		ActTimeoutS: o.ActTimeout.Seconds(), Mode: o.Mode,
+		ActTimeoutS: o.ActTimeout.Seconds(), Mode: o.Mode, EnsemblePick: o.EnsemblePick,
 	}
 }
 
@@ -142,7 +144,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep.Settings = Settings{
 		Seed: o.Seed, Rollouts: o.Rollouts, Concurrency: o.Concurrency, Tasks: o.Tasks, PerPrompt: o.PerPrompt,
 		RolloutTimeout: o.RolloutTimeout.String(), BarrierTimeout: o.BarrierTimeout.String(),
-		ActTimeout: o.ActTimeout.String(), Span: o.Span.String(), Auth: o.Auth, Mode: o.Mode,
+		ActTimeout: o.ActTimeout.String(), Span: o.Span.String(), Auth: o.Auth, Mode: o.Mode, EnsemblePick: o.EnsemblePick,
 	}
 	say := progressFunc(o.Progress, o.Topology)
 	fail := func(err error) (*Report, error) {

@@ -65,7 +65,8 @@ type Settings struct {
 	AckWaits       map[string]string `json:"ack_waits,omitempty"` // the stops outlast these
 	ServeArgs      []string          `json:"serve_args"`
 	Auth           bool              `json:"auth"`
-	Mode           string            `json:"mode,omitempty"` // the rollouts' coordination mode; absent: plan_act
+	Mode           string            `json:"mode,omitempty"`          // the rollouts' coordination mode; absent: plan_act
+	EnsemblePick   string            `json:"ensemble_pick,omitempty"` // with mode ensemble; absent: vote
 }
 
 // Report is the outcome of one chaos run on one topology.

@@ -19,10 +19,20 @@ import (
 // engine. Nodes that depend on X get the answer picked; the planner sees
 // one line per planned node, as in plan_act.
 //
+// With ensemble_pick planner there is no vote: the planner picks. A turn's
+// candidates finish; the planner's next observation shows each of them
+// (X-c1 … like any node) and, per planned node, the candidates it may pick
+// (<candidates node="X" turn="t">1 2 3</candidates>: those that answered);
+// its next reply starts with one <pick node="X">N</pick> per such node,
+// then its plan or answer (pick.go). A node of the actor model
+// cannot feed another in the same plan then (its answer is picked only in
+// the next turn): such a plan is a parse error.
+//
 // Every candidate is an actor sample. A candidate whose answer is the one
 // picked gets the final answer's score (metadata ensemble: chosen for the
-// candidate the vote took, agreed for the others with the same answer);
-// a rejected one gets 0. The planner's sample is rewarded as in plan_act.
+// candidate the vote or the planner took, agreed for the others with the
+// same answer); a rejected one gets 0. The planner's sample is rewarded as
+// in plan_act (with ensemble_pick planner it holds its picks).
 type Ensemble struct{ PlanAct }
 
 // VoteTool is the pick nodes' tool: run by the act-dispatcher, no engine.
@@ -34,9 +44,19 @@ const KindLocal = "local"
 // Name is ensemble.
 func (Ensemble) Name() string { return schema.ModeEnsemble }
 
+// ParseNeedsObservation: the planner's picks are checked against the
+// candidates its observation offered.
+func (Ensemble) ParseNeedsObservation(cfg schema.Config) bool {
+	return cfg.EnsemblePick == schema.EnsemblePickPlanner
+}
+
 // Parse parses the plan as plan_act does, and expands each act of the
-// actor model into its candidates and their vote.
+// actor model into its candidates and their vote. With ensemble_pick
+// planner it first reads the planner's picks (pickParse).
 func (m Ensemble) Parse(ctx context.Context, out *schema.PlanOutput, observation string, cfg schema.Config) (schema.Message, error) {
+	if cfg.EnsemblePick == schema.EnsemblePickPlanner {
+		return m.pickParse(ctx, out, observation, cfg)
+	}
 	msg, err := m.PlanAct.Parse(ctx, out, observation, cfg)
 	if d, ok := msg.(*schema.PlanDAG); ok && err == nil {
 		d.Plan.Nodes = Expand(d.Plan.Nodes, cfg)
@@ -45,7 +65,8 @@ func (m Ensemble) Parse(ctx context.Context, out *schema.PlanOutput, observation
 }
 
 // Expand turns every node of the actor model into K candidates and a vote
-// of the same id.
+// of the same id (with ensemble_pick planner, no vote: the planner picks
+// in its next turn).
 func Expand(nodes []plan.Node, cfg schema.Config) []plan.Node {
 	k := max(cfg.EnsembleK, 1)
 	taken := map[string]bool{}
@@ -77,6 +98,9 @@ func Expand(nodes []plan.Node, cfg schema.Config) []plan.Node {
 			out = append(out, c)
 			refs = append(refs, "{"+id+"}")
 			ids = append(ids, id)
+		}
+		if cfg.EnsemblePick == schema.EnsemblePickPlanner {
+			continue
 		}
 		out = append(out, plan.Node{
 			ID: n.ID, Tool: VoteTool, Deps: ids, Description: "vote among the candidates of " + n.ID,
@@ -127,8 +151,13 @@ func Vote(answers []string) int {
 }
 
 // Observation shows each planned node once: the votes, as the call
-// planned, with the answer picked; candidates are not shown.
-func (m Ensemble) Observation(r *schema.Run) string {
+// planned, with the answer picked; candidates are not shown. With
+// ensemble_pick planner it shows every candidate and what is to be picked
+// (pickObservation).
+func (m Ensemble) Observation(r *schema.Run, cfg schema.Config) string {
+	if cfg.EnsemblePick == schema.EnsemblePickPlanner {
+		return m.pickObservation(r, cfg)
+	}
 	shown := *r
 	shown.Nodes = nil
 	for _, n := range r.Nodes {
@@ -143,19 +172,30 @@ func (m Ensemble) Observation(r *schema.Run) string {
 		}
 		shown.Nodes = append(shown.Nodes, n)
 	}
-	return m.PlanAct.Observation(&shown)
+	return m.PlanAct.Observation(&shown, cfg)
 }
 
 // Rewards: a candidate whose answer is the one picked gets the final
 // answer's score, a rejected one 0.
 func (Ensemble) Rewards(ep *Episode) {
-	picks := map[string]*schema.ActDone{} // turn/pick id -> the vote's outcome
+	picks := map[string]*schema.ActDone{} // turn/pick id -> the vote's outcome, or the candidate the planner picked
+	if ep.Config.EnsemblePick == schema.EnsemblePickPlanner {
+		picks = plannerPicks(ep)
+	}
 	for _, d := range ep.Outcomes {
 		if d.Tool == VoteTool {
 			picks[strconv.Itoa(d.Turn)+"/"+d.NodeID] = d
 		}
 	}
-	first := map[string]int{} // turn/pick id -> the earliest agreeing candidate (the one the vote took)
+	first := map[string]int{} // turn/pick id -> the candidate chosen: the earliest agreeing (the one the vote took), or the planner's
+	byPlanner := ep.Config.EnsemblePick == schema.EnsemblePickPlanner
+	if byPlanner {
+		for key, d := range picks {
+			if _, number, ok := candidateOf(d.NodeID); ok {
+				first[key] = number
+			}
+		}
+	}
 	verdicts := make([]string, len(ep.Actor))
 	for i := range ep.Actor {
 		d := ep.Acts[i]
@@ -171,7 +211,7 @@ func (Ensemble) Rewards(ep *Episode) {
 			s.Reward, verdicts[i] = 0, "unpicked"
 		case reward.Normalize(d.Output) == reward.Normalize(p.Output):
 			verdicts[i] = "agreed"
-			if f, seen := first[key]; !seen || number < f {
+			if f, seen := first[key]; !byPlanner && (!seen || number < f) {
 				first[key] = number
 			}
 		default:

@@ -47,7 +47,7 @@ type Mode interface {
 	// ParseNeedsObservation says whether Parse reads the observation the
 	// planner answered (decoding a turn's whole trajectory costs: modes
 	// that do not need it say false).
-	ParseNeedsObservation() bool
+	ParseNeedsObservation(cfg schema.Config) bool
 	// Parse turns one planner output into what the rest of planact acts
 	// on: a *schema.PlanDAG (work for the actor), a *schema.PlanAnswer (the
 	// episode's end) or a *schema.PlanError. observation is the text the
@@ -69,7 +69,7 @@ type Mode interface {
 	RunLocal(tool schema.Tool, node Node) (string, error)
 	// Observation is what the planner is shown of a turn whose acts all
 	// finished (the next turn's observation).
-	Observation(r *schema.Run) string
+	Observation(r *schema.Run, cfg schema.Config) string
 
 	// Rewards sets the rewards of an ended episode's samples (and may add
 	// to their metadata). The samples arrive rewarded with ep.Score.

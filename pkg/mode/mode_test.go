@@ -55,8 +55,8 @@ func TestVerdict(t *testing.T) {
 func TestPeerReviewParse(t *testing.T) {
 	m := mode.PeerReview{}
 	cfg := schema.Config{Mode: schema.ModePeerReview}.WithDefaults() // max_turns 4
-	obs := m.Observation(&schema.Run{Nodes: []*schema.NodeState{{Node: plan.Node{ID: "attempt"}, Status: schema.NodeDone, Output: "Addis Ababa\n"}}})
-	failed := m.Observation(&schema.Run{Nodes: []*schema.NodeState{{Node: plan.Node{ID: "attempt"}, Status: schema.NodeFailed, Error: "act timed out"}}})
+	obs := m.Observation(&schema.Run{Nodes: []*schema.NodeState{{Node: plan.Node{ID: "attempt"}, Status: schema.NodeDone, Output: "Addis Ababa\n"}}}, schema.Config{})
+	failed := m.Observation(&schema.Run{Nodes: []*schema.NodeState{{Node: plan.Node{ID: "attempt"}, Status: schema.NodeFailed, Error: "act timed out"}}}, schema.Config{})
 	parse := func(turn int, text, observation string) schema.Message {
 		t.Helper()
 		msg, err := m.Parse(context.Background(), &schema.PlanOutput{Rollout: 1, Episode: 2, Turn: turn, Text: text}, observation, cfg)

@@ -57,7 +57,7 @@ func (PeerReview) PlannerPrompt(task schema.Task, _ schema.Config) string {
 }
 
 // ParseNeedsObservation is true: an accepted answer is the one observed.
-func (PeerReview) ParseNeedsObservation() bool { return true }
+func (PeerReview) ParseNeedsObservation(schema.Config) bool { return true }
 
 var (
 	acceptRe  = regexp.MustCompile(`<accept\s*/?>`)
@@ -164,7 +164,7 @@ func (PeerReview) ActorPrompt(task schema.Task, _ schema.Tool, node Node, _ stri
 }
 
 // Observation shows the reviewer the turn's attempt.
-func (PeerReview) Observation(r *schema.Run) string {
+func (PeerReview) Observation(r *schema.Run, _ schema.Config) string {
 	var b strings.Builder
 	b.WriteString("\n<observation>\n")
 	for _, n := range r.Nodes {

@@ -31,7 +31,7 @@ func (PlanAct) Open(n int64, e int, _ schema.Task, _ schema.Config, plannerVersi
 func (PlanAct) FirstPlannerTurn() int { return 1 }
 
 // ParseNeedsObservation is false: a plan is parsed from its text alone.
-func (PlanAct) ParseNeedsObservation() bool { return false }
+func (PlanAct) ParseNeedsObservation(schema.Config) bool { return false }
 
 // Parse parses the output's plan in any format (pkg/plan) into a validated
 // DAG, a final answer, or a precise error.
@@ -92,7 +92,7 @@ func StepPrompt(tool schema.Tool, input string) string {
 
 // Observation renders what a turn's acts observed, for the planner's next
 // turn: one line per node, `<id> <tool>("<input>") -> <output>`.
-func (PlanAct) Observation(r *schema.Run) string {
+func (PlanAct) Observation(r *schema.Run, _ schema.Config) string {
 	var b strings.Builder
 	b.WriteString("\n<observation>\n")
 	for _, n := range r.Nodes {

@@ -40,11 +40,20 @@ const (
 const (
 	ModePlanAct    = "plan_act"    // the planner plans, the actor carries out the plan's acts
 	ModePeerReview = "peer_review" // the actor answers, the planner reviews until it accepts
-	ModeEnsemble   = "ensemble"    // plan_act with every act of the actor asked ensemble_k times, and a vote
+	ModeEnsemble   = "ensemble"    // plan_act with every act of the actor asked ensemble_k times, and a pick (ensemble_pick)
 )
 
 // Modes are the coordination modes a rollout may name (mode).
 var Modes = []string{ModePlanAct, ModePeerReview, ModeEnsemble}
+
+// How mode ensemble picks among an act's candidates (ensemble_pick).
+const (
+	EnsemblePickVote    = "vote"    // the most frequent answer, in the act-dispatcher (default)
+	EnsemblePickPlanner = "planner" // the planner, in its next reply
+)
+
+// EnsemblePicks lists the values of ensemble_pick.
+var EnsemblePicks = []string{EnsemblePickVote, EnsemblePickPlanner}
 
 // DefaultEnsembleK is ensemble_k in mode ensemble when the config leaves it 0.
 const DefaultEnsembleK = 3
@@ -71,7 +80,10 @@ type Config struct {
 	Mode string `json:"mode,omitempty"`
 	// EnsembleK is how many times mode ensemble asks the actor for each
 	// act (2 to 16; default 3 in that mode, and only for it).
-	EnsembleK        int      `json:"ensemble_k,omitempty"`
+	EnsembleK int `json:"ensemble_k,omitempty"`
+	// EnsemblePick is who picks among an act's candidates in mode ensemble
+	// (EnsemblePicks; default vote, and only for that mode).
+	EnsemblePick     string   `json:"ensemble_pick,omitempty"`
 	MaxTurns         int      `json:"max_turns,omitempty"`
 	PlanFormat       string   `json:"plan_format,omitempty"`  // format the prompt asks for
 	ParseFormat      string   `json:"parse_format,omitempty"` // force the parser's format; "" = auto
@@ -148,6 +160,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Mode == ModeEnsemble && c.EnsembleK == 0 {
 		c.EnsembleK = DefaultEnsembleK
+	}
+	if c.Mode == ModeEnsemble && c.EnsemblePick == "" {
+		c.EnsemblePick = EnsemblePickVote
 	}
 	if c.MaxTurns == 0 {
 		c.MaxTurns = d.MaxTurns
@@ -228,6 +243,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: ensemble_k %d: want 2 to 16", c.EnsembleK)
 	case c.Mode != ModeEnsemble && c.EnsembleK != 0:
 		return fmt.Errorf("config: ensemble_k %d: only for mode ensemble (mode is %s)", c.EnsembleK, c.Mode)
+	case c.Mode != ModeEnsemble && c.EnsemblePick != "":
+		return fmt.Errorf("config: ensemble_pick %q: only for mode ensemble (mode is %s)", c.EnsemblePick, c.Mode)
+	case c.Mode == ModeEnsemble && c.EnsemblePick != "" && !slices.Contains(EnsemblePicks, c.EnsemblePick):
+		return fmt.Errorf("config: ensemble_pick %q: want one of %s", c.EnsemblePick, strings.Join(EnsemblePicks, ", "))
 	}
 	if c.Mode == ModeEnsemble && c.StreamPlans {
 		// Nodes released from a partial plan would run once, before the

@@ -39,6 +39,10 @@ type Config struct {
 	WeightVersion  string
 	Model          string  // name reported by the OpenAI API (default "sim-<role>")
 	ActorErrorRate float64 // probability that the actor answers a lookup wrongly (0 = always right)
+	// JudgeErrorRate is the probability that the planner, picking among an
+	// ensemble's candidates (ensemble_pick planner, judge.go), picks a
+	// wrong one where there is a right one (0 = picks right when it can).
+	JudgeErrorRate float64
 	// PlanWidth, when set, makes the planner answer every question with one
 	// plan of PlanWidth independent lookups and, once it has seen their
 	// observations, the answer: a plan of known width, for benchmarks.
@@ -873,9 +877,13 @@ func (e *Engine) plannerOutput(prompt, occurrence string, fires func(string) boo
 		return widePlan(p, question, e.cfg.PlanWidth)
 	}
 	stepwise := roll(e.cfg.PlannerStepwise, e.cfg.Seed, "stepwise", question)
+	picks := ""
+	if isJudgePrompt(prompt) {
+		picks, stepwise = e.judge(&p, prompt), true
+	}
 	answer, nodes, think, _ := e.world.plannerTurn(p, stepwise)
 	if len(nodes) == 0 {
-		return fmt.Sprintf("<think>%s</think>\n<answer>%s</answer>", think, answer), false
+		return fmt.Sprintf("%s<think>%s</think>\n<answer>%s</answer>", picks, think, answer), false
 	}
 	// Actor faults asked for in the question travel in the first node's input.
 	for _, m := range findMarkers(p.question) {
@@ -894,5 +902,6 @@ func (e *Engine) plannerOutput(prompt, occurrence string, fires func(string) boo
 	case fires("truncated-plan"):
 		fault = planTruncated
 	}
-	return breakPlan(fault, p.format, think, nodes)
+	text, truncated := breakPlan(fault, p.format, think, nodes)
+	return picks + text, truncated
 }

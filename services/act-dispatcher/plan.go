@@ -163,7 +163,7 @@ func (s *Service) finishTurn(ctx context.Context, info *session.Info, r *schema.
 	if err != nil {
 		return fail.E(fail.Invalid, err)
 	}
-	obs := md.Observation(r)
+	obs := md.Observation(r, cfg)
 	if cfg.FailurePolicy == schema.PolicyReplan && len(failed) > 0 {
 		obs += "Some steps failed (" + strings.Join(failed, "; ") + "). Re-plan the remaining steps, or answer if you can.\n"
 	}

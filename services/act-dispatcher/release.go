@@ -270,7 +270,7 @@ func skipPending(r *schema.Run, why string) {
 // Observation renders what a turn's acts observed, for the plan_act
 // planner's next turn (mode.PlanAct.Observation; a rollout's mode renders
 // its own).
-func Observation(r *schema.Run) string { return mode.PlanAct{}.Observation(r) }
+func Observation(r *schema.Run) string { return mode.PlanAct{}.Observation(r, schema.Config{}) }
 
 // ErrorObservation tells the planner why its output could not be used.
 func ErrorObservation(msg string) string { return mode.ErrorObservation(msg) }

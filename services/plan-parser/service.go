@@ -90,7 +90,7 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		return fail.E(fail.Invalid, err)
 	}
 	observation := ""
-	if md.ParseNeedsObservation() {
+	if md.ParseNeedsObservation(info.Session.Config) {
 		// Only a mode that reads what the planner answered pays for the
 		// trajectory.
 		var full schema.PlanOutput
