@@ -114,25 +114,36 @@ func TestNodeTrainer(t *testing.T) {
 		if err := waiting.Start(); err != nil {
 			t.Fatal(err)
 		}
+		exited := make(chan error, 1)
+		go func() { exited <- waiting.Wait() }()
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
 		b := bustest.Bus(t, e.url, "observer")
 		for {
 			m, err := b.LastMsg(ctx, bus.StreamTrainer(schema.RoleActor), fmt.Sprintf("rollout.%d.arrive.actor", n))
 			if err != nil {
-				t.Fatalf("the actor's arrival: %v", err)
+				select {
+				case werr := <-exited:
+					t.Fatalf("the actor's arrival: %v; the waiting trainer had ended: %v\n%s", err, werr, stderr.String())
+				default:
+					t.Fatalf("the actor's arrival: %v (the waiting trainer still runs)", err)
+				}
 			}
 			if m != nil {
 				break
 			}
-			time.Sleep(20 * time.Millisecond)
+			select {
+			case werr := <-exited:
+				t.Fatalf("the waiting trainer ended before its arrival was stored: %v\n%s", werr, stderr.String())
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
 		out, err := nodeCmd(t, dir, "node", "trainer.mjs", "--nats", e.url, "--rollout", fmt.Sprint(n), "--role", "actor",
 			"--cancel", "enough").CombinedOutput()
 		if err != nil {
 			t.Fatalf("cancel: %v\n%s", err, out)
 		}
-		if err := waiting.Wait(); err != nil {
+		if err := <-exited; err != nil {
 			t.Fatalf("the waiting actor: %v\n%s", err, stderr.String())
 		}
 		var sum nodeSummary
