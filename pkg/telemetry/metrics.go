@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http"
 	"time"
@@ -110,23 +109,30 @@ func ServeMetrics(ctx context.Context, addr string) (string, error) {
 	if addr == "" {
 		return "", nil
 	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.Handler())
+	base, err := serveHTTP(ctx, addr, mux)
+	if err != nil {
+		return "", err
+	}
+	return base + "/metrics", nil
+}
+
+// serveHTTP serves handler on its own listener at addr until ctx ends, and
+// returns its base URL. Serving ends with ctx; there is nothing to report
+// after that, so its error is dropped.
+func serveHTTP(ctx context.Context, addr string, handler http.Handler) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			_ = err
-		}
-	}()
-	return "http://" + ln.Addr().String() + "/metrics", nil
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), nil
 }
