@@ -126,30 +126,10 @@ func generatedRuns(mask []int) int {
 	return runs
 }
 
+// asInt reads a number of a sample's metadata (0 when it is none).
 func asInt(v any) int {
-	switch x := v.(type) {
-	case int:
-		return x
-	case int8:
-		return int(x)
-	case int16:
-		return int(x)
-	case int32:
-		return int(x)
-	case int64:
-		return int(x)
-	case uint8:
-		return int(x)
-	case uint16:
-		return int(x)
-	case uint32:
-		return int(x)
-	case uint64:
-		return int(x)
-	case float64:
-		return int(x)
-	}
-	return -1
+	n, _ := schema.MetaInt(v)
+	return n
 }
 
 func joinAnswers(v any) string {

@@ -220,29 +220,8 @@ func rollout(ctx context.Context, c *client.Client, n int64, engines map[string]
 	return res, nil
 }
 
-// asInt reads a number of a sample's metadata, however msgpack sized it.
+// asInt reads a number of a sample's metadata (0 when it is none).
 func asInt(v any) int {
-	switch x := v.(type) {
-	case int:
-		return x
-	case int8:
-		return int(x)
-	case int16:
-		return int(x)
-	case int32:
-		return int(x)
-	case int64:
-		return int(x)
-	case uint8:
-		return int(x)
-	case uint16:
-		return int(x)
-	case uint32:
-		return int(x)
-	case uint64:
-		return int(x)
-	case float64:
-		return int(x)
-	}
-	return 0
+	n, _ := schema.MetaInt(v)
+	return n
 }

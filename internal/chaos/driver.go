@@ -236,30 +236,10 @@ func outcome(res *schema.Result, err error, role string) RoleOutcome {
 	return o
 }
 
-// metaInt reads an integer from decoded sample metadata (msgpack gives the
-// smallest integer type that holds it); -1 when it is none.
+// metaInt reads an integer from decoded sample metadata; -1 when it is none.
 func metaInt(v any) int {
-	switch x := v.(type) {
-	case int:
-		return x
-	case int8:
-		return int(x)
-	case int16:
-		return int(x)
-	case int32:
-		return int(x)
-	case int64:
-		return int(x)
-	case uint8:
-		return int(x)
-	case uint16:
-		return int(x)
-	case uint32:
-		return int(x)
-	case uint64:
-		return int(x)
-	case float64:
-		return int(x)
+	if n, ok := schema.MetaInt(v); ok {
+		return n
 	}
 	return -1
 }

@@ -812,3 +812,32 @@ func (m *Cancel) MsgID() string {
 	return fmt.Sprintf("cancel.%d.%s.%d", m.Rollout, m.Role, m.AtMs)
 }
 func (m *Cancel) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }
+
+// MetaInt reads an integer from a decoded sample's metadata: msgpack gives
+// the smallest integer type that holds it, JSON a float64. ok is false when
+// v is not a number.
+func MetaInt(v any) (n int, ok bool) {
+	switch x := v.(type) {
+	case int:
+		return x, true
+	case int8:
+		return int(x), true
+	case int16:
+		return int(x), true
+	case int32:
+		return int(x), true
+	case int64:
+		return int(x), true
+	case uint8:
+		return int(x), true
+	case uint16:
+		return int(x), true
+	case uint32:
+		return int(x), true
+	case uint64:
+		return int(x), true
+	case float64:
+		return int(x), true
+	}
+	return 0, false
+}
