@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/planact/planact/internal/bustest"
@@ -211,45 +210,6 @@ func TestEveryGenerationOnce(t *testing.T) {
 	}
 }
 
-// claimRecorder keeps the last value of every planner claim it saw: they
-// are removed with their rollout's run state.
-type claimRecorder struct {
-	mu     sync.Mutex
-	claims map[string]schema.Claim
-}
-
-func recordClaims(t *testing.T, b *bus.Bus) *claimRecorder {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w, err := b.Runs.Watch(ctx, "*.*.*.planner")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &claimRecorder{claims: map[string]schema.Claim{}}
-	go func() {
-		for e := range w.Updates() {
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var c schema.Claim
-			if schema.Unmarshal(e.Value(), &c) == nil {
-				rec.mu.Lock()
-				rec.claims[e.Key()] = c
-				rec.mu.Unlock()
-			}
-		}
-	}()
-	return rec
-}
-
-func (r *claimRecorder) get(key string) (schema.Claim, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	c, ok := r.claims[key]
-	return c, ok
-}
-
 // TestATurnAskedAgainWaitsForItsHolder: while a slow planner turn is being
 // generated, its plan request is published again (as the watchdog does, or
 // a redelivery after a NATS restart). The copies, on either of two
@@ -262,7 +222,7 @@ func TestATurnAskedAgainWaitsForItsHolder(t *testing.T) {
 		services: stack.Options{Replicas: map[string]int{plannergateway.Name: 2}},
 	})
 	ctx := context.Background()
-	claims := recordClaims(t, e.bus)
+	claims := recordKV[schema.Claim](t, e.bus, "*.*.*.planner")
 	const n = 1610
 	awaited := testutil.ToFloat64(telemetry.GenerationsAwaited.WithLabelValues(schema.RolePlanner))
 	results := make(chan outcome, 1)
@@ -305,7 +265,7 @@ func TestATurnWhoseHolderIsGoneIsTakenOver(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := startCounted(t, countedOptions{planner: sim.Config{Seed: 167}, actor: sim.Config{Seed: 168}})
 			ctx := context.Background()
-			claims := recordClaims(t, e.bus)
+			claims := recordKV[schema.Claim](t, e.bus, "*.*.*.planner")
 			const n, gone = 1620, "gone-instance"
 			if tc.answer != "" {
 				sub, err := bustest.Conn(t, e.url).Subscribe("planact.planner-gateway."+gone+".holds", func(m *nats.Msg) { _ = m.Respond([]byte(tc.answer)) })

@@ -35,39 +35,49 @@ type semEnv struct {
 	keep        bus.Provisioning
 	inline      int
 	stop        func()
-	runs        *runRecorder
+	runs        *kvRecorder[schema.Run]
 }
 
-// runRecorder keeps the last state of every run key it saw: run states are
-// removed when their rollout ends, and the tests look at them after.
-type runRecorder struct {
+// kvRecorder keeps the last value of every key of the runs bucket it saw
+// that decodes as a T: run states and claims are removed when their rollout
+// ends, and the tests look at them after.
+type kvRecorder[T any] struct {
 	mu   sync.Mutex
-	runs map[string]schema.Run
+	last map[string]T
 }
 
-func recordRuns(t *testing.T, b *bus.Bus) *runRecorder {
+// recordKV records the keys of the runs bucket that match keys (">": all).
+func recordKV[T any](t *testing.T, b *bus.Bus, keys string) *kvRecorder[T] {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	w, err := b.Runs.WatchAll(ctx)
+	w, err := b.Runs.Watch(ctx, keys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &runRecorder{runs: map[string]schema.Run{}}
+	rec := &kvRecorder[T]{last: map[string]T{}}
 	go func() {
 		for e := range w.Updates() {
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			var r schema.Run
-			if schema.Unmarshal(e.Value(), &r) == nil {
+			var v T
+			if schema.Unmarshal(e.Value(), &v) == nil {
 				rec.mu.Lock()
-				rec.runs[e.Key()] = r
+				rec.last[e.Key()] = v
 				rec.mu.Unlock()
 			}
 		}
 	}()
 	return rec
+}
+
+// get returns the last value recorded for key.
+func (r *kvRecorder[T]) get(key string) (T, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, ok := r.last[key]
+	return v, ok
 }
 
 type semOptions struct {
@@ -114,7 +124,7 @@ func startSem(t *testing.T, o semOptions) *semEnv {
 	if e.stall == 0 {
 		e.stall = time.Hour
 	}
-	e.runs = recordRuns(t, e.bus)
+	e.runs = recordKV[schema.Run](t, e.bus, ">")
 	if o.scripted {
 		e.names = slices.DeleteFunc(slices.Clone(stack.Services), func(n string) bool { return n == plannergateway.Name })
 	}
@@ -226,9 +236,7 @@ func (e *semEnv) run(t *testing.T, n int64, ep, turn int) schema.Run {
 	t.Helper()
 	key := schema.RunKey(n, ep, turn)
 	for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) {
-		e.runs.mu.Lock()
-		r, found := e.runs.runs[key]
-		e.runs.mu.Unlock()
+		r, found := e.runs.get(key)
 		if found && r.Finished {
 			return r
 		}
