@@ -11,8 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-
-	"github.com/planact/planact/pkg/embedded"
 )
 
 // A node's crash leaves the streams it led without a leader until
@@ -21,16 +19,7 @@ import (
 // leave its handler's work to a redelivery seconds later. Here the stream
 // is missing for a while, which looks the same to the publisher.
 func TestPublishWaitsForTheStreamsLeader(t *testing.T) {
-	s, err := embedded.Start(embedded.Options{Dir: t.TempDir(), Port: -1, Name: "planact-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	_, nc := startEmbedded(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

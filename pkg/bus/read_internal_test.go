@@ -17,20 +17,11 @@ import (
 // leader must see the key gone, not hand the empty body to a decoder (a
 // chaos run failed with "decode *schema.RoleState: EOF").
 func TestFreshReadSeesAgedOutKeyGone(t *testing.T) {
-	s, err := embedded.Start(embedded.Options{Dir: t.TempDir(), Port: -1, Name: "planact-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	url, nc := startEmbedded(t)
 	if err := Provision(context.Background(), nc, zerolog.Nop(), Provisioning{}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := Connect(context.Background(), ConnOptions{URL: s.ClientURL()}, "test", zerolog.Nop(), Provisioning{})
+	b, err := Connect(context.Background(), ConnOptions{URL: url}, "test", zerolog.Nop(), Provisioning{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,4 +55,20 @@ func TestFreshReadSeesAgedOutKeyGone(t *testing.T) {
 	if e, err := b.kvGetFresh(ctx, "aging", "k"); err != nil || e != nil {
 		t.Fatalf("after it aged out: entry %+v, error %v; want none", e, err)
 	}
+}
+
+// startEmbedded starts an embedded server for the test and connects to it.
+func startEmbedded(t *testing.T) (url string, nc *nats.Conn) {
+	t.Helper()
+	s, err := embedded.Start(embedded.Options{Dir: t.TempDir(), Port: -1, Name: "planact-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	nc, err = nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return s.ClientURL(), nc
 }
