@@ -91,7 +91,7 @@ func TestClientRidesOutNATSRestart(t *testing.T) {
 	}
 	served := make(chan error, 1)
 	go func() {
-		served <- stack.Serve(ctx, stack.Services, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
+		served <- stack.Serve(ctx, stack.Services, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: url}, Log: bustest.TestLogger(t)})
 	}()
 	if err := stack.WaitReady(ctx, bus.ConnOptions{URL: url}, stack.Services); err != nil {
 		t.Fatal(err)
@@ -116,8 +116,15 @@ func TestClientRidesOutNATSRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := <-results
+	var o outcome
+	select {
+	case o = <-results:
+	case err := <-served:
+		// A service that fails stops the others: nothing would end the rollout.
+		t.Fatalf("the services stopped across the restart: %v", err)
+	}
 	if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK || len(o.planner.Samples) != len(tasks) {
+		bustest.DumpGoroutines(t)
 		t.Fatalf("across the restart: planner %v, actor %v, %+v", o.perr, o.aerr, o.planner)
 	}
 	cancel()
@@ -241,12 +248,12 @@ func TestNothingLeftAfterRetention(t *testing.T) {
 // be purged). Nothing would ever happen to the episode; the watchdog sees
 // it make no progress and asks the planner again, logged and counted.
 func TestWatchdogAsksThePlannerAgain(t *testing.T) {
-	e := startSem(t, semOptions{planner: sim.Config{Seed: 69}, actor: sim.Config{Seed: 70}, scripted: true, stall: time.Second})
+	e := startSem(t, semOptions{planner: sim.Config{Seed: 69}, actor: sim.Config{Seed: 70}, scripted: true, stall: time.Second, slack: time.Second})
 	ctx := context.Background()
 	const n = 730
 	before := testutil.ToFloat64(telemetry.Recoveries.WithLabelValues(actdispatcher.Name, "plan-request"))
 	// A request in the stream is a planner turn that may be running: the
-	// watchdog gives it the planner's time-out and half a minute more.
+	// watchdog gives it the planner's time-out and its slack (here 1s).
 	results := e.start(t, n, e.tasks(1, 1, n), &schema.Config{PlannerTimeoutS: 1})
 	eventually(t, "the first plan request", func() bool { return e.count(t, bus.StreamPlan, fmt.Sprintf("plan.%d.req.0", n)) == 1 })
 	gwc := plannergateway.Consumers(plannergateway.Deps{})[0]

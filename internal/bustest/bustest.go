@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,62 @@ func Server(t testing.TB) (*embedded.Server, string) {
 	}
 	t.Cleanup(s.Stop)
 	return s, s.ClientURL()
+}
+
+// TestLogger returns a logger for one test. Unless PLANACT_TEST_LOG is set it
+// keeps the test's debug log in memory and, only if the test fails, writes it
+// to a file in the system's temporary directory and names the file in the
+// failure, so that a flake seen once in a full run can be read
+// afterwards without running every test at debug level on the console.
+func TestLogger(t testing.TB) zerolog.Logger {
+	if os.Getenv("PLANACT_TEST_LOG") != "" {
+		return Logger()
+	}
+	buf := &lockedBuffer{}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		f, err := os.CreateTemp("", "planact-"+strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+"-*.log")
+		if err != nil {
+			t.Logf("debug log not written: %v", err)
+			return
+		}
+		defer f.Close()
+		buf.mu.Lock()
+		_, err = f.Write(buf.b)
+		buf.mu.Unlock()
+		t.Logf("debug log of the failed test: %s (%v)", f.Name(), err)
+	})
+	return telemetry.NewLogger(buf, telemetry.LogOptions{Level: "debug"})
+}
+
+// DumpGoroutines writes the stacks of every goroutine of the test process
+// to a file in the system's temporary directory and names it in the test's
+// log: call it where a test finds work stuck, before it stops the services
+// that hold the stuck goroutines.
+func DumpGoroutines(t testing.TB) {
+	f, err := os.CreateTemp("", "planact-"+strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+"-*.goroutines")
+	if err != nil {
+		t.Logf("goroutines not written: %v", err)
+		return
+	}
+	defer f.Close()
+	err = pprof.Lookup("goroutine").WriteTo(f, 2)
+	t.Logf("goroutines at the failure: %s (%v)", f.Name(), err)
+}
+
+// lockedBuffer is an io.Writer shared by every goroutine of a test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.b = append(l.b, p...)
+	l.mu.Unlock()
+	return len(p), nil
 }
 
 // Logger returns a logger for tests: silent unless PLANACT_TEST_LOG is set.

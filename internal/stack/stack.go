@@ -66,6 +66,9 @@ type Options struct {
 	// Stall is how long an episode may go without progress before the
 	// act-dispatcher's watchdog drives it on; 0 = its default.
 	Stall time.Duration
+	// PlannerSlack is how much longer than the planner's time-out the
+	// watchdog lets a planner turn go without progress; 0 = its default.
+	PlannerSlack time.Duration
 	// SweepEvery is how often the session-store's sweep runs; 0 = its default.
 	SweepEvery time.Duration
 	// WebAddr is where the web target listens (host:port).
@@ -188,6 +191,7 @@ func Serve(ctx context.Context, names []string, o Options) error {
 				go func() {
 					defer wg.Done()
 					if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+						log.Error().Err(err).Msg("service failed; the others stop too")
 						errs <- fmt.Errorf("%s: %w", name, err)
 						cancel()
 					}
@@ -289,7 +293,7 @@ func runner(name string, b *bus.Bus, log zerolog.Logger, o Options, webListener 
 		return func(ctx context.Context) error { return planparser.Run(ctx, planparser.Deps{Bus: b, Log: log}) }
 	case actdispatcher.Name:
 		return func(ctx context.Context) error {
-			return actdispatcher.Run(ctx, actdispatcher.Deps{Bus: b, Log: log, RetryBase: o.ActRetryBase, RunAckWait: o.ActAckWait, Turns: o.ActTurns, Stall: o.Stall})
+			return actdispatcher.Run(ctx, actdispatcher.Deps{Bus: b, Log: log, RetryBase: o.ActRetryBase, RunAckWait: o.ActAckWait, Turns: o.ActTurns, Stall: o.Stall, PlannerSlack: o.PlannerSlack})
 		}
 	case actorgateway.Name:
 		return func(ctx context.Context) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/embedded"
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/telemetry"
@@ -789,5 +791,67 @@ func TestALongHandlerKeepsItsMessage(t *testing.T) {
 		if len(by) != 1 || hb.delivered[r] != 1 {
 			t.Errorf("message %d handled %d times, delivered %d times; want once", r, len(by), hb.delivered[r])
 		}
+	}
+}
+
+// TestConsumeWaitsForNATS: a service that opens its consumer while NATS is
+// down (restarting) waits for NATS and then consumes. It used to fail, and
+// one failed service stops every other of `planact up`: a rollout in
+// flight across a restart of NATS then never ended.
+func TestConsumeWaitsForNATS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv, err := embedded.Start(embedded.Options{Dir: dir, Port: -1, Name: "restarting"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	url := srv.ClientURL()
+	port := srv.Addr().(*net.TCPAddr).Port
+	b := bustest.Bus(t, url, "t")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := bus.Consumer{Stream: bus.StreamRollout, Durable: "late", Filters: []string{"rollout.*.status"}}
+	if err := b.EnsureConsumer(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	got := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Consume(ctx, c, func(_ context.Context, m bus.Msg) error {
+			select {
+			case got <- m.Subject:
+			default:
+			}
+			return nil
+		})
+	}()
+	// Down for longer than a JetStream request's time-out (5s), so that the
+	// first request for the consumer fails.
+	select {
+	case err := <-done:
+		t.Fatalf("Consume gave up while NATS was down: %v", err)
+	case <-time.After(7 * time.Second):
+	}
+	if srv, err = embedded.Start(embedded.Options{Dir: dir, Port: port, Name: "restarting"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, &schema.Status{Rollout: 5, Event: "back", Episode: -1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		if s != "rollout.5.status" {
+			t.Errorf("handled %s, want rollout.5.status", s)
+		}
+	case err := <-done:
+		t.Fatalf("Consume ended after NATS came back: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("nothing consumed within a minute of NATS coming back")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Consume: %v", err)
 	}
 }

@@ -188,7 +188,7 @@ func (b *Bus) consumer(ctx context.Context, c Consumer) (jetstream.Consumer, err
 	}
 	cons, cerr := b.JS.CreateOrUpdateConsumer(ctx, c.Stream, want)
 	if cerr != nil {
-		return nil, fmt.Errorf("consumer %s on %s does not exist (%w) and could not be made (%v): run planact provision first, as a user that may create consumers (compose's admin)",
+		return nil, fail.Permanentf("consumer %s on %s does not exist (%w) and could not be made (%v): run planact provision first, as a user that may create consumers (compose's admin)",
 			c.Durable, c.Stream, ErrNotProvisioned, cerr)
 	}
 	return cons, nil
@@ -198,7 +198,11 @@ func (b *Bus) consumer(ctx context.Context, c Consumer) (jetstream.Consumer, err
 // then waits for the handlers in flight.
 func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 	c = c.withDefaults()
-	if _, err := b.consumer(ctx, c); err != nil {
+	// A service may start, or reach this point, while NATS restarts or a
+	// leader is elected: the consumer is asked for again until NATS
+	// answers (a missing one that this user may not create is an error at
+	// once).
+	if err := b.retry(ctx, "opening consumer "+c.Durable, func() error { _, err := b.consumer(ctx, c); return err }); err != nil {
 		return err
 	}
 	// `nats micro stats` shows the consumer's real work: messages handled,
@@ -241,7 +245,10 @@ func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw *nats.Msg, 
 		ep.Record(took, err)
 	}
 	outcome := "nak"
-	defer func() { telemetry.MessagesHandled.WithLabelValues(c.Durable, outcome).Inc() }()
+	defer func() {
+		telemetry.MessagesHandled.WithLabelValues(c.Durable, outcome).Inc()
+		log.Debug().Str("outcome", outcome).Dur("took", took).Msg("handled")
+	}()
 
 	switch {
 	case err == nil:

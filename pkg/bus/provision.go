@@ -277,7 +277,7 @@ func (b *Bus) provision(ctx context.Context, p Provisioning) error {
 
 // retry runs op until it succeeds, ctx ends or provisionPatience passes;
 // an error that waiting cannot mend (ErrOldLayout, a setting the server
-// does not support) ends it at once.
+// does not support, a fail.Permanent one) ends it at once.
 func (b *Bus) retry(ctx context.Context, what string, op func() error) error {
 	deadline := time.Now().Add(provisionPatience)
 	wait := 100 * time.Millisecond
@@ -286,7 +286,7 @@ func (b *Bus) retry(ctx context.Context, what string, op func() error) error {
 		if unsupported(err) {
 			return fail.E(fail.Permanent, fmt.Errorf("%w (planact needs nats-server %s or later)", err, MinServerVersion))
 		}
-		if err == nil || ctx.Err() != nil || time.Now().After(deadline) || errors.Is(err, ErrOldLayout) {
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) || errors.Is(err, ErrOldLayout) || !fail.IsRetryable(err) {
 			return err
 		}
 		b.Log.Warn().Err(err).Dur("retry_in", wait).Msg(what + " failed, retrying")

@@ -144,6 +144,7 @@ func (p *puller) run(ctx context.Context) error {
 			// Reconnected: the requests sent before may be gone with the
 			// old connection.
 			p.mu.Lock()
+			p.log.Debug().Int("requests", len(p.reqs)).Int("asked", p.asked).Int("running", p.running).Msg("reconnected: open pull requests taken for lost")
 			p.forget()
 			p.mu.Unlock()
 		}

@@ -107,19 +107,25 @@ func Run(ctx context.Context, d Deps) error {
 	d = d.withDefaults()
 	s := &Service{Deps: d, index: newIndex(), taskCache: &taskCache{lists: map[int64]schema.TaskList{}}}
 	consumers := Consumers(d)
+	// One part that fails stops the others: the service fails as a whole,
+	// never half of it in silence.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(consumers)+1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		errs <- s.sweep(ctx)
-	}()
-	for _, c := range consumers {
+	part := func(f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- d.Bus.Consume(ctx, c, s.handle)
+			if err := f(ctx); err != nil {
+				errs <- err
+				cancel()
+			}
 		}()
+	}
+	part(s.sweep)
+	for _, c := range consumers {
+		part(func(ctx context.Context) error { return d.Bus.Consume(ctx, c, s.handle) })
 	}
 	wg.Wait()
 	close(errs)
