@@ -27,6 +27,7 @@ import (
 // naming the fields; an actor that evaluates a rollout whose planner asked
 // for training is told so.
 func TestEvaluationYieldsMetricsNotSamples(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{actor: sim.Config{ActorErrorRate: 0.3, Seed: 2}})
 	tasks := e.tasks(6, 2, 23)
 	for i := range tasks {

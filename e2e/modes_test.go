@@ -27,6 +27,7 @@ import (
 // final answer's score, and the planner's one sample per episode holds one
 // generated run per review and is rewarded with its verdict's agreement.
 func TestPeerReviewEndToEnd(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 5}, actor: sim.Config{Seed: 6, ActorErrorRate: 0.5}})
 	const n = 300
 	tasks := e.tasks(6, 2, n)
@@ -136,6 +137,7 @@ func TestPeerReviewEndToEnd(t *testing.T) {
 // TestUnknownModeRefused: an arrival naming a mode planact does not know
 // is refused, the reason naming the known ones.
 func TestUnknownModeRefused(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 1}, actor: sim.Config{Seed: 2}})
 	const n = 301
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -158,6 +160,7 @@ func TestUnknownModeRefused(t *testing.T) {
 // exactly one chosen; those agreeing with the pick get the final answer's
 // score, the rejected ones 0; and the vote took the most frequent answer.
 func TestEnsembleEndToEnd(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 7}, actor: sim.Config{Seed: 8, ActorErrorRate: 0.3}})
 	const n, k = 302, 3
 	tasks := e.tasks(6, 2, n)
@@ -280,6 +283,7 @@ func checkWire(t *testing.T, url string, n int64) map[string]int {
 // peer_review episode starts with a plan the session-store publishes:
 // without its right to plan.*.dag.*, the server refuses it.)
 func TestModesUnderLeastPrivilege(t *testing.T) {
+	t.Parallel()
 	v := &violations{}
 	urls := composeCluster(t, v)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -337,6 +341,7 @@ func TestModesUnderLeastPrivilege(t *testing.T) {
 // it get the final answer's score, the others 0, so the chosen and the
 // rejected are rewarded differently where their answers differ.
 func TestEnsemblePlannerPickEndToEnd(t *testing.T) {
+	t.Parallel()
 	e := start(t, envOptions{planner: sim.Config{Seed: 9, JudgeErrorRate: 0.3}, actor: sim.Config{Seed: 10, ActorErrorRate: 0.3}})
 	const n, k = 303, 3
 	tasks := e.tasks(6, 2, n)

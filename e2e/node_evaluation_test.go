@@ -41,6 +41,7 @@ type nodeEvaluation struct {
 // they are the numbers planact's result holds, as the Go client reads it.
 // --evaluate with --check is refused, saying why.
 func TestNodeTrainerEvaluates(t *testing.T) {
+	t.Parallel()
 	dir := nodeExample(t)
 	e := start(t, envOptions{planner: sim.Config{Seed: 71}, actor: sim.Config{Seed: 72, ActorErrorRate: 0.3}})
 	const n = 905

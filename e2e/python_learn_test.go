@@ -107,6 +107,7 @@ type trainSide struct {
 // count is not rollout_batch_size × n_samples_per_prompt), which gives
 // groups of equal outcomes non-zero advantages: why the hook is shipped.
 func TestPythonSlimeActorAdvantages(t *testing.T) {
+	t.Parallel()
 	python(t)
 	e := start(t, envOptions{actor: sim.Config{ActorErrorRate: 0.3, Seed: 11}, planner: sim.Config{Seed: 5}})
 	const n, tasks, copies = 41, 6, 4
@@ -299,6 +300,7 @@ def assert_eval_rollout_contract(output):
 // and metrics (accuracy, mean reward, turns and acts per episode, episode
 // statuses, failures; per dataset and overall) equal to planact's numbers.
 func TestPythonSlimeEvaluation(t *testing.T) {
+	t.Parallel()
 	python(t)
 	e := start(t, envOptions{actor: sim.Config{ActorErrorRate: 0.3, Seed: 13}})
 	dir := t.TempDir()

@@ -32,6 +32,7 @@ type semEnv struct {
 	names       []string
 	ackWait     time.Duration
 	stall       time.Duration
+	slack       time.Duration
 	keep        bus.Provisioning
 	inline      int
 	stop        func()
@@ -86,6 +87,7 @@ type semOptions struct {
 	scripted bool // no planner-gateway: the test answers plan requests
 	ackWait  time.Duration
 	stall    time.Duration    // the watchdog's; default: an hour, so it stays out of the way
+	slack    time.Duration    // the watchdog's planner slack; default: the act-dispatcher's
 	keep     bus.Provisioning // retention of the services (the test's own bus keeps the default)
 	inline   int              // the session-store's inline limit
 }
@@ -118,6 +120,7 @@ func startSem(t *testing.T, o semOptions) *semEnv {
 		names:       stack.Services,
 		ackWait:     o.ackWait,
 		stall:       o.stall,
+		slack:       o.slack,
 		keep:        o.keep,
 		inline:      o.inline,
 	}
@@ -140,7 +143,7 @@ func (e *semEnv) serve(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- stack.Serve(ctx, e.names, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: e.url}, Log: bustest.Logger(), ActRetryBase: 5 * time.Millisecond,
-			ActAckWait: e.ackWait, Stall: e.stall, Provisioning: e.keep, InlineLimit: e.inline, SweepEvery: 200 * time.Millisecond})
+			ActAckWait: e.ackWait, Stall: e.stall, PlannerSlack: e.slack, Provisioning: e.keep, InlineLimit: e.inline, SweepEvery: 200 * time.Millisecond})
 	}()
 	var once sync.Once
 	e.stop = func() {

@@ -59,6 +59,10 @@ type Deps struct {
 	// episode waiting for acts or a planner turn that may legitimately take
 	// longer (its time-outs and retries) is given that long.
 	Stall time.Duration
+	// PlannerSlack is how much longer than the planner's time-out an
+	// episode waiting for a planner turn may go without progress (the turn
+	// may wait for engine capacity, then be parsed); default 30s.
+	PlannerSlack time.Duration
 }
 
 // Service is a running act-dispatcher replica.
@@ -95,6 +99,9 @@ func Run(ctx context.Context, d Deps) error {
 	if d.Stall == 0 {
 		d.Stall = 5 * time.Minute
 	}
+	if d.PlannerSlack == 0 {
+		d.PlannerSlack = 30 * time.Second
+	}
 	if d.RetryBase == 0 {
 		d.RetryBase = 200 * time.Millisecond
 	}
@@ -111,23 +118,26 @@ func Run(ctx context.Context, d Deps) error {
 	}{
 		{Consumers(d)[0], s.handlePlan},
 	}
+	// One part that fails stops the others: the service fails as a whole,
+	// never half of it in silence.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	errs := make(chan error, len(consumers)+2)
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		errs <- s.follow.Run(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		errs <- s.watchdog(ctx)
-	}()
-	for _, c := range consumers {
+	part := func(f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- d.Bus.Consume(ctx, c.c, c.h)
+			if err := f(ctx); err != nil {
+				errs <- err
+				cancel()
+			}
 		}()
+	}
+	part(s.follow.Run)
+	part(s.watchdog)
+	for _, c := range consumers {
+		part(func(ctx context.Context) error { return d.Bus.Consume(ctx, c.c, c.h) })
 	}
 	wg.Wait()
 	close(errs)

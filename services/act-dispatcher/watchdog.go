@@ -197,7 +197,7 @@ func (s *Service) stallFor(cfg schema.Config, last *bus.StoredMsg) time.Duration
 	}
 	switch verb {
 	case "req", "partial", "out":
-		return max(s.Stall, schema.Seconds(cfg.PlannerTimeoutS)+30*time.Second)
+		return max(s.Stall, schema.Seconds(cfg.PlannerTimeoutS)+s.PlannerSlack)
 	case "dag":
 		return max(s.Stall, s.actBudget(cfg))
 	}
