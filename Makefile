@@ -1,7 +1,7 @@
 # planact — `make run` for the demo, `make test` for the suite.
 GO       ?= go
 PKGS     ?= ./...
-FUZZTIME ?= 3s
+FUZZTIME ?= 20000x
 FUZZLONG ?= 2m
 FUZZPKGS ?= ./pkg/plan
 
@@ -21,20 +21,24 @@ up:
 build:
 	$(GO) build -o bin/planact ./cmd/planact
 
-## test: the whole suite with the race detector, then every fuzz target for $(FUZZTIME)
-## (docs/testing.md says what runs and how long)
-test: tools unit fuzz-smoke
+## test: the whole suite with the race detector and, beside it, every fuzz target for
+## $(FUZZTIME) inputs on one worker (docs/testing.md says what runs and how long)
+test: tools
+	@$(MAKE) --no-print-directory -j2 unit fuzz-smoke
 
 ## tools: the real clients the suite runs: the nats CLI (go install, once)
 tools:
 	@command -v nats >/dev/null || [ -x "$$($(GO) env GOPATH)/bin/nats" ] || \
 		{ echo "installing the nats CLI $(NATSCLI)"; $(GO) install github.com/nats-io/natscli/nats@$(NATSCLI); }
 
+## unit: every package's tests with -race, TESTP packages at a time: the long ones (e2e, the
+## in-suite chaos run) wait a good part of the time, so the small ones run beside them
+TESTP ?= 4
 unit:
-	$(GO) test -race -shuffle=on -count=1 -timeout 15m $(PKGS)
+	$(GO) test -race -shuffle=on -count=1 -p $(TESTP) -timeout 15m $(PKGS)
 
 fuzz-smoke:
-	@FUZZTIME=$(FUZZTIME) FUZZPKGS="$(FUZZPKGS)" GO=$(GO) ./scripts/fuzz.sh
+	@FUZZTIME=$(FUZZTIME) FUZZWORKERS=1 FUZZPKGS="$(FUZZPKGS)" GO=$(GO) ./scripts/fuzz.sh
 
 ## fuzz: every fuzz target for $(FUZZLONG)
 fuzz:
