@@ -36,7 +36,34 @@ hog_stop() {
 }
 trap hog_stop EXIT
 
+# report writes the tally so far: after every run, so that a hunt cut
+# short still leaves what it found.
+report() {
+  {
+    echo "# Flake hunt: $done_runs of $RUNS runs of \`go test -race -shuffle=on $PKGS\`"
+    echo
+    echo "Commit $(git rev-parse --short HEAD), $(nproc) cores; every other run under a busy loop on every core."
+    echo
+    echo "Runs with a failure: **$failed_runs of $done_runs**."
+    echo
+    echo "| run | ended | CPU hog | seconds | failed tests |"
+    echo "|---|---|---|---|---|"
+    printf '%s\n' "${lines[@]}"
+    echo
+    echo "## Tally"
+    echo
+    if [ ${#tally[@]} = 0 ]; then
+      echo "No test failed."
+    else
+      echo "| test | failures |"
+      echo "|---|---|"
+      for k in "${!tally[@]}"; do echo "| $k | ${tally[$k]} |"; done | sort
+    fi
+  } >"$OUT"
+}
+
 declare -A tally=()
+done_runs=0
 lines=()
 failed_runs=0
 for i in $(seq "$RUNS"); do
@@ -80,28 +107,9 @@ PY
   line="| $i | $(date -u +%FT%TZ) | $hog | $secs | ${fails:-none} |"
   lines+=("$line")
   echo "run $i/$RUNS: hog=$hog ${secs}s failures: ${fails:-none}"
+  done_runs=$i
+  report
 done
 
-{
-  echo "# Flake hunt: $RUNS runs of \`go test -race -shuffle=on $PKGS\`"
-  echo
-  echo "Commit $(git rev-parse --short HEAD), $(nproc) cores; every other run under a busy loop on every core."
-  echo
-  echo "Runs with a failure: **$failed_runs of $RUNS**."
-  echo
-  echo "| run | ended | CPU hog | seconds | failed tests |"
-  echo "|---|---|---|---|---|"
-  printf '%s\n' "${lines[@]}"
-  echo
-  echo "## Tally"
-  echo
-  if [ ${#tally[@]} = 0 ]; then
-    echo "No test failed."
-  else
-    echo "| test | failures |"
-    echo "|---|---|"
-    for k in "${!tally[@]}"; do echo "| $k | ${tally[$k]} |"; done | sort
-  fi
-} >"$OUT"
 echo "tally: $OUT"
 [ "$failed_runs" = 0 ]
