@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -18,6 +19,10 @@ type LogOptions struct {
 	Pretty bool   // human-readable console output instead of JSON
 }
 
+// timeFormat sets zerolog's process-wide time format once: loggers made at
+// once (tests, replicas in one process) would race on it.
+var timeFormat sync.Once
+
 // NewLogger returns a zerolog logger writing to w.
 func NewLogger(w io.Writer, o LogOptions) zerolog.Logger {
 	lvl, err := zerolog.ParseLevel(strings.ToLower(o.Level))
@@ -27,7 +32,7 @@ func NewLogger(w io.Writer, o LogOptions) zerolog.Logger {
 	if o.Pretty {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
 	}
-	zerolog.TimeFieldFormat = time.RFC3339Nano
+	timeFormat.Do(func() { zerolog.TimeFieldFormat = time.RFC3339Nano }) // zerolog's, process-wide
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
 
