@@ -68,7 +68,7 @@ func startCounted(t *testing.T, o countedOptions) *countedEnv {
 		names = stack.Services
 	}
 	so := o.services
-	so.Conn, so.Log = bus.ConnOptions{URL: url}, bustest.TestLogger(t)
+	so.Conn, so.Log = bus.ConnOptions{URL: url}, bustest.TestLogger(t, "debug")
 	// Provisioned once, as `planact provision` does; the services open it.
 	if err := stack.Provision(ctx, so); err != nil {
 		t.Fatal(err)
@@ -500,7 +500,7 @@ func TestAFrozenDispatchersActMovesOnOnce(t *testing.T) {
 	// The replica that takes the turn over.
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	so.Conn, so.Log = bus.ConnOptions{URL: e.url}, bustest.TestLogger(t)
+	so.Conn, so.Log = bus.ConnOptions{URL: e.url}, bustest.TestLogger(t, "debug")
 	go func() { done <- stack.Serve(ctx, []string{actdispatcher.Name}, so) }()
 	defer func() { cancel(); <-done }()
 	o := <-results

@@ -59,7 +59,7 @@ func start(t *testing.T, o envOptions) *env {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- stack.Serve(ctx, stack.Services, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger(), Replicas: o.replicas,
+		done <- stack.Serve(ctx, stack.Services, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: url}, Log: bustest.TestLogger(t, "info"), Replicas: o.replicas,
 			InlineLimit: o.inlineLimit, Tracing: o.tracing})
 	}()
 	var once sync.Once
@@ -74,6 +74,14 @@ func start(t *testing.T, o envOptions) *env {
 		})
 	}
 	t.Cleanup(stop)
+	// Provisioned and listening before the test publishes: a trainer's
+	// arrival published (with core NATS, as `nats pub` without -J does)
+	// before its stream exists is taken by nothing.
+	rctx, rcancel := context.WithTimeout(ctx, patience)
+	defer rcancel()
+	if err := stack.WaitReady(rctx, bus.ConnOptions{URL: url}, stack.Services); err != nil {
+		t.Fatal(err)
+	}
 	return &env{
 		url:     url,
 		planner: schema.Engine{URL: pu, Protocol: "sglang"},
@@ -127,5 +135,10 @@ func (e *env) rollout(t *testing.T, planner, actor *client.Client, n int64, task
 		t.Fatal(err)
 	}
 	wg.Wait()
+	if ctx.Err() != nil {
+		// The rollout did not end: what every goroutine was doing then,
+		// before the test stops the services.
+		bustest.DumpGoroutines(t)
+	}
 	return o
 }

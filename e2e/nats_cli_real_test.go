@@ -301,19 +301,20 @@ func TestNatsCLISpeaksJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	natsRun(t, e.url, append([]string{"pub", "rollout.905.arrive.planner",
+	natsRun(t, e.url, append([]string{"pub", "-J", "rollout.905.arrive.planner",
 		arrival(n, "planner", e.planner.URL, `, "tasks": `+string(tasks)+`, "config": {"max_turns": 4.0, "rollout_timeout_s": 120}`)}, asJSON...)...)
-	natsRun(t, e.url, append([]string{"pub", "rollout.905.arrive.actor", arrival(n, "actor", e.actor.URL, "")}, asJSON...)...)
+	natsRun(t, e.url, append([]string{"pub", "-J", "rollout.905.arrive.actor", arrival(n, "actor", e.actor.URL, "")}, asJSON...)...)
 	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
 		res, err := c.Result(ctx, n, role)
 		if err != nil || res.Status != schema.ResultOK || len(res.Samples) == 0 {
+			bustest.DumpGoroutines(t)
 			t.Fatalf("%s: %v %+v, want ok with samples", role, err, res)
 		}
 	}
 
 	// A wrong type in JSON is named by its path, as in msgpack.
 	wrong := rejection(906, "planner")
-	natsRun(t, e.url, append([]string{"pub", "rollout.906.arrive.planner",
+	natsRun(t, e.url, append([]string{"pub", "-J", "rollout.906.arrive.planner",
 		arrival(906, "planner", e.planner.URL, `, "tasks": [{"prompt": "q"}], "config": {"max_turns": "4"}`)}, asJSON...)...)
 	if got := reason(wrong); !strings.Contains(got, `config.max_turns is the string "4": want an integer`) {
 		t.Errorf("max_turns \"4\" in JSON: %q", got)
@@ -321,7 +322,7 @@ func TestNatsCLISpeaksJSON(t *testing.T) {
 
 	// JSON without its Content-Type: told what planact reads, and how.
 	bare := rejection(907, "planner")
-	natsRun(t, e.url, "pub", "rollout.907.arrive.planner", arrival(907, "planner", e.planner.URL, `, "tasks": [{"prompt": "q"}]`))
+	natsRun(t, e.url, "pub", "-J", "rollout.907.arrive.planner", arrival(907, "planner", e.planner.URL, `, "tasks": [{"prompt": "q"}]`))
 	if got := reason(bare); !strings.Contains(got, "the body is JSON, and planact reads msgpack") || !strings.Contains(got, "-H 'Content-Type: application/json'") {
 		t.Errorf("JSON without its Content-Type: %q", got)
 	}
@@ -332,7 +333,7 @@ func TestNatsCLISpeaksJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	natsRun(t, e.url, append([]string{"pub", "rollout.908.arrive.actor", arrival(waiting, "actor", e.actor.URL, "")}, asJSON...)...)
+	natsRun(t, e.url, append([]string{"pub", "-J", "rollout.908.arrive.actor", arrival(waiting, "actor", e.actor.URL, "")}, asJSON...)...)
 	for arrived := false; !arrived; {
 		// The arrival is recorded before the cancel goes: the session-store
 		// may take messages in another order than they were published.
@@ -343,7 +344,7 @@ func TestNatsCLISpeaksJSON(t *testing.T) {
 		var st schema.Status
 		arrived = schema.Unmarshal(m.Data, &st) == nil && st.Event == "arrived"
 	}
-	natsRun(t, e.url, append([]string{"pub", "rollout.908.cancel.actor",
+	natsRun(t, e.url, append([]string{"pub", "-J", "rollout.908.cancel.actor",
 		`{"schema": "rollout.cancel/1", "rollout": 908, "role": "actor", "reason": "from the command line"}`}, asJSON...)...)
 	res, err := c.Result(ctx, waiting, schema.RoleActor)
 	if err != nil || res.Status != schema.ResultAborted || res.Reason != "aborted by the actor trainer: from the command line" {

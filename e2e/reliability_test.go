@@ -91,7 +91,7 @@ func TestClientRidesOutNATSRestart(t *testing.T) {
 	}
 	served := make(chan error, 1)
 	go func() {
-		served <- stack.Serve(ctx, stack.Services, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: url}, Log: bustest.TestLogger(t)})
+		served <- stack.Serve(ctx, stack.Services, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: url}, Log: bustest.TestLogger(t, "debug")})
 	}()
 	if err := stack.WaitReady(ctx, bus.ConnOptions{URL: url}, stack.Services); err != nil {
 		t.Fatal(err)

@@ -33,11 +33,11 @@ func Server(t testing.TB) (*embedded.Server, string) {
 }
 
 // TestLogger returns a logger for one test. Unless PLANACT_TEST_LOG is set it
-// keeps the test's debug log in memory and, only if the test fails, writes it
+// keeps the test's log at level (debug, info, …) in memory and, only if the test fails, writes it
 // to a file in the system's temporary directory and names the file in the
 // failure, so that a flake seen once in a full run can be read
 // afterwards without running every test at debug level on the console.
-func TestLogger(t testing.TB) zerolog.Logger {
+func TestLogger(t testing.TB, level string) zerolog.Logger {
 	if os.Getenv("PLANACT_TEST_LOG") != "" {
 		return Logger()
 	}
@@ -55,9 +55,9 @@ func TestLogger(t testing.TB) zerolog.Logger {
 		buf.mu.Lock()
 		_, err = f.Write(buf.b)
 		buf.mu.Unlock()
-		t.Logf("debug log of the failed test: %s (%v)", f.Name(), err)
+		t.Logf("log of the failed test: %s (%v)", f.Name(), err)
 	})
-	return telemetry.NewLogger(buf, telemetry.LogOptions{Level: "debug"})
+	return telemetry.NewLogger(buf, telemetry.LogOptions{Level: level})
 }
 
 // DumpGoroutines writes the stacks of every goroutine of the test process
