@@ -404,16 +404,45 @@ func (a *attackers) claimMsgID(n int64) {
 // purgeTasks: trainer-planner purges the task lists: the actor's, and
 // even its own.
 func (a *attackers) purgeTasks() {
-	for _, role := range []string{schema.RoleActor, schema.RolePlanner} {
-		store := "OBJ_" + bus.ObjectTasks(role)
-		before := a.streamMsgs(store)
-		out, err := a.cli("trainer-planner", 20*time.Second, nil, "stream", "purge", store, "-f")
-		if after := a.streamMsgs(store); after < before || err == nil {
-			a.t.Errorf("trainer-planner purged %s (%d -> %d messages; %v: %s)", store, before, after, err, out)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A witness in each store that no rollout names, so nothing of
+	// planact's removes it: only a purge would. (The stores' message
+	// counts move on their own, as finished rollouts' lists are deleted.)
+	const witness = "attack-witness"
+	roles := []string{schema.RoleActor, schema.RolePlanner}
+	for _, role := range roles {
+		store, err := a.ajs.ObjectStore(ctx, bus.ObjectTasks(role))
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		if _, err := store.PutBytes(ctx, witness, []byte("still here")); err != nil {
+			a.t.Fatalf("witness in %s: %v", bus.ObjectTasks(role), err)
+		}
+		a.t.Cleanup(func() { _ = store.Delete(context.Background(), witness) })
+	}
+	// Each refused request waits out the CLI's time-out: both at once.
+	outs := make([]string, len(roles))
+	errs := make([]error, len(roles))
+	var wg sync.WaitGroup
+	for i, role := range roles {
+		wg.Go(func() {
+			outs[i], errs[i] = a.cli("trainer-planner", 20*time.Second, nil, "stream", "purge", "OBJ_"+bus.ObjectTasks(role), "-f")
+		})
+	}
+	wg.Wait()
+	for i, role := range roles {
+		store, err := a.ajs.ObjectStore(ctx, bus.ObjectTasks(role))
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		got, gerr := store.GetBytes(ctx, witness)
+		if gerr != nil || string(got) != "still here" || errs[i] == nil {
+			a.t.Errorf("trainer-planner purged OBJ_%s (witness: %q, %v; the CLI: %v: %s)", bus.ObjectTasks(role), got, gerr, errs[i], outs[i])
 		}
 		// The CLI looks at the stream first: that is refused already.
 		a.violation("trainer-planner", "$JS.API.STREAM.")
-		a.violation("trainer-planner", store)
+		a.violation("trainer-planner", "OBJ_"+bus.ObjectTasks(role))
 	}
 }
 
@@ -456,13 +485,24 @@ func (a *attackers) touchOthersTasks(n int64) {
 	if err := os.WriteFile(file, poison, 0o600); err != nil {
 		a.t.Fatal(err)
 	}
-	out, err := a.cli("trainer-actor", 20*time.Second, nil, "obj", "put", bucket, file, "--name", name, "-f")
-	if info, _ := store.GetInfo(ctx, name); info == nil || info.Digest != infoBefore.Digest {
-		a.t.Errorf("trainer-actor overwrote the planner's task list %s (%v: %s)", name, err, out)
+	// Each refused request waits out the CLI's time-out: both at once.
+	var put, del struct {
+		out string
+		err error
 	}
-	out, err = a.cli("trainer-actor", 20*time.Second, nil, "obj", "del", bucket, name, "-f")
-	if _, gerr := store.GetInfo(ctx, name); gerr != nil {
-		a.t.Errorf("trainer-actor deleted the planner's task list %s: %v (%v: %s)", name, gerr, err, out)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		put.out, put.err = a.cli("trainer-actor", 20*time.Second, nil, "obj", "put", bucket, file, "--name", name, "-f")
+	})
+	wg.Go(func() {
+		del.out, del.err = a.cli("trainer-actor", 20*time.Second, nil, "obj", "del", bucket, name, "-f")
+	})
+	wg.Wait()
+	info, gerr := store.GetInfo(ctx, name)
+	if gerr != nil {
+		a.t.Errorf("trainer-actor deleted the planner's task list %s: %v (%v: %s)", name, gerr, del.err, del.out)
+	} else if info.Digest != infoBefore.Digest {
+		a.t.Errorf("trainer-actor overwrote the planner's task list %s (%v: %s)", name, put.err, put.out)
 	}
 	a.violation("trainer-actor", bucket)
 	_ = pc.Cancel(ctx, n, schema.RolePlanner, "attack over")
@@ -499,11 +539,32 @@ func (a *attackers) poisonOwnTasks(n int64) {
 		poisoned = append(poisoned, tk)
 	}
 	// Its store is its own: the new list takes the name (the removal of
-	// the old chunks, which needs a purge, is refused).
-	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
-	_, perr := store.PutBytes(pctx, name, mustMarshal(a.t, &schema.TaskList{Tasks: poisoned}))
+	// the old chunks, which needs a purge, is refused, so the put waits
+	// for an answer that never comes: it is over once the name is taken).
+	before, err := store.GetInfo(ctx, name)
+	if err != nil {
+		a.t.Fatalf("its task list %s: %v", name, err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, time.Minute)
+	putDone := make(chan error, 1)
+	go func() {
+		_, err := store.PutBytes(pctx, name, mustMarshal(a.t, &schema.TaskList{Tasks: poisoned}))
+		putDone <- err
+	}()
+	for overwritten := false; !overwritten; {
+		select {
+		case perr := <-putDone:
+			a.t.Logf("overwrite of its own list: %v", perr)
+			overwritten = true
+		case <-time.After(50 * time.Millisecond):
+			info, err := store.GetInfo(ctx, name)
+			overwritten = err == nil && info.Digest != before.Digest
+		}
+	}
 	pcancel()
-	a.t.Logf("overwrite of its own list: %v", perr)
+	if info, err := store.GetInfo(ctx, name); err != nil || info.Digest == before.Digest {
+		a.t.Fatalf("trainer-planner could not overwrite its own task list %s (%v): the attack did not happen", name, err)
+	}
 	ac := a.trainer(schema.RoleActor)
 	if err := ac.Arrive(ctx, &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: a.actor}); err != nil {
 		a.t.Fatal(err)

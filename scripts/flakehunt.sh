@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # flakehunt: run the whole suite (go test -race, every package, TESTP at a
-# time as make test runs them) RUNS times,
+# time, with make test's flags) RUNS times,
 # half of them under a CPU hog that keeps every core busy, and tally every
 # test that failed even once. A flaky test rejects a correct change: each
 # name in the tally is a bug to fix in the behaviour, never by a timeout.
@@ -62,6 +62,10 @@ report() {
   } >"$OUT"
 }
 
+# As make test: the two long packages start first.
+first=""
+[ "$PKGS" = "./..." ] && first="./e2e ./internal/chaos"
+
 declare -A tally=()
 done_runs=0
 lines=()
@@ -71,7 +75,7 @@ for i in $(seq "$RUNS"); do
   if (( i % 2 == 0 )); then hog=yes; hog_start; fi
   start=$(date +%s)
   json=$(mktemp)
-  $GO test -race -shuffle=on -count=1 -p "${TESTP:-4}" -timeout 30m -json $PKGS >"$json" 2>&1
+  $GO test -race -shuffle=on -count=1 -p "${TESTP:-4}" -ldflags=-w -timeout 30m -json $first $PKGS >"$json" 2>&1
   rc=$?
   secs=$(( $(date +%s) - start ))
   [ "$hog" = yes ] && hog_stop

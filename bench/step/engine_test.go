@@ -152,11 +152,23 @@ func (e *textError) Error() string { return "got " + e.got + ", want " + e.want 
 func TestEngineRecordsDisconnectsAndRefusals(t *testing.T) {
 	m := fastModel()
 	m.Planner.TTFT = LogNormal{Median: 3600}
-	srv, c := startEngine(t, &m, rolePlanner)
+	srv, _ := startEngine(t, &m, rolePlanner)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Generate(ctx, engine.Request{Text: "Question: q", RoutingKey: engine.EpisodeKey(1, 0)})
+		// A client that only hangs up: pkg/engine's also sends
+		// /abort_request, and whichever the engine sees first would
+		// decide the outcome (TestEngineAborts has the abort).
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/generate", strings.NewReader(`{"text":"Question: q","rid":"gone-1"}`))
+		if err != nil {
+			done <- err
+			return
+		}
+		req.Header.Set(engine.RoutingKeyHeader, engine.EpisodeKey(1, 0))
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
 		done <- err
 	}()
 	deadline := time.Now().Add(30 * time.Second)
@@ -199,6 +211,51 @@ func TestEngineRecordsDisconnectsAndRefusals(t *testing.T) {
 	_ = json.NewDecoder(resp.Body).Decode(&body)
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body.Message, "X-SMG-Routing-Key") {
 		t.Errorf("no routing key: %d %q, want 400 naming the header", resp.StatusCode, body.Message)
+	}
+}
+
+// POST /abort_request ends the generation it names: the engine answers
+// it with finish reason abort and records the call as aborted.
+func TestEngineAborts(t *testing.T) {
+	m := fastModel()
+	m.Planner.TTFT = LogNormal{Median: 3600}
+	srv, c := startEngine(t, &m, rolePlanner)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type reply struct {
+		gen engine.Generation
+		err error
+	}
+	done := make(chan reply, 1)
+	go func() {
+		res, err := c.Generate(ctx, engine.Request{Text: "Question: q", RoutingKey: engine.EpisodeKey(1, 0), ID: "to-abort"})
+		done <- reply{res, err}
+	}()
+	e := srv.Config.Handler.(*benchEngine)
+	for {
+		e.mu.Lock()
+		_, in := e.running["to-abort"]
+		e.mu.Unlock()
+		if in {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the request never reached the engine")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, err := http.Post(srv.URL+"/abort_request", "application/json", strings.NewReader(`{"rid":"to-abort"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	r := <-done
+	if r.err != nil || r.gen.FinishReason != engine.FinishAbort {
+		t.Fatalf("the aborted generation: %+v, %v; want finish reason abort", r.gen, r.err)
+	}
+	cs := engineCalls(t, srv.URL)
+	if len(cs.Calls) != 1 || cs.Calls[0].Outcome != "aborted" {
+		t.Errorf("calls %+v, want one, aborted", cs.Calls)
 	}
 }
 
