@@ -42,6 +42,10 @@ type Options struct {
 	// in flight meanwhile): a test sees how many planact keeps in flight
 	// at most, however fast its machine.
 	Hold <-chan struct{}
+	// HoldIf, when set, narrows Hold to the generations it returns true
+	// for, by their X-Planact-Generation ("<rollout>-<episode>-t<turn>" for
+	// a planner turn): the others pass.
+	HoldIf func(generation string) bool
 }
 
 // Request is one request the engine saw.
@@ -62,6 +66,7 @@ type Engine struct {
 
 	mu          sync.Mutex
 	inFlight    int // generations in the engine or queued for it
+	held        int // generations held (Options.Hold)
 	maxInFlight int
 	log         []*Request
 }
@@ -141,7 +146,15 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if gen && e.o.Hold != nil {
+	if gen && e.o.Hold != nil && (e.o.HoldIf == nil || e.o.HoldIf(rec.Generation)) {
+		e.mu.Lock()
+		e.held++
+		e.mu.Unlock()
+		defer func() {
+			e.mu.Lock()
+			e.held--
+			e.mu.Unlock()
+		}()
 		select {
 		case <-e.o.Hold:
 		case <-r.Context().Done():
@@ -165,6 +178,7 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type Counts struct {
 	InFlight    int            // generations in the engine or queued for it now
 	MaxInFlight int            // the most at once
+	Held        int            // generations held now (Options.Hold)
 	Paths       map[string]int // requests per path
 	// Episodes and Generations count generation requests (not tokenize):
 	// per routing key, and per X-Planact-Generation (planner turn or act).
@@ -177,7 +191,7 @@ type Counts struct {
 func (e *Engine) Counts() Counts {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	c := Counts{InFlight: e.inFlight, MaxInFlight: e.maxInFlight, Paths: map[string]int{}, Episodes: map[string]int{}, Generations: map[string]int{}}
+	c := Counts{InFlight: e.inFlight, MaxInFlight: e.maxInFlight, Held: e.held, Paths: map[string]int{}, Episodes: map[string]int{}, Generations: map[string]int{}}
 	for _, r := range e.log {
 		c.Paths[r.Path]++
 		switch {
