@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/internal/freeport"
 	"github.com/planact/planact/internal/stack"
 	"github.com/planact/planact/internal/web"
 	"github.com/planact/planact/pkg/bus"
@@ -77,12 +77,11 @@ func (v *violations) take() []string {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // composeCluster starts the three servers of compose/nats from their
@@ -282,12 +281,10 @@ func TestComposeCluster(t *testing.T) {
 // rollout n from its JSON: finished ok, with its episodes.
 func checkWebAsViewer(t *testing.T, ctx context.Context, url string, n int64, episodes int) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	wctx, stop := context.WithCancel(ctx)
 	served := make(chan error, 1)
 	go func() {

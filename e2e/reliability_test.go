@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/planact/planact/internal/freeport"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -72,7 +74,13 @@ func TestResultsOwedAfterACrash(t *testing.T) {
 func TestClientRidesOutNATSRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	srv, err := embedded.Start(embedded.Options{Dir: dir, Port: -1, Name: "restarting"})
+	// A port below the ephemeral range: while NATS is down, no outgoing
+	// connection may take it as its own (internal/freeport).
+	portNum, err := freeport.Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := embedded.Start(embedded.Options{Dir: dir, Port: portNum, Name: "restarting"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,9 +117,6 @@ func TestClientRidesOutNATSRestart(t *testing.T) {
 	})
 	srv.Stop()
 	time.Sleep(2 * time.Second) // down long enough for every client to notice
-	_, port, _ := strings.Cut(strings.TrimPrefix(url, "nats://"), ":")
-	var portNum int
-	fmt.Sscan(port, &portNum)
 	srv, err = embedded.Start(embedded.Options{Dir: dir, Port: portNum, Name: "restarting"})
 	if err != nil {
 		t.Fatal(err)

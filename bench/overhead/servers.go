@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/planact/planact/internal/freeport"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
@@ -69,14 +70,9 @@ func startServers(cluster bool) (*servers, error) {
 // startCluster starts n clustered servers with JetStream, as
 // e2e/cluster_test.go does from compose/nats (without its users).
 func startCluster(n int) (*servers, error) {
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
+	ports, err := freeport.Ports(n)
+	if err != nil {
+		return nil, err
 	}
 	var routes []string
 	for _, p := range ports {

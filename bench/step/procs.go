@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/planact/planact/internal/freeport"
 
 	"github.com/planact/planact/internal/chaos"
 )
@@ -58,25 +59,9 @@ func (c *cluster) stop() {
 	}
 }
 
-// freePorts returns n free loopback ports.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
+// freePorts returns n free loopback ports that no outgoing connection
+// takes before the process binds them (internal/freeport).
+func freePorts(n int) ([]int, error) { return freeport.Ports(n) }
 
 // clockTicks is Linux's USER_HZ, the unit of /proc/PID/stat's times (100
 // on every architecture Go runs Linux on).

@@ -9,17 +9,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/planact/planact/internal/freeport"
 )
 
 // freeAddr is a loopback address nothing listens on (for now).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	return addr
 }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/planact/planact/internal/freeport"
 	"github.com/planact/planact/pkg/bus"
 )
 
@@ -617,22 +617,7 @@ func httpGet(ctx context.Context, url string) (httpResp, error) {
 	return httpResp{code: resp.StatusCode, body: body}, err
 }
 
-// freePorts returns n distinct free loopback ports.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
+// freePorts returns n distinct loopback ports, free when picked, that no
+// outgoing connection takes meanwhile (internal/freeport): a node is
+// started on them, and restarted on them after each kill.
+func freePorts(n int) ([]int, error) { return freeport.Ports(n) }
