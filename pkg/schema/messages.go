@@ -761,6 +761,11 @@ func ActorInstanceSubject(id string) string { return "planact.actor." + id + ".g
 const (
 	HdrActorGateway  = "Planact-Gateway"
 	HdrActorProgress = "Planact-Progress"
+	// HdrActorSend numbers the sends of one try's request (1, 2, …), and
+	// the gateway's "started" acknowledgement gives back the number of the
+	// send it started from: a generation started from the first send is
+	// not a retry, however late its acknowledgement comes.
+	HdrActorSend = "Planact-Send"
 )
 
 // Values of HdrActorProgress.

@@ -3,6 +3,8 @@ package actdispatcher
 import (
 	"context"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -99,8 +101,11 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 	defer end()
 	msg.Reply = reply
 	msg.Header.Set(schema.HdrActorProgress, "1") // acknowledgements and progress, please
+	sends := 0
 	send := func(subj string) error {
 		msg.Subject = subj
+		sends++
+		msg.Header.Set(schema.HdrActorSend, strconv.Itoa(sends))
 		if err := s.Bus.NC.PublishMsg(msg); err != nil {
 			return fail.Transientf("actor-gateway: %w", err)
 		}
@@ -113,9 +118,11 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 	holder, heard, sent := "", time.Now(), time.Now()
 	everHeard := false
 	// pending is the retry this request is, if a gateway starts a new
-	// generation for it.
+	// generation for it from send pendingFrom or a later one: a generation
+	// started from an earlier send (a gateway that took the first copy
+	// late) is the one the try began with, not a second.
 	var pending *schema.Retry
-	pendingReason := ""
+	pendingReason, pendingFrom := "", 1
 	if run.rerun != "" {
 		pending, pendingReason = &schema.Retry{By: s.replica(), Why: run.rerun}, "rerun"
 		run.rerun = ""
@@ -142,7 +149,7 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 			if p := m.Header.Get(schema.HdrActorProgress); p != "" {
 				acked = true
 				switch {
-				case p == schema.ActorStarted && pending != nil:
+				case p == schema.ActorStarted && pending != nil && startedFrom(m) >= pendingFrom:
 					pending.AtMs = nowMs()
 					run.retries = append(run.retries, *pending)
 					telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, pendingReason).Inc()
@@ -178,6 +185,9 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 				why = fmt.Sprintf("actor-gateway %s answered nothing for %s", holder, quiet.Round(100*time.Millisecond))
 				pendingReason = "holder_gone"
 			}
+			if pending == nil { // else a retry is outstanding since an earlier send
+				pendingFrom = sends + 1
+			}
 			pending = &schema.Retry{By: s.replica(), From: holder, Why: why}
 			log.Warn().Str("from", holder).Str("why", why).Msg("act sent again to any actor-gateway")
 			holder, heard = "", now
@@ -186,4 +196,15 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 			}
 		}
 	}
+}
+
+// startedFrom is the send a gateway's "started" acknowledgement says its
+// generation started from; a gateway that does not say (an older one) is
+// taken at its word that it started a new one.
+func startedFrom(m *nats.Msg) int {
+	n, err := strconv.Atoi(m.Header.Get(schema.HdrActorSend))
+	if err != nil {
+		return math.MaxInt
+	}
+	return n
 }

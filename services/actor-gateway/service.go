@@ -232,7 +232,11 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 	g.gens[id] = gen
 	g.mu.Unlock()
 	if progress {
-		_ = g.send(m.Reply, g.progress(schema.ActorStarted))
+		ack := g.progress(schema.ActorStarted)
+		if n := m.Header.Get(schema.HdrActorSend); n != "" {
+			ack.Header.Set(schema.HdrActorSend, n) // the send this generation started from
+		}
+		_ = g.send(m.Reply, ack)
 	}
 	stop := g.beat(gen, progress)
 	answer, err := g.generateInSlot(gctx, req)

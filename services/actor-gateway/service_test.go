@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/planact/planact/internal/bustest"
@@ -67,6 +68,66 @@ func TestDeadlineFreesTheEngineSlot(t *testing.T) {
 			t.Fatalf("slot still held (%d in flight, %d generations started, %d cancelled)", pool.InFlight("", hung.URL, ""), started.Load(), cancelled.Load())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStartedSaysWhichSend: the acknowledgement of a new generation gives
+// back the number of the send it started from (schema.HdrActorSend), so
+// that the act-dispatcher records a retry only for a generation a send
+// again started.
+func TestStartedSaysWhichSend(t *testing.T) {
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/tokenize" {
+			w.Write([]byte(`{"tokens":[1,2,3]}`))
+			return
+		}
+		<-r.Context().Done()
+	}))
+	defer hung.Close()
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "gateway")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: bustest.Logger(), Engines: &engine.Pool{Limit: 1}})
+	}()
+	caller := bustest.Conn(t, url)
+	body, err := schema.Marshal(&schema.ActorRequest{Rollout: 1, Key: "t1-s1", Engine: schema.Engine{URL: hung.URL}, Prompt: "Tool: search\nInput: x",
+		Sampling: schema.Sampling{MaxNewTokens: 8}, DeadlineMs: time.Now().Add(time.Minute).UnixMilli()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		inbox := caller.NewRespInbox()
+		sub, err := caller.SubscribeSync(inbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &nats.Msg{Subject: schema.ActorSubject, Reply: inbox, Header: nats.Header{}, Data: body}
+		m.Header.Set(schema.HdrActorProgress, "1")
+		m.Header.Set(schema.HdrActorSend, "7")
+		if err := caller.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+		first, err := sub.NextMsg(2 * time.Second)
+		_ = sub.Unsubscribe()
+		if err == nil && first.Header.Get("Status") != "503" {
+			if p, n := first.Header.Get(schema.HdrActorProgress), first.Header.Get(schema.HdrActorSend); p != schema.ActorStarted || n != "7" {
+				t.Fatalf("first answer: progress %q, send %q; want started from send 7", p, n)
+			}
+			break
+		}
+		if time.Now().After(deadline) { // the service may not be subscribed yet
+			t.Fatalf("no acknowledgement: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -1,0 +1,102 @@
+package actdispatcher
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/schema"
+)
+
+// fakeGateway answers the actor-gateways' queue subject as act decides,
+// given each copy of the request in the order it came (copy i is send i+1).
+func fakeGateway(t *testing.T, url string, act func(nc *nats.Conn, copies []*nats.Msg)) {
+	t.Helper()
+	nc := bustest.Conn(t, url)
+	var mu sync.Mutex
+	var copies []*nats.Msg
+	if _, err := nc.Subscribe(schema.ActorSubject, func(m *nats.Msg) {
+		mu.Lock()
+		copies = append(copies, m)
+		cs := append([]*nats.Msg(nil), copies...)
+		mu.Unlock()
+		act(nc, cs)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ack(nc *nats.Conn, to *nats.Msg, progress string, echo bool) {
+	m := &nats.Msg{Subject: to.Reply, Header: nats.Header{}}
+	m.Header.Set(schema.HdrActorGateway, "fake")
+	m.Header.Set(schema.HdrActorProgress, progress)
+	if echo {
+		m.Header.Set(schema.HdrActorSend, to.Header.Get(schema.HdrActorSend))
+	}
+	_ = nc.PublishMsg(m)
+}
+
+func answer(nc *nats.Conn, to *nats.Msg) {
+	m := &nats.Msg{Subject: to.Reply, Header: nats.Header{}, Data: []byte("answer")}
+	m.Header.Set(schema.HdrActorGateway, "fake")
+	_ = nc.PublishMsg(m)
+}
+
+// A request that no gateway acknowledged within the silence goes to the
+// queue group again; whether that makes a retry depends on which copy a
+// generation started from. A gateway that took the first copy late and
+// attached the second ran one generation: no retry may be recorded (one
+// was, under load: "act generated again" for an act generated once). One
+// that started a generation from the second copy, or did not say which,
+// made a retry.
+func TestARetryIsWhatAGatewayStartedFromASendAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		act     func(nc *nats.Conn, copies []*nats.Msg)
+		retries int
+	}{
+		{"the first copy taken late, the second attached", func(nc *nats.Conn, copies []*nats.Msg) {
+			if len(copies) == 2 {
+				ack(nc, copies[0], schema.ActorStarted, true)
+				ack(nc, copies[1], schema.ActorAttached, true)
+				answer(nc, copies[0])
+			}
+		}, 0},
+		{"the first copy lost, a generation started from the second", func(nc *nats.Conn, copies []*nats.Msg) {
+			if len(copies) == 2 {
+				ack(nc, copies[1], schema.ActorStarted, true)
+				answer(nc, copies[1])
+			}
+		}, 1},
+		{"a gateway that does not say which copy", func(nc *nats.Conn, copies []*nats.Msg) {
+			if len(copies) == 2 {
+				ack(nc, copies[0], schema.ActorStarted, false)
+				answer(nc, copies[0])
+			}
+		}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, url := bustest.Server(t)
+			fakeGateway(t, url, tc.act)
+			s := &Service{Deps: Deps{Bus: bustest.Bus(t, url, "dispatcher")}}
+			run := &act{Rollout: 1, Key: "t1-s1"}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			got, acked, err := s.exchange(ctx, run, &nats.Msg{Header: nats.Header{}, Data: []byte("request")})
+			if err != nil || got == nil || string(got.Data) != "answer" || !acked {
+				t.Fatalf("exchange: %v, acked %v, answer %v", err, acked, got)
+			}
+			if len(run.retries) != tc.retries {
+				t.Errorf("%d retries recorded (%+v), want %d", len(run.retries), run.retries, tc.retries)
+			}
+		})
+	}
+}
