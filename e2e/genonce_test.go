@@ -216,14 +216,18 @@ func TestEveryGenerationOnce(t *testing.T) {
 // planner-gateway replicas, find the turn claimed by a live holder and wait
 // for its output: the engine generates the turn once.
 func TestATurnAskedAgainWaitsForItsHolder(t *testing.T) {
+	const n = 1610
+	// The first turn is held on the engine until the copies wait for it,
+	// however slow the machine.
+	hold, release := holdUntil(t)
 	e := startCounted(t, countedOptions{
-		planner:  sim.Config{Seed: 165, TTFT: 2 * time.Second},
-		actor:    sim.Config{Seed: 166},
-		services: stack.Options{Replicas: map[string]int{plannergateway.Name: 2}},
+		planner:     sim.Config{Seed: 165},
+		plannerLoad: enginetest.Options{Hold: hold, HoldIf: func(g string) bool { return g == fmt.Sprintf("%d-0-t1", n) }},
+		actor:       sim.Config{Seed: 166},
+		services:    stack.Options{Replicas: map[string]int{plannergateway.Name: 2}},
 	})
 	ctx := context.Background()
 	claims := recordKV[schema.Claim](t, e.bus, "*.*.*.planner")
-	const n = 1610
 	awaited := testutil.ToFloat64(telemetry.GenerationsAwaited.WithLabelValues(schema.RolePlanner))
 	results := make(chan outcome, 1)
 	go func() { results <- e.rollout(t, e.trainer(t), e.trainer(t), n, e.tasks(1, 1, n), nil, false) }()
@@ -240,6 +244,7 @@ func TestATurnAskedAgainWaitsForItsHolder(t *testing.T) {
 	eventually(t, "the copies waiting for the holder", func() bool {
 		return testutil.ToFloat64(telemetry.GenerationsAwaited.WithLabelValues(schema.RolePlanner)) > awaited
 	})
+	release()
 	o := <-results
 	if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK {
 		t.Fatalf("rollout: %v %v %+v", o.perr, o.aerr, o.planner)
@@ -344,12 +349,18 @@ func TestAnActWhoseGatewayIsGoneIsSentAgain(t *testing.T) {
 				defer mu.Unlock()
 				return len(caught) > 0
 			})
+			// The real gateway first, answering, so that the act sent again
+			// (after 3 s of silence) finds it however slow the machine.
+			defer startService(t, e.url, actorgateway.Name)()
+			eventually(t, "the real gateway answering pings", func() bool {
+				_, err := fake.Request("$SRV.PING."+actorgateway.Name, nil, time.Second)
+				return err == nil
+			})
 			// Drained, every request that reached it is seen (and caught).
 			if err := sub.Drain(); err != nil {
 				t.Fatal(err)
 			}
 			eventually(t, "the gateway that goes gone", func() bool { return !sub.IsValid() })
-			defer startService(t, e.url, actorgateway.Name)()
 			o := <-results
 			if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK {
 				t.Fatalf("rollout: %v %v %+v", o.perr, o.aerr, o.planner)
@@ -382,7 +393,10 @@ func TestAnActWhoseGatewayIsGoneIsSentAgain(t *testing.T) {
 // answers from the generation it ran: one attempt, one engine call, no
 // retry, the act done long before its time-out.
 func TestALostActorReplyIsAnsweredAgain(t *testing.T) {
-	e := startCounted(t, countedOptions{planner: sim.Config{Seed: 173}, actor: sim.Config{Seed: 174, TTFT: 1500 * time.Millisecond}, proxied: true})
+	// The acts are held on the engine until the connection is cut, so
+	// that the answer comes while the dispatcher is away.
+	hold, release := holdUntil(t)
+	e := startCounted(t, countedOptions{planner: sim.Config{Seed: 173}, actor: sim.Config{Seed: 174}, actorLoad: enginetest.Options{Hold: hold}, proxied: true})
 	// The gateway's answers to the dispatcher, as they are published.
 	watch := bustest.Conn(t, e.url)
 	answered := make(chan struct{}, 64)
@@ -401,6 +415,7 @@ func TestALostActorReplyIsAnsweredAgain(t *testing.T) {
 	}()
 	eventually(t, "an act on the engine", func() bool { return e.actorEngine.Counts().InFlight > 0 })
 	e.proxy.Cut()
+	release()
 	select {
 	case <-answered: // published while the dispatcher is away: lost
 	case <-time.After(time.Minute):
@@ -519,4 +534,14 @@ func TestAFrozenDispatchersActMovesOnOnce(t *testing.T) {
 	if testutil.ToFloat64(telemetry.GenerationsAwaited.WithLabelValues(schema.RoleActor)) <= awaited {
 		t.Error("the replica that took over did not attach to the running generation")
 	}
+}
+
+// holdUntil returns a channel for enginetest.Options.Hold and the release
+// that closes it (at the latest when the test ends, so nothing stays held).
+func holdUntil(t *testing.T) (<-chan struct{}, func()) {
+	hold := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release)
+	return hold, release
 }

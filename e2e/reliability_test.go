@@ -182,13 +182,15 @@ func TestNoConsumerPerWait(t *testing.T) {
 // after the history. Nothing is left.
 func TestNothingLeftAfterRetention(t *testing.T) {
 	t.Parallel()
-	keep := bus.Provisioning{History: 8 * time.Second, ResultRetention: 2 * time.Second, DupeWindow: time.Second}
+	// The history outlasts the rollout's deadlines (barrier + rollout <
+	// history), which leave a healthy rollout time on a loaded machine.
+	keep := bus.Provisioning{History: 16 * time.Second, ResultRetention: 2 * time.Second, DupeWindow: time.Second}
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 67}, actor: sim.Config{Seed: 68}, keep: keep, inline: 1})
 	ctx := context.Background()
 	const n = 720
 	planner, actor := e.trainer(t), e.trainer(t)
 	planner.InlineTasksLimit = 1 // the task list goes through the object store
-	cfg := &schema.Config{BarrierTimeoutS: 3, RolloutTimeoutS: 4}
+	cfg := &schema.Config{BarrierTimeoutS: 3, RolloutTimeoutS: 12}
 	o := e.rollout(t, planner, actor, n, e.tasks(3, 1, n), cfg, false)
 	if o.perr != nil || o.aerr != nil || o.planner.SamplesObject == "" {
 		t.Fatalf("rollout: %v %v (samples object %q)", o.perr, o.aerr, o.planner.SamplesObject)

@@ -31,7 +31,7 @@ func TestSemanticsRetries(t *testing.T) {
 	}
 	// The act time-out is long enough for a healthy call on a loaded test
 	// machine; only the hangs reach it.
-	cfg := &schema.Config{ActRetries: 1, ActTimeoutS: 2, FailurePolicy: schema.PolicySkip, MaxTurns: 3}
+	cfg := &schema.Config{ActRetries: 1, ActTimeoutS: 4, FailurePolicy: schema.PolicySkip, MaxTurns: 3}
 	const n = 201
 	o := e.rollout(t, e.trainer(t), e.trainer(t), n, tasks, cfg, false)
 	if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK {

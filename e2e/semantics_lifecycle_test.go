@@ -45,24 +45,40 @@ func TestSemanticsBarrierTimeout(t *testing.T) {
 
 	// The session-store is down when the deadline passes; the scheduled
 	// message waits in the stream and the restarted services act on it.
-	a := &schema.Arrive{Rollout: 262, Role: schema.RoleActor, Engine: e.actor, Config: &schema.Config{BarrierTimeoutS: 1}}
-	if err := c.Arrive(ctx, a); err != nil {
-		t.Fatal(err)
+	// The services must stop before the 1 s deadline passes; on a loaded
+	// machine they may not, and then the live session-store rightly times
+	// the rollout out first: the scenario is run again with twice the time.
+	n := int64(262)
+	for barrier := 1.0; ; barrier, n = barrier*2, n+1 {
+		a := &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: e.actor, Config: &schema.Config{BarrierTimeoutS: barrier}}
+		if err := c.Arrive(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the arrival to be recorded and its time-out scheduled", func() bool {
+			s, found := e.session(t, n)
+			return found && s.State == schema.SessionWaiting &&
+				e.count(t, bus.StreamTimeout, subject.TimeoutSchedule(n, schema.TimeoutBarrier)) > 0
+		})
+		e.stop()
+		stopped := time.Now()
+		s, _ := e.session(t, n)
+		if s.State == schema.SessionWaiting {
+			break
+		}
+		if !stopped.After(time.UnixMilli(s.BarrierDeadlineMs())) || barrier >= 16 {
+			t.Fatalf("session %d %s when the services stopped, %v before its barrier deadline", n, s.State, time.UnixMilli(s.BarrierDeadlineMs()).Sub(stopped))
+		}
+		t.Logf("rollout %d: the services stopped after its barrier deadline (%s); again with a %gs barrier", n, s.State, barrier*2)
+		e.serve(t)
 	}
-	eventually(t, "the arrival to be recorded and its time-out scheduled", func() bool {
-		s, found := e.session(t, 262)
-		return found && s.State == schema.SessionWaiting &&
-			e.count(t, bus.StreamTimeout, subject.TimeoutSchedule(262, schema.TimeoutBarrier)) > 0
-	})
-	e.stop()
 	eventually(t, "the barrier time-out to fire while the services are down", func() bool {
-		return e.count(t, bus.StreamTimeout, subject.Timeout(262, schema.TimeoutBarrier)) > 0
+		return e.count(t, bus.StreamTimeout, subject.Timeout(n, schema.TimeoutBarrier)) > 0
 	})
-	if s, _ := e.session(t, 262); s.State != schema.SessionWaiting {
+	if s, _ := e.session(t, n); s.State != schema.SessionWaiting {
 		t.Fatalf("session %s while the services were down", s.State)
 	}
 	e.serve(t)
-	res, err = c.Result(ctx, 262, schema.RoleActor)
+	res, err = c.Result(ctx, n, schema.RoleActor)
 	if !errors.Is(err, client.ErrTimeout) || res.Status != schema.ResultTimeout {
 		t.Fatalf("after a restart: %v, %+v", err, res)
 	}

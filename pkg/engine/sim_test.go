@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -314,9 +315,12 @@ func TestAbortOnCancel(t *testing.T) {
 				c, _ := New(tc.proto, url, "sim-actor", nil)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
+				var expire func()
 				if deadline {
-					ctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
-					defer cancel()
+					// The deadline passes once the engine runs the
+					// generation: a real timer could pass before the
+					// request reaches a loaded engine, testing nothing.
+					ctx, expire = withDeadlineAtWill(ctx)
 				}
 				prompt := "Tool: search\nInput: capital of France " + sim.FaultActorHang + "\n"
 				r := Request{InputIDs: sim.Encode(prompt), Text: prompt, RoutingKey: "9-2"}
@@ -331,7 +335,9 @@ func TestAbortOnCancel(t *testing.T) {
 					errc <- err
 				}()
 				waitFor(t, "the generation running", func() bool { return e.InFlight() == 1 })
-				if !deadline {
+				if deadline {
+					expire()
+				} else {
 					cancel()
 				}
 				if err := <-errc; err == nil {
@@ -399,8 +405,10 @@ func TestPauseResume(t *testing.T) {
 	} {
 		t.Run(tc.proto+"/"+string(tc.mode), func(t *testing.T) {
 			t.Parallel() // each mostly waits on its own engine
-			// 2ms a token, one token a chunk: the planner writes for a while.
-			e, url := serveSim(t, sim.Config{Role: sim.RolePlanner, Seed: 4, PerToken: 2 * time.Millisecond})
+			// 10ms a token, one token a chunk: the planner writes for about
+			// 3 s, so that the pause lands while it writes even on a loaded
+			// machine (at 2ms a token it could finish first).
+			e, url := serveSim(t, sim.Config{Role: sim.RolePlanner, Seed: 4, PerToken: 10 * time.Millisecond})
 			c, _ := New(tc.proto, url, "sim-planner", nil)
 			ctx := context.Background()
 			prompt := plannerPrompt(t)
@@ -496,5 +504,30 @@ func TestWeightVersion(t *testing.T) {
 	}
 	if e.ModelPath() != "/ckpt/step-2" {
 		t.Errorf("model path %q", e.ModelPath())
+	}
+}
+
+// withDeadlineAtWill returns a context that reports a deadline and passes
+// it (Done closed, Err context.DeadlineExceeded) when expire is called.
+func withDeadlineAtWill(parent context.Context) (ctx context.Context, expire func()) {
+	d := &deadlineAtWill{Context: parent, at: time.Now().Add(time.Hour), done: make(chan struct{})}
+	var once sync.Once
+	return d, func() { once.Do(func() { close(d.done) }) }
+}
+
+type deadlineAtWill struct {
+	context.Context
+	at   time.Time
+	done chan struct{}
+}
+
+func (d *deadlineAtWill) Deadline() (time.Time, bool) { return d.at, true }
+func (d *deadlineAtWill) Done() <-chan struct{}       { return d.done }
+func (d *deadlineAtWill) Err() error {
+	select {
+	case <-d.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
 	}
 }

@@ -162,7 +162,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			// wait that leaves no time for the attempts the act has left
 			// (past the act's deadline, as the watchdog counts it) fails
 			// the act now, in the engine's words.
-			if !s.waitFits(cfg, began, attempt, d) {
+			if !s.waitFits(cfg, time.Since(began), attempt, d) {
 				done.Error = fmt.Sprintf("%s (the engine asked to be tried again in %v: past the act's deadline, act_timeout_s %g for each attempt left)", done.Error, d, cfg.ActTimeoutS)
 				break
 			}
@@ -431,10 +431,10 @@ func maxBackoff(base time.Duration, attempt int) time.Duration {
 	return min(base<<min(attempt-1, 16), 30*time.Second) * 3 / 2
 }
 
-// waitFits reports whether an act that began at began, waiting d before
+// waitFits reports whether an act that began elapsed ago, waiting d before
 // its attempt next, still has time within its budget for every attempt it
 // has left, with their back-offs.
-func (s *Service) waitFits(cfg schema.Config, began time.Time, next int, d time.Duration) bool {
+func (s *Service) waitFits(cfg schema.Config, elapsed time.Duration, next int, d time.Duration) bool {
 	cfg = cfg.WithDefaults()
 	attempts := max(cfg.ActRetries, 0) + 1
 	need := d
@@ -444,7 +444,7 @@ func (s *Service) waitFits(cfg schema.Config, began time.Time, next int, d time.
 			need += maxBackoff(s.RetryBase, a)
 		}
 	}
-	return time.Since(began)+need <= s.actBudget(cfg)
+	return elapsed+need <= s.actBudget(cfg)
 }
 
 // tokenDrift is an actor-gateway's answer that the engine took another

@@ -44,22 +44,30 @@ func TestDeadlineFreesTheEngineSlot(t *testing.T) {
 
 	caller := bustest.Conn(t, url)
 	req := &schema.ActorRequest{Rollout: 1, Key: "t1-s1", Engine: schema.Engine{URL: hung.URL}, Prompt: "Tool: search\nInput: x",
-		Sampling: schema.Sampling{MaxNewTokens: 8}, DeadlineMs: time.Now().Add(300 * time.Millisecond).UnixMilli()}
-	body, err := schema.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+		Sampling: schema.Sampling{MaxNewTokens: 8}}
 	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// The caller's deadline must pass while the generation runs: on a
+	// loaded machine it can pass before the request reaches the engine
+	// (the gateway then answers time-out without a generation), so the
+	// request is made again with twice the time.
+	for window := 300 * time.Millisecond; ; {
+		req.DeadlineMs = time.Now().Add(window).UnixMilli()
+		body, err := schema.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
 		reply, err := caller.Request(schema.ActorSubject, body, 5*time.Second)
 		if err == nil {
 			if code := reply.Header.Get(micro.ErrorCodeHeader); code != actorgateway.CodeTimeout {
 				t.Fatalf("reply to a hung generation: code %q, want %s (%s)", code, actorgateway.CodeTimeout, reply.Header.Get(micro.ErrorHeader))
 			}
-			break
+			if started.Load() > 0 {
+				break
+			}
+			window *= 2
 		}
 		if time.Now().After(deadline) { // the service may not be registered yet
-			t.Fatal(err)
+			t.Fatalf("no generation timed out: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

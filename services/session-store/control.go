@@ -149,6 +149,9 @@ func (s *Service) answerPause(ctx context.Context, st schema.RoleState) error {
 // control.<role>.drained.<gateway>, that it drained for the pause's epoch.
 func (s *Service) waitDrained(ctx context.Context, st schema.RoleState) (drained, missing []string, aborted int, err error) {
 	deadline := time.UnixMilli(st.DeadlineMs)
+	// "No gateway runs" drains nothing: a loaded gateway may answer a
+	// ping late, so that answer rests on asking again for a while.
+	lookFor := time.Now().Add(noGatewayPatience)
 	for {
 		ids := s.gatewayIDs(gateways[st.Role])
 		drained, missing, aborted = nil, nil, 0
@@ -165,7 +168,8 @@ func (s *Service) waitDrained(ctx context.Context, st schema.RoleState) (drained
 				missing = append(missing, id)
 			}
 		}
-		if len(missing) == 0 || time.Now().After(deadline) {
+		now := time.Now()
+		if (len(missing) == 0 && (len(ids) > 0 || now.After(lookFor))) || now.After(deadline) {
 			return drained, missing, aborted, nil
 		}
 		// Still paused this epoch? (A resume may have come meanwhile.)
@@ -183,6 +187,10 @@ func (s *Service) waitDrained(ctx context.Context, st schema.RoleState) (drained
 		}
 	}
 }
+
+// noGatewayPatience is how long a pause looks for its role's gateways
+// before it answers that none runs.
+const noGatewayPatience = 2 * time.Second
 
 // gatewayIDs lists the instances of the gateway service that answer
 // $SRV.PING now.
