@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -341,8 +343,30 @@ func checkCommandsAsViewer(t *testing.T, url string, n int64) {
 	if out := run(patience, "inspect", fmt.Sprint(n)); !strings.Contains(out, "ok") {
 		t.Errorf("planact inspect %d as viewer:\n%s", n, out)
 	}
-	if out := run(5*time.Second, "watch", fmt.Sprint(n)); !strings.Contains(out, fmt.Sprintf("rollout %d", n)) || !strings.Contains(out, "ok") {
-		t.Errorf("planact watch %d as viewer:\n%s", n, out)
+	// watch runs until it is stopped: it is stopped once it has said what
+	// the test waits for (or after patience), however long it takes to
+	// start and connect.
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(filepath.SplitList(path)[0], "planact"), "watch", fmt.Sprint(n))
+	cmd.Env = append(os.Environ(), "PATH="+path, "NATS_URL="+withUser(url, "viewer"))
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { pw.CloseWithError(cmd.Wait()) }()
+	var out strings.Builder
+	for sc := bufio.NewScanner(pr); sc.Scan(); {
+		out.WriteString(sc.Text() + "\n")
+		if strings.Contains(out.String(), fmt.Sprintf("rollout %d", n)) && strings.Contains(out.String(), "ok") {
+			cancel()
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr) // until watch has exited
+	if !strings.Contains(out.String(), fmt.Sprintf("rollout %d", n)) || !strings.Contains(out.String(), "ok") {
+		t.Errorf("planact watch %d as viewer:\n%s", n, out.String())
 	}
 }
 

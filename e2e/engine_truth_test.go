@@ -97,7 +97,7 @@ func TestRetryAfterPastTheDeadline(t *testing.T) {
 	t.Run("actor", func(t *testing.T) {
 		e := startSem(t, semOptions{planner: sim.Config{Seed: 167}, actor: sim.Config{Seed: 168, Faults: busy, RetryAfter: "30"}})
 		const n = 1604
-		o := <-e.start(t, n, []schema.Task{e.question(0, population("Chile"))}, &schema.Config{ActTimeoutS: 2, FailurePolicy: schema.PolicyFail})
+		o := <-e.start(t, n, []schema.Task{e.question(0, population("Chile"))}, &schema.Config{ActTimeoutS: 5, FailurePolicy: schema.PolicyFail})
 		if o.planner == nil || o.planner.Stats.EpisodeStatus[schema.EpisodeFailed] != 1 {
 			t.Fatalf("rollout: %v %s; want the episode failed", o.perr, brief(o.planner))
 		}
@@ -118,7 +118,7 @@ func TestRetryAfterPastTheDeadline(t *testing.T) {
 	t.Run("planner", func(t *testing.T) {
 		e := startSem(t, semOptions{planner: sim.Config{Seed: 169, Faults: busy, RetryAfter: "30"}, actor: sim.Config{Seed: 170}})
 		const n = 1605
-		o := <-e.start(t, n, []schema.Task{e.question(0, population("Chile"))}, &schema.Config{PlannerTimeoutS: 2})
+		o := <-e.start(t, n, []schema.Task{e.question(0, population("Chile"))}, &schema.Config{PlannerTimeoutS: 5})
 		if !errors.Is(o.perr, client.ErrFailed) || !strings.Contains(o.planner.Reason, schema.PlanErrPlannerUnavailable) ||
 			!strings.Contains(o.planner.Reason, "Retry-After") {
 			t.Fatalf("rollout: %v %s; want failed, planner_unavailable in the engine's words", o.perr, brief(o.planner))

@@ -269,8 +269,9 @@ func TestWatchdogAsksThePlannerAgain(t *testing.T) {
 	const n = 730
 	before := testutil.ToFloat64(telemetry.Recoveries.WithLabelValues(actdispatcher.Name, "plan-request"))
 	// A request in the stream is a planner turn that may be running: the
-	// watchdog gives it the planner's time-out and its slack (here 1s).
-	results := e.start(t, n, e.tasks(1, 1, n), &schema.Config{PlannerTimeoutS: 1})
+	// watchdog gives it the planner's time-out (3 s: the turn asked again
+	// ends within it on a loaded machine) and its slack (here 1s).
+	results := e.start(t, n, e.tasks(1, 1, n), &schema.Config{PlannerTimeoutS: 3})
 	eventually(t, "the first plan request", func() bool { return e.count(t, bus.StreamPlan, fmt.Sprintf("plan.%d.req.0", n)) == 1 })
 	gwc := plannergateway.Consumers(plannergateway.Deps{})[0]
 	if err := e.bus.JS.DeleteConsumer(ctx, gwc.Stream, gwc.Durable); err != nil {
@@ -305,8 +306,9 @@ func TestWatchdogTakesOverALostTurn(t *testing.T) {
 	e.names = slices.DeleteFunc(slices.Clone(stack.Services), func(s string) bool { return s == actdispatcher.Name })
 	e.serve(t)
 	// Short acts: the watchdog gives acts in flight their time-out and
-	// retries before it calls them lost.
-	results := e.start(t, n, e.tasks(1, 1, n), &schema.Config{ActTimeoutS: 1, ActRetries: -1})
+	// retries before it calls them lost (3 s: a healthy act, run again,
+	// ends within it on a loaded machine).
+	results := e.start(t, n, e.tasks(1, 1, n), &schema.Config{ActTimeoutS: 3, ActRetries: -1})
 	dag := fmt.Sprintf("plan.%d.dag.0", n)
 	eventually(t, "a plan", func() bool { return e.count(t, bus.StreamPlan, dag) == 1 })
 	m, err := e.bus.LastMsg(ctx, bus.StreamPlan, dag)

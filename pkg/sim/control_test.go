@@ -82,7 +82,7 @@ func TestAbortRequestEndpoint(t *testing.T) {
 		{"streaming", map[string]any{"text": plannerPromptText("What is the capital of France?", FormatGraph), "stream": true}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := New(Config{PerToken: 2 * time.Millisecond})
+			e := New(Config{PerToken: 10 * time.Millisecond})
 			srv := httptest.NewServer(e)
 			defer srv.Close()
 			tc.body["rid"] = "req-1"
