@@ -308,7 +308,9 @@ func TestConcurrencyQueues(t *testing.T) {
 		_, err := c.Generate(hangCtx, engine.Request{Text: "Tool: search\nInput: capital of Peru " + FaultActorHang})
 		hung <- err
 	}()
-	waitFor(t, func() bool { n, _ := e.Stats(); return n == 1 })
+	// Holding the slot, not only received: a request counted by Stats
+	// may still wait for the slot, and the second could take it first.
+	waitFor(t, func() bool { return e.Running() == 1 })
 	queued := make(chan engine.Generation, 1)
 	go func() {
 		g, err := c.Generate(context.Background(), engine.Request{Text: actorPrompt})
