@@ -40,7 +40,7 @@ unit:
 	$(GO) test -race -shuffle=on -count=1 -p $(TESTP) -ldflags=-w -timeout 15m $(if $(filter ./...,$(PKGS)),./e2e ./internal/chaos) $(PKGS)
 
 fuzz-smoke:
-	@FUZZTIME=$(FUZZTIME) FUZZWORKERS=1 FUZZPKGS="$(FUZZPKGS)" GO=$(GO) ./scripts/fuzz.sh
+	@FUZZTIME=$(FUZZTIME) FUZZWORKERS=1 FUZZMINIMIZE=50x FUZZFRESH=1 FUZZPKGS="$(FUZZPKGS)" GO=$(GO) ./scripts/fuzz.sh
 
 ## fuzz: every fuzz target for $(FUZZLONG)
 fuzz:
