@@ -71,7 +71,11 @@ type Options struct {
 	Processes      map[string]int
 	LogLevel       string   // of the services
 	ServeFlags     []string // more flags of `planact serve`, e.g. --stall-timeout 30s
-	Progress       io.Writer
+	// SimFlags are more flags of the simulated engines (`planact sim`),
+	// e.g. --ttft 100ms for slower ones: fewer rollouts a second, as many
+	// in flight.
+	SimFlags []string
+	Progress io.Writer
 }
 
 func (o *Options) defaults() {
@@ -164,6 +168,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	top, err := StartTopology(ctx, TopologyOptions{
 		Kind: o.Topology, Dir: o.Dir, Root: o.Root, Bin: o.Bin, Auth: o.Auth,
 		Retention: retention, Processes: o.Processes, Progress: o.Progress, LogLevel: o.LogLevel, ServeFlags: o.ServeFlags,
+		SimFlags: o.SimFlags,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("start %s: %w", o.Topology, err))
