@@ -287,11 +287,14 @@ func (e *semEnv) turnConsumer(t *testing.T) *jetstream.ConsumerInfo {
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(45 * time.Second)
-	for !cond() {
+	// Asked often at first, then less: a condition that takes seconds (a
+	// retention, a history) is not asked hundreds of times, each asking
+	// the server of every stream's state.
+	for pause := 10 * time.Millisecond; !cond(); pause = min(pause*3/2, 100*time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("still waiting for %s", what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(pause)
 	}
 }
 
