@@ -255,15 +255,61 @@ func mustMarshal(t *testing.T, m any) []byte {
 	return b
 }
 
-// TestAttacks runs the attacks of issue 17 as the real users against a
-// cluster with the shipped accounts file, and requires each to be refused.
-func TestAttacks(t *testing.T) {
+// TestAttacksOnData runs the attacks of issue 17 on what trainers read and
+// write (inboxes, arrivals, results, task lists) as the real users against
+// a cluster with the shipped accounts file, and requires each to be
+// refused. TestAttacksOnServices runs the rest on a cluster of its own:
+// two halves that run beside each other rather than one long test.
+func TestAttacksOnData(t *testing.T) {
 	t.Parallel()
+	a, done := startAttackers(t)
+	t.Run("1 snoop: trainer-planner reads everyone's deliveries on _INBOX.>", func(t *testing.T) { a.t = t; a.snoop("trainer-planner", 11) })
+	t.Run("1 snoop: viewer reads everyone's deliveries on _INBOX.>", func(t *testing.T) { a.t = t; a.snoop("viewer", 12) })
+	t.Run("2 forge: trainer-actor schedules an arrival as the planner", func(t *testing.T) { a.t = t; a.scheduleArrival() })
+	t.Run("2 forge: trainer-actor schedules a forged planner result", func(t *testing.T) { a.t = t; a.scheduleResult(done) })
+	t.Run("2 forge: trainer-planner copies the actor's result with --schedule-source", func(t *testing.T) { a.t = t; a.scheduleSource(done) })
+	t.Run("2 forge: trainer-planner claims the message id of its coming result", func(t *testing.T) { a.t = t; a.claimMsgID(21) })
+	t.Run("3 tasks: trainer-planner purges the task lists", func(t *testing.T) { a.t = t; a.purgeTasks() })
+	t.Run("3 tasks: trainer-actor deletes and overwrites the planner's task list", func(t *testing.T) { a.t = t; a.touchOthersTasks(31) })
+	t.Run("3 tasks: trainer-planner changes its task list after arriving", func(t *testing.T) { a.t = t; a.poisonOwnTasks(32) })
+	t.Run("2 forge: trainer-actor rolls up the stream it arrives on", func(t *testing.T) { a.t = t; a.rollup(done) })
+	a.t = t
+	a.stillRuns()
+}
+
+// TestAttacksOnServices runs the attacks of issue 17 on planact's services
+// and the server's limits: a viewer that naks, fakes a gateway or makes
+// consumers, services that change their streams, a trainer's consumers,
+// schedules, subscriptions and floods.
+func TestAttacksOnServices(t *testing.T) {
+	t.Parallel()
+	a, _ := startAttackers(t)
+	t.Run("4 viewer: -NAKs the services' deliveries", func(t *testing.T) { a.t = t; a.viewerNaks(41) })
+	t.Run("4 viewer: answers $SRV.PING.planner-gateway as a fake gateway", func(t *testing.T) { a.t = t; a.fakeGateway() })
+	t.Run("4 viewer: creates durable consumers", func(t *testing.T) { a.t = t; a.consumers("viewer", "ROLLOUT", 20) })
+	t.Run("5 services: change the streams they use", func(t *testing.T) { a.t = t; a.servicesEdit() })
+	t.Run("6 limits: trainer-planner creates durable consumers", func(t *testing.T) {
+		a.t = t
+		a.consumers("trainer-planner", "OBJ_results_planner", 50)
+	})
+	t.Run("6 limits: trainer-planner leaves schedules that keep writing", func(t *testing.T) { a.t = t; a.everySchedules() })
+	t.Run("6 limits: trainer-actor opens subscriptions without end", func(t *testing.T) { a.t = t; a.subscriptions() })
+	a.t = t
+	a.stillRuns()
+	// Last, as it leaves trainer-actor's stream full.
+	t.Run("6 limits: trainer-actor floods its arrivals", func(t *testing.T) { a.t = t; a.flood(61) })
+}
+
+// startAttackers starts the cluster, the engines and planact as compose/
+// deploys them, and runs a first rollout whose results the attacks go
+// after; it returns that rollout's number.
+func startAttackers(t *testing.T) (*attackers, int64) {
+	t.Helper()
 	natsCLI(t)
 	v := &violations{}
 	urls := composeCluster(t, v)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	pu, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RolePlanner, Seed: 21, WeightVersion: "planner-v7"})
 	if err != nil {
 		t.Fatal(err)
@@ -282,40 +328,18 @@ func TestAttacks(t *testing.T) {
 	a := &attackers{t: t, urls: urls, v: v, admin: admin, ajs: ajs,
 		planner: schema.Engine{URL: pu, Protocol: "sglang"}, actor: schema.Engine{URL: au, Protocol: "sglang"},
 		e: &env{world: sim.DefaultWorld()}}
-
-	// A finished rollout whose results the attacks go after.
 	const done = 1
 	if o := a.rollout(done, a.e.tasks(3, 2, done), 2*time.Minute); !o.ok() {
 		t.Fatalf("rollout %d: %v (violations %v)", done, o, v.snapshot())
 	}
-	t.Run("1 snoop: trainer-planner reads everyone's deliveries on _INBOX.>", func(t *testing.T) { a.t = t; a.snoop("trainer-planner", 11) })
-	t.Run("1 snoop: viewer reads everyone's deliveries on _INBOX.>", func(t *testing.T) { a.t = t; a.snoop("viewer", 12) })
-	t.Run("2 forge: trainer-actor schedules an arrival as the planner", func(t *testing.T) { a.t = t; a.scheduleArrival() })
-	t.Run("2 forge: trainer-actor schedules a forged planner result", func(t *testing.T) { a.t = t; a.scheduleResult(done) })
-	t.Run("2 forge: trainer-planner copies the actor's result with --schedule-source", func(t *testing.T) { a.t = t; a.scheduleSource(done) })
-	t.Run("2 forge: trainer-planner claims the message id of its coming result", func(t *testing.T) { a.t = t; a.claimMsgID(21) })
-	t.Run("3 tasks: trainer-planner purges the task lists", func(t *testing.T) { a.t = t; a.purgeTasks() })
-	t.Run("3 tasks: trainer-actor deletes and overwrites the planner's task list", func(t *testing.T) { a.t = t; a.touchOthersTasks(31) })
-	t.Run("3 tasks: trainer-planner changes its task list after arriving", func(t *testing.T) { a.t = t; a.poisonOwnTasks(32) })
-	t.Run("4 viewer: -NAKs the services' deliveries", func(t *testing.T) { a.t = t; a.viewerNaks(41) })
-	t.Run("4 viewer: answers $SRV.PING.planner-gateway as a fake gateway", func(t *testing.T) { a.t = t; a.fakeGateway() })
-	t.Run("4 viewer: creates durable consumers", func(t *testing.T) { a.t = t; a.consumers("viewer", "ROLLOUT", 20) })
-	t.Run("5 services: change the streams they use", func(t *testing.T) { a.t = t; a.servicesEdit() })
-	t.Run("6 limits: trainer-planner creates durable consumers", func(t *testing.T) {
-		a.t = t
-		a.consumers("trainer-planner", "OBJ_results_planner", 50)
-	})
-	t.Run("6 limits: trainer-planner leaves schedules that keep writing", func(t *testing.T) { a.t = t; a.everySchedules() })
-	t.Run("6 limits: trainer-actor opens subscriptions without end", func(t *testing.T) { a.t = t; a.subscriptions() })
-	t.Run("2 forge: trainer-actor rolls up the stream it arrives on", func(t *testing.T) { a.t = t; a.rollup(done) })
-	a.t = t
+	return a, done
+}
 
-	// Whatever was tried, planact still runs a rollout.
+// stillRuns: whatever was tried, planact still runs a rollout.
+func (a *attackers) stillRuns() {
 	if o := a.rollout(99, a.e.tasks(2, 2, 99), 2*time.Minute); !o.ok() {
-		t.Errorf("rollout 99 after the attacks: %v", o)
+		a.t.Errorf("rollout 99 after the attacks: %v", o)
 	}
-	// Last, as it leaves trainer-actor's stream full.
-	t.Run("6 limits: trainer-actor floods its arrivals", func(t *testing.T) { a.t = t; a.flood(61) })
 }
 
 // snoop: user subscribes to every inbox while a rollout runs.

@@ -24,6 +24,7 @@ import (
 // does not depend on the machine's speed; the rollout is cancelled once
 // both were seen full.
 func TestEnginesKeptFull(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		replicas int
 		capacity int

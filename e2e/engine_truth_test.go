@@ -223,6 +223,7 @@ func (e *semEnv) roleVersion(t *testing.T, role string) string {
 // newest, publishes the rollback, and counts staleness from it, so work
 // goes on; arrivals only ever move the version forward.
 func TestRollback(t *testing.T) {
+	t.Parallel()
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 175}, actor: sim.Config{Seed: 176}}) // the actor engine serves actor-v3
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
