@@ -33,11 +33,13 @@ tools:
 
 ## unit: every package's tests with -race, TESTP packages at a time: the long ones (e2e, the
 ## in-suite chaos run) wait a good part of the time, so the small ones run beside them
-## (the two long ones first); test binaries without DWARF (-w: links a quarter faster; stack
-## traces and race reports need only the symbol table)
+## (the two long ones first); TESTPARALLEL parallel tests at a time within a package (e2e's
+## mostly wait for engines, time-outs and the nats CLI); test binaries without DWARF (-w: links
+## a quarter faster; stack traces and race reports need only the symbol table)
 TESTP ?= 4
+TESTPARALLEL ?= 3
 unit:
-	$(GO) test -race -shuffle=on -count=1 -p $(TESTP) -ldflags=-w -timeout 15m $(if $(filter ./...,$(PKGS)),./e2e ./internal/chaos) $(PKGS)
+	$(GO) test -race -shuffle=on -count=1 -p $(TESTP) -parallel $(TESTPARALLEL) -ldflags=-w -timeout 15m $(if $(filter ./...,$(PKGS)),./e2e ./internal/chaos) $(PKGS)
 
 fuzz-smoke:
 	@FUZZTIME=$(FUZZTIME) FUZZWORKERS=1 FUZZMINIMIZE=50x FUZZFRESH=1 FUZZPKGS="$(FUZZPKGS)" GO=$(GO) ./scripts/fuzz.sh

@@ -75,7 +75,7 @@ for i in $(seq "$RUNS"); do
   if (( i % 2 == 0 )); then hog=yes; hog_start; fi
   start=$(date +%s)
   json=$(mktemp)
-  $GO test -race -shuffle=on -count=1 -p "${TESTP:-4}" -ldflags=-w -timeout 30m -json $first $PKGS >"$json" 2>&1
+  $GO test -race -shuffle=on -count=1 -p "${TESTP:-4}" -parallel "${TESTPARALLEL:-3}" -ldflags=-w -timeout 30m -json $first $PKGS >"$json" 2>&1
   rc=$?
   secs=$(( $(date +%s) - start ))
   [ "$hog" = yes ] && hog_stop
