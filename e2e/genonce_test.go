@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/planact/planact/internal/bustest"
@@ -85,6 +86,29 @@ func startCounted(t *testing.T, o countedOptions) *countedEnv {
 		go func() { done <- stack.Serve(ctx, []string{actdispatcher.Name}, po) }()
 	}
 	go func() { done <- stack.Serve(ctx, names, so) }()
+	// Every replica answering before the test goes on: a replica still
+	// starting when generations begin leaves its peers sharing an engine
+	// among fewer than will be (TestEnginesKeptFull saw 94 of 96 once).
+	want := map[string]int{}
+	for _, n := range names {
+		want[n] = max(so.Replicas[n], 1)
+	}
+	if o.proxied {
+		want[actdispatcher.Name] = max(so.Replicas[actdispatcher.Name], 1)
+	}
+	serviceReplies(t, bustest.Conn(t, url), "$SRV.PING", want, func(p micro.Ping) string { return p.Name })
+	// A replica that answers may not be counted by its peers yet: it
+	// counts them before it takes work, and they count it at their next
+	// round (bus.PeerEvery). Nothing outside the replicas says when that
+	// was, so the test lets a round pass; an act queued at a replica over
+	// its new share waits there until that share frees (the limit named
+	// in docs/engines.md).
+	for _, n := range want {
+		if n > 1 {
+			time.Sleep(bus.PeerEvery + 500*time.Millisecond)
+			break
+		}
+	}
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
