@@ -195,34 +195,56 @@ func TestNothingLeftAfterRetention(t *testing.T) {
 	if o.perr != nil || o.aerr != nil || o.planner.SamplesObject == "" {
 		t.Fatalf("rollout: %v %v (samples object %q)", o.perr, o.aerr, o.planner.SamplesObject)
 	}
-	keys := func(kv *bus.Bucket) []string {
-		ks, err := kv.ListKeys(ctx)
+	// A listing whose messages age out or are deleted while it runs never
+	// ends: nats.go's watcher waits for as many as were pending when it
+	// began (it hung a hunt run for 12 minutes). So each listing has 5 s,
+	// and one cut short says so (ok false): the condition asks again.
+	keys := func(kv *bus.Bucket) (out []string, ok bool) {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		ks, err := kv.ListKeys(lctx)
 		if err != nil {
-			t.Fatal(err)
+			return nil, false
 		}
-		var out []string
 		for k := range ks.Keys() {
 			out = append(out, k)
 		}
-		return out
+		return out, lctx.Err() == nil
 	}
-	objects := func(store jetstream.ObjectStore) int {
-		list, err := store.List(ctx)
+	objects := func(store jetstream.ObjectStore) (int, bool) {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		list, err := store.List(lctx)
 		if errors.Is(err, jetstream.ErrNoObjectsFound) {
-			return 0
+			return 0, true
 		}
 		if err != nil {
-			t.Fatal(err)
+			return 0, false
 		}
-		return len(list)
+		return len(list), true
+	}
+	// counts adds up the objects of the stores, or says it could not.
+	counts := func(stores ...jetstream.ObjectStore) (int, bool) {
+		n := 0
+		for _, s := range stores {
+			k, ok := objects(s)
+			if !ok {
+				return 0, false
+			}
+			n += k
+		}
+		return n, true
 	}
 	// At once: run state, tasks and task object are gone; the session and
 	// the results remain.
 	eventually(t, "the run state and the tasks removed", func() bool {
 		// The roles' states (role.planner, role.actor: their newest weights,
 		// a pause) outlive rollouts.
-		sessions := slices.DeleteFunc(keys(e.bus.Sessions), func(k string) bool { return strings.HasPrefix(k, "role.") })
-		return len(keys(e.bus.Runs)) == 0 && objects(e.bus.Tasks[schema.RolePlanner])+objects(e.bus.Tasks[schema.RoleActor]) == 0 && slices.Equal(sessions, []string{fmt.Sprint(n)})
+		all, ok1 := keys(e.bus.Sessions)
+		runs, ok2 := keys(e.bus.Runs)
+		tasks, ok3 := counts(e.bus.Tasks[schema.RolePlanner], e.bus.Tasks[schema.RoleActor])
+		sessions := slices.DeleteFunc(all, func(k string) bool { return strings.HasPrefix(k, "role.") })
+		return ok1 && ok2 && ok3 && len(runs) == 0 && tasks == 0 && slices.Equal(sessions, []string{fmt.Sprint(n)})
 	})
 	// The result objects stay until the retention has passed since the
 	// rollout ended (retire refuses earlier). Under load the cleanup above
@@ -233,12 +255,13 @@ func TestNothingLeftAfterRetention(t *testing.T) {
 		t.Fatalf("session %d: found %v, finished at %d ms: %v", n, found, sess.FinishedMs, err)
 	}
 	before := time.Now()
-	if got := objects(e.bus.Results[schema.RolePlanner]) + objects(e.bus.Results[schema.RoleActor]); got != 2 && before.Before(time.UnixMilli(sess.FinishedMs).Add(keep.ResultRetention)) {
+	if got, ok := counts(e.bus.Results[schema.RolePlanner], e.bus.Results[schema.RoleActor]); ok && got != 2 && before.Before(time.UnixMilli(sess.FinishedMs).Add(keep.ResultRetention)) {
 		t.Errorf("%d result objects %v after the rollout ended, want 2 until the retention (%v) has passed", got, before.Sub(time.UnixMilli(sess.FinishedMs)), keep.ResultRetention)
 	}
 	// After the result retention, the result objects.
 	eventually(t, "the result objects removed", func() bool {
-		return objects(e.bus.Results[schema.RolePlanner])+objects(e.bus.Results[schema.RoleActor]) == 0
+		got, ok := counts(e.bus.Results[schema.RolePlanner], e.bus.Results[schema.RoleActor])
+		return ok && got == 0
 	})
 	// After the history, the session and every message.
 	eventually(t, "the session and the history expired", func() bool {
@@ -255,7 +278,8 @@ func TestNothingLeftAfterRetention(t *testing.T) {
 			}
 			msgs += info.State.Msgs
 		}
-		return msgs == 0 && len(keys(e.bus.Sessions)) == 0
+		left, ok := keys(e.bus.Sessions)
+		return msgs == 0 && ok && len(left) == 0
 	})
 }
 
