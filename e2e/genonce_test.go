@@ -74,6 +74,11 @@ func startCounted(t *testing.T, o countedOptions) *countedEnv {
 	if err := stack.Provision(ctx, so); err != nil {
 		t.Fatal(err)
 	}
+	// Every replica of every service, the proxied act-dispatcher's too.
+	want := map[string]int{}
+	for _, n := range names {
+		want[n] = max(so.Replicas[n], 1)
+	}
 	var proxy *bustest.Proxy
 	served := 1
 	done := make(chan error, 2)
@@ -89,13 +94,6 @@ func startCounted(t *testing.T, o countedOptions) *countedEnv {
 	// Every replica answering before the test goes on: a replica still
 	// starting when generations begin leaves its peers sharing an engine
 	// among fewer than will be (TestEnginesKeptFull saw 94 of 96 once).
-	want := map[string]int{}
-	for _, n := range names {
-		want[n] = max(so.Replicas[n], 1)
-	}
-	if o.proxied {
-		want[actdispatcher.Name] = max(so.Replicas[actdispatcher.Name], 1)
-	}
 	serviceReplies(t, bustest.Conn(t, url), "$SRV.PING", want, func(p micro.Ping) string { return p.Name })
 	// A replica that answers may not be counted by its peers yet: it
 	// counts them before it takes work, and they count it at their next
