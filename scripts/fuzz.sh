@@ -13,9 +13,9 @@
 set -euo pipefail
 GO=${GO:-go}
 FUZZTIME=${FUZZTIME:-20000x}
-WORKERS=()
-[ -n "${FUZZWORKERS:-}" ] && WORKERS=(-parallel "$FUZZWORKERS")
-[ -n "${FUZZMINIMIZE:-}" ] && WORKERS+=(-fuzzminimizetime "$FUZZMINIMIZE")
+FLAGS=()
+[ -n "${FUZZWORKERS:-}" ] && FLAGS=(-parallel "$FUZZWORKERS")
+[ -n "${FUZZMINIMIZE:-}" ] && FLAGS+=(-fuzzminimizetime "$FUZZMINIMIZE")
 ARGS=()
 if [ -n "${FUZZFRESH:-}" ]; then
   cache=$(mktemp -d)
@@ -25,6 +25,6 @@ fi
 for pkg in ${FUZZPKGS:-./pkg/plan}; do
   for target in $($GO test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
     echo "fuzz $pkg $target for $FUZZTIME"
-    $GO test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "${WORKERS[@]}" "${ARGS[@]}"
+    $GO test "$pkg" -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "${FLAGS[@]}" "${ARGS[@]}"
   done
 done
