@@ -142,7 +142,7 @@ func (e *semEnv) serve(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- stack.Serve(ctx, e.names, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: e.url}, Log: bustest.TestLogger(t, "info"), ActRetryBase: 5 * time.Millisecond,
+		done <- stack.Serve(ctx, e.names, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: e.url}, Log: bustest.TestLogger(t, "debug"), ActRetryBase: 5 * time.Millisecond,
 			ActAckWait: e.ackWait, Stall: e.stall, PlannerSlack: e.slack, Provisioning: e.keep, InlineLimit: e.inline, SweepEvery: 200 * time.Millisecond})
 	}()
 	var once sync.Once

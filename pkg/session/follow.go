@@ -39,13 +39,17 @@ type Follower struct {
 
 	mu      sync.Mutex
 	running map[int64]schema.Session
-	work    map[int64]map[*int]context.CancelCauseFunc
-	gates   map[string]*Gate
+	// over holds the rollouts whose session is final, as long as the
+	// session is in the bucket: work registered for one of them later (a
+	// request that was on its way) is cancelled at once.
+	over  map[int64]bool
+	work  map[int64]map[*int]context.CancelCauseFunc
+	gates map[string]*Gate
 }
 
 // NewFollower returns a follower of b's sessions bucket; Run follows it.
 func NewFollower(b *bus.Bus, log zerolog.Logger) *Follower {
-	return &Follower{bus: b, log: log, running: map[int64]schema.Session{}, work: map[int64]map[*int]context.CancelCauseFunc{}, gates: map[string]*Gate{}}
+	return &Follower{bus: b, log: log, running: map[int64]schema.Session{}, over: map[int64]bool{}, work: map[int64]map[*int]context.CancelCauseFunc{}, gates: map[string]*Gate{}}
 }
 
 // Run follows the bucket until ctx ends.
@@ -90,20 +94,24 @@ func (f *Follower) update(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut || schema.Unmarshal(e.Value(), &sess) != nil {
 		f.mu.Lock()
 		delete(f.running, n)
+		delete(f.over, n) // expired or removed: its number may be used again
 		f.mu.Unlock()
 		return
 	}
 	f.mu.Lock()
 	if sess.State == schema.SessionRunning {
 		f.running[n] = sess
+		delete(f.over, n)
 		f.mu.Unlock()
 		return
 	}
 	delete(f.running, n)
 	if !sess.Final() {
+		delete(f.over, n)
 		f.mu.Unlock()
 		return
 	}
+	f.over[n] = true
 	if k := len(f.work[n]); k > 0 {
 		f.log.Info().Int64("rollout", n).Str("state", sess.State).Int("work", k).Msg("rollout over; work in flight abandoned")
 	}
@@ -128,12 +136,26 @@ func (f *Follower) Running() []schema.Session {
 	return out
 }
 
+// Over reports whether this follower has seen rollout n end (its session
+// final). False is no evidence that it runs: the follower may be behind.
+func (f *Follower) Over(n int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.over[n]
+}
+
 // Rollout returns a context for work on rollout n, cancelled with
-// ErrRolloutOver when the rollout ends; done releases it.
+// ErrRolloutOver when the rollout ends, or at once when it has ended
+// already (a request that was on its way when it ended); done releases it.
 func (f *Follower) Rollout(ctx context.Context, n int64) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	tok := new(int)
 	f.mu.Lock()
+	if f.over[n] {
+		f.mu.Unlock()
+		cancel(ErrRolloutOver)
+		return ctx, func() { cancel(nil) }
+	}
 	if f.work[n] == nil {
 		f.work[n] = map[*int]context.CancelCauseFunc{}
 	}

@@ -2,6 +2,7 @@ package actorgateway_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/schema"
 	actorgateway "github.com/planact/planact/services/actor-gateway"
@@ -136,6 +138,91 @@ func TestStartedSaysWhichSend(t *testing.T) {
 			t.Fatalf("no acknowledgement: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNoGenerationForARolloutOver: an act that reaches the gateway after
+// its rollout ended (a retry sent as the end was being written) is answered
+// at once, and the engine never sees it. It once started a generation that
+// held an engine slot until a later write to the session ended it.
+func TestNoGenerationForARolloutOver(t *testing.T) {
+	var started atomic.Int64
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/tokenize" {
+			w.Write([]byte(`{"tokens":[1,2,3]}`))
+			return
+		}
+		if r.URL.Path != "/generate" {
+			return // an abort of the one stopped, say
+		}
+		started.Add(1)
+		<-r.Context().Done()
+	}))
+	defer hung.Close()
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "gateway")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 3
+	if _, err := bus.Create(ctx, b.Sessions, schema.SessionKey(n), &schema.Session{Rollout: n, State: schema.SessionRunning, Episodes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: bustest.Logger(), Engines: &engine.Pool{Limit: 4}})
+	}()
+	caller := bustest.Conn(t, url)
+	ask := func(key string, within time.Duration) (*nats.Msg, error) {
+		body, err := schema.Marshal(&schema.ActorRequest{Rollout: n, Key: key, Engine: schema.Engine{URL: hung.URL}, Prompt: "Tool: search\nInput: x",
+			Sampling: schema.Sampling{MaxNewTokens: 8}, DeadlineMs: time.Now().Add(within).UnixMilli()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			reply, err := caller.Request(schema.ActorSubject, body, within+5*time.Second)
+			if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) { // the service may not be subscribed yet
+				return reply, err
+			}
+		}
+	}
+	isOver := func(what string, reply *nats.Msg, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if code, desc := reply.Header.Get(micro.ErrorCodeHeader), reply.Header.Get(micro.ErrorHeader); code != actorgateway.CodeUnavailable || desc != "rollout is over" {
+			t.Fatalf("%s: code %q (%s), want %s: rollout is over", what, code, desc, actorgateway.CodeUnavailable)
+		}
+	}
+	type answer struct {
+		m   *nats.Msg
+		err error
+	}
+	first := make(chan answer, 1)
+	go func() { m, err := ask("t1-s1", time.Minute); first <- answer{m, err} }()
+	for deadline := time.Now().Add(30 * time.Second); started.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the running rollout's act never reached the engine")
+		}
+	}
+	_, _, err := bus.Mutate(ctx, b.Sessions, schema.SessionKey(n), func(s *schema.Session, _ bool) (bool, error) {
+		s.State = schema.SessionDone
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := <-first // the gateway has seen the end: it stopped this one
+	isOver("the act running when the rollout ended", a.m, a.err)
+	m, err := ask("t1-s2", 5*time.Second)
+	isOver("an act sent after the rollout ended", m, err)
+	if got := started.Load(); got != 1 {
+		t.Errorf("the engine saw %d generations, want 1: none for the act sent after the end", got)
 	}
 	cancel()
 	if err := <-done; err != nil {
