@@ -20,21 +20,36 @@ import (
 	actorgateway "github.com/planact/planact/services/actor-gateway"
 )
 
+// hungEngine is an SGLang-like engine whose generations never end: each
+// holds its request until the caller goes. It tokenizes, and answers any
+// other request (an abort) at once.
+type hungEngine struct {
+	*httptest.Server
+	started, cancelled atomic.Int64 // generations begun, and ended by their caller leaving
+}
+
+func startHungEngine(t *testing.T) *hungEngine {
+	h := &hungEngine{}
+	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // so that the server notices the client leaving
+		switch r.URL.Path {
+		case "/tokenize":
+			w.Write([]byte(`{"tokens":[1,2,3]}`))
+		case "/generate":
+			h.started.Add(1)
+			<-r.Context().Done()
+			h.cancelled.Add(1)
+		}
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
 // TestDeadlineFreesTheEngineSlot: when the caller's deadline passes, the
 // gateway abandons a hung generation, so the engine's slot is free again.
 func TestDeadlineFreesTheEngineSlot(t *testing.T) {
-	var started, cancelled atomic.Int64
-	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body) // so that the server notices the client leaving
-		if r.URL.Path == "/tokenize" {
-			w.Write([]byte(`{"tokens":[1,2,3]}`))
-			return
-		}
-		started.Add(1)
-		<-r.Context().Done()
-		cancelled.Add(1)
-	}))
-	defer hung.Close()
+	hung := startHungEngine(t)
+	started, cancelled := &hung.started, &hung.cancelled
 
 	_, url := bustest.Server(t)
 	b := bustest.Bus(t, url, "gateway")
@@ -90,15 +105,7 @@ func TestDeadlineFreesTheEngineSlot(t *testing.T) {
 // that the act-dispatcher records a retry only for a generation a send
 // again started.
 func TestStartedSaysWhichSend(t *testing.T) {
-	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		if r.URL.Path == "/tokenize" {
-			w.Write([]byte(`{"tokens":[1,2,3]}`))
-			return
-		}
-		<-r.Context().Done()
-	}))
-	defer hung.Close()
+	hung := startHungEngine(t)
 	_, url := bustest.Server(t)
 	b := bustest.Bus(t, url, "gateway")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -150,20 +157,8 @@ func TestStartedSaysWhichSend(t *testing.T) {
 // at once, and the engine never sees it. It once started a generation that
 // held an engine slot until a later write to the session ended it.
 func TestNoGenerationForARolloutOver(t *testing.T) {
-	var started atomic.Int64
-	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		if r.URL.Path == "/tokenize" {
-			w.Write([]byte(`{"tokens":[1,2,3]}`))
-			return
-		}
-		if r.URL.Path != "/generate" {
-			return // an abort of the one stopped, say
-		}
-		started.Add(1)
-		<-r.Context().Done()
-	}))
-	defer hung.Close()
+	hung := startHungEngine(t)
+	started := &hung.started
 	_, url := bustest.Server(t)
 	b := bustest.Bus(t, url, "gateway")
 	ctx, cancel := context.WithCancel(context.Background())
