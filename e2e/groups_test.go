@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -300,5 +303,73 @@ func TestTargetGroupsBeyondTheBatch(t *testing.T) {
 		Config: &schema.Config{TargetGroups: 2}}, 0)
 	if !errors.Is(err, client.ErrRejected) || !strings.Contains(err.Error(), "target_groups 2: the batch has only 1 groups") {
 		t.Fatalf("target_groups beyond the batch: %v, want ErrRejected naming target_groups", err)
+	}
+}
+
+// TestRemoteRewardAskedOncePerEpisode: with streamed groups, a group is
+// decided, delivered and counted again in the result; a reward server is
+// asked once per ended episode all the same, and every place says the
+// reward it gave. The server here answers each request with a new random
+// number (an LLM judge is not bound to answer the same twice): it was once
+// asked three times per episode, so that the filter, the group's samples
+// and the result's stats each rested on another answer.
+func TestRemoteRewardAskedOncePerEpisode(t *testing.T) {
+	t.Parallel()
+	e := startSem(t, semOptions{planner: sim.Config{Seed: 107}, actor: sim.Config{Seed: 108}})
+	var mu sync.Mutex
+	asked := map[string][]float64{} // by prompt and response: every answer given
+	judge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var q struct{ Prompt, Response string }
+		if err := json.NewDecoder(r.Body).Decode(&q); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		v := rand.Float64()
+		mu.Lock()
+		asked[q.Prompt+"\x00"+q.Response] = append(asked[q.Prompt+"\x00"+q.Response], v)
+		mu.Unlock()
+		fmt.Fprintf(w, `{"reward": %v}`, v)
+	}))
+	defer judge.Close()
+	tasks := []schema.Task{
+		e.copyOf(0, 0, population("France")), e.copyOf(0, 1, population("France")),
+		e.copyOf(1, 0, population("Spain")), e.copyOf(1, 1, population("Spain")),
+		e.copyOf(2, 0, population("Germany")), e.copyOf(2, 1, population("Germany")),
+	}
+	const n = 1041
+	o := <-e.start(t, n, tasks, &schema.Config{StreamGroups: true, GroupFilter: "spread", Reward: judge.URL})
+	if o.perr != nil || o.planner.Status != schema.ResultOK {
+		t.Fatalf("rollout: %v %+v", o.perr, o.planner)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The copies of a task may answer alike: the server cannot tell them
+	// apart, so the answers are matched to the episodes as a multiset.
+	left := map[float64]int{}
+	var sum float64
+	calls := 0
+	for _, answers := range asked {
+		for _, v := range answers {
+			calls++
+			left[v]++
+			sum += v
+		}
+	}
+	st := o.planner.Stats
+	if completed := st.EpisodeStatus[schema.EpisodeCompleted]; calls != completed || completed == 0 {
+		t.Errorf("%d requests to the reward server for %d completed episodes, want one each", calls, completed)
+	}
+	if want := sum / float64(st.Ended); math.Abs(st.MeanReward-want) > 1e-9 {
+		t.Errorf("stats.mean_reward %v, want %v: the mean of the answers the server gave", st.MeanReward, want)
+	}
+	for _, s := range o.planner.Samples {
+		if left[s.Reward] == 0 {
+			t.Errorf("sample %s has reward %v, which is not an answer of the reward server's left for it", s.RolloutID, s.Reward)
+			continue
+		}
+		left[s.Reward]--
+	}
+	if len(o.planner.Samples) != len(tasks) {
+		t.Errorf("%d planner samples, want %d (every group has spread: random rewards)", len(o.planner.Samples), len(tasks))
 	}
 }

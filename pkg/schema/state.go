@@ -536,6 +536,37 @@ type GroupState struct {
 	Index  int    `json:"index"`
 	State  string `json:"state"` // delivered, filtered or surplus
 	Reason string `json:"reason,omitempty"`
+	// Scores are the rewards of the group's ended episodes, recorded with
+	// the verdict when the reward is a remote server's (reward: URL): the
+	// filter decided on them, the group's samples carry them and the
+	// result counts them, and the server is asked once per episode. A
+	// reward computed here (em, f1, a registered function) is computed
+	// again where needed and not recorded.
+	Scores []EpisodeScore `json:"scores,omitempty"`
+}
+
+// EpisodeScore is one episode's reward as the reward server gave it, or
+// why it gave none (Error: the episode scores 0, and says so).
+type EpisodeScore struct {
+	Episode int     `json:"episode"`
+	Reward  float64 `json:"reward"`
+	Correct bool    `json:"correct,omitempty"`
+	Error   string  `json:"error,omitempty"`
+}
+
+// Scores are the rewards recorded with the rollout's group verdicts, by
+// episode.
+func (s *Session) Scores() map[int]EpisodeScore {
+	var out map[int]EpisodeScore
+	for _, gs := range s.Groups {
+		for _, sc := range gs.Scores {
+			if out == nil {
+				out = map[int]EpisodeScore{}
+			}
+			out[sc.Episode] = sc
+		}
+	}
+	return out
 }
 
 // Group states.

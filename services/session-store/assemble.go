@@ -63,6 +63,7 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 		return nil, err
 	}
 	scorer := s.scorer(sess.Config)
+	recorded := sess.Scores()
 	md, err := mode.For(sess.Config)
 	if err != nil {
 		return nil, fail.E(fail.Invalid, err)
@@ -72,7 +73,11 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 		if ep.end == nil {
 			continue
 		}
-		if ep.end.Status == schema.EpisodeCompleted {
+		if sc, ok := recorded[e]; ok {
+			// Scored when its group was decided: the same reward again,
+			// without asking the reward server twice.
+			ep.reward, ep.correct, ep.rewardErr = sc.Reward, sc.Correct, sc.Error
+		} else if ep.end.Status == schema.EpisodeCompleted {
 			// A reward that cannot be computed (the reward server is down)
 			// costs that episode its reward, not the rollout its samples.
 			if ep.reward, err = scorer(ctx, ep.task, strings.Join(ep.end.Answers, " | ")); err != nil {
@@ -815,6 +820,14 @@ func registered(name string) bool {
 	return ok
 }
 
+// remoteReward says whether the rollout's reward is a reward server's
+// (reward: URL): asked over the network, and not bound to answer the same
+// twice, so its answers are recorded (schema.GroupState's Scores).
+func remoteReward(cfg schema.Config) bool {
+	return cfg.Reward != "em" && !registered(cfg.Reward) &&
+		(strings.HasPrefix(cfg.Reward, "http://") || strings.HasPrefix(cfg.Reward, "https://"))
+}
+
 // scorer returns the rollout's reward function.
 func (s *Service) scorer(cfg schema.Config) func(ctx context.Context, t schema.Task, answer string) (float64, error) {
 	switch {
@@ -827,7 +840,7 @@ func (s *Service) scorer(cfg schema.Config) func(ctx context.Context, t schema.T
 		return func(ctx context.Context, t schema.Task, a string) (float64, error) {
 			return fn(ctx, t.Prompt, a, t.Label)
 		}
-	case strings.HasPrefix(cfg.Reward, "http://") || strings.HasPrefix(cfg.Reward, "https://"):
+	case remoteReward(cfg):
 		r := reward.Remote{URL: cfg.Reward, HTTP: &http.Client{Timeout: 30 * time.Second}}
 		return func(ctx context.Context, t schema.Task, a string) (float64, error) {
 			// A few quick tries ride out a blip; a server that stays down

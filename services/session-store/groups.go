@@ -61,6 +61,13 @@ func (s *Service) decideGroup(ctx context.Context, sess schema.Session, rev uint
 		return schema.GroupState{}, sess, rev, err
 	}
 	verdict := s.filter(ctx, &sess, g, members, eps)
+	if remoteReward(sess.Config) {
+		for _, e := range members {
+			if ep := eps[e]; ep.end != nil {
+				verdict.Scores = append(verdict.Scores, schema.EpisodeScore{Episode: e, Reward: ep.reward, Correct: ep.correct, Error: ep.rewardErr})
+			}
+		}
+	}
 	var gs schema.GroupState
 	written, writtenRev, _, err := bus.MutateFrom(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), sess, rev, func(v *schema.Session, exists bool) (bool, error) {
 		if !exists {
@@ -73,7 +80,7 @@ func (s *Service) decideGroup(ctx context.Context, sess schema.Session, rev uint
 		gs = verdict
 		k := v.Config.TargetGroups
 		if gs.State == schema.GroupDelivered && k > 0 && len(v.Delivered()) >= k {
-			gs = schema.GroupState{Index: g, State: schema.GroupSurplus,
+			gs = schema.GroupState{Index: g, State: schema.GroupSurplus, Scores: verdict.Scores,
 				Reason: fmt.Sprintf("not delivered: the %d groups asked for (target_groups) were delivered before it completed", k)}
 		}
 		v.Groups = append(v.Groups, gs)
