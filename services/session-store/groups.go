@@ -46,19 +46,20 @@ func groupCount(tasks []schema.Task) int {
 // or surplus when target_groups were already delivered) before anything is
 // published: a redo publishes what was decided, never asks the filter
 // again. A delivery that reaches target_groups ends the rollout in the same
-// write. It returns the session as written.
-func (s *Service) decideGroup(ctx context.Context, sess schema.Session, rev uint64, g int) (schema.GroupState, schema.Session, uint64, error) {
+// write. It returns the session as written, and the group's episodes when
+// it read them (for deliverGroup; nil when the group was decided before).
+func (s *Service) decideGroup(ctx context.Context, sess schema.Session, rev uint64, g int) (schema.GroupState, schema.Session, uint64, map[int]*episode, error) {
 	if gs, ok := sess.Group(g); ok {
-		return gs, sess, rev, nil
+		return gs, sess, rev, nil, nil
 	}
 	tasks, err := s.tasks(ctx, sess.Rollout)
 	if err != nil {
-		return schema.GroupState{}, sess, rev, err
+		return schema.GroupState{}, sess, rev, nil, err
 	}
 	members := groupMembers(tasks, g)
 	eps, err := s.gather(ctx, &sess, tasks, members)
 	if err != nil {
-		return schema.GroupState{}, sess, rev, err
+		return schema.GroupState{}, sess, rev, nil, err
 	}
 	verdict := s.filter(ctx, &sess, g, members, eps)
 	if remoteReward(sess.Config) {
@@ -69,15 +70,16 @@ func (s *Service) decideGroup(ctx context.Context, sess schema.Session, rev uint
 		}
 	}
 	var gs schema.GroupState
+	var theirs bool // decided by another reader meanwhile, on its own reads
 	written, writtenRev, _, err := bus.MutateFrom(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), sess, rev, func(v *schema.Session, exists bool) (bool, error) {
 		if !exists {
 			return false, fail.Permanentf("group %d of rollout %d, which has no session", g, sess.Rollout)
 		}
 		if known, ok := v.Group(g); ok {
-			gs = known // decided by another reader
+			gs, theirs = known, true
 			return false, nil
 		}
-		gs = verdict
+		gs, theirs = verdict, false
 		k := v.Config.TargetGroups
 		if gs.State == schema.GroupDelivered && k > 0 && len(v.Delivered()) >= k {
 			gs = schema.GroupState{Index: g, State: schema.GroupSurplus, Scores: verdict.Scores,
@@ -93,15 +95,19 @@ func (s *Service) decideGroup(ctx context.Context, sess schema.Session, rev uint
 		return true, nil
 	})
 	if err != nil {
-		return schema.GroupState{}, sess, rev, err
+		return schema.GroupState{}, sess, rev, nil, err
 	}
-	return gs, written, writtenRev, nil
+	if theirs {
+		eps = nil // its rewards may not be the ones recorded
+	}
+	return gs, written, writtenRev, eps, nil
 }
 
 // deliverGroup publishes delivered group g to every role that arrived,
 // each once (a role's group subject that holds a message was published),
-// and returns the objects its samples went to.
-func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int) ([]string, error) {
+// and returns the objects its samples went to. eps are the group's
+// episodes as decideGroup read them, or nil (read here).
+func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int, eps map[int]*episode) ([]string, error) {
 	n := sess.Rollout
 	var missing []string
 	for _, role := range arrivedRoles(sess) {
@@ -121,9 +127,10 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int)
 		return nil, err
 	}
 	members := groupMembers(tasks, g)
-	eps, err := s.gather(ctx, sess, tasks, members)
-	if err != nil {
-		return nil, err
+	if eps == nil {
+		if eps, err = s.gather(ctx, sess, tasks, members); err != nil {
+			return nil, err
+		}
 	}
 	// The groups delivered so far, in the order decided, up to this one.
 	var delivered []int

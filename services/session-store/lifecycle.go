@@ -341,9 +341,10 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 				break
 			}
 			var gs schema.GroupState
-			if gs, sess, rev, err = s.decideGroup(ctx, sess, rev, g); err == nil && gs.State == schema.GroupDelivered {
+			var eps map[int]*episode
+			if gs, sess, rev, eps, err = s.decideGroup(ctx, sess, rev, g); err == nil && gs.State == schema.GroupDelivered {
 				var objs []string
-				objs, err = s.deliverGroup(ctx, &sess, g)
+				objs, err = s.deliverGroup(ctx, &sess, g, eps)
 				objects = append(objects, objs...)
 			}
 			if err == nil {
