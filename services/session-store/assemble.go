@@ -146,14 +146,25 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 	if err != nil {
 		return nil, nil, err
 	}
+	// The delivered groups' samples, as they were delivered: read by
+	// several readers, as the episodes are.
+	roles, groups := []string{schema.RolePlanner, schema.RoleActor}, sess.Delivered()
+	read := make([][]schema.Sample, len(roles)*len(groups))
+	err = forEach(ctx, len(read), readers, func(ctx context.Context, i int) error {
+		var err error
+		read[i], err = s.groupSamples(ctx, n, roles[i/len(groups)], groups[i%len(groups)])
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
 	delivered := map[string]map[int][]schema.Sample{}
-	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
-		delivered[role] = map[int][]schema.Sample{}
-		for _, g := range sess.Delivered() {
-			if delivered[role][g], err = s.groupSamples(ctx, n, role, g); err != nil {
-				return nil, nil, err
-			}
+	for i, samples := range read {
+		role, g := roles[i/len(groups)], groups[i%len(groups)]
+		if delivered[role] == nil {
+			delivered[role] = map[int][]schema.Sample{}
 		}
+		delivered[role][g] = samples
 	}
 	planner, actor = buildResults(sess, tasks, eps, delivered)
 	return planner, actor, nil
