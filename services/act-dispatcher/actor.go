@@ -90,7 +90,8 @@ func (r *replies) open(nc *nats.Conn) (string, <-chan *nats.Msg, func(), error) 
 // sending the request again as the comment above says, and whether a
 // gateway acknowledged it first (it ran, or waited to run). A request sent
 // to any gateway again, or the first of an act another runner may have
-// generated already (run.rerun), is a retry when a gateway starts a new
+// generated already (run.rerun) or whose last exchange ended with such a
+// retry outstanding (run.resend), is a retry when a gateway starts a new
 // generation for it (its acknowledgement says started, not attached): that
 // retry is appended to run.retries, with why.
 func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer *nats.Msg, acked bool, err error) {
@@ -127,6 +128,10 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 		pending, pendingReason = &schema.Retry{By: s.replica(), Why: run.rerun}, "rerun"
 		run.rerun = ""
 	}
+	if run.resend != nil {
+		pending, pendingReason = run.resend, run.resendReason
+		run.resend = nil
+	}
 	tick := time.NewTicker(silence / 6)
 	defer tick.Stop()
 	for {
@@ -138,6 +143,9 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 				// No responders: no gateway at all, or the one that has the
 				// act is not there (gone, or reconnecting).
 				if holder == "" && !everHeard {
+					// A retry outstanding stays one: the act's next exchange
+					// records it if a gateway starts a generation then.
+					run.resend, run.resendReason = pending, pendingReason
 					return nil, false, errNoActorGateway
 				}
 				continue

@@ -2,6 +2,7 @@ package actdispatcher
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -98,5 +99,52 @@ func TestARetryIsWhatAGatewayStartedFromASendAgain(t *testing.T) {
 				t.Errorf("%d retries recorded (%+v), want %d", len(run.retries), run.retries, tc.retries)
 			}
 		})
+	}
+}
+
+// A request sent again to any gateway that then finds none at all (the
+// one that took the first copy went, the next is not yet subscribed) ends
+// the exchange ("no actor-gateway"); the act's next exchange still carries
+// the retry: a generation a gateway starts then is recorded as one. It was
+// lost once (an e2e hunt: "retries [], want one"), so that an engine could
+// see an act generated twice with nothing to say why.
+func TestARetryOutstandingSurvivesAnExchangeThatFoundNoGateway(t *testing.T) {
+	t.Parallel()
+	_, url := bustest.Server(t)
+	gone := bustest.Conn(t, url)
+	caught := make(chan struct{}, 1)
+	sub, err := gone.Subscribe(schema.ActorSubject, func(*nats.Msg) {
+		select {
+		case caught <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-caught; _ = sub.Unsubscribe(); _ = gone.Flush() }() // takes the first copy, says nothing, goes
+	s := &Service{Deps: Deps{Bus: bustest.Bus(t, url, "dispatcher")}}
+	run := &act{Rollout: 1, Key: "t1-s1"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, _, err := s.exchange(ctx, run, &nats.Msg{Header: nats.Header{}, Data: []byte("request")}); err != errNoActorGateway {
+		t.Fatalf("exchange with the gateway gone: %v, want %v", err, errNoActorGateway)
+	}
+	if len(run.retries) != 0 {
+		t.Fatalf("retries recorded before any generation started: %+v", run.retries)
+	}
+	fakeGateway(t, url, func(nc *nats.Conn, copies []*nats.Msg) {
+		ack(nc, copies[0], schema.ActorStarted, true)
+		answer(nc, copies[0])
+	})
+	got, _, err := s.exchange(ctx, run, &nats.Msg{Header: nats.Header{}, Data: []byte("request")})
+	if err != nil || string(got.Data) != "answer" {
+		t.Fatalf("exchange: %v, answer %v", err, got)
+	}
+	if len(run.retries) != 1 || run.retries[0].From != "" || !strings.Contains(run.retries[0].Why, "no actor-gateway acknowledged") {
+		t.Errorf("retries %+v, want the one sent again to any gateway", run.retries)
 	}
 }

@@ -54,6 +54,11 @@ type act struct {
 	retries []schema.Retry // generations sent again beyond its attempts
 	aborted string         // the gateway whose run of the last try a pause aborted
 	rerun   string         // why another runner may have generated it already
+	// resend is the retry outstanding when the last exchange ended finding
+	// no gateway at all: the copies sent before may have reached one that
+	// went, so a generation its next exchange starts is that retry.
+	resend       *schema.Retry
+	resendReason string
 }
 
 // runner runs one turn.
