@@ -136,14 +136,6 @@ func (f *Follower) Running() []schema.Session {
 	return out
 }
 
-// Over reports whether this follower has seen rollout n end (its session
-// final). False is no evidence that it runs: the follower may be behind.
-func (f *Follower) Over(n int64) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.over[n]
-}
-
 // Rollout returns a context for work on rollout n, cancelled with
 // ErrRolloutOver when the rollout ends, or at once when it has ended
 // already (a request that was on its way when it ended); done releases it.
