@@ -93,7 +93,7 @@ func (a *attackers) cliAuth(user string) []string {
 func (a *attackers) conn(user string) (*nats.Conn, chan error) {
 	a.t.Helper()
 	errs := make(chan error, 64)
-	nc, err := nats.Connect(withUser(a.urls[1], user), nats.CustomInboxPrefix(bus.InboxPrefix(user)), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	nc, err := bustest.Connect(withUser(a.urls[1], user), nats.CustomInboxPrefix(bus.InboxPrefix(user)), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		select {
 		case errs <- err:
 		default:

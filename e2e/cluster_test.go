@@ -585,7 +585,7 @@ func checkForbidden(t *testing.T, url string, v *violations, n int64) {
 // refused as it must be.
 func tryForbidden(url, user, publish, request, subscribe string) (problems []string) {
 	denied := make(chan error, 4)
-	nc, err := nats.Connect(withUser(url, user), nats.CustomInboxPrefix(bus.InboxPrefix(user)),
+	nc, err := bustest.Connect(withUser(url, user), nats.CustomInboxPrefix(bus.InboxPrefix(user)),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case denied <- err:

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -121,19 +122,29 @@ func Provision(t testing.TB, url string) {
 
 // Conn is a plain NATS connection, as a trainer would have: with the inbox
 // prefix of the user url names, if any (compose/nats/accounts.conf lets a
-// user read its own inboxes only).
+// user read its own inboxes only). Like a trainer's, it dials again while
+// the server cannot be reached (Connect).
 func Conn(t testing.TB, url string) *nats.Conn {
 	t.Helper()
 	opts := []nats.Option{nats.Name(fmt.Sprintf("test-%s", t.Name()))}
 	if p := (bus.ConnOptions{URL: url}).Inbox(); p != "" {
 		opts = append(opts, nats.CustomInboxPrefix(p))
 	}
-	nc, err := nats.Connect(url, opts...)
+	nc, err := Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// Connect is nats.Connect dialling again, for up to a minute, while the
+// server cannot be reached (bus.DialRetry): on two busy cores a loopback
+// dial can miss nats.go's 2 s connect deadline (a flake hunt saw it once).
+func Connect(url string, opts ...nats.Option) (*nats.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return bus.DialRetry(ctx, func() (*nats.Conn, error) { return nats.Connect(url, opts...) }, nil)
 }
 
 // Proxy forwards TCP connections to a NATS server. Freeze stops every byte

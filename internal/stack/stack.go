@@ -176,7 +176,7 @@ func Serve(ctx context.Context, names []string, o Options) error {
 				if name == web.Name {
 					// The web view only reads: it opens nothing, so it can
 					// run as a read-only user (compose's viewer).
-					connect = func() (*bus.Bus, error) { return bus.ConnectReader(o.Conn, "planact-web-"+replica, log) }
+					connect = func() (*bus.Bus, error) { return bus.ConnectReader(ctx, o.Conn, "planact-web-"+replica, log) }
 				}
 				b, err := connect()
 				if err != nil {
@@ -308,7 +308,7 @@ func runner(name string, b *bus.Bus, log zerolog.Logger, o Options, webListener 
 // WaitReady waits until every named service answers `$SRV.PING.<name>`:
 // consumers created, endpoints registered.
 func WaitReady(ctx context.Context, conn bus.ConnOptions, names []string) error {
-	nc, err := conn.Dial("planact-ready-check")
+	nc, err := conn.DialContext(ctx, "planact-ready-check", nil)
 	if err != nil {
 		return err
 	}

@@ -76,11 +76,12 @@ type Bus struct {
 	single map[string]bool
 }
 
-// Connect dials the servers c names, opens what planact keeps in JetStream
-// (made by Provision: `planact provision`) and returns a Bus. name shows up
-// in `nats server report connections`. The connection reconnects for ever.
+// Connect dials the servers c names (waiting, until ctx ends, while none
+// can be reached), opens what planact keeps in JetStream (made by
+// Provision: `planact provision`) and returns a Bus. name shows up in
+// `nats server report connections`. The connection reconnects for ever.
 func Connect(ctx context.Context, c ConnOptions, name string, log zerolog.Logger, p Provisioning) (*Bus, error) {
-	nc, err := dialForever(c, name, log)
+	nc, err := dialForever(ctx, c, name, log)
 	if err != nil {
 		return nil, err
 	}
@@ -96,8 +97,8 @@ func Connect(ctx context.Context, c ConnOptions, name string, log zerolog.Logger
 // only reads what planact wrote (the web view): it needs no right but to
 // read, so it can run as a read-only user. Its Bus has the connection,
 // JetStream and service registration; the buckets and stores are nil.
-func ConnectReader(c ConnOptions, name string, log zerolog.Logger) (*Bus, error) {
-	nc, err := dialForever(c, name, log)
+func ConnectReader(ctx context.Context, c ConnOptions, name string, log zerolog.Logger) (*Bus, error) {
+	nc, err := dialForever(ctx, c, name, log)
 	if err != nil {
 		return nil, err
 	}
@@ -109,10 +110,11 @@ func ConnectReader(c ConnOptions, name string, log zerolog.Logger) (*Bus, error)
 	return &Bus{NC: nc, JS: js, Log: log}, nil
 }
 
-// dialForever dials the servers c names with a connection that reconnects
-// for ever, logging when it loses and regains the server.
-func dialForever(c ConnOptions, name string, log zerolog.Logger) (*nats.Conn, error) {
-	return c.Dial(name,
+// dialForever dials the servers c names, until one answers or ctx ends,
+// with a connection that reconnects for ever, logging when it loses and
+// regains the server.
+func dialForever(ctx context.Context, c ConnOptions, name string, log zerolog.Logger) (*nats.Conn, error) {
+	return c.DialContext(ctx, name, func(err error) { log.Warn().Err(err).Msg("nats not reachable yet; trying again") },
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {

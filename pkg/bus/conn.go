@@ -1,14 +1,19 @@
 package bus
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
@@ -389,6 +394,49 @@ func (o ConnOptions) Dial(name string, extra ...nats.Option) (*nats.Conn, error)
 		return nil, err
 	}
 	return nc, nil
+}
+
+// DialContext dials like Dial, and tries again while the servers cannot be
+// reached, until ctx ends: a service started before its NATS server, or
+// while it restarts, waits for it. onRetry, if not nil, hears each failed
+// attempt. Anything but an unreachable server (credentials refused, TLS,
+// a server too old) is returned at once.
+func (o ConnOptions) DialContext(ctx context.Context, name string, onRetry func(error), extra ...nats.Option) (*nats.Conn, error) {
+	return DialRetry(ctx, func() (*nats.Conn, error) { return o.Dial(name, extra...) }, onRetry)
+}
+
+// DialRetry calls dial until it succeeds, fails with anything but an
+// unreachable server (Unreachable), or ctx ends, waiting 100 ms after the
+// first failure and twice as long after each next one, up to a second.
+func DialRetry(ctx context.Context, dial func() (*nats.Conn, error), onRetry func(error)) (*nats.Conn, error) {
+	wait := 100 * time.Millisecond
+	for {
+		nc, err := dial()
+		if err == nil || !Unreachable(err) {
+			return nc, err
+		}
+		if onRetry != nil {
+			onRetry(err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (gave up: %w)", err, context.Cause(ctx))
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// Unreachable reports whether err says that no server could be reached or
+// none finished its handshake in time (refused, reset, closed, timed out):
+// what a server starting or restarting, or a machine too busy to run the
+// dialling goroutine before nats.go's 2 s connect deadline, gives. Trying
+// again may help; with any other error it cannot.
+func Unreachable(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout)
 }
 
 // Redact hides the passwords and tokens that server URLs may carry

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/internal/freeport"
 	"github.com/planact/planact/internal/natsbin"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/embedded"
@@ -375,7 +377,7 @@ func TestOldServerRefused(t *testing.T) {
 	}
 	_, err := bus.Connect(context.Background(), bus.ConnOptions{URL: old.URL}, "test", bustest.Logger(), bus.Provisioning{})
 	check("Connect", err)
-	_, err = bus.ConnectReader(bus.ConnOptions{URL: old.URL}, "test", bustest.Logger())
+	_, err = bus.ConnectReader(context.Background(), bus.ConnOptions{URL: old.URL}, "test", bustest.Logger())
 	check("ConnectReader", err)
 	_, err = bus.ConnOptions{URL: old.URL}.Dial("test")
 	check("Dial", err)
@@ -390,5 +392,74 @@ func TestOldServerRefused(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	if _, err := js.Stream(context.Background(), bus.StreamRollout); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Errorf("stream %s on the old server: %v, want none provisioned", bus.StreamRollout, err)
+	}
+}
+
+// TestDialWaitsForAServerStillStarting: a service started before its NATS
+// server (or while it restarts) waits for it and then connects; before,
+// its first dial's "connection refused" stopped the service. What cannot
+// be helped by waiting (credentials refused) still ends the dial at once,
+// and a dial given up says why.
+func TestDialWaitsForAServerStillStarting(t *testing.T) {
+	port, err := freeport.Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := bus.ConnOptions{URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	failed := make(chan error, 100)
+	type dialed struct {
+		nc  *nats.Conn
+		err error
+	}
+	done := make(chan dialed, 1)
+	go func() {
+		nc, err := o.DialContext(ctx, "test", func(err error) {
+			select {
+			case failed <- err:
+			default:
+			}
+		})
+		done <- dialed{nc, err}
+	}()
+	first := <-failed // nothing listens yet
+	if !bus.Unreachable(first) {
+		t.Errorf("first attempt: %v, want an unreachable server", first)
+	}
+	s, err := embedded.Start(embedded.Options{Dir: t.TempDir(), Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	d := <-done
+	if d.err != nil {
+		t.Fatalf("dial once the server is up: %v", d.err)
+	}
+	d.nc.Close()
+
+	// Refused credentials are not retried.
+	locked, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, Authorization: "s3cret", NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go locked.Start()
+	defer locked.Shutdown()
+	if !locked.ReadyForConnections(10 * time.Second) {
+		t.Fatal("locked server not ready")
+	}
+	retried := false
+	_, err = bus.ConnOptions{URL: locked.ClientURL()}.DialContext(ctx, "test", func(error) { retried = true })
+	if !errors.Is(err, nats.ErrAuthorization) || retried {
+		t.Errorf("dial with no token: %v (retried: %v), want the authorization error at once", err, retried)
+	}
+
+	// Given up: the error names the last failure and why it stopped.
+	s.Stop()
+	gone, stop := context.WithCancel(context.Background())
+	stop()
+	_, err = o.DialContext(gone, "test", nil)
+	if err == nil || !bus.Unreachable(err) || !errors.Is(err, context.Canceled) {
+		t.Errorf("dial given up: %v, want the unreachable server and the cancellation", err)
 	}
 }
