@@ -187,16 +187,25 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 			// Gone, or never heard of: any gateway. A new generation there
 			// is a retry (recorded when it starts); one that has it running
 			// attaches the request.
-			why := fmt.Sprintf("no actor-gateway acknowledged the request for %s", quiet.Round(100*time.Millisecond))
-			pendingReason = "unanswered"
+			why, reason := fmt.Sprintf("no actor-gateway acknowledged the request for %s", quiet.Round(100*time.Millisecond)), "unanswered"
 			if holder != "" {
-				why = fmt.Sprintf("actor-gateway %s answered nothing for %s", holder, quiet.Round(100*time.Millisecond))
-				pendingReason = "holder_gone"
+				why, reason = fmt.Sprintf("actor-gateway %s answered nothing for %s", holder, quiet.Round(100*time.Millisecond)), "holder_gone"
 			}
-			if pending == nil { // else a retry is outstanding since an earlier send
+			if pending == nil {
 				pendingFrom = sends + 1
+				pending, pendingReason = &schema.Retry{By: s.replica(), From: holder, Why: why}, reason
+			} else {
+				// A retry outstanding since an earlier send stays that one
+				// retry, and keeps what made it (the gateway that had the
+				// act and went: its generation may have reached the
+				// engine); this send adds its reason. It was overwritten
+				// once (an e2e hunt: the gateway that went lost from the
+				// record when the send after it found no gateway either).
+				if pending.From == "" {
+					pending.From = holder
+				}
+				pending.Why += "; then " + why
 			}
-			pending = &schema.Retry{By: s.replica(), From: holder, Why: why}
 			log.Warn().Str("from", holder).Str("why", why).Msg("act sent again to any actor-gateway")
 			holder, heard = "", now
 			if err := send(schema.ActorSubject); err != nil {

@@ -148,3 +148,37 @@ func TestARetryOutstandingSurvivesAnExchangeThatFoundNoGateway(t *testing.T) {
 		t.Errorf("retries %+v, want the one sent again to any gateway", run.retries)
 	}
 }
+
+// A retry outstanding is one retry however many sends it takes, and keeps
+// what made it: here the gateway that started the act goes silent, the
+// request sent to any gateway is taken and answered by no one, and only the
+// send after that starts a generation. The retry says the act was taken
+// from the gateway that went (whose generation may have reached the
+// engine), then that no gateway acknowledged. Before, the second reason
+// replaced the first (an e2e hunt: "retries [{From: Why:no actor-gateway
+// acknowledged …}], want one from dead-gateway").
+func TestARetryOutstandingKeepsTheGatewayThatWent(t *testing.T) {
+	t.Parallel()
+	_, url := bustest.Server(t)
+	fakeGateway(t, url, func(nc *nats.Conn, copies []*nats.Msg) {
+		switch len(copies) {
+		case 1: // started, then silent: gone
+			ack(nc, copies[0], schema.ActorStarted, true)
+		case 3: // the second copy to any gateway: a generation from it
+			ack(nc, copies[2], schema.ActorStarted, true)
+			answer(nc, copies[2])
+		} // the first copy to any gateway: taken, never answered
+	})
+	s := &Service{Deps: Deps{Bus: bustest.Bus(t, url, "dispatcher")}}
+	run := &act{Rollout: 1, Key: "t1-s1"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	got, _, err := s.exchange(ctx, run, &nats.Msg{Header: nats.Header{}, Data: []byte("request")})
+	if err != nil || got == nil || string(got.Data) != "answer" {
+		t.Fatalf("exchange: %v, answer %v", err, got)
+	}
+	if len(run.retries) != 1 || run.retries[0].From != "fake" || !strings.Contains(run.retries[0].Why, "actor-gateway fake answered nothing") ||
+		!strings.Contains(run.retries[0].Why, "then no actor-gateway acknowledged") {
+		t.Errorf("retries %+v, want one, from the gateway that went, saying both why it was sent again", run.retries)
+	}
+}
