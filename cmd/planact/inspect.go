@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/subject"
 	"github.com/planact/planact/pkg/view"
@@ -83,8 +84,8 @@ func runInspect(ctx context.Context, args []string, getenv func(string) string, 
 	defer cancel()
 	// A read the viewer may do (a direct get on ROLLOUT), so that inspect
 	// runs as a read-only user.
-	if _, err := bus.LastSeq(rctx, nc, bus.StreamRollout, fmt.Sprintf("rollout.%d.>", n)); err != nil {
-		if errors.Is(err, bus.ErrNotAnswered) {
+	if _, err := bus.LastSeqUntil(rctx, nc, bus.StreamRollout, fmt.Sprintf("rollout.%d.>", n)); err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("inspect: no planact here: the server has no %s stream with direct reads (start planact: planact up, or planact provision and planact serve …): %w", bus.StreamRollout, err)
 		}
 		return fmt.Errorf("inspect: is planact there? %w", err)

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -87,6 +88,21 @@ func LastSeq(ctx context.Context, nc *nats.Conn, stream, filter string) (uint64,
 		return 0, err
 	}
 	return m.Seq, nil
+}
+
+// LastSeqUntil is LastSeq asked again while no replica answers within a
+// request's time-out (a loaded cluster), until ctx ends: the caller's
+// deadline (inspect's --timeout), not one request's, bounds the wait. It
+// gave up after one request once (a flake hunt: inspect failed with 25 s
+// of its 30 left). No responders (no such stream, or no direct gets) is
+// an answer, returned at once.
+func LastSeqUntil(ctx context.Context, nc *nats.Conn, stream, filter string) (uint64, error) {
+	for {
+		last, err := LastSeq(ctx, nc, stream, filter)
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) {
+			return last, err
+		}
+	}
 }
 
 // Follow reads stream on filter from sequence from on, calling fn with

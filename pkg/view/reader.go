@@ -104,15 +104,15 @@ func OpenWith(ctx context.Context, nc *nats.Conn, o Options) (*Reader, error) {
 	// What "read up to now" means: the last message each stream holds on
 	// what the view reads.
 	for name, f := range followed {
-		last, err := bus.LastSeq(ctx, nc, name, f.filter)
+		last, err := bus.LastSeqUntil(ctx, nc, name, f.filter)
 		if err != nil {
-			return nil, fmt.Errorf("view: stream %s: %w (has planact been provisioned here: planact provision, or planact up?)", name, err)
+			return nil, fmt.Errorf("view: stream %s: %w", name, hint(err))
 		}
 		r.until[name] = last
 	}
-	runsLast, err := bus.LastSeq(ctx, nc, "KV_"+bus.BucketRuns, "$KV."+bus.BucketRuns+".>")
+	runsLast, err := bus.LastSeqUntil(ctx, nc, "KV_"+bus.BucketRuns, "$KV."+bus.BucketRuns+".>")
 	if err != nil {
-		return nil, fmt.Errorf("view: KV bucket %s: %w (has planact been provisioned here: planact provision, or planact up?)", bus.BucketRuns, err)
+		return nil, fmt.Errorf("view: KV bucket %s: %w", bus.BucketRuns, hint(err))
 	}
 	fctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -342,4 +342,14 @@ func (r *Reader) Episode(n int64, e int) (*Episode, error) {
 	out := full.fullEpisode(full.episode(e), now)
 	r.reloaded.put(key, out)
 	return out, nil
+}
+
+// hint adds to a failed first read what to check: a stream missing asks
+// for provisioning; a read not answered before the caller's deadline, for
+// more time.
+func hint(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w (not answered before the deadline: a loaded server, or raise --timeout)", err)
+	}
+	return fmt.Errorf("%w (has planact been provisioned here: planact provision, or planact up?)", err)
 }
