@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/bus"
@@ -656,9 +658,32 @@ func (a *attackers) fakeGateway() {
 		"type": "io.nats.micro.v1.ping_response"})
 	stop := a.cliStart("viewer", "reply", "$SRV.PING.planner-gateway", string(ping))
 	defer stop()
-	time.Sleep(500 * time.Millisecond)
+	// A pause waits for the gateways whose presence is recorded: the
+	// viewer and the planner's own trainer record one, and say that the
+	// real planner-gateways stopped.
+	fake := mustMarshal(a.t, &schema.Presence{Role: schema.RolePlanner, Gateway: "FAKE-PRESENCE", AtMs: time.Now().UnixMilli()})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	ab, err := bus.Open(ctx, a.admin, zerolog.Nop(), bus.Provisioning{})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	real, err := ab.PresentGateways(ctx, schema.RolePlanner)
+	for _, user := range []string{"viewer", "trainer-planner"} {
+		if out, err := a.cli(user, 20*time.Second, fake, "pub", "presence.planner.FAKE-PRESENCE", "--force-stdin"); err == nil {
+			a.t.Errorf("%s recorded a fake planner-gateway's presence: %s", user, out)
+		}
+		for _, id := range real {
+			gone := mustMarshal(a.t, &schema.Presence{Role: schema.RolePlanner, Gateway: id, Gone: true, AtMs: time.Now().UnixMilli()})
+			if out, err := a.cli(user, 20*time.Second, gone, "pub", "presence.planner."+id, "--force-stdin"); err == nil {
+				a.t.Errorf("%s said planner-gateway %s stopped: %s", user, id, out)
+			}
+		}
+	}
+	if after, aerr := ab.PresentGateways(ctx, schema.RolePlanner); err != nil || aerr != nil || len(real) == 0 || !slices.Equal(after, real) {
+		a.t.Errorf("planner-gateways present: %v (%v) before, %v (%v) after; want the real ones, unchanged", real, err, after, aerr)
+	}
+	time.Sleep(500 * time.Millisecond)
 	pc := a.trainer(schema.RolePlanner)
 	began := time.Now()
 	paused, err := pc.Pause(ctx, schema.RolePlanner, client.PauseOptions{Timeout: 10 * time.Second})
@@ -669,10 +694,12 @@ func (a *attackers) fakeGateway() {
 	if err := pc.Resume(ctx, schema.RolePlanner, "planner-v7"); err != nil {
 		a.t.Fatal(err)
 	}
-	if len(paused.Missing) > 0 || strings.Contains(strings.Join(paused.Drained, ","), "FAKE") {
+	if len(paused.Missing) > 0 || strings.Contains(strings.Join(paused.Drained, ","), "FAKE") || !slices.Equal(paused.Drained, real) {
 		a.t.Errorf("a pause waited %v for the viewer's fake gateway: drained %v, missing %v", took.Round(100*time.Millisecond), paused.Drained, paused.Missing)
 	}
 	a.violation("viewer", "$SRV.PING.planner-gateway")
+	a.violation("viewer", "presence.planner.FAKE-PRESENCE")
+	a.violation("trainer-planner", "presence.planner.FAKE-PRESENCE")
 }
 
 // consumers: user creates count durable consumers on stream with the CLI,

@@ -34,8 +34,12 @@ const (
 	// the session-store writes it (a schedule's target must be in its own
 	// stream).
 	StreamTimeout = "TIMEOUT"
-	BucketSession = "sessions"
-	BucketRuns    = "runs"
+	// StreamPresence holds one notice per running gateway, which the
+	// gateway renews every PresenceBeat and which the server drops when
+	// PresenceLease passes without one: the gateways a pause waits for.
+	StreamPresence = "PRESENCE"
+	BucketSession  = "sessions"
+	BucketRuns     = "runs"
 )
 
 // Roles are the trainer roles, each with its own stream and stores.

@@ -69,6 +69,11 @@ func TestLayoutKeepsTrainersApart(t *testing.T) {
 			t.Errorf("%s: schedules %v, roll-ups %v, message TTLs %v, deny purge %v, deny delete %v, discard %v", c.Name,
 				c.AllowMsgSchedules, c.AllowRollup, c.AllowMsgTTL, c.DenyPurge, c.DenyDelete, c.Discard)
 		}
+		// A gateway's presence is its last notice, dropped by the server
+		// when not renewed within the lease.
+		if c.Name == bus.StreamPresence && (c.MaxMsgsPerSubject != 1 || c.MaxAge != bus.PresenceLease || bus.PresenceLease < 5*bus.PresenceBeat) {
+			t.Errorf("PRESENCE keeps %d notices per gateway for %v (renewed every %v), want 1 for the lease", c.MaxMsgsPerSubject, c.MaxAge, bus.PresenceBeat)
+		}
 		if trainer[c.Name] && c.MaxMsgSize != bus.MaxTrainerMsg {
 			t.Errorf("%s: max message size %d, want %d", c.Name, c.MaxMsgSize, bus.MaxTrainerMsg)
 		}
@@ -83,6 +88,7 @@ func TestLayoutKeepsTrainersApart(t *testing.T) {
 		subject.Start(7): bus.StreamRollout, subject.Status(7): bus.StreamRollout, subject.EpisodeEnd(7, 1): bus.StreamRollout,
 		subject.Result(7, schema.RolePlanner): bus.StreamRollout, subject.Rejected(7, schema.RoleActor): bus.StreamRollout, subject.Group(7, schema.RoleActor, 2): bus.StreamRollout,
 		subject.TimeoutSchedule(7, "rollout"): bus.StreamTimeout, subject.Timeout(7, "rollout"): bus.StreamTimeout,
+		subject.Presence(schema.RoleActor, "gw1"): bus.StreamPresence,
 		subject.PlanReq(7, 0): bus.StreamPlan, subject.ActDone(7, 0, "t1-s1"): bus.StreamAct,
 	} {
 		if got := bus.StreamOf(subj); got != want {

@@ -114,6 +114,7 @@ var Shares = map[string]float64{
 	StreamTrainer("actor"):            0.01,
 	StreamControl:                     0.005,
 	StreamTimeout:                     0.005,
+	StreamPresence:                    0.001,
 }
 
 // Message sizes: a trainer's arrival carries its tasks inline up to the
@@ -180,7 +181,14 @@ func (p Provisioning) StreamConfigs() []jetstream.StreamConfig {
 	timeout.AllowMsgSchedules, timeout.AllowMsgTTL, timeout.AllowRollup = true, true, true
 	timeout.DenyPurge, timeout.Discard = false, jetstream.DiscardOld
 	timeout.MaxMsgSize = MaxSmallMsg
-	out := []jetstream.StreamConfig{rollout, plans, acts, control, timeout}
+	// A gateway's presence is its last notice, kept for PresenceLease by the
+	// server's clock (the leader's), so a crashed gateway drops out without
+	// anyone comparing clocks across hosts.
+	presence := mk(StreamPresence, "planact presence: the gateways that run, each renewing its notice (only they write here)",
+		"presence.*.*")
+	presence.MaxMsgsPerSubject, presence.MaxAge, presence.Duplicates = 1, PresenceLease, PresenceLease
+	presence.MaxMsgSize = MaxSmallMsg
+	out := []jetstream.StreamConfig{rollout, plans, acts, control, timeout, presence}
 	for _, role := range Roles {
 		tr := mk(StreamTrainer(role), "planact "+role+" trainer: its arrivals, cancels, pauses and resumes (only it writes here)",
 			"rollout.*.arrive."+role, "rollout.*.cancel."+role, "control."+role+".pause", "control."+role+".resume")
@@ -436,7 +444,8 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 		have.Discard == want.Discard && have.AllowMsgSchedules == want.AllowMsgSchedules &&
 		have.AllowMsgTTL == want.AllowMsgTTL && have.AllowDirect == want.AllowDirect &&
 		have.MaxBytes == want.MaxBytes && max(have.MaxMsgSize, -1) == max(want.MaxMsgSize, -1) &&
-		have.DenyDelete == want.DenyDelete && have.DenyPurge == want.DenyPurge && have.AllowRollup == want.AllowRollup
+		have.DenyDelete == want.DenyDelete && have.DenyPurge == want.DenyPurge && have.AllowRollup == want.AllowRollup &&
+		max(have.MaxMsgsPerSubject, -1) == max(want.MaxMsgsPerSubject, -1)
 }
 
 // keepReplicas never lowers the replicas of what exists: one process

@@ -273,6 +273,8 @@ func StreamOf(subj string) string {
 		return StreamTrainer(tok[1])
 	case tok[0] == "control":
 		return StreamControl
+	case tok[0] == "presence":
+		return StreamPresence
 	case tok[0] == "rollout" && len(tok) > 2 && (tok[2] == "schedule" || tok[2] == "timeout"):
 		return StreamTimeout
 	case tok[0] == "rollout" && len(tok) > 3 && (tok[2] == "arrive" || tok[2] == "cancel"):

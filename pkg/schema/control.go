@@ -140,6 +140,24 @@ func (m *Drained) Subject() string { return subject.Control(m.Role, "drained") +
 func (m *Drained) MsgID() string   { return fmt.Sprintf("drained.%s.%d.%s", m.Role, m.Epoch, m.Gateway) }
 func (m *Drained) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
 
+// Presence is a gateway saying that it runs role's generations, renewed
+// every bus.PresenceBeat; Gone says it stopped, nothing of the role
+// running on it any more. A pause waits for each gateway whose last notice
+// is here and not Gone (the server drops a notice not renewed in
+// bus.PresenceLease).
+type Presence struct {
+	Envelope
+	Role    string `json:"role"`
+	Gateway string `json:"gateway"` // its service instance id
+	Gone    bool   `json:"gone,omitempty"`
+	AtMs    int64  `json:"at_ms"`
+}
+
+func (m *Presence) Kind() string    { return "presence/1" }
+func (m *Presence) Subject() string { return subject.Presence(m.Role, m.Gateway) }
+func (m *Presence) MsgID() string   { return "" } // a renewal, stored however often it comes
+func (m *Presence) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
+
 // PauseExpired says that a pause ended at its time-out, no resume having
 // come: the work that waited for the role (generations held, or aborted by
 // an abort-mode pause and waiting to be sent again) failed with the act

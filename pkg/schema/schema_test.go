@@ -114,6 +114,7 @@ func cases() []wireCase {
 		msgCase(&schema.Paused{Role: schema.RoleActor, Epoch: 7, PauseID: "pause.actor.1767225700000", Mode: schema.PauseAbort,
 			Drained: []string{"x9Lq2vOa1b"}, Aborted: 3, AtMs: 1767225700410}),
 		msgCase(&schema.Drained{Role: schema.RoleActor, Epoch: 7, Gateway: "x9Lq2vOa1b", Aborted: 3, AtMs: 1767225700400}),
+		msgCase(&schema.Presence{Role: schema.RoleActor, Gateway: "x9Lq2vOa1b", AtMs: 1767225700100}),
 		msgCase(&schema.PauseExpired{Role: schema.RoleActor, PauseExpiry: expiry}),
 		msgCase(&schema.Rollback{Role: schema.RoleActor, From: "actor-v9", To: "actor-v3", ResumeID: "resume.actor.1767225690000", AtMs: 1767225690012}),
 		{file: "kv.role.v1.schema.json", value: &schema.RoleState{Role: schema.RoleActor, Paused: true, Mode: schema.PauseAbort, Epoch: 7,

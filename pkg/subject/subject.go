@@ -71,6 +71,13 @@ const (
 // and where planact answers (paused, drained).
 func Control(role, verb string) string { return fmt.Sprintf("control.%s.%s", role, verb) }
 
+// Presence is where a gateway (a service instance id) renews its notice
+// that it runs role's generations: presence.<role>.<gateway>.
+func Presence(role, gateway string) string { return "presence." + role + "." + gateway }
+
+// AllPresence matches the presence notices of role's gateways.
+func AllPresence(role string) string { return "presence." + role + ".*" }
+
 // ParseControl reads control.<role>.<verb>; ok is false for any other
 // subject (a drained answer, control.<role>.drained.<gateway>, included).
 func ParseControl(s string) (role, verb string, ok bool) {

@@ -150,6 +150,14 @@ func Run(ctx context.Context, d Deps) error {
 			ep.Record(time.Since(began), err)
 		}()
 	}
+	// Recorded as running before it serves: a pause waits for it.
+	if id := d.Bus.Service().ID(); id != "" {
+		gone, err := d.Bus.Present(ctx, schema.RoleActor, id)
+		if err != nil {
+			return fmt.Errorf("actor-gateway: %w", err)
+		}
+		defer gone() // after the generations below ended
+	}
 	sub, err := d.Bus.NC.QueueSubscribe(schema.ActorSubject, QueueGroup, handle)
 	if err != nil {
 		return fmt.Errorf("actor-gateway: %w", err)

@@ -103,6 +103,14 @@ func Run(ctx context.Context, d Deps) error {
 	d.Engines.Replicas = peers.N
 	d.Engines.OnLimits = c.Slots.SetLimit
 	peers.OnChange(func(int) { d.Engines.Rebalance() })
+	// Recorded as running before it takes a turn: a pause waits for it.
+	if id := d.Bus.Service().ID(); id != "" {
+		gone, err := d.Bus.Present(ctx, schema.RolePlanner, id)
+		if err != nil {
+			return fmt.Errorf("%s: %w", Name, err)
+		}
+		defer gone() // after the turns it took ended (Consume waits for them)
+	}
 	return d.Bus.Consume(ctx, c, s.handle)
 }
 

@@ -2,12 +2,9 @@ package sessionstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
-	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/bus"
@@ -15,10 +12,6 @@ import (
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
 )
-
-// gateways names the service that sends each role's generations to its
-// engine: the one that answers for the role when it is paused.
-var gateways = map[string]string{schema.RolePlanner: "planner-gateway", schema.RoleActor: "actor-gateway"}
 
 // handleControl takes a trainer's pause or resume of its role.
 func (s *Service) handleControl(ctx context.Context, m bus.Msg) error {
@@ -145,15 +138,18 @@ func (s *Service) answerPause(ctx context.Context, st schema.RoleState) error {
 	return err
 }
 
-// waitDrained finds the role's gateways and waits until each has said, on
+// waitDrained waits until each gateway of the role that runs (its presence
+// recorded, bus.PresentGateways) has said, on
 // control.<role>.drained.<gateway>, that it drained for the pause's epoch.
+// A gateway that runs no more drops out of the wait: it said it stopped, or
+// its presence lease ended (it crashed), and its generations with it.
 func (s *Service) waitDrained(ctx context.Context, st schema.RoleState) (drained, missing []string, aborted int, err error) {
 	deadline := time.UnixMilli(st.DeadlineMs)
-	// "No gateway runs" drains nothing: a loaded gateway may answer a
-	// ping late, so that answer rests on asking again for a while.
-	lookFor := time.Now().Add(noGatewayPatience)
 	for {
-		ids := s.gatewayIDs(gateways[st.Role])
+		ids, err := s.Bus.PresentGateways(ctx, st.Role)
+		if err != nil {
+			return nil, nil, 0, err
+		}
 		drained, missing, aborted = nil, nil, 0
 		for _, id := range ids {
 			m, err := s.Bus.LastMsg(ctx, bus.StreamControl, subject.Control(st.Role, "drained")+"."+id)
@@ -168,8 +164,7 @@ func (s *Service) waitDrained(ctx context.Context, st schema.RoleState) (drained
 				missing = append(missing, id)
 			}
 		}
-		now := time.Now()
-		if (len(missing) == 0 && (len(ids) > 0 || now.After(lookFor))) || now.After(deadline) {
+		if len(missing) == 0 || time.Now().After(deadline) {
 			return drained, missing, aborted, nil
 		}
 		// Still paused this epoch? (A resume may have come meanwhile.)
@@ -186,37 +181,6 @@ func (s *Service) waitDrained(ctx context.Context, st schema.RoleState) (drained
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// noGatewayPatience is how long a pause looks for its role's gateways
-// before it answers that none runs.
-const noGatewayPatience = 2 * time.Second
-
-// gatewayIDs lists the instances of the gateway service that answer
-// $SRV.PING now.
-func (s *Service) gatewayIDs(name string) []string {
-	inbox := s.Bus.NC.NewInbox() // under this user's inbox prefix
-	sub, err := s.Bus.NC.SubscribeSync(inbox)
-	if err != nil {
-		return nil
-	}
-	defer sub.Unsubscribe()
-	if err := s.Bus.NC.PublishRequest("$SRV.PING."+name, inbox, nil); err != nil {
-		return nil
-	}
-	var ids []string
-	for {
-		m, err := sub.NextMsg(250 * time.Millisecond)
-		if err != nil {
-			break
-		}
-		var p micro.Ping
-		if json.Unmarshal(m.Data, &p) == nil && p.ID != "" {
-			ids = append(ids, p.ID)
-		}
-	}
-	slices.Sort(ids)
-	return ids
 }
 
 // noteVersion records a role's weight version seen in an arrival when it is
