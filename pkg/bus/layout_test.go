@@ -88,8 +88,7 @@ func TestLayoutKeepsTrainersApart(t *testing.T) {
 		subject.Start(7): bus.StreamRollout, subject.Status(7): bus.StreamRollout, subject.EpisodeEnd(7, 1): bus.StreamRollout,
 		subject.Result(7, schema.RolePlanner): bus.StreamRollout, subject.Rejected(7, schema.RoleActor): bus.StreamRollout, subject.Group(7, schema.RoleActor, 2): bus.StreamRollout,
 		subject.TimeoutSchedule(7, "rollout"): bus.StreamTimeout, subject.Timeout(7, "rollout"): bus.StreamTimeout,
-		subject.Presence(schema.RoleActor, "gw1"): bus.StreamPresence,
-		subject.PlanReq(7, 0): bus.StreamPlan, subject.ActDone(7, 0, "t1-s1"): bus.StreamAct,
+		subject.PlanReq(7, 0): bus.StreamPlan, subject.ActDone(7, 0, "t1-s1"): bus.StreamAct, subject.Presence(schema.RoleActor, "gw1"): bus.StreamPresence,
 	} {
 		if got := bus.StreamOf(subj); got != want {
 			t.Errorf("StreamOf(%s) = %s, want %s", subj, got, want)
