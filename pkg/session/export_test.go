@@ -25,4 +25,7 @@ func LagDirectReads() (undo func()) {
 func NewGate(role string) *Gate { return newGate(role) }
 
 // SetState gives the gate a role state, as the follower does from the bucket.
-func (g *Gate) SetState(st schema.RoleState) { g.set(st) }
+func (g *Gate) SetState(st schema.RoleState) { g.set(st, 0) }
+
+// SetStateAt gives the gate a role state read at bucket revision rev.
+func (g *Gate) SetStateAt(st schema.RoleState, rev uint64) { g.set(st, rev) }

@@ -79,7 +79,7 @@ func (f *Follower) update(e jetstream.KeyValueEntry) {
 	if role, ok := strings.CutPrefix(key, "role."); ok {
 		var st schema.RoleState
 		if e.Operation() == jetstream.KeyValuePut && schema.Unmarshal(e.Value(), &st) == nil {
-			f.Gate(role).set(st)
+			f.Gate(role).set(st, e.Revision())
 		}
 		return
 	}
@@ -164,6 +164,30 @@ func (f *Follower) Rollout(ctx context.Context, n int64) (context.Context, func(
 	}
 }
 
+// SyncRole reads role's state from the bucket's leader and gives it to the
+// role's gate, unless the watch gave it a newer one already. A gateway
+// calls it after it recorded its presence and before it serves: a pause
+// answered without waiting for it was recorded before its presence, so
+// this read sees that pause however late the watch delivers it, and no
+// generation starts under it. It tries again until ctx ends.
+func (f *Follower) SyncRole(ctx context.Context, role string) error {
+	for {
+		st, rev, found, err := bus.GetFresh[schema.RoleState](ctx, f.bus.Sessions, schema.RoleKey(role))
+		if err == nil {
+			if found {
+				f.Gate(role).set(st, rev)
+			}
+			return nil
+		}
+		f.log.Warn().Err(err).Str("role", role).Msg("reading the role's state; trying again")
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("read the %s role's state: %w (%w)", role, err, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // Gate returns the gate of role.
 func (f *Follower) Gate(role string) *Gate {
 	f.mu.Lock()
@@ -185,6 +209,7 @@ type Gate struct {
 
 	mu       sync.Mutex
 	state    schema.RoleState
+	rev      uint64        // the bucket revision of state (0: given by a test)
 	changed  chan struct{} // closed and replaced at every change
 	pause    *pauseWait    // the pause in force; nil when the role is not paused
 	waiting  int           // waits held by the pause in force
@@ -206,9 +231,18 @@ func newGate(role string) *Gate {
 	return &Gate{role: role, changed: make(chan struct{}), inflight: map[*int]context.CancelCauseFunc{}}
 }
 
-func (g *Gate) set(st schema.RoleState) {
+// set gives the gate the role's state at bucket revision rev. A state no
+// newer than the one it holds is ignored: the watch may deliver one older
+// than what SyncRole read.
+func (g *Gate) set(st schema.RoleState, rev uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if rev != 0 {
+		if rev <= g.rev {
+			return
+		}
+		g.rev = rev
+	}
 	newPause := st.Paused && (!g.state.Paused || st.Epoch != g.state.Epoch)
 	if p := g.pause; p != nil && (!st.Paused || st.Epoch != p.epoch) {
 		// The pause in force ended. If at its time-out, the work that

@@ -80,3 +80,60 @@ func TestFollowerCancelsWorkOnARolloutAlreadyOver(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncRoleSeesAPauseTheWatchHasNotBrought: a gateway that starts while
+// its role is paused reads the pause from the bucket before it serves
+// (SyncRole), not when its watch delivers it: no generation enters the
+// gate. A state older than the one the gate holds, delivered later by the
+// watch, does not open it again.
+func TestSyncRoleSeesAPauseTheWatchHasNotBrought(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	key := schema.RoleKey(schema.RoleActor)
+	put := func(paused bool) {
+		t.Helper()
+		if _, _, err := bus.Mutate(ctx, b.Sessions, key, func(v *schema.RoleState, _ bool) (bool, error) {
+			v.Role, v.Paused = schema.RoleActor, paused
+			v.Epoch++
+			if paused {
+				v.Mode, v.PauseID, v.DeadlineMs = schema.PauseWait, "pause-1", time.Now().Add(time.Minute).UnixMilli()
+			}
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(false)
+	put(true)
+	f := session.NewFollower(b, bustest.Logger()) // its watch not started: as late as a watch can be
+	g := f.Gate(schema.RoleActor)
+	if _, done, _, ok := g.TryEnter(ctx); ok {
+		done() // what a gateway serving before it read the role's state would have let through
+	} else {
+		t.Fatal("a gate that has read nothing is paused")
+	}
+	if err := f.SyncRole(ctx, schema.RoleActor); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, st, ok := g.TryEnter(ctx); ok || !st.Paused {
+		t.Fatalf("after SyncRole a generation entered the gate (state %+v); the role is paused", st)
+	}
+	// The role's state before the pause, delivered late, changes nothing.
+	g.SetStateAt(schema.RoleState{Role: schema.RoleActor, Epoch: 1}, 1)
+	if _, _, st, ok := g.TryEnter(ctx); ok || !st.Paused {
+		t.Fatalf("an older state opened the gate again (state %+v)", st)
+	}
+	// The watch starts, delivers the same pause, then the resume.
+	go f.Run(ctx)
+	put(false)
+	for deadline := time.Now().Add(30 * time.Second); g.State().Paused; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the resume did not open the gate")
+		}
+	}
+	if st := g.State(); st.Epoch != 3 {
+		t.Errorf("the gate holds epoch %d, want the resume's 3", st.Epoch)
+	}
+}

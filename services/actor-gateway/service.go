@@ -158,6 +158,11 @@ func Run(ctx context.Context, d Deps) error {
 		}
 		defer gone() // after the generations below ended
 	}
+	// A pause answered before this gateway's presence was recorded is
+	// read now, before it serves, however late the watch brings it.
+	if err := g.follow.SyncRole(ctx, schema.RoleActor); err != nil {
+		return fmt.Errorf("actor-gateway: %w", err)
+	}
 	sub, err := d.Bus.NC.QueueSubscribe(schema.ActorSubject, QueueGroup, handle)
 	if err != nil {
 		return fmt.Errorf("actor-gateway: %w", err)

@@ -111,6 +111,11 @@ func Run(ctx context.Context, d Deps) error {
 		}
 		defer gone() // after the turns it took ended (Consume waits for them)
 	}
+	// A pause answered before this gateway's presence was recorded is
+	// read now, before it takes a turn, however late the watch brings it.
+	if err := s.follow.SyncRole(ctx, schema.RolePlanner); err != nil {
+		return fmt.Errorf("%s: %w", Name, err)
+	}
 	return d.Bus.Consume(ctx, c, s.handle)
 }
 
