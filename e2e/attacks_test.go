@@ -39,6 +39,7 @@ type attackers struct {
 	v       *violations
 	admin   *nats.Conn
 	ajs     jetstream.JetStream
+	ab      *bus.Bus // admin's, for reads from the streams' leaders
 	planner schema.Engine
 	actor   schema.Engine
 	e       *env
@@ -138,23 +139,19 @@ func (a *attackers) violation(user, what string) {
 	}
 }
 
-// last returns the last message on subj in whichever stream holds it, or
-// nil, read as admin.
-func (a *attackers) last(subj string) *jetstream.RawStreamMsg {
+// last returns the last message on subj in the stream of planact's that
+// holds it, or nil, read as admin from the stream's leader: a direct get
+// may be answered by a replica that has not yet stored a message the
+// leader acknowledged a moment ago (an arrival just made seemed missing
+// once), and a check that nothing was stored must not rest on a replica
+// that is behind either.
+func (a *attackers) last(subj string) *bus.StoredMsg {
 	a.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	name, err := a.ajs.StreamNameBySubject(ctx, subj)
+	m, err := a.ab.LastMsg(ctx, bus.StreamOf(subj), subj)
 	if err != nil {
-		return nil
-	}
-	s, err := a.ajs.Stream(ctx, name)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	m, err := s.GetLastMsgForSubject(ctx, subj)
-	if err != nil {
-		return nil
+		a.t.Fatalf("read %s: %v", subj, err)
 	}
 	return m
 }
@@ -327,7 +324,11 @@ func startAttackers(t *testing.T) (*attackers, int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &attackers{t: t, urls: urls, v: v, admin: admin, ajs: ajs,
+	ab, err := bus.Open(ctx, admin, zerolog.Nop(), bus.Provisioning{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &attackers{t: t, urls: urls, v: v, admin: admin, ajs: ajs, ab: ab,
 		planner: schema.Engine{URL: pu, Protocol: "sglang"}, actor: schema.Engine{URL: au, Protocol: "sglang"},
 		e: &env{world: sim.DefaultWorld()}}
 	const done = 1
@@ -386,7 +387,7 @@ func (a *attackers) scheduleResult(n int64) {
 	out, err := a.cli("trainer-actor", 20*time.Second, forged, "pub", fmt.Sprintf("rollout.%d.arrive.actor", 9023),
 		"--schedule-after", "1s", "--schedule-dest", subj, "--force-stdin")
 	time.Sleep(2500 * time.Millisecond)
-	if after := a.last(subj); after == nil || before == nil || after.Sequence != before.Sequence {
+	if after := a.last(subj); after == nil || before == nil || after.Seq != before.Seq {
 		a.t.Errorf("the planner's result of rollout %d was replaced through a schedule of trainer-actor (%v: %s)", n, err, out)
 	}
 	if err == nil {
@@ -664,11 +665,7 @@ func (a *attackers) fakeGateway() {
 	fake := mustMarshal(a.t, &schema.Presence{Role: schema.RolePlanner, Gateway: "FAKE-PRESENCE", AtMs: time.Now().UnixMilli()})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ab, err := bus.Open(ctx, a.admin, zerolog.Nop(), bus.Provisioning{})
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	real, err := ab.PresentGateways(ctx, schema.RolePlanner)
+	real, err := a.ab.PresentGateways(ctx, schema.RolePlanner)
 	for _, user := range []string{"viewer", "trainer-planner"} {
 		if out, err := a.cli(user, 20*time.Second, fake, "pub", "presence.planner.FAKE-PRESENCE", "--force-stdin"); err == nil {
 			a.t.Errorf("%s recorded a fake planner-gateway's presence: %s", user, out)
@@ -680,7 +677,7 @@ func (a *attackers) fakeGateway() {
 			}
 		}
 	}
-	if after, aerr := ab.PresentGateways(ctx, schema.RolePlanner); err != nil || aerr != nil || len(real) == 0 || !slices.Equal(after, real) {
+	if after, aerr := a.ab.PresentGateways(ctx, schema.RolePlanner); err != nil || aerr != nil || len(real) == 0 || !slices.Equal(after, real) {
 		a.t.Errorf("planner-gateways present: %v (%v) before, %v (%v) after; want the real ones, unchanged", real, err, after, aerr)
 	}
 	time.Sleep(500 * time.Millisecond)
