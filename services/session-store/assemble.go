@@ -39,7 +39,10 @@ type episode struct {
 // streams: every episode's end, its last planner output (its trajectory)
 // and the outcome of every act the end lists, each by subject from its
 // stream's leader; it scores those that ended and builds their samples.
-func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []schema.Task, which []int) (map[int]*episode, error) {
+// own says which episodes' samples are wanted (nil: all): the trajectory
+// of any other is read only when it counts for the stats (max_staleness
+// set: its unchecked turns), and no sample of it is built.
+func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []schema.Task, which []int, own func(schema.Task) bool) (map[int]*episode, error) {
 	n := sess.Rollout
 	if which == nil {
 		for e := range tasks {
@@ -51,9 +54,11 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 		eps[e] = &episode{task: tasks[e]}
 	}
 	// An evaluation gives no samples: its episodes' trajectories are not read.
-	trajectories := !sess.Config.Evaluation
+	wanted := func(e int) bool { return !sess.Config.Evaluation && (own == nil || own(tasks[e])) }
+	counted := !sess.Config.Evaluation && sess.Config.MaxStaleness > 0
 	err := forEach(ctx, len(which), readers, func(ctx context.Context, i int) error {
-		return s.readEpisode(ctx, n, which[i], eps[which[i]], trajectories)
+		e := which[i]
+		return s.readEpisode(ctx, n, e, eps[e], wanted(e) || counted)
 	})
 	if err != nil {
 		return nil, err
@@ -91,8 +96,8 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 				ep.ran++
 			}
 		}
-		if sess.Config.Evaluation || ep.end.Status == schema.EpisodeQuarantined {
-			continue // no samples: an evaluation scores episodes; a quarantined one is never trained on
+		if !wanted(e) || ep.end.Status == schema.EpisodeQuarantined {
+			continue // no samples: an evaluation scores episodes; a quarantined one is never trained on; others come from their group
 		}
 		if ps, ok := plannerSample(n, e, ep); ok {
 			markStaleness(&ps, newest[schema.RolePlanner], sess.Config.MaxStaleness)
@@ -142,7 +147,9 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 	if err != nil {
 		return nil, nil, err
 	}
-	eps, err := s.gather(ctx, sess, tasks, nil)
+	// The samples of the delivered groups are read as they were
+	// delivered, so only the other episodes' samples are built here.
+	eps, err := s.gather(ctx, sess, tasks, nil, ownSamples(sess))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -184,11 +191,7 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 		schema.RoleActor:   {Rollout: n, Role: schema.RoleActor, Status: sess.Status, Reason: sess.Reason},
 	}
 	planner, actor = results[schema.RolePlanner], results[schema.RoleActor]
-	filtering := sess.Config.Filtering()
-	inGroup := map[int]bool{}
-	for _, g := range sess.Delivered() {
-		inGroup[g] = true
-	}
+	filtering, own := sess.Config.Filtering(), ownSamples(sess)
 	stats := schema.Stats{Episodes: len(tasks), Failures: map[string]int{}, EpisodeStatus: map[string]int{}, Tokens: map[string]int{}}
 	var turns, rewards float64
 	for e := range tasks {
@@ -214,7 +217,7 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 		}
 		stats.Acts += ep.ran
 		countUnchecked(&stats, ep)
-		if inGroup[ep.task.GroupIndex] || filtering {
+		if !own(ep.task) {
 			continue // delivered groups come as they were delivered; others are not delivered
 		}
 		if ep.planner != nil {
@@ -276,6 +279,22 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 		r.Status, r.Reason = truth(r, eps, lost)
 	}
 	return planner, actor
+}
+
+// ownSamples says which episodes' samples a rollout's results take from
+// assembly's own reading: none of an evaluation or of a rollout that
+// filters groups (their results hold the delivered groups' samples, as
+// they were delivered, and nothing else), else those of every episode
+// outside the groups delivered.
+func ownSamples(sess *schema.Session) func(schema.Task) bool {
+	if sess.Config.Evaluation || sess.Config.Filtering() {
+		return func(schema.Task) bool { return false }
+	}
+	delivered := map[int]bool{}
+	for _, g := range sess.Delivered() {
+		delivered[g] = true
+	}
+	return func(t schema.Task) bool { return !delivered[t.GroupIndex] }
 }
 
 // failures are an ended episode's failed acts by kind (a duplicate that

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -40,6 +41,15 @@ func randomWorld(r *rand.Rand) world {
 	default:
 		cfg.Evaluation = r.IntN(3) == 0
 	}
+	if r.IntN(2) == 0 {
+		cfg.MaxStaleness = 2 // generations may have run with their weights unchecked
+	}
+	unchecked := func() string {
+		if cfg.MaxStaleness > 0 && r.IntN(3) == 0 {
+			return "the engine names no weight version"
+		}
+		return ""
+	}
 	w := world{tasks: make([]schema.Task, 1+r.IntN(10)), eps: map[int]*episode{}, delivered: map[string]map[int][]schema.Sample{
 		schema.RolePlanner: {}, schema.RoleActor: {}}}
 	groups := 1 + r.IntN(len(w.tasks))
@@ -75,11 +85,11 @@ func randomWorld(r *rand.Rand) world {
 				ep.reward, ep.rewardErr = 0, "reward server down"
 			}
 		}
-		if r.IntN(5) > 0 { // the planner's trajectory is there
+		if r.IntN(5) > 0 && !cfg.Evaluation { // the planner's trajectory is there (an evaluation's is never read)
 			gen := make([]int, 1+r.IntN(20))
 			ep.last = &schema.PlanOutput{Rollout: n, Episode: e, FinishReason: []string{"stop", "length", "abort"}[r.IntN(3)], Segments: []schema.Segment{
 				{Kind: schema.SegPrompt, Turn: 1, Text: "p", IDs: make([]int, 1+r.IntN(10))},
-				{Kind: schema.SegGenerated, Turn: 1, Text: "g", IDs: gen, LogProbs: make([]float64, len(gen)), Version: "v1"},
+				{Kind: schema.SegGenerated, Turn: 1, Text: "g", IDs: gen, LogProbs: make([]float64, len(gen)), Version: "v1", StalenessUnchecked: unchecked()},
 			}}
 			if smp, ok := plannerSample(n, e, ep); ok && sampled {
 				ep.planner = &smp
@@ -90,7 +100,7 @@ func randomWorld(r *rand.Rand) world {
 			switch r.IntN(6) {
 			case 0, 1:
 				d.Status, d.Generation = schema.ActDoneOK, &schema.Generation{Prompt: "a", PromptIDs: make([]int, 1+r.IntN(5)),
-					OutputIDs: make([]int, 1+r.IntN(5)), FinishReason: "stop"}
+					OutputIDs: make([]int, 1+r.IntN(5)), FinishReason: "stop", StalenessUnchecked: unchecked()}
 				d.Generation.LogProbs = make([]float64, len(d.Generation.OutputIDs))
 			case 2:
 				d.Status, d.ErrorKind, d.Error = schema.ActFailed, failKinds[r.IntN(len(failKinds))], "engine said no"
@@ -162,6 +172,42 @@ func TestResultsTellTheTruth(t *testing.T) {
 		if planner.Stats.Tokens[schema.RoleActor] != actor.Stats.Tokens[schema.RoleActor] {
 			t.Fatalf("seed %d, rollout %d: the roles count the actor's tokens differently", seed, i)
 		}
+	}
+}
+
+// TestResultsNeedNoSampleTheyDoNotHold: over random rollouts, results
+// built from episodes read as assembly reads them (no sample built, and no
+// trajectory read unless max_staleness makes it count, for an episode
+// whose samples come from its delivered group or are not delivered at
+// all) are those built from every episode read whole.
+func TestResultsNeedNoSampleTheyDoNotHold(t *testing.T) {
+	seed := rand.Uint64()
+	r := rand.New(rand.NewPCG(seed, 2))
+	skipped := 0
+	for i := range 3000 {
+		w := randomWorld(r)
+		wantP, wantA := buildResults(w.sess, w.tasks, w.eps, w.delivered)
+		own, counted := ownSamples(w.sess), w.sess.Config.MaxStaleness > 0 && !w.sess.Config.Evaluation
+		read := map[int]*episode{}
+		for e, ep := range w.eps {
+			cp := *ep
+			if !own(ep.task) {
+				cp.planner, cp.actor = nil, nil
+				if !counted {
+					cp.last = nil
+				}
+				skipped++
+			}
+			read[e] = &cp
+		}
+		gotP, gotA := buildResults(w.sess, w.tasks, read, w.delivered)
+		if !reflect.DeepEqual(gotP, wantP) || !reflect.DeepEqual(gotA, wantA) {
+			t.Fatalf("seed %d, rollout %d (config %+v): results differ when only the samples they hold are built\nplanner %+v\nwant    %+v\nactor %+v\nwant  %+v",
+				seed, i, w.sess.Config, gotP.Stats, wantP.Stats, gotA.Stats, wantA.Stats)
+		}
+	}
+	if skipped == 0 {
+		t.Fatal("no episode's samples were left unbuilt: the test shows nothing")
 	}
 }
 

@@ -57,7 +57,7 @@ func (s *Service) decideGroup(ctx context.Context, sess schema.Session, rev uint
 		return schema.GroupState{}, sess, rev, nil, err
 	}
 	members := groupMembers(tasks, g)
-	eps, err := s.gather(ctx, &sess, tasks, members)
+	eps, err := s.gather(ctx, &sess, tasks, members, nil)
 	if err != nil {
 		return schema.GroupState{}, sess, rev, nil, err
 	}
@@ -128,7 +128,7 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int,
 	}
 	members := groupMembers(tasks, g)
 	if eps == nil {
-		if eps, err = s.gather(ctx, sess, tasks, members); err != nil {
+		if eps, err = s.gather(ctx, sess, tasks, members, nil); err != nil {
 			return nil, err
 		}
 	}

@@ -1,0 +1,65 @@
+package sessionstore
+
+import (
+	"context"
+	"testing"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/schema"
+)
+
+// TestAssemblyReadsOnlyTrajectoriesItUses: assembling a rollout that
+// streamed its groups builds samples only of the episodes outside the
+// groups delivered (the others' come as they were delivered), and reads no
+// other episode's trajectory unless max_staleness makes its unchecked
+// turns count in the stats; every episode's end and acts are read.
+func TestAssemblyReadsOnlyTrajectoriesItUses(t *testing.T) {
+	_, url := bustest.Server(t)
+	s := newTestService(bustest.Bus(t, url, "ss"))
+	ctx := context.Background()
+	const n = 31
+	tasks := []schema.Task{{GroupIndex: 0, Index: 0, Prompt: "q0", Label: "a"}, {GroupIndex: 1, Index: 1, Prompt: "q1", Label: "a"}}
+	for e := range tasks {
+		for _, m := range []schema.Message{
+			&schema.PlanOutput{Rollout: n, Episode: e, Turn: 1, FinishReason: "stop", Segments: []schema.Segment{
+				{Kind: schema.SegPrompt, Turn: 1, Text: "q", IDs: []int{1, 2}},
+				{Kind: schema.SegGenerated, Turn: 1, Text: "a", IDs: []int{3}, LogProbs: []float64{-1}, Version: "v1"},
+			}},
+			&schema.ActDone{Rollout: n, Episode: e, Turn: 1, Key: "t1-s1", NodeID: "s1", Tool: "search", Status: schema.ActDoneOK,
+				Generation: &schema.Generation{Prompt: "p", PromptIDs: []int{4}, OutputIDs: []int{5, 6}, LogProbs: []float64{-1, -2}, FinishReason: "stop"}},
+			&schema.EpisodeEnd{Rollout: n, Episode: e, Turns: 1, Status: schema.EpisodeCompleted, Answers: []string{"a"}, Acts: []string{"t1-s1"}},
+		} {
+			if err := s.Bus.Publish(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cfg := schema.DefaultConfig()
+	cfg.StreamGroups = true
+	sess := &schema.Session{Rollout: n, Config: cfg, Episodes: len(tasks), State: schema.SessionDone, Status: schema.ResultOK,
+		Groups: []schema.GroupState{{Index: 0, State: schema.GroupDelivered}}}
+	for _, staleness := range []int{0, 2} {
+		sess.Config.MaxStaleness = staleness
+		eps, err := s.gather(ctx, sess, tasks, nil, ownSamples(sess))
+		if err != nil {
+			t.Fatal(err)
+		}
+		delivered, own := eps[0], eps[1]
+		for e, ep := range eps {
+			if ep.end == nil || len(ep.acts) != 1 || ep.ran != 1 || ep.reward != 1 {
+				t.Errorf("max_staleness %d, episode %d: end %v, %d acts, %d ran, reward %v; want its end, its act, and the act counted and scored",
+					staleness, e, ep.end, len(ep.acts), ep.ran, ep.reward)
+			}
+		}
+		if own.last == nil || own.planner == nil || len(own.actor) != 1 {
+			t.Errorf("max_staleness %d: the episode outside the delivered group has trajectory %v, planner sample %v, %d actor samples; want all built",
+				staleness, own.last != nil, own.planner != nil, len(own.actor))
+		}
+		if delivered.planner != nil || delivered.actor != nil {
+			t.Errorf("max_staleness %d: samples built of an episode of the delivered group (planner %v, %d actor)", staleness, delivered.planner != nil, len(delivered.actor))
+		}
+		if read := delivered.last != nil; read != (staleness > 0) {
+			t.Errorf("max_staleness %d: the delivered episode's trajectory read: %v; want it read only when max_staleness counts its unchecked turns", staleness, read)
+		}
+	}
+}
