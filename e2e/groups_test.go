@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -106,14 +107,16 @@ func TestGroupsStreamBeforeTheEnd(t *testing.T) {
 	if len(states[schema.TaskTrained]) != 3 || len(states[schema.TaskAborted]) != 1 || states[schema.TaskAborted][0].Episode != 2 {
 		t.Errorf("task states %+v: want episodes 0, 1 and 3 trained, 2 (hung) aborted", states)
 	}
-	var fromGroup int
+	var fromGroup []schema.Sample
 	for _, s := range o.planner.Samples {
 		if s.GroupIndex == 0 {
-			fromGroup++
+			fromGroup = append(fromGroup, s)
 		}
 	}
-	if fromGroup != 2 {
-		t.Errorf("the result holds %d samples of the delivered group, want 2", fromGroup)
+	if len(fromGroup) != 2 {
+		t.Errorf("the result holds %d samples of the delivered group, want 2", len(fromGroup))
+	} else if !reflect.DeepEqual(fromGroup, g.Samples) {
+		t.Errorf("the result's samples of the delivered group differ from the group's:\n%+v\nwant\n%+v", fromGroup, g.Samples)
 	}
 	// The actor's stream, read after the end, yields the same group.
 	var actorGroups []int

@@ -141,40 +141,47 @@ func sampledActs(ep *episode) []*schema.ActDone {
 // (as they were delivered) and, when the rollout neither filters groups nor
 // stops at a number of them, those of every other episode that ended.
 // Episodes that did not end (time-out, abort) give no samples.
-func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, actor *schema.Result, err error) {
+func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, actor result, err error) {
 	n := sess.Rollout
 	tasks, err := s.tasks(ctx, n)
 	if err != nil {
-		return nil, nil, err
+		return result{}, result{}, err
 	}
 	// The samples of the delivered groups are read as they were
 	// delivered, so only the other episodes' samples are built here.
 	eps, err := s.gather(ctx, sess, tasks, nil, ownSamples(sess))
 	if err != nil {
-		return nil, nil, err
+		return result{}, result{}, err
 	}
 	// The delivered groups' samples, as they were delivered: read by
 	// several readers, as the episodes are.
 	roles, groups := []string{schema.RolePlanner, schema.RoleActor}, sess.Delivered()
-	read := make([][]schema.Sample, len(roles)*len(groups))
+	read := make([][]heldSample, len(roles)*len(groups))
 	err = forEach(ctx, len(read), readers, func(ctx context.Context, i int) error {
 		var err error
 		read[i], err = s.groupSamples(ctx, n, roles[i/len(groups)], groups[i%len(groups)])
 		return err
 	})
 	if err != nil {
-		return nil, nil, err
+		return result{}, result{}, err
 	}
-	delivered := map[string]map[int][]schema.Sample{}
+	delivered := map[string]map[int][]heldSample{}
 	for i, samples := range read {
 		role, g := roles[i/len(groups)], groups[i%len(groups)]
 		if delivered[role] == nil {
-			delivered[role] = map[int][]schema.Sample{}
+			delivered[role] = map[int][]heldSample{}
 		}
 		delivered[role][g] = samples
 	}
 	planner, actor = buildResults(sess, tasks, eps, delivered)
 	return planner, actor, nil
+}
+
+// result is a role's result as assembly built it, its samples held apart
+// (those of delivered groups as they were encoded) until it is published.
+type result struct {
+	*schema.Result
+	samples []heldSample
 }
 
 // buildResults makes both roles' results from what assembly gathered: eps
@@ -184,13 +191,11 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 // holds, and a state or status claims only what is true of it: a task is
 // trained for a role only if that role's samples of it are in its result,
 // and a result is ok only if it delivers samples or says why it has none.
-func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episode, delivered map[string]map[int][]schema.Sample) (planner, actor *schema.Result) {
+func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episode, delivered map[string]map[int][]heldSample) (planner, actor result) {
 	n := sess.Rollout
-	results := map[string]*schema.Result{
-		schema.RolePlanner: {Rollout: n, Role: schema.RolePlanner, Status: sess.Status, Reason: sess.Reason},
-		schema.RoleActor:   {Rollout: n, Role: schema.RoleActor, Status: sess.Status, Reason: sess.Reason},
-	}
-	planner, actor = results[schema.RolePlanner], results[schema.RoleActor]
+	planner = result{Result: &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: sess.Status, Reason: sess.Reason}}
+	actor = result{Result: &schema.Result{Rollout: n, Role: schema.RoleActor, Status: sess.Status, Reason: sess.Reason}}
+	results := []*result{&planner, &actor}
 	filtering, own := sess.Config.Filtering(), ownSamples(sess)
 	stats := schema.Stats{Episodes: len(tasks), Failures: map[string]int{}, EpisodeStatus: map[string]int{}, Tokens: map[string]int{}}
 	var turns, rewards float64
@@ -221,21 +226,24 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 			continue // delivered groups come as they were delivered; others are not delivered
 		}
 		if ep.planner != nil {
-			planner.Samples = append(planner.Samples, *ep.planner)
+			planner.samples = append(planner.samples, built(*ep.planner))
 		}
-		actor.Samples = append(actor.Samples, ep.actor...)
+		for _, smp := range ep.actor {
+			actor.samples = append(actor.samples, built(smp))
+		}
 	}
 	stats.Completed = stats.EpisodeStatus[schema.EpisodeCompleted]
 	for _, r := range results {
 		for _, g := range sess.Delivered() {
-			r.Samples = append(r.Samples, delivered[r.Role][g]...)
+			r.samples = append(r.samples, delivered[r.Role][g]...)
 		}
 		// Samples come grouped as the tasks are (group_index, then index), so a
 		// trainer computing group-relative advantages finds each group together
 		// whatever order the tasks were sent in.
-		sort.SliceStable(r.Samples, func(i, j int) bool { return sampleBefore(&r.Samples[i], &r.Samples[j]) })
-		for _, smp := range r.Samples {
-			stats.Tokens[r.Role] += len(smp.Tokens)
+		sort.SliceStable(r.samples, func(i, j int) bool { return sampleBefore(&r.samples[i].sample, &r.samples[j].sample) })
+		r.SampleCount = len(r.samples)
+		for _, smp := range r.samples {
+			stats.Tokens[r.Role] += smp.tokens
 		}
 	}
 	if stats.Ended > 0 {
@@ -257,7 +265,7 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 		planner.Episodes, actor.Episodes = outcomes, outcomes
 	}
 	for _, r := range results {
-		has := sampled(r.Samples)
+		has := sampled(r.samples)
 		var lost lostTasks
 		r.Stats = stats
 		r.Stats.TaskStates = map[string]int{}
@@ -276,7 +284,7 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 			r.Tasks = append(r.Tasks, out)
 			r.Stats.TaskStates[out.State]++
 		}
-		r.Status, r.Reason = truth(r, eps, lost)
+		r.Status, r.Reason = truth(r.Result, eps, lost)
 	}
 	return planner, actor
 }
@@ -387,10 +395,10 @@ func datasetStats(tasks []schema.Task, eps map[int]*episode) map[string]schema.D
 }
 
 // sampled lists the episodes (by rollout_id) that have samples in samples.
-func sampled(samples []schema.Sample) map[string]bool {
+func sampled(samples []heldSample) map[string]bool {
 	out := map[string]bool{}
 	for _, smp := range samples {
-		out[smp.RolloutID] = true
+		out[smp.sample.RolloutID] = true
 	}
 	return out
 }
@@ -610,10 +618,10 @@ func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, stri
 	}
 	if r.Evaluation {
 		// No samples, by design: nothing to say of them.
-	} else if len(r.Samples) == 0 && r.Stats.TaskStates[schema.TaskEmpty] > 0 && lost.tasks == 0 && failed.total == 0 {
+	} else if r.SampleCount == 0 && r.Stats.TaskStates[schema.TaskEmpty] > 0 && lost.tasks == 0 && failed.total == 0 {
 		what = append(what, fmt.Sprintf("no %s sample: no act of the %d tasks ran the actor model", r.Role, r.Stats.TaskStates[schema.TaskEmpty]))
 	}
-	if len(r.Samples) == 0 && len(what) == 0 && len(eps) > 0 && (status == schema.ResultOK || status == schema.ResultPartial) {
+	if r.SampleCount == 0 && len(what) == 0 && len(eps) > 0 && (status == schema.ResultOK || status == schema.ResultPartial) {
 		// Filtered groups, say: nothing to train on, and the result says why.
 		what = append(what, fmt.Sprintf("no %s sample: tasks %s", r.Role, statesText(r.Stats.TaskStates)))
 	}
@@ -626,7 +634,7 @@ func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, stri
 	switch {
 	case status == schema.ResultOK && failed.total == ended && failed.total == len(eps):
 		status = schema.ResultFailed
-	case !r.Evaluation && (status == schema.ResultOK || status == schema.ResultPartial) && len(r.Samples) == 0 &&
+	case !r.Evaluation && (status == schema.ResultOK || status == schema.ResultPartial) && r.SampleCount == 0 &&
 		(r.Stats.TaskStates[schema.TaskFailed] > 0 || aborted.total > 0 || quarantined.total > 0):
 		// Nothing to train on, and not for want of asking: a result that
 		// delivers nothing of what it was to deliver is not ok.

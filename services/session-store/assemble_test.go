@@ -19,7 +19,7 @@ type world struct {
 	sess      *schema.Session
 	tasks     []schema.Task
 	eps       map[int]*episode
-	delivered map[string]map[int][]schema.Sample
+	delivered map[string]map[int][]heldSample // as assembly reads them back
 }
 
 var (
@@ -50,7 +50,7 @@ func randomWorld(r *rand.Rand) world {
 		}
 		return ""
 	}
-	w := world{tasks: make([]schema.Task, 1+r.IntN(10)), eps: map[int]*episode{}, delivered: map[string]map[int][]schema.Sample{
+	w := world{tasks: make([]schema.Task, 1+r.IntN(10)), eps: map[int]*episode{}, delivered: map[string]map[int][]heldSample{
 		schema.RolePlanner: {}, schema.RoleActor: {}}}
 	groups := 1 + r.IntN(len(w.tasks))
 	for e := range w.tasks {
@@ -145,12 +145,50 @@ func randomWorld(r *rand.Rand) world {
 			w.sess.Groups = append(w.sess.Groups, gs)
 			if gs.State == schema.GroupDelivered {
 				for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
-					w.delivered[role][g], _ = groupShare(w.sess, w.eps, members, role)
+					samples, _ := groupShare(w.sess, w.eps, members, role)
+					w.delivered[role][g] = asDelivered(samples)
 				}
 			}
 		}
 	}
 	return w
+}
+
+// asDelivered holds a group's samples as assembly reads them back from
+// the group's message: encoded, each read as it was encoded.
+func asDelivered(samples []schema.Sample) []heldSample {
+	if len(samples) == 0 {
+		return nil // a group message without samples holds none
+	}
+	data, err := schema.Marshal(samples)
+	if err != nil {
+		panic(err)
+	}
+	held, err := splitSamples(data)
+	if err != nil {
+		panic(err)
+	}
+	return held
+}
+
+// asTrainersRead are both results as a trainer reads them: their samples
+// in them, those of delivered groups decoded from their encoding, as
+// publishResult puts them in a result's body.
+func asTrainersRead(t *testing.T, planner, actor result) (*schema.Result, *schema.Result) {
+	t.Helper()
+	out := make([]*schema.Result, 2)
+	for i, r := range []result{planner, actor} {
+		res := *r.Result
+		var err error
+		if res.Samples, err = samplesOf(r.samples); err != nil {
+			t.Fatal(err)
+		}
+		if res.SampleCount != len(res.Samples) {
+			t.Fatalf("%s result: sample_count %d, %d samples", res.Role, res.SampleCount, len(res.Samples))
+		}
+		out[i] = &res
+	}
+	return out[0], out[1]
 }
 
 // TestResultsTellTheTruth: over random rollouts (random episode ends,
@@ -163,7 +201,8 @@ func TestResultsTellTheTruth(t *testing.T) {
 	r := rand.New(rand.NewPCG(seed, 1))
 	for i := range 3000 {
 		w := randomWorld(r)
-		planner, actor := buildResults(w.sess, w.tasks, w.eps, w.delivered)
+		bp, ba := buildResults(w.sess, w.tasks, w.eps, w.delivered)
+		planner, actor := asTrainersRead(t, bp, ba)
 		for _, res := range []*schema.Result{planner, actor} {
 			if err := checkTruth(w, res); err != nil {
 				t.Fatalf("seed %d, rollout %d, %s result: %v\nstatus %s (%s)\nstats %+v\ntasks %+v", seed, i, res.Role, err, res.Status, res.Reason, res.Stats, res.Tasks)
@@ -184,9 +223,10 @@ func TestResultsNeedNoSampleTheyDoNotHold(t *testing.T) {
 	seed := rand.Uint64()
 	r := rand.New(rand.NewPCG(seed, 2))
 	skipped := 0
-	for i := range 3000 {
+	for i := range 1500 {
 		w := randomWorld(r)
-		wantP, wantA := buildResults(w.sess, w.tasks, w.eps, w.delivered)
+		bp, ba := buildResults(w.sess, w.tasks, w.eps, w.delivered)
+		wantP, wantA := asTrainersRead(t, bp, ba)
 		own, counted := ownSamples(w.sess), w.sess.Config.MaxStaleness > 0 && !w.sess.Config.Evaluation
 		read := map[int]*episode{}
 		for e, ep := range w.eps {
@@ -200,7 +240,8 @@ func TestResultsNeedNoSampleTheyDoNotHold(t *testing.T) {
 			}
 			read[e] = &cp
 		}
-		gotP, gotA := buildResults(w.sess, w.tasks, read, w.delivered)
+		bp, ba = buildResults(w.sess, w.tasks, read, w.delivered)
+		gotP, gotA := asTrainersRead(t, bp, ba)
 		if !reflect.DeepEqual(gotP, wantP) || !reflect.DeepEqual(gotA, wantA) {
 			t.Fatalf("seed %d, rollout %d (config %+v): results differ when only the samples they hold are built\nplanner %+v\nwant    %+v\nactor %+v\nwant  %+v",
 				seed, i, w.sess.Config, gotP.Stats, wantP.Stats, gotA.Stats, wantA.Stats)

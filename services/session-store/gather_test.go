@@ -2,6 +2,10 @@ package sessionstore
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/planact/planact/internal/bustest"
@@ -60,6 +64,40 @@ func TestAssemblyReadsOnlyTrajectoriesItUses(t *testing.T) {
 		}
 		if read := delivered.last != nil; read != (staleness > 0) {
 			t.Errorf("max_staleness %d: the delivered episode's trajectory read: %v; want it read only when max_staleness counts its unchecked turns", staleness, read)
+		}
+	}
+}
+
+// TestGroupSamplesReadBackAsDelivered: a delivered group's samples, in
+// its message or in the object store (over the inline limit), are read
+// back as they were encoded: the result holds the same samples.
+func TestGroupSamplesReadBackAsDelivered(t *testing.T) {
+	_, url := bustest.Server(t)
+	s := newTestService(bustest.Bus(t, url, "ss"))
+	ctx := context.Background()
+	const n = 32
+	samples := randomSamples(rand.New(rand.NewPCG(7, 7)), 8, 300)
+	want, err := samplesOf(asDelivered(samples))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g, limit := range []int{1 << 20, 256} {
+		s.InlineLimit = limit
+		m := &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: g, Samples: slices.Clone(samples), Delivered: []int{g}, Groups: 2}
+		obj, err := s.publishSamples(ctx, m, fmt.Sprintf("rollout-%d-actor.group-%d.samples", n, g))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inObject := obj != ""; inObject != (limit == 256) {
+			t.Fatalf("inline limit %d: samples in the object store: %v", limit, inObject)
+		}
+		held, err := s.groupSamples(ctx, n, schema.RoleActor, g)
+		if err != nil {
+			t.Fatalf("inline limit %d: %v", limit, err)
+		}
+		got, err := samplesOf(held)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("inline limit %d: read back %d samples (%v); want the %d delivered", limit, len(got), err, len(want))
 		}
 	}
 }

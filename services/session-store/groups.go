@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
@@ -170,7 +172,10 @@ func groupShare(sess *schema.Session, eps map[int]*episode, members []int, role 
 			samples = append(samples, eps[e].actor...)
 		}
 	}
-	has := sampled(samples)
+	has := map[string]bool{}
+	for _, smp := range samples {
+		has[smp.RolloutID] = true
+	}
 	var outcomes []schema.TaskOutcome
 	for _, e := range members {
 		outcomes = append(outcomes, roleOutcome(taskOutcome(sess, e, eps[e], true), role, has[episodeID(sess.Rollout, e)], eps[e], sess.Config))
@@ -218,7 +223,7 @@ func (s *Service) publishSamples(ctx context.Context, m *schema.Group, name stri
 
 // groupSamples reads back the samples of a delivered group, as they were
 // delivered.
-func (s *Service) groupSamples(ctx context.Context, n int64, role string, g int) ([]schema.Sample, error) {
+func (s *Service) groupSamples(ctx context.Context, n int64, role string, g int) ([]heldSample, error) {
 	m, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.Group(n, role, g))
 	if err != nil {
 		return nil, err
@@ -226,22 +231,29 @@ func (s *Service) groupSamples(ctx context.Context, n int64, role string, g int)
 	if m == nil {
 		return nil, nil // the role did not arrive
 	}
-	var grp schema.Group
-	if err := schema.Unmarshal(m.Data, &grp); err != nil {
+	var grp groupBody
+	if err := schema.UnmarshalPart(m.Data, &schema.Group{}, &grp); err != nil {
 		return nil, err
 	}
-	if grp.SamplesObject == "" {
-		return grp.Samples, nil
+	data := []byte(grp.Samples)
+	if grp.SamplesObject != "" {
+		if data, err = bus.ReadObject(ctx, s.Bus.NC, bus.ObjectResults(role), grp.SamplesObject, 0); err != nil {
+			return nil, fail.Transientf("group %d samples %s: %w", g, grp.SamplesObject, err)
+		}
 	}
-	data, err := bus.ReadObject(ctx, s.Bus.NC, bus.ObjectResults(role), grp.SamplesObject, 0)
+	held, err := splitSamples(data)
 	if err != nil {
-		return nil, fail.Transientf("group %d samples %s: %w", g, grp.SamplesObject, err)
+		return nil, fail.Permanentf("group %d of rollout %d, %s: %w", g, n, role, err)
 	}
-	var samples []schema.Sample
-	if err := schema.Unmarshal(data, &samples); err != nil {
-		return nil, err
-	}
-	return samples, nil
+	return held, nil
+}
+
+// groupBody is what assembly reads of a delivered group's message: its
+// samples, as they were encoded, or the object that holds them.
+type groupBody struct {
+	schema.Envelope
+	Samples       msgpack.RawMessage `json:"samples,omitempty"`
+	SamplesObject string             `json:"samples_object,omitempty"`
 }
 
 // filter applies the rollout's group filter to a complete group.

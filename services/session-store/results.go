@@ -33,7 +33,7 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session) (*pu
 	n := sess.Rollout
 	res := &published{status: sess.Status, reason: sess.Reason}
 	giveUp := s.Now().Sub(time.UnixMilli(sess.FinishedMs)) > s.ResultPatience
-	var built map[string]*schema.Result
+	var built map[string]result
 	var roles []string
 	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
 		if _, arrived := sess.Roles[role]; arrived {
@@ -57,10 +57,11 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session) (*pu
 					return nil, err
 				}
 			}
-			r = built[role]
+			b := built[role]
+			r = b.Result
 			r.ArrivalID = sess.Roles[role].ArrivalID
 			r.Stats.StartedMs, r.Stats.FinishedMs = sess.StartedMs, sess.FinishedMs
-			if err := s.publishResult(ctx, r); err != nil {
+			if err := s.publishResult(ctx, b); err != nil {
 				if !giveUp {
 					return nil, err
 				}
@@ -88,12 +89,12 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session) (*pu
 
 // results builds both roles' results: the samples of a rollout that ran,
 // or a bare result with the session's status for one that never started.
-func (s *Service) results(ctx context.Context, sess *schema.Session, giveUp bool) (map[string]*schema.Result, error) {
+func (s *Service) results(ctx context.Context, sess *schema.Session, giveUp bool) (map[string]result, error) {
 	n := sess.Rollout
-	bare := func(status, reason string) map[string]*schema.Result {
-		out := map[string]*schema.Result{}
+	bare := func(status, reason string) map[string]result {
+		out := map[string]result{}
 		for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
-			out[role] = &schema.Result{Rollout: n, Role: role, Status: status, Reason: reason}
+			out[role] = result{Result: &schema.Result{Rollout: n, Role: role, Status: status, Reason: reason}}
 		}
 		return out
 	}
@@ -108,23 +109,28 @@ func (s *Service) results(ctx context.Context, sess *schema.Session, giveUp bool
 		zerolog.Ctx(ctx).Error().Err(err).Msg("samples could not be assembled; the rollout fails")
 		return bare(schema.ResultFailed, "samples could not be assembled: "+err.Error()), nil
 	}
-	return map[string]*schema.Result{schema.RolePlanner: planner, schema.RoleActor: actor}, nil
+	return map[string]result{schema.RolePlanner: planner, schema.RoleActor: actor}, nil
 }
 
-// publishResult sends r, moving its samples to its role's object store
-// when the message would be too large to carry them.
-func (s *Service) publishResult(ctx context.Context, r *schema.Result) error {
-	r.SampleCount = len(r.Samples)
-	// A rollout's samples are encoded once. The result's body holds them
-	// as they encode alone, so samples over the limit make a body over it
-	// too: to the object store, without encoding the body. Under it, the
-	// body is encoded, weighed, and sent as it is.
-	data, err := schema.Marshal(r.Samples)
+// publishResult sends b's result, moving its samples to its role's object
+// store when the message would be too large to carry them.
+func (s *Service) publishResult(ctx context.Context, b result) error {
+	r := b.Result
+	r.SampleCount = len(b.samples)
+	// A rollout's samples are encoded once: those of delivered groups are
+	// as they were delivered. The result's body holds them as they encode
+	// alone, so samples over the limit make a body over it too: to the
+	// object store, without encoding the body. Under it, the samples are
+	// decoded into the body, which is encoded, weighed, and sent as it is.
+	data, err := encodeSamples(b.samples)
 	if err != nil {
 		return fail.E(fail.Permanent, err)
 	}
 	var body []byte
 	if len(data) <= s.InlineLimit {
+		if r.Samples, err = samplesOf(b.samples); err != nil {
+			return fail.E(fail.Permanent, err)
+		}
 		if body, err = schema.Marshal(r); err != nil {
 			return fail.E(fail.Permanent, err)
 		}
