@@ -23,7 +23,7 @@ func init() {
 				return e.EncodeNil()
 			}
 			s := v.Interface().([]int)
-			buf := appendArrayLen(make([]byte, 0, 5+3*len(s)), len(s))
+			buf := AppendArrayLen(make([]byte, 0, 5+3*len(s)), len(s))
 			for _, x := range s {
 				buf = appendInt(buf, int64(x))
 			}
@@ -42,7 +42,7 @@ func init() {
 				return e.EncodeNil()
 			}
 			s := v.Interface().([]float64)
-			buf := appendArrayLen(make([]byte, 0, 5+9*len(s)), len(s))
+			buf := AppendArrayLen(make([]byte, 0, 5+9*len(s)), len(s))
 			for _, x := range s {
 				buf = append(buf, 0xcb)
 				buf = binary.BigEndian.AppendUint64(buf, math.Float64bits(x))
@@ -137,9 +137,9 @@ func decodeSlice[T any](d *msgpack.Decoder, v reflect.Value, elem func(*msgpack.
 // maxPrealloc bounds what a decoder allocates before the elements arrive.
 const maxPrealloc = 1 << 16
 
-// appendArrayLen appends an array header, as msgpack.Encoder.EncodeArrayLen
+// AppendArrayLen appends an array header, as msgpack.Encoder.EncodeArrayLen
 // writes it.
-func appendArrayLen(b []byte, n int) []byte {
+func AppendArrayLen(b []byte, n int) []byte {
 	switch {
 	case n < 16:
 		return append(b, 0x90|byte(n))

@@ -2,9 +2,7 @@ package sessionstore
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
-	"math"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -112,7 +110,7 @@ func encodeSamples(held []heldSample) ([]byte, error) {
 	for i := range held {
 		size += len(held[i].raw)
 	}
-	out := appendArrayLen(make([]byte, 0, size), len(held))
+	out := schema.AppendArrayLen(make([]byte, 0, size), len(held))
 	for i := range held {
 		if held[i].raw != nil {
 			out = append(out, held[i].raw...)
@@ -144,16 +142,4 @@ func samplesOf(held []heldSample) ([]schema.Sample, error) {
 		}
 	}
 	return out, nil
-}
-
-// appendArrayLen appends a msgpack array header for n elements.
-func appendArrayLen(b []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, msgpcode.FixedArrayLow|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, msgpcode.Array16), uint16(n))
-	default:
-		return binary.BigEndian.AppendUint32(append(b, msgpcode.Array32), uint32(n))
-	}
 }
