@@ -162,6 +162,8 @@ type Messages struct {
 	NATSOutPerAct  float64            `json:"nats_out_per_act"`
 	NATSKBPerAct   float64            `json:"nats_kb_per_act"` // varz in + out bytes
 	PerEngineCall  float64            `json:"nats_msgs_per_engine_call"`
+	// Tally is -tally's count of every NATS message by kind, most first.
+	Tally []TallyRow `json:"tally,omitempty"`
 }
 
 // Raw is the raw JetStream baseline on the run's server.

@@ -35,6 +35,7 @@ type options struct {
 	Out           string        `json:"-"`
 	Name          string        `json:"name"`
 	Keep          bool          `json:"-"`
+	Tally         bool          `json:"tally,omitempty"`
 	Profile       string        `json:"-"`
 	Quick         bool          `json:"quick"`
 	Model         Model         `json:"model"`
@@ -108,6 +109,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Out, "out", o.Out, "write <name>.txt, .json and .png here (\"\": print only)")
 	fs.StringVar(&o.Name, "name", o.Name, "the results' file name")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (logs of every process, the engines' call logs)")
+	fs.BoolVar(&o.Tally, "tally", false, "count the step's NATS messages by kind (publish, delivery, ack, pull, direct get, reply) with a subscriber to every subject; it loads the server, so read CPU from a run without it")
 	fs.StringVar(&o.Profile, "profile", "", "collect CPU profiles of every service and of nats-server over the step into this directory: <process>.pb.gz (go tool pprof reads them) and profiles.txt, each process's top functions and packages")
 	m := &o.Model
 	fs.Int64Var(&m.Seed, "seed", m.Seed, "seed of every draw")

@@ -147,6 +147,18 @@ func (r *Report) text(w io.Writer, o options) {
 	}
 	fmt.Fprintf(w, "\nmessages per act: stored %.2f (%s); NATS %.1f (in %.1f, out %.1f; %.1f KB); %.1f NATS messages per engine call\n",
 		ms.StoredPerAct, strings.Join(parts, ", "), ms.NATSPerAct, ms.NATSInPerAct, ms.NATSOutPerAct, ms.NATSKBPerAct, ms.PerEngineCall)
+	if len(ms.Tally) > 0 {
+		var total int64
+		for _, t := range ms.Tally {
+			total += t.Count
+		}
+		fmt.Fprintf(w, "  by kind (-tally: %d messages seen by a subscriber to every subject; per act)\n", total)
+		for _, t := range ms.Tally {
+			if t.PerAct >= 0.01 {
+				fmt.Fprintf(w, "    %6.2f  %s\n", t.PerAct, t.Kind)
+			}
+		}
+	}
 
 	rw := r.Raw
 	fmt.Fprintf(w, "\nraw JetStream on the same server, before planact started: publish+consume of %d-byte act.done messages (%d prompt + %d output tokens), %d in flight, 3 × %d\n",

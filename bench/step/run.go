@@ -187,6 +187,12 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var tl *tally
+	if o.Tally {
+		if tl, err = startTally(natsURL); err != nil {
+			return fmt.Errorf("-tally: %w", err)
+		}
+	}
 	smp := c.sampleEvery(500 * time.Millisecond)
 	if prof != nil {
 		prof.start(ctx)
@@ -230,6 +236,12 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	samples := smp.end()
+	var tallied map[string]int64
+	if tl != nil {
+		if tallied, err = tl.end(); err != nil {
+			return fmt.Errorf("-tally: %w", err)
+		}
+	}
 	if prof != nil {
 		p.say("waiting for the last profile windows")
 		prof.end()
@@ -262,6 +274,9 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 	p.say("analysing: the lower bound from %d episode scripts, a replay without planact", o.Rollouts*o.Prompts*o.Model.Copies)
 	if err := rep.analyse(o, calls, logs, stored, before, after, samples, c); err != nil {
 		return err
+	}
+	if tallied != nil {
+		rep.Messages.Tally = tallyRows(tallied, float64(rep.Dups.Acts))
 	}
 	if prof != nil {
 		if err := writeProfileSummaries(ctx, prof, o.Profile); err != nil {

@@ -859,3 +859,74 @@ func TestConsumeWaitsForNATS(t *testing.T) {
 		t.Errorf("Consume: %v", err)
 	}
 }
+
+// MutateNew writes a key it guesses absent without reading it first; a
+// wrong guess costs a read and changes nothing of what is written.
+func TestMutateNew(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx := context.Background()
+	reads := func() float64 {
+		return testutil.ToFloat64(telemetry.KVOps.WithLabelValues(bus.BucketRuns, "get")) +
+			testutil.ToFloat64(telemetry.KVOps.WithLabelValues(bus.BucketRuns, "get_fresh"))
+	}
+	conflicts := func() float64 { return testutil.ToFloat64(telemetry.KVConflicts.WithLabelValues(bus.BucketRuns)) }
+	var sawExisting []bool
+	claim := func(runner uint64) func(r *schema.Run, exists bool) (bool, error) {
+		return func(r *schema.Run, exists bool) (bool, error) {
+			sawExisting = append(sawExisting, exists)
+			if exists {
+				r.Turn++ // a second plan of the turn: the state it finds goes on
+				return true, nil
+			}
+			r.Runner, r.Turn = runner, 1
+			return true, nil
+		}
+	}
+	r0, c0 := reads(), conflicts()
+	v, rev, wrote, err := bus.MutateNew(ctx, b.Runs, "1.0.1", claim(7))
+	if err != nil || !wrote || v.Runner != 7 || rev == 0 {
+		t.Fatalf("an absent key: %+v rev %d wrote %v err %v", v, rev, wrote, err)
+	}
+	if got := reads() - r0; got != 0 || fmt.Sprint(sawExisting) != "[false]" {
+		t.Errorf("an absent key: %v reads, fn saw exists=%v; want 0 reads, [false]", got, sawExisting)
+	}
+	stored, srev, found, err := bus.GetFresh[schema.Run](ctx, b.Runs, "1.0.1")
+	if err != nil || !found || stored.Runner != 7 || stored.Turn != 1 || srev != rev {
+		t.Fatalf("stored %+v rev %d (%v, %v), want runner 7 at rev %d", stored, srev, found, err, rev)
+	}
+
+	// The key is there: the guess's create is refused, and fn runs on the
+	// value stored, which keeps its runner.
+	sawExisting = nil
+	r0 = reads()
+	v, rev2, wrote, err := bus.MutateNew(ctx, b.Runs, "1.0.1", claim(9))
+	if err != nil || !wrote || v.Runner != 7 || v.Turn != 2 || rev2 <= rev {
+		t.Fatalf("a present key: %+v rev %d wrote %v err %v, want runner 7, turn 2", v, rev2, wrote, err)
+	}
+	if got := reads() - r0; got != 1 || fmt.Sprint(sawExisting) != "[false true]" {
+		t.Errorf("a present key: %v reads, fn saw exists=%v; want 1 read, [false true]", got, sawExisting)
+	}
+	if got := conflicts() - c0; got != 0 {
+		t.Errorf("a wrong guess counted as %v conflicts, want 0", got)
+	}
+
+	// A deleted key is absent again: created over its delete marker.
+	if err := b.Runs.Delete(ctx, "1.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	sawExisting = nil
+	if v, _, wrote, err := bus.MutateNew(ctx, b.Runs, "1.0.1", claim(11)); err != nil || !wrote || v.Runner != 11 || fmt.Sprint(sawExisting) != "[false]" {
+		t.Fatalf("a deleted key: %+v wrote %v err %v, fn saw %v", v, wrote, err, sawExisting)
+	}
+
+	// fn writes nothing on the guess: the decision rests on a read.
+	r0 = reads()
+	nothing := func(r *schema.Run, exists bool) (bool, error) { return exists && r.Runner == 0, nil }
+	if _, _, wrote, err := bus.MutateNew(ctx, b.Runs, "1.0.1", nothing); err != nil || wrote {
+		t.Fatalf("no write: wrote %v err %v", wrote, err)
+	}
+	if got := reads() - r0; got != 1 {
+		t.Errorf("a decision not to write rested on %v reads, want 1", got)
+	}
+}

@@ -189,6 +189,34 @@ func MutateFrom[T any](ctx context.Context, kv *Bucket, key string, v T, rev uin
 	return cur, newRev, true, nil
 }
 
+// MutateNew is MutateRev for a key that is most likely absent (the first
+// write of a turn's state, say): fn is applied to the zero value, as to an
+// absent key, and the result created without reading first. Only when the
+// key exists after all (the create is refused), or fn writes nothing, does
+// it go on as MutateRev, with a read: a decision not to write rests on a
+// read, never on the guess.
+func MutateNew[T any](ctx context.Context, kv *Bucket, key string, fn func(v *T, exists bool) (bool, error)) (T, uint64, bool, error) {
+	var v T
+	changed, err := fn(&v, false)
+	if err != nil || !changed {
+		return MutateRev(ctx, kv, key, fn)
+	}
+	data, err := schema.Marshal(&v)
+	if err != nil {
+		return v, 0, false, fail.E(fail.Permanent, err)
+	}
+	kv.count("create")
+	rev, err := kv.Create(ctx, key, data)
+	switch {
+	case err == nil:
+		return v, rev, true, nil
+	case isConflict(err):
+		return MutateRev(ctx, kv, key, fn) // a wrong guess, not a race: no conflict counted
+	default:
+		return v, 0, false, fail.Transientf("kv write %s: %w", key, err)
+	}
+}
+
 // Update writes v under key if the key is still at revision rev (0: if it
 // does not exist), and returns the new revision. conflict is true, with no
 // error, when another writer changed the key since rev: the caller reads it

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/subject"
 )
 
 // StoredMsg is a message as a stream holds it.
@@ -159,7 +161,14 @@ func directGet(ctx context.Context, nc *nats.Conn, stream string, body []byte, r
 	default:
 		return nil, fail.Transientf("read %s %v: %s %s", stream, req, status, reply.Header.Get("Description"))
 	}
+	return storedOf(stream, reply)
+}
+
+// storedOf reads a direct get's answer: the message, its subject, sequence
+// and time in the headers.
+func storedOf(stream string, reply *nats.Msg) (*StoredMsg, error) {
 	m := &StoredMsg{Subject: reply.Header.Get("Nats-Subject"), Header: reply.Header, Data: reply.Data}
+	var err error
 	if m.Seq, err = strconv.ParseUint(reply.Header.Get("Nats-Sequence"), 10, 64); err != nil {
 		return nil, fail.Transientf("read %s: bad Nats-Sequence %q", stream, reply.Header.Get("Nats-Sequence"))
 	}
@@ -167,6 +176,101 @@ func directGet(ctx context.Context, nc *nats.Conn, stream string, body []byte, r
 		return nil, fail.Transientf("read %s: bad Nats-Time-Stamp %q", stream, reply.Header.Get("Nats-Time-Stamp"))
 	}
 	return m, nil
+}
+
+// LastMsgsOnce returns the message stored on each of subjects in stream,
+// keyed by subject (absent where none is), for subjects that are written
+// once (PublishOnce: a message there is the only one it will ever hold).
+// Every subject must match filter, a subject filter of the stream. They are
+// read in one request, a direct get of the last message of every subject
+// matching filter (a batch: the messages, then an end of batch), not one
+// request each. On a stream with replicas that answer may come from a
+// follower a moment behind; a message it holds is still the one (the
+// subject is written once), and a subject it lacks is read again from the
+// leader, as is every subject the batch did not cover (more than one
+// answer holds), so an absence is never a follower's.
+func (b *Bus) LastMsgsOnce(ctx context.Context, stream, filter string, subjects []string) (map[string]*StoredMsg, error) {
+	got := make(map[string]*StoredMsg, len(subjects))
+	if len(subjects) == 0 {
+		return got, nil
+	}
+	for _, subj := range subjects {
+		if !subject.Matches(filter, subj) {
+			return nil, fail.Permanentf("read %s: subject %s does not match the filter %s", stream, subj, filter)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	msgs, whole, err := directBatch(rctx, b.NC, stream, map[string]any{"multi_last": []string{filter}})
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		got[m.Subject] = m
+	}
+	authoritative := whole && b.single[stream] // the one server holds every acknowledged write
+	for _, subj := range subjects {
+		if got[subj] != nil || authoritative {
+			continue
+		}
+		m, err := b.LastMsg(ctx, stream, subj)
+		if err != nil {
+			return nil, err
+		}
+		if m != nil {
+			got[subj] = m
+		}
+	}
+	for subj := range got {
+		if !slices.Contains(subjects, subj) {
+			delete(got, subj) // matched the filter, not asked for
+		}
+	}
+	return got, nil
+}
+
+// directBatch sends a direct get that answers with several messages (a
+// batch, or the last message of many subjects) and collects them until the
+// end of the batch. whole is false when the answer stopped before every
+// message the request matched (the server's limit on one answer: 1,024
+// subjects, or its bytes): the caller reads the rest another way.
+func directBatch(ctx context.Context, nc *nats.Conn, stream string, req map[string]any) (msgs []*StoredMsg, whole bool, err error) {
+	body, _ := json.Marshal(req)
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, false, fail.Transientf("read %s %v: %w (%w)", stream, req, err, ErrNotAnswered)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, body); err != nil {
+		return nil, false, fail.Transientf("read %s %v: %w (%w)", stream, req, err, ErrNotAnswered)
+	}
+	for {
+		reply, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, false, fail.Transientf("read %s %v: %w (%w)", stream, req, err, ErrNotAnswered)
+		}
+		switch status := reply.Header.Get("Status"); status {
+		case "":
+			m, err := storedOf(stream, reply)
+			if err != nil {
+				return nil, false, err
+			}
+			msgs = append(msgs, m)
+		case "204": // end of batch
+			return msgs, reply.Header.Get("Nats-Num-Pending") == "0", nil
+		case "404":
+			// "No Results": nothing matched. The server folds a message it
+			// failed to load into a 404 too: then nothing is known.
+			return nil, reply.Header.Get("Description") == "No Results", nil
+		case "413": // too many subjects for one answer
+			return nil, false, nil
+		case "503":
+			return nil, false, fail.Transientf("read %s %v: stream %s does not answer direct gets: no responders (%w)", stream, req, stream, ErrNotAnswered)
+		default:
+			return nil, false, fail.Transientf("read %s %v: %s %s", stream, req, status, reply.Header.Get("Description"))
+		}
+	}
 }
 
 // kvEntry is a KV value as read from the bucket's stream.

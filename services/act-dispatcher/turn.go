@@ -213,7 +213,14 @@ func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, 
 	var mine, finished bool
 	var conflicts []string
 	var newly, cached []*schema.NodeState
-	run, rev, _, err := bus.MutateRev(ctx, s.Bus.Runs, key, func(r *schema.Run, exists bool) (bool, error) {
+	// A turn's first plan finds no state yet: written without a read first
+	// when this replica runs nothing of it (the guess is checked by the
+	// write, which only creates).
+	mutate := bus.MutateRev[schema.Run]
+	if s.runners.get(key) == nil && !handed {
+		mutate = bus.MutateNew[schema.Run]
+	}
+	run, rev, _, err := mutate(ctx, s.Bus.Runs, key, func(r *schema.Run, exists bool) (bool, error) {
 		mine, finished, conflicts, newly, cached = false, false, nil, nil, nil
 		if exists && r.Finished {
 			finished = true

@@ -550,11 +550,17 @@ func (s *Service) readEpisode(ctx context.Context, n int64, e int, ep *episode, 
 		}
 		ep.last = &out
 	}
-	for _, key := range end.Acts {
-		m, err := s.Bus.LastMsg(ctx, bus.StreamAct, subject.ActDone(n, e, key))
-		if err != nil {
-			return err
-		}
+	// The outcomes in one read (each act's is written once).
+	subjects := make([]string, len(end.Acts))
+	for i, key := range end.Acts {
+		subjects[i] = subject.ActDone(n, e, key)
+	}
+	outcomes, err := s.Bus.LastMsgsOnce(ctx, bus.StreamAct, subject.ActDones(n, e), subjects)
+	if err != nil {
+		return err
+	}
+	for i, key := range end.Acts {
+		m := outcomes[subjects[i]]
 		if m == nil {
 			return fail.Permanentf("episode %d lists act %s, whose outcome is not in the ACT stream", e, key)
 		}
