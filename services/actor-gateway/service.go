@@ -64,6 +64,9 @@ type Deps struct {
 	// Engines.Limit. Requests beyond either wait, acknowledged and told
 	// that they wait.
 	MaxInFlight int
+	// Beat is how often a generation that runs tells its callers so;
+	// default Beat (a test sets it longer than any generation it runs).
+	Beat time.Duration
 }
 
 // A generation is asked for once per try (schema.ActorRequest.ActorID) and
@@ -72,8 +75,12 @@ type Deps struct {
 // schema.ActorInstanceSubject, once it knows which instance has it), and
 // the request is attached to the generation that runs, or answered from
 // the one that ran. A caller that asks for it (the request's
-// HdrActorProgress header) is told at once that this instance has it, and
-// every Beat while it runs.
+// HdrActorProgress header) is told every Beat while the generation runs or
+// waits to: first that this instance started it (from which send), then
+// that it still runs. A generation that ends within a Beat (most acts) is
+// acknowledged by its answer alone, which says the same (HdrActorStarted):
+// one message to the caller, not two. A request attached to a generation
+// that runs is told so at once.
 
 // Beat is how often a running generation tells its callers it is alive.
 const Beat = time.Second
@@ -98,7 +105,8 @@ type gateway struct {
 
 // generation is one try of an act on this instance.
 type generation struct {
-	callers  []string  // reply subjects of the requests for it
+	callers  []string  // reply subjects of the requests for it, the one that started it first
+	from     string    // the number of the send that started it (HdrActorSend; "?" when not given)
 	answer   *nats.Msg // once answered; nil again after KeepAnswer
 	answered time.Time
 	forget   time.Time // when the record goes (the caller's deadline, or later)
@@ -212,6 +220,11 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 		switch {
 		case gen.answer != nil:
 			a := gen.answer
+			if m.Reply == gen.callers[0] {
+				// The caller that started it, asking again (its answer
+				// lost): told, as the first time, which send started it.
+				a = withHeader(a, schema.HdrActorStarted, gen.from)
+			}
 			g.mu.Unlock()
 			telemetry.GenerationsAwaited.WithLabelValues(schema.RoleActor).Inc()
 			return g.send(m.Reply, a)
@@ -238,19 +251,15 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 		return g.replyError(m.Reply, CodePaused, fmt.Sprintf("the actor role is paused (pause %d): send it again after the resume", st.Epoch))
 	}
 	defer left()
-	gen := &generation{callers: []string{m.Reply}, forget: time.Now().Add(5 * time.Minute)}
+	// The send this generation started from, given back to the caller that
+	// sent it: in its "started" acknowledgement at the first beat, if the
+	// generation runs that long, and in its answer.
+	gen := &generation{callers: []string{m.Reply}, from: cmp.Or(m.Header.Get(schema.HdrActorSend), "?"), forget: time.Now().Add(5 * time.Minute)}
 	if req.DeadlineMs > 0 {
 		gen.forget = time.UnixMilli(req.DeadlineMs).Add(time.Minute)
 	}
 	g.gens[id] = gen
 	g.mu.Unlock()
-	if progress {
-		ack := g.progress(schema.ActorStarted)
-		if n := m.Header.Get(schema.HdrActorSend); n != "" {
-			ack.Header.Set(schema.HdrActorSend, n) // the send this generation started from
-		}
-		_ = g.send(m.Reply, ack)
-	}
 	stop := g.beat(gen, progress)
 	answer, err := g.generateInSlot(gctx, req)
 	stop()
@@ -260,8 +269,12 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 	gen.forget = later(gen.forget, gen.answered.Add(KeepAnswer))
 	callers := slices.Clone(gen.callers)
 	g.mu.Unlock()
-	for _, c := range callers {
-		if serr := g.send(c, answer); serr != nil {
+	for i, c := range callers {
+		a := answer
+		if i == 0 {
+			a = withHeader(answer, schema.HdrActorStarted, gen.from)
+		}
+		if serr := g.send(c, a); serr != nil {
 			zerolog.Ctx(ctx).Warn().Err(serr).Msg("reply")
 			err = cmp.Or(err, serr)
 		}
@@ -301,9 +314,9 @@ func (g *gateway) beat(gen *generation, progress bool) (stop func()) {
 	}
 	done := make(chan struct{})
 	go func() {
-		t := time.NewTicker(Beat)
+		t := time.NewTicker(cmp.Or(g.Beat, Beat))
 		defer t.Stop()
-		for {
+		for first := true; ; first = false {
 			select {
 			case <-done:
 				return
@@ -312,12 +325,28 @@ func (g *gateway) beat(gen *generation, progress bool) (stop func()) {
 			g.mu.Lock()
 			callers := slices.Clone(gen.callers)
 			g.mu.Unlock()
-			for _, c := range callers {
-				_ = g.send(c, g.progress(schema.ActorRunning))
+			for i, c := range callers {
+				p := g.progress(schema.ActorRunning)
+				if first && i == 0 {
+					p = g.progress(schema.ActorStarted)
+					p.Header.Set(schema.HdrActorSend, gen.from) // the send this generation started from
+				}
+				_ = g.send(c, p)
 			}
 		}
 	}()
 	return func() { close(done) }
+}
+
+// withHeader is a copy of m with header key set to value (m is shared by
+// every caller of a generation, and kept).
+func withHeader(m *nats.Msg, key, value string) *nats.Msg {
+	c := &nats.Msg{Header: make(nats.Header, len(m.Header)+1), Data: m.Data}
+	for k, v := range m.Header {
+		c.Header[k] = v
+	}
+	c.Header.Set(key, value)
+	return c
 }
 
 // sweep drops the answers kept past KeepAnswer and the records of tries
