@@ -25,6 +25,7 @@ type options struct {
 	TargetGroups int            `json:"target_groups"`
 	Replicas     map[string]int `json:"replicas"`
 	ServeFlags   []string       `json:"serve_flags,omitempty"`
+	ServeEnv     []string       `json:"serve_env,omitempty"`
 	Swap         time.Duration  `json:"swap"`
 	// StateCapacity: the trainers state each engine's limit in their
 	// arrivals (engine.max_in_flight), so planact keeps it full.
@@ -100,6 +101,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.Rollouts, "rollouts", o.Rollouts, "rollouts (training steps) in the run; each after the first arrives while the one before is consumed")
 	fs.Float64Var(&o.TargetFrac, "target-frac", o.TargetFrac, "target_groups as a fraction of the prompts (over-sampling: the rollout ends when this many groups are complete); 1 waits for every group")
 	replicas := fs.String("replicas", "", "planact serve processes per service, e.g. act-dispatcher=2,actor-gateway=2 (default 1 each)")
+	serveEnv := fs.String("serve-env", "", "environment variables for every `planact serve`, space-separated NAME=value, e.g. \"GOMAXPROCS=1\"")
 	serveFlags := fs.String("serve-flags", "", "more flags for every `planact serve`, space-separated, e.g. \"--engine-limit 128\"")
 	fs.BoolVar(&o.StateCapacity, "state-capacity", true, "the trainers state each engine's limit in their arrival (engine.max_in_flight); false leaves it to --engine-limit")
 	fs.DurationVar(&o.Swap, "swap", o.Swap, "how long each trainer's weight swap takes between two rollouts (its role paused)")
@@ -166,6 +168,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, fmt.Errorf("-replicas: %w", err))
 	}
 	o.ServeFlags = strings.Fields(*serveFlags)
+	o.ServeEnv = strings.Fields(*serveEnv)
+	for _, kv := range o.ServeEnv {
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
+			errs = append(errs, fmt.Errorf("-serve-env %q: want NAME=value", kv))
+		}
+	}
 	switch {
 	case o.Prompts < 1:
 		errs = append(errs, fmt.Errorf("-prompts %d: want ≥ 1", o.Prompts))

@@ -39,7 +39,12 @@ type cluster struct {
 }
 
 func (c *cluster) start(ctx context.Context, name, group, path string, args []string, ready string) (*proc, error) {
-	p := &proc{Proc: &chaos.Proc{Name: name, Kind: group, Path: path, Args: args, Log: filepath.Join(c.dir, name+".log")}, Group: group}
+	return c.startEnv(ctx, name, group, path, args, nil, ready)
+}
+
+// startEnv is start with env added to the process's environment.
+func (c *cluster) startEnv(ctx context.Context, name, group, path string, args, env []string, ready string) (*proc, error) {
+	p := &proc{Proc: &chaos.Proc{Name: name, Kind: group, Path: path, Args: args, Env: env, Log: filepath.Join(c.dir, name+".log")}, Group: group}
 	if err := p.Start(); err != nil {
 		return nil, err
 	}

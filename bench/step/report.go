@@ -60,6 +60,9 @@ func (r *Report) text(w io.Writer, o options) {
 	if len(o.ServeFlags) > 0 {
 		flags = strings.Join(o.ServeFlags, " ")
 	}
+	if len(o.ServeEnv) > 0 {
+		flags += "; environment " + strings.Join(o.ServeEnv, " ")
+	}
 	capacity := "stated in the arrivals (engine.max_in_flight)"
 	if !o.StateCapacity {
 		capacity = "not stated (each gateway keeps --engine-limit)"

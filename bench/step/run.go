@@ -145,7 +145,7 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 			prof.add(name, "http://"+addr)
 		}
 		args = append(args, svc)
-		_, err := c.start(ctx, name, groupPlanact, bins.Planact, args, "service started")
+		_, err := c.startEnv(ctx, name, groupPlanact, bins.Planact, args, o.ServeEnv, "service started")
 		return err
 	}
 	for i := range o.Replicas[chaos.SessionStore] {

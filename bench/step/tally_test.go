@@ -1,6 +1,8 @@
 package main
 
 import (
+	"io"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -50,5 +52,15 @@ func TestTallyRowsMostFirst(t *testing.T) {
 	rows := tallyRows(map[string]int64{"b": 10, "a": 10, "c": 30}, 10)
 	if len(rows) != 3 || rows[0].Kind != "c" || rows[0].PerAct != 3 || rows[1].Kind != "a" || rows[2].Kind != "b" {
 		t.Errorf("rows %+v, want c (3 per act), then a and b", rows)
+	}
+}
+
+func TestServeEnvNamesEachVariable(t *testing.T) {
+	o, err := parseOptions([]string{"-serve-env", "GOMAXPROCS=1 GOGC=200"}, io.Discard)
+	if err != nil || strings.Join(o.ServeEnv, ",") != "GOMAXPROCS=1,GOGC=200" {
+		t.Fatalf("-serve-env: %v, %v", o.ServeEnv, err)
+	}
+	if _, err := parseOptions([]string{"-serve-env", "GOMAXPROCS=1 oops"}, io.Discard); err == nil || !strings.Contains(err.Error(), `-serve-env "oops": want NAME=value`) {
+		t.Errorf("a word without =: %v, want an error naming it", err)
 	}
 }
