@@ -39,7 +39,7 @@ func TestKindOf(t *testing.T) {
 		{&nats.Msg{Subject: "_INBOX.z", Header: hdr("Status", "404")}, "reply: status 404"},
 		{&nats.Msg{Subject: "_INBOX.z", Header: hdr("Status", "100")}, "reply: idle heartbeat"},
 		{&nats.Msg{Subject: "_INBOX.y.1", Header: hdr(schema.HdrActorGateway, "g1", schema.HdrActorProgress, schema.ActorRunning)}, "reply: actor-gateway acknowledgement or progress"},
-		{&nats.Msg{Subject: "_INBOX.y.1", Header: hdr(schema.HdrActorGateway, "g1", schema.HdrActorStarted, "1"), Data: []byte{0x80}}, "reply: actor-gateway answer"},
+		{&nats.Msg{Subject: "_INBOX.y.1", Header: hdr(schema.HdrActorGateway, "g1"), Data: []byte{0x80}}, "reply: actor-gateway answer"},
 		{&nats.Msg{Subject: "_INBOX.z", Data: []byte(`{"type":"io.nats.jetstream.api.v1.stream_info_response"}`)}, "reply: api reply"},
 	} {
 		if got := kindOf(tc.m); got != tc.want {

@@ -756,10 +756,8 @@ const ActorSubject = "planact.actor.generate"
 func ActorInstanceSubject(id string) string { return "planact.actor." + id + ".generate" }
 
 // Headers of the actor-gateway's answers. Every answer names the instance
-// (HdrActorGateway); progress, every second while the generation runs (the
-// first "started", the others "running"), and an acknowledgement that a
-// request was attached to a generation running, at once, carry
-// HdrActorProgress and no body.
+// (HdrActorGateway); an acknowledgement, at once, and progress, every
+// second while the generation runs, carry HdrActorProgress and no body.
 const (
 	HdrActorGateway  = "Planact-Gateway"
 	HdrActorProgress = "Planact-Progress"
@@ -768,11 +766,6 @@ const (
 	// send it started from: a generation started from the first send is
 	// not a retry, however late its acknowledgement comes.
 	HdrActorSend = "Planact-Send"
-	// HdrActorStarted is on the answer to the request that started the
-	// generation, and gives back the send it started from, as a "started"
-	// acknowledgement does: a generation that ends within a second sends
-	// no acknowledgement before its answer.
-	HdrActorStarted = "Planact-Started"
 )
 
 // Values of HdrActorProgress.

@@ -132,19 +132,6 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 		pending, pendingReason = run.resend, run.resendReason
 		run.resend = nil
 	}
-	// started is the word that a gateway started a new generation for the
-	// request, from send n: an acknowledgement, or the answer of a
-	// generation that ended before its first acknowledgement was due.
-	started := func(n int) {
-		acked = true
-		if pending != nil && n >= pendingFrom {
-			pending.AtMs = nowMs()
-			run.retries = append(run.retries, *pending)
-			telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, pendingReason).Inc()
-			log.Warn().Str("gateway", holder).Str("why", pending.Why).Msg("act generated again")
-			pending = nil
-		}
-	}
 	tick := time.NewTicker(silence / 6)
 	defer tick.Stop()
 	for {
@@ -169,16 +156,17 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 			}
 			if p := m.Header.Get(schema.HdrActorProgress); p != "" {
 				acked = true
-				switch p {
-				case schema.ActorStarted:
-					started(sendOf(m.Header.Get(schema.HdrActorSend)))
-				case schema.ActorAttached:
+				switch {
+				case p == schema.ActorStarted && pending != nil && startedFrom(m) >= pendingFrom:
+					pending.AtMs = nowMs()
+					run.retries = append(run.retries, *pending)
+					telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, pendingReason).Inc()
+					log.Warn().Str("gateway", holder).Str("why", pending.Why).Msg("act generated again")
+					pending = nil
+				case p == schema.ActorAttached:
 					pending = nil // the generation that runs: no second one
 				}
 				continue
-			}
-			if n := m.Header.Get(schema.HdrActorStarted); n != "" {
-				started(sendOf(n))
 			}
 			return m, acked, nil // answered from the generation of this try
 		case now := <-tick.C:
@@ -227,12 +215,11 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 	}
 }
 
-// sendOf reads the send a gateway says its generation started from (a
-// "started" acknowledgement's HdrActorSend, an answer's HdrActorStarted); a
-// gateway that does not say (an older one, or "?": the request did not
-// number its sends) is taken at its word that it started a new one.
-func sendOf(v string) int {
-	n, err := strconv.Atoi(v)
+// startedFrom is the send a gateway's "started" acknowledgement says its
+// generation started from; a gateway that does not say (an older one) is
+// taken at its word that it started a new one.
+func startedFrom(m *nats.Msg) int {
+	n, err := strconv.Atoi(m.Header.Get(schema.HdrActorSend))
 	if err != nil {
 		return math.MaxInt
 	}

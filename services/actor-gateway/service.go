@@ -64,9 +64,6 @@ type Deps struct {
 	// Engines.Limit. Requests beyond either wait, acknowledged and told
 	// that they wait.
 	MaxInFlight int
-	// Beat is how often a generation that runs tells its callers so;
-	// default Beat (a test sets it longer than any generation it runs).
-	Beat time.Duration
 }
 
 // A generation is asked for once per try (schema.ActorRequest.ActorID) and
@@ -75,12 +72,8 @@ type Deps struct {
 // schema.ActorInstanceSubject, once it knows which instance has it), and
 // the request is attached to the generation that runs, or answered from
 // the one that ran. A caller that asks for it (the request's
-// HdrActorProgress header) is told every Beat while the generation runs or
-// waits to: first that this instance started it (from which send), then
-// that it still runs. A generation that ends within a Beat (most acts) is
-// acknowledged by its answer alone, which says the same (HdrActorStarted):
-// one message to the caller, not two. A request attached to a generation
-// that runs is told so at once.
+// HdrActorProgress header) is told at once that this instance has it, and
+// every Beat while it runs.
 
 // Beat is how often a running generation tells its callers it is alive.
 const Beat = time.Second
@@ -105,8 +98,7 @@ type gateway struct {
 
 // generation is one try of an act on this instance.
 type generation struct {
-	callers  []string  // reply subjects of the requests for it, the one that started it first
-	from     string    // the number of the send that started it (HdrActorSend; "?" when not given)
+	callers  []string  // reply subjects of the requests for it
 	answer   *nats.Msg // once answered; nil again after KeepAnswer
 	answered time.Time
 	forget   time.Time // when the record goes (the caller's deadline, or later)
@@ -220,11 +212,6 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 		switch {
 		case gen.answer != nil:
 			a := gen.answer
-			if m.Reply == gen.callers[0] {
-				// The caller that started it, asking again (its answer
-				// lost): told, as the first time, which send started it.
-				a = withHeader(a, schema.HdrActorStarted, gen.from)
-			}
 			g.mu.Unlock()
 			telemetry.GenerationsAwaited.WithLabelValues(schema.RoleActor).Inc()
 			return g.send(m.Reply, a)
@@ -251,15 +238,19 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 		return g.replyError(m.Reply, CodePaused, fmt.Sprintf("the actor role is paused (pause %d): send it again after the resume", st.Epoch))
 	}
 	defer left()
-	// The send this generation started from, given back to the caller that
-	// sent it: in its "started" acknowledgement at the first beat, if the
-	// generation runs that long, and in its answer.
-	gen := &generation{callers: []string{m.Reply}, from: cmp.Or(m.Header.Get(schema.HdrActorSend), "?"), forget: time.Now().Add(5 * time.Minute)}
+	gen := &generation{callers: []string{m.Reply}, forget: time.Now().Add(5 * time.Minute)}
 	if req.DeadlineMs > 0 {
 		gen.forget = time.UnixMilli(req.DeadlineMs).Add(time.Minute)
 	}
 	g.gens[id] = gen
 	g.mu.Unlock()
+	if progress {
+		ack := g.progress(schema.ActorStarted)
+		if n := m.Header.Get(schema.HdrActorSend); n != "" {
+			ack.Header.Set(schema.HdrActorSend, n) // the send this generation started from
+		}
+		_ = g.send(m.Reply, ack)
+	}
 	stop := g.beat(gen, progress)
 	answer, err := g.generateInSlot(gctx, req)
 	stop()
@@ -269,12 +260,8 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 	gen.forget = later(gen.forget, gen.answered.Add(KeepAnswer))
 	callers := slices.Clone(gen.callers)
 	g.mu.Unlock()
-	for i, c := range callers {
-		a := answer
-		if i == 0 {
-			a = withHeader(answer, schema.HdrActorStarted, gen.from)
-		}
-		if serr := g.send(c, a); serr != nil {
+	for _, c := range callers {
+		if serr := g.send(c, answer); serr != nil {
 			zerolog.Ctx(ctx).Warn().Err(serr).Msg("reply")
 			err = cmp.Or(err, serr)
 		}
@@ -314,9 +301,9 @@ func (g *gateway) beat(gen *generation, progress bool) (stop func()) {
 	}
 	done := make(chan struct{})
 	go func() {
-		t := time.NewTicker(cmp.Or(g.Beat, Beat))
+		t := time.NewTicker(Beat)
 		defer t.Stop()
-		for first := true; ; first = false {
+		for {
 			select {
 			case <-done:
 				return
@@ -325,28 +312,12 @@ func (g *gateway) beat(gen *generation, progress bool) (stop func()) {
 			g.mu.Lock()
 			callers := slices.Clone(gen.callers)
 			g.mu.Unlock()
-			for i, c := range callers {
-				p := g.progress(schema.ActorRunning)
-				if first && i == 0 {
-					p = g.progress(schema.ActorStarted)
-					p.Header.Set(schema.HdrActorSend, gen.from) // the send this generation started from
-				}
-				_ = g.send(c, p)
+			for _, c := range callers {
+				_ = g.send(c, g.progress(schema.ActorRunning))
 			}
 		}
 	}()
 	return func() { close(done) }
-}
-
-// withHeader is a copy of m with header key set to value (m is shared by
-// every caller of a generation, and kept).
-func withHeader(m *nats.Msg, key, value string) *nats.Msg {
-	c := &nats.Msg{Header: make(nats.Header, len(m.Header)+1), Data: m.Data}
-	for k, v := range m.Header {
-		c.Header[k] = v
-	}
-	c.Header.Set(key, value)
-	return c
 }
 
 // sweep drops the answers kept past KeepAnswer and the records of tries

@@ -17,7 +17,6 @@ import (
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/schema"
-	"github.com/planact/planact/pkg/sim"
 	actorgateway "github.com/planact/planact/services/actor-gateway"
 )
 
@@ -101,11 +100,10 @@ func TestDeadlineFreesTheEngineSlot(t *testing.T) {
 	}
 }
 
-// TestStartedSaysWhichSend: the gateway gives back the number of the send
-// a new generation started from (schema.HdrActorSend), so that the
-// act-dispatcher records a retry only for a generation a send again
-// started. A generation that runs a beat or longer says so in a "started"
-// acknowledgement at the first beat.
+// TestStartedSaysWhichSend: the acknowledgement of a new generation gives
+// back the number of the send it started from (schema.HdrActorSend), so
+// that the act-dispatcher records a retry only for a generation a send
+// again started.
 func TestStartedSaysWhichSend(t *testing.T) {
 	hung := startHungEngine(t)
 	_, url := bustest.Server(t)
@@ -114,104 +112,43 @@ func TestStartedSaysWhichSend(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: bustest.Logger(), Engines: &engine.Pool{Limit: 4}})
+		done <- actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: bustest.Logger(), Engines: &engine.Pool{Limit: 1}})
 	}()
 	caller := bustest.Conn(t, url)
-	// A generation that runs: acknowledged at the first beat.
-	first := askActor(t, caller, actorRequest(t, hung.URL, "t1-s1"), caller.NewRespInbox(), "7")
-	if p, n := first.Header.Get(schema.HdrActorProgress), first.Header.Get(schema.HdrActorSend); p != schema.ActorStarted || n != "7" {
-		t.Fatalf("first word of a generation that runs: progress %q, send %q; want started from send 7", p, n)
-	}
-
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestAQuickGenerationIsAcknowledgedByItsAnswer: a generation that ends
-// before the first beat sends no acknowledgement: its answer is the first
-// word the caller hears, and says which send it started from
-// (schema.HdrActorStarted): one message to the caller, not two. An answer
-// asked for again by the caller that started it says the same; another
-// caller is not told that it started a generation.
-func TestAQuickGenerationIsAcknowledgedByItsAnswer(t *testing.T) {
-	fast := httptest.NewServer(sim.New(sim.Config{Role: schema.RoleActor, Seed: 3}))
-	t.Cleanup(fast.Close)
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "gateway")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		// No beat while the test runs: however slow the machine, the
-		// generation ends first.
-		done <- actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: bustest.Logger(), Engines: &engine.Pool{Limit: 4}, Beat: time.Hour})
-	}()
-	caller := bustest.Conn(t, url)
-	body, inbox := actorRequest(t, fast.URL, "t1-s2"), caller.NewRespInbox()
-	first := askActor(t, caller, body, inbox, "3")
-	if p, code := first.Header.Get(schema.HdrActorProgress), first.Header.Get(micro.ErrorCodeHeader); p != "" || code != "" || len(first.Data) == 0 {
-		t.Fatalf("first word of a quick generation: progress %q, error %q %q; want its answer", p, code, first.Header.Get(micro.ErrorHeader))
-	}
-	if got := first.Header.Get(schema.HdrActorStarted); got != "3" {
-		t.Fatalf("the answer of a quick generation says it started from send %q, want 3", got)
-	}
-	// Asked again by the caller that started it: the kept answer, saying so.
-	again := askActor(t, caller, body, inbox, "4")
-	if string(again.Data) != string(first.Data) || again.Header.Get(schema.HdrActorStarted) != "3" {
-		t.Errorf("asked again by its caller: started %q, same answer %v; want the answer, started from send 3",
-			again.Header.Get(schema.HdrActorStarted), string(again.Data) == string(first.Data))
-	}
-	// By another caller (another act-dispatcher): the answer, no start.
-	other := askActor(t, caller, body, caller.NewRespInbox(), "1")
-	if string(other.Data) != string(first.Data) || other.Header.Get(schema.HdrActorStarted) != "" {
-		t.Errorf("asked by another caller: started %q, same answer %v; want the answer, no start",
-			other.Header.Get(schema.HdrActorStarted), string(other.Data) == string(first.Data))
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-}
-
-func actorRequest(t *testing.T, engineURL, key string) []byte {
-	t.Helper()
-	body, err := schema.Marshal(&schema.ActorRequest{Rollout: 1, Key: key, Engine: schema.Engine{URL: engineURL}, Prompt: "Tool: search\nInput: x",
+	body, err := schema.Marshal(&schema.ActorRequest{Rollout: 1, Key: "t1-s1", Engine: schema.Engine{URL: hung.URL}, Prompt: "Tool: search\nInput: x",
 		Sampling: schema.Sampling{MaxNewTokens: 8}, DeadlineMs: time.Now().Add(time.Minute).UnixMilli()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return body
-}
-
-// askActor sends body from inbox as send n, asking for progress, and
-// returns the first message that answers it (sent again while no gateway
-// is subscribed yet: no responders).
-func askActor(t *testing.T, caller *nats.Conn, body []byte, inbox, n string) *nats.Msg {
-	t.Helper()
-	sub, err := caller.SubscribeSync(inbox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		inbox := caller.NewRespInbox()
+		sub, err := caller.SubscribeSync(inbox)
+		if err != nil {
+			t.Fatal(err)
+		}
 		m := &nats.Msg{Subject: schema.ActorSubject, Reply: inbox, Header: nats.Header{}, Data: body}
 		m.Header.Set(schema.HdrActorProgress, "1")
-		m.Header.Set(schema.HdrActorSend, n)
+		m.Header.Set(schema.HdrActorSend, "7")
 		if err := caller.PublishMsg(m); err != nil {
 			t.Fatal(err)
 		}
-		first, err := sub.NextMsg(10 * time.Second)
+		first, err := sub.NextMsg(2 * time.Second)
+		_ = sub.Unsubscribe()
 		if err == nil && first.Header.Get("Status") != "503" {
-			return first
+			if p, n := first.Header.Get(schema.HdrActorProgress), first.Header.Get(schema.HdrActorSend); p != schema.ActorStarted || n != "7" {
+				t.Fatalf("first answer: progress %q, send %q; want started from send 7", p, n)
+			}
+			break
 		}
-		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
-			t.Fatalf("no answer: %v", err)
+		if time.Now().After(deadline) { // the service may not be subscribed yet
+			t.Fatalf("no acknowledgement: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no actor-gateway subscribed")
-		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 
