@@ -78,6 +78,8 @@ type Bus struct {
 	// single names the streams with one replica: no follower can lag
 	// behind, so their reads by subject are direct gets.
 	single map[string]bool
+	// batches routes the answers of batch reads (LastMsgsOnce).
+	batches batches
 }
 
 // Connect dials the servers c names (waiting, until ctx ends, while none

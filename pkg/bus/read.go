@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/subject"
@@ -201,7 +203,7 @@ func (b *Bus) LastMsgsOnce(ctx context.Context, stream, filter string, subjects 
 	}
 	rctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
-	msgs, whole, err := directBatch(rctx, b.NC, stream, map[string]any{"multi_last": []string{filter}})
+	msgs, whole, err := b.directBatch(rctx, stream, map[string]any{"multi_last": []string{filter}})
 	if err != nil {
 		return nil, err
 	}
@@ -234,41 +236,119 @@ func (b *Bus) LastMsgsOnce(ctx context.Context, stream, filter string, subjects 
 // end of the batch. whole is false when the answer stopped before every
 // message the request matched (the server's limit on one answer: 1,024
 // subjects, or its bytes): the caller reads the rest another way.
-func directBatch(ctx context.Context, nc *nats.Conn, stream string, req map[string]any) (msgs []*StoredMsg, whole bool, err error) {
+func (b *Bus) directBatch(ctx context.Context, stream string, req map[string]any) (msgs []*StoredMsg, whole bool, err error) {
 	body, _ := json.Marshal(req)
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	w, err := b.batches.open(b.NC)
 	if err != nil {
 		return nil, false, fail.Transientf("read %s %v: %w (%w)", stream, req, err, ErrNotAnswered)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, body); err != nil {
+	defer b.batches.end(w)
+	if err := b.NC.PublishRequest("$JS.API.DIRECT.GET."+stream, w.inbox, body); err != nil {
 		return nil, false, fail.Transientf("read %s %v: %w (%w)", stream, req, err, ErrNotAnswered)
 	}
 	for {
-		reply, err := sub.NextMsgWithContext(ctx)
+		replies, err := w.next(ctx)
 		if err != nil {
 			return nil, false, fail.Transientf("read %s %v: %w (%w)", stream, req, err, ErrNotAnswered)
 		}
-		switch status := reply.Header.Get("Status"); status {
-		case "":
-			m, err := storedOf(stream, reply)
-			if err != nil {
-				return nil, false, err
+		for _, reply := range replies {
+			switch status := reply.Header.Get("Status"); status {
+			case "":
+				m, err := storedOf(stream, reply)
+				if err != nil {
+					return nil, false, err
+				}
+				msgs = append(msgs, m)
+			case "204": // end of batch
+				return msgs, reply.Header.Get("Nats-Num-Pending") == "0", nil
+			case "404":
+				// "No Results": nothing matched. The server folds a message it
+				// failed to load into a 404 too: then nothing is known.
+				return nil, reply.Header.Get("Description") == "No Results", nil
+			case "413": // too many subjects for one answer
+				return nil, false, nil
+			case "503":
+				return nil, false, fail.Transientf("read %s %v: stream %s does not answer direct gets: no responders (%w)", stream, req, stream, ErrNotAnswered)
+			default:
+				return nil, false, fail.Transientf("read %s %v: %s %s", stream, req, status, reply.Header.Get("Description"))
 			}
-			msgs = append(msgs, m)
-		case "204": // end of batch
-			return msgs, reply.Header.Get("Nats-Num-Pending") == "0", nil
-		case "404":
-			// "No Results": nothing matched. The server folds a message it
-			// failed to load into a 404 too: then nothing is known.
-			return nil, reply.Header.Get("Description") == "No Results", nil
-		case "413": // too many subjects for one answer
-			return nil, false, nil
-		case "503":
-			return nil, false, fail.Transientf("read %s %v: stream %s does not answer direct gets: no responders (%w)", stream, req, stream, ErrNotAnswered)
-		default:
-			return nil, false, fail.Transientf("read %s %v: %s %s", stream, req, status, reply.Header.Get("Description"))
+		}
+	}
+}
+
+// batches routes the answers of batch reads to the reads waiting for them:
+// one subscription for all of a connection's batch reads (a subscription
+// per read costs a channel of nats.go's 64k slots, and the server a
+// subscribe and an unsubscribe).
+type batches struct {
+	once   sync.Once
+	prefix string
+	err    error
+	mu     sync.Mutex
+	waits  map[string]*batchWait
+}
+
+// batchWait is one batch read's answers as they come.
+type batchWait struct {
+	inbox, token string
+	mu           sync.Mutex
+	msgs         []*nats.Msg
+	more         chan struct{} // signalled when msgs grew
+}
+
+func (bs *batches) open(nc *nats.Conn) (*batchWait, error) {
+	bs.once.Do(func() {
+		bs.prefix = nc.NewInbox()
+		bs.waits = map[string]*batchWait{}
+		_, bs.err = nc.Subscribe(bs.prefix+".*", func(m *nats.Msg) {
+			token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+			bs.mu.Lock()
+			w := bs.waits[token]
+			bs.mu.Unlock()
+			if w == nil {
+				return // a read that ended
+			}
+			w.mu.Lock()
+			w.msgs = append(w.msgs, m)
+			w.mu.Unlock()
+			select {
+			case w.more <- struct{}{}:
+			default: // signalled already
+			}
+		})
+	})
+	if bs.err != nil {
+		return nil, bs.err
+	}
+	token := nuid.Next()
+	w := &batchWait{inbox: bs.prefix + "." + token, token: token, more: make(chan struct{}, 1)}
+	bs.mu.Lock()
+	bs.waits[token] = w
+	bs.mu.Unlock()
+	return w, nil
+}
+
+func (bs *batches) end(w *batchWait) {
+	bs.mu.Lock()
+	delete(bs.waits, w.token)
+	bs.mu.Unlock()
+}
+
+// next waits for answers and returns those that came since it was last
+// called.
+func (w *batchWait) next(ctx context.Context) ([]*nats.Msg, error) {
+	for {
+		w.mu.Lock()
+		msgs := w.msgs
+		w.msgs = nil
+		w.mu.Unlock()
+		if len(msgs) > 0 {
+			return msgs, nil
+		}
+		select {
+		case <-w.more:
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 	}
 }

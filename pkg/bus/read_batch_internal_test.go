@@ -193,3 +193,46 @@ func TestLastMsgsOnceBeyondOneAnswer(t *testing.T) {
 		t.Errorf("%d direct gets, want the batch and one per subject (%d)", direct, 1+len(keys))
 	}
 }
+
+// Batch reads share one subscription of the connection: reads at once
+// each get their own answer, whole.
+func TestLastMsgsOnceAtOnce(t *testing.T) {
+	b, _ := batchBus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const episodes, acts = 8, 12
+	for e := range episodes {
+		var keys []string
+		for k := range acts - e {
+			keys = append(keys, fmt.Sprintf("t1-n%d", k))
+		}
+		publishActs(ctx, t, b, 9, e, keys...)
+	}
+	errs := make(chan error, episodes*5)
+	for e := range episodes {
+		for range 5 {
+			go func() {
+				var subjects []string
+				for k := range acts {
+					subjects = append(subjects, subject.ActDone(9, e, fmt.Sprintf("t1-n%d", k)))
+				}
+				got, err := b.LastMsgsOnce(ctx, StreamAct, subject.ActDones(9, e), subjects)
+				if err == nil && len(got) != acts-e {
+					err = fmt.Errorf("episode %d: %d messages, want %d", e, len(got), acts-e)
+				}
+				for subj, m := range got {
+					var d schema.ActDone
+					if err == nil && (subj != m.Subject || schema.Unmarshal(m.Data, &d) != nil || d.Episode != e) {
+						err = fmt.Errorf("episode %d: %s holds %s (episode %d)", e, subj, m.Subject, d.Episode)
+					}
+				}
+				errs <- err
+			}()
+		}
+	}
+	for range episodes * 5 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
