@@ -63,7 +63,9 @@ func (r *requests) settled(t *testing.T, reader, counter *nats.Conn) (direct, le
 	return take(r.direct), take(r.leader)
 }
 
-func batchBus(t *testing.T) (*Bus, *nats.Conn) {
+// provisionedBus is a Bus on a provisioned embedded server, and a second
+// connection to that server.
+func provisionedBus(t *testing.T) (*Bus, *nats.Conn) {
 	t.Helper()
 	url, nc := startEmbedded(t)
 	if err := Provision(context.Background(), nc, zerolog.Nop(), Provisioning{}); err != nil {
@@ -90,7 +92,7 @@ func publishActs(ctx context.Context, t *testing.T, b *Bus, n int64, e int, keys
 // stream with replicas, where a follower may answer that request a moment
 // behind, a subject it lacks is read again from the leader.
 func TestLastMsgsOnceReadsAnEpisodeInOneRequest(t *testing.T) {
-	b, nc := batchBus(t)
+	b, nc := provisionedBus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	keys := []string{"t1-a", "t1-b", "t1-c", "t2-a", "t2-d"}
@@ -166,7 +168,7 @@ func TestLastMsgsOnceReadsAnEpisodeInOneRequest(t *testing.T) {
 // More subjects than one answer holds (the server's 1,024): the server
 // says so, and every subject is read on its own.
 func TestLastMsgsOnceBeyondOneAnswer(t *testing.T) {
-	b, nc := batchBus(t)
+	b, nc := provisionedBus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var keys, subjects []string
@@ -197,7 +199,7 @@ func TestLastMsgsOnceBeyondOneAnswer(t *testing.T) {
 // Batch reads share one subscription of the connection: reads at once
 // each get their own answer, whole.
 func TestLastMsgsOnceAtOnce(t *testing.T) {
-	b, _ := batchBus(t)
+	b, _ := provisionedBus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const episodes, acts = 8, 12

@@ -7,7 +7,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/embedded"
 )
@@ -17,15 +16,7 @@ import (
 // leader must see the key gone, not hand the empty body to a decoder (a
 // chaos run failed with "decode *schema.RoleState: EOF").
 func TestFreshReadSeesAgedOutKeyGone(t *testing.T) {
-	url, nc := startEmbedded(t)
-	if err := Provision(context.Background(), nc, zerolog.Nop(), Provisioning{}); err != nil {
-		t.Fatal(err)
-	}
-	b, err := Connect(context.Background(), ConnOptions{URL: url}, "test", zerolog.Nop(), Provisioning{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b, _ := provisionedBus(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	kv, err := b.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "aging", TTL: time.Second, LimitMarkerTTL: time.Minute})
