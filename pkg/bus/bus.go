@@ -79,7 +79,7 @@ type Bus struct {
 	// behind, so their reads by subject are direct gets.
 	single map[string]bool
 	// batches routes the answers of batch reads (LastMsgsOnce).
-	batches batches
+	batches Inbox
 }
 
 // Connect dials the servers c names (waiting, until ctx ends, while none

@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/subject"
@@ -238,12 +237,13 @@ func (b *Bus) LastMsgsOnce(ctx context.Context, stream, filter string, subjects 
 // subjects, or its bytes): the caller reads the rest another way.
 func (b *Bus) directBatch(ctx context.Context, stream string, req map[string]any) (msgs []*StoredMsg, whole bool, err error) {
 	body, _ := json.Marshal(req)
-	w, err := b.batches.open(b.NC)
+	w := &batchWait{more: make(chan struct{}, 1)}
+	inbox, end, err := b.batches.Open(b.NC, w.route)
 	if err != nil {
 		return nil, false, fail.Transientf("read %s %v: %w (%w)", stream, req, err, ErrNotAnswered)
 	}
-	defer b.batches.end(w)
-	if err := b.NC.PublishRequest("$JS.API.DIRECT.GET."+stream, w.inbox, body); err != nil {
+	defer end()
+	if err := b.NC.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, body); err != nil {
 		return nil, false, fail.Transientf("read %s %v: %w (%w)", stream, req, err, ErrNotAnswered)
 	}
 	for {
@@ -276,62 +276,21 @@ func (b *Bus) directBatch(ctx context.Context, stream string, req map[string]any
 	}
 }
 
-// batches routes the answers of batch reads to the reads waiting for them:
-// one subscription for all of a connection's batch reads (a subscription
-// per read costs a channel of nats.go's 64k slots, and the server a
-// subscribe and an unsubscribe).
-type batches struct {
-	once   sync.Once
-	prefix string
-	err    error
-	mu     sync.Mutex
-	waits  map[string]*batchWait
-}
-
 // batchWait is one batch read's answers as they come.
 type batchWait struct {
-	inbox, token string
-	mu           sync.Mutex
-	msgs         []*nats.Msg
-	more         chan struct{} // signalled when msgs grew
+	mu   sync.Mutex
+	msgs []*nats.Msg
+	more chan struct{} // signalled when msgs grew
 }
 
-func (bs *batches) open(nc *nats.Conn) (*batchWait, error) {
-	bs.once.Do(func() {
-		bs.prefix = nc.NewInbox()
-		bs.waits = map[string]*batchWait{}
-		_, bs.err = nc.Subscribe(bs.prefix+".*", func(m *nats.Msg) {
-			token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-			bs.mu.Lock()
-			w := bs.waits[token]
-			bs.mu.Unlock()
-			if w == nil {
-				return // a read that ended
-			}
-			w.mu.Lock()
-			w.msgs = append(w.msgs, m)
-			w.mu.Unlock()
-			select {
-			case w.more <- struct{}{}:
-			default: // signalled already
-			}
-		})
-	})
-	if bs.err != nil {
-		return nil, bs.err
+func (w *batchWait) route(m *nats.Msg) {
+	w.mu.Lock()
+	w.msgs = append(w.msgs, m)
+	w.mu.Unlock()
+	select {
+	case w.more <- struct{}{}:
+	default: // signalled already
 	}
-	token := nuid.Next()
-	w := &batchWait{inbox: bs.prefix + "." + token, token: token, more: make(chan struct{}, 1)}
-	bs.mu.Lock()
-	bs.waits[token] = w
-	bs.mu.Unlock()
-	return w, nil
-}
-
-func (bs *batches) end(w *batchWait) {
-	bs.mu.Lock()
-	delete(bs.waits, w.token)
-	bs.mu.Unlock()
 }
 
 // next waits for answers and returns those that came since it was last

@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/fail"
@@ -41,49 +38,21 @@ const silence = 3 * time.Second
 // restart.
 const holderPatience = 3 * time.Second
 
-// replies routes the gateways' answers to the acts waiting for them: one
-// subscription for every act of the replica.
-type replies struct {
-	once   sync.Once
-	prefix string
-	err    error
-	mu     sync.Mutex
-	waits  map[string]chan *nats.Msg
-}
-
-// open returns the reply subject of a new exchange, the channel its
-// answers come on, and the function that ends it.
-func (r *replies) open(nc *nats.Conn) (string, <-chan *nats.Msg, func(), error) {
-	r.once.Do(func() {
-		r.prefix = nc.NewInbox()
-		r.waits = map[string]chan *nats.Msg{}
-		_, r.err = nc.Subscribe(r.prefix+".*", func(m *nats.Msg) {
-			token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-			r.mu.Lock()
-			ch := r.waits[token]
-			r.mu.Unlock()
-			if ch == nil {
-				return // an exchange that ended
-			}
-			select {
-			case ch <- m:
-			default: // the exchange is not reading: it sends again if it must
-			}
-		})
-	})
-	if r.err != nil {
-		return "", nil, nil, fail.Transientf("actor replies: %w", r.err)
-	}
-	token := nuid.Next()
+// openReplies returns the reply subject of a new exchange, the channel its
+// answers come on, and the function that ends it. Every exchange of the
+// replica shares one subscription (s.replies).
+func (s *Service) openReplies() (string, <-chan *nats.Msg, func(), error) {
 	ch := make(chan *nats.Msg, 64)
-	r.mu.Lock()
-	r.waits[token] = ch
-	r.mu.Unlock()
-	return r.prefix + "." + token, ch, func() {
-		r.mu.Lock()
-		delete(r.waits, token)
-		r.mu.Unlock()
-	}, nil
+	reply, end, err := s.replies.Open(s.Bus.NC, func(m *nats.Msg) {
+		select {
+		case ch <- m:
+		default: // the exchange is not reading: it sends again if it must
+		}
+	})
+	if err != nil {
+		return "", nil, nil, fail.Transientf("actor replies: %w", err)
+	}
+	return reply, ch, end, nil
 }
 
 // exchange sends msg (an actor request) and returns the gateway's answer,
@@ -95,7 +64,7 @@ func (r *replies) open(nc *nats.Conn) (string, <-chan *nats.Msg, func(), error) 
 // generation for it (its acknowledgement says started, not attached): that
 // retry is appended to run.retries, with why.
 func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer *nats.Msg, acked bool, err error) {
-	reply, answers, end, err := s.replies.open(s.Bus.NC)
+	reply, answers, end, err := s.openReplies()
 	if err != nil {
 		return nil, false, err
 	}

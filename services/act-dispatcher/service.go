@@ -79,7 +79,7 @@ type Service struct {
 	slots   chan struct{}                  // acts in flight (but those of engines with a stated capacity)
 	engMu   sync.Mutex
 	engines map[schema.Engine]chan struct{} // acts in flight on each actor engine with a stated capacity
-	replies replies                         // the actor-gateways' answers (actor.go)
+	replies bus.Inbox                       // the actor-gateways' answers (actor.go)
 }
 
 // Run serves until ctx ends.
