@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -206,25 +205,20 @@ func (b *Bus) LastMsgsOnce(ctx context.Context, stream, filter string, subjects 
 	if err != nil {
 		return nil, err
 	}
+	batch := make(map[string]*StoredMsg, len(msgs)) // every subject matching filter, asked for or not
 	for _, m := range msgs {
-		got[m.Subject] = m
+		batch[m.Subject] = m
 	}
 	authoritative := whole && b.single[stream] // the one server holds every acknowledged write
 	for _, subj := range subjects {
-		if got[subj] != nil || authoritative {
-			continue
-		}
-		m, err := b.LastMsg(ctx, stream, subj)
-		if err != nil {
-			return nil, err
+		m := batch[subj]
+		if m == nil && !authoritative {
+			if m, err = b.LastMsg(ctx, stream, subj); err != nil {
+				return nil, err
+			}
 		}
 		if m != nil {
 			got[subj] = m
-		}
-	}
-	for subj := range got {
-		if !slices.Contains(subjects, subj) {
-			delete(got, subj) // matched the filter, not asked for
 		}
 	}
 	return got, nil
