@@ -26,6 +26,7 @@ type options struct {
 	Replicas     map[string]int `json:"replicas"`
 	ServeFlags   []string       `json:"serve_flags,omitempty"`
 	ServeEnv     []string       `json:"serve_env,omitempty"`
+	NATSEnv      []string       `json:"nats_env,omitempty"`
 	Swap         time.Duration  `json:"swap"`
 	// StateCapacity: the trainers state each engine's limit in their
 	// arrivals (engine.max_in_flight), so planact keeps it full.
@@ -102,6 +103,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.TargetFrac, "target-frac", o.TargetFrac, "target_groups as a fraction of the prompts (over-sampling: the rollout ends when this many groups are complete); 1 waits for every group")
 	replicas := fs.String("replicas", "", "planact serve processes per service, e.g. act-dispatcher=2,actor-gateway=2 (default 1 each)")
 	serveEnv := fs.String("serve-env", "", "environment variables for every `planact serve`, space-separated NAME=value, e.g. \"GOMAXPROCS=1\"")
+	natsEnv := fs.String("nats-env", "", "environment variables for nats-server, space-separated NAME=value, e.g. \"GOMAXPROCS=1\"")
 	serveFlags := fs.String("serve-flags", "", "more flags for every `planact serve`, space-separated, e.g. \"--engine-limit 128\"")
 	fs.BoolVar(&o.StateCapacity, "state-capacity", true, "the trainers state each engine's limit in their arrival (engine.max_in_flight); false leaves it to --engine-limit")
 	fs.DurationVar(&o.Swap, "swap", o.Swap, "how long each trainer's weight swap takes between two rollouts (its role paused)")
@@ -112,7 +114,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Name, "name", o.Name, "the results' file name")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (logs of every process, the engines' call logs)")
 	fs.BoolVar(&o.Tally, "tally", false, "count the step's NATS messages by kind (publish, delivery, ack, pull, direct get, reply) with a subscriber to every subject; it loads the server, so read CPU from a run without it")
-	fs.StringVar(&o.Profile, "profile", "", "collect CPU profiles of every service and of nats-server over the step into this directory: <process>.pb.gz (go tool pprof reads them) and profiles.txt, each process's top functions and packages")
+	fs.StringVar(&o.Profile, "profile", "", "collect CPU profiles of every service and of nats-server over the step into this directory: <process>.pb.gz (go tool pprof reads them) and profiles.txt, each process's top functions and packages; and each process's heap allocations over its life, <process>.allocs.pb.gz (go tool pprof -sample_index=alloc_space)")
 	m := &o.Model
 	fs.Int64Var(&m.Seed, "seed", m.Seed, "seed of every draw")
 	engineFlags(fs, rolePlanner, &m.Planner)
@@ -168,12 +170,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, fmt.Errorf("-replicas: %w", err))
 	}
 	o.ServeFlags = strings.Fields(*serveFlags)
-	o.ServeEnv = strings.Fields(*serveEnv)
-	for _, kv := range o.ServeEnv {
-		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
-			errs = append(errs, fmt.Errorf("-serve-env %q: want NAME=value", kv))
-		}
-	}
+	o.ServeEnv, errs = parseEnv("-serve-env", *serveEnv, errs)
+	o.NATSEnv, errs = parseEnv("-nats-env", *natsEnv, errs)
 	switch {
 	case o.Prompts < 1:
 		errs = append(errs, fmt.Errorf("-prompts %d: want ≥ 1", o.Prompts))
@@ -223,4 +221,16 @@ func parseReplicas(s string) (map[string]int, error) {
 		r[name] = k
 	}
 	return r, nil
+}
+
+// parseEnv reads a flag's space-separated NAME=value words, adding an error
+// to errs for each word that is not one.
+func parseEnv(flag, value string, errs []error) ([]string, []error) {
+	env := strings.Fields(value)
+	for _, kv := range env {
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
+			errs = append(errs, fmt.Errorf("%s %q: want NAME=value", flag, kv))
+		}
+	}
+	return env, errs
 }

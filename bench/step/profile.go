@@ -71,9 +71,18 @@ func (p *profiler) start(ctx context.Context) {
 	}
 }
 
-func (p *profiler) end() {
+// end stops the CPU windows, waiting for those running, and saves each
+// process's heap allocations since it started (<dir>/<process>.allocs.pb.gz:
+// read it with go tool pprof -sample_index=alloc_space).
+func (p *profiler) end(ctx context.Context) {
 	close(p.stop)
 	p.wg.Wait()
+	for name, url := range p.targets {
+		path := filepath.Join(p.dir, name+".allocs.pb.gz")
+		if err := fetchProfile(ctx, strings.TrimSuffix(url, "profile")+"allocs", path); err != nil {
+			p.errs = append(p.errs, fmt.Errorf("%s allocations: %w", name, err))
+		}
+	}
 }
 
 func fetchProfile(ctx context.Context, url, path string) error {

@@ -63,6 +63,9 @@ func (r *Report) text(w io.Writer, o options) {
 	if len(o.ServeEnv) > 0 {
 		flags += "; environment " + strings.Join(o.ServeEnv, " ")
 	}
+	if len(o.NATSEnv) > 0 {
+		flags += "; nats-server's environment " + strings.Join(o.NATSEnv, " ")
+	}
 	capacity := "stated in the arrivals (engine.max_in_flight)"
 	if !o.StateCapacity {
 		capacity = "not stated (each gateway keeps --engine-limit)"

@@ -111,7 +111,7 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 	}
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", ports[0])
 	monitor := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	natsProc, err := c.start(ctx, "nats-server", groupNATS, bins.NATSServer, []string{"-c", confPath}, "Server is ready")
+	natsProc, err := c.startEnv(ctx, "nats-server", groupNATS, bins.NATSServer, []string{"-c", confPath}, o.NATSEnv, "Server is ready")
 	if err != nil {
 		return err
 	}
@@ -244,7 +244,7 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 	}
 	if prof != nil {
 		p.say("waiting for the last profile windows")
-		prof.end()
+		prof.end(ctx)
 	}
 	p.say("trainers done; reading the engines' call logs and when planact stored each rollout's start, groups and results")
 	stored := storedTimes(ctx, js, first, o.Rollouts)

@@ -55,12 +55,15 @@ func TestTallyRowsMostFirst(t *testing.T) {
 	}
 }
 
-func TestServeEnvNamesEachVariable(t *testing.T) {
-	o, err := parseOptions([]string{"-serve-env", "GOMAXPROCS=1 GOGC=200"}, io.Discard)
-	if err != nil || strings.Join(o.ServeEnv, ",") != "GOMAXPROCS=1,GOGC=200" {
-		t.Fatalf("-serve-env: %v, %v", o.ServeEnv, err)
+func TestEnvFlagsNameEachVariable(t *testing.T) {
+	o, err := parseOptions([]string{"-serve-env", "GOMAXPROCS=1 GOGC=200", "-nats-env", "GOMAXPROCS=1"}, io.Discard)
+	if err != nil || strings.Join(o.ServeEnv, ",") != "GOMAXPROCS=1,GOGC=200" || strings.Join(o.NATSEnv, ",") != "GOMAXPROCS=1" {
+		t.Fatalf("-serve-env %v, -nats-env %v: %v", o.ServeEnv, o.NATSEnv, err)
 	}
-	if _, err := parseOptions([]string{"-serve-env", "GOMAXPROCS=1 oops"}, io.Discard); err == nil || !strings.Contains(err.Error(), `-serve-env "oops": want NAME=value`) {
-		t.Errorf("a word without =: %v, want an error naming it", err)
+	for _, flag := range []string{"-serve-env", "-nats-env"} {
+		if _, err := parseOptions([]string{flag, "GOMAXPROCS=1 oops =1"}, io.Discard); err == nil ||
+			!strings.Contains(err.Error(), flag+` "oops": want NAME=value`) || !strings.Contains(err.Error(), flag+` "=1": want NAME=value`) {
+			t.Errorf("%s with words that are not NAME=value: %v, want an error naming each", flag, err)
+		}
 	}
 }
