@@ -135,6 +135,20 @@ type ProcFigs struct {
 	// one sampling interval (0.5 s): a process near 1 is saturated.
 	MeanCores float64 `json:"mean_cores"`
 	PeakCores float64 `json:"peak_cores"`
+	// Wakes are its context switches and read and write system calls
+	// during the step, per act (absent for a process not running at both
+	// ends of the step: the trainers).
+	Wakes *WakeFigs `json:"wakes_per_act,omitempty"`
+}
+
+// WakeFigs are a process's (or a group's) wake-ups per act: context
+// switches of all its threads, read and write system calls, and its CPU
+// per context switch.
+type WakeFigs struct {
+	Switches       float64 `json:"switches"`
+	Reads          float64 `json:"reads"`
+	Writes         float64 `json:"writes"`
+	CPUPerSwitchUs float64 `json:"cpu_us_per_switch"`
 }
 
 // GroupFigs sums a group of processes.
@@ -146,10 +160,12 @@ type GroupFigs struct {
 	PeakRSSMB  float64 `json:"peak_rss_mb"` // sum of the processes' peaks
 	StartRSSMB float64 `json:"start_rss_mb"`
 	// GrowthMB is what the step added: peak RSS less the RSS when it began.
-	GrowthMB float64 `json:"growth_mb"`
+	GrowthMB float64   `json:"growth_mb"`
+	Wakes    *WakeFigs `json:"wakes_per_act,omitempty"` // of the processes that have them
 	// KBPerEpisode is GrowthMB over the peak episodes in flight: the memory
 	// an episode in flight costs.
 	KBPerEpisode float64 `json:"growth_kb_per_episode_in_flight"`
+	wakesCPUS    float64 // CPU of the processes Wakes counts
 }
 
 // Messages are stored and NATS messages per act.
@@ -417,6 +433,12 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 		peak := max(a.PeakRS, seen.PeakRS)
 		f := ProcFigs{Name: p.Name, Group: p.Group, CPUS: cpu.Seconds(), PerActMs: ms(cpu) / actsN, PerCallMs: ms(cpu) / callsN,
 			PeakRSSMB: mb(peak), StartRSSMB: mb(b.RSS), MeanCores: cpu.Seconds() / r.Run.MakespanS}
+		wb, okB := before.Wakes[p.Name]
+		wa, okA := after.Wakes[p.Name]
+		if okB && okA {
+			f.Wakes = &WakeFigs{Switches: float64(wa.Switches-wb.Switches) / actsN,
+				Reads: float64(wa.Reads-wb.Reads) / actsN, Writes: float64(wa.Writes-wb.Writes) / actsN}
+		}
 		r.Processes = append(r.Processes, f)
 		r.Run.StepCPUSeconds += f.CPUS
 		for _, g := range []string{p.Group, combinedGroup(p.Group)} {
@@ -429,11 +451,28 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 			gf.PeakRSSMB += f.PeakRSSMB
 			gf.StartRSSMB += f.StartRSSMB
 			gf.GrowthMB += max(0, f.PeakRSSMB-f.StartRSSMB)
+			if f.Wakes != nil {
+				if gf.Wakes == nil {
+					gf.Wakes = &WakeFigs{}
+				}
+				gf.Wakes.Switches += f.Wakes.Switches
+				gf.Wakes.Reads += f.Wakes.Reads
+				gf.Wakes.Writes += f.Wakes.Writes
+				gf.wakesCPUS += f.CPUS
+			}
 			r.Groups[g] = gf
+		}
+	}
+	for i, f := range r.Processes {
+		if f.Wakes != nil && f.Wakes.Switches > 0 {
+			r.Processes[i].Wakes.CPUPerSwitchUs = 1e6 * f.CPUS / (f.Wakes.Switches * actsN)
 		}
 	}
 	for g, gf := range r.Groups {
 		gf.PerActMs, gf.PerCallMs = 1000*gf.CPUS/actsN, 1000*gf.CPUS/callsN
+		if gf.Wakes != nil && gf.Wakes.Switches > 0 {
+			gf.Wakes.CPUPerSwitchUs = 1e6 * gf.wakesCPUS / (gf.Wakes.Switches * actsN)
+		}
 		if r.Run.EpisodesPeak > 0 {
 			gf.KBPerEpisode = 1024 * gf.GrowthMB / float64(r.Run.EpisodesPeak)
 		}

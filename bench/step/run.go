@@ -36,12 +36,20 @@ func (p *progress) say(format string, a ...any) {
 type snapshot struct {
 	At      time.Time
 	Procs   map[string]procStat
+	Wakes   map[string]procWakes // of the processes running then
 	Varz    varz
 	Streams map[string]jetstream.StreamState
 }
 
 func takeSnapshot(ctx context.Context, c *cluster, monitor string, js jetstream.JetStream) (snapshot, error) {
-	s := snapshot{At: time.Now(), Procs: c.sample().Stats, Streams: map[string]jetstream.StreamState{}}
+	s := snapshot{At: time.Now(), Procs: c.sample().Stats, Wakes: map[string]procWakes{}, Streams: map[string]jetstream.StreamState{}}
+	for _, p := range c.procs {
+		if pid := p.PID(); pid != 0 {
+			if w, err := readWakes(pid); err == nil {
+				s.Wakes[p.Name] = w
+			}
+		}
+	}
 	var err error
 	if s.Varz, err = getVarz(ctx, monitor); err != nil {
 		return s, err
