@@ -78,8 +78,9 @@ type Bus struct {
 	// single names the streams with one replica: no follower can lag
 	// behind, so their reads by subject are direct gets.
 	single map[string]bool
-	// batches routes the answers of batch reads (LastMsgsOnce).
-	batches Inbox
+	// replies routes the answers of the bus's own requests that may have
+	// many (batch reads, the peers' pings) over one subscription.
+	replies Inbox
 }
 
 // Connect dials the servers c names (waiting, until ctx ends, while none

@@ -99,31 +99,27 @@ func (p *Peers) note(id string) {
 }
 
 // round asks every replica of the service, counts those that answer and
-// forgets those whose lease ran out.
+// forgets those whose lease ran out. The answers come over the bus's reply
+// inbox, each counted as it comes; the round ends peerWindow after the ask.
 func (p *Peers) round() {
-	inbox := p.b.NC.NewInbox()
-	sub, err := p.b.NC.SubscribeSync(inbox)
-	if err != nil {
-		return
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	ping := nats.NewMsg("$SRV.PING." + p.name)
-	ping.Reply = inbox
-	ping.Header.Set(HdrPeer, p.id)
-	if err := p.b.NC.PublishMsg(ping); err != nil {
-		return
-	}
-	deadline := time.Now().Add(peerWindow)
-	for {
-		m, err := sub.NextMsg(time.Until(deadline))
-		if err != nil {
-			break
-		}
+	inbox, end, err := p.b.replies.Open(p.b.NC, func(m *nats.Msg) {
 		var a micro.Ping
 		if json.Unmarshal(m.Data, &a) == nil && a.Name == p.name {
 			p.note(a.ID)
 		}
+	})
+	if err != nil {
+		return
 	}
+	ping := nats.NewMsg("$SRV.PING." + p.name)
+	ping.Reply = inbox
+	ping.Header.Set(HdrPeer, p.id)
+	if err := p.b.NC.PublishMsg(ping); err != nil {
+		end()
+		return
+	}
+	time.Sleep(peerWindow)
+	end()
 	p.mu.Lock()
 	for id, at := range p.seen {
 		if time.Since(at) > peerLease*PeerEvery+peerWindow {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/bus"
 )
@@ -55,5 +56,55 @@ func TestPeersShareAndGiveBack(t *testing.T) {
 	}
 	if n := <-changes; n != 1 {
 		t.Fatalf("OnChange said %d, want 1", n)
+	}
+}
+
+// TestPeersAskOverTheBusInbox: a round's answers come over the bus's one
+// reply subscription, not a subscription of their own: the connection has
+// as many subscriptions while a ping is out (its answers awaited) as after
+// the rounds stopped. (A synchronous subscription per round would also
+// cost nats.go a channel of 64k slots, 512 KB, every second.)
+func TestPeersAskOverTheBusInbox(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "replica")
+	if _, err := b.AddService(bus.ServiceConfig{Name: "actor-gateway", Version: "0.1.0"}); err != nil {
+		t.Fatal(err)
+	}
+	listener := bustest.Conn(t, url)
+	during := make(chan int, 16)
+	// The ping is sent after its answers are awaited and before the wait
+	// ends; what the replica's connection holds when it arrives is what it
+	// holds during a round.
+	if _, err := listener.Subscribe("$SRV.PING.actor-gateway", func(m *nats.Msg) {
+		if m.Header.Get(bus.HdrPeer) != "" {
+			during <- b.NC.NumSubscriptions()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := listener.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Peers(ctx)
+	var counts []int
+	for len(counts) < 3 {
+		select {
+		case n := <-during:
+			counts = append(counts, n)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no ping came in 10 s; counts so far %v", counts)
+		}
+	}
+	cancel()
+	// The last round ends peerWindow after its ping; a subscription of its
+	// own would be gone by then.
+	time.Sleep(bus.PeerEvery)
+	after := b.NC.NumSubscriptions()
+	t.Logf("counts %v after %d", counts, after)
+	for i, n := range counts {
+		if n != after {
+			t.Errorf("round %d: %d subscriptions while its ping was out, %d after the rounds; want the same", i+1, n, after)
+		}
 	}
 }

@@ -232,7 +232,7 @@ func (b *Bus) LastMsgsOnce(ctx context.Context, stream, filter string, subjects 
 func (b *Bus) directBatch(ctx context.Context, stream string, req map[string]any) (msgs []*StoredMsg, whole bool, err error) {
 	body, _ := json.Marshal(req)
 	w := &batchWait{more: make(chan struct{}, 1)}
-	inbox, end, err := b.batches.Open(b.NC, w.route)
+	inbox, end, err := b.replies.Open(b.NC, w.route)
 	if err != nil {
 		return nil, false, fail.Transientf("read %s %v: %w (%w)", stream, req, err, ErrNotAnswered)
 	}
