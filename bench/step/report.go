@@ -141,20 +141,22 @@ func (r *Report) text(w io.Writer, o options) {
 	tw.Flush()
 	fmt.Fprintf(w, "  all processes: %.1f CPU-s over the %.0f s step (%.2f of %d cores)\n", r.Run.StepCPUSeconds, r.Run.MakespanS, r.Run.StepCPUSeconds/r.Run.MakespanS, mc.CPUs)
 
-	fmt.Fprintln(w, "\nwake-ups per act: context switches of all a process's threads (/proc/PID/task/*/status), read and write system calls (/proc/PID/io), and CPU per switch")
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  process\tswitches\treads\twrites\tµs of CPU per switch\t")
-	for _, p := range r.Processes {
-		if p.Wakes != nil {
-			fmt.Fprintf(tw, "  %s\t%.1f\t%.1f\t%.1f\t%.0f\t\n", p.Name, p.Wakes.Switches, p.Wakes.Reads, p.Wakes.Writes, p.Wakes.CPUPerSwitchUs)
+	if r.Groups["planact+nats"].Wakes != nil { // none where the kernel has no /proc/PID/io
+		fmt.Fprintln(w, "\nwake-ups per act: context switches of all a process's threads (/proc/PID/task/*/status), read and write system calls (/proc/PID/io), and CPU per switch")
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "  process\tswitches\treads\twrites\tµs of CPU per switch\t")
+		for _, p := range r.Processes {
+			if p.Wakes != nil {
+				fmt.Fprintf(tw, "  %s\t%.1f\t%.1f\t%.1f\t%.0f\t\n", p.Name, p.Wakes.Switches, p.Wakes.Reads, p.Wakes.Writes, p.Wakes.CPUPerSwitchUs)
+			}
 		}
-	}
-	for _, g := range []string{groupPlanact, groupNATS, "planact+nats"} {
-		if gw := r.Groups[g].Wakes; gw != nil {
-			fmt.Fprintf(tw, "  %s\t%.1f\t%.1f\t%.1f\t%.0f\t\n", g, gw.Switches, gw.Reads, gw.Writes, gw.CPUPerSwitchUs)
+		for _, g := range []string{groupPlanact, groupNATS, "planact+nats"} {
+			if gw := r.Groups[g].Wakes; gw != nil {
+				fmt.Fprintf(tw, "  %s\t%.1f\t%.1f\t%.1f\t%.0f\t\n", g, gw.Switches, gw.Reads, gw.Writes, gw.CPUPerSwitchUs)
+			}
 		}
+		tw.Flush()
 	}
-	tw.Flush()
 
 	ms := r.Messages
 	var streams []string
