@@ -438,6 +438,9 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 		if okB && okA {
 			f.Wakes = &WakeFigs{Switches: float64(wa.Switches-wb.Switches) / actsN,
 				Reads: float64(wa.Reads-wb.Reads) / actsN, Writes: float64(wa.Writes-wb.Writes) / actsN}
+			if wa.Switches > wb.Switches {
+				f.Wakes.CPUPerSwitchUs = 1e6 * f.CPUS / float64(wa.Switches-wb.Switches)
+			}
 		}
 		r.Processes = append(r.Processes, f)
 		r.Run.StepCPUSeconds += f.CPUS
@@ -461,11 +464,6 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 				gf.wakesCPUS += f.CPUS
 			}
 			r.Groups[g] = gf
-		}
-	}
-	for i, f := range r.Processes {
-		if f.Wakes != nil && f.Wakes.Switches > 0 {
-			r.Processes[i].Wakes.CPUPerSwitchUs = 1e6 * f.CPUS / (f.Wakes.Switches * actsN)
 		}
 	}
 	for g, gf := range r.Groups {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -106,22 +105,21 @@ func readProc(pid int) (procStat, error) {
 		return s, err
 	}
 	defer fh.Close()
-	sc := bufio.NewScanner(fh)
-	for sc.Scan() {
-		line := sc.Text()
-		for _, k := range []struct {
-			prefix string
-			to     *int64
-		}{{"VmRSS:", &s.RSS}, {"VmHWM:", &s.PeakRS}} {
-			if rest, ok := strings.CutPrefix(line, k.prefix); ok {
-				if fs := strings.Fields(rest); len(fs) > 0 {
-					kb, _ := strconv.ParseInt(fs[0], 10, 64)
-					*k.to = kb << 10
-				}
-			}
+	err = eachField(fh, func(key, value string) error {
+		var to *int64
+		switch key {
+		case "VmRSS":
+			to = &s.RSS
+		case "VmHWM":
+			to = &s.PeakRS
 		}
-	}
-	return s, sc.Err()
+		if fs := strings.Fields(value); to != nil && len(fs) > 0 { // "1234 kB"
+			kb, _ := strconv.ParseInt(fs[0], 10, 64)
+			*to = kb << 10
+		}
+		return nil
+	})
+	return s, err
 }
 
 // sample is every process's CPU and memory at one moment.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -50,4 +51,21 @@ func TestReadWakesCountsThisProcess(t *testing.T) {
 	if after.Reads < before.Reads+10 || after.Switches < 1 {
 		t.Errorf("before %+v, after ten file reads %+v: want at least 10 more reads and some switches", before, after)
 	}
+}
+
+// TestReadProcReadsThisProcess: this process's CPU time and resident
+// memory, its peak at least what it holds now.
+func TestReadProcReadsThisProcess(t *testing.T) {
+	hold := make([]byte, 8<<20)
+	for i := range hold {
+		hold[i] = byte(i) // touched: resident
+	}
+	s, err := readProc(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.RSS < 8<<20 || s.PeakRS < s.RSS || s.CPU <= 0 {
+		t.Errorf("%+v holding 8 MB: want RSS ≥ 8 MB, a peak at least that, some CPU", s)
+	}
+	runtime.KeepAlive(hold)
 }
