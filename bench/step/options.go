@@ -27,7 +27,10 @@ type options struct {
 	ServeFlags   []string       `json:"serve_flags,omitempty"`
 	ServeEnv     []string       `json:"serve_env,omitempty"`
 	NATSEnv      []string       `json:"nats_env,omitempty"`
-	Swap         time.Duration  `json:"swap"`
+	// OneProcess runs the server and every service in one `planact up`
+	// process, the services connected in process (no sockets between them).
+	OneProcess bool          `json:"one_process,omitempty"`
+	Swap       time.Duration `json:"swap"`
 	// StateCapacity: the trainers state each engine's limit in their
 	// arrivals (engine.max_in_flight), so planact keeps it full.
 	StateCapacity bool          `json:"state_capacity"`
@@ -104,6 +107,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	replicas := fs.String("replicas", "", "planact serve processes per service, e.g. act-dispatcher=2,actor-gateway=2 (default 1 each)")
 	serveEnv := fs.String("serve-env", "", "environment variables for every `planact serve`, space-separated NAME=value, e.g. \"GOMAXPROCS=1\"")
 	natsEnv := fs.String("nats-env", "", "environment variables for nats-server, space-separated NAME=value, e.g. \"GOMAXPROCS=1\"")
+	fs.BoolVar(&o.OneProcess, "one-process", false, "run nats-server and the five services in one `planact up` process (its embedded server, the services connected in process, sync 1s) instead of nats-server and one `planact serve` per service; -serve-env and -serve-flags go to it")
 	serveFlags := fs.String("serve-flags", "", "more flags for every `planact serve`, space-separated, e.g. \"--engine-limit 128\"")
 	fs.BoolVar(&o.StateCapacity, "state-capacity", true, "the trainers state each engine's limit in their arrival (engine.max_in_flight); false leaves it to --engine-limit")
 	fs.DurationVar(&o.Swap, "swap", o.Swap, "how long each trainer's weight swap takes between two rollouts (its role paused)")
@@ -188,6 +192,13 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if err := m.Check(); err != nil {
 		errs = append(errs, err)
+	}
+	if o.OneProcess {
+		for _, f := range []string{"replicas", "nats-env"} {
+			if set[f] {
+				errs = append(errs, fmt.Errorf("-%s: not with -one-process (one process serves once each service, and its server)", f))
+			}
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return o, err

@@ -89,86 +89,22 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 	c := &cluster{dir: dir}
 	defer c.stop()
 
-	// NATS: compose's node configuration on loopback, one node.
-	ports, err := freePorts(4)
-	if err != nil {
-		return err
-	}
-	src, err := os.ReadFile(filepath.Join(root, "compose", "nats", "nats-1.conf"))
-	if err != nil {
-		return err
-	}
-	conf, err := chaos.NodeConfig(string(src), chaos.NodeSpec{Name: "nats-1", ClientPort: ports[0], HTTPPort: ports[1],
-		StoreDir: filepath.Join(dir, "nats-1", "jetstream")}, nil, false)
-	if err != nil {
-		return fmt.Errorf("compose/nats/nats-1.conf: %w", err)
-	}
 	var prof *profiler
 	if o.Profile != "" {
 		if err := os.MkdirAll(o.Profile, 0o755); err != nil {
 			return err
 		}
 		prof = newProfiler(o.Profile)
-		// nats-server serves its profiles on prof_port.
-		conf += fmt.Sprintf("\nprof_port: %d\n", ports[2])
-		prof.add("nats-server", fmt.Sprintf("http://127.0.0.1:%d", ports[2]))
 	}
-	confPath := filepath.Join(dir, "nats-1.conf")
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		return err
+	var natsURL, monitor string
+	if o.OneProcess {
+		natsURL, monitor, err = startOneProcess(ctx, c, o, bins, prof, rep, p)
+	} else {
+		natsURL, monitor, err = startProcesses(ctx, c, o, root, bins, prof, rep, p)
 	}
-	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", ports[0])
-	monitor := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	natsProc, err := c.startEnv(ctx, "nats-server", groupNATS, bins.NATSServer, []string{"-c", confPath}, o.NATSEnv, "Server is ready")
 	if err != nil {
 		return err
 	}
-	p.say("nats-server up at %s (compose's nats-1.conf: sync_interval 1s)", natsURL)
-
-	// The baseline, on the same server, before planact starts.
-	p.say("raw JetStream baseline: publish+consume, 3 × %d act-sized messages", o.RawMessages)
-	if rep.Raw, err = rawBaseline(ctx, o, natsURL, monitor, natsProc, &o.Model); err != nil {
-		return fmt.Errorf("raw baseline: %w", err)
-	}
-	p.say("raw: %.0f msgs/s; %.4f ms of CPU per message (server %.4f, client %.4f); %.2f NATS messages per message",
-		rep.Raw.MsgsPerS, rep.Raw.CPUPerMsgMs, rep.Raw.ServerCPUPerMsgMs, rep.Raw.ClientCPUPerMsgMs, rep.Raw.NATSMsgsPerMsg)
-
-	// Provisioning, as the admin of a deployment does once (`planact
-	// provision`): the services create nothing themselves.
-	prov := exec.CommandContext(ctx, bins.Planact, "provision", "--nats", natsURL)
-	if out, err := prov.CombinedOutput(); err != nil {
-		return fmt.Errorf("planact provision: %w\n%s", err, out)
-	}
-	// The services: the session-store first, then the rest.
-	serve := func(svc string, i int) error {
-		name := fmt.Sprintf("%s-%d", svc, i+1)
-		args := append([]string{"serve", "--nats", natsURL}, o.ServeFlags...)
-		if prof != nil {
-			pp, err := freePorts(1)
-			if err != nil {
-				return err
-			}
-			addr := fmt.Sprintf("127.0.0.1:%d", pp[0])
-			args = append(args, "--pprof", addr)
-			prof.add(name, "http://"+addr)
-		}
-		args = append(args, svc)
-		_, err := c.startEnv(ctx, name, groupPlanact, bins.Planact, args, o.ServeEnv, "service started")
-		return err
-	}
-	for i := range o.Replicas[chaos.SessionStore] {
-		if err := serve(chaos.SessionStore, i); err != nil {
-			return err
-		}
-	}
-	for _, svc := range chaos.ServiceNames[1:] {
-		for i := range o.Replicas[svc] {
-			if err := serve(svc, i); err != nil {
-				return err
-			}
-		}
-	}
-	p.say("services up: %s", replicaLine(o.Replicas))
 
 	// The engines.
 	eports, err := freePorts(2)
@@ -294,6 +230,122 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 	}
 	rep.WallS = time.Since(p.begin).Seconds()
 	return rep.write(o, stdout)
+}
+
+// startProcesses starts the deployment's topology on loopback: nats-server
+// with compose's node configuration, provisioned as an admin does, and one
+// `planact serve` process per replica of each service. It measures the raw
+// JetStream baseline on the server before the services start.
+func startProcesses(ctx context.Context, c *cluster, o options, root string, bins chaos.Binaries, prof *profiler, rep *Report, p *progress) (natsURL, monitor string, err error) {
+	// NATS: compose's node configuration on loopback, one node.
+	ports, err := freePorts(4)
+	if err != nil {
+		return "", "", err
+	}
+	src, err := os.ReadFile(filepath.Join(root, "compose", "nats", "nats-1.conf"))
+	if err != nil {
+		return "", "", err
+	}
+	conf, err := chaos.NodeConfig(string(src), chaos.NodeSpec{Name: "nats-1", ClientPort: ports[0], HTTPPort: ports[1],
+		StoreDir: filepath.Join(c.dir, "nats-1", "jetstream")}, nil, false)
+	if err != nil {
+		return "", "", fmt.Errorf("compose/nats/nats-1.conf: %w", err)
+	}
+	if prof != nil {
+		// nats-server serves its profiles on prof_port.
+		conf += fmt.Sprintf("\nprof_port: %d\n", ports[2])
+		prof.add("nats-server", fmt.Sprintf("http://127.0.0.1:%d", ports[2]))
+	}
+	confPath := filepath.Join(c.dir, "nats-1.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return "", "", err
+	}
+	natsURL = fmt.Sprintf("nats://127.0.0.1:%d", ports[0])
+	monitor = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	natsProc, err := c.startEnv(ctx, "nats-server", groupNATS, bins.NATSServer, []string{"-c", confPath}, o.NATSEnv, "Server is ready")
+	if err != nil {
+		return "", "", err
+	}
+	p.say("nats-server up at %s (compose's nats-1.conf: sync_interval 1s)", natsURL)
+
+	// The baseline, on the same server, before planact starts.
+	p.say("raw JetStream baseline: publish+consume, 3 × %d act-sized messages", o.RawMessages)
+	if rep.Raw, err = rawBaseline(ctx, o, natsURL, monitor, natsProc, &o.Model); err != nil {
+		return "", "", fmt.Errorf("raw baseline: %w", err)
+	}
+	p.say("raw: %.0f msgs/s; %.4f ms of CPU per message (server %.4f, client %.4f); %.2f NATS messages per message",
+		rep.Raw.MsgsPerS, rep.Raw.CPUPerMsgMs, rep.Raw.ServerCPUPerMsgMs, rep.Raw.ClientCPUPerMsgMs, rep.Raw.NATSMsgsPerMsg)
+
+	// Provisioning, as the admin of a deployment does once (`planact
+	// provision`): the services create nothing themselves.
+	prov := exec.CommandContext(ctx, bins.Planact, "provision", "--nats", natsURL)
+	if out, err := prov.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("planact provision: %w\n%s", err, out)
+	}
+	// The services: the session-store first, then the rest.
+	serve := func(svc string, i int) error {
+		name := fmt.Sprintf("%s-%d", svc, i+1)
+		args := append([]string{"serve", "--nats", natsURL}, o.ServeFlags...)
+		if prof != nil {
+			pp, err := freePorts(1)
+			if err != nil {
+				return err
+			}
+			addr := fmt.Sprintf("127.0.0.1:%d", pp[0])
+			args = append(args, "--pprof", addr)
+			prof.add(name, "http://"+addr)
+		}
+		args = append(args, svc)
+		_, err := c.startEnv(ctx, name, groupPlanact, bins.Planact, args, o.ServeEnv, "service started")
+		return err
+	}
+	for i := range o.Replicas[chaos.SessionStore] {
+		if err := serve(chaos.SessionStore, i); err != nil {
+			return "", "", err
+		}
+	}
+	for _, svc := range chaos.ServiceNames[1:] {
+		for i := range o.Replicas[svc] {
+			if err := serve(svc, i); err != nil {
+				return "", "", err
+			}
+		}
+	}
+	p.say("services up: %s", replicaLine(o.Replicas))
+
+	return natsURL, monitor, nil
+}
+
+// startOneProcess starts the one-process topology: `planact up` with its
+// embedded server (sync 1s, as compose's nodes) and every service in it,
+// connected in process. The raw JetStream baseline runs on its server
+// before the trainers come, while the services wait idle.
+func startOneProcess(ctx context.Context, c *cluster, o options, bins chaos.Binaries, prof *profiler, rep *Report, p *progress) (natsURL, monitor string, err error) {
+	ports, err := freePorts(3)
+	if err != nil {
+		return "", "", err
+	}
+	natsURL = fmt.Sprintf("nats://127.0.0.1:%d", ports[0])
+	monitor = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	args := append([]string{"up", "--port", fmt.Sprint(ports[0]), "--monitor-port", fmt.Sprint(ports[1]), "--sync", "1s",
+		"--data", filepath.Join(c.dir, "up"), "--metrics", "", "--log-level", "info"}, o.ServeFlags...)
+	if prof != nil {
+		addr := fmt.Sprintf("127.0.0.1:%d", ports[2])
+		args = append(args, "--pprof", addr)
+		prof.add("planact-up", "http://"+addr)
+	}
+	up, err := c.startEnv(ctx, "planact-up", groupPlanact, bins.Planact, args, o.ServeEnv, "services running")
+	if err != nil {
+		return "", "", err
+	}
+	p.say("planact up: its server at %s and the five services in one process", natsURL)
+	p.say("raw JetStream baseline: publish+consume, 3 × %d act-sized messages", o.RawMessages)
+	if rep.Raw, err = rawBaseline(ctx, o, natsURL, monitor, up, &o.Model); err != nil {
+		return "", "", fmt.Errorf("raw baseline: %w", err)
+	}
+	p.say("raw: %.0f msgs/s; %.4f ms of CPU per message (server and idle services %.4f, client %.4f); %.2f NATS messages per message",
+		rep.Raw.MsgsPerS, rep.Raw.CPUPerMsgMs, rep.Raw.ServerCPUPerMsgMs, rep.Raw.ClientCPUPerMsgMs, rep.Raw.NATSMsgsPerMsg)
+	return natsURL, monitor, nil
 }
 
 // Stored is when planact stored a rollout's milestones (the stream's

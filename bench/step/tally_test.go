@@ -67,3 +67,19 @@ func TestEnvFlagsNameEachVariable(t *testing.T) {
 		}
 	}
 }
+
+// TestOneProcessRefusesWhatItCannotServe: -one-process runs one `planact
+// up`, so replicas and a separate server's environment are refused,
+// each named; -serve-env goes to that process.
+func TestOneProcessRefusesWhatItCannotServe(t *testing.T) {
+	o, err := parseOptions([]string{"-one-process", "-serve-env", "GOMAXPROCS=1"}, io.Discard)
+	if err != nil || !o.OneProcess || strings.Join(o.ServeEnv, ",") != "GOMAXPROCS=1" {
+		t.Fatalf("-one-process -serve-env: %+v, %v", o, err)
+	}
+	_, err = parseOptions([]string{"-one-process", "-replicas", "act-dispatcher=2", "-nats-env", "GOMAXPROCS=1"}, io.Discard)
+	for _, f := range []string{"-replicas", "-nats-env"} {
+		if err == nil || !strings.Contains(err.Error(), f+": not with -one-process") {
+			t.Errorf("-one-process with %s: %v, want an error naming it", f, err)
+		}
+	}
+}

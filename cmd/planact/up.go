@@ -31,6 +31,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	dataDir := fs.String("data", "", "JetStream data directory (default: a temporary directory, removed at exit)")
 	host := fs.String("host", "127.0.0.1", "nats-server listen host")
 	port := fs.Int("port", 4222, "nats-server listen port (-1 = any free port)")
+	monitorPort := fs.Int("monitor-port", 0, "serve nats-server's monitoring endpoints (/varz, /connz, /jsz) on this port (0 = off, -1 = any free port)")
 	var conn bus.ConnOptions
 	conn.AddFlags(fs, "use this NATS server (URLs, comma-separated) instead of starting one (default $NATS_URL if set)")
 	syncPolicy := embedded.Sync{Always: true}
@@ -57,6 +58,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	stepwise := fs.Float64("sim-stepwise", sim.Defaults.PlannerStepwise, "fraction of questions the simulated planner plans one hop per turn")
 	services := fs.String("services", strings.Join(stack.Services, ","), "services to run in this process (comma-separated; \"none\" for only NATS and engines)")
 	metricsAddr := fs.String("metrics", "127.0.0.1:9464", "serve Prometheus /metrics on this address (\"\" = off)")
+	pprofAddr := fs.String("pprof", "", "serve Go's runtime profiles (/debug/pprof/: CPU, heap, goroutines) of the whole process, the embedded server's included, on this address, e.g. 127.0.0.1:6060 (keep it on loopback)")
 	webAddr := fs.String("web", "", "serve the web view of rollouts on this address, e.g. "+web.DefaultAddr+" (default off)")
 	keep := retentionFlags(fs)
 	storage := storageFlag(fs)
@@ -115,6 +117,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	var monitorURL string
 	natsFlag := conn.URL != ""
 	external := natsFlag || getenv(bus.EnvURL) != ""
 	conn, err = conn.Resolve(getenv)
@@ -127,7 +130,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		var unused []string
 		fs.Visit(func(f *flag.Flag) {
 			switch {
-			case f.Name == "port", f.Name == "host", f.Name == "data", f.Name == "sync", strings.HasPrefix(f.Name, "tls-server-"):
+			case f.Name == "port", f.Name == "monitor-port", f.Name == "host", f.Name == "data", f.Name == "sync", strings.HasPrefix(f.Name, "tls-server-"):
 				unused = append(unused, "--"+f.Name)
 			}
 		})
@@ -146,13 +149,21 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		if conn, err = embeddedConn(conn, *serverCert, *serverKey, *serverCA); err != nil {
 			return err
 		}
-		srv, err := embedded.Start(embedded.Options{Dir: *dataDir, Host: *host, Port: *port, Sync: syncPolicy,
+		srv, err := embedded.Start(embedded.Options{Dir: *dataDir, Host: *host, Port: *port, MonitorPort: *monitorPort, Sync: syncPolicy,
 			TLSCert: *serverCert, TLSKey: *serverKey, TLSClientCA: *serverCA})
 		if err != nil {
 			return err
 		}
 		defer srv.Stop()
 		conn.URL = srv.ClientURL()
+		if *serverCert == "" {
+			// planact's own connections pass messages to the server in
+			// process, without a socket (docs/deployment.md, "One
+			// process"). Over TLS they go through the listener, so that
+			// its certificates are what is used and checked.
+			conn.InProcess = srv.Server
+		}
+		monitorURL = srv.MonitorURL()
 		if so.Provisioning.Storage == 0 {
 			// A small disk offers less than the default: take what it has.
 			so.Provisioning.Storage = min(bus.DefaultStorage, srv.Storage()/10*9)
@@ -165,6 +176,9 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 	say("planact: NATS at %s (try: nats --server %s sub 'rollout.*.status')\n", url, url)
+	if monitorURL != "" {
+		say("planact: NATS monitoring at %s (try: curl %s/varz)\n", monitorURL, monitorURL)
+	}
 
 	planner := schema.Engine{URL: *plannerURL, Protocol: *protocol}
 	actor := schema.Engine{URL: *actorURL, Protocol: *protocol}
@@ -187,6 +201,9 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		say("planact: simulated %s engine at %s\n", e.role, u)
 	}
 
+	if _, err := telemetry.ServeProfiles(ctx, *pprofAddr); err != nil {
+		return fmt.Errorf("pprof: %w", err)
+	}
 	if murl, err := telemetry.ServeMetrics(ctx, *metricsAddr); err != nil {
 		log.Warn().Err(err).Msg("metrics not served")
 	} else if murl != "" {

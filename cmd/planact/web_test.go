@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -10,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/planact/planact/internal/freeport"
+	"github.com/planact/planact/internal/stack"
 )
 
 // freeAddr is a loopback address nothing listens on (for now).
@@ -101,4 +105,86 @@ func TestWebFlags(t *testing.T) {
 			t.Errorf("%v: %v, want %q", c.args, err, c.want)
 		}
 	}
+}
+
+// TestUpServicesConnectInProcess: with its embedded server, up's services
+// pass messages to it in process. The server's /connz (served with
+// --monitor-port) shows every planact connection without a socket (no
+// port), beside a client of the test's that dials its listener.
+func TestUpServicesConnectInProcess(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"up", "--port", "-1", "--monitor-port", "-1", "--metrics", ""}, noenv, strings.NewReader(""), &stdout, &stderr)
+	}()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !strings.Contains(stdout.String(), "services running") {
+		select {
+		case err := <-done:
+			t.Fatalf("up stopped: %v\n%s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("up never said its services run:\n%s\n%s", stdout.String(), stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	natsURL := wordAfter(t, stdout.String(), "NATS at ")
+	monitor := wordAfter(t, stdout.String(), "NATS monitoring at ")
+	nc, err := nats.Connect(natsURL, nats.Name("test-over-tcp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.Get(monitor + "/connz?limit=1024")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var connz struct {
+		Conns []struct {
+			Name string `json:"name"`
+			Port int    `json:"port"`
+		} `json:"connections"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&connz); err != nil {
+		t.Fatalf("%s/connz: %v", monitor, err)
+	}
+	planact, tcp := 0, 0
+	for _, c := range connz.Conns {
+		switch {
+		case strings.HasPrefix(c.Name, "planact-"):
+			planact++
+			if c.Port != 0 {
+				t.Errorf("%s connects over a socket (port %d), not in process", c.Name, c.Port)
+			}
+		case c.Name == "test-over-tcp":
+			tcp++
+			if c.Port == 0 {
+				t.Errorf("the test's client shows no port: /connz does not tell a socket from a pipe")
+			}
+		}
+	}
+	if planact < len(stack.Services) || tcp != 1 {
+		t.Errorf("/connz lists %d planact connections (want at least %d, one per service) and %d of the test's (want 1): %+v", planact, len(stack.Services), tcp, connz.Conns)
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("up: %v", err)
+	}
+}
+
+// wordAfter is the word that follows prefix in text.
+func wordAfter(t *testing.T, text, prefix string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(text, prefix)
+	if !ok {
+		t.Fatalf("no %q in:\n%s", prefix, text)
+	}
+	return strings.Fields(rest)[0]
 }

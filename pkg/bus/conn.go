@@ -75,6 +75,11 @@ type ConnOptions struct {
 	// allowed to read); empty derives it from the user (InboxPrefix), or
 	// keeps _INBOX when the connection names no user.
 	InboxPrefix string
+	// InProcess, when set, connects to this server inside the same
+	// process (an embedded nats-server) without a socket: messages pass
+	// between goroutines, with no system call or thread woken per message.
+	// URL is then only what logs and errors show.
+	InProcess nats.InProcessConnProvider
 
 	// from names where each field's value came from ("--tls-ca",
 	// "$NATS_CA"), for error messages.
@@ -372,6 +377,9 @@ func (o ConnOptions) NATSOptions() ([]nats.Option, error) {
 	}
 	if p := o.Inbox(); p != "" {
 		opts = append(opts, nats.CustomInboxPrefix(p))
+	}
+	if o.InProcess != nil {
+		opts = append(opts, nats.InProcessServer(o.InProcess))
 	}
 	return opts, nil
 }

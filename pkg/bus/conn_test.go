@@ -463,3 +463,38 @@ func TestDialWaitsForAServerStillStarting(t *testing.T) {
 		t.Errorf("dial given up: %v, want the unreachable server and the cancellation", err)
 	}
 }
+
+// TestDialInProcess: with InProcess set, Dial reaches that server without
+// its listener: a URL where nothing listens still connects, and the
+// server counts the connection as one of its own (no socket, so no port).
+func TestDialInProcess(t *testing.T) {
+	srv, _ := bustest.Server(t)
+	nc, err := bus.ConnOptions{URL: "nats://127.0.0.1:1", InProcess: srv.Server}.Dial("test-in-process")
+	if err != nil {
+		t.Fatalf("dial in process: %v", err)
+	}
+	defer nc.Close()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	cz, err := srv.Connz(&server.ConnzOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range cz.Conns {
+		if c.Name == "test-in-process" {
+			found = true
+			if c.Port != 0 {
+				t.Errorf("the connection has port %d: it went over a socket", c.Port)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("the server does not list the connection: %+v", cz.Conns)
+	}
+	// Without it, the same URL is what it is: nothing listens there.
+	if _, err := (bus.ConnOptions{URL: "nats://127.0.0.1:1"}).Dial("test"); err == nil {
+		t.Error("dial nats://127.0.0.1:1 without InProcess: connected")
+	}
+}

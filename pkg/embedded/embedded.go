@@ -22,6 +22,9 @@ type Options struct {
 	// Host and Port of the client listener; Port 0 means 4222, -1 a random free port.
 	Host string
 	Port int
+	// MonitorPort serves nats-server's monitoring endpoints (/varz,
+	// /connz, /jsz) over HTTP on Host; 0 serves none, -1 a random free port.
+	MonitorPort int
 	// Name of the server, shown by `nats server ls`.
 	Name string
 	// Trace logs every protocol message (very verbose).
@@ -144,6 +147,8 @@ func Start(o Options) (*Server, error) {
 		MaxPayload:   8 << 20,
 		SyncAlways:   o.Sync.Always,
 		SyncInterval: o.Sync.Interval,
+		HTTPHost:     o.Host,
+		HTTPPort:     o.MonitorPort,
 	}
 	if o.TLSCert != "" || o.TLSKey != "" || o.TLSClientCA != "" {
 		if o.TLSCert == "" || o.TLSKey == "" {
@@ -175,6 +180,16 @@ func Start(o Options) (*Server, error) {
 	}
 	s.Server = ns
 	return s, nil
+}
+
+// MonitorURL is where the monitoring endpoints are served ("" when
+// MonitorPort was 0).
+func (s *Server) MonitorURL() string {
+	a := s.MonitorAddr()
+	if a == nil {
+		return ""
+	}
+	return "http://" + a.String()
 }
 
 // Stop shuts the server down and removes a temporary store.
