@@ -15,9 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
+	"github.com/planact/planact/pkg/subject"
 )
 
 // copyOf is copy i of group g: the question of the group, with markers.
@@ -319,21 +322,7 @@ func TestTargetGroupsBeyondTheBatch(t *testing.T) {
 func TestRemoteRewardAskedOncePerEpisode(t *testing.T) {
 	t.Parallel()
 	e := startSem(t, semOptions{planner: sim.Config{Seed: 107}, actor: sim.Config{Seed: 108}})
-	var mu sync.Mutex
-	asked := map[string][]float64{} // by prompt and response: every answer given
-	judge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var q struct{ Prompt, Response string }
-		if err := json.NewDecoder(r.Body).Decode(&q); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		v := rand.Float64()
-		mu.Lock()
-		asked[q.Prompt+"\x00"+q.Response] = append(asked[q.Prompt+"\x00"+q.Response], v)
-		mu.Unlock()
-		fmt.Fprintf(w, `{"reward": %v}`, v)
-	}))
-	defer judge.Close()
+	judge := startJudge(t)
 	tasks := []schema.Task{
 		e.copyOf(0, 0, population("France")), e.copyOf(0, 1, population("France")),
 		e.copyOf(1, 0, population("Spain")), e.copyOf(1, 1, population("Spain")),
@@ -344,27 +333,7 @@ func TestRemoteRewardAskedOncePerEpisode(t *testing.T) {
 	if o.perr != nil || o.planner.Status != schema.ResultOK {
 		t.Fatalf("rollout: %v %+v", o.perr, o.planner)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	// The copies of a task may answer alike: the server cannot tell them
-	// apart, so the answers are matched to the episodes as a multiset.
-	left := map[float64]int{}
-	var sum float64
-	calls := 0
-	for _, answers := range asked {
-		for _, v := range answers {
-			calls++
-			left[v]++
-			sum += v
-		}
-	}
-	st := o.planner.Stats
-	if completed := st.EpisodeStatus[schema.EpisodeCompleted]; calls != completed || completed == 0 {
-		t.Errorf("%d requests to the reward server for %d completed episodes, want one each", calls, completed)
-	}
-	if want := sum / float64(st.Ended); math.Abs(st.MeanReward-want) > 1e-9 {
-		t.Errorf("stats.mean_reward %v, want %v: the mean of the answers the server gave", st.MeanReward, want)
-	}
+	left := judge.check(t, o.planner.Stats)
 	for _, s := range o.planner.Samples {
 		if left[s.Reward] == 0 {
 			t.Errorf("sample %s has reward %v, which is not an answer of the reward server's left for it", s.RolloutID, s.Reward)
@@ -375,4 +344,99 @@ func TestRemoteRewardAskedOncePerEpisode(t *testing.T) {
 	if len(o.planner.Samples) != len(tasks) {
 		t.Errorf("%d planner samples, want %d (every group has spread: random rewards)", len(o.planner.Samples), len(tasks))
 	}
+}
+
+// TestRemoteRewardRecordedBeforeResults: without groups, the rewards are
+// asked for when the results are assembled. The planner's result goes out
+// and the actor's cannot (its object store is gone); the session-store
+// restarts and publishes the actor's. The reward server was asked once per
+// episode all the same, and both results count its answers: before, each
+// try at the results asked it again, so that the actor's result rested on
+// other rewards than the planner's.
+func TestRemoteRewardRecordedBeforeResults(t *testing.T) {
+	t.Parallel()
+	e := startSem(t, semOptions{planner: sim.Config{Seed: 109}, actor: sim.Config{Seed: 110}, inline: 1})
+	judge := startJudge(t)
+	ctx := context.Background()
+	waitServices(t, bustest.Conn(t, e.url))
+	if err := e.bus.JS.DeleteObjectStore(ctx, bus.ObjectResults(schema.RoleActor)); err != nil {
+		t.Fatal(err)
+	}
+	const n = 1042
+	tasks := e.tasks(4, 1, n)
+	results := e.start(t, n, tasks, &schema.Config{Reward: judge.URL})
+	eventually(t, "the planner's result out, the actor's owed", func() bool {
+		m, err := e.bus.LastMsg(ctx, bus.StreamRollout, subject.Result(n, schema.RolePlanner))
+		s, found := e.session(t, n)
+		return err == nil && m != nil && found && s.Owes(schema.EffectResults)
+	})
+	e.stop()
+	e.serve(t) // provisioning creates the actor's object store again
+	o := <-results
+	if o.perr != nil || o.aerr != nil || o.planner.Status != schema.ResultOK || o.actor.Status != schema.ResultOK {
+		t.Fatalf("after the restart: %v %v %+v %+v", o.perr, o.aerr, o.planner, o.actor)
+	}
+	judge.check(t, o.planner.Stats)
+	if o.actor.Stats.MeanReward != o.planner.Stats.MeanReward {
+		t.Errorf("the actor's result has mean reward %v, the planner's %v: they rest on different answers", o.actor.Stats.MeanReward, o.planner.Stats.MeanReward)
+	}
+	s, _ := e.session(t, n)
+	if len(s.EndScores) != o.planner.Stats.EpisodeStatus[schema.EpisodeCompleted] {
+		t.Errorf("the session records %d rewards (%+v), want one per completed episode (%d)", len(s.EndScores), s.EndScores, o.planner.Stats.EpisodeStatus[schema.EpisodeCompleted])
+	}
+}
+
+// judge is a reward server that answers each request with a new random
+// number (an LLM judge is not bound to answer the same twice), and keeps
+// every answer it gave.
+type judge struct {
+	URL   string
+	mu    sync.Mutex
+	asked map[string][]float64 // by prompt and response
+}
+
+func startJudge(t *testing.T) *judge {
+	t.Helper()
+	j := &judge{asked: map[string][]float64{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var q struct{ Prompt, Response string }
+		if err := json.NewDecoder(r.Body).Decode(&q); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		v := rand.Float64()
+		j.mu.Lock()
+		j.asked[q.Prompt+"\x00"+q.Response] = append(j.asked[q.Prompt+"\x00"+q.Response], v)
+		j.mu.Unlock()
+		fmt.Fprintf(w, `{"reward": %v}`, v)
+	}))
+	t.Cleanup(srv.Close)
+	j.URL = srv.URL
+	return j
+}
+
+// check requires one request per completed episode and st's mean reward to
+// be the mean of the answers, and returns the answers as a multiset (the
+// copies of a task may answer alike: the server cannot tell them apart).
+func (j *judge) check(t *testing.T, st schema.Stats) map[float64]int {
+	t.Helper()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	left := map[float64]int{}
+	var sum float64
+	calls := 0
+	for _, answers := range j.asked {
+		for _, v := range answers {
+			calls++
+			left[v]++
+			sum += v
+		}
+	}
+	if completed := st.EpisodeStatus[schema.EpisodeCompleted]; calls != completed || completed == 0 {
+		t.Errorf("%d requests to the reward server for %d completed episodes, want one each", calls, completed)
+	}
+	if want := sum / float64(st.Ended); math.Abs(st.MeanReward-want) > 1e-9 {
+		t.Errorf("stats.mean_reward %v, want %v: the mean of the answers the server gave", st.MeanReward, want)
+	}
+	return left
 }

@@ -131,7 +131,9 @@ func cases() []wireCase {
 			},
 			Config: cfg.WithDefaults(), ConfigFrom: schema.RolePlanner, Episodes: 2, Ended: []int{0},
 			Trace: "4bf92f3577b34da6a3ce929d0e0e4736", CreatedMs: 1767225600010, StartedMs: 1767225600110,
-			Outbox: []string{schema.EffectGroup(3)}, Groups: []schema.GroupState{{Index: 1, State: schema.GroupDelivered}, {Index: 0, State: schema.GroupFiltered, Reason: "spread: all 2 rewards are 1"}},
+			Outbox: []string{schema.EffectGroup(3)}, Groups: []schema.GroupState{{Index: 1, State: schema.GroupDelivered, Scores: []schema.EpisodeScore{{Episode: 1, Reward: 0.5}}},
+				{Index: 0, State: schema.GroupFiltered, Reason: "spread: all 2 rewards are 1"}},
+			EndScores: []schema.EpisodeScore{{Episode: 0, Reward: 1, Correct: true}},
 		}},
 		{file: "kv.tasklist.v1.schema.json", value: &schema.TaskList{Tasks: tasks, From: schema.RolePlanner, Digest: schema.TasksDigest(tasks)}},
 		{file: "kv.run.v1.schema.json", value: &schema.Run{Rollout: 42, Episode: 1, Turn: 1, Schedule: schema.ScheduleEager, Nodes: []*schema.NodeState{

@@ -554,18 +554,22 @@ type EpisodeScore struct {
 	Error   string  `json:"error,omitempty"`
 }
 
-// Scores are the rewards recorded with the rollout's group verdicts, by
-// episode.
+// Scores are the rewards recorded with the rollout's group verdicts and
+// at its end, by episode.
 func (s *Session) Scores() map[int]EpisodeScore {
 	var out map[int]EpisodeScore
-	for _, gs := range s.Groups {
-		for _, sc := range gs.Scores {
+	record := func(scores []EpisodeScore) {
+		for _, sc := range scores {
 			if out == nil {
 				out = map[int]EpisodeScore{}
 			}
 			out[sc.Episode] = sc
 		}
 	}
+	for _, gs := range s.Groups {
+		record(gs.Scores)
+	}
+	record(s.EndScores)
 	return out
 }
 
@@ -621,6 +625,12 @@ type Session struct {
 	// Groups are the groups that completed, delivered or filtered, in the
 	// order they did.
 	Groups []GroupState `json:"groups,omitempty"`
+	// EndScores are the rewards of ended episodes that no group verdict
+	// scored, recorded when the results are assembled and before any is
+	// published, when the reward is a remote server's: a result published
+	// again (one role's went out, the other's failed) carries the answers
+	// the first one did, and the server is asked once per episode.
+	EndScores []EpisodeScore `json:"end_scores,omitempty"`
 }
 
 // Group returns how group g ended, if it did.

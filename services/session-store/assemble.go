@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -153,6 +154,9 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 	if err != nil {
 		return result{}, result{}, err
 	}
+	if err := s.recordScores(ctx, sess, eps); err != nil {
+		return result{}, result{}, err
+	}
 	// The delivered groups' samples, as they were delivered: read by
 	// several readers, as the episodes are.
 	roles, groups := []string{schema.RolePlanner, schema.RoleActor}, sess.Delivered()
@@ -175,6 +179,54 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 	}
 	planner, actor = buildResults(sess, tasks, eps, delivered)
 	return planner, actor, nil
+}
+
+// recordScores writes the reward server's answers that gather got for
+// ended episodes no group verdict scored into the session (EndScores),
+// before any result carries them: a result published again, or the other
+// role's published later, carries the same answers, and the server is not
+// asked again. A reward computed here (em, f1, a registered function) is
+// the same every time and is not recorded. If another reader recorded
+// answers of its own meanwhile, the samples built here rest on others:
+// the error has the results assembled again, on what is recorded.
+func (s *Service) recordScores(ctx context.Context, sess *schema.Session, eps map[int]*episode) error {
+	if !remoteReward(sess.Config) {
+		return nil
+	}
+	recorded := sess.Scores()
+	var got []schema.EpisodeScore
+	for e, ep := range eps {
+		if _, ok := recorded[e]; !ok && ep.end != nil && ep.end.Status == schema.EpisodeCompleted {
+			got = append(got, schema.EpisodeScore{Episode: e, Reward: ep.reward, Correct: ep.correct, Error: ep.rewardErr})
+		}
+	}
+	if len(got) == 0 {
+		return nil
+	}
+	slices.SortFunc(got, func(a, b schema.EpisodeScore) int { return a.Episode - b.Episode })
+	written, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), func(v *schema.Session, exists bool) (bool, error) {
+		if !exists {
+			return false, fail.Permanentf("rollout %d has no session to record its rewards in", sess.Rollout)
+		}
+		known, changed := v.Scores(), false
+		for _, sc := range got {
+			if _, ok := known[sc.Episode]; !ok {
+				v.EndScores, changed = append(v.EndScores, sc), true
+			}
+		}
+		return changed, nil
+	})
+	if err != nil {
+		return err
+	}
+	sess.EndScores = written.EndScores
+	now := written.Scores()
+	for _, sc := range got {
+		if now[sc.Episode] != sc {
+			return fail.Transientf("rollout %d: episode %d's reward was recorded by another reader meanwhile; the results are assembled again on it", sess.Rollout, sc.Episode)
+		}
+	}
+	return nil
 }
 
 // result is a role's result as assembly built it, its samples held apart
