@@ -86,6 +86,8 @@ func TestUpFlags(t *testing.T) {
 			"up: --port set the embedded server, but $NATS_URL names another one (nats://u:xxxxx@127.0.0.1:1): unset NATS_URL to start the embedded server, or leave --port out to use that one"},
 		{"data and host for another server", []string{"--nats", "nats://127.0.0.1:1", "--data", "/tmp/x", "--host", "0.0.0.0"}, env("NATS_URL", "nats://127.0.0.1:2"),
 			"up: --data, --host, --port set the embedded server, but --nats names another one (nats://127.0.0.1:1): leave --nats out and unset NATS_URL to start"},
+		{"monitoring for another server", []string{"--nats", "nats://127.0.0.1:1", "--monitor-port", "-1"}, noenv,
+			"up: --monitor-port, --port set the embedded server, but --nats names another one (nats://127.0.0.1:1)"},
 		{"bad sync", []string{"--sync", "often"}, noenv, `invalid value "often" for flag -sync: want always or a positive duration`},
 		{"zero sync", []string{"--sync", "0s"}, noenv, `invalid value "0s" for flag -sync`},
 		{"nkey file missing", nil, env("NATS_NKEY", "/nonexistent"), "nats: $NATS_NKEY /nonexistent: open"},
