@@ -20,14 +20,16 @@
 // goals of the issue "Coordination cost: a tenth of raw JetStream, flat
 // under load"; -json writes every figure, -plot a PNG. -cluster runs the
 // same on a three-node JetStream cluster on loopback (R3 streams and
-// buckets, the baselines included).
+// buckets, the baselines included); -in-process connects the services to
+// the one server in process, as `planact up` does.
 //
-//	go run ./bench/overhead [-quick] [-cluster] [-json out.json] [-plot out.png]
+//	go run ./bench/overhead [-quick] [-cluster | -in-process] [-json out.json] [-plot out.png]
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -44,7 +46,10 @@ import (
 // options size the run; -quick shrinks every one of them.
 type options struct {
 	Cluster bool `json:"cluster"`
-	Quick   bool `json:"quick"`
+	// InProcess connects the services to the embedded server in process,
+	// as `planact up` does; the trainers and baselines still dial it.
+	InProcess bool `json:"in_process,omitempty"`
+	Quick     bool `json:"quick"`
 
 	// Baselines.
 	PubMessages int `json:"pub_messages"` // messages per publish+consume repeat
@@ -98,6 +103,7 @@ func defaults(quick bool) options {
 func main() {
 	quick := flag.Bool("quick", false, "a quick run: small sizes everywhere (figures are noisier)")
 	cluster := flag.Bool("cluster", false, "run on a three-node JetStream cluster on loopback (R3 streams and buckets); services and the client on different nodes")
+	inProcess := flag.Bool("in-process", false, "connect the services to the embedded server in process, as `planact up` does (no socket between them); the trainers and the baselines still connect over TCP")
 	jsonPath := flag.String("json", "", "write every figure as JSON to this file (- for standard output, the table then goes to standard error)")
 	plotPath := flag.String("plot", "", "write a PNG chart here")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
@@ -121,7 +127,10 @@ func main() {
 	flag.Parse()
 
 	o := defaults(*quick)
-	o.Cluster = *cluster
+	o.Cluster, o.InProcess = *cluster, *inProcess
+	if o.Cluster && o.InProcess {
+		fail(errors.New("-in-process: not with -cluster (the services of a cluster reach its nodes over the network)"))
+	}
 	set := func(dst *int, v int) {
 		if v > 0 {
 			*dst = v

@@ -160,6 +160,9 @@ func startPlanact(ctx context.Context, o options, s *servers) (*planact, error) 
 		return nil, fmt.Errorf("engines: %w", err)
 	}
 	conn := bus.ConnOptions{URL: s.serviceURL}
+	if o.InProcess {
+		conn.InProcess = s.nodes[0]
+	}
 	served := make(chan error, 1)
 	go func() {
 		served <- stack.Serve(ctx, stack.Services, stack.Options{

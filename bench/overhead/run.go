@@ -103,7 +103,7 @@ func run(ctx context.Context, o options, log io.Writer) (*Report, error) {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
 	defer s.stop()
-	rep.Setup = s.describe()
+	rep.Setup = s.describe(o.InProcess)
 	p.say("servers up: %s", rep.Setup)
 
 	if rep.Baselines, err = runBaselines(ctx, o, s, p); err != nil {

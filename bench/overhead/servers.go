@@ -28,7 +28,10 @@ type servers struct {
 	stop                  func()
 }
 
-func (s *servers) describe() string {
+func (s *servers) describe(inProcess bool) string {
+	if len(s.nodes) == 1 && inProcess {
+		return "one embedded nats-server (JetStream, file storage, R1), in this process; the services connected to it in process (no socket), the trainers over TCP"
+	}
 	if len(s.nodes) == 1 {
 		return "one embedded nats-server (JetStream, file storage, R1), in this process"
 	}
