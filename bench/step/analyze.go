@@ -211,6 +211,9 @@ type Goal struct {
 	Value    float64 `json:"value"`
 	Met      bool    `json:"met"`
 	FromItem string  `json:"from"`
+	// Note says what the figure is to be read against, where the goal
+	// alone does not.
+	Note string `json:"note,omitempty"`
 }
 
 // Series are the plot's time series, from the first barrier.
@@ -507,16 +510,26 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 	r.Goals = []Goal{
 		{Goal: "planact's CPU per engine call ≤ 0.1 ms (services + nats-server)", Figure: "planact+nats CPU ms per engine call",
 			Value: pn.PerCallMs, Met: pn.PerCallMs <= 0.1, FromItem: "issue 18, 2"},
-		{Goal: "the planner engine kept full: peak in flight = its limit", Figure: "planner engine peak in flight ÷ limit",
-			Value: float64(r.Planner.PeakInFlight) / float64(r.Planner.Limit), Met: r.Planner.PeakInFlight >= r.Planner.Limit, FromItem: "issue 18, 3"},
-		{Goal: "the actor engine kept full: peak in flight = its limit", Figure: "actor engine peak in flight ÷ limit",
-			Value: float64(r.Actor.PeakInFlight) / float64(r.Actor.Limit), Met: r.Actor.PeakInFlight >= r.Actor.Limit, FromItem: "issue 18, 3"},
+		keptFull(rolePlanner, r.Planner, r.Replay.PeakInFlight[0]),
+		keptFull(roleActor, r.Actor, r.Replay.PeakInFlight[1]),
 		{Goal: "makespan ≤ 1.05 × the engine-bound lower bound", Figure: "makespan ÷ bound",
 			Value: r.Run.RatioToBound, Met: r.Run.RatioToBound <= 1.05, FromItem: "issue 18, 4"},
 		{Goal: "no duplicate engine call that no abort explains", Figure: "unexplained extra calls",
 			Value: float64(r.Dups.Unexplained), Met: r.Dups.Unexplained == 0, FromItem: "issue 16, 1"},
 	}
 	return nil
+}
+
+// keptFull is the goal that an engine ran its limit at once. The
+// zero-cost replay's peak says how many the workload gives it at once:
+// below the limit, no scheduler fills it, and the note says so.
+func keptFull(role string, ef EngFigs, replayPeak int) Goal {
+	g := Goal{Goal: "the " + role + " engine kept full: peak in flight = its limit", Figure: role + " engine peak in flight ÷ limit",
+		Value: float64(ef.PeakInFlight) / float64(ef.Limit), Met: ef.PeakInFlight >= ef.Limit, FromItem: "issue 18, 3"}
+	if replayPeak < ef.Limit {
+		g.Note = fmt.Sprintf("the workload gives it at most %d at once (the zero-cost replay's peak); planact ran %d", replayPeak, ef.PeakInFlight)
+	}
+	return g
 }
 
 func combinedGroup(g string) string {

@@ -139,6 +139,10 @@ type Replay struct {
 	S float64 `json:"s"`
 	// RolloutS is when each rollout ended.
 	RolloutS []float64 `json:"rollout_s"`
+	// PeakInFlight is the most generations each engine (planner, actor)
+	// served at once: what the workload gives it to do when every
+	// generation is sent the instant it may run.
+	PeakInFlight [2]int `json:"peak_in_flight"`
 }
 
 // replayEvent is a generation that ends, or a swap that ends.
@@ -248,6 +252,7 @@ func ReplayRun(m *Model, scripts [][]*Episode, targets []int, limits [2]int, swa
 	now := time.Duration(0)
 	queue := [2]*genQueue{{priority: priority}, {priority: priority}}
 	running := [2]map[*replayGen]time.Duration{{}, {}} // gen → when it started
+	var peak [2]int
 	paused := [2]bool{}
 	push := func(e replayEvent) {
 		seq++
@@ -262,6 +267,7 @@ func ReplayRun(m *Model, scripts [][]*Episode, targets []int, limits [2]int, swa
 				continue
 			}
 			running[role][g] = now
+			peak[role] = max(peak[role], len(running[role]))
 			g.run++
 			push(replayEvent{at: now + g.service, gen: g, run: g.run})
 		}
@@ -416,7 +422,7 @@ func ReplayRun(m *Model, scripts [][]*Episode, targets []int, limits [2]int, swa
 	}
 	// The last result is in the trainers' hands once they resumed after
 	// the last swap.
-	rep := Replay{S: resumed.Seconds()}
+	rep := Replay{S: resumed.Seconds(), PeakInFlight: peak}
 	for _, t := range ended {
 		rep.RolloutS = append(rep.RolloutS, t.Seconds())
 		rep.S = max(rep.S, t.Seconds())

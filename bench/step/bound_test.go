@@ -72,6 +72,12 @@ func TestBoundIsBelowEveryReplay(t *testing.T) {
 			if rep.S < b.S-1e-9 {
 				t.Fatalf("instance %d (priority %v): the replay took %.3f s, below the bound %.3f s (%s): the bound is not sound", i, priority, rep.S, b.S, b.Binding)
 			}
+			// Every episode has a planner turn; an episode of one turn has no acts.
+			for role, peak := range rep.PeakInFlight {
+				if peak > limits[role] || role == 0 && peak < 1 {
+					t.Fatalf("instance %d (priority %v): engine %d peaked at %d in flight, limit %d", i, priority, role, peak, limits[role])
+				}
+			}
 		}
 	}
 	m := defaultModel()
@@ -81,6 +87,21 @@ func TestBoundIsBelowEveryReplay(t *testing.T) {
 	rep := ReplayRun(&m, [][]*Episode{{&ep}}, []int{1}, limits, 0, false, false)
 	if cp := ep.Work().CriticalPath.Seconds(); !near(rep.S, cp) {
 		t.Errorf("one episode, no queueing: replay %.6f s, critical path %.6f s", rep.S, cp)
+	}
+	// One episode: one planner turn at a time; its acts that depend on
+	// nothing run at once, and never more than a plan has.
+	free, most := 0, 0
+	for _, turn := range ep.Turns {
+		n := 0
+		for _, a := range turn.Acts {
+			if len(a.Deps) == 0 {
+				n++
+			}
+		}
+		free, most = max(free, n), max(most, len(turn.Acts))
+	}
+	if rep.PeakInFlight[0] != 1 || rep.PeakInFlight[1] < free || rep.PeakInFlight[1] > most {
+		t.Errorf("one episode: peaks in flight %v, want planner 1 and actor %d to %d", rep.PeakInFlight, free, most)
 	}
 	b := LowerBound([]RolloutWork{{Groups: [][]Work{{ep.Work()}}, Target: 1}}, limits, [2]time.Duration{})
 	if !near(b.S, rep.S) {

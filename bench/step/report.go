@@ -198,7 +198,11 @@ func (r *Report) text(w io.Writer, o options) {
 		if g.Met {
 			met = "met"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%.4g\t%s\t(%s)\n", g.Goal, g.Figure, g.Value, met, g.FromItem)
+		note := ""
+		if g.Note != "" {
+			note = "; " + g.Note
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%.4g\t%s\t(%s%s)\n", g.Goal, g.Figure, g.Value, met, g.FromItem, note)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nchecks")

@@ -54,7 +54,7 @@ func (b *Bus) Peers(ctx context.Context) *Peers {
 	}
 	p.name, p.id = s.identity.Name, s.identity.ID
 	s.onPing(p.note)
-	p.round()
+	p.round(ctx)
 	go func() {
 		t := time.NewTicker(PeerEvery)
 		defer t.Stop()
@@ -63,7 +63,7 @@ func (b *Bus) Peers(ctx context.Context) *Peers {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				p.round()
+				p.round(ctx)
 			}
 		}
 	}()
@@ -100,8 +100,9 @@ func (p *Peers) note(id string) {
 
 // round asks every replica of the service, counts those that answer and
 // forgets those whose lease ran out. The answers come over the bus's reply
-// inbox, each counted as it comes; the round ends peerWindow after the ask.
-func (p *Peers) round() {
+// inbox, each counted as it comes; the round ends peerWindow after the ask,
+// or when ctx does (the answers heard by then are counted).
+func (p *Peers) round(ctx context.Context) {
 	inbox, end, err := p.b.replies.Open(p.b.NC, func(m *nats.Msg) {
 		var a micro.Ping
 		if json.Unmarshal(m.Data, &a) == nil && a.Name == p.name {
@@ -118,7 +119,12 @@ func (p *Peers) round() {
 		end()
 		return
 	}
-	time.Sleep(peerWindow)
+	window := time.NewTimer(peerWindow)
+	select {
+	case <-window.C:
+	case <-ctx.Done():
+		window.Stop()
+	}
 	end()
 	p.mu.Lock()
 	for id, at := range p.seen {
