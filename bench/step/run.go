@@ -269,12 +269,9 @@ func startProcesses(ctx context.Context, c *cluster, o options, root string, bin
 	p.say("nats-server up at %s (compose's nats-1.conf: sync_interval 1s)", natsURL)
 
 	// The baseline, on the same server, before planact starts.
-	p.say("raw JetStream baseline: publish+consume, 3 × %d act-sized messages", o.RawMessages)
-	if rep.Raw, err = rawBaseline(ctx, o, natsURL, monitor, natsProc, &o.Model); err != nil {
-		return "", "", fmt.Errorf("raw baseline: %w", err)
+	if err := measureRaw(ctx, o, natsURL, monitor, natsProc, "server", rep, p); err != nil {
+		return "", "", err
 	}
-	p.say("raw: %.0f msgs/s; %.4f ms of CPU per message (server %.4f, client %.4f); %.2f NATS messages per message",
-		rep.Raw.MsgsPerS, rep.Raw.CPUPerMsgMs, rep.Raw.ServerCPUPerMsgMs, rep.Raw.ClientCPUPerMsgMs, rep.Raw.NATSMsgsPerMsg)
 
 	// Provisioning, as the admin of a deployment does once (`planact
 	// provision`): the services create nothing themselves.
@@ -339,13 +336,23 @@ func startOneProcess(ctx context.Context, c *cluster, o options, bins chaos.Bina
 		return "", "", err
 	}
 	p.say("planact up: its server at %s and the five services in one process", natsURL)
-	p.say("raw JetStream baseline: publish+consume, 3 × %d act-sized messages", o.RawMessages)
-	if rep.Raw, err = rawBaseline(ctx, o, natsURL, monitor, up, &o.Model); err != nil {
-		return "", "", fmt.Errorf("raw baseline: %w", err)
+	if err := measureRaw(ctx, o, natsURL, monitor, up, "server and idle services", rep, p); err != nil {
+		return "", "", err
 	}
-	p.say("raw: %.0f msgs/s; %.4f ms of CPU per message (server and idle services %.4f, client %.4f); %.2f NATS messages per message",
-		rep.Raw.MsgsPerS, rep.Raw.CPUPerMsgMs, rep.Raw.ServerCPUPerMsgMs, rep.Raw.ClientCPUPerMsgMs, rep.Raw.NATSMsgsPerMsg)
 	return natsURL, monitor, nil
+}
+
+// measureRaw runs the raw JetStream baseline on the run's server (its
+// process server, which holds what is named serverIs) into rep.Raw.
+func measureRaw(ctx context.Context, o options, natsURL, monitor string, server *proc, serverIs string, rep *Report, p *progress) error {
+	p.say("raw JetStream baseline: publish+consume, 3 × %d act-sized messages", o.RawMessages)
+	var err error
+	if rep.Raw, err = rawBaseline(ctx, o, natsURL, monitor, server, &o.Model); err != nil {
+		return fmt.Errorf("raw baseline: %w", err)
+	}
+	p.say("raw: %.0f msgs/s; %.4f ms of CPU per message (%s %.4f, client %.4f); %.2f NATS messages per message",
+		rep.Raw.MsgsPerS, rep.Raw.CPUPerMsgMs, serverIs, rep.Raw.ServerCPUPerMsgMs, rep.Raw.ClientCPUPerMsgMs, rep.Raw.NATSMsgsPerMsg)
+	return nil
 }
 
 // Stored is when planact stored a rollout's milestones (the stream's
