@@ -527,7 +527,7 @@ func keptFull(role string, ef EngFigs, replayPeak int) Goal {
 	g := Goal{Goal: "the " + role + " engine kept full: peak in flight = its limit", Figure: role + " engine peak in flight ÷ limit",
 		Value: float64(ef.PeakInFlight) / float64(ef.Limit), Met: ef.PeakInFlight >= ef.Limit, FromItem: "issue 18, 3"}
 	if replayPeak < ef.Limit {
-		g.Note = fmt.Sprintf("the workload gives it at most %d at once (the zero-cost replay's peak); planact ran %d", replayPeak, ef.PeakInFlight)
+		g.Note = fmt.Sprintf("the workload gives it at most %d at once, the zero-cost replay's peak; planact ran %d", replayPeak, ef.PeakInFlight)
 	}
 	return g
 }

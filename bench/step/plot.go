@@ -82,6 +82,9 @@ func (r *Report) plot(path string) error {
 		name string
 		c    color.Color
 	}{{groupPlanact, blue}, {groupNATS, red}, {groupEngines, grey}, {groupTrainer, plum}} {
+		if r.Groups[g.name].Processes == 0 {
+			continue // -one-process: the server is in planact's process
+		}
 		v := s.CoresByGroup[g.name]
 		pts := make(plotter.XYs, len(v))
 		for i := range v {

@@ -136,6 +136,9 @@ func (r *Report) text(w io.Writer, o options) {
 	}
 	for _, g := range []string{groupPlanact, groupNATS, "planact+nats", groupEngines, groupTrainer} {
 		gf := r.Groups[g]
+		if gf.Processes == 0 {
+			continue // -one-process: no nats-server of its own
+		}
 		fmt.Fprintf(tw, "  %s (%d processes)\t\t%.2f\t\t%.3f\t%.3f\t%.0f\t%.0f\t%.1f\t\n", g, gf.Processes, gf.CPUS, gf.PerActMs, gf.PerCallMs, gf.PeakRSSMB, gf.StartRSSMB, gf.KBPerEpisode)
 	}
 	tw.Flush()
