@@ -70,7 +70,11 @@ func (r *Report) text(w io.Writer, o options) {
 	if !o.StateCapacity {
 		capacity = "not stated (each gateway keeps --engine-limit)"
 	}
-	fmt.Fprintf(w, "processes: nats-server (compose's nats-1.conf, one node); %s (planact serve flags: %s); engines; trainer-planner, trainer-actor; engine limits %s\n", replicaLine(o.Replicas), flags, capacity)
+	planact := fmt.Sprintf("nats-server (compose's nats-1.conf, one node); %s (planact serve flags: %s)", replicaLine(o.Replicas), flags)
+	if o.OneProcess {
+		planact = fmt.Sprintf("planact up: its embedded server (sync 1s) and the five services in one process, connected in process (flags: %s)", flags)
+	}
+	fmt.Fprintf(w, "processes: %s; engines; trainer-planner, trainer-actor; engine limits %s\n", planact, capacity)
 	fmt.Fprintf(w, "engines: %s\n         %s\n", engineLine("planner", m.Planner), engineLine("actor", m.Actor))
 	fmt.Fprintf(w, "workload: planner turns %s (mean %.2f, the last answers); acts per plan %s (mean %.2f); an act depends on an earlier one with p %.2f; prompts %s tokens; seed %d\n",
 		m.Turns, m.Turns.Mean(), m.Width, m.Width.Mean(), m.DepRate, m.PromptTokens, m.Seed)
@@ -187,8 +191,12 @@ func (r *Report) text(w io.Writer, o options) {
 	}
 
 	rw := r.Raw
-	fmt.Fprintf(w, "\nraw JetStream on the same server, before planact started: publish+consume of %d-byte act.done messages (%d prompt + %d output tokens), %d in flight, 3 × %d\n",
-		rw.MessageBytes, rw.PromptTokens, rw.OutputTokens, rw.InFlight, rw.Messages/3)
+	before := "before planact started"
+	if o.OneProcess {
+		before = "while planact's services waited idle in its process"
+	}
+	fmt.Fprintf(w, "\nraw JetStream on the same server, %s: publish+consume of %d-byte act.done messages (%d prompt + %d output tokens), %d in flight, 3 × %d\n",
+		before, rw.MessageBytes, rw.PromptTokens, rw.OutputTokens, rw.InFlight, rw.Messages/3)
 	fmt.Fprintf(w, "  %.0f msgs/s (median; %s); CPU per message %.4f ms (server %.4f + client %.4f); %.2f NATS messages per message\n",
 		rw.MsgsPerS, floats(rw.Repeats, "%.0f"), rw.CPUPerMsgMs, rw.ServerCPUPerMsgMs, rw.ClientCPUPerMsgMs, rw.NATSMsgsPerMsg)
 	fmt.Fprintf(w, "  planact+nats CPU per act ÷ raw CPU per message: %.1f×; NATS messages per act ÷ raw's per message: %.1f×; stored messages per act: %.2f (raw: 1)\n",
