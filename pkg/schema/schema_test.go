@@ -131,7 +131,7 @@ func cases() []wireCase {
 			},
 			Config: cfg.WithDefaults(), ConfigFrom: schema.RolePlanner, Episodes: 2, Ended: []int{0},
 			Trace: "4bf92f3577b34da6a3ce929d0e0e4736", CreatedMs: 1767225600010, StartedMs: 1767225600110,
-			Outbox: []string{schema.EffectGroup(3)}, Groups: []schema.GroupState{{Index: 1, State: schema.GroupDelivered, Scores: []schema.EpisodeScore{{Episode: 1, Reward: 0.5}}},
+			Outbox: []string{schema.EffectVersion(schema.RoleActor), schema.EffectGroup(3)}, Groups: []schema.GroupState{{Index: 1, State: schema.GroupDelivered, Scores: []schema.EpisodeScore{{Episode: 1, Reward: 0.5}}},
 				{Index: 0, State: schema.GroupFiltered, Reason: "spread: all 2 rewards are 1"}},
 			EndScores: []schema.EpisodeScore{{Episode: 0, Reward: 1, Correct: true}},
 		}},

@@ -585,6 +585,11 @@ const (
 // EffectGroup is the outbox effect that delivers group g: "group:<g>".
 func EffectGroup(g int) string { return fmt.Sprintf("group:%d", g) }
 
+// EffectVersion is the outbox effect that records an arrived role's weight
+// version as the role's newest (what staleness is counted from), before
+// the rollout starts: "version:<role>".
+func EffectVersion(role string) string { return "version:" + role }
+
 // Effects a session records as decided before they are published (its
 // outbox): whoever reads the session next — a handler, a redelivery, the
 // session-store's sweep — publishes them, idempotently, and removes them.

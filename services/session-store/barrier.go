@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -42,12 +43,15 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		return rolloutErr(a.Rollout, err)
 	}
 
-	// The arrivals of a rollout, when this process has them, take turns:
-	// run together, they race on the session key, and the loser backs off
-	// and reads again (the barrier's latency); and a second arrival of a
-	// role is compared with the first before its tasks are stored. Across
-	// replicas the compare-and-sets still decide.
+	// The arrivals of a rollout, when this process has them, take turns
+	// writing the session: run together, they race on the session key, and
+	// the loser backs off and reads again (the barrier's latency); and a
+	// second arrival of a role is compared with the first before its tasks
+	// are stored. Across replicas the compare-and-sets still decide. What
+	// follows the write (its outbox settled) takes the settle lock instead,
+	// so the other role's arrival is written while this one settles.
 	unlock, _ := s.arrivals.lock(a.Rollout)
+	unlock = sync.OnceFunc(unlock)
 	defer unlock()
 	if sum.tasks != "" {
 		if refused, err := s.storeTasks(ctx, &a, id, sum); err != nil || refused != nil {
@@ -58,11 +62,12 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 			return s.reject(ctx, p, &a, id, refused)
 		}
 	}
-	var late bool      // the role arrives at a rollout that ended without it
-	var again bool     // another arrival of a role that has arrived
-	var diffs []string // what that other arrival asks for that the first did not
+	var late bool        // the role arrives at a rollout that ended without it
+	var again bool       // another arrival of a role that has arrived
+	var redelivered bool // this arrival, written before
+	var diffs []string   // what that other arrival asks for that the first did not
 	sess, rev, wrote, err := bus.MutateRev(ctx, s.Bus.Sessions, schema.SessionKey(a.Rollout), func(v *schema.Session, exists bool) (bool, error) {
-		late, again, diffs = false, false, nil
+		late, again, redelivered, diffs = false, false, false, nil
 		if !exists {
 			trace := bus.TraceFrom(ctx)
 			if trace == "" {
@@ -73,6 +78,7 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		}
 		if r, arrived := v.Roles[a.Role]; arrived {
 			again = r.ArrivalID != id // id: this very arrival, delivered again
+			redelivered = !again
 			if again && r.Digest != "" && r.Digest != sum.digest {
 				diffs = differences(v, r, &a, sum)
 			}
@@ -87,6 +93,12 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		}
 		v.Roles[a.Role] = schema.RoleInfo{Engine: a.Engine, WeightVersion: a.WeightVersion, ArrivedMs: s.nowMs(), ArrivalID: id,
 			Digest: sum.digest, ConfigDigest: sum.config, Tasks: sum.tasks}
+		if a.WeightVersion != "" {
+			// The trainer's weights as it arrives become the role's newest
+			// version before the rollout starts (the start follows in the
+			// outbox): a generation's staleness is counted from them.
+			v.Outbox = append(v.Outbox, schema.EffectVersion(a.Role))
+		}
 		if a.Config != nil && (v.ConfigFrom == "" || a.Role == schema.RolePlanner) {
 			v.Config, v.ConfigFrom = *a.Config, a.Role
 		}
@@ -118,6 +130,7 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		}
 		return true, nil
 	})
+	unlock()
 	if err != nil {
 		return rolloutErr(a.Rollout, err)
 	}
@@ -148,16 +161,14 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		return s.Bus.Publish(ctx, &schema.Result{Rollout: a.Rollout, Role: a.Role, Status: status,
 			Reason: "arrived after the rollout ended: " + sess.Reason})
 	}
-	if wrote {
-		// The trainer's weights as it arrives: the role's current version,
-		// which staleness is counted from.
-		if err := s.noteVersion(ctx, a.Role, a.WeightVersion); err != nil {
-			return err
-		}
+	// The arrival's effects (the barrier's time-out, the role's newest
+	// version, the start) are done before anyone is told it arrived.
+	if err := s.settle(ctx, sess, rev); err != nil {
+		return err
 	}
 	switch {
-	case wrote && sess.State == schema.SessionWaiting:
-		log.Info().Msg("arrived, waiting for the other role")
+	case (wrote || redelivered) && sess.State == schema.SessionWaiting:
+		log.Info().Bool("redelivered", redelivered).Msg("arrived, waiting for the other role")
 		_ = s.status(ctx, a.Rollout, "arrived", -1, a.Role)
 	case wrote && sess.State == schema.SessionRunning:
 		log.Info().Int("episodes", sess.Episodes).Msg("both roles arrived, rollout starts")
@@ -166,7 +177,7 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 	case !wrote:
 		log.Info().Str("state", sess.State).Msg("arrival delivered again")
 	}
-	return s.settle(ctx, sess, rev)
+	return nil
 }
 
 // storeTasks stores the arrival's task list as the rollout's, unless a

@@ -332,6 +332,9 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 		switch {
 		case effect == schema.EffectBarrier:
 			err = s.scheduleTimeout(ctx, sess.Rollout, schema.TimeoutBarrier, sess.BarrierDeadlineMs())
+		case strings.HasPrefix(effect, "version:"):
+			role := strings.TrimPrefix(effect, "version:")
+			err = s.noteVersion(ctx, role, sess.Roles[role].WeightVersion)
 		case effect == schema.EffectStart:
 			err = s.start(ctx, &sess)
 		case strings.HasPrefix(effect, "group:"):
