@@ -121,6 +121,21 @@ func TestGroupsStreamBeforeTheEnd(t *testing.T) {
 	} else if !reflect.DeepEqual(fromGroup, g.Samples) {
 		t.Errorf("the result's samples of the delivered group differ from the group's:\n%+v\nwant\n%+v", fromGroup, g.Samples)
 	}
+	// A trainer that took group 0 from the stream reads the rest only:
+	// Spain's copy that ended, delivered with the result alone.
+	rest, err := trainer.Result(ctx, n, schema.RolePlanner, client.WithoutGroups(g.GroupIndex))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []schema.Sample
+	for _, s := range o.planner.Samples {
+		if s.GroupIndex != 0 {
+			want = append(want, s)
+		}
+	}
+	if len(want) != 1 || !reflect.DeepEqual(rest.Samples, want) || rest.SampleCount != o.planner.SampleCount {
+		t.Errorf("result without group 0: %d samples (count %d), want the %d of group 1 (count %d)", len(rest.Samples), rest.SampleCount, len(want), o.planner.SampleCount)
+	}
 	// The actor's stream, read after the end, yields the same group.
 	var actorGroups []int
 	for g, err := range trainer.Groups(ctx, n, schema.RoleActor) {
@@ -134,6 +149,56 @@ func TestGroupsStreamBeforeTheEnd(t *testing.T) {
 	}
 	if len(actorGroups) != 1 || actorGroups[0] != 0 {
 		t.Errorf("actor groups after the end: %v, want [0]", actorGroups)
+	}
+}
+
+// TestResultWithoutTheGroupsTaken: the result of a rollout that streams
+// groups holds every delivered group's samples again; a trainer that took
+// them all from the stream asks for the result without them, and the
+// samples object (a large result's) is not read at all. Here it is gone
+// before the result is asked for: the plain Result cannot be answered
+// without it, the one without the groups is, and still counts every sample.
+func TestResultWithoutTheGroupsTaken(t *testing.T) {
+	t.Parallel()
+	e := startSem(t, semOptions{planner: sim.Config{Seed: 107}, actor: sim.Config{Seed: 108}, inline: 1024})
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	const n = 1014
+	tasks := []schema.Task{
+		e.copyOf(0, 0, population("France")), e.copyOf(0, 1, population("France")),
+		e.copyOf(1, 0, population("Spain")), e.copyOf(1, 1, population("Spain")),
+	}
+	o := <-e.start(t, n, tasks, &schema.Config{StreamGroups: true})
+	if o.perr != nil || o.aerr != nil || o.actor.Status != schema.ResultOK {
+		t.Fatalf("rollout: %v %v %+v", o.perr, o.aerr, o.actor)
+	}
+	trainer := e.trainer(t)
+	var taken []int
+	streamed := 0
+	for g, err := range trainer.Groups(ctx, n, schema.RoleActor) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken, streamed = append(taken, g.GroupIndex), streamed+len(g.Samples)
+	}
+	if len(taken) != 2 || streamed != o.actor.SampleCount || o.actor.SamplesObject == "" {
+		t.Fatalf("streamed groups %v with %d samples; the result has %d in object %q: want both groups, every sample, in an object",
+			taken, streamed, o.actor.SampleCount, o.actor.SamplesObject)
+	}
+	if err := e.bus.Results[schema.RoleActor].Delete(ctx, o.actor.SamplesObject); err != nil {
+		t.Fatal(err)
+	}
+	short, stop := context.WithTimeout(ctx, 2*time.Second)
+	defer stop()
+	if _, err := trainer.Result(short, n, schema.RoleActor); err == nil {
+		t.Fatal("the whole result was read without its samples object")
+	}
+	r, err := trainer.Result(ctx, n, schema.RoleActor, client.WithoutGroups(taken...))
+	if err != nil {
+		t.Fatalf("the result without the groups taken: %v", err)
+	}
+	if len(r.Samples) != 0 || r.SampleCount != streamed || r.Status != schema.ResultOK || r.Stats.TaskStates[schema.TaskTrained] != len(tasks) {
+		t.Errorf("result without the groups: %d samples, count %d (streamed %d), status %s, tasks %v", len(r.Samples), r.SampleCount, streamed, r.Status, r.Stats.TaskStates)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/internal/stack"
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
 	"github.com/planact/planact/pkg/subject"
@@ -254,7 +255,7 @@ func TestHeadersAndDecode(t *testing.T) {
 	}
 	for _, c := range []struct {
 		role string
-		wait func(context.Context, int64, string) (*schema.Result, error)
+		wait func(context.Context, int64, string, ...client.ResultOption) (*schema.Result, error)
 	}{{schema.RolePlanner, planner.Result}, {schema.RoleActor, actor.Result}} {
 		r, err := c.wait(ctx, n, c.role)
 		if err != nil || r.Status != schema.ResultOK {

@@ -571,7 +571,8 @@ func actorSamples(n int64) []schema.Sample {
 // streams groups (a filter and target_groups), reads the groups as planact
 // delivers them: one listed by the last group message, one found from the
 // result's tasks (its message came out of order), its samples in the
-// object store. It arrives without tasks or config, leaves its data source
+// object store; the result's own samples object, which holds them again,
+// is not read. It arrives without tasks or config, leaves its data source
 // alone, drops the stale sample (PLANACT_STALE=drop, counted), and the
 // acts of one episode share one slime rollout_id.
 func TestPythonSlimeActorGroups(t *testing.T) {
@@ -598,8 +599,11 @@ func TestPythonSlimeActorGroups(t *testing.T) {
 	feed.object(t, bus.ObjectResults(schema.RoleActor), object, groupSamples[2])
 	feed.store(t, subject.Group(n, schema.RoleActor, 2), &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: 2,
 		SamplesObject: object, SampleCount: 2, Tasks: tasks[2:4], Delivered: []int{2}, Groups: 4})
+	// The result's samples (every delivered group's again) are in an object
+	// that is never read: every task trained lies in a group taken. Here
+	// it is not even stored.
 	feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
-		Samples: samples, SampleCount: len(samples), Tasks: tasks, Stats: schema.Stats{Episodes: 8, Completed: 6, Acts: 5}})
+		SamplesObject: fmt.Sprintf("rollout-%d-actor.samples", n), SampleCount: len(samples), Tasks: tasks, Stats: schema.Stats{Episodes: 8, Completed: 6, Acts: 5}})
 	engine := engineServer(t, "step-6")
 	out, err := slimeRun(t, `
 ds = DataSource(prompt_groups(2))

@@ -137,17 +137,24 @@ func train(ctx context.Context, o trainerOptions, log *TrainerLog) error {
 			}
 		}
 		rl := logs[n]
+		var taken []int // groups whose samples this trainer has
+		streamed := 0
 		for g, err := range c.Groups(ctx, n, o.Role) {
 			if err != nil {
 				rl.Err = err.Error()
 				break
 			}
 			rl.Groups = append(rl.Groups, GroupLog{Index: g.GroupIndex, AtNs: time.Now().UnixNano(), Samples: len(g.Samples)})
+			taken, streamed = append(taken, g.GroupIndex), streamed+len(g.Samples)
 		}
-		res, err := c.Result(ctx, n, o.Role)
+		// As a streaming trainer does: the groups' samples are not read twice.
+		res, err := c.Result(ctx, n, o.Role, client.WithoutGroups(taken...))
 		rl.ResultNs = time.Now().UnixNano()
 		if res != nil {
-			rl.Status, rl.Reason, rl.Samples, rl.Stats, rl.Tasks = res.Status, res.Reason, len(res.Samples), res.Stats, res.Tasks
+			rl.Status, rl.Reason, rl.Samples, rl.Stats, rl.Tasks = res.Status, res.Reason, streamed+len(res.Samples), res.Stats, res.Tasks
+			if err == nil && rl.Samples != res.SampleCount {
+				err = fmt.Errorf("%d samples in the groups and the result, which counts %d", rl.Samples, res.SampleCount)
+			}
 		}
 		if err != nil {
 			rl.Err = err.Error()

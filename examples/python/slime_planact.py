@@ -663,7 +663,7 @@ def check_status(result, n, role):
         logger.warning("evaluation %d: %s: %s; the %s scores the episodes that ended", n, status, reason, role)
     elif status in ("partial", "aborted"):
         logger.warning("rollout %d: %s: %s; training the %s on the %d samples that finished",
-                       n, status, reason, role, len(result["samples"]))
+                       n, status, reason, role, result.get("sample_count", len(result["samples"])))
     elif status != "ok":
         raise PlanactError(status, f"rollout {n} ({role}): {reason}")
 
@@ -704,9 +704,15 @@ async def wait_groups(nc, js, rollout, role, arrival_id, timeout_s):
                     await take(data)
 
     async def finish(data):
-        result = await trainer.accept(nc, role, data, arrival_id)
+        # The result holds every delivered group's samples again: its
+        # samples object (tens of megabytes at thousands of episodes) is read
+        # only when some task trained outside the groups taken.
+        result = await trainer.accept(nc, role, data, arrival_id, fetch=False)
         if result is not None:
-            await catch_up(sorted({t.get("group_index", 0) for t in result.get("tasks", []) if t["state"] == "trained"}))
+            trained = {t.get("group_index", 0) for t in result.get("tasks", []) if t["state"] == "trained"}
+            await catch_up(sorted(trained))
+            if result.get("samples_object") and trained - set(delivered):
+                result["samples"] = await trainer.fetch_samples(nc, role, result["samples_object"])
         return result
 
     deadline = time.monotonic() + timeout_s

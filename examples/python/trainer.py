@@ -199,10 +199,12 @@ async def wait_result(nc, js, rollout, role, arrival_id, timeout_s):
             await sub.unsubscribe()
 
 
-async def accept(nc, role, data, arrival_id):
+async def accept(nc, role, data, arrival_id, fetch=True):
     """The result in data, with its samples, or None when data is nothing or
     the rejection of another arrival (rejections name the arrival they
-    answer by its Nats-Msg-Id, in arrival_id)."""
+    answer by its Nats-Msg-Id, in arrival_id). With fetch=False, samples
+    kept in the object store (samples_object) are left there: a trainer
+    that took the groups as they came reads them only if it needs them."""
     if data is None:
         return None
     result = msgpack.unpackb(data, raw=False)
@@ -216,7 +218,7 @@ async def accept(nc, role, data, arrival_id):
         # The result of a rollout that ended before this arrival (the id was
         # used before): the rejection that names this arrival follows.
         return None
-    if result.get("samples_object"):  # too large to be inline: this role's object store
+    if fetch and result.get("samples_object"):  # too large to be inline: this role's object store
         result["samples"] = await fetch_samples(nc, role, result["samples_object"])
     result.setdefault("samples", [])  # absent means empty
     return result

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -288,7 +289,7 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string)
 // invalid one ErrRejected; a failed one ErrFailed. Partial (some episodes
 // ran out of time) and aborted (cancelled) results come with a nil error
 // and the samples of the episodes that ended: check Status.
-func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Result, error) {
+func (c *Client) Result(ctx context.Context, n int64, role string, opts ...ResultOption) (*schema.Result, error) {
 	if err := schema.CheckRole(role); err != nil {
 		// No result ever comes on a subject of no role: say so now.
 		return nil, fmt.Errorf("%w: result of rollout %d: %v", ErrRejected, n, err)
@@ -296,7 +297,36 @@ func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Resu
 	c.mu.Lock()
 	at := c.arrived[fmt.Sprintf("%d/%s", n, role)]
 	c.mu.Unlock()
-	return c.result(ctx, n, role, at)
+	var o resultOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return c.result(ctx, n, role, at, o)
+}
+
+// ResultOption changes what Result reads.
+type ResultOption func(*resultOptions)
+
+type resultOptions struct {
+	taken map[int]bool // groups whose samples the caller has
+}
+
+// WithoutGroups is for a trainer that took groups from Groups: the result
+// holds their samples again (a result has every delivered group's), and
+// they are not read twice. Result's Samples then holds only the samples of
+// the other groups, and when every task trained for the role lies in the
+// groups named, a large result's samples object is not fetched at all (at
+// thousands of episodes, tens of megabytes). SampleCount still counts
+// every sample the result has.
+func WithoutGroups(groups ...int) ResultOption {
+	return func(o *resultOptions) {
+		if o.taken == nil {
+			o.taken = map[int]bool{}
+		}
+		for _, g := range groups {
+			o.taken[g] = true
+		}
+	}
 }
 
 // result waits for the result. A rejection of an arrival other than mine
@@ -308,7 +338,7 @@ func (c *Client) Result(ctx context.Context, n int64, role string) (*schema.Resu
 // get) when it starts and every Recheck after, so a result published
 // before the wait, or while the connection was down, is found too. It
 // rides out server restarts and leader changes until ctx ends.
-func (c *Client) result(ctx context.Context, n int64, role string, mine arrival) (*schema.Result, error) {
+func (c *Client) result(ctx context.Context, n int64, role string, mine arrival, o resultOptions) (*schema.Result, error) {
 	subjects := []string{subject.Result(n, role), subject.Rejected(n, role)}
 	msgs := make(chan *nats.Msg, 16)
 	for _, subj := range subjects {
@@ -344,13 +374,13 @@ func (c *Client) result(ctx context.Context, n int64, role string, mine arrival)
 				continue // not there yet, or the server is away: read again later
 			}
 			if r, err := accept(data); err != nil || r != nil {
-				return c.deliver(ctx, n, r, err)
+				return c.deliver(ctx, n, r, err, o)
 			}
 		}
 		select {
 		case m := <-msgs:
 			if r, err := accept(m.Data); err != nil || r != nil {
-				return c.deliver(ctx, n, r, err)
+				return c.deliver(ctx, n, r, err, o)
 			}
 		case <-t.C:
 		case <-ctx.Done():
@@ -386,14 +416,17 @@ func (c *Client) lastOn(ctx context.Context, stream, subj string) ([]byte, error
 
 // deliver fetches r's samples from the object store when they are there,
 // and turns its status into the documented error.
-func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err error) (*schema.Result, error) {
+func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err error, o resultOptions) (*schema.Result, error) {
 	if err != nil {
 		return r, err
 	}
-	if r.SamplesObject != "" {
+	if r.SamplesObject != "" && o.needs(r) {
 		if err := c.fetchSamples(ctx, r.Role, r.SamplesObject, &r.Samples); err != nil {
 			return r, err
 		}
+	}
+	if len(o.taken) > 0 {
+		r.Samples = slices.DeleteFunc(r.Samples, func(s schema.Sample) bool { return o.taken[s.GroupIndex] })
 	}
 	switch r.Status {
 	case schema.ResultTimeout:
@@ -404,6 +437,15 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 		return r, fmt.Errorf("%w: rollout %d: %s", ErrFailed, n, r.Reason)
 	}
 	return r, nil
+}
+
+// needs says whether r holds samples the caller does not have: some task
+// trained for the role outside the groups it took.
+func (o resultOptions) needs(r *schema.Result) bool {
+	if len(o.taken) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(r.Tasks, func(t schema.TaskOutcome) bool { return t.State == schema.TaskTrained && !o.taken[t.GroupIndex] })
 }
 
 // Rollout arrives and waits for the result, at most timeout (0 = until ctx ends).
@@ -417,7 +459,7 @@ func (c *Client) Rollout(ctx context.Context, a *schema.Arrive, timeout time.Dur
 	if err != nil {
 		return nil, err
 	}
-	return c.result(ctx, a.Rollout, a.Role, at)
+	return c.result(ctx, a.Rollout, a.Role, at, resultOptions{})
 }
 
 // fetchSamples reads samples from role's object store. The message that
