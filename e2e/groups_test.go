@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -199,6 +200,116 @@ func TestResultWithoutTheGroupsTaken(t *testing.T) {
 	}
 	if len(r.Samples) != 0 || r.SampleCount != streamed || r.Status != schema.ResultOK || r.Stats.TaskStates[schema.TaskTrained] != len(tasks) {
 		t.Errorf("result without the groups: %d samples, count %d (streamed %d), status %s, tasks %v", len(r.Samples), r.SampleCount, streamed, r.Status, r.Stats.TaskStates)
+	}
+}
+
+// TestResultsLeaveTheGroupsOut: with result_samples undelivered, a
+// rollout's results hold only the samples of tasks outside the delivered
+// groups, name the groups left out and count their samples; every other
+// count and claim is what it is with every sample in. The client's Result
+// is still whole (it reads the groups' messages), or without the groups a
+// trainer took.
+func TestResultsLeaveTheGroupsOut(t *testing.T) {
+	t.Parallel()
+	e := startSem(t, semOptions{planner: sim.Config{Seed: 109}, actor: sim.Config{Seed: 110}})
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	trainer := e.trainer(t)
+	stored := func(n int64, role string) *schema.Result {
+		t.Helper()
+		m, err := e.bus.LastMsg(ctx, bus.StreamRollout, subject.Result(n, role))
+		if err != nil || m == nil {
+			t.Fatalf("no %s result of rollout %d stored: %v", role, n, err)
+		}
+		var r schema.Result
+		if err := schema.Unmarshal(m.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		return &r
+	}
+	tokens := func(samples []schema.Sample) (n int) {
+		for _, s := range samples {
+			n += len(s.Tokens)
+		}
+		return n
+	}
+
+	// Group 0 delivered; group 1 cut short by a cancel, its copy that
+	// ended delivered with the result alone.
+	const n = 1015
+	tasks := []schema.Task{
+		e.copyOf(0, 0, population("France")), e.copyOf(0, 1, population("France")),
+		e.copyOf(1, 0, population("Spain"), sim.FaultActorHang), e.copyOf(1, 1, population("Spain")),
+	}
+	results := e.start(t, n, tasks, &schema.Config{ActTimeoutS: 300, StreamGroups: true, ResultSamples: schema.ResultSamplesUndelivered})
+	var group *schema.Group
+	for g, err := range trainer.Groups(ctx, n, schema.RolePlanner) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		group = g
+		if err := trainer.Cancel(ctx, n, schema.RolePlanner, "enough"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := <-results
+	if group == nil || group.GroupIndex != 0 || o.planner == nil || o.planner.Status != schema.ResultAborted {
+		t.Fatalf("group %+v, result %v %+v", group, o.perr, o.planner)
+	}
+	r := stored(n, schema.RolePlanner)
+	if len(r.Samples) != 1 || r.Samples[0].GroupIndex != 1 || r.SampleCount != 1 || r.GroupSamples != len(group.Samples) ||
+		!reflect.DeepEqual(r.DeliveredGroups, []int{0}) {
+		t.Errorf("stored result: %d samples (count %d), group samples %d of groups %v; want Spain's one, 2 of group [0] left out",
+			len(r.Samples), r.SampleCount, r.GroupSamples, r.DeliveredGroups)
+	}
+	if got, want := r.Stats.Tokens[schema.RolePlanner], tokens(group.Samples)+tokens(r.Samples); got != want {
+		t.Errorf("stats.tokens %d, the group's and the result's samples hold %d", got, want)
+	}
+	if r.Stats.TaskStates[schema.TaskTrained] != 3 || r.Stats.TaskStates[schema.TaskAborted] != 1 {
+		t.Errorf("task states %v, want 3 trained, 1 aborted", r.Stats.TaskStates)
+	}
+	if whole := append(slices.Clone(group.Samples), r.Samples...); !reflect.DeepEqual(o.planner.Samples, whole) {
+		t.Errorf("the client's result holds %d samples, want group 0's %d and the result's %d", len(o.planner.Samples), len(group.Samples), len(r.Samples))
+	}
+	rest, err := trainer.Result(ctx, n, schema.RolePlanner, client.WithoutGroups(0))
+	if err != nil || !reflect.DeepEqual(rest.Samples, r.Samples) {
+		t.Errorf("the result without group 0: %v, %d samples; want the result's %d", err, len(rest.Samples), len(r.Samples))
+	}
+
+	// Over-sampling: the results hold no sample at all, and are ok.
+	const m = 1016
+	tasks = []schema.Task{
+		e.copyOf(0, 0, population("France")), e.copyOf(0, 1, population("France")),
+		e.copyOf(1, 0, population("Spain")), e.copyOf(1, 1, population("Spain")),
+	}
+	o = <-e.start(t, m, tasks, &schema.Config{TargetGroups: 1, ResultSamples: schema.ResultSamplesUndelivered})
+	if o.perr != nil || o.aerr != nil {
+		t.Fatalf("over-sampled rollout: %v %v", o.perr, o.aerr)
+	}
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		r := stored(m, role)
+		var inGroups []schema.Sample
+		for _, g := range r.DeliveredGroups {
+			gm, err := e.bus.LastMsg(ctx, bus.StreamRollout, subject.Group(m, role, g))
+			var grp schema.Group
+			if err != nil || gm == nil || schema.Unmarshal(gm.Data, &grp) != nil {
+				t.Fatalf("group %d of the %s: %v", g, role, err)
+			}
+			inGroups = append(inGroups, grp.Samples...)
+		}
+		if r.Status != schema.ResultOK || strings.Contains(r.Reason, "sample") || len(r.Samples) != 0 || r.SampleCount != 0 || r.SamplesObject != "" || len(r.DeliveredGroups) != 1 ||
+			r.GroupSamples == 0 || r.GroupSamples != len(inGroups) || r.Stats.Tokens[role] != tokens(inGroups) {
+			t.Errorf("%s result: %s (%s), %d samples (count %d, object %q), groups %v holding %d (counted %d), tokens %d (the groups hold %d)",
+				role, r.Status, r.Reason, len(r.Samples), r.SampleCount, r.SamplesObject, r.DeliveredGroups, len(inGroups), r.GroupSamples,
+				r.Stats.Tokens[role], tokens(inGroups))
+		}
+		whole := o.planner
+		if role == schema.RoleActor {
+			whole = o.actor
+		}
+		if !reflect.DeepEqual(whole.Samples, inGroups) {
+			t.Errorf("the client's %s result holds %d samples, want the group's %d", role, len(whole.Samples), len(inGroups))
+		}
 	}
 }
 

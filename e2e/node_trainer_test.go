@@ -41,9 +41,12 @@ func TestNodeTrainer(t *testing.T) {
 		inlineLimit int      // the session-store's: above it, results go to the object store
 		args        []string // more trainer flags
 		objects     bool     // tasks and samples travel through the object stores
+		config      string   // more config fields
 	}{
-		{"results inline", 0, nil, false},
-		{"tasks and results in the object stores", 2048, []string{"--inline-tasks-limit", "1"}, true},
+		{"results inline", 0, nil, false, ""},
+		{"tasks and results in the object stores", 2048, []string{"--inline-tasks-limit", "1"}, true, ""},
+		// The result names the groups it leaves out; the trainer reads them.
+		{"results without the delivered groups", 2048, nil, false, `, "stream_groups": true, "result_samples": "undelivered"`},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -52,7 +55,7 @@ func TestNodeTrainer(t *testing.T) {
 			const distinct, perPrompt = 3, 2
 			tasks := e.tasks(distinct, 1, n)
 			args := append([]string{"--role", "both", "--tasks", writeTaskLines(t, tasks), "--samples-per-prompt", fmt.Sprint(perPrompt),
-				"--config", `{"max_turns": 4, "barrier_timeout_s": 60, "rollout_timeout_s": 120}`, "--check"}, c.args...)
+				"--config", `{"max_turns": 4, "barrier_timeout_s": 60, "rollout_timeout_s": 120` + c.config + `}`, "--check"}, c.args...)
 			sum, code, stderr := runNodeTrainer(t, dir, e, n, args...)
 			if code != 0 || !sum.OK {
 				t.Fatalf("exit %d, ok %v\nstderr:\n%s", code, sum.OK, stderr)

@@ -646,7 +646,8 @@ print_rollout(slime_planact.generate_rollout(rollout_args("http://slime-router:3
 // goes to the object store tasks, as a task list the Go decoder accepts;
 // with --partial-rollout the group planact stopped goes back to the data
 // source, unchanged. PLANACT_STALE=mask keeps the stale sample in its group
-// with remove_sample set.
+// with remove_sample set. It asks for results without the delivered
+// groups' samples, and reads them from the groups.
 func TestPythonSlimeOverSampling(t *testing.T) {
 	t.Parallel()
 	const n = 9
@@ -658,8 +659,11 @@ func TestPythonSlimeOverSampling(t *testing.T) {
 	}
 	tasks := append(trained(10, 11), schema.TaskOutcome{Episode: 4, GroupIndex: 12, Index: 24, State: schema.TaskAborted},
 		schema.TaskOutcome{Episode: 5, GroupIndex: 12, Index: 25, State: schema.TaskUnfinished})
+	// The module asks for results without the groups' samples
+	// (result_samples undelivered): the result names the groups, and the
+	// module reads their samples from their messages.
 	feed.store(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
-		Samples: samples, Tasks: tasks})
+		Tasks: tasks, DeliveredGroups: []int{10, 11}, GroupSamples: len(samples)})
 	prompt := strings.Repeat("a long question ", 4000) // 64 KB: six of them are more than a message takes
 	out, err := slimeRun(t, `
 ds = DataSource(prompt_groups(3, prompt=sys.argv[2]))
@@ -676,8 +680,8 @@ print_rollout(slime_planact.generate_rollout(rollout_args(sys.argv[1], batch=2, 
 	if err := schema.UnmarshalStrict(r.Published[0].body(t), &a); err != nil {
 		t.Fatalf("the Go decoder refuses the arrival: %v", err)
 	}
-	if a.Config == nil || a.Config.TargetGroups != 2 || a.Config.MaxTurns != 2 {
-		t.Errorf("config %+v: want target_groups 2 (--rollout-batch-size) and max_turns 2", a.Config)
+	if a.Config == nil || a.Config.TargetGroups != 2 || a.Config.MaxTurns != 2 || a.Config.ResultSamples != schema.ResultSamplesUndelivered {
+		t.Errorf("config %+v: want target_groups 2 (--rollout-batch-size), max_turns 2 and result_samples undelivered", a.Config)
 	}
 	name := a.TasksObject
 	if len(a.Tasks) != 0 || !strings.HasPrefix(name, fmt.Sprintf("rollout-%d-planner-", n)) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/planact/planact/internal/chaos"
+	"github.com/planact/planact/pkg/schema"
 )
 
 // options are the harness's flags.
@@ -33,8 +34,11 @@ type options struct {
 	Swap       time.Duration `json:"swap"`
 	// StateCapacity: the trainers state each engine's limit in their
 	// arrivals (engine.max_in_flight), so planact keeps it full.
-	StateCapacity bool          `json:"state_capacity"`
-	PauseAbort    bool          `json:"pause_abort"`
+	StateCapacity bool `json:"state_capacity"`
+	PauseAbort    bool `json:"pause_abort"`
+	// ResultSamples is the rollouts' result_samples: the trainers take the
+	// groups as they come, and ask for the result without them.
+	ResultSamples string        `json:"result_samples"`
 	RawMessages   int           `json:"raw_messages"`
 	Timeout       time.Duration `json:"timeout"`
 	Out           string        `json:"-"`
@@ -95,7 +99,7 @@ func durFlag(fs *flag.FlagSet, name string, secs *float64, usage string) {
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
-	o := options{Prompts: 256, Copies: 8, Rollouts: 2, TargetFrac: 15.0 / 16, Swap: time.Second, PauseAbort: true,
+	o := options{Prompts: 256, Copies: 8, Rollouts: 2, TargetFrac: 15.0 / 16, Swap: time.Second, PauseAbort: true, ResultSamples: schema.ResultSamplesUndelivered,
 		RawMessages: 20000, Timeout: 30 * time.Minute, Out: "bench/results", Name: "step", Model: defaultModel()}
 	fs := flag.NewFlagSet("step", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -112,6 +116,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.StateCapacity, "state-capacity", true, "the trainers state each engine's limit in their arrival (engine.max_in_flight); false leaves it to --engine-limit")
 	fs.DurationVar(&o.Swap, "swap", o.Swap, "how long each trainer's weight swap takes between two rollouts (its role paused)")
 	fs.BoolVar(&o.PauseAbort, "pause-abort", o.PauseAbort, "pause with abort (generations running are aborted and sent again after the resume); false waits for them")
+	fs.StringVar(&o.ResultSamples, "result-samples", o.ResultSamples, "the rollouts' result_samples: undelivered (the results leave out the groups the trainers took as they came) or all (every delivered group's samples again)")
 	fs.IntVar(&o.RawMessages, "raw-messages", o.RawMessages, "messages per repeat of the raw JetStream baseline (3 repeats)")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up on the step after this long")
 	fs.StringVar(&o.Out, "out", o.Out, "write <name>.txt, .json and .png here (\"\": print only)")
@@ -156,6 +161,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	var errs []error
 	var err error
+	if o.ResultSamples != schema.ResultSamplesAll && o.ResultSamples != schema.ResultSamplesUndelivered {
+		errs = append(errs, fmt.Errorf("-result-samples %q: want %s or %s", o.ResultSamples, schema.ResultSamplesAll, schema.ResultSamplesUndelivered))
+	}
 	if m.Turns, err = ParseDiscrete(*turns); err != nil {
 		errs = append(errs, fmt.Errorf("-turns: %w", err))
 	}

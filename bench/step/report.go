@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/planact/planact/pkg/schema"
 )
 
 // write prints the report and, with -out, writes <name>.txt, .json, .png.
@@ -54,8 +57,8 @@ func (r *Report) text(w io.Writer, o options) {
 	m := o.Model
 	mc := r.Machine
 	fmt.Fprintf(w, "machine: %d CPUs, %s; %s; loadavg before %q, after %q\n", mc.CPUs, mc.Go, mc.Date, mc.LoadBefore, mc.LoadAfter)
-	fmt.Fprintf(w, "run: %d rollouts × %d prompts × %d copies = %d episodes; target_groups %s; async (rollout N+1 arrives before N is consumed); stream_groups; between rollouts each trainer pauses its role (%s), swaps weights (%v) and resumes\n",
-		o.Rollouts, o.Prompts, m.Copies, r.Run.Episodes, targetLine(o), map[bool]string{true: "abort", false: "wait"}[o.PauseAbort], o.Swap)
+	fmt.Fprintf(w, "run: %d rollouts × %d prompts × %d copies = %d episodes; target_groups %s; async (rollout N+1 arrives before N is consumed); stream_groups, result_samples %s; between rollouts each trainer pauses its role (%s), swaps weights (%v) and resumes\n",
+		o.Rollouts, o.Prompts, m.Copies, r.Run.Episodes, targetLine(o), cmp.Or(o.ResultSamples, schema.ResultSamplesAll), map[bool]string{true: "abort", false: "wait"}[o.PauseAbort], o.Swap)
 	flags := "defaults"
 	if len(o.ServeFlags) > 0 {
 		flags = strings.Join(o.ServeFlags, " ")

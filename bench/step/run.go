@@ -421,6 +421,7 @@ func stepConfig(o options) schema.Config {
 	cfg.PlannerSampling.Seed, cfg.ActorSampling.Seed = &seed, &seed
 	cfg.StreamGroups = true
 	cfg.TargetGroups = o.TargetGroups
+	cfg.ResultSamples = o.ResultSamples
 	return cfg
 }
 

@@ -71,6 +71,24 @@ func TestEnvFlagsNameEachVariable(t *testing.T) {
 // TestOneProcessRefusesWhatItCannotServe: -one-process runs one `planact
 // up`, so replicas and a separate server's environment are refused,
 // each named; -serve-env goes to that process.
+// TestResultSamplesFlag: the step asks for results without the groups
+// the trainers took, unless told otherwise; a value planact does not know
+// is refused here, naming it, not by the first arrival.
+func TestResultSamplesFlag(t *testing.T) {
+	for args, want := range map[string]string{"": schema.ResultSamplesUndelivered, "-result-samples all": schema.ResultSamplesAll} {
+		o, err := parseOptions(strings.Fields(args), io.Discard)
+		if err != nil || o.ResultSamples != want || stepConfig(o).ResultSamples != want {
+			t.Errorf("%q: result_samples %q (%v), want %q", args, o.ResultSamples, err, want)
+		}
+		if err := stepConfig(o).WithDefaults().Validate(); err != nil {
+			t.Errorf("%q: the step's config is refused: %v", args, err)
+		}
+	}
+	if _, err := parseOptions([]string{"-result-samples", "some"}, io.Discard); err == nil || !strings.Contains(err.Error(), `-result-samples "some"`) {
+		t.Errorf("-result-samples some: %v, want an error naming it", err)
+	}
+}
+
 func TestOneProcessRefusesWhatItCannotServe(t *testing.T) {
 	o, err := parseOptions([]string{"-one-process", "-serve-env", "GOMAXPROCS=1"}, io.Discard)
 	if err != nil || !o.OneProcess || strings.Join(o.ServeEnv, ",") != "GOMAXPROCS=1" {

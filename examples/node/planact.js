@@ -426,7 +426,34 @@ async function withSamples(nc, r, deadline) {
     r.samples = decode(data);
   }
   r.samples ??= [];
+  if (r.delivered_groups?.length) {
+    // result_samples undelivered: the delivered groups' samples are in
+    // their own messages, not in the result. A group's samples are in its
+    // message or the result, never both; sort is stable.
+    for (const g of r.delivered_groups) {
+      r.samples.push(...(await groupSamples(nc, r.rollout, r.role, g, deadline)));
+    }
+    r.samples.sort((a, b) => (a.group_index ?? 0) - (b.group_index ?? 0));
+  }
   return r;
+}
+
+// groupSamples reads the samples of group g that a result names delivered.
+async function groupSamples(nc, rollout, role, g, deadline) {
+  const subject = `rollout.${rollout}.result.${role}.group.${g}`;
+  const group = decode(
+    await untilUp(deadline, async () => {
+      const data = await lastOn(nc, subject);
+      if (data === null) {
+        throw new PlanactError("failed", `the result names group ${g} delivered, and ${subject} holds nothing`);
+      }
+      return data;
+    }),
+  );
+  if (!group.samples_object) {
+    return group.samples ?? [];
+  }
+  return withSamples(nc, { role, samples_object: group.samples_object }, deadline).then((x) => x.samples);
 }
 
 // objectDigest is what an object store records of data: SHA-256=, then
@@ -554,8 +581,11 @@ export function checkSamples({ planner, actor } = {}) {
       continue;
     }
     const samples = r.samples ?? [];
-    if ((r.sample_count ?? 0) !== samples.length) {
-      fail(`${role}: sample_count ${r.sample_count ?? 0}, ${samples.length} samples`);
+    // group_samples: those of the delivered groups a result leaves out
+    // (result_samples undelivered), read from the groups.
+    const counted = (r.sample_count ?? 0) + (r.group_samples ?? 0);
+    if (counted !== samples.length) {
+      fail(`${role}: sample_count ${r.sample_count ?? 0} + group_samples ${r.group_samples ?? 0}, ${samples.length} samples`);
     }
     const prompts = new Map(); // prompt text -> prompt token ids
     let tokens = 0;

@@ -105,7 +105,12 @@ const broken = [
     /two samples for episode 42-0/,
   ],
   ["an actor sample of no episode", (r) => (r.actor.samples[1].rollout_id = "42-9"), /episode 42-9: no planner sample/],
-  ["samples missing from the result", (r) => r.actor.samples.pop(), /sample_count 2, 1 samples/],
+  ["samples missing from the result", (r) => r.actor.samples.pop(), /sample_count 2 \+ group_samples 0, 1 samples/],
+  [
+    "a group's samples left out and not read",
+    (r) => Object.assign(r.actor, { sample_count: 1, group_samples: 2, delivered_groups: [0] }),
+    /sample_count 1 \+ group_samples 2, 2 samples/,
+  ],
   ["more acts than actor samples", (r) => (r.actor.stats = { ...r.actor.stats, acts: 3 }), /stats.acts says 3/],
   [
     "token totals that disagree with the stats",

@@ -525,6 +525,11 @@ def batch_plan(args, config):
                          "(--over-sampling-batch-size, else --rollout-batch-size)")
     if count > batch_size and not target:
         config = {**config, "target_groups": batch_size}
+    grouped = config.get("stream_groups") or config.get("target_groups") or config.get("group_filter") not in (None, "", "none")
+    if grouped and "result_samples" not in config:
+        # The groups' samples are read from the groups: the result need not
+        # hold them again (nor planact read and write them again at the end).
+        config = {**config, "result_samples": "undelivered"}
     return count, config
 
 

@@ -221,7 +221,29 @@ async def accept(nc, role, data, arrival_id, fetch=True):
     if fetch and result.get("samples_object"):  # too large to be inline: this role's object store
         result["samples"] = await fetch_samples(nc, role, result["samples_object"])
     result.setdefault("samples", [])  # absent means empty
+    if fetch and result.get("delivered_groups"):
+        # result_samples undelivered: the delivered groups' samples are in
+        # their own messages, not in the result.
+        result["samples"] = await with_groups(nc, role, result)
     return result
+
+
+async def with_groups(nc, role, result):
+    """The result's samples with those of the groups it names delivered
+    (delivered_groups), read from their messages, grouped as the result
+    groups them: a group's samples are in its message or the result."""
+    samples = list(result["samples"])
+    for g in result["delivered_groups"]:
+        subject = f"rollout.{result['rollout']}.result.{role}.group.{g}"
+        data = await last_on(nc, subject)
+        if data is None:
+            raise ValueError(f"the result names group {g} delivered, and {subject} holds nothing")
+        group = msgpack.unpackb(data, raw=False)
+        if group.get("samples_object"):
+            group["samples"] = await fetch_samples(nc, role, group["samples_object"])
+        samples += group.get("samples", [])
+    samples.sort(key=lambda s: s.get("group_index", 0))  # stable: each group in its order
+    return samples
 
 
 async def fetch_samples(nc, role, name):

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -288,7 +289,10 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string)
 // store are fetched. A timeout result returns the result and ErrTimeout; an
 // invalid one ErrRejected; a failed one ErrFailed. Partial (some episodes
 // ran out of time) and aborted (cancelled) results come with a nil error
-// and the samples of the episodes that ended: check Status.
+// and the samples of the episodes that ended: check Status. A result that
+// leaves the delivered groups' samples out (result_samples undelivered:
+// DeliveredGroups, GroupSamples) is returned whole, its groups' samples
+// read from their messages, unless WithoutGroups names them.
 func (c *Client) Result(ctx context.Context, n int64, role string, opts ...ResultOption) (*schema.Result, error) {
 	if err := schema.CheckRole(role); err != nil {
 		// No result ever comes on a subject of no role: say so now.
@@ -312,12 +316,13 @@ type resultOptions struct {
 }
 
 // WithoutGroups is for a trainer that took groups from Groups: the result
-// holds their samples again (a result has every delivered group's), and
-// they are not read twice. Result's Samples then holds only the samples of
-// the other groups, and when every task trained for the role lies in the
-// groups named, a large result's samples object is not fetched at all (at
-// thousands of episodes, tens of megabytes). SampleCount still counts
-// every sample the result has.
+// holds their samples again (a result has every delivered group's, unless
+// the rollout's result_samples is undelivered), and they are not read
+// twice. Result's Samples then holds only the samples of the other groups,
+// and when every task trained for the role lies in the groups named, a
+// large result's samples object is not fetched at all (at thousands of
+// episodes, tens of megabytes). SampleCount still counts every sample the
+// result has.
 func WithoutGroups(groups ...int) ResultOption {
 	return func(o *resultOptions) {
 		if o.taken == nil {
@@ -428,6 +433,25 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 	if len(o.taken) > 0 {
 		r.Samples = slices.DeleteFunc(r.Samples, func(s schema.Sample) bool { return o.taken[s.GroupIndex] })
 	}
+	// A result that leaves the delivered groups out (result_samples
+	// undelivered) is made whole from the groups' own messages, but for
+	// those the caller took.
+	read := false
+	for _, g := range r.DeliveredGroups {
+		if o.taken[g] {
+			continue
+		}
+		samples, err := c.groupSamples(ctx, n, r.Role, g)
+		if err != nil {
+			return r, err
+		}
+		r.Samples, read = append(r.Samples, samples...), true
+	}
+	if read {
+		// Grouped as the result groups them: a group's samples come from
+		// its message or the result, never both, each in its order.
+		sort.SliceStable(r.Samples, func(i, j int) bool { return r.Samples[i].GroupIndex < r.Samples[j].GroupIndex })
+	}
 	switch r.Status {
 	case schema.ResultTimeout:
 		return r, fmt.Errorf("%w: rollout %d: %s", ErrTimeout, n, r.Reason)
@@ -439,13 +463,38 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 	return r, nil
 }
 
-// needs says whether r holds samples the caller does not have: some task
-// trained for the role outside the groups it took.
+// needs says whether r's own samples hold some the caller does not have:
+// a task trained for the role outside the groups it took (and outside
+// those the result leaves out).
 func (o resultOptions) needs(r *schema.Result) bool {
-	if len(o.taken) == 0 {
+	if len(o.taken) == 0 && len(r.DeliveredGroups) == 0 {
 		return true
 	}
-	return slices.ContainsFunc(r.Tasks, func(t schema.TaskOutcome) bool { return t.State == schema.TaskTrained && !o.taken[t.GroupIndex] })
+	return slices.ContainsFunc(r.Tasks, func(t schema.TaskOutcome) bool {
+		return t.State == schema.TaskTrained && !o.taken[t.GroupIndex] && !slices.Contains(r.DeliveredGroups, t.GroupIndex)
+	})
+}
+
+// groupSamples reads the samples of group g of rollout n that the role's
+// result names as delivered.
+func (c *Client) groupSamples(ctx context.Context, n int64, role string, g int) ([]schema.Sample, error) {
+	data, err := c.lastResult(ctx, subject.Group(n, role, g))
+	if err != nil {
+		return nil, fmt.Errorf("group %d of rollout %d: %w", g, n, err)
+	}
+	if data == nil {
+		return nil, fmt.Errorf("group %d of rollout %d: the result names it delivered, and %s holds nothing", g, n, subject.Group(n, role, g))
+	}
+	var grp schema.Group
+	if err := schema.Unmarshal(data, &grp); err != nil {
+		return nil, err
+	}
+	if grp.SamplesObject != "" {
+		if err := c.fetchSamples(ctx, role, grp.SamplesObject, &grp.Samples); err != nil {
+			return nil, err
+		}
+	}
+	return grp.Samples, nil
 }
 
 // Rollout arrives and waits for the result, at most timeout (0 = until ctx ends).

@@ -44,6 +44,11 @@ func TestConfigValidate(t *testing.T) {
 		{"tool kind", func(c *schema.Config) { c.Tools = []schema.Tool{{Name: "search", Kind: "HTTP", URL: "http://x"}} }, "kind"},
 		{"tool twice", func(c *schema.Config) { c.Tools = []schema.Tool{{Name: "search"}, {Name: "search"}} }, "twice"},
 		{"http tool url", func(c *schema.Config) { c.Tools = []schema.Tool{{Name: "wiki", Kind: schema.ToolHTTP}} }, "url"},
+		{"results without the groups", func(c *schema.Config) { c.TargetGroups, c.ResultSamples = 2, schema.ResultSamplesUndelivered }, ""},
+		{"results with every sample", func(c *schema.Config) { c.ResultSamples = schema.ResultSamplesAll }, ""},
+		{"results without groups delivered", func(c *schema.Config) { c.ResultSamples = schema.ResultSamplesUndelivered },
+			`result_samples "undelivered": only with stream_groups, group_filter or target_groups`},
+		{"result samples unknown", func(c *schema.Config) { c.StreamGroups, c.ResultSamples = true, "none" }, `result_samples "none": want all or undelivered`},
 		// Numbers that are not finite, or far out of range, were accepted
 		// and behaved as something else (an infinite time-out as "already
 		// expired"); each is rejected with its field named.

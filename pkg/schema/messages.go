@@ -660,6 +660,12 @@ type Result struct {
 	// ended and scored.
 	Evaluation bool             `json:"evaluation,omitempty"`
 	Episodes   []EpisodeOutcome `json:"episodes,omitempty"`
+	// DeliveredGroups, with result_samples undelivered, are the delivered
+	// groups whose samples this result leaves out (their group messages
+	// hold them), in the order delivered; GroupSamples counts those
+	// samples. SampleCount counts the samples this result holds.
+	DeliveredGroups []int `json:"delivered_groups,omitempty"`
+	GroupSamples    int   `json:"group_samples,omitempty"`
 }
 
 func (m *Result) Kind() string { return "rollout.result/1" }

@@ -118,6 +118,14 @@ type Config struct {
 	// TargetGroups, over-sampling: the rollout ends as soon as this many
 	// groups were delivered; the episodes still running are stopped. 0: all.
 	TargetGroups int `json:"target_groups,omitempty"`
+	// ResultSamples says which samples a rollout that delivers groups puts
+	// in its results: "all" (absent) every delivered group's again, with
+	// those of the tasks outside them; "undelivered" only the latter, for
+	// trainers that take the groups as they come: the results then name the
+	// groups left out (Result.DeliveredGroups) and count their samples
+	// (Result.GroupSamples), and the rollout's end neither reads the
+	// groups back nor writes their samples again.
+	ResultSamples string `json:"result_samples,omitempty"`
 	// MaxStaleness bounds, in weight versions (the numbers versions end
 	// in), how far behind the trainer's newest weights a generation's may
 	// be: older, the work is not started; a sample whose oldest segment is
@@ -318,6 +326,15 @@ func (c Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("config: group_filter %q: want none, spread or the URL of a filter server", c.GroupFilter)
+	}
+	switch c.ResultSamples {
+	case "", ResultSamplesAll:
+	case ResultSamplesUndelivered:
+		if !c.Grouped() {
+			return fmt.Errorf("config: result_samples %q: only with stream_groups, group_filter or target_groups (the samples left out are those delivered in groups)", c.ResultSamples)
+		}
+	default:
+		return fmt.Errorf("config: result_samples %q: want %s or %s", c.ResultSamples, ResultSamplesAll, ResultSamplesUndelivered)
 	}
 	if c.Evaluation && c.Grouped() {
 		return fmt.Errorf("config: evaluation with stream_groups, group_filter or target_groups: an evaluation delivers no groups (it scores every episode); want none of them")
@@ -530,6 +547,16 @@ const (
 	FilterNone   = "none"
 	FilterSpread = "spread"
 )
+
+// What the results of a rollout that delivers groups hold (result_samples).
+const (
+	ResultSamplesAll         = "all"
+	ResultSamplesUndelivered = "undelivered"
+)
+
+// LeavesOutGroups reports whether the results leave the delivered groups'
+// samples out (result_samples undelivered).
+func (c Config) LeavesOutGroups() bool { return c.ResultSamples == ResultSamplesUndelivered }
 
 // GroupState is how a complete group of a rollout ended.
 type GroupState struct {

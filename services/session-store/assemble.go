@@ -149,13 +149,18 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 		return result{}, result{}, err
 	}
 	// The samples of the delivered groups are read as they were
-	// delivered, so only the other episodes' samples are built here.
+	// delivered, so only the other episodes' samples are built here (and,
+	// when the results leave the groups out, theirs, to be counted).
 	eps, err := s.gather(ctx, sess, tasks, nil, ownSamples(sess))
 	if err != nil {
 		return result{}, result{}, err
 	}
 	if err := s.recordScores(ctx, sess, eps); err != nil {
 		return result{}, result{}, err
+	}
+	if sess.Config.LeavesOutGroups() {
+		planner, actor = buildResults(sess, tasks, eps, nil)
+		return planner, actor, nil
 	}
 	// The delivered groups' samples, as they were delivered: read by
 	// several readers, as the episodes are.
@@ -231,9 +236,12 @@ func (s *Service) recordScores(ctx context.Context, sess *schema.Session, eps ma
 
 // result is a role's result as assembly built it, its samples held apart
 // (those of delivered groups as they were encoded) until it is published.
+// left are the delivered groups' samples a result leaves out
+// (result_samples undelivered), built only to be counted.
 type result struct {
 	*schema.Result
 	samples []heldSample
+	left    []heldSample
 }
 
 // buildResults makes both roles' results from what assembly gathered: eps
@@ -249,6 +257,12 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 	actor = result{Result: &schema.Result{Rollout: n, Role: schema.RoleActor, Status: sess.Status, Reason: sess.Reason}}
 	results := []*result{&planner, &actor}
 	filtering, own := sess.Config.Filtering(), ownSamples(sess)
+	leftOut := map[int]bool{} // groups whose samples the results leave out
+	if sess.Config.LeavesOutGroups() {
+		for _, g := range sess.Delivered() {
+			leftOut[g] = true
+		}
+	}
 	stats := schema.Stats{Episodes: len(tasks), Failures: map[string]int{}, EpisodeStatus: map[string]int{}, Tokens: map[string]int{}}
 	var turns, rewards float64
 	for e := range tasks {
@@ -277,11 +291,18 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 		if !own(ep.task) {
 			continue // delivered groups come as they were delivered; others are not delivered
 		}
+		put := func(r *result, smp heldSample) {
+			if leftOut[ep.task.GroupIndex] {
+				r.left = append(r.left, smp)
+			} else {
+				r.samples = append(r.samples, smp)
+			}
+		}
 		if ep.planner != nil {
-			planner.samples = append(planner.samples, built(*ep.planner))
+			put(&planner, built(*ep.planner))
 		}
 		for _, smp := range ep.actor {
-			actor.samples = append(actor.samples, built(smp))
+			put(&actor, built(smp))
 		}
 	}
 	stats.Completed = stats.EpisodeStatus[schema.EpisodeCompleted]
@@ -293,8 +314,11 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 		// trainer computing group-relative advantages finds each group together
 		// whatever order the tasks were sent in.
 		sort.SliceStable(r.samples, func(i, j int) bool { return sampleBefore(&r.samples[i].sample, &r.samples[j].sample) })
-		r.SampleCount = len(r.samples)
-		for _, smp := range r.samples {
+		r.SampleCount, r.GroupSamples = len(r.samples), len(r.left)
+		if len(leftOut) > 0 {
+			r.DeliveredGroups = sess.Delivered()
+		}
+		for _, smp := range slices.Concat(r.samples, r.left) {
 			stats.Tokens[r.Role] += smp.tokens
 		}
 	}
@@ -317,7 +341,7 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 		planner.Episodes, actor.Episodes = outcomes, outcomes
 	}
 	for _, r := range results {
-		has := sampled(r.samples)
+		has := sampled(slices.Concat(r.samples, r.left))
 		var lost lostTasks
 		r.Stats = stats
 		r.Stats.TaskStates = map[string]int{}
@@ -341,20 +365,27 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 	return planner, actor
 }
 
-// ownSamples says which episodes' samples a rollout's results take from
-// assembly's own reading: none of an evaluation or of a rollout that
-// filters groups (their results hold the delivered groups' samples, as
-// they were delivered, and nothing else), else those of every episode
-// outside the groups delivered.
+// ownSamples says which episodes' samples assembly builds: none of an
+// evaluation; of the other episodes of a rollout that filters groups none
+// (its results hold the delivered groups' samples, as they were
+// delivered, and nothing else), else those of every episode outside the
+// groups delivered; and those of the delivered groups only when the
+// results leave them out (result_samples undelivered), to count them.
 func ownSamples(sess *schema.Session) func(schema.Task) bool {
-	if sess.Config.Evaluation || sess.Config.Filtering() {
+	if sess.Config.Evaluation {
 		return func(schema.Task) bool { return false }
 	}
 	delivered := map[int]bool{}
 	for _, g := range sess.Delivered() {
 		delivered[g] = true
 	}
-	return func(t schema.Task) bool { return !delivered[t.GroupIndex] }
+	filtering, leaveOut := sess.Config.Filtering(), sess.Config.LeavesOutGroups()
+	return func(t schema.Task) bool {
+		if delivered[t.GroupIndex] {
+			return leaveOut // built to be counted: the results leave them out
+		}
+		return !filtering
+	}
 }
 
 // failures are an ended episode's failed acts by kind (a duplicate that
@@ -674,12 +705,13 @@ func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, stri
 			what = append(what, fmt.Sprintf("the %s got no sample of %d of %d tasks whose episode did not fail (%d: %s)", r.Role, lost.tasks, len(eps), most, cause))
 		}
 	}
+	trainable := r.SampleCount + r.GroupSamples // those of delivered groups a result leaves out count: the trainer has them
 	if r.Evaluation {
 		// No samples, by design: nothing to say of them.
-	} else if r.SampleCount == 0 && r.Stats.TaskStates[schema.TaskEmpty] > 0 && lost.tasks == 0 && failed.total == 0 {
+	} else if trainable == 0 && r.Stats.TaskStates[schema.TaskEmpty] > 0 && lost.tasks == 0 && failed.total == 0 {
 		what = append(what, fmt.Sprintf("no %s sample: no act of the %d tasks ran the actor model", r.Role, r.Stats.TaskStates[schema.TaskEmpty]))
 	}
-	if r.SampleCount == 0 && len(what) == 0 && len(eps) > 0 && (status == schema.ResultOK || status == schema.ResultPartial) {
+	if trainable == 0 && len(what) == 0 && len(eps) > 0 && (status == schema.ResultOK || status == schema.ResultPartial) {
 		// Filtered groups, say: nothing to train on, and the result says why.
 		what = append(what, fmt.Sprintf("no %s sample: tasks %s", r.Role, statesText(r.Stats.TaskStates)))
 	}
@@ -692,7 +724,7 @@ func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, stri
 	switch {
 	case status == schema.ResultOK && failed.total == ended && failed.total == len(eps):
 		status = schema.ResultFailed
-	case !r.Evaluation && (status == schema.ResultOK || status == schema.ResultPartial) && r.SampleCount == 0 &&
+	case !r.Evaluation && (status == schema.ResultOK || status == schema.ResultPartial) && trainable == 0 &&
 		(r.Stats.TaskStates[schema.TaskFailed] > 0 || aborted.total > 0 || quarantined.total > 0):
 		// Nothing to train on, and not for want of asking: a result that
 		// delivers nothing of what it was to deliver is not ok.
