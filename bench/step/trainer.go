@@ -152,8 +152,11 @@ func train(ctx context.Context, o trainerOptions, log *TrainerLog) error {
 		rl.ResultNs = time.Now().UnixNano()
 		if res != nil {
 			rl.Status, rl.Reason, rl.Samples, rl.Stats, rl.Tasks = res.Status, res.Reason, streamed+len(res.Samples), res.Stats, res.Tasks
-			if err == nil && rl.Samples != res.SampleCount {
-				err = fmt.Errorf("%d samples in the groups and the result, which counts %d", rl.Samples, res.SampleCount)
+			// The result counts what it holds, and the samples of the
+			// groups it leaves out (result_samples undelivered).
+			if counted := res.SampleCount + res.GroupSamples; err == nil && rl.Samples != counted {
+				err = fmt.Errorf("%d samples in the groups and the result, which counts %d (sample_count %d, group_samples %d)",
+					rl.Samples, counted, res.SampleCount, res.GroupSamples)
 			}
 		}
 		if err != nil {
