@@ -22,10 +22,13 @@ type Report struct {
 	Replay   Replay   `json:"replay"` // engines in arrival order
 	// ReplayPriority is the replay with engines serving the longest path
 	// left first: what a scheduler that orders the work could reach.
-	ReplayPriority Replay  `json:"replay_priority"`
-	Planner        EngFigs `json:"planner_engine"`
-	Actor          EngFigs `json:"actor_engine"`
-	Dups           Dups    `json:"duplicates"`
+	ReplayPriority Replay `json:"replay_priority"`
+	// ReplayOldest is the replay with engines serving the earlier
+	// rollout's generations first: when each rollout would end.
+	ReplayOldest Replay  `json:"replay_oldest_first"`
+	Planner      EngFigs `json:"planner_engine"`
+	Actor        EngFigs `json:"actor_engine"`
+	Dups         Dups    `json:"duplicates"`
 	// Processes are every process of the run with its CPU (during the step)
 	// and memory; Groups sums them by group (planact, nats, engines,
 	// trainer), and "planact+nats" is what planact costs in all.
@@ -283,8 +286,9 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 	limits := [2]int{m.Planner.Limit, m.Actor.Limit}
 	pauses := time.Duration(o.Rollouts-1) * o.Swap
 	r.Bound = LowerBound(works, limits, [2]time.Duration{pauses, pauses})
-	r.Replay = ReplayRun(m, scripts, targets, limits, o.Swap, o.PauseAbort, false)
-	r.ReplayPriority = ReplayRun(m, scripts, targets, limits, o.Swap, o.PauseAbort, true)
+	r.Replay = ReplayRun(m, scripts, targets, limits, o.Swap, o.PauseAbort, InArrival)
+	r.ReplayPriority = ReplayRun(m, scripts, targets, limits, o.Swap, o.PauseAbort, LongestPathFirst)
+	r.ReplayOldest = ReplayRun(m, scripts, targets, limits, o.Swap, o.PauseAbort, OldestRolloutFirst)
 
 	// Rollouts.
 	var acts int

@@ -128,13 +128,11 @@ func LowerBound(rollouts []RolloutWork, limits [2]int, paused [2]time.Duration) 
 // Replay is the run played again without planact: every episode released
 // at time 0, each generation sent the instant it may run (acts as soon as
 // their dependencies are done, the next turn as soon as the plan's acts
-// are), engines serving their limit at once in arrival order (or, with
-// priority, the waiting generation whose episode has the longest path
-// left first), rollouts ending at their target groups (the rest stopped at
-// once), and after each rollout but the last a weight swap of swap per
-// role. It is what an eager scheduler with zero coordination cost would
-// take: not a bound (a smarter order could beat it), but a schedule that
-// exists.
+// are), engines serving their limit at once in an Order, rollouts ending
+// at their target groups (the rest stopped at once), and after each
+// rollout but the last a weight swap of swap per role. It is what an eager
+// scheduler with zero coordination cost would take: not a bound (a
+// smarter order could beat it), but a schedule that exists.
 type Replay struct {
 	S float64 `json:"s"`
 	// RolloutS is when each rollout ended.
@@ -182,18 +180,35 @@ type replayGen struct {
 	seq  int
 }
 
-// genQueue holds the generations waiting for an engine slot: in the order
-// sent (FIFO), or the longest path left first.
+// Order is which waiting generation an engine of a replay serves next.
+type Order int
+
+const (
+	// InArrival: in the order sent, as planact's engines are served.
+	InArrival Order = iota
+	// LongestPathFirst: the one whose episode has the longest path left
+	// (which knows the drawn times: no real scheduler can).
+	LongestPathFirst
+	// OldestRolloutFirst: the earlier rollout's first, then in the order
+	// sent (what an asynchronous trainer, which trains on rollout N while
+	// N+1 runs, would want).
+	OldestRolloutFirst
+)
+
+// genQueue holds the generations waiting for an engine slot, in an Order.
 type genQueue struct {
-	gens     []*replayGen
-	priority bool
+	gens  []*replayGen
+	order Order
 }
 
 func (q *genQueue) Len() int { return len(q.gens) }
 func (q *genQueue) Less(i, j int) bool {
 	a, b := q.gens[i], q.gens[j]
-	if q.priority && a.left != b.left {
+	switch {
+	case q.order == LongestPathFirst && a.left != b.left:
 		return a.left > b.left
+	case q.order == OldestRolloutFirst && a.ep.rollout != b.ep.rollout:
+		return a.ep.rollout < b.ep.rollout
 	}
 	return a.seq < b.seq
 }
@@ -243,14 +258,13 @@ type replayEpisode struct {
 // ReplayRun plays rollouts (episodes in index order per rollout, groups
 // by Model.Group) on engines of limits, swapping weights for swap after
 // each rollout but the last (abort: generations running then are stopped
-// and sent again after the swap; else the swap waits for them); with
-// priority, engines serve the waiting generation with the longest path
-// left first.
-func ReplayRun(m *Model, scripts [][]*Episode, targets []int, limits [2]int, swap time.Duration, abort, priority bool) Replay {
+// and sent again after the swap; else the swap waits for them), engines
+// serving the waiting generations in order.
+func ReplayRun(m *Model, scripts [][]*Episode, targets []int, limits [2]int, swap time.Duration, abort bool, order Order) Replay {
 	var h replayHeap
 	seq, sent := 0, 0
 	now := time.Duration(0)
-	queue := [2]*genQueue{{priority: priority}, {priority: priority}}
+	queue := [2]*genQueue{{order: order}, {order: order}}
 	running := [2]map[*replayGen]time.Duration{{}, {}} // gen → when it started
 	var peak [2]int
 	paused := [2]bool{}

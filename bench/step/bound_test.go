@@ -67,15 +67,15 @@ func TestBoundIsBelowEveryReplay(t *testing.T) {
 		abort := rng.IntN(2) == 0
 		limits := [2]int{m.Planner.Limit, m.Actor.Limit}
 		b := LowerBound(works, limits, [2]time.Duration{time.Duration(rollouts-1) * swap, time.Duration(rollouts-1) * swap})
-		for _, priority := range []bool{false, true} {
-			rep := ReplayRun(&m, scripts, targets, limits, swap, abort, priority)
+		for _, order := range []Order{InArrival, LongestPathFirst, OldestRolloutFirst} {
+			rep := ReplayRun(&m, scripts, targets, limits, swap, abort, order)
 			if rep.S < b.S-1e-9 {
-				t.Fatalf("instance %d (priority %v): the replay took %.3f s, below the bound %.3f s (%s): the bound is not sound", i, priority, rep.S, b.S, b.Binding)
+				t.Fatalf("instance %d (order %d): the replay took %.3f s, below the bound %.3f s (%s): the bound is not sound", i, order, rep.S, b.S, b.Binding)
 			}
 			// Every episode has a planner turn; an episode of one turn has no acts.
 			for role, peak := range rep.PeakInFlight {
 				if peak > limits[role] || role == 0 && peak < 1 {
-					t.Fatalf("instance %d (priority %v): engine %d peaked at %d in flight, limit %d", i, priority, role, peak, limits[role])
+					t.Fatalf("instance %d (order %d): engine %d peaked at %d in flight, limit %d", i, order, role, peak, limits[role])
 				}
 			}
 		}
@@ -84,7 +84,7 @@ func TestBoundIsBelowEveryReplay(t *testing.T) {
 	m.Copies = 1
 	ep := m.Episode(1, 0)
 	limits := [2]int{1000, 1000}
-	rep := ReplayRun(&m, [][]*Episode{{&ep}}, []int{1}, limits, 0, false, false)
+	rep := ReplayRun(&m, [][]*Episode{{&ep}}, []int{1}, limits, 0, false, InArrival)
 	if cp := ep.Work().CriticalPath.Seconds(); !near(rep.S, cp) {
 		t.Errorf("one episode, no queueing: replay %.6f s, critical path %.6f s", rep.S, cp)
 	}

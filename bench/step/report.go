@@ -98,6 +98,10 @@ func (r *Report) text(w io.Writer, o options) {
 	}
 	fmt.Fprintf(tw, "  replay without planact: eager, zero cost, engines in arrival order\t%.1f s\treplay ÷ bound %.2f×, makespan ÷ replay %.2f×\n", r.Replay.S, r.Run.ReplayToBound, r.Run.RatioToReplay)
 	fmt.Fprintf(tw, "  the same, engines serving the longest path left first\t%.1f s\treplay ÷ bound %.2f×\n", r.ReplayPriority.S, r.Run.PriorityToBound)
+	if len(r.ReplayOldest.RolloutS) > 1 {
+		fmt.Fprintf(tw, "  the same, engines serving the earlier rollout first\t%.1f s\treplay ÷ bound %.2f×; rollouts end at %s s (in arrival order: %s s)\n",
+			r.ReplayOldest.S, r.ReplayOldest.S/r.Bound.S, seconds1(r.ReplayOldest.RolloutS), seconds1(r.Replay.RolloutS))
+	}
 	fmt.Fprintf(tw, "  first barrier → first generation request\t%.3f s\t\n", r.Run.FirstCallS)
 	fmt.Fprintf(tw, "  last generation's end → last result\t%.2f s\t\n", r.Run.AfterEngineS)
 	fmt.Fprintf(tw, "  episodes in flight at the engines, peak\t%d\t\n", r.Run.EpisodesPeak)
@@ -244,4 +248,13 @@ func floats(v []float64, f string) string {
 		parts = append(parts, fmt.Sprintf(f, x))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// seconds1 lists times in seconds with one decimal.
+func seconds1(ts []float64) string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = fmt.Sprintf("%.1f", t)
+	}
+	return strings.Join(out, ", ")
 }
