@@ -149,8 +149,7 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 		return result{}, result{}, err
 	}
 	// The samples of the delivered groups are read as they were
-	// delivered, so only the other episodes' samples are built here (and,
-	// when the results leave the groups out, theirs, to be counted).
+	// delivered, so only the other episodes' samples are built here.
 	eps, err := s.gather(ctx, sess, tasks, nil, ownSamples(sess))
 	if err != nil {
 		return result{}, result{}, err
@@ -158,29 +157,35 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 	if err := s.recordScores(ctx, sess, eps); err != nil {
 		return result{}, result{}, err
 	}
-	if sess.Config.LeavesOutGroups() {
-		planner, actor = buildResults(sess, tasks, eps, nil)
-		return planner, actor, nil
-	}
-	// The delivered groups' samples, as they were delivered: read by
-	// several readers, as the episodes are.
+	// The delivered groups' samples, as they were delivered (read by
+	// several readers, as the episodes are); when the results leave them
+	// out, only what they count, as kept when they were delivered.
+	leaveOut := sess.Config.LeavesOutGroups()
 	roles, groups := []string{schema.RolePlanner, schema.RoleActor}, sess.Delivered()
-	read := make([][]heldSample, len(roles)*len(groups))
+	read := make([]groupCounts, len(roles)*len(groups))
 	err = forEach(ctx, len(read), readers, func(ctx context.Context, i int) error {
-		var err error
-		read[i], err = s.groupSamples(ctx, n, roles[i/len(groups)], groups[i%len(groups)])
+		role, g := roles[i/len(groups)], groups[i%len(groups)]
+		if c, ok := s.counted.get(n, role, g); ok && leaveOut {
+			read[i] = c
+			return nil
+		}
+		held, err := s.groupSamples(ctx, n, role, g)
+		read[i] = countHeld(held)
+		if !leaveOut {
+			read[i].held = held
+		}
 		return err
 	})
 	if err != nil {
 		return result{}, result{}, err
 	}
-	delivered := map[string]map[int][]heldSample{}
-	for i, samples := range read {
+	delivered := map[string]map[int]groupCounts{}
+	for i, c := range read {
 		role, g := roles[i/len(groups)], groups[i%len(groups)]
 		if delivered[role] == nil {
-			delivered[role] = map[int][]heldSample{}
+			delivered[role] = map[int]groupCounts{}
 		}
-		delivered[role][g] = samples
+		delivered[role][g] = c
 	}
 	planner, actor = buildResults(sess, tasks, eps, delivered)
 	return planner, actor, nil
@@ -236,33 +241,25 @@ func (s *Service) recordScores(ctx context.Context, sess *schema.Session, eps ma
 
 // result is a role's result as assembly built it, its samples held apart
 // (those of delivered groups as they were encoded) until it is published.
-// left are the delivered groups' samples a result leaves out
-// (result_samples undelivered), built only to be counted.
 type result struct {
 	*schema.Result
 	samples []heldSample
-	left    []heldSample
 }
 
 // buildResults makes both roles' results from what assembly gathered: eps
 // (the episodes, by index; those that did not end have no end) and the
-// samples of the delivered groups, by role and group, as they were
-// delivered. Every count in a result's stats is a count of what the result
+// delivered groups, by role and group: their samples as they were
+// delivered, or, when the results leave them out (result_samples
+// undelivered), what they count. Every count in a result's stats is a count of what the result
 // holds, and a state or status claims only what is true of it: a task is
 // trained for a role only if that role's samples of it are in its result,
 // and a result is ok only if it delivers samples or says why it has none.
-func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episode, delivered map[string]map[int][]heldSample) (planner, actor result) {
+func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episode, delivered map[string]map[int]groupCounts) (planner, actor result) {
 	n := sess.Rollout
 	planner = result{Result: &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: sess.Status, Reason: sess.Reason}}
 	actor = result{Result: &schema.Result{Rollout: n, Role: schema.RoleActor, Status: sess.Status, Reason: sess.Reason}}
 	results := []*result{&planner, &actor}
-	filtering, own := sess.Config.Filtering(), ownSamples(sess)
-	leftOut := map[int]bool{} // groups whose samples the results leave out
-	if sess.Config.LeavesOutGroups() {
-		for _, g := range sess.Delivered() {
-			leftOut[g] = true
-		}
-	}
+	filtering, own, leaveOut := sess.Config.Filtering(), ownSamples(sess), sess.Config.LeavesOutGroups()
 	stats := schema.Stats{Episodes: len(tasks), Failures: map[string]int{}, EpisodeStatus: map[string]int{}, Tokens: map[string]int{}}
 	var turns, rewards float64
 	for e := range tasks {
@@ -291,35 +288,40 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 		if !own(ep.task) {
 			continue // delivered groups come as they were delivered; others are not delivered
 		}
-		put := func(r *result, smp heldSample) {
-			if leftOut[ep.task.GroupIndex] {
-				r.left = append(r.left, smp)
-			} else {
-				r.samples = append(r.samples, smp)
-			}
-		}
 		if ep.planner != nil {
-			put(&planner, built(*ep.planner))
+			planner.samples = append(planner.samples, built(*ep.planner))
 		}
 		for _, smp := range ep.actor {
-			put(&actor, built(smp))
+			actor.samples = append(actor.samples, built(smp))
 		}
 	}
 	stats.Completed = stats.EpisodeStatus[schema.EpisodeCompleted]
+	hasSample := map[string]map[string]bool{} // by role: the episodes with a sample in the result or a group left out
 	for _, r := range results {
+		hasSample[r.Role] = map[string]bool{}
 		for _, g := range sess.Delivered() {
-			r.samples = append(r.samples, delivered[r.Role][g]...)
+			c := delivered[r.Role][g]
+			if leaveOut {
+				r.GroupSamples += c.samples
+				stats.Tokens[r.Role] += c.tokens
+				for id := range c.sampled {
+					hasSample[r.Role][id] = true
+				}
+			} else {
+				r.samples = append(r.samples, c.held...)
+			}
+		}
+		if leaveOut {
+			r.DeliveredGroups = sess.Delivered()
 		}
 		// Samples come grouped as the tasks are (group_index, then index), so a
 		// trainer computing group-relative advantages finds each group together
 		// whatever order the tasks were sent in.
 		sort.SliceStable(r.samples, func(i, j int) bool { return sampleBefore(&r.samples[i].sample, &r.samples[j].sample) })
-		r.SampleCount, r.GroupSamples = len(r.samples), len(r.left)
-		if len(leftOut) > 0 {
-			r.DeliveredGroups = sess.Delivered()
-		}
-		for _, smp := range slices.Concat(r.samples, r.left) {
+		r.SampleCount = len(r.samples)
+		for _, smp := range r.samples {
 			stats.Tokens[r.Role] += smp.tokens
+			hasSample[r.Role][smp.sample.RolloutID] = true
 		}
 	}
 	if stats.Ended > 0 {
@@ -341,7 +343,7 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 		planner.Episodes, actor.Episodes = outcomes, outcomes
 	}
 	for _, r := range results {
-		has := sampled(slices.Concat(r.samples, r.left))
+		has := hasSample[r.Role]
 		var lost lostTasks
 		r.Stats = stats
 		r.Stats.TaskStates = map[string]int{}
@@ -365,27 +367,20 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 	return planner, actor
 }
 
-// ownSamples says which episodes' samples assembly builds: none of an
-// evaluation; of the other episodes of a rollout that filters groups none
-// (its results hold the delivered groups' samples, as they were
-// delivered, and nothing else), else those of every episode outside the
-// groups delivered; and those of the delivered groups only when the
-// results leave them out (result_samples undelivered), to count them.
+// ownSamples says which episodes' samples a rollout's results take from
+// assembly's own reading: none of an evaluation or of a rollout that
+// filters groups (their results hold the delivered groups' samples, as
+// they were delivered, and nothing else), else those of every episode
+// outside the groups delivered.
 func ownSamples(sess *schema.Session) func(schema.Task) bool {
-	if sess.Config.Evaluation {
+	if sess.Config.Evaluation || sess.Config.Filtering() {
 		return func(schema.Task) bool { return false }
 	}
 	delivered := map[int]bool{}
 	for _, g := range sess.Delivered() {
 		delivered[g] = true
 	}
-	filtering, leaveOut := sess.Config.Filtering(), sess.Config.LeavesOutGroups()
-	return func(t schema.Task) bool {
-		if delivered[t.GroupIndex] {
-			return leaveOut // built to be counted: the results leave them out
-		}
-		return !filtering
-	}
+	return func(t schema.Task) bool { return !delivered[t.GroupIndex] }
 }
 
 // failures are an ended episode's failed acts by kind (a duplicate that
@@ -473,15 +468,6 @@ func datasetStats(tasks []schema.Task, eps map[int]*episode) map[string]schema.D
 			ds.Failures = nil
 		}
 		out[name] = ds
-	}
-	return out
-}
-
-// sampled lists the episodes (by rollout_id) that have samples in samples.
-func sampled(samples []heldSample) map[string]bool {
-	out := map[string]bool{}
-	for _, smp := range samples {
-		out[smp.sample.RolloutID] = true
 	}
 	return out
 }

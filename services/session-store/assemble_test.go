@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -40,6 +41,9 @@ func randomWorld(r *rand.Rand) world {
 		cfg.TargetGroups = 1
 	default:
 		cfg.Evaluation = r.IntN(3) == 0
+	}
+	if cfg.Grouped() && r.IntN(2) == 0 {
+		cfg.ResultSamples = schema.ResultSamplesUndelivered
 	}
 	if r.IntN(2) == 0 {
 		cfg.MaxStaleness = 2 // generations may have run with their weights unchecked
@@ -171,10 +175,30 @@ func asDelivered(samples []schema.Sample) []heldSample {
 	return held
 }
 
+// asRead are the delivered groups as assembly takes them: their samples
+// as they were encoded, or, when the results leave them out, what they
+// count.
+func (w world) asRead() map[string]map[int]groupCounts {
+	out := map[string]map[int]groupCounts{}
+	for role, groups := range w.delivered {
+		out[role] = map[int]groupCounts{}
+		for g, held := range groups {
+			c := countHeld(held)
+			if !w.sess.Config.LeavesOutGroups() {
+				c.held = held
+			}
+			out[role][g] = c
+		}
+	}
+	return out
+}
+
 // asTrainersRead are both results as a trainer reads them: their samples
 // in them, those of delivered groups decoded from their encoding, as
-// publishResult puts them in a result's body.
-func asTrainersRead(t *testing.T, planner, actor result) (*schema.Result, *schema.Result) {
+// publishResult puts them in a result's body; and, when a result leaves
+// the delivered groups out, theirs from the groups, as the client adds
+// them (its sample_count counting its own, group_samples the groups').
+func asTrainersRead(t *testing.T, w world, planner, actor result) (*schema.Result, *schema.Result) {
 	t.Helper()
 	out := make([]*schema.Result, 2)
 	for i, r := range []result{planner, actor} {
@@ -186,6 +210,19 @@ func asTrainersRead(t *testing.T, planner, actor result) (*schema.Result, *schem
 		if res.SampleCount != len(res.Samples) {
 			t.Fatalf("%s result: sample_count %d, %d samples", res.Role, res.SampleCount, len(res.Samples))
 		}
+		var fromGroups []schema.Sample
+		for _, g := range res.DeliveredGroups {
+			samples, err := samplesOf(w.delivered[res.Role][g])
+			if err != nil {
+				t.Fatal(err)
+			}
+			fromGroups = append(fromGroups, samples...)
+		}
+		if leaveOut := w.sess.Config.LeavesOutGroups(); res.GroupSamples != len(fromGroups) || leaveOut != (res.DeliveredGroups != nil) && len(w.sess.Delivered()) > 0 {
+			t.Fatalf("%s result (result_samples %q): group_samples %d, groups %v holding %d", res.Role, w.sess.Config.ResultSamples, res.GroupSamples, res.DeliveredGroups, len(fromGroups))
+		}
+		res.Samples = append(res.Samples, fromGroups...)
+		sort.SliceStable(res.Samples, func(i, j int) bool { return res.Samples[i].GroupIndex < res.Samples[j].GroupIndex })
 		out[i] = &res
 	}
 	return out[0], out[1]
@@ -201,8 +238,8 @@ func TestResultsTellTheTruth(t *testing.T) {
 	r := rand.New(rand.NewPCG(seed, 1))
 	for i := range 3000 {
 		w := randomWorld(r)
-		bp, ba := buildResults(w.sess, w.tasks, w.eps, w.delivered)
-		planner, actor := asTrainersRead(t, bp, ba)
+		bp, ba := buildResults(w.sess, w.tasks, w.eps, w.asRead())
+		planner, actor := asTrainersRead(t, w, bp, ba)
 		for _, res := range []*schema.Result{planner, actor} {
 			if err := checkTruth(w, res); err != nil {
 				t.Fatalf("seed %d, rollout %d, %s result: %v\nstatus %s (%s)\nstats %+v\ntasks %+v", seed, i, res.Role, err, res.Status, res.Reason, res.Stats, res.Tasks)
@@ -225,8 +262,8 @@ func TestResultsNeedNoSampleTheyDoNotHold(t *testing.T) {
 	skipped := 0
 	for i := range 1500 {
 		w := randomWorld(r)
-		bp, ba := buildResults(w.sess, w.tasks, w.eps, w.delivered)
-		wantP, wantA := asTrainersRead(t, bp, ba)
+		bp, ba := buildResults(w.sess, w.tasks, w.eps, w.asRead())
+		wantP, wantA := asTrainersRead(t, w, bp, ba)
 		own, counted := ownSamples(w.sess), w.sess.Config.MaxStaleness > 0 && !w.sess.Config.Evaluation
 		read := map[int]*episode{}
 		for e, ep := range w.eps {
@@ -240,8 +277,8 @@ func TestResultsNeedNoSampleTheyDoNotHold(t *testing.T) {
 			}
 			read[e] = &cp
 		}
-		bp, ba = buildResults(w.sess, w.tasks, read, w.delivered)
-		gotP, gotA := asTrainersRead(t, bp, ba)
+		bp, ba = buildResults(w.sess, w.tasks, read, w.asRead())
+		gotP, gotA := asTrainersRead(t, w, bp, ba)
 		if !reflect.DeepEqual(gotP, wantP) || !reflect.DeepEqual(gotA, wantA) {
 			t.Fatalf("seed %d, rollout %d (config %+v): results differ when only the samples they hold are built\nplanner %+v\nwant    %+v\nactor %+v\nwant  %+v",
 				seed, i, w.sess.Config, gotP.Stats, wantP.Stats, gotA.Stats, wantA.Stats)

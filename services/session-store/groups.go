@@ -148,10 +148,12 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int,
 	for _, role := range missing {
 		msg := &schema.Group{Rollout: n, Role: role, GroupIndex: g, Delivered: delivered, Groups: groupCount(tasks), AtMs: s.nowMs()}
 		msg.Samples, msg.Tasks = groupShare(sess, eps, members, role)
+		samples := msg.Samples // publishSamples moves large ones to the object store
 		obj, err := s.publishSamples(ctx, msg, fmt.Sprintf("rollout-%d-%s.group-%d.samples", n, role, g))
 		if err != nil {
 			return nil, err
 		}
+		s.counted.put(n, role, g, samples)
 		if obj != "" {
 			objects = append(objects, obj)
 		}
@@ -426,8 +428,10 @@ func (s *Service) keepTasks(n int64, tl schema.TaskList) {
 	c.lists[n] = tl
 }
 
-// forgetTasks drops rollout n's tasks from the cache.
+// forgetTasks drops rollout n's tasks, and what its delivered groups
+// count, from the caches.
 func (s *Service) forgetTasks(n int64) {
+	s.counted.forget(n)
 	s.taskCache.mu.Lock()
 	delete(s.taskCache.lists, n)
 	s.taskCache.mu.Unlock()

@@ -3,6 +3,7 @@ package sessionstore
 import (
 	"bytes"
 	"fmt"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -142,4 +143,72 @@ func samplesOf(held []heldSample) ([]schema.Sample, error) {
 		}
 	}
 	return out, nil
+}
+
+// groupCounts is what a delivered group's message holds for one role: its
+// samples as they were encoded (held, when assembly puts them in the
+// result), how many, their tokens, and the episodes (rollout ids) they
+// are of.
+type groupCounts struct {
+	held            []heldSample
+	samples, tokens int
+	sampled         map[string]bool
+}
+
+// countHeld counts held samples.
+func countHeld(held []heldSample) groupCounts {
+	c := groupCounts{samples: len(held), sampled: map[string]bool{}}
+	for _, h := range held {
+		c.tokens += h.tokens
+		c.sampled[h.sample.RolloutID] = true
+	}
+	return c
+}
+
+// deliveredCounts keeps what the groups this process delivered count, so
+// that results which leave the groups out (result_samples undelivered)
+// need not read them back; a group delivered by another replica, or
+// before a restart, is read back instead. Bounded as taskCache is.
+type deliveredCounts struct {
+	mu sync.Mutex
+	m  map[int64]map[string]map[int]groupCounts // rollout → role → group
+}
+
+func (d *deliveredCounts) put(n int64, role string, g int, samples []schema.Sample) {
+	c := groupCounts{samples: len(samples), sampled: map[string]bool{}}
+	for _, smp := range samples {
+		c.tokens += len(smp.Tokens)
+		c.sampled[smp.RolloutID] = true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil {
+		d.m = map[int64]map[string]map[int]groupCounts{}
+	}
+	if d.m[n] == nil {
+		if len(d.m) >= maxCachedRollouts {
+			for k := range d.m {
+				delete(d.m, k)
+				break
+			}
+		}
+		d.m[n] = map[string]map[int]groupCounts{}
+	}
+	if d.m[n][role] == nil {
+		d.m[n][role] = map[int]groupCounts{}
+	}
+	d.m[n][role][g] = c
+}
+
+func (d *deliveredCounts) get(n int64, role string, g int) (groupCounts, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c, ok := d.m[n][role][g]
+	return c, ok
+}
+
+func (d *deliveredCounts) forget(n int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.m, n)
 }

@@ -55,6 +55,7 @@ type Service struct {
 	Deps
 	index     *index
 	taskCache *taskCache
+	counted   deliveredCounts // what the groups this process delivered count (see assemble)
 	locks     rolloutLocks
 	arrivals  rolloutLocks // one arrival of a rollout at a time (see handleArrive)
 	ends      endQueue
