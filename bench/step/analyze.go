@@ -427,7 +427,7 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 		return errNoActs
 	}
 	r.Groups = map[string]GroupFigs{}
-	for _, p := range c.procs {
+	for _, p := range c.all() {
 		b, a := before.Procs[p.Name], after.Procs[p.Name]
 		seen := maxSample(samples, p.Name)
 		cpu := a.CPU - b.CPU

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,10 +32,19 @@ type proc struct {
 	Group string
 }
 
-// cluster is every process of the run.
+// cluster is every process of the run. Processes start while the sampler
+// reads them: list them with all.
 type cluster struct {
 	dir   string
+	mu    sync.Mutex
 	procs []*proc
+}
+
+// all lists the processes started so far.
+func (c *cluster) all() []*proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.procs)
 }
 
 func (c *cluster) start(ctx context.Context, name, group, path string, args []string, ready string) (*proc, error) {
@@ -47,7 +57,9 @@ func (c *cluster) startEnv(ctx context.Context, name, group, path string, args, 
 	if err := p.Start(); err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
 	c.procs = append(c.procs, p)
+	c.mu.Unlock()
 	if ready == "" {
 		return p, nil
 	}
@@ -58,8 +70,9 @@ func (c *cluster) startEnv(ctx context.Context, name, group, path string, args, 
 
 // stop ends every process, the last started first.
 func (c *cluster) stop() {
-	for i := len(c.procs) - 1; i >= 0; i-- {
-		c.procs[i].Retire()
+	procs := c.all()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].Retire()
 	}
 }
 
@@ -130,7 +143,7 @@ type sample struct {
 
 func (c *cluster) sample() sample {
 	s := sample{At: time.Now(), Stats: map[string]procStat{}}
-	for _, p := range c.procs {
+	for _, p := range c.all() {
 		if pid := p.PID(); pid != 0 {
 			if st, err := readProc(pid); err == nil {
 				s.Stats[p.Name] = st

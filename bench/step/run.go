@@ -43,7 +43,7 @@ type snapshot struct {
 
 func takeSnapshot(ctx context.Context, c *cluster, monitor string, js jetstream.JetStream) (snapshot, error) {
 	s := snapshot{At: time.Now(), Procs: c.sample().Stats, Wakes: map[string]procWakes{}, Streams: map[string]jetstream.StreamState{}}
-	for _, p := range c.procs {
+	for _, p := range c.all() {
 		if pid := p.PID(); pid != 0 {
 			if w, err := readWakes(pid); err == nil {
 				s.Wakes[p.Name] = w
@@ -456,7 +456,7 @@ func waitTrainers(ctx context.Context, c *cluster, ts []*proc, limit time.Durati
 	deadline := time.Now().Add(limit)
 	next := time.Now().Add(30 * time.Second)
 	for {
-		for _, q := range c.procs {
+		for _, q := range c.all() {
 			if ex := q.Exits(); q.Group != groupTrainer && len(ex) > 0 {
 				return fmt.Errorf("%s exited during the step (%s); its log ends:\n%s", q.Name, ex[0].Err, ex[0].LogTail)
 			}
