@@ -571,8 +571,8 @@ func actorSamples(n int64) []schema.Sample {
 // streams groups (a filter and target_groups), reads the groups as planact
 // delivers them: one listed by the last group message, one found from the
 // result's tasks (its message came out of order), its samples in the
-// object store; the result's own samples object, which holds them again,
-// is not read. It arrives without tasks or config, leaves its data source
+// object store; the result's own samples object holds them again, and
+// none is taken twice. It arrives without tasks or config, leaves its data source
 // alone, drops the stale sample (PLANACT_STALE=drop, counted), and the
 // acts of one episode share one slime rollout_id.
 func TestPythonSlimeActorGroups(t *testing.T) {
@@ -599,11 +599,14 @@ func TestPythonSlimeActorGroups(t *testing.T) {
 	feed.object(t, bus.ObjectResults(schema.RoleActor), object, groupSamples[2])
 	feed.store(t, subject.Group(n, schema.RoleActor, 2), &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: 2,
 		SamplesObject: object, SampleCount: 2, Tasks: tasks[2:4], Delivered: []int{2}, Groups: 4})
-	// The result's samples (every delivered group's again) are in an object
-	// that is never read: every task trained lies in a group taken. Here
-	// it is not even stored.
+	// The result holds every delivered group's samples again, in its
+	// object. Group 3's tasks were aborted, and an aborted episode that
+	// ended may leave samples there: the module reads it, and takes none
+	// of the groups' samples twice.
+	resultObject := fmt.Sprintf("rollout-%d-actor.samples", n)
+	feed.object(t, bus.ObjectResults(schema.RoleActor), resultObject, samples)
 	feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
-		SamplesObject: fmt.Sprintf("rollout-%d-actor.samples", n), SampleCount: len(samples), Tasks: tasks, Stats: schema.Stats{Episodes: 8, Completed: 6, Acts: 5}})
+		SamplesObject: resultObject, SampleCount: len(samples), Tasks: tasks, Stats: schema.Stats{Episodes: 8, Completed: 6, Acts: 5}})
 	engine := engineServer(t, "step-6")
 	out, err := slimeRun(t, `
 ds = DataSource(prompt_groups(2))
@@ -638,6 +641,35 @@ print_rollout(slime_planact.generate_rollout(rollout_args("http://slime-router:3
 			t.Errorf("metric %s = %v, want %v (metrics %v)", k, got, v, r.Metrics)
 		}
 	}
+}
+
+// TestPythonSlimeReadsNoSampleTwice: when every task that may have
+// samples lies in the groups the module took as they came, the result's
+// samples object (every delivered group's samples again) is not read at
+// all. Here it is not even stored: a module that read it fails.
+func TestPythonSlimeReadsNoSampleTwice(t *testing.T) {
+	t.Parallel()
+	const n = 10
+	samples := actorSamples(n)
+	groupSamples := byGroup(samples, nil)
+	tasks := trained(0, 2)
+	var feed slimeFeed
+	var all []schema.Sample
+	for i, g := range []int{0, 2} {
+		feed.store(t, subject.Group(n, schema.RoleActor, g), &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: g,
+			Samples: groupSamples[g], SampleCount: len(groupSamples[g]), Tasks: tasks[2*i : 2*i+2], Delivered: []int{0, 2}[:i+1], Groups: 2})
+		all = append(all, groupSamples[g]...)
+	}
+	feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
+		SamplesObject: fmt.Sprintf("rollout-%d-actor.samples", n), SampleCount: len(all), Tasks: tasks, Stats: schema.Stats{Episodes: 4, Completed: 4}})
+	out, err := slimeRun(t, `
+ds = DataSource(prompt_groups(2))
+print_rollout(slime_planact.generate_rollout(rollout_args("http://slime-router:30000"), 10, ds), ds)
+`, map[string]string{"PLANACT_ROLE": "actor", "PLANACT_ENGINE_URL": engineServer(t, "step-6"), "PLANACT_CONFIG": `{"stream_groups": true}`}, feed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBatch(t, decodeRollout(t, out).Groups, byGroup(all, nil), schema.RoleActor)
 }
 
 // TestPythonSlimeOverSampling: slime's over-sampling flags in planact's

@@ -709,14 +709,17 @@ async def wait_groups(nc, js, rollout, role, arrival_id, timeout_s):
                     await take(data)
 
     async def finish(data):
-        # The result holds every delivered group's samples again: its
-        # samples object (tens of megabytes at thousands of episodes) is read
-        # only when some task trained outside the groups taken.
+        # A result with every sample holds every delivered group's samples
+        # again: its samples object (tens of megabytes at thousands of
+        # episodes) is read only when a task outside the groups taken may
+        # have samples in it (trained, or an episode that ended failed or
+        # aborted). One that leaves the groups out holds only what is needed.
         result = await trainer.accept(nc, role, data, arrival_id, fetch=False)
         if result is not None:
             trained = {t.get("group_index", 0) for t in result.get("tasks", []) if t["state"] == "trained"}
             await catch_up(sorted(trained))
-            if result.get("samples_object") and trained - set(delivered):
+            others = {t.get("group_index", 0) for t in result.get("tasks", []) if t["state"] in ("trained", "failed", "aborted")}
+            if result.get("samples_object") and (result.get("delivered_groups") or others - set(delivered)):
                 result["samples"] = await trainer.fetch_samples(nc, role, result["samples_object"])
         return result
 

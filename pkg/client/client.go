@@ -319,10 +319,12 @@ type resultOptions struct {
 // holds their samples again (a result has every delivered group's, unless
 // the rollout's result_samples is undelivered), and they are not read
 // twice. Result's Samples then holds only the samples of the other groups,
-// and when every task trained for the role lies in the groups named, a
-// large result's samples object is not fetched at all (at thousands of
-// episodes, tens of megabytes). SampleCount still counts every sample the
-// result has.
+// and a large result's samples object is not fetched at all when no task
+// outside the groups named may have samples in it (none trained, failed
+// or aborted there: at thousands of episodes, tens of megabytes). With
+// result_samples undelivered the result holds only what the caller lacks,
+// so nothing is read that it has. SampleCount still counts every sample
+// the result holds.
 func WithoutGroups(groups ...int) ResultOption {
 	return func(o *resultOptions) {
 		if o.taken == nil {
@@ -463,16 +465,27 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 	return r, nil
 }
 
-// needs says whether r's own samples hold some the caller does not have:
-// a task trained for the role outside the groups it took (and outside
-// those the result leaves out).
+// needs says whether r's own samples may hold some the caller does not
+// have. A result that leaves the delivered groups out holds none of
+// theirs: all it holds is needed. Otherwise, samples of a task outside the
+// groups taken may be there when the task was trained, or when its episode
+// ended failed or aborted (a rollout cut short keeps the samples of the
+// episodes that ended, whatever their status).
 func (o resultOptions) needs(r *schema.Result) bool {
-	if len(o.taken) == 0 && len(r.DeliveredGroups) == 0 {
+	if len(o.taken) == 0 || len(r.DeliveredGroups) > 0 {
 		return true
 	}
 	return slices.ContainsFunc(r.Tasks, func(t schema.TaskOutcome) bool {
-		return t.State == schema.TaskTrained && !o.taken[t.GroupIndex] && !slices.Contains(r.DeliveredGroups, t.GroupIndex)
+		return !o.taken[t.GroupIndex] && mayHaveSamples(t.State)
 	})
+}
+
+// mayHaveSamples says whether a task in state may have samples in a
+// result: trained ones do; failed and aborted ones may (an episode that
+// ended failed or aborted leaves its samples when the rollout keeps those
+// of the other groups).
+func mayHaveSamples(state string) bool {
+	return state == schema.TaskTrained || state == schema.TaskFailed || state == schema.TaskAborted
 }
 
 // groupSamples reads the samples of group g of rollout n that the role's
