@@ -170,9 +170,10 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 			return nil
 		}
 		held, err := s.groupSamples(ctx, n, role, g)
-		read[i] = countHeld(held)
-		if !leaveOut {
-			read[i].held = held
+		if leaveOut {
+			read[i] = countHeld(held)
+		} else {
+			read[i] = groupCounts{held: held}
 		}
 		return err
 	})
@@ -250,10 +251,12 @@ type result struct {
 // (the episodes, by index; those that did not end have no end) and the
 // delivered groups, by role and group: their samples as they were
 // delivered, or, when the results leave them out (result_samples
-// undelivered), what they count. Every count in a result's stats is a count of what the result
-// holds, and a state or status claims only what is true of it: a task is
-// trained for a role only if that role's samples of it are in its result,
-// and a result is ok only if it delivers samples or says why it has none.
+// undelivered), what they count. Every count in a result's stats is a
+// count of what the result holds (with the groups it leaves out), and a
+// state or status claims only what is true of it: a task is trained for a
+// role only if that role's samples of it are in its result (or a group it
+// leaves out), and a result is ok only if it delivers samples or says why
+// it has none.
 func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episode, delivered map[string]map[int]groupCounts) (planner, actor result) {
 	n := sess.Rollout
 	planner = result{Result: &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: sess.Status, Reason: sess.Reason}}
