@@ -161,9 +161,6 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	var errs []error
 	var err error
-	if o.ResultSamples != schema.ResultSamplesAll && o.ResultSamples != schema.ResultSamplesUndelivered {
-		errs = append(errs, fmt.Errorf("-result-samples %q: want %s or %s", o.ResultSamples, schema.ResultSamplesAll, schema.ResultSamplesUndelivered))
-	}
 	if m.Turns, err = ParseDiscrete(*turns); err != nil {
 		errs = append(errs, fmt.Errorf("-turns: %w", err))
 	}
@@ -214,6 +211,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	o.TargetGroups = int(math.Ceil(float64(o.Prompts) * o.TargetFrac))
 	if o.TargetGroups >= o.Prompts {
 		o.TargetGroups = 0
+	}
+	// The rollouts' config, as planact will check it (-result-samples, the
+	// limits the model needs): refused here, not by the first arrival.
+	if err := stepConfig(o).WithDefaults().Validate(); err != nil {
+		return o, fmt.Errorf("the rollouts' config: %w", err)
 	}
 	return o, nil
 }

@@ -84,7 +84,7 @@ func TestResultSamplesFlag(t *testing.T) {
 			t.Errorf("%q: the step's config is refused: %v", args, err)
 		}
 	}
-	if _, err := parseOptions([]string{"-result-samples", "some"}, io.Discard); err == nil || !strings.Contains(err.Error(), `-result-samples "some"`) {
+	if _, err := parseOptions([]string{"-result-samples", "some"}, io.Discard); err == nil || !strings.Contains(err.Error(), `result_samples "some"`) {
 		t.Errorf("-result-samples some: %v, want an error naming it", err)
 	}
 }

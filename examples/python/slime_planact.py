@@ -211,10 +211,14 @@ class Settings:
 
     @property
     def streams_groups(self):
-        """Whether planact delivers groups as they complete (a group filter or
-        target_groups implies it)."""
-        c = self.config
-        return bool(c.get("stream_groups") or c.get("target_groups") or c.get("group_filter") not in (None, "", "none"))
+        """Whether planact delivers groups as they complete."""
+        return delivers_groups(self.config)
+
+
+def delivers_groups(config):
+    """Whether a rollout of config delivers groups as they complete
+    (stream_groups; a group filter or target_groups implies it)."""
+    return bool(config.get("stream_groups") or config.get("target_groups") or config.get("group_filter") not in (None, "", "none"))
 
 
 def connect_options(env=os.environ):
@@ -525,8 +529,7 @@ def batch_plan(args, config):
                          "(--over-sampling-batch-size, else --rollout-batch-size)")
     if count > batch_size and not target:
         config = {**config, "target_groups": batch_size}
-    grouped = config.get("stream_groups") or config.get("target_groups") or config.get("group_filter") not in (None, "", "none")
-    if grouped and "result_samples" not in config:
+    if delivers_groups(config) and "result_samples" not in config:
         # The groups' samples are read from the groups: the result need not
         # hold them again (nor planact read and write them again at the end).
         config = {**config, "result_samples": "undelivered"}

@@ -489,17 +489,17 @@ func mayHaveSamples(state string) bool {
 }
 
 // groupSamples reads the samples of group g of rollout n that the role's
-// result names as delivered.
+// result names as delivered: it is there, so a read that finds nothing (a
+// server away, a follower behind) is tried again until ctx ends.
 func (c *Client) groupSamples(ctx context.Context, n int64, role string, g int) ([]schema.Sample, error) {
-	data, err := c.lastResult(ctx, subject.Group(n, role, g))
+	var grp *schema.Group
+	err := untilRead(ctx, fmt.Sprintf("group %d of rollout %d, named delivered by its result", g, n), func(ctx context.Context) (err error) {
+		if grp, err = c.lastGroup(ctx, n, role, g); err == nil && grp == nil {
+			err = fmt.Errorf("%s holds nothing", subject.Group(n, role, g))
+		}
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("group %d of rollout %d: %w", g, n, err)
-	}
-	if data == nil {
-		return nil, fmt.Errorf("group %d of rollout %d: the result names it delivered, and %s holds nothing", g, n, subject.Group(n, role, g))
-	}
-	var grp schema.Group
-	if err := schema.Unmarshal(data, &grp); err != nil {
 		return nil, err
 	}
 	if grp.SamplesObject != "" {
@@ -508,6 +508,27 @@ func (c *Client) groupSamples(ctx context.Context, n int64, role string, g int) 
 		}
 	}
 	return grp.Samples, nil
+}
+
+// errUnread marks a read that got no answer (the server away): one to try
+// again, unlike a message that does not decode.
+var errUnread = errors.New("no answer")
+
+// lastGroup reads group g of rollout n from its subject, or nil when the
+// subject holds none.
+func (c *Client) lastGroup(ctx context.Context, n int64, role string, g int) (*schema.Group, error) {
+	data, err := c.lastResult(ctx, subject.Group(n, role, g))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUnread, err)
+	}
+	if data == nil {
+		return nil, nil
+	}
+	var grp schema.Group
+	if err := schema.Unmarshal(data, &grp); err != nil {
+		return nil, err
+	}
+	return &grp, nil
 }
 
 // Rollout arrives and waits for the result, at most timeout (0 = until ctx ends).
@@ -528,17 +549,32 @@ func (c *Client) Rollout(ctx context.Context, a *schema.Arrive, timeout time.Dur
 // names the object says it is there, so any failure (a server restarting,
 // a leader moving) is tried again, with back-off, until ctx ends.
 func (c *Client) fetchSamples(ctx context.Context, role, object string, samples *[]schema.Sample) error {
+	var data []byte
+	err := untilRead(ctx, "samples "+object, func(ctx context.Context) (err error) {
+		data, err = bus.ReadObject(ctx, c.nc, bus.ObjectResults(role), object, 0)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return schema.Unmarshal(data, samples)
+}
+
+// untilRead reads what a message planact published says is there: any
+// failure (a server restarting, a leader moving, a follower behind) is
+// tried again, with back-off, each try bounded, until ctx ends.
+func untilRead(ctx context.Context, what string, read func(context.Context) error) error {
 	wait := 100 * time.Millisecond
 	for {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		data, err := bus.ReadObject(actx, c.nc, bus.ObjectResults(role), object, 0)
+		err := read(actx)
 		cancel()
 		if err == nil {
-			return schema.Unmarshal(data, samples)
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("samples %s: %w (%w)", object, err, ctx.Err())
+			return fmt.Errorf("%s: %w (%w)", what, err, ctx.Err())
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 2*time.Second)

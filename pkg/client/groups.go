@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"slices"
@@ -74,18 +75,16 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 				if seen[gi] {
 					continue
 				}
-				data, err := c.lastResult(ctx, subject.Group(n, role, gi))
-				if err != nil {
-					return true, nil
-				}
-				if data == nil {
+				g, err := c.lastGroup(ctx, n, role, gi)
+				switch {
+				case errors.Is(err, errUnread):
+					return true, nil // the server is away: later
+				case err != nil:
+					return true, err
+				case g == nil:
 					continue // not delivered
 				}
-				var g schema.Group
-				if err := schema.Unmarshal(data, &g); err != nil {
-					return true, err
-				}
-				if !give(&g) {
+				if !give(g) {
 					return false, nil
 				}
 			}

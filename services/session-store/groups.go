@@ -148,12 +148,15 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int,
 	for _, role := range missing {
 		msg := &schema.Group{Rollout: n, Role: role, GroupIndex: g, Delivered: delivered, Groups: groupCount(tasks), AtMs: s.nowMs()}
 		msg.Samples, msg.Tasks = groupShare(sess, eps, members, role)
-		samples := msg.Samples // publishSamples moves large ones to the object store
+		held := make([]heldSample, len(msg.Samples)) // counted before publishSamples moves large ones to the object store
+		for i, smp := range msg.Samples {
+			held[i] = built(smp)
+		}
 		obj, err := s.publishSamples(ctx, msg, fmt.Sprintf("rollout-%d-%s.group-%d.samples", n, role, g))
 		if err != nil {
 			return nil, err
 		}
-		s.counted.put(n, role, g, samples)
+		s.counted.put(n, role, g, countHeld(held))
 		if obj != "" {
 			objects = append(objects, obj)
 		}

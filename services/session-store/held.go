@@ -174,12 +174,7 @@ type deliveredCounts struct {
 	m  map[int64]map[string]map[int]groupCounts // rollout → role → group
 }
 
-func (d *deliveredCounts) put(n int64, role string, g int, samples []schema.Sample) {
-	c := groupCounts{samples: len(samples), sampled: map[string]bool{}}
-	for _, smp := range samples {
-		c.tokens += len(smp.Tokens)
-		c.sampled[smp.RolloutID] = true
-	}
+func (d *deliveredCounts) put(n int64, role string, g int, c groupCounts) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.m == nil {
