@@ -155,6 +155,8 @@ for subject, data in feed.get("store") or []:
     nats.store(subject, base64.b64decode(data))
 for bucket, name, data in feed.get("objects") or []:
     nats.objects.setdefault(bucket, {})[name] = base64.b64decode(data)
+nats.behind.update(feed.get("behind") or {})
+nats.away.update(feed.get("away") or {})
 
 def sample_json(s):
     return {"group_index": s.group_index, "index": s.index, "rollout_id": s.rollout_id, "prompt": s.prompt,
@@ -201,6 +203,10 @@ def print_rollout(out, ds):
 type slimeFeed struct {
 	Store   [][2]string `json:"store"`   // subject, base64 msgpack
 	Objects [][3]string `json:"objects"` // bucket, name, base64 msgpack
+	// Behind and Away: a subject's next direct gets answer 404 (a
+	// follower behind), or time out (a server away), that many times.
+	Behind map[string]int `json:"behind,omitempty"`
+	Away   map[string]int `json:"away,omitempty"`
 }
 
 func (f *slimeFeed) store(t *testing.T, subject string, v any) {
@@ -670,6 +676,99 @@ print_rollout(slime_planact.generate_rollout(rollout_args("http://slime-router:3
 		t.Fatal(err)
 	}
 	checkBatch(t, decodeRollout(t, out).Groups, byGroup(all, nil), schema.RoleActor)
+}
+
+// TestPythonReadsGroupsBehind: a result that leaves the delivered groups
+// out (result_samples undelivered) names them, and both Python readers
+// (slime_planact's wait_groups, trainer.py's accept) read each one, trying
+// again while a follower behind answers 404 or the server does not answer,
+// as the Go and Node clients do. A group never there by the deadline, or
+// groups that hold other than the result's group_samples, is an error
+// that says so; nothing is trained on short.
+func TestPythonReadsGroupsBehind(t *testing.T) {
+	t.Parallel()
+	const n = 10
+	samples := actorSamples(n)
+	groupSamples := byGroup(samples, nil)
+	tasks := trained(0, 2)
+	feed := func(counted int) slimeFeed {
+		var f slimeFeed
+		for i, g := range []int{0, 2} {
+			f.store(t, subject.Group(n, schema.RoleActor, g), &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: g,
+				Samples: groupSamples[g], SampleCount: len(groupSamples[g]), Tasks: tasks[2*i : 2*i+2], Delivered: []int{0, 2}[:i+1], Groups: 2})
+		}
+		f.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
+			Tasks: tasks, DeliveredGroups: []int{0, 2}, GroupSamples: counted, Stats: schema.Stats{Episodes: 4, Completed: 4}})
+		// The follower has none of the groups yet: the stream's last group
+		// is not found, group 0 twice more, and group 2 times out twice.
+		f.Behind = map[string]int{fmt.Sprintf("rollout.%d.result.actor.group.*", n): 1 << 20, subject.Group(n, schema.RoleActor, 0): 2}
+		f.Away = map[string]int{subject.Group(n, schema.RoleActor, 2): 2}
+		return f
+	}
+	slime := `
+ds = DataSource(prompt_groups(2))
+print_rollout(slime_planact.generate_rollout(rollout_args("http://slime-router:30000"), 10, ds), ds)
+`
+	env := func(timeout string) map[string]string {
+		return map[string]string{"PLANACT_ROLE": "actor", "PLANACT_ENGINE_URL": engineServer(t, "step-6"),
+			"PLANACT_CONFIG": `{"stream_groups": true}`, "PLANACT_TIMEOUT_S": timeout}
+	}
+	t.Run("slime", func(t *testing.T) {
+		out, err := slimeRun(t, slime, env("30"), feed(len(samples)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkBatch(t, decodeRollout(t, out).Groups, groupSamples, schema.RoleActor)
+	})
+	t.Run("trainer", func(t *testing.T) {
+		out, err := slimeRun(t, `
+import asyncio, trainer
+async def main():
+    nc = await nats.connect()
+    r = await trainer.accept(nc, "actor", await trainer.last_on(nc, sys.argv[1]), "", deadline=time.monotonic() + 30)
+    print(json.dumps({"samples": [[s.get("group_index", 0), s.get("index", 0)] for s in r["samples"]], "asked": nats.asked}))
+import time
+asyncio.run(main())
+`, nil, feed(len(samples)), subject.Result(n, schema.RoleActor))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Samples [][2]int       `json:"samples"`
+			Asked   map[string]int `json:"asked"`
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("python printed %q: %v", out, err)
+		}
+		var want [][2]int
+		for _, s := range samples {
+			want = append(want, [2]int{s.GroupIndex, s.Index})
+		}
+		if !slices.Equal(got.Samples, want) {
+			t.Errorf("samples (group, index) %v, want %v", got.Samples, want)
+		}
+		for _, g := range []int{0, 2} {
+			if a := got.Asked[subject.Group(n, schema.RoleActor, g)]; a != 3 {
+				t.Errorf("group %d read %d times, want 3 (two unanswered or not found, then found)", g, a)
+			}
+		}
+	})
+	t.Run("never there", func(t *testing.T) {
+		f := feed(len(samples))
+		f.Behind[subject.Group(n, schema.RoleActor, 2)] = 1 << 20
+		_, err := slimeRun(t, slime, env("1"), f)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("Unreadable: group 2 of rollout %d, named delivered", n)) ||
+			!strings.Contains(err.Error(), "nothing there") {
+			t.Errorf("a group never there: %v, want Unreadable naming group 2", err)
+		}
+	})
+	t.Run("counts differ", func(t *testing.T) {
+		_, err := slimeRun(t, slime, env("30"), feed(len(samples)+1))
+		want := fmt.Sprintf("hold %d samples, the result counts %d (group_samples)", len(samples), len(samples)+1)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("groups short of group_samples: %v, want an error saying %q", err, want)
+		}
+	})
 }
 
 // TestPythonSlimeOverSampling: slime's over-sampling flags in planact's

@@ -699,31 +699,44 @@ async def wait_groups(nc, js, rollout, role, arrival_id, timeout_s):
         gi = group.get("group_index", 0)
         if gi not in delivered:
             if group.get("samples_object"):
-                group["samples"] = await trainer.fetch_samples(nc, role, group["samples_object"])
+                group["samples"] = await trainer.fetch_samples(nc, role, group["samples_object"], deadline)
             delivered[gi] = group
             logger.info("rollout %d: group %d delivered (%d of %s)", rollout, gi, len(delivered), group.get("groups", "?"))
         return group
 
-    async def catch_up(named):
+    async def catch_up(named, delivered_for_sure=True):
+        """Reads the groups named that were not taken yet. A group a message
+        of planact's names delivered is there: read until the deadline
+        (trainer.until_read). One that may not be (a trained task's group
+        when the result holds every sample) is read once."""
         for gi in named:
-            if gi not in delivered:
-                data = await trainer.last_on(nc, f"{base}.group.{gi}")
-                if data is not None:
-                    await take(data)
+            if gi in delivered:
+                continue
+            subject = f"{base}.group.{gi}"
+            if delivered_for_sure:
+                await take(await trainer.until_read(f"group {gi} of rollout {rollout}, named delivered ({subject})",
+                                                    lambda: trainer.last_on(nc, subject), deadline))
+            elif (data := await trainer.last_on(nc, subject)) is not None:
+                await take(data)
 
     async def finish(data):
         # A result with every sample holds every delivered group's samples
         # again: its samples object (tens of megabytes at thousands of
         # episodes) is read only when a task outside the groups taken may
         # have samples in it (trained, or an episode that ended failed or
-        # aborted). One that leaves the groups out holds only what is needed.
-        result = await trainer.accept(nc, role, data, arrival_id, fetch=False)
+        # aborted). One that leaves the groups out (delivered_groups) holds
+        # only what is needed, and the groups it names are read.
+        result = await trainer.accept(nc, role, data, arrival_id, fetch=False, deadline=deadline)
         if result is not None:
+            named = result.get("delivered_groups", [])
+            await catch_up(named)
             trained = {t.get("group_index", 0) for t in result.get("tasks", []) if t["state"] == "trained"}
-            await catch_up(sorted(trained))
+            await catch_up(sorted(trained - set(named)), delivered_for_sure=False)
             others = {t.get("group_index", 0) for t in result.get("tasks", []) if t["state"] in ("trained", "failed", "aborted")}
-            if result.get("samples_object") and (result.get("delivered_groups") or others - set(delivered)):
-                result["samples"] = await trainer.fetch_samples(nc, role, result["samples_object"])
+            if result.get("samples_object") and (named or others - set(delivered)):
+                result["samples"] = await trainer.fetch_samples(nc, role, result["samples_object"], deadline)
+            if named:
+                trainer.check_group_samples(result, sum(len(delivered[gi].get("samples", [])) for gi in named))
         return result
 
     deadline = time.monotonic() + timeout_s

@@ -41,6 +41,12 @@ def inbox_prefix(user):
 MIN_SERVER_VERSION = (2, 12, 0)
 
 
+class Unreadable(RuntimeError):
+    """What a message planact published says is there could not be read
+    before the wait's deadline: a group or a samples object. planact did
+    answer; falling back on the standard rollout would hide the loss."""
+
+
 class ServerTooOld(RuntimeError):
     """The nats-server is older than planact needs: nothing planact does
     could work there, and waiting would only hide why."""
@@ -178,7 +184,7 @@ async def wait_result(nc, js, rollout, role, arrival_id, timeout_s):
     try:
         while True:
             for data in [await last_on(nc, s) for s in subjects]:
-                result = await accept(nc, role, data, arrival_id)
+                result = await accept(nc, role, data, arrival_id, deadline=deadline)
                 if result is not None:
                     return result
             while True:  # what the subscriptions bring, until the next read
@@ -189,7 +195,7 @@ async def wait_result(nc, js, rollout, role, arrival_id, timeout_s):
                     data = await asyncio.wait_for(arrived.get(), timeout=left)
                 except asyncio.TimeoutError:
                     break
-                result = await accept(nc, role, data, arrival_id)
+                result = await accept(nc, role, data, arrival_id, deadline=deadline)
                 if result is not None:
                     return result
             if time.monotonic() >= deadline:
@@ -199,12 +205,14 @@ async def wait_result(nc, js, rollout, role, arrival_id, timeout_s):
             await sub.unsubscribe()
 
 
-async def accept(nc, role, data, arrival_id, fetch=True):
+async def accept(nc, role, data, arrival_id, fetch=True, deadline=None):
     """The result in data, with its samples, or None when data is nothing or
     the rejection of another arrival (rejections name the arrival they
     answer by its Nats-Msg-Id, in arrival_id). With fetch=False, samples
     kept in the object store (samples_object) are left there: a trainer
-    that took the groups as they came reads them only if it needs them."""
+    that took the groups as they came reads them only if it needs them.
+    What the result says is there is read until deadline (time.monotonic();
+    None: READ_S from now), as until_read says."""
     if data is None:
         return None
     result = msgpack.unpackb(data, raw=False)
@@ -219,39 +227,83 @@ async def accept(nc, role, data, arrival_id, fetch=True):
         # used before): the rejection that names this arrival follows.
         return None
     if fetch and result.get("samples_object"):  # too large to be inline: this role's object store
-        result["samples"] = await fetch_samples(nc, role, result["samples_object"])
+        result["samples"] = await fetch_samples(nc, role, result["samples_object"], deadline)
     result.setdefault("samples", [])  # absent means empty
     if fetch and result.get("delivered_groups"):
         # result_samples undelivered: the delivered groups' samples are in
         # their own messages, not in the result.
-        result["samples"] = await with_groups(nc, role, result)
+        result["samples"] = await with_groups(nc, role, result, deadline)
     return result
 
 
-async def with_groups(nc, role, result):
+async def with_groups(nc, role, result, deadline=None):
     """The result's samples with those of the groups it names delivered
     (delivered_groups), read from their messages, grouped as the result
     groups them: a group's samples are in its message or the result."""
     samples = list(result["samples"])
+    read = 0
     for g in result["delivered_groups"]:
-        subject = f"rollout.{result['rollout']}.result.{role}.group.{g}"
-        data = await last_on(nc, subject)
-        if data is None:
-            raise ValueError(f"the result names group {g} delivered, and {subject} holds nothing")
-        group = msgpack.unpackb(data, raw=False)
-        if group.get("samples_object"):
-            group["samples"] = await fetch_samples(nc, role, group["samples_object"])
-        samples += group.get("samples", [])
+        group = await read_group(nc, role, result["rollout"], g, deadline)
+        read += len(group["samples"])
+        samples += group["samples"]
+    check_group_samples(result, read)
     samples.sort(key=lambda s: s.get("group_index", 0))  # stable: each group in its order
     return samples
 
 
-async def fetch_samples(nc, role, name):
+def check_group_samples(result, read):
+    """Raises unless the delivered groups read hold the samples the result
+    counts in them (group_samples): a status is a claim, and a count that
+    differs means samples lost or doubled on the way."""
+    if read != result.get("group_samples", 0):
+        raise ValueError(f"rollout {result['rollout']}: the {len(result['delivered_groups'])} groups its result names delivered "
+                         f"hold {read} samples, the result counts {result.get('group_samples', 0)} (group_samples)")
+
+
+async def read_group(nc, role, rollout, g, deadline=None):
+    """Group g of the rollout, named delivered by its result, with its
+    samples (read from the object store when it keeps them there)."""
+    subject = f"rollout.{rollout}.result.{role}.group.{g}"
+    data = await until_read(f"group {g} of rollout {rollout}, named delivered by its result ({subject})",
+                            lambda: last_on(nc, subject), deadline)
+    group = msgpack.unpackb(data, raw=False)
+    if group.get("samples_object"):
+        group["samples"] = await fetch_samples(nc, role, group["samples_object"], deadline)
+    group.setdefault("samples", [])
+    return group
+
+
+READ_S = 60.0  # how long a read of what planact says is there is tried, when the caller sets no deadline
+
+
+async def until_read(what, read, deadline=None):
+    """read()'s answer, for something a message planact published says is
+    there: a read that finds nothing (a follower behind, an object's chunks
+    not all there yet) or gets no answer (a server restarting, a leader
+    moving) is tried again, with back-off, until deadline (time.monotonic();
+    None: READ_S from now). Then Unreadable says what and why."""
+    deadline = deadline if deadline is not None else time.monotonic() + READ_S
+    wait = 0.1
+    while True:
+        try:
+            data = await read()
+            why = "nothing there"
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as e:
+            data, why = None, f"no answer ({type(e).__name__})"
+        if data is not None:
+            return data
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Unreadable(f"{what}: {why}, read again until the deadline")
+        await asyncio.sleep(min(wait, left))
+        wait = min(2 * wait, 2.0)
+
+
+async def fetch_samples(nc, role, name, deadline=None):
     """The samples a result or group keeps in the role's object store
-    results_<role> (a msgpack list of samples)."""
-    data = await read_object(nc, f"results_{role}", name)
-    if data is None:
-        raise ValueError(f"samples results_{role}/{name}: no such object")
+    results_<role> (a msgpack list of samples). The message that names the
+    object says it is there: it is read until deadline (until_read)."""
+    data = await until_read(f"samples results_{role}/{name}", lambda: read_object(nc, f"results_{role}", name), deadline)
     return msgpack.unpackb(data, raw=False)
 
 

@@ -5,7 +5,9 @@ Streams are lists of messages, filled by JetStream publishes and by
 store() (what a test puts there as planact would). A direct get
 ($JS.API.DIRECT.GET.<stream>.<subject>, wildcards included) answers with
 the last matching message, or a 404 as the server does; a stream it does
-not know has no responders. An object store's stream answers the
+not know has no responders. A test plays a follower behind, or a server
+away, with behind and away: a subject's next direct gets answer 404, or
+time out, that many times. An object store's stream answers the
 leader's reads ($JS.API.STREAM.MSG.GET.OBJ_<bucket>) of an object's
 metadata and of its one chunk. Subscriptions get what is stored after they
 were made. Every JetStream publish is kept in `published`, and each
@@ -32,6 +34,9 @@ connections = []  # the options of each connect()
 # sets STANDIN_NATS_SERVER_VERSION to play an older server.
 server_version = os.environ.get("STANDIN_NATS_SERVER_VERSION", "2.15.2")
 _subscriptions = []
+behind = {}  # subject -> how many more direct gets of it answer 404 (a follower behind)
+away = {}  # subject -> how many more direct gets of it time out (a server away)
+asked = {}  # subject -> direct gets of it so far
 
 
 def matches(pattern, subject):
@@ -95,6 +100,13 @@ class Client:
         stream, _, wanted = subject[len(prefix):].partition(".")
         if stream not in streams:
             raise errors.NoRespondersError
+        asked[wanted] = asked.get(wanted, 0) + 1
+        if away.get(wanted, 0) > 0:
+            away[wanted] -= 1
+            raise errors.TimeoutError
+        if behind.get(wanted, 0) > 0:
+            behind[wanted] -= 1
+            return SimpleNamespace(subject=subject, data=b"", headers={"Status": "404", "Description": "Message Not Found"})
         for subj, data in reversed(streams[stream]):
             if matches(wanted, subj):
                 return SimpleNamespace(subject=subj, data=data, headers={"Nats-Subject": subj})
