@@ -38,8 +38,19 @@ type Report struct {
 	Raw       Raw                  `json:"raw_jetstream"`
 	Ratios    Ratios               `json:"ratios_to_raw"`
 	Goals     []Goal               `json:"goals"`
-	Checks    []string             `json:"checks"`
-	Series    Series               `json:"series"`
+	// Checks are what the run's analysis checked: statements, and the
+	// failures, which are also in Failures (a run with any is not one to
+	// quote).
+	Checks   []string `json:"checks"`
+	Failures []string `json:"failures,omitempty"`
+	Series   Series   `json:"series"`
+}
+
+// fail records a check that failed.
+func (r *Report) fail(format string, a ...any) {
+	c := "FAILED: " + fmt.Sprintf(format, a...)
+	r.Checks = append(r.Checks, c)
+	r.Failures = append(r.Failures, c)
 }
 
 // RunFigs are the run's headline figures.
@@ -310,7 +321,7 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 		if i < len(stored) {
 			st := stored[i]
 			for _, m := range st.Missing {
-				r.Checks = append(r.Checks, "not found in the streams: "+m)
+				r.fail("not found in the streams: %s", m)
 			}
 			if st.StartNs > 0 {
 				f.StartS = rel(st.StartNs)
@@ -326,7 +337,7 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 			}
 		}
 		if p.Status != schema.ResultOK {
-			r.Checks = append(r.Checks, fmt.Sprintf("rollout %d ended %s: %s", p.Rollout, p.Status, p.Reason))
+			r.fail("rollout %d ended %s: %s", p.Rollout, p.Status, p.Reason)
 		}
 		acts += p.Stats.Acts
 		r.Rollouts = append(r.Rollouts, f)
@@ -359,7 +370,7 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 		for _, call := range cs.Calls {
 			ef.Outcomes[call.Outcome]++
 			if call.Outcome == "refused" {
-				r.Checks = append(r.Checks, fmt.Sprintf("%s engine refused a call: %s", cs.Role, call.Error))
+				r.fail("%s engine refused a call: %s", cs.Role, call.Error)
 				continue
 			}
 			k := genKey{call.Role, call.Rollout, call.Episode, call.Turn, call.Node}
@@ -399,7 +410,7 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 		}
 	}
 	if mismatch > 0 {
-		r.Checks = append(r.Checks, fmt.Sprintf("%d calls' service times differ from the script's: the bound does not describe this run", mismatch))
+		r.fail("%d calls' service times differ from the script's: the bound does not describe this run", mismatch)
 	} else {
 		r.Checks = append(r.Checks, "every call that ended ok drew the service time the script (and so the bound) has")
 	}
