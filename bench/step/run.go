@@ -96,9 +96,15 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 		}
 		prof = newProfiler(o.Profile)
 	}
+	// The engines' ports, chosen first: `planact up` is told them, and so
+	// starts no simulated engines of its own.
+	eports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
 	var natsURL, monitor string
 	if o.OneProcess {
-		natsURL, monitor, err = startOneProcess(ctx, c, o, bins, prof, rep, p)
+		natsURL, monitor, err = startOneProcess(ctx, c, o, bins, prof, rep, p, eports)
 	} else {
 		natsURL, monitor, err = startProcesses(ctx, c, o, root, bins, prof, rep, p)
 	}
@@ -107,10 +113,6 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 	}
 
 	// The engines.
-	eports, err := freePorts(2)
-	if err != nil {
-		return err
-	}
 	espec := engineSpec{Model: o.Model, PlannerAddr: fmt.Sprintf("127.0.0.1:%d", eports[0]), ActorAddr: fmt.Sprintf("127.0.0.1:%d", eports[1]),
 		PlannerWeight: rolePlanner + "-step-0", ActorWeight: roleActor + "-step-0"}
 	especPath, err := writeSpec(dir, "engines.json", espec)
@@ -238,7 +240,7 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 // JetStream baseline on the server before the services start.
 func startProcesses(ctx context.Context, c *cluster, o options, root string, bins chaos.Binaries, prof *profiler, rep *Report, p *progress) (natsURL, monitor string, err error) {
 	// NATS: compose's node configuration on loopback, one node.
-	ports, err := freePorts(4)
+	ports, err := freePorts(3) // client, monitor, profiles
 	if err != nil {
 		return "", "", err
 	}
@@ -316,16 +318,20 @@ func startProcesses(ctx context.Context, c *cluster, o options, root string, bin
 // startOneProcess starts the one-process topology: `planact up` with its
 // embedded server (sync 1s, as compose's nodes) and every service in it,
 // connected in process. The raw JetStream baseline runs on its server
-// before the trainers come, while the services wait idle.
-func startOneProcess(ctx context.Context, c *cluster, o options, bins chaos.Binaries, prof *profiler, rep *Report, p *progress) (natsURL, monitor string, err error) {
-	ports, err := freePorts(3)
+// before the trainers come, while the services wait idle. It is given the
+// engines' ports (eports: the planner's, the actor's) as its engine URLs,
+// which it only names (no demo runs), so it starts no simulated engines
+// that would sit idle in the process measured.
+func startOneProcess(ctx context.Context, c *cluster, o options, bins chaos.Binaries, prof *profiler, rep *Report, p *progress, eports []int) (natsURL, monitor string, err error) {
+	ports, err := freePorts(3) // client, monitor, profiles
 	if err != nil {
 		return "", "", err
 	}
 	natsURL = fmt.Sprintf("nats://127.0.0.1:%d", ports[0])
 	monitor = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	args := append([]string{"up", "--port", fmt.Sprint(ports[0]), "--monitor-port", fmt.Sprint(ports[1]), "--sync", "1s",
-		"--data", filepath.Join(c.dir, "up"), "--metrics", "", "--log-level", "info"}, o.ServeFlags...)
+		"--data", filepath.Join(c.dir, "up"), "--metrics", "", "--log-level", "info",
+		"--planner-url", fmt.Sprintf("http://127.0.0.1:%d", eports[0]), "--actor-url", fmt.Sprintf("http://127.0.0.1:%d", eports[1])}, o.ServeFlags...)
 	if prof != nil {
 		addr := fmt.Sprintf("127.0.0.1:%d", ports[2])
 		args = append(args, "--pprof", addr)
