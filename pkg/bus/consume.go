@@ -26,8 +26,9 @@ type Msg struct {
 	Subject   string
 	Header    nats.Header
 	Data      []byte
-	Delivered uint64 // 1 on first delivery; for logs and back-off, never to decide what happened
-	Seq       uint64 // the message's stream sequence
+	Delivered uint64    // 1 on first delivery; for logs and back-off, never to decide what happened
+	Seq       uint64    // the message's stream sequence
+	Time      time.Time // when the stream stored it (its clock)
 	raw       *nats.Msg
 	nc        *nats.Conn
 }
@@ -225,7 +226,7 @@ func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw *nats.Msg, 
 		m.Header = nats.Header{}
 	}
 	if md, err := raw.Metadata(); err == nil {
-		m.Delivered, m.Seq = md.NumDelivered, md.Sequence.Stream
+		m.Delivered, m.Seq, m.Time = md.NumDelivered, md.Sequence.Stream, md.Timestamp
 	}
 	log := b.Log.With().Str("consumer", c.Durable).Str("subject", m.Subject).Uint64("delivered", m.Delivered).Logger()
 	log = withHeaderFields(log, m.Header)

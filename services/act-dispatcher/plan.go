@@ -23,6 +23,7 @@ func (s *Service) handlePlan(ctx context.Context, m bus.Msg) error {
 	if err != nil {
 		return fail.E(fail.Invalid, err)
 	}
+	s.moved.note(p.Rollout, p.Episode, m.Time)
 	switch p.Verb {
 	case "dag":
 		var d schema.PlanDAG

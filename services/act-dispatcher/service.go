@@ -73,6 +73,7 @@ type Service struct {
 	// follow knows which rollouts run (the watchdog's), cancels the acts
 	// of one that ends, and holds acts while the actor role is paused.
 	follow  *session.Follower
+	moved   moved // the plan messages of each episode this replica handled (the watchdog's)
 	priorMu sync.Mutex
 	prior   map[string]map[string]priorAct // finished turn's run key -> its successful calls
 	runners runners                        // the turns this replica runs
