@@ -438,7 +438,7 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 	// A result that leaves the delivered groups out (result_samples
 	// undelivered) is made whole from the groups' own messages, but for
 	// those the caller took.
-	read := false
+	read, inGroups := false, 0
 	for _, g := range r.DeliveredGroups {
 		if o.taken[g] {
 			continue
@@ -447,7 +447,13 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 		if err != nil {
 			return r, err
 		}
-		r.Samples, read = append(r.Samples, samples...), true
+		r.Samples, read, inGroups = append(r.Samples, samples...), true, inGroups+len(samples)
+	}
+	if len(o.taken) == 0 && inGroups != r.GroupSamples {
+		// A status is a claim: groups that hold other than the result
+		// counts in them lost or doubled samples on the way.
+		return r, fmt.Errorf("rollout %d: the %d groups its %s result names delivered hold %d samples, the result counts %d (group_samples)",
+			n, len(r.DeliveredGroups), r.Role, inGroups, r.GroupSamples)
 	}
 	if read {
 		// Grouped as the result groups them: a group's samples come from

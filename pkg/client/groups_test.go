@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,5 +99,53 @@ func TestGroupsEndsWithTheContext(t *testing.T) {
 	}
 	if !errors.Is(last, client.ErrTimeout) {
 		t.Fatalf("the stream ended with %v, want ErrTimeout", last)
+	}
+}
+
+// TestResultChecksTheGroupsCount: a result that leaves the delivered
+// groups out (result_samples undelivered) is made whole from their
+// messages, and their samples must be what it counts in them
+// (group_samples); otherwise Result says so, naming both counts.
+func TestResultChecksTheGroupsCount(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "planact")
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, counted := range []int{3, 4} {
+		n := int64(80 + i)
+		var tasks []schema.TaskOutcome
+		for g := range 3 {
+			grp := &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: g, Delivered: []int{0, 1, 2}[:g+1], Groups: 3,
+				Samples: []schema.Sample{{GroupIndex: g, Index: g, RolloutID: fmt.Sprintf("%d-%d", n, g)}}, SampleCount: 1,
+				Tasks: []schema.TaskOutcome{{Episode: g, GroupIndex: g, Index: g, State: schema.TaskTrained}}}
+			if g < 2 {
+				if err := b.Publish(ctx, grp); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tasks = append(tasks, grp.Tasks...)
+		}
+		// Group 2 is not delivered: its sample is the result's own.
+		if err := b.Publish(ctx, &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK, Tasks: tasks,
+			Samples: []schema.Sample{{GroupIndex: 2, Index: 2, RolloutID: fmt.Sprintf("%d-2", n)}}, SampleCount: 1,
+			DeliveredGroups: []int{0, 1}, GroupSamples: counted - 1}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Result(ctx, n, schema.RoleActor)
+		switch counted {
+		case 3:
+			if err != nil || len(r.Samples) != 3 || r.Samples[0].GroupIndex != 0 || r.Samples[2].GroupIndex != 2 {
+				t.Errorf("groups that hold what the result counts: %v, %d samples", err, len(r.Samples))
+			}
+		default:
+			want := "the 2 groups its actor result names delivered hold 2 samples, the result counts 3 (group_samples)"
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("groups short of group_samples: %v, want an error saying %q", err, want)
+			}
+		}
 	}
 }
