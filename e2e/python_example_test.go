@@ -757,9 +757,9 @@ asyncio.run(main())
 		f := feed(len(samples))
 		f.Behind[subject.Group(n, schema.RoleActor, 2)] = 1 << 20
 		_, err := slimeRun(t, slime, env("1"), f)
-		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("Unreadable: group 2 of rollout %d, named delivered", n)) ||
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("PlanactError: planact: unreadable: rollout %d (actor): group 2 of rollout %d, named delivered", n, n)) ||
 			!strings.Contains(err.Error(), "nothing there") {
-			t.Errorf("a group never there: %v, want Unreadable naming group 2", err)
+			t.Errorf("a group never there: %v, want PlanactError unreadable naming group 2", err)
 		}
 	})
 	t.Run("counts differ", func(t *testing.T) {

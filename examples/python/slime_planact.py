@@ -188,7 +188,9 @@ STOPPED_STATES = ("aborted", "unfinished")
 class PlanactError(RuntimeError):
     """planact did not give this role's samples: status is planact's
     (timeout, invalid, failed, ...) or the module's (unreachable,
-    unsupported: a nats-server older than planact needs, empty)."""
+    unsupported: a nats-server older than planact needs, empty,
+    unreadable: a group or samples object planact named could not be read
+    in time)."""
 
     def __init__(self, status, reason):
         super().__init__(f"planact: {status}: {reason}")
@@ -644,6 +646,8 @@ async def run_rollout(settings, fields):
         except nats.errors.TimeoutError:
             raise PlanactError("timeout", f"no {role} result for rollout {n} within PLANACT_TIMEOUT_S="
                                           f"{settings.timeout_s:g}s: is planact up, and did the other job arrive?") from None
+        except trainer.Unreadable as e:
+            raise PlanactError("unreadable", f"rollout {n} ({role}): {e} (PLANACT_TIMEOUT_S={settings.timeout_s:g}s)") from e
     finally:
         await nc.close()
     check_status(result, n, role)
