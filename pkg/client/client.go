@@ -432,6 +432,10 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 			return r, err
 		}
 	}
+	if len(o.taken) == 0 && len(r.Samples) != r.SampleCount {
+		// A status is a claim, and so is a count.
+		return r, fmt.Errorf("rollout %d: its %s result holds %d samples and counts %d (sample_count)", n, r.Role, len(r.Samples), r.SampleCount)
+	}
 	if len(o.taken) > 0 {
 		r.Samples = slices.DeleteFunc(r.Samples, func(s schema.Sample) bool { return o.taken[s.GroupIndex] })
 	}

@@ -105,7 +105,8 @@ func TestGroupsEndsWithTheContext(t *testing.T) {
 // TestResultChecksTheGroupsCount: a result that leaves the delivered
 // groups out (result_samples undelivered) is made whole from their
 // messages, and their samples must be what it counts in them
-// (group_samples); otherwise Result says so, naming both counts.
+// (group_samples), as its own must be its sample_count; otherwise Result
+// says so, naming both counts.
 func TestResultChecksTheGroupsCount(t *testing.T) {
 	_, url := bustest.Server(t)
 	b := bustest.Bus(t, url, "planact")
@@ -115,7 +116,7 @@ func TestResultChecksTheGroupsCount(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for i, counted := range []int{3, 4} {
+	for i, counted := range []int{3, 4, 5} {
 		n := int64(80 + i)
 		var tasks []schema.TaskOutcome
 		for g := range 3 {
@@ -129,10 +130,15 @@ func TestResultChecksTheGroupsCount(t *testing.T) {
 			}
 			tasks = append(tasks, grp.Tasks...)
 		}
-		// Group 2 is not delivered: its sample is the result's own.
+		// Group 2 is not delivered: its sample is the result's own (5:
+		// the result counts two of its own).
+		own, groups := 1, counted-1
+		if counted == 5 {
+			own, groups = 2, 2
+		}
 		if err := b.Publish(ctx, &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK, Tasks: tasks,
-			Samples: []schema.Sample{{GroupIndex: 2, Index: 2, RolloutID: fmt.Sprintf("%d-2", n)}}, SampleCount: 1,
-			DeliveredGroups: []int{0, 1}, GroupSamples: counted - 1}); err != nil {
+			Samples: []schema.Sample{{GroupIndex: 2, Index: 2, RolloutID: fmt.Sprintf("%d-2", n)}}, SampleCount: own,
+			DeliveredGroups: []int{0, 1}, GroupSamples: groups}); err != nil {
 			t.Fatal(err)
 		}
 		r, err := c.Result(ctx, n, schema.RoleActor)
@@ -141,10 +147,15 @@ func TestResultChecksTheGroupsCount(t *testing.T) {
 			if err != nil || len(r.Samples) != 3 || r.Samples[0].GroupIndex != 0 || r.Samples[2].GroupIndex != 2 {
 				t.Errorf("groups that hold what the result counts: %v, %d samples", err, len(r.Samples))
 			}
-		default:
+		case 4:
 			want := "the 2 groups its actor result names delivered hold 2 samples, the result counts 3 (group_samples)"
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("groups short of group_samples: %v, want an error saying %q", err, want)
+			}
+		default:
+			want := "its actor result holds 1 samples and counts 2 (sample_count)"
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("a result short of its sample_count: %v, want an error saying %q", err, want)
 			}
 		}
 	}
