@@ -855,7 +855,13 @@ func TestPythonSlimeErrors(t *testing.T) {
 	result := func(status, reason string, samples ...schema.Sample) slimeFeed {
 		var feed slimeFeed
 		feed.store(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: status, Reason: reason,
-			Samples: samples, Tasks: trained(10)})
+			Samples: samples, SampleCount: len(samples), Tasks: trained(10)})
+		return feed
+	}
+	miscounted := func() slimeFeed { // a result that holds fewer samples than it counts
+		var feed slimeFeed
+		feed.store(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
+			Samples: plannerSamples(n)[1:2], SampleCount: 2, Tasks: trained(10)})
 		return feed
 	}
 	rejected := func(arrivalID string) slimeFeed {
@@ -867,7 +873,7 @@ func TestPythonSlimeErrors(t *testing.T) {
 	actorResult := func() slimeFeed {
 		var feed slimeFeed
 		feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
-			Samples: actorSamples(n)[:1], Tasks: trained(0)})
+			Samples: actorSamples(n)[:1], SampleCount: 1, Tasks: trained(0)})
 		return feed
 	}
 	good := plannerSamples(n)[1]
@@ -917,6 +923,7 @@ func TestPythonSlimeErrors(t *testing.T) {
 		{name: "a task not sent", feed: result(schema.ResultOK, "", unsent), wants: "ValueError: planact returned a planner sample for group 10 index 99"},
 		{name: "loss mask", feed: result(schema.ResultOK, "", uneven), wants: "ValueError: planact planner sample '9-0' (group 10, index 20): 6 loss mask entries for 7 response tokens"},
 		{name: "status", feed: result(schema.ResultOK, "", odd), wants: "ValueError: planact planner sample '9-0' (group 10, index 20): status 'lost': want one of completed, truncated, aborted, failed"},
+		{name: "sample count", feed: miscounted(), wants: "ValueError: rollout 9: its planner result holds 1 samples and counts 2 (sample_count)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := map[string]string{"PLANACT_ROLE": "planner", "PLANACT_ENGINE_URL": engine}
@@ -1079,7 +1086,7 @@ func TestPythonSlimeOlderSlime(t *testing.T) {
 	const n = 9
 	samples := plannerSamples(n)
 	var feed slimeFeed
-	feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK, Samples: samples})
+	feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK, Samples: samples, SampleCount: len(samples)})
 	out, err := slimeRun(t, `
 import os
 from dataclasses import dataclass, field

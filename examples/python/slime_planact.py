@@ -739,6 +739,7 @@ async def wait_groups(nc, js, rollout, role, arrival_id, timeout_s):
             others = {t.get("group_index", 0) for t in result.get("tasks", []) if t["state"] in ("trained", "failed", "aborted")}
             if result.get("samples_object") and (named or others - set(delivered)):
                 result["samples"] = await trainer.fetch_samples(nc, role, result["samples_object"], deadline)
+                trainer.check_sample_count(result)
             if named:
                 trainer.check_group_samples(result, sum(len(delivered[gi].get("samples", [])) for gi in named))
         return result

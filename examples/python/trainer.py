@@ -229,6 +229,8 @@ async def accept(nc, role, data, arrival_id, fetch=True, deadline=None):
     if fetch and result.get("samples_object"):  # too large to be inline: this role's object store
         result["samples"] = await fetch_samples(nc, role, result["samples_object"], deadline)
     result.setdefault("samples", [])  # absent means empty
+    if fetch or not result.get("samples_object"):
+        check_sample_count(result)
     if fetch and result.get("delivered_groups"):
         # result_samples undelivered: the delivered groups' samples are in
         # their own messages, not in the result.
@@ -249,6 +251,14 @@ async def with_groups(nc, role, result, deadline=None):
     check_group_samples(result, read)
     samples.sort(key=lambda s: s.get("group_index", 0))  # stable: each group in its order
     return samples
+
+
+def check_sample_count(result):
+    """Raises unless the result holds the samples it counts (sample_count):
+    a status is a claim, and so is a count."""
+    if len(result["samples"]) != result.get("sample_count", 0):
+        raise ValueError(f"rollout {result.get('rollout', 0)}: its {result.get('role')} result holds {len(result['samples'])} samples "
+                         f"and counts {result.get('sample_count', 0)} (sample_count)")
 
 
 def check_group_samples(result, read):
