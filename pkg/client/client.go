@@ -442,7 +442,7 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 	// A result that leaves the delivered groups out (result_samples
 	// undelivered) is made whole from the groups' own messages, but for
 	// those the caller took.
-	read, inGroups := false, 0
+	inGroups := 0
 	for _, g := range r.DeliveredGroups {
 		if o.taken[g] {
 			continue
@@ -451,7 +451,7 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 		if err != nil {
 			return r, err
 		}
-		r.Samples, read, inGroups = append(r.Samples, samples...), true, inGroups+len(samples)
+		r.Samples, inGroups = append(r.Samples, samples...), inGroups+len(samples)
 	}
 	if len(o.taken) == 0 && inGroups != r.GroupSamples {
 		// A status is a claim: groups that hold other than the result
@@ -459,7 +459,7 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 		return r, fmt.Errorf("rollout %d: the %d groups its %s result names delivered hold %d samples, the result counts %d (group_samples)",
 			n, len(r.DeliveredGroups), r.Role, inGroups, r.GroupSamples)
 	}
-	if read {
+	if inGroups > 0 {
 		// Grouped as the result groups them: a group's samples come from
 		// its message or the result, never both, each in its order.
 		sort.SliceStable(r.Samples, func(i, j int) bool { return r.Samples[i].GroupIndex < r.Samples[j].GroupIndex })

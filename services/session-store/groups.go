@@ -148,15 +148,23 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int,
 	for _, role := range missing {
 		msg := &schema.Group{Rollout: n, Role: role, GroupIndex: g, Delivered: delivered, Groups: groupCount(tasks), AtMs: s.nowMs()}
 		msg.Samples, msg.Tasks = groupShare(sess, eps, members, role)
-		held := make([]heldSample, len(msg.Samples)) // counted before publishSamples moves large ones to the object store
-		for i, smp := range msg.Samples {
-			held[i] = built(smp)
+		var counts groupCounts
+		if sess.Config.LeavesOutGroups() {
+			// What the results will count of the group, kept before
+			// publishSamples moves large samples to the object store.
+			held := make([]heldSample, len(msg.Samples))
+			for i, smp := range msg.Samples {
+				held[i] = built(smp)
+			}
+			counts = countHeld(held)
 		}
 		obj, err := s.publishSamples(ctx, msg, fmt.Sprintf("rollout-%d-%s.group-%d.samples", n, role, g))
 		if err != nil {
 			return nil, err
 		}
-		s.counted.put(n, role, g, countHeld(held))
+		if sess.Config.LeavesOutGroups() {
+			s.counted.put(n, role, g, counts)
+		}
 		if obj != "" {
 			objects = append(objects, obj)
 		}
