@@ -426,12 +426,31 @@ async function withSamples(nc, r, deadline) {
     r.samples = decode(data);
   }
   r.samples ??= [];
+  if (r.sample_count !== undefined && r.samples.length !== r.sample_count) {
+    // A status is a claim, and so is a count (a group's samples object,
+    // read through here too, has none).
+    throw new PlanactError(
+      "failed",
+      `rollout ${r.rollout}: its ${r.role} result holds ${r.samples.length} samples and counts ${r.sample_count} (sample_count)`,
+      r,
+    );
+  }
   if (r.delivered_groups?.length) {
     // result_samples undelivered: the delivered groups' samples are in
     // their own messages, not in the result. A group's samples are in its
     // message or the result, never both; sort is stable.
+    let inGroups = 0;
     for (const g of r.delivered_groups) {
-      r.samples.push(...(await groupSamples(nc, r.rollout, r.role, g, deadline)));
+      const samples = await groupSamples(nc, r.rollout, r.role, g, deadline);
+      inGroups += samples.length;
+      r.samples.push(...samples);
+    }
+    if (inGroups !== (r.group_samples ?? 0)) {
+      throw new PlanactError(
+        "failed",
+        `rollout ${r.rollout}: the ${r.delivered_groups.length} groups its ${r.role} result names delivered hold ${inGroups} samples, the result counts ${r.group_samples ?? 0} (group_samples)`,
+        r,
+      );
     }
     r.samples.sort((a, b) => (a.group_index ?? 0) - (b.group_index ?? 0));
   }

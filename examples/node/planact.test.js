@@ -5,6 +5,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
+import { encode } from "@msgpack/msgpack";
+
 import {
   checkEvaluation,
   checkSamples,
@@ -14,6 +16,7 @@ import {
   outcome,
   PlanactError,
   versionAtLeast,
+  waitResult,
 } from "./planact.js";
 
 // results builds a consistent rollout of two episodes (rollout 42), one act
@@ -207,4 +210,37 @@ test("checkServer refuses an old nats-server in one line", () => {
       err.message === "nats-server too old for planact: nats://127.0.0.1:4222 runs 2.9.10, planact needs 2.12.0 or later",
   );
   assert.throws(() => checkServer(conn(undefined)), /runs an unknown version, planact needs 2.12.0 or later/);
+});
+
+// standIn is a connection that answers direct gets from stored messages
+// (subject -> body), a 404 for the rest, and lets subscriptions wait.
+function standIn(stored) {
+  return {
+    info: { version: "2.12.0" },
+    getServer: () => "127.0.0.1:4222",
+    isClosed: () => false,
+    subscribe: () => ({ unsubscribe() {} }),
+    request: async (subject) => {
+      const body = stored[subject.replace("$JS.API.DIRECT.GET.ROLLOUT.", "")];
+      return body ? { data: encode(body), headers: undefined } : { data: new Uint8Array(), headers: { hasError: true } };
+    },
+  };
+}
+
+test("a result that leaves the groups out is made whole from them, and its counts are checked", async () => {
+  const sample = (g, index) => ({ group_index: g, index, rollout_id: `5-${index}`, tokens: [1, 2], response_length: 1 });
+  const stored = (counts) => ({
+    "rollout.5.result.actor": {
+      schema: "rollout.result/1", rollout: 5, role: "actor", status: "ok",
+      samples: [sample(1, 2)], sample_count: counts.own, delivered_groups: [0, 2], group_samples: counts.groups,
+    },
+    "rollout.5.result.actor.group.0": { schema: "rollout.group/1", rollout: 5, role: "actor", group_index: 0, samples: [sample(0, 0), sample(0, 1)] },
+    "rollout.5.result.actor.group.2": { schema: "rollout.group/1", rollout: 5, role: "actor", group_index: 2, samples: [sample(2, 4)] },
+  });
+  const r = await waitResult(standIn(stored({ own: 1, groups: 3 })), 5, "actor", { timeoutMs: 5000 });
+  assert.deepEqual(r.samples.map((s) => [s.group_index, s.index]), [[0, 0], [0, 1], [1, 2], [2, 4]]);
+  await assert.rejects(waitResult(standIn(stored({ own: 1, groups: 4 })), 5, "actor", { timeoutMs: 5000 }),
+    /the 2 groups its actor result names delivered hold 3 samples, the result counts 4 \(group_samples\)/);
+  await assert.rejects(waitResult(standIn(stored({ own: 2, groups: 3 })), 5, "actor", { timeoutMs: 5000 }),
+    /its actor result holds 1 samples and counts 2 \(sample_count\)/);
 });
