@@ -189,10 +189,10 @@ func (r *Report) text(w io.Writer, o options) {
 		for _, t := range ms.Tally {
 			total += t.Count
 		}
-		fmt.Fprintf(w, "  by kind (-tally: %d messages seen by a subscriber to every subject; per act)\n", total)
+		fmt.Fprintf(w, "  by kind (-tally: %d messages seen by a subscriber to every subject; messages and KB per act)\n", total)
 		for _, t := range ms.Tally {
 			if t.PerAct >= 0.01 {
-				fmt.Fprintf(w, "    %6.2f  %s\n", t.PerAct, t.Kind)
+				fmt.Fprintf(w, "    %6.2f  %7.2f KB  %s\n", t.PerAct, t.KBPerAct, t.Kind)
 			}
 		}
 	}

@@ -182,9 +182,9 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	samples := smp.end()
-	var tallied map[string]int64
+	var tallied, talliedBytes map[string]int64
 	if tl != nil {
-		if tallied, err = tl.end(); err != nil {
+		if tallied, talliedBytes, err = tl.end(); err != nil {
 			return fmt.Errorf("-tally: %w", err)
 		}
 	}
@@ -222,7 +222,7 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	if tallied != nil {
-		rep.Messages.Tally = tallyRows(tallied, float64(rep.Dups.Acts))
+		rep.Messages.Tally = tallyRows(tallied, talliedBytes, float64(rep.Dups.Acts))
 	}
 	if prof != nil {
 		if err := writeProfileSummaries(ctx, prof, o.Profile); err != nil {

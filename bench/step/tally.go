@@ -21,6 +21,7 @@ import (
 type tally struct {
 	mu  sync.Mutex
 	n   map[string]int64
+	b   map[string]int64 // bytes by kind: body and headers
 	sub *nats.Subscription
 	nc  *nats.Conn
 }
@@ -30,11 +31,18 @@ func startTally(url string) (*tally, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &tally{n: map[string]int64{}, nc: nc}
+	t := &tally{n: map[string]int64{}, b: map[string]int64{}, nc: nc}
 	t.sub, err = nc.Subscribe(">", func(m *nats.Msg) {
 		k := kindOf(m)
+		size := int64(len(m.Data))
+		for h, vs := range m.Header {
+			for _, v := range vs {
+				size += int64(len(h) + len(v) + 4)
+			}
+		}
 		t.mu.Lock()
 		t.n[k]++
+		t.b[k] += size
 		t.mu.Unlock()
 	})
 	if err == nil {
@@ -50,9 +58,9 @@ func startTally(url string) (*tally, error) {
 	return t, nil
 }
 
-// end stops the tally and returns its counts, with the messages the
-// subscriber could not keep up with (dropped: the counts are then short).
-func (t *tally) end() (map[string]int64, error) {
+// end stops the tally and returns its counts and bytes, with the messages
+// the subscriber could not keep up with (dropped: the counts are then short).
+func (t *tally) end() (n, b map[string]int64, err error) {
 	_ = t.nc.Flush()
 	dropped, _ := t.sub.Dropped()
 	_ = t.sub.Unsubscribe()
@@ -60,9 +68,9 @@ func (t *tally) end() (map[string]int64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if dropped > 0 {
-		return t.n, fmt.Errorf("the tally dropped %d messages: its counts are short", dropped)
+		return t.n, t.b, fmt.Errorf("the tally dropped %d messages: its counts are short", dropped)
 	}
-	return t.n, nil
+	return t.n, t.b, nil
 }
 
 // kindOf names what a message is for: a publish to a stream, a delivery
@@ -146,18 +154,20 @@ func replyKind(m *nats.Msg) string {
 	return "other"
 }
 
-// TallyRow is one kind of message and how many per act.
+// TallyRow is one kind of message: how many, and their bytes (bodies and
+// headers), per act.
 type TallyRow struct {
-	Kind   string  `json:"kind"`
-	Count  int64   `json:"count"`
-	PerAct float64 `json:"per_act"`
+	Kind     string  `json:"kind"`
+	Count    int64   `json:"count"`
+	PerAct   float64 `json:"per_act"`
+	KBPerAct float64 `json:"kb_per_act"`
 }
 
 // tallyRows orders the counts, most first.
-func tallyRows(n map[string]int64, acts float64) []TallyRow {
+func tallyRows(n, b map[string]int64, acts float64) []TallyRow {
 	var rows []TallyRow
 	for k, c := range n {
-		rows = append(rows, TallyRow{Kind: k, Count: c, PerAct: float64(c) / acts})
+		rows = append(rows, TallyRow{Kind: k, Count: c, PerAct: float64(c) / acts, KBPerAct: float64(b[k]) / 1024 / acts})
 	}
 	sort.Slice(rows, func(i, j int) bool {
 		return rows[i].Count > rows[j].Count || (rows[i].Count == rows[j].Count && rows[i].Kind < rows[j].Kind)

@@ -49,9 +49,9 @@ func TestKindOf(t *testing.T) {
 }
 
 func TestTallyRowsMostFirst(t *testing.T) {
-	rows := tallyRows(map[string]int64{"b": 10, "a": 10, "c": 30}, 10)
-	if len(rows) != 3 || rows[0].Kind != "c" || rows[0].PerAct != 3 || rows[1].Kind != "a" || rows[2].Kind != "b" {
-		t.Errorf("rows %+v, want c (3 per act), then a and b", rows)
+	rows := tallyRows(map[string]int64{"b": 10, "a": 10, "c": 30}, map[string]int64{"c": 20480}, 10)
+	if len(rows) != 3 || rows[0].Kind != "c" || rows[0].PerAct != 3 || rows[0].KBPerAct != 2 || rows[1].Kind != "a" || rows[2].Kind != "b" || rows[2].KBPerAct != 0 {
+		t.Errorf("rows %+v, want c (3 per act, 2 KB per act), then a and b", rows)
 	}
 }
 
