@@ -930,3 +930,73 @@ func TestMutateNew(t *testing.T) {
 		t.Errorf("a decision not to write rested on %v reads, want 1", got)
 	}
 }
+
+// TestAReconnectLosesNoMessage: a consumer's pull request open when its
+// connection drops and comes back may still be open on the server. The
+// puller asked again for every slot after the reconnect, so the server
+// held requests for twice its slots: the message beyond them was handed
+// back at once, to the same request, again and again until its deliveries
+// ran out, and nothing ever handled it.
+func TestAReconnectLosesNoMessage(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	const slots = 4
+	release := make(chan struct{})
+	var mu sync.Mutex
+	running, most := 0, 0
+	hb := newHandledBy()
+	hb.consume(t, b, "a", bus.Consumer{Stream: bus.StreamRollout, Durable: "reconnect", Filters: []string{"rollout.*.status"}, Concurrency: slots},
+		func(ctx context.Context) {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			mu.Lock()
+			running--
+			mu.Unlock()
+		})
+	ctx := context.Background()
+	cons, err := b.JS.Consumer(ctx, bus.StreamRollout, "reconnect")
+	for err != nil {
+		time.Sleep(10 * time.Millisecond)
+		cons, err = b.JS.Consumer(ctx, bus.StreamRollout, "reconnect")
+	}
+	// The idle consumer's request is open on the server.
+	eventuallyBus(t, "a pull request waiting", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumWaiting > 0
+	})
+	reconnected := make(chan struct{}, 1)
+	b.NC.SetReconnectHandler(func(*nats.Conn) { reconnected <- struct{}{} })
+	if err := b.NC.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	<-reconnected
+	time.Sleep(200 * time.Millisecond) // the puller has heard of it, and asked again
+	publishStatuses(t, b, 0, slots+1)
+	eventuallyBus(t, "every slot busy", func() bool { return hb.count("a") == slots })
+	time.Sleep(500 * time.Millisecond) // the message beyond the slots had time to bounce
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Delivered.Consumer > slots+1 {
+		t.Errorf("%d deliveries of %d messages while %d slots were busy: the one beyond them was handed back and delivered again", info.Delivered.Consumer, slots+1, slots)
+	}
+	close(release)
+	settle(t, b, "reconnect", func() bool { return hb.count("a") == slots+1 })
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	for r, by := range hb.by {
+		if len(by) != 1 {
+			t.Errorf("message %d handled %d times", r, len(by))
+		}
+	}
+	if most > slots {
+		t.Errorf("%d handlers at once with %d slots", most, slots)
+	}
+}

@@ -62,17 +62,25 @@ func (s *Slots) get() (int, <-chan struct{}) {
 // it a second time. Each request has its own reply subject under one
 // subscription, so that its end (the 408 at expiry, which says how many of
 // its messages did not come) is counted against the right request.
+//
+// When the count of what open requests still owe is lost (a reconnect, a
+// request ended without saying), the requests are ended for good with
+// it: the subscription moves to a new inbox, and JetStream drops a request
+// whose reply subject nobody listens on before it delivers to it. Asking
+// again for every free slot while old requests might still deliver would
+// hold more messages than slots.
 type puller struct {
 	b       *Bus
 	c       Consumer
 	slots   *Slots
 	subject string // $JS.API.CONSUMER.MSG.NEXT.<stream>.<durable>
-	inbox   string
 	expires time.Duration
 	log     zerolog.Logger
 	handle  func(m *nats.Msg) // runs the handler of a message we hold a slot for; returns when it is done
 
 	mu       sync.Mutex
+	inbox    string               // the requests' reply subjects are under it
+	sub      *nats.Subscription   // on inbox.*; replaced when the requests are forgotten
 	running  int                  // handlers running
 	asked    int                  // messages asked for and not yet come, in all open requests
 	reqs     map[string]time.Time // open requests: when each is over for sure
@@ -97,7 +105,6 @@ func newPuller(b *Bus, c Consumer, handle func(*nats.Msg)) *puller {
 	return &puller{
 		b: b, c: c, slots: slots, handle: handle,
 		subject: fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", c.Stream, c.Durable),
-		inbox:   b.NC.NewInbox(),
 		// Within the ack wait, with a margin for the clocks of the two ends.
 		expires: min(c.AckWait*9/10, 30*time.Second),
 		log:     b.Log.With().Str("consumer", c.Durable).Logger(),
@@ -116,11 +123,12 @@ func (p *puller) poke() {
 // run pulls until ctx ends, then stops asking, hands back what still
 // arrives and waits for the handlers.
 func (p *puller) run(ctx context.Context) error {
-	sub, err := p.b.NC.Subscribe(p.inbox+".*", p.receive)
+	p.mu.Lock()
+	err := p.listen()
+	p.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", p.c.Durable, err)
 	}
-	_ = sub.SetPendingLimits(-1, -1) // every message here was asked for
 	status := p.b.NC.StatusChanged(nats.CONNECTED)
 	defer p.b.NC.RemoveStatusListener(status)
 	timer := time.NewTimer(time.Hour)
@@ -133,6 +141,7 @@ func (p *puller) run(ctx context.Context) error {
 		case <-ctx.Done():
 			p.mu.Lock()
 			p.stopping = true
+			sub := p.sub
 			p.mu.Unlock()
 			_ = sub.Drain() // what is on its way is handed back (nak) by receive
 			p.wg.Wait()
@@ -151,11 +160,34 @@ func (p *puller) run(ctx context.Context) error {
 	}
 }
 
-// forget takes every open request for lost; a message one of them still
-// brings is handled if a slot is free, else handed back. p.mu is held.
+// forget ends every open request: none is counted any more, and none can
+// deliver, its reply subject being gone (a message already on its way is
+// handled if a slot is free, else handed back). p.mu is held.
 func (p *puller) forget() {
 	clear(p.reqs)
 	p.asked = 0
+	if err := p.listen(); err != nil {
+		// The old subscription stays: its requests expire within the ack
+		// wait, and until then a message beyond the slots is handed back
+		// with a delay (receive).
+		p.log.Warn().Err(err).Msg("pull requests forgotten on the same inbox")
+	}
+}
+
+// listen subscribes a new inbox for the requests, and ends the old one's.
+// p.mu is held.
+func (p *puller) listen() error {
+	inbox := p.b.NC.NewInbox()
+	sub, err := p.b.NC.Subscribe(inbox+".*", p.receive)
+	if err != nil {
+		return err
+	}
+	_ = sub.SetPendingLimits(-1, -1) // every message here was asked for
+	if p.sub != nil {
+		_ = p.sub.Unsubscribe()
+	}
+	p.inbox, p.sub = inbox, sub
+	return nil
 }
 
 // ask sends a pull request for the free slots when it should, and says
@@ -188,16 +220,23 @@ func (p *puller) ask(limit int) time.Duration {
 		p.mu.Unlock()
 		return min(next, p.retryAt.Sub(now))
 	}
+	if !p.b.NC.IsConnected() {
+		// Sent now, it would wait in the client's buffer and reach the
+		// server after the reconnect, when its count is forgotten.
+		p.mu.Unlock()
+		return min(next, maxPullRetry)
+	}
 	p.seq++
 	id := strconv.FormatUint(p.seq, 10)
 	p.reqs[id] = now.Add(p.expires + pullGrace)
 	p.asked += free
+	inbox := p.inbox
 	p.mu.Unlock()
 	body, _ := json.Marshal(struct {
 		Batch   int           `json:"batch"`
 		Expires time.Duration `json:"expires"`
 	}{free, p.expires})
-	if err := p.b.NC.PublishRequest(p.subject, p.inbox+"."+id, body); err != nil {
+	if err := p.b.NC.PublishRequest(p.subject, inbox+"."+id, body); err != nil {
 		p.log.Debug().Err(err).Msg("pull request not sent")
 		p.mu.Lock()
 		delete(p.reqs, id)
@@ -228,11 +267,11 @@ func pullRetry(failures int) time.Duration {
 
 // end closes request id, which JetStream ended with status code; the
 // messages it did not bring are asked for again.
-func (p *puller) end(id string, code string, h nats.Header) {
+func (p *puller) end(sub *nats.Subscription, id string, code string, h nats.Header) {
 	p.mu.Lock()
 	defer p.poke()
 	defer p.mu.Unlock()
-	if _, open := p.reqs[id]; !open {
+	if _, open := p.reqs[id]; !open || sub != p.sub {
 		return
 	}
 	delete(p.reqs, id)
@@ -258,23 +297,23 @@ func (p *puller) end(id string, code string, h nats.Header) {
 func (p *puller) receive(m *nats.Msg) {
 	if code := m.Header.Get("Status"); code != "" && len(m.Data) == 0 {
 		if code != "100" { // a heartbeat; none is asked for
-			p.end(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], code, m.Header)
+			p.end(m.Sub, m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], code, m.Header)
 		}
 		return
 	}
 	p.mu.Lock()
-	ours := false
+	ours, stopping := false, p.stopping
 	switch {
-	case p.stopping:
-	case p.asked > 0:
+	case stopping:
+	case p.asked > 0 && m.Sub == p.sub:
 		p.asked--
 		if p.asked == 0 {
 			clear(p.reqs) // every request came for all it asked
 		}
 		ours = true
 	default:
-		// A request forgotten at a reconnect still delivered: handled
-		// only if a slot is free.
+		// A request forgotten (at a reconnect) delivered on its way out:
+		// handled only if a slot is free.
 		limit, _ := p.slots.get()
 		ours = limit-p.running > 0
 	}
@@ -285,8 +324,14 @@ func (p *puller) receive(m *nats.Msg) {
 	}
 	p.mu.Unlock()
 	if !ours {
-		// Handed back at once, for a replica with a free slot.
-		_ = ack(p.b.NC, m, ackNak)
+		if stopping {
+			// Handed back at once, for a replica with a free slot.
+			_ = ack(p.b.NC, m, ackNak)
+		} else {
+			// Not at once: a request of this consumer that is still open
+			// would take it straight back, each time a delivery more.
+			_ = nakWithDelay(p.b.NC, m, pullGrace)
+		}
 		return
 	}
 	go func() {
