@@ -215,6 +215,13 @@ type RoleState struct {
 	// Rollback is the last time a resume took the role back to older
 	// weights.
 	Rollback *RoleRollback `json:"rollback,omitempty"`
+	// StateSeq is the trainer stream's sequence of the last pause or
+	// resume that set Paused, and VersionSeq of the last resume that set
+	// WeightVersion: one older than these (delivered again, or handled
+	// after a later one: the consumer runs several handlers at once)
+	// changes neither.
+	StateSeq   uint64 `json:"state_seq,omitempty"`
+	VersionSeq uint64 `json:"version_seq,omitempty"`
 }
 
 // RoleKey is the KV key of a role's state.

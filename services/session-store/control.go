@@ -40,19 +40,33 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 		return fail.E(fail.Invalid, err)
 	}
 	id := m.ID()
+	superseded := false
 	st, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(p.Role), func(v *schema.RoleState, _ bool) (bool, error) {
 		v.Role = p.Role
+		superseded = false
 		if v.Paused && v.PauseID == id || v.Expiry != nil && v.Expiry.PauseID == id {
 			return false, nil // this pause, delivered again (it may have expired since)
+		}
+		if m.Seq != 0 && m.Seq <= v.StateSeq {
+			// A later pause or resume was applied: this one, delivered
+			// again or handled after it, must not pause the role anew.
+			superseded = true
+			return false, nil
 		}
 		now := s.nowMs()
 		v.Epoch++
 		v.Paused, v.Mode, v.PauseID, v.SinceMs, v.Reason = true, p.Mode, id, now, p.Reason
 		v.DeadlineMs = now + schema.Seconds(p.TimeoutS).Milliseconds()
+		v.StateSeq = max(v.StateSeq, m.Seq)
 		return true, nil
 	})
 	if err != nil {
 		return err
+	}
+	if superseded {
+		zerolog.Ctx(ctx).Info().Str("role", p.Role).Str("pause_id", id).Uint64("seq", m.Seq).Uint64("state_seq", st.StateSeq).
+			Msg("pause older than the role's last pause or resume: not applied")
+		return nil
 	}
 	zerolog.Ctx(ctx).Info().Str("role", p.Role).Str("mode", st.Mode).Int64("epoch", st.Epoch).Msg("role paused")
 	return s.answerPause(ctx, st)
@@ -81,17 +95,31 @@ func (s *Service) handleResume(ctx context.Context, m bus.Msg) error {
 		if v.Rollback != nil && v.Rollback.ResumeID == id {
 			rollback = v.Rollback // this resume, delivered again: published again
 		}
-		if v.Paused {
-			v.Epoch++
-			v.Paused, v.Mode, v.PauseID, v.SinceMs, v.DeadlineMs, v.Reason = false, "", "", 0, 0, ""
-			changed = true
-		}
-		if r.WeightVersion != "" && r.WeightVersion != v.WeightVersion {
-			if schema.Newer(v.WeightVersion, r.WeightVersion) {
-				rollback = &schema.RoleRollback{From: v.WeightVersion, To: r.WeightVersion, ResumeID: id, AtMs: s.nowMs()}
-				v.Rollback = rollback
+		// A resume older than the role's last pause or resume (delivered
+		// again, or handled after a later one) neither ends a pause nor
+		// takes the version back; one with no sequence (read some other
+		// way) is taken as the latest.
+		if m.Seq == 0 || m.Seq > v.StateSeq {
+			if v.Paused {
+				v.Epoch++
+				v.Paused, v.Mode, v.PauseID, v.SinceMs, v.DeadlineMs, v.Reason = false, "", "", 0, 0, ""
+				changed = true
 			}
-			v.WeightVersion, changed = r.WeightVersion, true
+			if m.Seq > v.StateSeq {
+				v.StateSeq, changed = m.Seq, true
+			}
+		}
+		if r.WeightVersion != "" && (m.Seq == 0 || m.Seq > v.VersionSeq) {
+			if r.WeightVersion != v.WeightVersion {
+				if schema.Newer(v.WeightVersion, r.WeightVersion) {
+					rollback = &schema.RoleRollback{From: v.WeightVersion, To: r.WeightVersion, ResumeID: id, AtMs: s.nowMs()}
+					v.Rollback = rollback
+				}
+				v.WeightVersion, changed = r.WeightVersion, true
+			}
+			if m.Seq > v.VersionSeq {
+				v.VersionSeq, changed = m.Seq, true
+			}
 		}
 		return changed, nil
 	})

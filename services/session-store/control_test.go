@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
@@ -99,5 +102,77 @@ func TestAPauseWaitsForEveryGatewayPresent(t *testing.T) {
 	ids, err := s.Bus.PresentGateways(ctx, role)
 	if err != nil || len(ids) > 0 {
 		t.Errorf("gateways present after both stopped: %v %v", ids, err)
+	}
+}
+
+// TestAnOlderPauseOrResumeChangesNothing: pauses and resumes are applied
+// in the order the trainer's stream holds them, whatever order they are
+// handled in. A pause delivered again after the resume that ended it used
+// to pause the role anew (for its whole time-out: no generation of the
+// role ran); a resume delivered again after a later pause ended that
+// pause, and one that named older weights recorded a rollback to them.
+func TestAnOlderPauseOrResumeChangesNothing(t *testing.T) {
+	_, url := bustest.Server(t)
+	s := newTestService(bustest.Bus(t, url, "ss"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const role = schema.RoleActor
+	at := time.Now().UnixMilli()
+	msg := func(seq uint64, v schema.Message, id string) bus.Msg {
+		t.Helper()
+		data, err := schema.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bus.Msg{Subject: v.Subject(), Data: data, Seq: seq, Delivered: 1, Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}
+	}
+	pause := func(seq uint64, n int64) bus.Msg {
+		p := &schema.Pause{Role: role, Mode: schema.PauseWait, AtMs: at + n}
+		return msg(seq, p, p.MsgID())
+	}
+	resume := func(seq uint64, n int64, version string) bus.Msg {
+		r := &schema.Resume{Role: role, WeightVersion: version, AtMs: at + n}
+		return msg(seq, r, r.MsgID())
+	}
+	handle := func(m bus.Msg) schema.RoleState {
+		t.Helper()
+		if err := s.handleControl(ctx, m); err != nil {
+			t.Fatalf("%s seq %d: %v", m.Subject, m.Seq, err)
+		}
+		st, _, _, err := bus.GetFresh[schema.RoleState](ctx, s.Bus.Sessions, schema.RoleKey(role))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	p1, r1 := pause(10, 1), resume(11, 2, "step-2")
+	handle(p1)
+	if st := handle(r1); st.Paused || st.WeightVersion != "step-2" {
+		t.Fatalf("after pause and resume: paused %v, version %q", st.Paused, st.WeightVersion)
+	}
+	epoch := handle(r1).Epoch
+	if st := handle(p1); st.Paused || st.Epoch != epoch {
+		t.Errorf("the pause delivered again after its resume: paused %v, epoch %d (was %d); want the role running", st.Paused, st.Epoch, epoch)
+	}
+
+	// A later pause handled before an earlier resume: the pause holds, and
+	// the resume's weights (newer than the role's) are taken.
+	p2, r2 := pause(13, 4), resume(12, 3, "step-3")
+	if st := handle(p2); !st.Paused {
+		t.Fatal("the second pause did not pause the role")
+	}
+	if st := handle(r2); !st.Paused || st.WeightVersion != "step-3" {
+		t.Errorf("a resume older than the pause, handled after it: paused %v, version %q; want paused, step-3", st.Paused, st.WeightVersion)
+	}
+	r3 := resume(14, 5, "step-4")
+	if st := handle(r3); st.Paused || st.WeightVersion != "step-4" {
+		t.Fatalf("the second resume: paused %v, version %q", st.Paused, st.WeightVersion)
+	}
+	// The first resume again: no rollback to step-2, nothing announced.
+	if st := handle(r1); st.WeightVersion != "step-4" || st.Rollback != nil {
+		t.Errorf("a resume delivered again after later ones: version %q, rollback %+v; want step-4 and none", st.WeightVersion, st.Rollback)
+	}
+	if m, err := s.Bus.LastMsg(ctx, bus.StreamControl, subject.Control(role, "rollback")); err != nil || m != nil {
+		t.Errorf("a rollback was announced (%v)", err)
 	}
 }
