@@ -312,6 +312,7 @@ func (s *Service) settle(ctx context.Context, sess schema.Session, rev uint64) e
 	for len(sess.Outbox) > 0 {
 		next, nextRev, err := s.settleOnce(ctx, sess, rev)
 		if err != nil {
+			s.failing.note(sess.Rollout, s.Now())
 			return rolloutErr(sess.Rollout, err)
 		}
 		if slices.Equal(next.Outbox, sess.Outbox) {
@@ -319,7 +320,16 @@ func (s *Service) settle(ctx context.Context, sess schema.Session, rev uint64) e
 		}
 		sess, rev = next, nextRev
 	}
+	s.failing.settled(sess.Rollout)
 	return nil
+}
+
+// givingUp says whether the finished rollout sess has failed to settle
+// for longer than ResultPatience: what cannot be delivered then is given
+// up, and the results go out failed, saying why.
+func (s *Service) givingUp(sess *schema.Session) bool {
+	since, failing := s.failing.since(sess.Rollout)
+	return sess.Final() && failing && s.Now().Sub(since) > s.ResultPatience
 }
 
 func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint64) (schema.Session, uint64, error) {
@@ -327,6 +337,7 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 	var res *published
 	var groups []schema.GroupState
 	var objects []string
+	var undelivered []string // groups given up: the results go out failed, saying why
 	for _, effect := range sess.Outbox {
 		var err error
 		switch {
@@ -352,9 +363,14 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 			}
 			if err == nil {
 				groups = append(groups, gs)
+			} else if sess.Final() && (!fail.IsRetryable(err) || s.givingUp(&sess)) {
+				// Never to be delivered (or not within the patience): the
+				// results behind it are not held back for ever.
+				zerolog.Ctx(ctx).Error().Err(err).Int("group", g).Msg("group could not be delivered; the results go out failed")
+				undelivered, err = append(undelivered, fmt.Sprintf("group %d: %v", g, err)), nil
 			}
 		case effect == schema.EffectResults:
-			res, err = s.publishResults(ctx, &sess)
+			res, err = s.publishResults(ctx, &sess, undelivered)
 			if res != nil {
 				objects = append(objects, res.objects...)
 			}

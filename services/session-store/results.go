@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -27,12 +26,13 @@ type published struct {
 // publishResults publishes the result of every role that arrived, unless
 // it is already on its subject (this is the redo of an interrupted
 // publish): results are read back, never assembled twice. When the samples
-// cannot be assembled or delivered for longer than ResultPatience, the
+// cannot be assembled or delivered for longer than ResultPatience, or a
+// group could not be delivered (undelivered says which, and why), the
 // trainers get a failed result that says why instead of none.
-func (s *Service) publishResults(ctx context.Context, sess *schema.Session) (*published, error) {
+func (s *Service) publishResults(ctx context.Context, sess *schema.Session, undelivered []string) (*published, error) {
 	n := sess.Rollout
 	res := &published{status: sess.Status, reason: sess.Reason}
-	giveUp := s.Now().Sub(time.UnixMilli(sess.FinishedMs)) > s.ResultPatience
+	giveUp := s.givingUp(sess)
 	var built map[string]result
 	var roles []string
 	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
@@ -52,6 +52,9 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session) (*pu
 				return nil, err
 			}
 		} else {
+			if built == nil && len(undelivered) > 0 {
+				built = bareResults(n, schema.ResultFailed, "samples could not be delivered: "+strings.Join(undelivered, "; "))
+			}
 			if built == nil {
 				if built, err = s.results(ctx, sess, giveUp); err != nil {
 					return nil, err
@@ -68,8 +71,10 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session) (*pu
 				// The samples cannot be delivered (the object store refuses
 				// them, say): the trainer still learns that, and why.
 				zerolog.Ctx(ctx).Error().Err(err).Str("role", role).Msg("result could not be published; sending a failed one")
-				r = &schema.Result{Rollout: n, Role: role, Status: schema.ResultFailed,
-					Reason: "samples could not be delivered: " + err.Error(), Stats: r.Stats, ArrivalID: r.ArrivalID}
+				// It holds no sample, and its stats count none: only when
+				// the rollout ran.
+				r = &schema.Result{Rollout: n, Role: role, Status: schema.ResultFailed, Reason: "samples could not be delivered: " + err.Error(),
+					Stats: schema.Stats{StartedMs: sess.StartedMs, FinishedMs: sess.FinishedMs}, ArrivalID: r.ArrivalID}
 				if err := s.Bus.Publish(ctx, r); err != nil {
 					return nil, err
 				}
@@ -91,13 +96,7 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session) (*pu
 // or a bare result with the session's status for one that never started.
 func (s *Service) results(ctx context.Context, sess *schema.Session, giveUp bool) (map[string]result, error) {
 	n := sess.Rollout
-	bare := func(status, reason string) map[string]result {
-		out := map[string]result{}
-		for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
-			out[role] = result{Result: &schema.Result{Rollout: n, Role: role, Status: status, Reason: reason}}
-		}
-		return out
-	}
+	bare := func(status, reason string) map[string]result { return bareResults(n, status, reason) }
 	if sess.Status == schema.ResultInvalid || sess.Episodes == 0 {
 		return bare(sess.Status, sess.Reason), nil
 	}
@@ -110,6 +109,15 @@ func (s *Service) results(ctx context.Context, sess *schema.Session, giveUp bool
 		return bare(schema.ResultFailed, "samples could not be assembled: "+err.Error()), nil
 	}
 	return map[string]result{schema.RolePlanner: planner, schema.RoleActor: actor}, nil
+}
+
+// bareResults are both roles' results of rollout n without samples.
+func bareResults(n int64, status, reason string) map[string]result {
+	out := map[string]result{}
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		out[role] = result{Result: &schema.Result{Rollout: n, Role: role, Status: status, Reason: reason}}
+	}
+	return out
 }
 
 // publishResult sends b's result, moving its samples to its role's object

@@ -45,8 +45,9 @@ type Deps struct {
 	// Grace is how long the sweep leaves a decision or a deadline to the
 	// message that normally handles it before it steps in; default 5s.
 	Grace time.Duration
-	// ResultPatience is how long the results of a finished rollout are
-	// tried before both trainers get a failed result that says why; default 2m.
+	// ResultPatience is how long the results of a finished rollout (or a
+	// group before them) are tried, from their first failure, before both
+	// trainers get a failed result that says why; default 2m.
 	ResultPatience time.Duration
 }
 
@@ -56,6 +57,7 @@ type Service struct {
 	index     *index
 	taskCache *taskCache
 	counted   deliveredCounts // what the groups this process delivered count (see assemble)
+	failing   failingSince    // rollouts whose effects fail to settle, since when (ResultPatience)
 	locks     rolloutLocks
 	arrivals  rolloutLocks // one arrival of a rollout at a time (see handleArrive)
 	ends      endQueue

@@ -1,0 +1,142 @@
+package sessionstore
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/subject"
+)
+
+// finishedRollout stores the session of rollout n, finished an hour ago
+// with both roles arrived and the effects given still to settle, and
+// returns it.
+func finishedRollout(t *testing.T, s *Service, n int64, cfg schema.Config, outbox ...string) schema.Session {
+	t.Helper()
+	now := s.Now().UnixMilli()
+	sess := schema.Session{Rollout: n, State: schema.SessionDone, Status: schema.ResultOK, Config: cfg, Episodes: 1,
+		Roles: map[string]schema.RoleInfo{schema.RolePlanner: {ArrivalID: "p"}, schema.RoleActor: {ArrivalID: "a"}},
+		CreatedMs: now - 2*time.Hour.Milliseconds(), StartedMs: now - 2*time.Hour.Milliseconds(), FinishedMs: now - time.Hour.Milliseconds(),
+		Ended: []int{0}, Outbox: outbox}
+	if _, err := bus.Create(context.Background(), s.Bus.Sessions, schema.SessionKey(n), sess); err != nil {
+		t.Fatal(err)
+	}
+	return sess
+}
+
+// resultOf reads role's result of rollout n, if one was published.
+func resultOf(t *testing.T, s *Service, n int64, role string) *schema.Result {
+	t.Helper()
+	m, err := s.Bus.LastMsg(context.Background(), bus.StreamRollout, subject.Result(n, role))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m == nil {
+		return nil
+	}
+	var r schema.Result
+	if err := schema.Unmarshal(m.Data, &r); err != nil {
+		t.Fatal(err)
+	}
+	return &r
+}
+
+// TestAGroupThatCannotBeDeliveredFailsTheResults: a rollout's results
+// wait for the groups decided before them, and a group that can never be
+// delivered (an act its episode lists has no outcome) used to hold them
+// back for ever: neither trainer ever had a result. Now the results go
+// out failed, naming the group and why, and the rollout settles.
+func TestAGroupThatCannotBeDeliveredFailsTheResults(t *testing.T) {
+	_, url := bustest.Server(t)
+	s := newTestService(bustest.Bus(t, url, "ss"))
+	ctx := context.Background()
+	const n = 41
+	s.keepTasks(n, schema.TaskList{Tasks: []schema.Task{{GroupIndex: 0, Index: 0, Prompt: "q", Label: "a"}}})
+	if err := s.Bus.Publish(ctx, &schema.EpisodeEnd{Rollout: n, Episode: 0, Turns: 1, Status: schema.EpisodeCompleted,
+		Answers: []string{"a"}, Acts: []string{"t1-s1"}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := schema.DefaultConfig()
+	cfg.StreamGroups = true
+	sess := finishedRollout(t, s, n, cfg, "group:0", schema.EffectResults, schema.EffectCleanup)
+	if err := s.settle(ctx, sess, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		r := resultOf(t, s, n, role)
+		if r == nil {
+			t.Fatalf("no %s result", role)
+		}
+		if r.Status != schema.ResultFailed || !strings.Contains(r.Reason, "group 0") || !strings.Contains(r.Reason, "t1-s1") || r.SampleCount != 0 {
+			t.Errorf("%s result: %s (%q), %d samples; want failed, naming group 0 and the act without an outcome", role, r.Status, r.Reason, r.SampleCount)
+		}
+	}
+	got, _, _, err := bus.GetFresh[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Outbox) > 0 || got.Status != schema.ResultFailed {
+		t.Errorf("session: outbox %v, status %s; want settled and failed", got.Outbox, got.Status)
+	}
+}
+
+// TestResultsTriedForThePatienceFromTheirFirstFailure: a failure that
+// may pass (NATS not answering) is tried again for ResultPatience from
+// the first time it was seen, not from the rollout's end: a rollout that
+// finished long ago (NATS was down for minutes) used to be given up as
+// failed at the first failure after NATS came back, though every sample
+// was there. Past the patience, a group not delivered and the results
+// behind it go out failed, saying why.
+func TestResultsTriedForThePatienceFromTheirFirstFailure(t *testing.T) {
+	_, url := bustest.Server(t)
+	s := newTestService(bustest.Bus(t, url, "ss"))
+	now := time.Now()
+	s.Now = func() time.Time { return now }
+	ctx := context.Background()
+	read := loadTaskList
+	loadTaskList = func(context.Context, *bus.Bucket, *nats.Conn, int64) (schema.TaskList, bool, error) {
+		return schema.TaskList{}, false, fail.Transientf("tasks: JetStream did not answer")
+	}
+	defer func() { loadTaskList = read }()
+	cfg := schema.DefaultConfig()
+	grouped := cfg
+	grouped.StreamGroups = true
+	for _, tc := range []struct {
+		n      int64
+		cfg    schema.Config
+		outbox []string
+	}{
+		{51, cfg, []string{schema.EffectResults, schema.EffectCleanup}},
+		{52, grouped, []string{"group:0", schema.EffectResults, schema.EffectCleanup}},
+	} {
+		sess := finishedRollout(t, s, tc.n, tc.cfg, tc.outbox...)
+		if err := s.settle(ctx, sess, 0); err == nil {
+			t.Fatalf("rollout %d: settled with its tasks unreadable", tc.n)
+		}
+		if r := resultOf(t, s, tc.n, schema.RolePlanner); r != nil {
+			t.Fatalf("rollout %d: a %s result (%q) at the first failure, an hour after the rollout ended; want it tried again first", tc.n, r.Status, r.Reason)
+		}
+		now = now.Add(s.ResultPatience / 2)
+		if err := s.settle(ctx, sess, 0); err == nil || resultOf(t, s, tc.n, schema.RolePlanner) != nil {
+			t.Fatalf("rollout %d: given up within the patience (%v)", tc.n, err)
+		}
+		now = now.Add(s.ResultPatience)
+		if err := s.settle(ctx, sess, 0); err != nil {
+			t.Fatalf("rollout %d: past the patience: %v", tc.n, err)
+		}
+		r := resultOf(t, s, tc.n, schema.RoleActor)
+		if r == nil || r.Status != schema.ResultFailed || !strings.Contains(r.Reason, "JetStream did not answer") {
+			t.Fatalf("rollout %d past the patience: result %+v; want failed, saying why", tc.n, r)
+		}
+		if tc.n == 52 && !strings.Contains(r.Reason, "group 0") {
+			t.Errorf("rollout %d: reason %q does not name the group not delivered", tc.n, r.Reason)
+		}
+	}
+}
