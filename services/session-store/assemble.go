@@ -144,10 +144,11 @@ func sampledActs(ep *episode) []*schema.ActDone {
 // Episodes that did not end (time-out, abort) give no samples.
 func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, actor result, err error) {
 	n := sess.Rollout
-	tasks, err := s.tasks(ctx, n)
+	tl, err := s.tasksOf(ctx, sess)
 	if err != nil {
 		return result{}, result{}, err
 	}
+	tasks := tl.Tasks
 	// The samples of the delivered groups are read as they were
 	// delivered, so only the other episodes' samples are built here.
 	eps, err := s.gather(ctx, sess, tasks, nil, ownSamples(sess))
@@ -165,7 +166,7 @@ func (s *Service) assemble(ctx context.Context, sess *schema.Session) (planner, 
 	read := make([]groupCounts, len(roles)*len(groups))
 	err = forEach(ctx, len(read), readers, func(ctx context.Context, i int) error {
 		role, g := roles[i/len(groups)], groups[i%len(groups)]
-		if c, ok := s.counted.get(n, role, g); ok && leaveOut {
+		if c, ok := s.counted.get(identify(sess), role, g); ok && leaveOut {
 			read[i] = c
 			return nil
 		}

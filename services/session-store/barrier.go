@@ -105,7 +105,7 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		if len(v.Roles) < 2 {
 			return true, nil
 		}
-		tl, err := s.taskList(ctx, a.Rollout)
+		tl, err := s.tasksOf(ctx, v)
 		if err != nil && fail.IsRetryable(err) {
 			return false, err
 		}
@@ -344,10 +344,11 @@ func (s *Service) start(ctx context.Context, sess *schema.Session) error {
 	var tasks []schema.Task
 	if md.FirstPlannerTurn() > 1 {
 		// The actor goes first: its first act is the task itself.
-		if tasks, err = s.tasks(ctx, sess.Rollout); err != nil {
+		tl, err := s.tasksOf(ctx, sess)
+		if err != nil {
 			return err
 		}
-		if len(tasks) < sess.Episodes {
+		if tasks = tl.Tasks; len(tasks) < sess.Episodes {
 			return fail.Permanentf("rollout %d: %d tasks for %d episodes", sess.Rollout, len(tasks), sess.Episodes)
 		}
 	}

@@ -54,10 +54,11 @@ func (s *Service) decideGroup(ctx context.Context, sess schema.Session, rev uint
 	if gs, ok := sess.Group(g); ok {
 		return gs, sess, rev, nil, nil
 	}
-	tasks, err := s.tasks(ctx, sess.Rollout)
+	tl, err := s.tasksOf(ctx, &sess)
 	if err != nil {
 		return schema.GroupState{}, sess, rev, nil, err
 	}
+	tasks := tl.Tasks
 	members := groupMembers(tasks, g)
 	eps, err := s.gather(ctx, &sess, tasks, members, nil)
 	if err != nil {
@@ -124,10 +125,11 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int,
 	if len(missing) == 0 {
 		return nil, nil
 	}
-	tasks, err := s.tasks(ctx, n)
+	tl, err := s.tasksOf(ctx, sess)
 	if err != nil {
 		return nil, err
 	}
+	tasks := tl.Tasks
 	members := groupMembers(tasks, g)
 	if eps == nil {
 		if eps, err = s.gather(ctx, sess, tasks, members, nil); err != nil {
@@ -163,7 +165,7 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int,
 			return nil, err
 		}
 		if sess.Config.LeavesOutGroups() {
-			s.counted.put(n, role, g, counts)
+			s.counted.put(identify(sess), role, g, counts)
 		}
 		if obj != "" {
 			objects = append(objects, obj)
@@ -379,11 +381,24 @@ const maxCachedRollouts = 256
 // object store; a variable so that a test can count the reads.
 var loadTaskList = session.LoadTaskList
 
-// tasks returns rollout n's tasks, nil when they are gone (the rollout
-// ended and was cleaned up).
-func (s *Service) tasks(ctx context.Context, n int64) ([]schema.Task, error) {
-	tl, err := s.taskList(ctx, n)
-	return tl.Tasks, err
+// tasksOf returns the task list of v's rollout, the one v names. Rollout
+// numbers start again when a training run does (once the earlier run's
+// sessions are gone), so a list this process cached under the number may
+// be an earlier rollout's: one whose digest is not the one v recorded for
+// its role is read again from the bucket. A rollout that started and
+// whose list is gone (settled and cleaned up meanwhile, by another
+// replica) is an error that passes: what reads it again sees the session
+// settled.
+func (s *Service) tasksOf(ctx context.Context, v *schema.Session) (schema.TaskList, error) {
+	tl, err := s.taskList(ctx, v.Rollout)
+	if err == nil && refusedList(v, tl) {
+		s.taskCache.drop(v.Rollout)
+		tl, err = s.taskList(ctx, v.Rollout)
+	}
+	if err == nil && v.State != schema.SessionWaiting && v.Episodes > 0 && len(tl.Tasks) == 0 {
+		return tl, fail.Transientf("rollout %d: its task list is gone (the rollout settled meanwhile?)", v.Rollout)
+	}
+	return tl, err
 }
 
 // taskList returns rollout n's task list, with who brought it and its
@@ -443,7 +458,11 @@ func (s *Service) keepTasks(n int64, tl schema.TaskList) {
 // count, from the caches.
 func (s *Service) forgetTasks(n int64) {
 	s.counted.forget(n)
-	s.taskCache.mu.Lock()
-	delete(s.taskCache.lists, n)
-	s.taskCache.mu.Unlock()
+	s.taskCache.drop(n)
+}
+
+func (c *taskCache) drop(n int64) {
+	c.mu.Lock()
+	delete(c.lists, n)
+	c.mu.Unlock()
 }

@@ -171,14 +171,25 @@ func countHeld(held []heldSample) groupCounts {
 // before a restart, is read back instead. Bounded as taskCache is.
 type deliveredCounts struct {
 	mu sync.Mutex
-	m  map[int64]map[string]map[int]groupCounts // rollout → role → group
+	m  map[rolloutID]map[string]map[int]groupCounts // rollout → role → group
 }
 
-func (d *deliveredCounts) put(n int64, role string, g int, c groupCounts) {
+// rolloutID names one rollout for good: its number and when its session
+// was created. Numbers start again when a training run does, once the
+// earlier run's sessions are gone; what a process kept of an earlier
+// rollout of the number is not this one's.
+type rolloutID struct {
+	n         int64
+	createdMs int64
+}
+
+func identify(sess *schema.Session) rolloutID { return rolloutID{sess.Rollout, sess.CreatedMs} }
+
+func (d *deliveredCounts) put(n rolloutID, role string, g int, c groupCounts) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.m == nil {
-		d.m = map[int64]map[string]map[int]groupCounts{}
+		d.m = map[rolloutID]map[string]map[int]groupCounts{}
 	}
 	if d.m[n] == nil {
 		if len(d.m) >= maxCachedRollouts {
@@ -195,15 +206,20 @@ func (d *deliveredCounts) put(n int64, role string, g int, c groupCounts) {
 	d.m[n][role][g] = c
 }
 
-func (d *deliveredCounts) get(n int64, role string, g int) (groupCounts, bool) {
+func (d *deliveredCounts) get(n rolloutID, role string, g int) (groupCounts, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	c, ok := d.m[n][role][g]
 	return c, ok
 }
 
+// forget drops what every rollout numbered n counts.
 func (d *deliveredCounts) forget(n int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.m, n)
+	for id := range d.m {
+		if id.n == n {
+			delete(d.m, id)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package sessionstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -69,16 +70,50 @@ func (s *Service) handleEpisodeEnd(ctx context.Context, m bus.Msg) error {
 // one write, with what follows: a group complete, the rollout over. An end
 // that names no episode of the rollout gets its own error.
 func (s *Service) recordEnds(ctx context.Context, n int64, batch []*pendingEnd) (schema.Session, uint64, error) {
-	var tasks []schema.Task
+	// The tasks are read before the write when the rollout may group its
+	// episodes. The index's copy of its config may be older than the
+	// session (a first arrival without one), and a list cached under the
+	// number may be an earlier rollout's, so the write itself decides: a
+	// grouped session whose tasks were not read, or not its own, is
+	// written again after reading the list it names.
+	var tl schema.TaskList
+	read, checked := false, false
 	if cfg, ok := s.index.config(n); !ok || cfg.Grouped() {
 		var err error
-		if tasks, err = s.tasks(ctx, n); err != nil {
+		if tl, err = s.taskList(ctx, n); err != nil {
 			return schema.Session{}, 0, err
 		}
+		read = true
 	}
+	for {
+		sess, rev, need, err := s.writeEnds(ctx, n, batch, tl, read, checked)
+		if !errors.Is(err, errTasksUnread) {
+			return sess, rev, err
+		}
+		if tl, err = s.tasksOf(ctx, &need); err != nil {
+			return schema.Session{}, 0, err
+		}
+		read, checked = true, true
+	}
+}
+
+// errTasksUnread: the session groups its episodes, and its tasks were not
+// read (or those read are not the ones it names).
+var errTasksUnread = errors.New("the rollout's tasks were not read")
+
+// writeEnds records the ends of batch with the tasks of tl (read says
+// whether it was; checked, whether it is the list the session names). It
+// returns errTasksUnread, and the session it read, when it needs them.
+func (s *Service) writeEnds(ctx context.Context, n int64, batch []*pendingEnd, tl schema.TaskList, read, checked bool) (schema.Session, uint64, schema.Session, error) {
+	tasks := tl.Tasks
+	var need schema.Session
 	sess, rev, _, err := bus.MutateRev(ctx, s.Bus.Sessions, schema.SessionKey(n), func(v *schema.Session, exists bool) (bool, error) {
 		if !exists {
 			return false, fail.Permanentf("episode end for rollout %d, which has no session", n)
+		}
+		if v.State == schema.SessionRunning && v.Config.Grouped() && (!read || !checked && refusedList(v, tl)) {
+			need = *v
+			return false, errTasksUnread
 		}
 		changed := false
 		for _, p := range batch {
@@ -117,7 +152,7 @@ func (s *Service) recordEnds(ctx context.Context, n int64, batch []*pendingEnd) 
 		}
 		return changed, nil
 	})
-	return sess, rev, err
+	return sess, rev, need, err
 }
 
 // pendingEnd is an episode end waiting to be recorded.

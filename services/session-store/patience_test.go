@@ -140,3 +140,93 @@ func TestResultsTriedForThePatienceFromTheirFirstFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestAGroupCompletesThoughTheIndexIsBehind: whether an episode end
+// completes a group is decided by the session as written, not by the
+// index's copy of its config, which may predate the start (a first
+// arrival without a config): such an end used to complete no group, and
+// the group was never delivered.
+func TestAGroupCompletesThoughTheIndexIsBehind(t *testing.T) {
+	_, url := bustest.Server(t)
+	s := newTestService(bustest.Bus(t, url, "ss"))
+	ctx := context.Background()
+	const n = 61
+	s.keepTasks(n, schema.TaskList{Tasks: []schema.Task{{GroupIndex: 0, Index: 0, Prompt: "q0"}, {GroupIndex: 1, Index: 1, Prompt: "q1"}}})
+	s.index.put(n, &schema.Session{Rollout: n, State: schema.SessionWaiting}, time.Now()) // as the actor's arrival left it
+	cfg := schema.DefaultConfig()
+	cfg.StreamGroups = true
+	now := time.Now().UnixMilli()
+	if _, err := bus.Create(ctx, s.Bus.Sessions, schema.SessionKey(n), schema.Session{Rollout: n, State: schema.SessionRunning, Config: cfg,
+		Episodes: 2, CreatedMs: now, StartedMs: now}); err != nil {
+		t.Fatal(err)
+	}
+	end := &pendingEnd{end: &schema.EpisodeEnd{Rollout: n, Episode: 0, Turns: 1, Status: schema.EpisodeCompleted}, done: make(chan struct{})}
+	sess, _, err := s.recordEnds(ctx, n, []*pendingEnd{end})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !end.wrote || !sess.Owes(schema.EffectGroup(0)) {
+		t.Errorf("episode 0 ended (written: %v), outbox %v; want group 0, now complete, to be delivered", end.wrote, sess.Outbox)
+	}
+}
+
+// TestAnEarlierRolloutOfTheSameNumber: rollout numbers start again when a
+// training run does, once the earlier run's sessions are gone. A replica
+// that cached the earlier rollout's task list under the number (another
+// replica cleaned it up) used it for the new one: groups of the wrong
+// tasks, episodes past its length never grouped, and results scored
+// against the wrong labels. The list the session names is read instead;
+// a list that is gone, once the rollout started, is an error, not an
+// empty batch.
+func TestAnEarlierRolloutOfTheSameNumber(t *testing.T) {
+	_, url := bustest.Server(t)
+	s := newTestService(bustest.Bus(t, url, "ss"))
+	ctx := context.Background()
+	const n = 71
+	s.keepTasks(n, schema.TaskList{Tasks: []schema.Task{{GroupIndex: 0, Prompt: "old 0"}, {GroupIndex: 1, Index: 1, Prompt: "old 1"}},
+		From: schema.RolePlanner, Digest: "sha256:old"})
+	fresh := schema.TaskList{Tasks: []schema.Task{{GroupIndex: 0, Prompt: "new 0"}, {GroupIndex: 1, Index: 1, Prompt: "new 1"}, {GroupIndex: 2, Index: 2, Prompt: "new 2"}},
+		From: schema.RolePlanner, Digest: "sha256:new"}
+	if _, err := bus.Create(ctx, s.Bus.Sessions, schema.TasksKey(n), fresh); err != nil {
+		t.Fatal(err)
+	}
+	cfg := schema.DefaultConfig()
+	cfg.StreamGroups = true
+	now := time.Now().UnixMilli()
+	sess := schema.Session{Rollout: n, State: schema.SessionRunning, Config: cfg, Episodes: 3, CreatedMs: now, StartedMs: now,
+		Roles: map[string]schema.RoleInfo{schema.RolePlanner: {ArrivalID: "p", Digest: "d", Tasks: "sha256:new"}, schema.RoleActor: {ArrivalID: "a", Digest: "e"}}}
+	if _, err := bus.Create(ctx, s.Bus.Sessions, schema.SessionKey(n), sess); err != nil {
+		t.Fatal(err)
+	}
+	tl, err := s.tasksOf(ctx, &sess)
+	if err != nil || len(tl.Tasks) != 3 || tl.Tasks[0].Prompt != "new 0" {
+		t.Fatalf("tasks of the new rollout: %+v (%v); want its 3 tasks", tl.Tasks, err)
+	}
+	s.keepTasks(n, schema.TaskList{Tasks: []schema.Task{{GroupIndex: 0, Prompt: "old 0"}}, From: schema.RolePlanner, Digest: "sha256:old"})
+	end := &pendingEnd{end: &schema.EpisodeEnd{Rollout: n, Episode: 2, Turns: 1, Status: schema.EpisodeCompleted}, done: make(chan struct{})}
+	written, _, err := s.recordEnds(ctx, n, []*pendingEnd{end})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !written.Owes(schema.EffectGroup(2)) {
+		t.Errorf("episode 2 ended with the earlier rollout's list cached: outbox %v; want its group 2 complete", written.Outbox)
+	}
+
+	// What this process counted of the earlier rollout's groups is not the
+	// new one's.
+	old := sess
+	old.CreatedMs -= time.Hour.Milliseconds()
+	s.counted.put(identify(&old), schema.RoleActor, 0, groupCounts{})
+	if _, ok := s.counted.get(identify(&sess), schema.RoleActor, 0); ok {
+		t.Error("the new rollout reads the counts of the earlier rollout's group 0")
+	}
+
+	// Gone (settled and cleaned up by another replica): an error that passes.
+	s.taskCache.drop(n)
+	if err := s.Bus.Sessions.Delete(ctx, schema.TasksKey(n)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.assemble(ctx, &sess); err == nil || !fail.IsRetryable(err) {
+		t.Errorf("assembling a started rollout whose task list is gone: %v; want an error that passes", err)
+	}
+}
