@@ -22,7 +22,7 @@ func finishedRollout(t *testing.T, s *Service, n int64, cfg schema.Config, outbo
 	t.Helper()
 	now := s.Now().UnixMilli()
 	sess := schema.Session{Rollout: n, State: schema.SessionDone, Status: schema.ResultOK, Config: cfg, Episodes: 1,
-		Roles: map[string]schema.RoleInfo{schema.RolePlanner: {ArrivalID: "p"}, schema.RoleActor: {ArrivalID: "a"}},
+		Roles:     map[string]schema.RoleInfo{schema.RolePlanner: {ArrivalID: "p"}, schema.RoleActor: {ArrivalID: "a"}},
 		CreatedMs: now - 2*time.Hour.Milliseconds(), StartedMs: now - 2*time.Hour.Milliseconds(), FinishedMs: now - time.Hour.Milliseconds(),
 		Ended: []int{0}, Outbox: outbox}
 	if _, err := bus.Create(context.Background(), s.Bus.Sessions, schema.SessionKey(n), sess); err != nil {
