@@ -50,7 +50,11 @@ type Client struct {
 	js jetstream.JetStream
 
 	mu      sync.Mutex
-	arrived map[string]arrival // "N/role" -> this client's last arrival
+	arrived map[string]arrival // "N/role" -> this client's last arrival, until planact answers it
+
+	// get sends a direct get; nil: the connection's request. A test
+	// answers as a follower behind, or a server away, would.
+	get func(ctx context.Context, subj string) (*nats.Msg, error)
 }
 
 // New returns a client over nc. A nats-server older than planact needs
@@ -93,6 +97,10 @@ func checkArrival(a *schema.Arrive) error {
 	return nil
 }
 
+// maxArrivals bounds the arrivals a client remembers that planact did not
+// answer yet (a wait given up, an arrival whose result is never asked for).
+var maxArrivals = 4096
+
 // arrival is what names an arrival: its message id, and when it was made.
 type arrival struct {
 	id   string
@@ -131,9 +139,32 @@ func (c *Client) arrive(ctx context.Context, a *schema.Arrive) (arrival, error) 
 		c.arrived = map[string]arrival{}
 	}
 	made := arrival{id: a.MsgID(), atMs: a.AtMs}
-	c.arrived[fmt.Sprintf("%d/%s", a.Rollout, a.Role)] = made
+	c.arrived[arrivalKey(a.Rollout, a.Role)] = made
+	for len(c.arrived) > maxArrivals {
+		// Never answered, or not waited for: the oldest goes.
+		oldest := ""
+		for k, at := range c.arrived {
+			if oldest == "" || at.atMs < c.arrived[oldest].atMs {
+				oldest = k
+			}
+		}
+		delete(c.arrived, oldest)
+	}
 	c.mu.Unlock()
 	return made, nil
+}
+
+func arrivalKey(n int64, role string) string { return fmt.Sprintf("%d/%s", n, role) }
+
+// answered forgets the arrival planact answered (a result, or its
+// rejection): unless a newer arrival for the rollout replaced it, nothing
+// waits for another answer to it.
+func (c *Client) answered(n int64, role string, mine arrival) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if k := arrivalKey(n, role); mine.id != "" && c.arrived[k] == mine {
+		delete(c.arrived, k)
+	}
 }
 
 // untilUp retries op while planact's streams do not exist yet (a trainer
@@ -292,14 +323,16 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string)
 // and the samples of the episodes that ended: check Status. A result that
 // leaves the delivered groups' samples out (result_samples undelivered:
 // DeliveredGroups, GroupSamples) is returned whole, its groups' samples
-// read from their messages, unless WithoutGroups names them.
+// read from their messages, unless WithoutGroups names them. The samples
+// must be what the result and each group read count (sample_count,
+// group_samples); otherwise the error names both counts.
 func (c *Client) Result(ctx context.Context, n int64, role string, opts ...ResultOption) (*schema.Result, error) {
 	if err := schema.CheckRole(role); err != nil {
 		// No result ever comes on a subject of no role: say so now.
 		return nil, fmt.Errorf("%w: result of rollout %d: %v", ErrRejected, n, err)
 	}
 	c.mu.Lock()
-	at := c.arrived[fmt.Sprintf("%d/%s", n, role)]
+	at := c.arrived[arrivalKey(n, role)]
 	c.mu.Unlock()
 	var o resultOptions
 	for _, opt := range opts {
@@ -381,12 +414,14 @@ func (c *Client) result(ctx context.Context, n int64, role string, mine arrival,
 				continue // not there yet, or the server is away: read again later
 			}
 			if r, err := accept(data); err != nil || r != nil {
+				c.answered(n, role, mine)
 				return c.deliver(ctx, n, r, err, o)
 			}
 		}
 		select {
 		case m := <-msgs:
 			if r, err := accept(m.Data); err != nil || r != nil {
+				c.answered(n, role, mine)
 				return c.deliver(ctx, n, r, err, o)
 			}
 		case <-t.C:
@@ -411,7 +446,13 @@ func (c *Client) lastResult(ctx context.Context, subj string) ([]byte, error) {
 func (c *Client) lastOn(ctx context.Context, stream, subj string) ([]byte, error) {
 	rctx, cancel := context.WithTimeout(ctx, bus.PublishTimeout)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(rctx, "$JS.API.DIRECT.GET."+stream+"."+subj, nil)
+	get := c.get
+	if get == nil {
+		get = func(ctx context.Context, subj string) (*nats.Msg, error) {
+			return c.nc.RequestWithContext(ctx, subj, nil)
+		}
+	}
+	m, err := get(rctx, "$JS.API.DIRECT.GET."+stream+"."+subj)
 	if err != nil {
 		return nil, err
 	}
@@ -427,13 +468,15 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 	if err != nil {
 		return r, err
 	}
-	if r.SamplesObject != "" && o.needs(r) {
+	read := r.SamplesObject == "" || o.needs(r) // its own samples are here: inline, or fetched now
+	if r.SamplesObject != "" && read {
 		if err := c.fetchSamples(ctx, r.Role, r.SamplesObject, &r.Samples); err != nil {
 			return r, err
 		}
 	}
-	if len(o.taken) == 0 && len(r.Samples) != r.SampleCount {
-		// A status is a claim, and so is a count.
+	if read && len(r.Samples) != r.SampleCount {
+		// A status is a claim, and so is a count: checked before the
+		// groups taken are left out, which count in it.
 		return r, fmt.Errorf("rollout %d: its %s result holds %d samples and counts %d (sample_count)", n, r.Role, len(r.Samples), r.SampleCount)
 	}
 	if len(o.taken) > 0 {
@@ -502,22 +545,54 @@ func mayHaveSamples(state string) bool {
 // result names as delivered: it is there, so a read that finds nothing (a
 // server away, a follower behind) is tried again until ctx ends.
 func (c *Client) groupSamples(ctx context.Context, n int64, role string, g int) ([]schema.Sample, error) {
-	var grp *schema.Group
-	err := untilRead(ctx, fmt.Sprintf("group %d of rollout %d, named delivered by its result", g, n), func(ctx context.Context) (err error) {
-		if grp, err = c.lastGroup(ctx, n, role, g); err == nil && grp == nil {
-			err = fmt.Errorf("%s holds nothing", subject.Group(n, role, g))
-		}
-		return err
-	})
+	grp, err := c.namedGroup(ctx, n, role, g, "its result")
 	if err != nil {
 		return nil, err
 	}
-	if grp.SamplesObject != "" {
-		if err := c.fetchSamples(ctx, role, grp.SamplesObject, &grp.Samples); err != nil {
-			return nil, err
-		}
+	if err := c.groupFetched(ctx, n, role, grp); err != nil {
+		return nil, err
 	}
 	return grp.Samples, nil
+}
+
+// namedGroup reads group g of rollout n, which a message of planact's (by)
+// names delivered: it is there, so a read that gets no answer (a server
+// away) or finds nothing (a follower behind, which any replica may be) is
+// tried again until ctx ends.
+func (c *Client) namedGroup(ctx context.Context, n int64, role string, g int, by string) (*schema.Group, error) {
+	var grp *schema.Group
+	var bad error // a message that does not decode: no read mends it
+	err := untilRead(ctx, fmt.Sprintf("group %d of rollout %d, named delivered by %s", g, n, by), func(ctx context.Context) (err error) {
+		grp, err = c.lastGroup(ctx, n, role, g)
+		switch {
+		case errors.Is(err, errUnread):
+			return err
+		case err != nil:
+			bad = err
+		case grp == nil:
+			return fmt.Errorf("%s holds nothing", subject.Group(n, role, g))
+		}
+		return nil
+	})
+	if bad != nil {
+		return nil, fmt.Errorf("%s: %w", subject.Group(n, role, g), bad)
+	}
+	return grp, err
+}
+
+// groupFetched fetches grp's samples when they are in the object store,
+// and checks they are what it counts.
+func (c *Client) groupFetched(ctx context.Context, n int64, role string, grp *schema.Group) error {
+	if grp.SamplesObject != "" {
+		if err := c.fetchSamples(ctx, role, grp.SamplesObject, &grp.Samples); err != nil {
+			return err
+		}
+	}
+	if len(grp.Samples) != grp.SampleCount {
+		// A status is a claim, and so is a count.
+		return fmt.Errorf("rollout %d: its %s group %d holds %d samples and counts %d (sample_count)", n, role, grp.GroupIndex, len(grp.Samples), grp.SampleCount)
+	}
+	return nil
 }
 
 // errUnread marks a read that got no answer (the server away): one to try

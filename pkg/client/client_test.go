@@ -90,3 +90,51 @@ func TestOldServerRefused(t *testing.T) {
 		t.Errorf("client on nats-server %s: %v, want ErrServerTooOld saying %q", old.Version, err, want)
 	}
 }
+
+// TestArrivalsAreForgotten: a client remembers its arrival for a rollout
+// and role (to tell its answer from an earlier arrival's) until planact
+// answered it, Result or Rollout returning, and a bounded number of those
+// never answered: a trainer that runs for weeks does not grow with every
+// rollout.
+func TestArrivalsAreForgotten(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "planact")
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	arrival := func(n int64) *schema.Arrive {
+		return &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://e"}}
+	}
+	for i := range 20 {
+		n := int64(200 + i)
+		if err := b.Publish(ctx, &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK}); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			if err := c.Arrive(ctx, arrival(n)); err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Result(ctx, n, schema.RoleActor)
+		} else {
+			_, err = c.Rollout(ctx, arrival(n), 0)
+		}
+		if err != nil {
+			t.Fatalf("rollout %d: %v", n, err)
+		}
+	}
+	if k := client.Arrivals(c); k != 0 {
+		t.Errorf("%d arrivals remembered after their results, want none", k)
+	}
+	defer client.KeepArrivals(8)()
+	for i := range 20 {
+		if err := c.Arrive(ctx, arrival(int64(300+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if k := client.Arrivals(c); k != 8 {
+		t.Errorf("%d arrivals never answered remembered, want the last 8", k)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,7 +19,11 @@ import (
 // trainer can train on it before the rollout ends. Each delivered group is
 // yielded once, samples fetched; the stream ends when the rollout's result
 // is out (Result then returns it at once) or with an error when ctx ends.
-// Groups delivered before the call are yielded too.
+// Groups delivered before the call are yielded too. A group the result or
+// a group message names delivered is read until it is (a follower behind,
+// a server restarting): the stream does not end without it but with
+// ErrTimeout naming it, when ctx ends first. A group whose samples are
+// other than its sample_count is an error naming both counts, in its place.
 //
 //	for g, err := range c.Groups(ctx, n, schema.RolePlanner) {
 //		if err != nil { … }
@@ -44,45 +47,56 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 			defer func() { _ = sub.Unsubscribe() }()
 		}
 		seen := map[int]bool{}
+		// named are the groups a message names delivered (a group message
+		// those delivered up to it, a result that leaves them out every
+		// one), in the order delivered; namedBy says which.
+		var named []int
+		namedBy := map[int]string{}
+		name := func(by string, groups ...int) {
+			for _, g := range groups {
+				if namedBy[g] == "" {
+					named, namedBy[g] = append(named, g), by
+				}
+			}
+		}
 		// give yields g unless it was; false: the caller stopped.
 		give := func(g *schema.Group) bool {
+			name(fmt.Sprintf("group %d's message", g.GroupIndex), g.Delivered...)
 			if seen[g.GroupIndex] {
 				return true
 			}
 			seen[g.GroupIndex] = true
-			if g.SamplesObject != "" {
-				if err := c.fetchSamples(ctx, role, g.SamplesObject, &g.Samples); err != nil {
-					return yield(nil, err)
-				}
+			if err := c.groupFetched(ctx, n, role, g); err != nil {
+				return yield(nil, err)
 			}
 			return yield(g, nil)
 		}
 		// catchUp yields, from the stream, the delivered groups not yet
-		// seen: those the last group message lists, or those named.
-		catchUp := func(named []int) (bool, error) {
-			if named == nil {
-				data, err := c.lastResult(ctx, subject.Groups(n, role))
-				if err != nil || data == nil {
-					return true, nil // none yet, or the server is away: later
-				}
-				var last schema.Group
-				if err := schema.Unmarshal(data, &last); err != nil {
-					return true, err
-				}
-				named = last.Delivered
+		// seen that the last group message names. While the rollout runs,
+		// a group not read now (the server away, a follower behind) is
+		// read on a later pass, or by finish.
+		catchUp := func() (bool, error) {
+			data, err := c.lastResult(ctx, subject.Groups(n, role))
+			if err != nil || data == nil {
+				return true, nil // none yet, or the server is away: later
 			}
-			for _, gi := range named {
-				if seen[gi] {
+			var last schema.Group
+			if err := schema.Unmarshal(data, &last); err != nil {
+				return true, err
+			}
+			name(fmt.Sprintf("group %d's message", last.GroupIndex), last.Delivered...)
+			for i := 0; i < len(named); i++ {
+				if seen[named[i]] {
 					continue
 				}
-				g, err := c.lastGroup(ctx, n, role, gi)
+				g, err := c.lastGroup(ctx, n, role, named[i])
 				switch {
 				case errors.Is(err, errUnread):
 					return true, nil // the server is away: later
 				case err != nil:
 					return true, err
 				case g == nil:
-					continue // not delivered
+					continue // a follower behind: later
 				}
 				if !give(g) {
 					return false, nil
@@ -90,27 +104,86 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 			}
 			return true, nil
 		}
-		// finish yields what the result says was delivered and not seen.
+		// finish yields, once the result is out, every delivered group not
+		// seen. Those a message names delivered are there: each is read
+		// until it is, or the stream ends with an error naming it.
 		finish := func(data []byte) {
 			var r schema.Result
 			if err := schema.Unmarshal(data, &r); err != nil {
 				yield(nil, err)
 				return
 			}
-			var named []int
-			for _, t := range r.Tasks {
-				if !slices.Contains(named, t.GroupIndex) {
-					named = append(named, t.GroupIndex)
+			name("its result", r.DeliveredGroups...)
+			var last []byte
+			err := untilRead(ctx, fmt.Sprintf("the last %s group of rollout %d", role, n), func(ctx context.Context) (err error) {
+				last, err = c.lastResult(ctx, subject.Groups(n, role))
+				return err
+			})
+			if err != nil {
+				yield(nil, groupsEnded(ctx, n, role, err))
+				return
+			}
+			if last != nil {
+				var g schema.Group
+				if err := schema.Unmarshal(last, &g); err != nil {
+					yield(nil, fmt.Errorf("%s: %w", subject.Groups(n, role), err))
+					return
+				}
+				name(fmt.Sprintf("group %d's message", g.GroupIndex), g.Delivered...)
+			}
+			for i := 0; i < len(named); i++ {
+				if seen[named[i]] {
+					continue
+				}
+				g, err := c.namedGroup(ctx, n, role, named[i], namedBy[named[i]])
+				if err != nil {
+					yield(nil, groupsEnded(ctx, n, role, err))
+					return
+				}
+				if !give(g) {
+					return
 				}
 			}
-			if _, err := catchUp(named); err != nil {
-				yield(nil, err)
+			if len(r.DeliveredGroups) > 0 {
+				return // the result names every group delivered
+			}
+			// A group published before one decided earlier than it is
+			// named by no message read: look for each other group of the
+			// result's tasks once.
+			probed := map[int]bool{}
+			for _, t := range r.Tasks {
+				gi := t.GroupIndex
+				if seen[gi] || namedBy[gi] != "" || probed[gi] {
+					continue
+				}
+				probed[gi] = true
+				var g *schema.Group
+				var bad error // a message that does not decode: no read mends it
+				err := untilRead(ctx, fmt.Sprintf("group %d of rollout %d", gi, n), func(ctx context.Context) (err error) {
+					if g, err = c.lastGroup(ctx, n, role, gi); err != nil && !errors.Is(err, errUnread) {
+						bad, err = err, nil
+					}
+					return err
+				})
+				switch {
+				case bad != nil:
+					yield(nil, fmt.Errorf("%s: %w", subject.Group(n, role, gi), bad))
+					return
+				case err != nil:
+					yield(nil, groupsEnded(ctx, n, role, err))
+					return
+				case g == nil:
+					continue // not delivered, as far as any message says
+				}
+				if !give(g) {
+					return
+				}
 			}
 		}
 		t := time.NewTicker(c.recheck())
 		defer t.Stop()
 		for {
-			if more, err := catchUp(nil); !more {
+			if more, err := catchUp(); !more {
 				return
 			} else if err != nil && !yield(nil, err) {
 				return
@@ -142,7 +215,7 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 					waiting = false
 				}
 				if cause := expired(ctx); cause != nil {
-					yield(nil, fmt.Errorf("%w: rollout %d: %s groups: %w", ErrTimeout, n, role, cause))
+					yield(nil, groupsEnded(ctx, n, role, cause))
 					return
 				}
 				if c.nc.IsClosed() {
@@ -152,4 +225,13 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 			}
 		}
 	}
+}
+
+// groupsEnded is err, ending a stream of role's groups of rollout n:
+// ErrTimeout too when ctx ended.
+func groupsEnded(ctx context.Context, n int64, role string, err error) error {
+	if expired(ctx) != nil {
+		return fmt.Errorf("%w: rollout %d: %s groups: %w", ErrTimeout, n, role, err)
+	}
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 )
@@ -31,8 +32,8 @@ func TestGroupsCatchUpAndEnd(t *testing.T) {
 	const n = 77
 	group := func(g int, delivered ...int) *schema.Group {
 		return &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: g, Delivered: delivered, Groups: 5,
-			Samples: []schema.Sample{{GroupIndex: g, Index: g, RolloutID: "77-0"}},
-			Tasks:   []schema.TaskOutcome{{Episode: g, GroupIndex: g, Index: g, State: schema.TaskTrained}}}
+			Samples: []schema.Sample{{GroupIndex: g, Index: g, RolloutID: "77-0"}}, SampleCount: 1,
+			Tasks: []schema.TaskOutcome{{Episode: g, GroupIndex: g, Index: g, State: schema.TaskTrained}}}
 	}
 	// Group 1 was decided after group 2 but published before it: the last
 	// message (group 2's) does not list it.
@@ -158,5 +159,198 @@ func TestResultChecksTheGroupsCount(t *testing.T) {
 				t.Errorf("a result short of its sample_count: %v, want an error saying %q", err, want)
 			}
 		}
+	}
+}
+
+// twoGroups publishes groups 0 and 1 of rollout n (one sample each, group
+// 1 counting counted) and returns the tasks of three groups: group 2 was
+// filtered.
+func twoGroups(ctx context.Context, t *testing.T, b *bus.Bus, n int64, counted int) []schema.TaskOutcome {
+	t.Helper()
+	var tasks []schema.TaskOutcome
+	for g := range 3 {
+		state := schema.TaskTrained
+		if g == 2 {
+			state = schema.TaskFiltered
+		}
+		grp := &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: g, Delivered: []int{0, 1}[:g%2+1], Groups: 3,
+			Samples: []schema.Sample{{GroupIndex: g, Index: g, RolloutID: fmt.Sprintf("%d-%d", n, g)}}, SampleCount: 1,
+			Tasks: []schema.TaskOutcome{{Episode: g, GroupIndex: g, Index: g, State: state}}}
+		if g == 1 {
+			grp.SampleCount = counted
+		}
+		if g < 2 {
+			if err := b.Publish(ctx, grp); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tasks = append(tasks, grp.Tasks...)
+	}
+	return tasks
+}
+
+// groupsOf runs the stream of role's groups of rollout n to its end: the
+// groups yielded, and the errors.
+func groupsOf(ctx context.Context, c *client.Client, n int64) (got []int, errs []error) {
+	for g, err := range c.Groups(ctx, n, schema.RoleActor) {
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		got = append(got, g.GroupIndex)
+	}
+	return got, errs
+}
+
+// TestResultChecksItsCountWhateverWasTaken: a result's own samples must be
+// what it counts (sample_count) also when the caller took groups
+// (WithoutGroups): they are counted before the groups taken are left out,
+// so a result that lost samples is not taken for one whose samples the
+// caller has.
+func TestResultChecksItsCountWhateverWasTaken(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "planact")
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sample := func(n int64, g int) schema.Sample {
+		return schema.Sample{GroupIndex: g, Index: g, RolloutID: fmt.Sprintf("%d-%d", n, g)}
+	}
+	cases := []struct {
+		name          string
+		undelivered   bool // the result leaves the delivered groups out
+		held, counted int
+		want          string // "": no error
+	}{
+		{"every sample, as counted", false, 3, 3, ""},
+		{"every sample, one short", false, 3, 4, "its actor result holds 3 samples and counts 4 (sample_count)"},
+		{"groups left out, as counted", true, 1, 1, ""},
+		{"groups left out, two short", true, 1, 3, "its actor result holds 1 samples and counts 3 (sample_count)"},
+	}
+	for i, tc := range cases {
+		n := int64(90 + i)
+		tasks := twoGroups(ctx, t, b, n, 1)
+		r := &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK, Tasks: tasks, SampleCount: tc.counted}
+		if tc.undelivered {
+			r.Samples, r.DeliveredGroups, r.GroupSamples = []schema.Sample{sample(n, 2)}, []int{0, 1}, 2
+		} else {
+			r.Samples = []schema.Sample{sample(n, 0), sample(n, 1), sample(n, 2)}
+		}
+		if err := b.Publish(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Result(ctx, n, schema.RoleActor, client.WithoutGroups(0, 1))
+		switch {
+		case tc.want == "" && (err != nil || len(got.Samples) != 1 || got.Samples[0].GroupIndex != 2):
+			t.Errorf("%s: %v, %+v: want group 2's sample alone", tc.name, err, got)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestGroupsHoldWhatTheyCount: a group's samples must be what it counts
+// (sample_count) wherever it is read: by Result, for a result that leaves
+// it out (whether or not the groups' total is right, whatever was taken),
+// and by Groups; otherwise they say so, naming both counts.
+func TestGroupsHoldWhatTheyCount(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "planact")
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Recheck = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 95
+	// Group 1 holds one sample and counts two; the result counts the two
+	// the groups hold.
+	tasks := twoGroups(ctx, t, b, n, 2)
+	if err := b.Publish(ctx, &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK, Tasks: tasks,
+		DeliveredGroups: []int{0, 1}, GroupSamples: 2}); err != nil {
+		t.Fatal(err)
+	}
+	const want = "rollout 95: its actor group 1 holds 1 samples and counts 2 (sample_count)"
+	for _, taken := range [][]int{nil, {0}} {
+		if _, err := c.Result(ctx, n, schema.RoleActor, client.WithoutGroups(taken...)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("result without groups %v: %v, want an error saying %q", taken, err, want)
+		}
+	}
+	got, errs := groupsOf(ctx, c, n)
+	if fmt.Sprint(got) != "[0]" || len(errs) != 1 || !strings.Contains(errs[0].Error(), want) {
+		t.Errorf("groups %v, errors %v: want group 0, and an error saying %q", got, errs, want)
+	}
+}
+
+// TestGroupsReadFromAFollowerBehind: once the result is out, every group
+// that it (with result_samples undelivered) or the last group message
+// names delivered is read until it is, though the reads that any replica
+// may answer first get no answer, then nothing (a follower that has not
+// seen the group): the stream used to end there, the group skipped.
+func TestGroupsReadFromAFollowerBehind(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "planact")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, undelivered := range []bool{true, false} {
+		c, err := client.New(bustest.Conn(t, url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Recheck = 100 * time.Millisecond
+		// The result names the groups: every group read lags, the last
+		// group message's too. Otherwise the last group message names them.
+		client.LagGroupReads(c, 2, undelivered)
+		n := int64(96 + i)
+		tasks := twoGroups(ctx, t, b, n, 1)
+		r := &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK, Tasks: tasks}
+		if undelivered {
+			r.DeliveredGroups, r.GroupSamples = []int{0, 1}, 2
+		} else {
+			r.Samples, r.SampleCount = []schema.Sample{{GroupIndex: 0, RolloutID: "0"}, {GroupIndex: 1, Index: 1, RolloutID: "1"}}, 2
+		}
+		if err := b.Publish(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if got, errs := groupsOf(ctx, c, n); fmt.Sprint(got) != "[0 1]" || len(errs) > 0 {
+			t.Errorf("undelivered %v: groups %v, errors %v: want groups 0 and 1", undelivered, got, errs)
+		}
+	}
+}
+
+// TestGroupsFailNamingADeliveredGroupNotRead: a group the result names
+// delivered that cannot be read by the end of the wait ends the stream
+// with ErrTimeout naming the group, not as if the stream were whole.
+func TestGroupsFailNamingADeliveredGroupNotRead(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "planact")
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 98
+	grp := &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: 0, Delivered: []int{0}, Groups: 2,
+		Samples: []schema.Sample{{RolloutID: "98-0"}}, SampleCount: 1, Tasks: []schema.TaskOutcome{{State: schema.TaskTrained}}}
+	if err := b.Publish(ctx, grp); err != nil {
+		t.Fatal(err)
+	}
+	// Group 1 never comes.
+	if err := b.Publish(ctx, &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
+		Tasks:           []schema.TaskOutcome{{State: schema.TaskTrained}, {Episode: 1, GroupIndex: 1, State: schema.TaskTrained}},
+		DeliveredGroups: []int{0, 1}, GroupSamples: 2}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, time.Second)
+	defer wcancel()
+	got, errs := groupsOf(wctx, c, n)
+	const want = "group 1 of rollout 98, named delivered"
+	if fmt.Sprint(got) != "[0]" || len(errs) != 1 || !errors.Is(errs[0], client.ErrTimeout) || !strings.Contains(errs[0].Error(), want) {
+		t.Errorf("groups %v, errors %v: want group 0, then ErrTimeout saying %q", got, errs, want)
 	}
 }

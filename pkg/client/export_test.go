@@ -1,0 +1,48 @@
+package client
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+)
+
+// LagGroupReads makes c's direct gets of group subjects answer, bad times
+// each, as the stream's replicas may before they hold the group: the
+// first as a server away (no answer), the next as a follower behind
+// (nothing there). With wildcard, the read of a rollout's last group
+// message (the subject of every group) lags as well.
+func LagGroupReads(c *Client, bad int, wildcard bool) {
+	var mu sync.Mutex
+	reads := map[string]int{}
+	c.get = func(ctx context.Context, subj string) (*nats.Msg, error) {
+		if strings.Contains(subj, ".group.") && (wildcard || !strings.HasSuffix(subj, ".*")) {
+			mu.Lock()
+			reads[subj]++
+			k := reads[subj]
+			mu.Unlock()
+			switch {
+			case k == 1:
+				return nil, nats.ErrTimeout
+			case k <= bad:
+				return &nats.Msg{Subject: subj, Header: nats.Header{"Status": []string{"404"}}}, nil
+			}
+		}
+		return c.nc.RequestWithContext(ctx, subj, nil)
+	}
+}
+
+// Arrivals counts the arrivals c remembers.
+func Arrivals(c *Client) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.arrived)
+}
+
+// KeepArrivals makes a client remember k arrivals at most, until undo.
+func KeepArrivals(k int) (undo func()) {
+	was := maxArrivals
+	maxArrivals = k
+	return func() { maxArrivals = was }
+}
