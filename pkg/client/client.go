@@ -694,6 +694,10 @@ type PauseOptions struct {
 // that its trainer can swap the weights. It returns once no generation of
 // the role runs on any gateway (those that did not say so in time are in
 // the answer's Missing). Call Resume with the new weight version after.
+// planact answers by the pause's time-out at the latest: Pause waits for
+// that and 30 s more (or less, as ctx says), then fails with ErrTimeout.
+// A pause planact would refuse (a time-out under a second) is an error
+// before anything is sent.
 func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schema.Paused, error) {
 	if err := schema.CheckRole(role); err != nil {
 		return nil, fmt.Errorf("pause: %w", err)
@@ -702,6 +706,15 @@ func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schem
 	if o.Abort {
 		p.Mode = schema.PauseAbort
 	}
+	if o.Timeout < 0 {
+		return nil, fmt.Errorf("pause %s: timeout %v: want a positive time-out, or 0 for the default", role, o.Timeout)
+	}
+	*p = p.WithDefaults()
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("pause: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, schema.Seconds(p.TimeoutS)+pauseAnswerMargin)
+	defer cancel()
 	answer := subject.Control(role, "paused")
 	answers := make(chan *nats.Msg, 8)
 	sub, err := c.nc.ChanSubscribe(answer, answers)
@@ -738,10 +751,14 @@ func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schem
 			}
 		case <-t.C:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("pause %s: no answer: %w", role, ctx.Err())
+			return nil, fmt.Errorf("%w: pause %s: no answer: %w", ErrTimeout, role, ctx.Err())
 		}
 	}
 }
+
+// pauseAnswerMargin is how long after a pause's time-out Pause still waits
+// for planact's answer.
+var pauseAnswerMargin = 30 * time.Second
 
 // Resume lets planact send the generations of role again, from the weights
 // of weightVersion (what samples record from now on).

@@ -138,3 +138,28 @@ func TestArrivalsAreForgotten(t *testing.T) {
 		t.Errorf("%d arrivals never answered remembered, want the last 8", k)
 	}
 }
+
+// TestPauseBoundsItsWait: a pause planact would refuse is an error before
+// it is sent (the session-store refused it and answered nothing, and the
+// trainer waited as long as its context allowed); an answer that does not
+// come ends the wait past the pause's time-out, with ErrTimeout, however
+// long the caller's context.
+func TestPauseBoundsItsWait(t *testing.T) {
+	_, url := bustest.Server(t)
+	bustest.Bus(t, url, "provision") // the streams exist, planact does not run
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, timeout := range []time.Duration{500 * time.Millisecond, -time.Second} {
+		if _, err := c.Pause(ctx, schema.RoleActor, client.PauseOptions{Timeout: timeout}); err == nil || errors.Is(err, client.ErrTimeout) {
+			t.Errorf("a pause of %v: %v; want it refused at once", timeout, err)
+		}
+	}
+	defer client.SetPauseAnswerMargin(100 * time.Millisecond)()
+	_, err = c.Pause(ctx, schema.RoleActor, client.PauseOptions{Timeout: time.Second})
+	if !errors.Is(err, client.ErrTimeout) {
+		t.Errorf("a pause nobody answers: %v; want ErrTimeout after its time-out", err)
+	}
+}

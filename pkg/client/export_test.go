@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -45,4 +46,12 @@ func KeepArrivals(k int) (undo func()) {
 	was := maxArrivals
 	maxArrivals = k
 	return func() { maxArrivals = was }
+}
+
+// SetPauseAnswerMargin sets how long Pause waits past a pause's time-out,
+// and returns a func that sets it back.
+func SetPauseAnswerMargin(d time.Duration) func() {
+	was := pauseAnswerMargin
+	pauseAnswerMargin = d
+	return func() { pauseAnswerMargin = was }
 }
