@@ -77,13 +77,13 @@ type chatChoice struct {
 			Logprob *float64 `json:"logprob"`
 		} `json:"content"`
 	} `json:"logprobs"`
-	FinishReason string `json:"finish_reason"`
-	TokenIDs     []int  `json:"token_ids"`
+	FinishReason string   `json:"finish_reason"`
+	TokenIDs     tokenIDs `json:"token_ids"`
 }
 
 type chatReply struct {
 	Choices        []chatChoice    `json:"choices"`
-	PromptTokenIDs []int           `json:"prompt_token_ids"`
+	PromptTokenIDs promptTokenIDs  `json:"prompt_token_ids"`
 	Usage          *oaiUsage       `json:"usage"`
 	Metadata       *oaiMetadata    `json:"metadata"`
 	Error          json.RawMessage `json:"error"`
@@ -169,6 +169,9 @@ func (c *Chat) generation(a *oaiAccumulator, prefix []int) (Generation, error) {
 	if err != nil {
 		return Generation{}, err
 	}
+	if g.OutputIDs == nil && !a.generated(g) && !a.saysEmpty(g) {
+		return Generation{}, errSaysNothing("usage.completion_tokens")
+	}
 	if g.OutputIDs == nil && a.generated(g) {
 		return Generation{}, fail.Permanentf("the server returned no output token ids (vLLM's return_token_ids, or return_tokens_as_token_ids with logprobs): " +
 			"a chat reply's text cannot be turned back into the tokens the model generated, so the sample would not be token-exact")
@@ -199,6 +202,9 @@ func (c *Chat) Generate(ctx context.Context, r Request) (Generation, error) {
 	start := time.Now()
 	var out chatReply
 	if err := c.doJSON(ctx, http.MethodPost, "/v1/chat/completions", c.request(msgs, r, false), &out, routingHeader(r.RoutingKey)); err != nil {
+		return Generation{}, fmt.Errorf("openai chat: %w", err)
+	}
+	if err := replyError(out.Error); err != nil {
 		return Generation{}, fmt.Errorf("openai chat: %w", err)
 	}
 	if len(out.Choices) == 0 {
@@ -236,8 +242,8 @@ func (c *Chat) GenerateStream(ctx context.Context, r Request, onChunk func(strin
 		if err := json.Unmarshal(data, &ev); err != nil {
 			return fail.Transientf("decode event %.200q: %w", data, err)
 		}
-		if len(ev.Error) > 0 && string(ev.Error) != "null" {
-			return fail.Transientf("engine error: %s", ev.Error)
+		if err := replyError(ev.Error); err != nil {
+			return err
 		}
 		before := acc.text.Len()
 		acc.addChat(&ev)

@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -235,6 +236,24 @@ func readSSE(body io.Reader, fn func(data []byte) error) error {
 			return err
 		}
 	}
+}
+
+// replyError is the error a reply (or an event of a stream) carries in its
+// "error" field, or nil when it has none (absent or null): the engine
+// failed the generation, and another try may not.
+func replyError(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	return fail.Transientf("engine error: %s", raw)
+}
+
+// errSaysNothing refuses a reply with no output ids that does not say the
+// engine generated none (a finish reason, or count, its count of generated
+// tokens, at 0): an empty reply is no evidence of an empty generation.
+func errSaysNothing(count string) error {
+	return fail.Transientf("the reply has no output ids, no finish reason and no %s of 0: nothing says what the engine generated, "+
+		"not even that it generated nothing", count)
 }
 
 // normalizeFinish maps engine-specific finish reasons to stop, length or abort.

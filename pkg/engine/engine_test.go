@@ -101,6 +101,63 @@ func TestSGLangStream(t *testing.T) {
 	}
 }
 
+// TestSGLangStreamText: the events' texts are cumulative or deltas as the
+// stream shows, decided once for the whole stream: deltas that happen to
+// begin with the text before them (SGLang's --incremental-streaming-output)
+// are joined, cumulative texts with delta ids (--stream-output on servers
+// before it) are not.
+func TestSGLangStreamText(t *testing.T) {
+	type event struct {
+		text string
+		ids  []int
+	}
+	for _, tc := range []struct {
+		name   string
+		events []event
+		want   string
+		ids    []int
+	}{
+		{"deltas that repeat", []event{{"\n", []int{10}}, {"\n", []int{11}}, {"Plan", []int{12}}}, "\n\nPlan", []int{10, 11, 12}},
+		{"deltas that extend", []event{{"a", []int{10}}, {"ab", []int{11}}, {"", []int{2}}}, "aab", []int{10, 11, 2}},
+		{"cumulative text, delta ids", []event{{"Pa", []int{83, 100}}, {"Paris", []int{117}}, {"Paris", []int{2}}}, "Paris", []int{83, 100, 117, 2}},
+		{"cumulative", []event{{"\n", []int{10}}, {"\n\n", []int{10, 11}}, {"\n\nPlan", []int{10, 11, 12}}}, "\n\nPlan", []int{10, 11, 12}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				n := 0
+				for i, ev := range tc.events {
+					n += len(ev.ids)
+					if tc.name == "cumulative" {
+						n = len(ev.ids)
+					}
+					fr := "null"
+					if i == len(tc.events)-1 {
+						fr = `{"type":"stop"}`
+					}
+					idj, _ := json.Marshal(ev.ids)
+					fmt.Fprintf(w, "data: {\"text\":%q,\"output_ids\":%s,\"meta_info\":{\"finish_reason\":%s,\"prompt_tokens\":1,\"completion_tokens\":%d}}\n\n",
+						ev.text, idj, fr, n)
+				}
+				fmt.Fprint(w, "data: [DONE]\n\n")
+			}))
+			defer srv.Close()
+			c, _ := New("sglang", srv.URL, "", nil)
+			var chunks []string
+			g, err := c.(Streamer).GenerateStream(context.Background(), Request{InputIDs: []int{1}}, func(s string) { chunks = append(chunks, s) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.Text != tc.want || !reflect.DeepEqual(g.OutputIDs, tc.ids) {
+				t.Errorf("text %q, ids %v; want %q, %v", g.Text, g.OutputIDs, tc.want, tc.ids)
+			}
+			if len(chunks) != len(tc.events) || chunks[len(chunks)-1] != tc.want {
+				t.Errorf("chunks %q: want one per event, the last %q", chunks, tc.want)
+			}
+		})
+	}
+}
+
 func TestOpenAIGenerate(t *testing.T) {
 	for _, tc := range []struct {
 		name, choice string

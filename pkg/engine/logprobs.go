@@ -53,6 +53,9 @@ func (l *logprobList) UnmarshalJSON(b []byte) error {
 			l.logprobs[i] = 0
 			l.missing++
 		}
+		if string(bytes.TrimSpace(triple[1])) == "null" {
+			return fail.Transientf("output_token_logprobs[%d] = %s: its token id is null: the engine did not say which token it is", i, raw)
+		}
 		if err := json.Unmarshal(triple[1], &l.ids[i]); err != nil {
 			return fail.Transientf("output_token_logprobs[%d] = %s: bad token id", i, raw)
 		}

@@ -66,10 +66,10 @@ type oaiChoice struct {
 		Tokens        []string   `json:"tokens"`
 		TokenLogprobs []*float64 `json:"token_logprobs"`
 	} `json:"logprobs"`
-	TokenIDs []int `json:"token_ids"`
+	TokenIDs tokenIDs `json:"token_ids"`
 	// PromptTokenIDs: vLLM's completions return the prompt's ids on the
 	// choice (return_token_ids), in the first chunk of a stream.
-	PromptTokenIDs []int `json:"prompt_token_ids"`
+	PromptTokenIDs promptTokenIDs `json:"prompt_token_ids"`
 }
 
 type oaiUsage struct {
@@ -124,6 +124,9 @@ func (c *OpenAI) Generate(ctx context.Context, r Request) (Generation, error) {
 	if err := c.doJSON(ctx, http.MethodPost, "/v1/completions", c.request(r, false), &out, routingHeader(r.RoutingKey)); err != nil {
 		return Generation{}, fmt.Errorf("openai completions: %w", err)
 	}
+	if err := replyError(out.Error); err != nil {
+		return Generation{}, fmt.Errorf("openai completions: %w", err)
+	}
 	if len(out.Choices) == 0 {
 		return Generation{}, fail.Transientf("openai completions: reply has no choices")
 	}
@@ -161,8 +164,8 @@ func (c *OpenAI) GenerateStream(ctx context.Context, r Request, onChunk func(str
 		if err := json.Unmarshal(data, &ev); err != nil {
 			return fail.Transientf("decode event %.200q: %w", data, err)
 		}
-		if len(ev.Error) > 0 && string(ev.Error) != "null" {
-			return fail.Transientf("engine error: %s", ev.Error)
+		if err := replyError(ev.Error); err != nil {
+			return err
 		}
 		before := acc.text.Len()
 		acc.add(&ev)
@@ -207,7 +210,8 @@ type oaiAccumulator struct {
 	tokenIDs      []int
 	finish        string
 	promptTokens  int
-	completion    int // completion_tokens, as the usage says
+	completion    int  // completion_tokens, as the usage says
+	completionSet bool // the usage said completion_tokens
 	promptIDs     []int
 	weightVersion string
 }
@@ -234,7 +238,7 @@ func (a *oaiAccumulator) envelope(usage *oaiUsage, meta *oaiMetadata) {
 	if usage != nil {
 		a.promptTokens = usage.PromptTokens
 		if usage.CompletionTokens != nil {
-			a.completion = *usage.CompletionTokens
+			a.completion, a.completionSet = *usage.CompletionTokens, true
 		}
 	}
 	if meta != nil {
@@ -316,11 +320,24 @@ func (a *oaiAccumulator) generated(g Generation) bool {
 	return g.Text != "" || len(a.tokens) > 0 || a.completion > 0
 }
 
+// saysEmpty reports whether a reply without output ids says that the
+// engine generated nothing: a finish reason, or completion_tokens 0.
+func (a *oaiAccumulator) saysEmpty(g Generation) bool {
+	return g.FinishReason != "" || (a.completionSet && a.completion == 0)
+}
+
 // requireIDs refuses a completion whose output ids the server did not
 // return: its text cannot be turned back into the tokens the model
-// generated.
+// generated. Without ids and without text, the reply must say that the
+// engine generated nothing.
 func (a *oaiAccumulator) requireIDs(g Generation) error {
-	if g.OutputIDs != nil || !a.generated(g) {
+	switch {
+	case g.OutputIDs != nil:
+		return nil
+	case !a.generated(g):
+		if !a.saysEmpty(g) {
+			return errSaysNothing("usage.completion_tokens")
+		}
 		return nil
 	}
 	return fail.Permanentf("the server returned no output token ids: planact asks for them with return_token_ids (vLLM) and with " +

@@ -63,16 +63,25 @@ func (p *Pool) Acquire(ctx context.Context, protocol, url, model string) (*Lease
 // once, shared by the pools of every live replica (Replicas); capacity 0
 // means this pool's Limit, its own.
 func (p *Pool) AcquireShare(ctx context.Context, protocol, url, model string, capacity int) (*Lease, error) {
-	e, err := p.engine(protocol, url, model)
+	p.init()
+	n := p.replicas() // before p.mu: Replicas may wait for a lock of its own
+	p.mu.Lock()
+	e, err := p.engineLocked(protocol, url, model)
 	if err != nil {
+		p.mu.Unlock()
 		return nil, err
 	}
-	p.mu.Lock()
 	changed := e.capacity != capacity || !e.balanced
-	e.capacity, e.balanced = capacity, true
+	if changed {
+		// The limit changes with the capacity, under the same lock: a
+		// caller that sees the capacity set acquires under its limit, never
+		// under the Limit a new engine starts with.
+		e.capacity, e.balanced = capacity, true
+		e.slots.setLimit(p.share(capacity, n))
+	}
 	p.mu.Unlock()
 	if changed {
-		p.Rebalance()
+		p.Rebalance() // OnLimits hears the new total
 	}
 	if err := e.slots.acquire(ctx); err != nil {
 		return nil, err
@@ -83,18 +92,20 @@ func (p *Pool) AcquireShare(ctx context.Context, protocol, url, model string, ca
 // Client returns the engine's shared client without taking a slot: for
 // what is not a generation (Pause, Resume, WeightVersion, Health).
 func (p *Pool) Client(protocol, url, model string) (Client, error) {
-	e, err := p.engine(protocol, url, model)
+	p.init()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, err := p.engineLocked(protocol, url, model)
 	if err != nil {
 		return nil, err
 	}
 	return e.client, nil
 }
 
-func (p *Pool) engine(protocol, url, model string) (*pooled, error) {
-	p.init()
+// engineLocked returns the engine's entry, made on first use with Limit;
+// p.mu is held.
+func (p *Pool) engineLocked(protocol, url, model string) (*pooled, error) {
 	key := protocol + " " + url + " " + model
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	e := p.engines[key]
 	if e == nil {
 		c, err := NewClient(protocol, url, Options{Model: model, HTTP: p.HTTP, Backoff: p.Backoff})
@@ -107,6 +118,23 @@ func (p *Pool) engine(protocol, url, model string) (*pooled, error) {
 	return e, nil
 }
 
+// replicas is how many live replicas share each stated capacity now.
+func (p *Pool) replicas() int {
+	if p.Replicas == nil {
+		return 1
+	}
+	return max(p.Replicas(), 1)
+}
+
+// share is this pool's limit on an engine of the capacity when n replicas
+// share it.
+func (p *Pool) share(capacity, n int) int {
+	if capacity <= 0 {
+		return p.Limit
+	}
+	return max(capacity/n, 1)
+}
+
 // Rebalance sets every engine's limit from its capacity and the live
 // replicas now: a limit that shrinks starts no generation until the
 // engine's are under it; one that grows starts those waiting at once.
@@ -114,17 +142,11 @@ func (p *Pool) Rebalance() {
 	p.init()
 	p.rebalancing.Lock()
 	defer p.rebalancing.Unlock()
-	n := 1
-	if p.Replicas != nil {
-		n = max(p.Replicas(), 1)
-	}
+	n := p.replicas()
 	p.mu.Lock()
 	total := 0
 	for _, e := range p.engines {
-		limit := p.Limit
-		if e.capacity > 0 {
-			limit = max(e.capacity/n, 1)
-		}
+		limit := p.share(e.capacity, n)
 		e.slots.setLimit(limit)
 		total += limit
 	}

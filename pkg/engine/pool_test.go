@@ -3,8 +3,10 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -273,5 +275,46 @@ func TestPoolSharesCapacity(t *testing.T) {
 	}
 	for _, l := range leases {
 		l.Release()
+	}
+}
+
+// TestPoolHoldsStatedCapacityFromTheFirstAcquire: callers that arrive at
+// once at an engine the pool has not seen yet never hold more than its
+// share of the stated capacity, not even for a moment under the default
+// Limit.
+func TestPoolHoldsStatedCapacityFromTheFirstAcquire(t *testing.T) {
+	for _, tc := range []struct{ capacity, replicas, want int }{{2, 1, 2}, {4, 2, 2}, {1, 1, 1}} {
+		for round := range 20 {
+			// Replicas yields, as bus.Peers.N may wait for its lock: others
+			// run in the meantime.
+			p := &Pool{Replicas: func() int { runtime.Gosched(); return tc.replicas }}
+			url := fmt.Sprintf("http://engine-%d.invalid", round)
+			var now, peak atomic.Int64
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					l, err := p.AcquireShare(context.Background(), "sglang", url, "", tc.capacity)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					n := now.Add(1)
+					for old := peak.Load(); n > old && !peak.CompareAndSwap(old, n); old = peak.Load() {
+					}
+					runtime.Gosched()
+					now.Add(-1)
+					l.Release()
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if got := peak.Load(); got > int64(tc.want) {
+				t.Fatalf("capacity %d over %d replicas: %d held at once, want at most %d", tc.capacity, tc.replicas, got, tc.want)
+			}
+		}
 	}
 }

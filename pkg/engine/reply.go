@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -35,12 +36,56 @@ func decodeTokens(b []byte) (*[]int, error) {
 		return toks, nil
 	}
 	var out struct {
-		Tokens *[]int `json:"tokens"`
+		Tokens *tokenizeIDs `json:"tokens"`
 	}
 	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&out); err != nil {
 		return nil, err
 	}
-	return out.Tokens, nil
+	return (*[]int)(out.Tokens), nil
+}
+
+// Arrays of token ids, as the replies name them. encoding/json would read
+// a null among them as 0, a token the engine never named: these refuse it,
+// saying where it is. The readers below leave such an array to them.
+type (
+	outputIDs      []int // SGLang's output_ids
+	tokenIDs       []int // OpenAI-compatible choices[].token_ids
+	promptTokenIDs []int // OpenAI-compatible prompt_token_ids
+	tokenizeIDs    []int // /tokenize's tokens
+)
+
+func (l *outputIDs) UnmarshalJSON(b []byte) error { return unmarshalIDs(b, (*[]int)(l), "output_ids") }
+
+func (l *tokenIDs) UnmarshalJSON(b []byte) error { return unmarshalIDs(b, (*[]int)(l), "token_ids") }
+
+func (l *promptTokenIDs) UnmarshalJSON(b []byte) error {
+	return unmarshalIDs(b, (*[]int)(l), "prompt_token_ids")
+}
+
+func (l *tokenizeIDs) UnmarshalJSON(b []byte) error { return unmarshalIDs(b, (*[]int)(l), "tokens") }
+
+// unmarshalIDs reads the array of token ids named field into ids (nil for
+// null, as encoding/json leaves a slice), refusing a null id.
+func unmarshalIDs(b []byte, ids *[]int, field string) error {
+	var v []int
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	// In an array that encoding/json read as integers, null can only be an
+	// element.
+	if v != nil && bytes.Contains(b, []byte("null")) {
+		var elems []json.RawMessage
+		if err := json.Unmarshal(b, &elems); err != nil {
+			return err
+		}
+		for i, e := range elems {
+			if string(e) == "null" {
+				return fmt.Errorf("%s[%d] is null: the engine did not say which token it is", field, i)
+			}
+		}
+	}
+	*ids = v
+	return nil
 }
 
 func readGenerate(b []byte, r *sglReply) bool {
@@ -379,7 +424,7 @@ func (p *reader) int() (int, bool) {
 }
 
 // ints reads an array of integers (nil for null, as encoding/json leaves a
-// slice).
+// slice); a null among them is left to encoding/json (unmarshalIDs).
 func (p *reader) ints() ([]int, bool) {
 	if p.null() {
 		return nil, true

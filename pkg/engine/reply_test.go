@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -52,13 +53,18 @@ func replyCases() []string {
 		`{"text":"a"} trailing`, `{"text":"a"}{"text":"b"}`, `{"text":"a"`, `{"text":"a",}`, `{"text" "a"}`, `{text:"a"}`,
 		`{"text":"a\x"}`, `{"text":"a\u12"}`, "{\"text\":\"a\nb\"}", `{"output_ids":[1,]}`, `{"output_ids":[1 2]}`,
 		`{"meta_info":{"output_token_logprobs":[[-0.5,2,"x"],]}}`,
+		// A null token id is an error, never token 0.
+		`{"output_ids":[5,null,7]}`, `{"output_ids":[null]}`, `{"output_ids":[ 5 , null ]}`, `{"output_ids":[5],"output_ids":[null]}`,
+		`{"text":"null","output_ids":[5]}`, `{"meta_info":{"output_token_logprobs":[[-0.2,5,"a"],[-0.2,null,"b"]]}}`,
+		`{"meta_info":{"output_token_logprobs":[[null,null,null]]}}`, `{"tokens":[1,null,3]}`, `{"tokens":[null]}`,
 		strings.Repeat(`{"x":`, 2000) + `1` + strings.Repeat(`}`, 2000),
 		" \n\t{ \"text\" : \"ws\" , \"output_ids\" : [ 1 , 2 ] , \"meta_info\" : { \"completion_tokens\" : 2 } } \n",
 	}
 	return cases
 }
 
-// The reader gives what encoding/json's Decoder gives, value and error.
+// The reader gives what encoding/json's Decoder gives, value and error,
+// except that a null token id is an error on both sides (not 0).
 func TestDecodeGenerateAsEncodingJSON(t *testing.T) {
 	for _, c := range replyCases() {
 		checkGenerate(t, []byte(c))
@@ -78,12 +84,42 @@ func checkGenerate(t *testing.T, b []byte) {
 		t.Fatalf("%.300q:\n got %+v\nwant %+v", b, got, want)
 	}
 	var wantTok struct {
-		Tokens *[]int `json:"tokens"`
+		Tokens *tokenizeIDs `json:"tokens"`
 	}
 	wantErr = json.NewDecoder(bytes.NewReader(b)).Decode(&wantTok)
 	gotTok, gotErr := decodeTokens(b)
-	if (gotErr == nil) != (wantErr == nil) || (wantErr == nil && !reflect.DeepEqual(gotTok, wantTok.Tokens)) {
+	if (gotErr == nil) != (wantErr == nil) || (wantErr == nil && !reflect.DeepEqual(gotTok, (*[]int)(wantTok.Tokens))) {
 		t.Fatalf("%.300q as /tokenize: %v, %v; encoding/json: %v, %v", b, gotTok, gotErr, wantTok.Tokens, wantErr)
+	}
+	checkNoNullID(t, b, got, gotTok, decodeGenerate(b, new(sglReply)) == nil, gotErr == nil)
+}
+
+// checkNoNullID: what decoded without an error held no null token id, as
+// encoding/json alone reads it (ids as pointers, nil for null): a null is
+// never read as 0.
+func checkNoNullID(t *testing.T, b []byte, got sglReply, tokens *[]int, generateOK, tokensOK bool) {
+	t.Helper()
+	var ptrs struct {
+		OutputIDs []*int `json:"output_ids"`
+		MetaInfo  *struct {
+			OutputTokenLogprobs [][]*json.RawMessage `json:"output_token_logprobs"`
+		} `json:"meta_info"`
+		Tokens []*int `json:"tokens"`
+	}
+	if json.NewDecoder(bytes.NewReader(b)).Decode(&ptrs) != nil {
+		return
+	}
+	nullLogprobID := false
+	if ptrs.MetaInfo != nil {
+		for _, triple := range ptrs.MetaInfo.OutputTokenLogprobs {
+			nullLogprobID = nullLogprobID || len(triple) > 1 && triple[1] == nil
+		}
+	}
+	if generateOK && (slices.Contains(ptrs.OutputIDs, nil) || nullLogprobID) {
+		t.Fatalf("%.300q: a null token id was read as %v, %v", b, got.OutputIDs, got.MetaInfo.OutputTokenLogprobs.ids)
+	}
+	if tokensOK && slices.Contains(ptrs.Tokens, nil) {
+		t.Fatalf("%.300q as /tokenize: a null token id was read as %v", b, *tokens)
 	}
 }
 

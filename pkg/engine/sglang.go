@@ -22,9 +22,10 @@ import (
 //	  reply         {"text", "output_ids"?, "meta_info":{"finish_reason":{"type":"stop"|"length"|"abort",…},
 //	                 "prompt_tokens","completion_tokens","weight_version"?,
 //	                 "output_token_logprobs":[[logprob, token_id, text|null], …]}}
-//	  streaming     "data: {same object}\n\n" … "data: [DONE]\n\n"; text is cumulative;
-//	                output_ids are cumulative, or deltas with --stream-output;
-//	                meta_info.output_token_logprobs is cumulative.
+//	  streaming     "data: {same object}\n\n" … "data: [DONE]\n\n"; text, output_ids and
+//	                meta_info.output_token_logprobs are cumulative by default, all deltas
+//	                with --incremental-streaming-output; older servers' --stream-output
+//	                makes output_ids deltas and leaves text cumulative.
 //	POST /tokenize  {"prompt":"…","add_special_tokens":false} -> {"tokens":[…],"count",…}
 //	GET  /health    200 when the server is up
 //
@@ -61,8 +62,8 @@ type sglRequest struct {
 }
 
 type sglReply struct {
-	Text      string `json:"text"`
-	OutputIDs []int  `json:"output_ids"`
+	Text      string    `json:"text"`
+	OutputIDs outputIDs `json:"output_ids"`
 	MetaInfo  struct {
 		FinishReason *struct {
 			Type    string `json:"type"`
@@ -116,6 +117,9 @@ func (c *SGLang) Generate(ctx context.Context, r Request) (Generation, error) {
 		c.abortIfGivenUp(ctx, in.RID)
 		return Generation{}, fmt.Errorf("sglang generate: %w", err)
 	}
+	if err := replyError(out.Error); err != nil {
+		return Generation{}, fmt.Errorf("sglang generate: %w", err)
+	}
 	g, err := out.generation(out.OutputIDs)
 	if err == nil {
 		err = checkConsumed(r, g)
@@ -149,7 +153,7 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	var (
 		last    sglReply
 		seen    bool
-		text    string
+		text    streamText
 		accIDs  []int // output_ids appended, for servers that stream deltas
 		prefix  = true
 		lastIDs []int
@@ -172,13 +176,13 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 			if err := json.Unmarshal(data, &ev); err != nil {
 				return fail.Transientf("decode event %.200q: %w", data, err)
 			}
-			if len(ev.Error) > 0 && string(ev.Error) != "null" {
-				return fail.Transientf("engine error: %s", ev.Error)
+			if err := replyError(ev.Error); err != nil {
+				return err
 			}
-			text = ev.Text
+			text.add(ev.Text, true)
 			lastRaw = append(lastRaw[:0], data...)
 			if onChunk != nil {
-				onChunk(text)
+				onChunk(text.String())
 			}
 			return nil
 		}
@@ -186,16 +190,8 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 		if err := json.Unmarshal(data, &ev); err != nil {
 			return fail.Transientf("decode event %.200q: %w", data, err)
 		}
-		if len(ev.Error) > 0 && string(ev.Error) != "null" {
-			return fail.Transientf("engine error: %s", ev.Error)
-		}
-		// Text is cumulative by default; with --incremental-streaming-output it
-		// is a delta. Treat it as cumulative while it extends what we have.
-		extends := strings.HasPrefix(ev.Text, text)
-		if extends {
-			text = ev.Text
-		} else {
-			text += ev.Text
+		if err := replyError(ev.Error); err != nil {
+			return err
 		}
 		if prefix && !hasPrefix(ev.OutputIDs, lastIDs) {
 			prefix = false
@@ -204,13 +200,14 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 		accIDs = append(accIDs, ev.OutputIDs...)
 		accLPs.append(ev.MetaInfo.OutputTokenLogprobs)
 		last, seen = ev, true
+		text.add(ev.Text, false)
 		// The second event tells: still a prefix of ids and text, and ids
 		// as many as the server says it generated, means cumulative.
-		if events >= 2 && prefix && extends && text != "" && ev.MetaInfo.CompletionTokens != nil && *ev.MetaInfo.CompletionTokens == len(ev.OutputIDs) {
+		if events >= 2 && prefix && !text.deltas && ev.Text != "" && ev.MetaInfo.CompletionTokens != nil && *ev.MetaInfo.CompletionTokens == len(ev.OutputIDs) {
 			cumulative = true
 		}
 		if onChunk != nil {
-			onChunk(text)
+			onChunk(text.String())
 		}
 		return nil
 	})
@@ -240,7 +237,7 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	if n := last.MetaInfo.CompletionTokens; n != nil && len(accLPs.ids) == *n && len(last.MetaInfo.OutputTokenLogprobs.ids) != *n {
 		last.MetaInfo.OutputTokenLogprobs = accLPs
 	}
-	last.Text = text
+	last.Text = text.String()
 	g, err = last.generation(ids)
 	if err == nil {
 		err = checkConsumed(r, g)
@@ -253,6 +250,52 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	}
 	g.Latency = time.Since(start)
 	return g, nil
+}
+
+// streamText joins the texts of a stream's events, which are cumulative or
+// deltas for the whole stream. Cumulative ids (known) mean cumulative text.
+// Delta ids do not tell: SGLang's --incremental-streaming-output streams
+// text deltas with them, but older servers streamed cumulative text with
+// delta ids (--stream-output). Cumulative text never gives an event a text
+// that does not begin with the one before; the first such text shows
+// deltas, and from then on the texts of every event, before it too, are
+// joined. Until then the texts are taken as cumulative, which mistakes only
+// deltas that each begin with the one before, to the end of the stream (a
+// token repeated, and a last delta that is not empty, unlike an
+// end-of-sequence token's).
+type streamText struct {
+	deltas bool            // decided: every event's text is a delta
+	last   string          // the last event's text, while cumulative
+	lens   []int           // while cumulative: each event's text length, each text a prefix of last
+	joined strings.Builder // the deltas joined, once deltas
+}
+
+// add takes an event's text; cumulative says the stream is known to be
+// cumulative.
+func (s *streamText) add(t string, cumulative bool) {
+	if !s.deltas && !cumulative && !strings.HasPrefix(t, s.last) {
+		s.deltas = true
+		for _, n := range s.lens {
+			s.joined.WriteString(s.last[:n])
+		}
+		s.lens = nil
+	}
+	if s.deltas {
+		s.joined.WriteString(t)
+		return
+	}
+	s.last = t
+	if !cumulative {
+		s.lens = append(s.lens, len(t))
+	}
+}
+
+// String is the text so far.
+func (s *streamText) String() string {
+	if s.deltas {
+		return s.joined.String()
+	}
+	return s.last
 }
 
 func hasPrefix(a, p []int) bool {
@@ -269,7 +312,9 @@ func hasPrefix(a, p []int) bool {
 
 // generation is the reply as a Generation, output ids from ids when
 // output_token_logprobs has none. What the engine did not return is absent
-// (log-probs, with the reason) or an error (ids), never a zero.
+// (log-probs, with the reason) or an error (ids), never a zero: a reply
+// without ids is an empty generation only when it says so (a finish
+// reason, or completion_tokens 0).
 func (out *sglReply) generation(ids []int) (Generation, error) {
 	g := Generation{Text: out.Text, PromptTokens: out.MetaInfo.PromptTokens}
 	if fr := out.MetaInfo.FinishReason; fr != nil {
@@ -295,6 +340,8 @@ func (out *sglReply) generation(ids []int) (Generation, error) {
 	case g.Text != "" || (out.MetaInfo.CompletionTokens != nil && *out.MetaInfo.CompletionTokens > 0):
 		return Generation{}, fail.Permanentf("the engine returned text but no output ids (neither output_ids nor meta_info.output_token_logprobs): " +
 			"text cannot be turned back into the tokens the model generated, so the sample would not be token-exact")
+	case g.FinishReason == "" && (out.MetaInfo.CompletionTokens == nil || *out.MetaInfo.CompletionTokens != 0):
+		return Generation{}, errSaysNothing("meta_info.completion_tokens")
 	}
 	return g, nil
 }

@@ -124,3 +124,88 @@ func TestPromptCut(t *testing.T) {
 		}
 	}
 }
+
+// TestReplyThatSaysNothing: a reply that carries neither output ids nor
+// anything that says the engine generated nothing (a finish reason, or
+// completion_tokens 0) is refused, and so is one that carries an error;
+// an engine that stopped at once (EOS first) gives an empty generation.
+func TestReplyThatSaysNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name, proto, reply string
+		want               fail.Kind // fail.Unknown: accepted, empty
+		says               string
+	}{
+		{"sglang empty object", ProtocolSGLang, `{}`, fail.Transient, "no finish reason"},
+		{"sglang error", ProtocolSGLang, `{"error":{"message":"upstream worker failed"}}`, fail.Transient, "upstream worker failed"},
+		{"sglang error string", ProtocolSGLang, `{"text":"","output_ids":[],"error":"boom"}`, fail.Transient, "boom"},
+		{"sglang prompt tokens only", ProtocolSGLang, `{"text":"","meta_info":{"prompt_tokens":2}}`, fail.Transient, "no finish reason"},
+		{"sglang null finish", ProtocolSGLang, `{"text":"","output_ids":[],"meta_info":{"finish_reason":null,"prompt_tokens":2}}`, fail.Transient, "no finish reason"},
+		{"sglang stopped at once", ProtocolSGLang, `{"text":"","output_ids":[],"meta_info":{"finish_reason":{"type":"stop","matched":2},` +
+			`"prompt_tokens":2,"completion_tokens":0,"output_token_logprobs":[]}}`, fail.Unknown, ""},
+		{"sglang finish only", ProtocolSGLang, `{"text":"","meta_info":{"finish_reason":{"type":"stop"},"prompt_tokens":2}}`, fail.Unknown, ""},
+		{"sglang completion_tokens 0", ProtocolSGLang, `{"text":"","meta_info":{"prompt_tokens":2,"completion_tokens":0}}`, fail.Unknown, ""},
+		{"openai null finish", ProtocolOpenAI, `{"choices":[{"text":"","finish_reason":null}]}`, fail.Transient, "no finish reason"},
+		{"openai error", ProtocolOpenAI, `{"choices":[{"text":"","finish_reason":"stop"}],"error":{"message":"upstream worker failed"}}`, fail.Transient, "upstream worker failed"},
+		{"openai error without choices", ProtocolOpenAI, `{"error":{"message":"upstream worker failed"}}`, fail.Transient, "upstream worker failed"},
+		{"openai stopped at once", ProtocolOpenAI, `{"choices":[{"text":"","finish_reason":"stop","token_ids":[]}],"usage":{"prompt_tokens":2,"completion_tokens":0}}`, fail.Unknown, ""},
+		{"openai completion_tokens 0", ProtocolOpenAI, `{"choices":[{"text":"","finish_reason":null}],"usage":{"prompt_tokens":2,"completion_tokens":0}}`, fail.Unknown, ""},
+		{"chat null finish", ProtocolOpenAIChat, `{"choices":[{"message":{"content":""},"finish_reason":null}],"prompt_token_ids":[1,2]}`, fail.Transient, "no finish reason"},
+		{"chat error", ProtocolOpenAIChat, `{"choices":[{"message":{"content":""},"finish_reason":"stop"}],"prompt_token_ids":[1,2],"error":"boom"}`, fail.Transient, "boom"},
+		{"chat stopped at once", ProtocolOpenAIChat, `{"choices":[{"message":{"content":""},"finish_reason":"stop","token_ids":[]}],"prompt_token_ids":[1,2]}`, fail.Unknown, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, tc.reply) }))
+			defer srv.Close()
+			c, _ := NewClient(tc.proto, srv.URL, Options{Model: "m", Backoff: Backoff{Attempts: 1}})
+			g, err := c.Generate(context.Background(), Request{InputIDs: []int{1, 2}, Text: "q"})
+			if tc.want == fail.Unknown {
+				if err != nil || len(g.OutputIDs) != 0 || g.Text != "" {
+					t.Fatalf("%+v, %v; want an empty generation", g, err)
+				}
+				return
+			}
+			if err == nil || fail.KindOf(err) != tc.want || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("%+v, %v; want a %v error saying %q", g, err, tc.want, tc.says)
+			}
+		})
+	}
+}
+
+// TestNullTokenIDIsAnError: a token id the engine wrote as null is not
+// token 0: the reply is refused, and the error says where the null is.
+func TestNullTokenIDIsAnError(t *testing.T) {
+	for _, tc := range []struct {
+		name, proto, path, reply, where string
+	}{
+		{"sglang output_ids", ProtocolSGLang, "/generate", `{"text":"ab","output_ids":[5,null,7],"meta_info":{"finish_reason":{"type":"stop"},"completion_tokens":3}}`,
+			"output_ids[1] is null"},
+		{"sglang log-prob triple", ProtocolSGLang, "/generate", `{"text":"ab","meta_info":{"finish_reason":{"type":"stop"},"completion_tokens":2,` +
+			`"output_token_logprobs":[[-0.1,5,"a"],[-0.2,null,"b"]]}}`, "output_token_logprobs[1]"},
+		{"sglang tokenize", ProtocolSGLang, "/tokenize", `{"tokens":[1,null,3],"count":3}`, "tokens[1] is null"},
+		{"openai token_ids", ProtocolOpenAI, "/v1/completions", `{"choices":[{"text":"ab","finish_reason":"stop","token_ids":[5,null]}]}`,
+			"token_ids[1] is null"},
+		{"openai prompt_token_ids", ProtocolOpenAI, "/v1/completions", `{"choices":[{"text":"ab","finish_reason":"stop","token_ids":[5,6],"prompt_token_ids":[null,2]}]}`,
+			"prompt_token_ids[0] is null"},
+		{"openai tokenize", ProtocolOpenAI, "/tokenize", `{"tokens":[null]}`, "tokens[0] is null"},
+		{"chat token_ids", ProtocolOpenAIChat, "/v1/chat/completions", `{"choices":[{"message":{"content":"ab"},"finish_reason":"stop","token_ids":[5,null]}],` +
+			`"prompt_token_ids":[1,2]}`, "token_ids[1] is null"},
+		{"chat prompt_token_ids", ProtocolOpenAIChat, "/v1/chat/completions", `{"choices":[{"message":{"content":"ab"},"finish_reason":"stop","token_ids":[5,6]}],` +
+			`"prompt_token_ids":[1,null]}`, "prompt_token_ids[1] is null"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, tc.reply) }))
+			defer srv.Close()
+			c, _ := NewClient(tc.proto, srv.URL, Options{Model: "m", Backoff: Backoff{Attempts: 1}})
+			var got any
+			var err error
+			if tc.path == "/tokenize" {
+				got, err = c.Tokenize(context.Background(), "ab")
+			} else {
+				got, err = c.Generate(context.Background(), Request{InputIDs: []int{1, 2}, Text: "q"})
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.where) {
+				t.Fatalf("%+v, %v; want an error saying %q", got, err, tc.where)
+			}
+		})
+	}
+}
