@@ -94,6 +94,11 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 		out, gen, err := s.try(actx, info, run)
 		endAttempt(attemptSpan, attempt, gen, err)
 		cancel()
+		if !errors.Is(err, errNoActorGateway) {
+			// The patience counts attempts in a row that found no
+			// gateway: an outage after one was reached waits as long.
+			unavailableSince = time.Time{}
+		}
 		if drift := (*tokenDrift)(nil); errors.As(err, &drift) {
 			// The engine took another input than the act's prompt: never
 			// tried again (it would drift again), and its episode is

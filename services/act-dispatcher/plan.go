@@ -87,17 +87,11 @@ func (s *Service) finalOut(ctx context.Context, d *schema.PlanDAG) (bool, error)
 
 // publishOutcome publishes again what a finished run implies (a crash may
 // have come between the write that finished it and its publishes): the
-// outcomes answered from the cache, and the turn's next step. Message ids
-// make it idempotent.
+// outcomes answered from the cache (each stored only if none is), and the
+// turn's next step (message ids make it idempotent).
 func (s *Service) publishOutcome(ctx context.Context, info *session.Info, run *schema.Run) error {
-	t := &runner{s: s, run: *run}
-	var cached []*schema.NodeState
-	for _, n := range run.Nodes {
-		if n.CachedFrom != "" && n.Terminal() {
-			cached = append(cached, n)
-		}
-	}
-	if err := t.publishCached(ctx, cached); err != nil {
+	t := &runner{s: s, run: *run, known: map[string]*schema.ActDone{}}
+	if err := t.publishCached(ctx); err != nil {
 		return err
 	}
 	if run.Finished {

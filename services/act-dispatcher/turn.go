@@ -3,6 +3,7 @@ package actdispatcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -33,12 +34,16 @@ import (
 // replica, whose handler finds the message's sequence in the run (Runner)
 // and takes the turn over from what is recorded: the outcomes published,
 // the nodes released without one (run again: the stream keeps the first
-// outcome of an act run twice). A plan message of the same turn handled
-// elsewhere (a streamed plan grows on several replicas) is merged into the
-// run by compare-and-set, and the runner, which follows the turn's plan
-// subject while its plan is incomplete, merges it too. Every write is a
-// compare-and-set of the runner's view: a runner that loses one (another
-// runner took over, a plan was merged) reads the run again and decides anew.
+// outcome of an act run twice), the nodes answered from the cache (their
+// outcomes published again, stored only where none is). Delivered again
+// to the replica whose runner holds it, the message waits for that runner
+// instead, so that one delivery owns the turn. A plan message of the same
+// turn handled elsewhere (a streamed plan grows on several replicas) is
+// merged into the run by compare-and-set, and the runner, which follows
+// the turn's plan subject while its plan is incomplete, merges it too.
+// Every write is a compare-and-set of the runner's view: a runner that
+// loses one (another runner took over, a plan was merged) reads the run
+// again and decides anew.
 
 // act is one node to execute.
 type act struct {
@@ -73,7 +78,7 @@ type runner struct {
 	run schema.Run // as this runner last read or wrote it, with the outcomes it knows applied
 	rev uint64
 
-	known    map[string]*schema.ActDone // outcomes, by node key
+	known    map[string]*schema.ActDone // outcomes, by node key (those published of cached nodes too)
 	mine     map[string]bool            // nodes this runner executes (or executed)
 	awaiting time.Time                  // since when it waits for outcomes of nodes it does not run
 
@@ -88,7 +93,8 @@ type runner struct {
 	// handler of this replica).
 	halt error
 
-	acts sync.WaitGroup
+	acts  sync.WaitGroup
+	ended chan struct{} // closed once the turn's handler no longer runs it
 }
 
 // runners are the turns this replica runs, by run key.
@@ -103,10 +109,17 @@ func (rs *runners) get(key string) *runner {
 	return rs.m[key]
 }
 
-func (rs *runners) put(key string, r *runner) {
+// claim makes r the runner of the turn key on this replica, unless a
+// runner of the same plan message runs it here already: that one is
+// returned, and r is not put.
+func (rs *runners) claim(key string, r *runner) (busy *runner) {
 	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if cur := rs.m[key]; cur != nil && cur.seq == r.seq {
+		return cur
+	}
 	rs.m[key] = r
-	rs.mu.Unlock()
+	return nil
 }
 
 func (rs *runners) remove(key string, r *runner) {
@@ -115,6 +128,16 @@ func (rs *runners) remove(key string, r *runner) {
 		delete(rs.m, key)
 	}
 	rs.mu.Unlock()
+}
+
+// wait returns once the runner's handler has ended, or ctx has.
+func (r *runner) wait(ctx context.Context) error {
+	select {
+	case <-r.ended:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // offer hands a plan of the turn to the runner; false when it has stopped
@@ -185,24 +208,55 @@ func (r *runner) take() ([]*schema.ActDone, *schema.PlanDAG) {
 // stopped) or one the watchdog hands over, or merges the plan into a turn
 // another replica runs.
 func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, d *schema.PlanDAG) error {
-	if d.Partial {
-		over, err := s.finalOut(ctx, d)
-		if err != nil || over {
-			return err // the final output decides the turn from here
-		}
-	}
 	key := schema.RunKey(d.Rollout, d.Episode, d.Turn)
 	takeover, handed := parseSeq(m.Header.Get(HdrTakeover))
-	if t := s.runners.get(key); t != nil {
-		if !handed {
+	if d.Partial {
+		over, err := s.finalOut(ctx, d)
+		if err != nil {
+			return err
+		}
+		if over {
+			// The final output decides the turn from here: a late partial
+			// starts nothing. But the partial that created the run runs
+			// it, final plan merged or not: dropped, it would leave the
+			// turn to no one when its replica stopped.
+			if owns, err := s.ownsTurn(ctx, key, m.Seq, handed, takeover); err != nil || !owns {
+				return err
+			}
+		}
+	}
+	for {
+		t := s.runners.get(key)
+		if t == nil {
+			break
+		}
+		if handed {
+			if t.seq == takeover {
+				// The watchdog hands over the turn this replica's runner
+				// holds without progress: that runner stops, and this
+				// handler runs the turn from what is recorded.
+				t.stop(errHandedOver)
+			}
+			break
+		}
+		if t.seq != m.Seq {
 			if t.offer(d) {
 				return nil
 			}
-		} else if t.seq == takeover {
-			// The watchdog hands over the turn this replica's runner holds
-			// without progress: that runner stops, and this handler runs
-			// the turn from what is recorded.
-			t.stop(errHandedOver)
+			break
+		}
+		// The runner's own message, delivered again (its progress
+		// signals were lost: a NATS restart). Acknowledged, it would end
+		// the claim of the delivery that runs the turn, and nothing would
+		// be delivered again if this replica died; it stays in progress
+		// until the runner ends, then goes on from what is recorded (the
+		// turn handed back is run here, a finished one published again).
+		zerolog.Ctx(ctx).Info().Msg("the plan message of the turn running here came again; it waits for the runner")
+		if err := t.wait(ctx); err != nil {
+			return err
+		}
+		if errors.Is(t.halted(), errHandedOver) {
+			return nil // the watchdog gave the turn to another message
 		}
 	}
 	prior, err := s.priorActs(ctx, d.Rollout, d.Episode, d.Turn)
@@ -261,12 +315,44 @@ func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, 
 	}
 	t := &runner{
 		s: s, info: info, key: key, seq: m.Seq, prior: prior, log: log, run: run, rev: rev,
-		known: map[string]*schema.ActDone{}, mine: map[string]bool{}, wake: make(chan struct{}, 1),
+		known: map[string]*schema.ActDone{}, mine: map[string]bool{}, wake: make(chan struct{}, 1), ended: make(chan struct{}),
 	}
-	s.runners.put(key, t)
-	defer s.runners.remove(key, t)
+	if busy := s.runners.claim(key, t); busy != nil {
+		// Another delivery of this message took the turn up here
+		// meanwhile: one runs it, this one waits and goes on from what
+		// that one recorded.
+		if err := busy.wait(ctx); err != nil {
+			return err
+		}
+		return s.handleDAG(ctx, info, m, d)
+	}
+	defer func() {
+		s.runners.remove(key, t)
+		close(t.ended)
+	}()
 	log.Debug().Bool("partial", d.Partial).Int("nodes", len(run.Nodes)).Int("released", len(newly)).Msg("running the turn")
-	return t.runTurn(ctx, newly, cached)
+	return t.runTurn(ctx, newly)
+}
+
+// ownsTurn reports whether the plan message seq runs the turn key (its run
+// names it the runner) or is handed it by the watchdog (it names the
+// runner, takeover), read from the leader: a message dropped on a stale
+// read leaves the turn to no one. A run no final plan completed is not
+// owned once the turn's final output was an answer or a parse error: that
+// moves the episode on, and the run's acts are abandoned.
+func (s *Service) ownsTurn(ctx context.Context, key string, seq uint64, handed bool, takeover uint64) (bool, error) {
+	r, _, found, err := bus.GetFresh[schema.Run](ctx, s.Bus.Runs, key)
+	if err != nil || !found {
+		return false, err
+	}
+	if r.Runner != seq && (!handed || r.Runner != takeover) {
+		return false, nil
+	}
+	if r.Complete || r.Finished {
+		return true, nil
+	}
+	over, err := s.superseded(ctx, r.Rollout, r.Episode, r.Turn)
+	return !over, err
 }
 
 // stamp records when nodes were released.
@@ -281,9 +367,9 @@ func stamp(lists ...[]*schema.NodeState) {
 	}
 }
 
-// runTurn runs the turn until it is over: newly and cached are what the
-// write that made this runner released.
-func (t *runner) runTurn(ctx context.Context, newly, cached []*schema.NodeState) (err error) {
+// runTurn runs the turn until it is over: newly are the acts the write
+// that made this runner released.
+func (t *runner) runTurn(ctx context.Context, newly []*schema.NodeState) (err error) {
 	n := t.run.Rollout
 	// Stopped at once when the rollout ends (cancel, time-out, enough groups).
 	ctx, stop := t.s.follow.Rollout(ctx, n)
@@ -301,11 +387,13 @@ func (t *runner) runTurn(ctx context.Context, newly, cached []*schema.NodeState)
 		}
 	}()
 	// Released before this runner came (its replica stopped): their
-	// outcomes, or they run again.
+	// outcomes, or they run again; and the outcomes of the nodes answered
+	// from the cache, recorded before they were published (the runner
+	// that recorded them may have stopped in between).
 	if err := t.recover(ctx, newly); err != nil {
 		return err
 	}
-	if err := t.publishCached(ctx, cached); err != nil {
+	if err := t.publishCached(ctx); err != nil {
 		return err
 	}
 	t.start(ctx, newly, "")
@@ -337,7 +425,9 @@ func (t *runner) runTurn(ctx context.Context, newly, cached []*schema.NodeState)
 		// their subjects (no consumer), and takes over acts whose runner
 		// went quiet for longer than they may legitimately take.
 		if len(subs) == 0 && (!t.run.Complete || len(t.others()) > 0) {
-			if subs, err = t.follow(ctx); err != nil {
+			if subs, err = t.follow(ctx); errors.Is(err, errSuperseded) {
+				return nil
+			} else if err != nil {
 				return err
 			}
 		}
@@ -372,7 +462,7 @@ func (t *runner) step(ctx context.Context) (bool, error) {
 		if d != nil {
 			changed, _ = applyPlan(&next, true, d, next.Schedule, t.info.Session.Config.FailurePolicy)
 		}
-		resolved, applied := t.apply(&next)
+		applied := t.apply(&next)
 		newly, cached := advance(&next, t.prior)
 		stamp(newly, cached)
 		finished := next.Complete && allTerminal(&next)
@@ -383,7 +473,7 @@ func (t *runner) step(ctx context.Context) (bool, error) {
 			if applied {
 				t.run = next
 			}
-			return false, t.publishCached(ctx, resolved)
+			return false, t.publishCached(ctx)
 		}
 		rev, conflict, err := bus.Update(ctx, t.s.Bus.Runs, t.key, &next, t.rev)
 		if err != nil {
@@ -396,7 +486,7 @@ func (t *runner) step(ctx context.Context) (bool, error) {
 			continue
 		}
 		t.run, t.rev = next, rev
-		if err := t.publishCached(ctx, append(resolved, cached...)); err != nil {
+		if err := t.publishCached(ctx); err != nil {
 			return false, err
 		}
 		t.start(ctx, newly, "")
@@ -409,10 +499,10 @@ func (t *runner) step(ctx context.Context) (bool, error) {
 }
 
 // apply gives the nodes of r the outcomes the runner knows, as recording
-// them in the run would: waiters on a call get its result (returned: their
-// outcomes are to be published), a failure stops the pending nodes unless
-// the policy skips. changed reports whether it changed r.
-func (t *runner) apply(r *schema.Run) (resolved []*schema.NodeState, changed bool) {
+// them in the run would: waiters on a call get its result (their outcomes
+// are then to be published), a failure stops the pending nodes unless the
+// policy skips. It reports whether it changed r.
+func (t *runner) apply(r *schema.Run) (changed bool) {
 	policy := t.info.Session.Config.FailurePolicy
 	for _, n := range r.Nodes {
 		d, ok := t.known[n.Key]
@@ -423,13 +513,13 @@ func (t *runner) apply(r *schema.Run) (resolved []*schema.NodeState, changed boo
 		if d.Status == schema.ActCached {
 			n.Status = schema.NodeCached
 		}
-		resolved = append(resolved, resolveWaiters(r, n)...)
+		resolveWaiters(r, n)
 		if n.Status == schema.NodeFailed && policy != schema.PolicySkip {
 			skipPending(r, "not run: the turn stopped after "+n.Node.ID+" failed")
 		}
 		changed = true
 	}
-	return resolved, changed
+	return changed
 }
 
 // reread reads the run from the leader after a lost compare-and-set; it
@@ -549,7 +639,7 @@ func (t *runner) check(ctx context.Context) error {
 		// The planner's final output may not be a plan at all (it answered,
 		// or wrote something the parser refused): then no final plan comes,
 		// and the answer or error moves the episode on without this run.
-		if over, err := t.superseded(ctx); err != nil || over {
+		if over, err := t.s.superseded(ctx, t.run.Rollout, t.run.Episode, t.run.Turn); err != nil || over {
 			if over {
 				t.log.Info().Msg("the turn's final output is not a plan; the acts of its partial plan are abandoned")
 				t.mu.Lock()
@@ -596,12 +686,11 @@ var errHandedOver = errors.New("the turn was handed over")
 // parse error after its partial plan.
 var errSuperseded = errors.New("the turn's final output is not a plan")
 
-// superseded reports whether the turn's final planner output was parsed
-// into an answer or an error instead of a plan.
-func (t *runner) superseded(ctx context.Context) (bool, error) {
-	n, e := t.run.Rollout, t.run.Episode
+// superseded reports whether the final planner output of turn of episode
+// e of rollout n was parsed into an answer or an error instead of a plan.
+func (s *Service) superseded(ctx context.Context, n int64, e, turn int) (bool, error) {
 	for _, subj := range []string{subject.PlanAnswer(n, e), subject.PlanError(n, e)} {
-		m, err := t.s.Bus.LastMsg(ctx, bus.StreamPlan, subj)
+		m, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subj)
 		if err != nil || m == nil {
 			if err != nil {
 				return false, err
@@ -611,34 +700,46 @@ func (t *runner) superseded(ctx context.Context) (bool, error) {
 		var v struct {
 			Turn int `json:"turn"`
 		}
-		if err := schema.Unmarshal(m.Data, &v); err == nil && v.Turn >= t.run.Turn {
+		if err := schema.Unmarshal(m.Data, &v); err == nil && v.Turn >= turn {
 			return true, nil
 		}
 	}
 	return false, nil
 }
 
-// publishCached publishes the outcomes of nodes answered from the cache
-// (or failed with the call they repeat), so that the act stream tells every
-// node's story.
-func (t *runner) publishCached(ctx context.Context, cached []*schema.NodeState) error {
-	if len(cached) == 0 {
-		return nil
-	}
+// publishCached publishes the outcomes of the run's nodes answered from the
+// cache (or failed with the call they repeat) that the runner does not know
+// published, so that the act stream tells every node's story. The run
+// records such a node before its outcome is published, so whoever runs the
+// turn next (or finds it finished) publishes again what it cannot know was
+// published. Like every act's outcome, each is stored only if its subject
+// holds none: publishing again is harmless, however late it comes.
+func (t *runner) publishCached(ctx context.Context) error {
 	now := nowMs()
-	msgs := make([]schema.Message, 0, len(cached))
-	for _, n := range cached {
-		status, kind := schema.ActCached, ""
-		if n.Status == schema.NodeFailed {
-			status, kind = schema.ActFailed, schema.ActErrDuplicate
+	for _, n := range t.run.Nodes {
+		if n.CachedFrom == "" || t.known[n.Key] != nil {
+			continue
 		}
-		msgs = append(msgs, &schema.ActDone{
+		var status, kind string
+		switch n.Status {
+		case schema.NodeCached:
+			status = schema.ActCached
+		case schema.NodeFailed:
+			status, kind = schema.ActFailed, schema.ActErrDuplicate
+		default:
+			continue // waits for the call it repeats
+		}
+		d := &schema.ActDone{
 			Rollout: t.run.Rollout, Episode: t.run.Episode, Turn: t.run.Turn, Key: n.Key, NodeID: n.Node.ID, Tool: n.Node.Tool,
 			Input: n.Input, Status: status, Output: n.Output, Error: n.Error, ErrorKind: kind,
 			ReleasedMs: n.ReleasedMs, StartedMs: now, EndedMs: now, Replica: t.s.replica(),
-		})
+		}
+		if _, err := t.s.Bus.PublishOnce(ctx, d); err != nil {
+			return fmt.Errorf("outcome of cached node %s: %w", n.Key, err)
+		}
+		t.known[n.Key] = d
 	}
-	return t.s.Bus.PublishAll(ctx, msgs...)
+	return nil
 }
 
 // start executes nodes, each on its own goroutine within the replica's
