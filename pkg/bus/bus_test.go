@@ -1000,3 +1000,34 @@ func TestAReconnectLosesNoMessage(t *testing.T) {
 		t.Errorf("%d handlers at once with %d slots", most, slots)
 	}
 }
+
+// TestNotYetPastTheMostDeliveriesIsGivenUpAloud: "not yet" (fail.After)
+// counts a delivery too. A message that says it past the consumer's most
+// deliveries was dropped by JetStream in silence; it is given up (term)
+// with a log and an advisory, as any other failure past the most.
+func TestNotYetPastTheMostDeliveriesIsGivenUpAloud(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	terminated, err := b.NC.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int32
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Consume(ctx, bus.Consumer{Stream: bus.StreamRollout, Durable: "later", Filters: []string{"rollout.*.status"}, MaxDeliver: 3},
+			func(context.Context, bus.Msg) error {
+				handled.Add(1)
+				return fail.After(10*time.Millisecond, errors.New("not yet"))
+			})
+	}()
+	defer func() { cancel(); <-done }()
+	publishStatuses(t, b, 0, 1)
+	if _, err := terminated.NextMsg(30 * time.Second); err != nil {
+		t.Fatalf("no termination advisory after %d deliveries: %v", handled.Load(), err)
+	}
+	if n := handled.Load(); n != 3 {
+		t.Errorf("handled %d times; want 3 (MaxDeliver)", n)
+	}
+}

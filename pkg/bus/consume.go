@@ -264,12 +264,14 @@ func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw *nats.Msg, 
 		outcome = "term"
 		log.Error().Err(err).Str("kind", fail.KindOf(err).String()).Msg("message rejected")
 		_ = term(b.NC, raw, err.Error())
-	case isLater(err):
+	case isLater(err) && m.Delivered < uint64(c.MaxDeliver):
 		d, _ := fail.RetryAfter(err)
 		outcome = "later"
 		log.Debug().Err(err).Dur("retry_in", d).Msg("not yet; will retry")
 		_ = nakWithDelay(b.NC, raw, d)
 	case m.Delivered >= uint64(c.MaxDeliver):
+		// "Not yet" counts a delivery too: past the most, JetStream would
+		// drop the message in silence; given up here, it says so.
 		outcome = "term"
 		log.Error().Err(err).Msg("message given up after max deliveries")
 		_ = term(b.NC, raw, "max deliveries: "+err.Error())
