@@ -501,6 +501,12 @@ func (b *Bus) openOnce(ctx context.Context, p Provisioning) error {
 		}
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	// A stream answers every read from the one server that holds it only
+	// when it has one replica and the server is in no cluster: on a
+	// cluster its replicas may be raised in place (planact provision)
+	// while the services run, and a follower's answer is then not
+	// authoritative.
+	clustered := b.NC.ConnectedClusterName() != ""
 	single := map[string]bool{}
 	for _, cfg := range p.StreamConfigs() {
 		st, err := b.JS.Stream(ctx, cfg.Name)
@@ -512,7 +518,7 @@ func (b *Bus) openOnce(ctx context.Context, p Provisioning) error {
 			return fmt.Errorf("stream %s holds %s, this planact wants %s: %w: run planact provision (as the admin)",
 				cfg.Name, strings.Join(have.Subjects, " "), strings.Join(cfg.Subjects, " "), ErrNotProvisioned)
 		}
-		single[cfg.Name] = have.Replicas <= 1
+		single[cfg.Name] = oneServer(have.Replicas, clustered)
 	}
 	var err error
 	for _, cfg := range p.KeyValueConfigs() {
@@ -524,7 +530,7 @@ func (b *Bus) openOnce(ctx context.Context, p Provisioning) error {
 		if serr != nil {
 			return fmt.Errorf("kv %s: %w", cfg.Bucket, serr)
 		}
-		bucket := &Bucket{KeyValue: kv, bus: b, replicated: st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas > 1}
+		bucket := &Bucket{KeyValue: kv, bus: b, replicated: !oneServer(st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas, clustered)}
 		switch cfg.Bucket {
 		case BucketSession:
 			b.Sessions = bucket
@@ -590,3 +596,8 @@ func ParseBytes(s string) (int64, error) {
 	}
 	return int64(n * float64(mult)), nil
 }
+
+// oneServer says whether a stream of the replicas, on a server that is or
+// is not in a cluster, is held by one server for good: every read of it
+// is then answered by the server that took every acknowledged write.
+func oneServer(replicas int, clustered bool) bool { return replicas <= 1 && !clustered }
