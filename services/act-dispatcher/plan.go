@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
@@ -196,11 +197,13 @@ func (s *Service) endEpisode(ctx context.Context, n int64, e, turns int, status 
 // priorActs gathers the successful calls of the episode's earlier turns,
 // first occurrence of each call, for the duplicate guard. Earlier turns are
 // finished (a turn starts only after the previous one finished), so their
-// run states no longer change and are cached in memory.
-func (s *Service) priorActs(ctx context.Context, n int64, e, turn int) (map[string]priorAct, error) {
+// run states no longer change and are cached in memory, under the
+// rollout's identity (see priorCache).
+func (s *Service) priorActs(ctx context.Context, info *session.Info, e, turn int) (map[string]priorAct, error) {
+	id := identify(&info.Session)
 	prior := map[string]priorAct{}
 	for t := 1; t < turn; t++ {
-		acts, err := s.turnActs(ctx, schema.RunKey(n, e, t))
+		acts, err := s.turnActs(ctx, id, schema.RunKey(id.n, e, t))
 		if err != nil {
 			return nil, err
 		}
@@ -213,19 +216,16 @@ func (s *Service) priorActs(ctx context.Context, n int64, e, turn int) (map[stri
 	return prior, nil
 }
 
-// turnActs are the successful calls of one finished turn.
-func (s *Service) turnActs(ctx context.Context, key string) (map[string]priorAct, error) {
-	s.priorMu.Lock()
-	acts, ok := s.prior[key]
-	s.priorMu.Unlock()
-	if ok {
+// turnActs are the successful calls of one finished turn of rollout id.
+func (s *Service) turnActs(ctx context.Context, id rolloutID, key string) (map[string]priorAct, error) {
+	if acts, ok := s.prior.get(id, key); ok {
 		return acts, nil
 	}
 	r, _, found, err := bus.GetFresh[schema.Run](ctx, s.Bus.Runs, key)
 	if err != nil {
 		return nil, err
 	}
-	acts = map[string]priorAct{}
+	acts := map[string]priorAct{}
 	for _, n := range r.Nodes {
 		if n.Status == schema.NodeDone {
 			if _, seen := acts[callKey(n.Node)]; !seen {
@@ -236,13 +236,72 @@ func (s *Service) turnActs(ctx context.Context, key string) (map[string]priorAct
 	if !found || !r.Finished {
 		return acts, nil // a turn that ended without running (parse error): nothing to keep
 	}
-	s.priorMu.Lock()
-	if len(s.prior) > 4096 {
-		clear(s.prior)
-	}
-	s.prior[key] = acts
-	s.priorMu.Unlock()
+	s.prior.put(id, key, acts)
 	return acts, nil
+}
+
+// priorCache keeps the successful calls of finished turns, by rollout.
+// Rollout numbers start again when a training run does (once the earlier
+// run's sessions are gone) while a replica runs for days, so a rollout's
+// turns are kept under its identity, never found by a later rollout of the
+// number; and a rollout's are dropped when it ends.
+type priorCache struct {
+	mu    sync.Mutex
+	m     map[int64]*rolloutPrior
+	turns int // held, over all rollouts
+}
+
+// rolloutPrior are the finished turns of one rollout.
+type rolloutPrior struct {
+	id    rolloutID
+	turns map[string]map[string]priorAct // finished turn's run key -> its successful calls
+}
+
+// maxPriorTurns bounds the finished turns a replica keeps.
+const maxPriorTurns = 4096
+
+func (c *priorCache) get(id rolloutID, key string) (map[string]priorAct, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.m[id.n]
+	if r == nil || r.id != id {
+		return nil, false
+	}
+	acts, ok := r.turns[key]
+	return acts, ok
+}
+
+func (c *priorCache) put(id rolloutID, key string, acts map[string]priorAct) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || c.turns >= maxPriorTurns {
+		c.m, c.turns = map[int64]*rolloutPrior{}, 0
+	}
+	r := c.m[id.n]
+	if r == nil || r.id != id {
+		// An earlier rollout of the number, whose end this replica did not
+		// see (it started after, or the session expired): what it kept is
+		// no one's any more.
+		if r != nil {
+			c.turns -= len(r.turns)
+		}
+		r = &rolloutPrior{id: id, turns: map[string]map[string]priorAct{}}
+		c.m[id.n] = r
+	}
+	if _, ok := r.turns[key]; !ok {
+		c.turns++
+	}
+	r.turns[key] = acts
+}
+
+// forget drops what rollout n's turns left.
+func (c *priorCache) forget(n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.m[n]; r != nil {
+		c.turns -= len(r.turns)
+		delete(c.m, n)
+	}
 }
 
 func plannerVersion(info *session.Info) string {

@@ -73,11 +73,10 @@ type Service struct {
 	// follow knows which rollouts run (the watchdog's), cancels the acts
 	// of one that ends, and holds acts while the actor role is paused.
 	follow  *session.Follower
-	moved   moved // the plan messages of each episode this replica handled (the watchdog's)
-	priorMu sync.Mutex
-	prior   map[string]map[string]priorAct // finished turn's run key -> its successful calls
-	runners runners                        // the turns this replica runs
-	slots   chan struct{}                  // acts in flight (but those of engines with a stated capacity)
+	moved   moved         // the plan messages of each episode this replica handled (the watchdog's)
+	prior   priorCache    // the successful calls of finished turns (the duplicate guard's)
+	runners runners       // the turns this replica runs
+	slots   chan struct{} // acts in flight (but those of engines with a stated capacity)
 	engMu   sync.Mutex
 	engines map[schema.Engine]chan struct{} // acts in flight on each actor engine with a stated capacity
 	replies bus.Inbox                       // the actor-gateways' answers (actor.go)
@@ -85,34 +84,8 @@ type Service struct {
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, d Deps) error {
-	if d.ActConcurrency == 0 {
-		d.ActConcurrency = 256
-	}
-	if d.HTTP == nil {
-		d.HTTP = &http.Client{Timeout: 5 * time.Minute}
-	}
-	if d.RunAckWait == 0 {
-		d.RunAckWait = bus.DefaultAckWait
-	}
-	if d.UnavailablePatience == 0 {
-		d.UnavailablePatience = 30 * time.Second
-	}
-	if d.Stall == 0 {
-		d.Stall = 5 * time.Minute
-	}
-	if d.PlannerSlack == 0 {
-		d.PlannerSlack = 30 * time.Second
-	}
-	if d.RetryBase == 0 {
-		d.RetryBase = 200 * time.Millisecond
-	}
-	if d.Turns == 0 {
-		d.Turns = 4096
-	}
-	s := &Service{Deps: d, sessions: session.NewCache(d.Bus), prior: map[string]map[string]priorAct{},
-		runners: runners{m: map[string]*runner{}}, slots: make(chan struct{}, d.ActConcurrency), engines: map[schema.Engine]chan struct{}{}}
-	s.follow = session.NewFollower(d.Bus, d.Log)
-	s.follow.OnEnd = s.sessions.Forget
+	s := newService(d)
+	d = s.Deps
 	consumers := []struct {
 		c bus.Consumer
 		h bus.Handler
@@ -149,6 +122,58 @@ func Run(ctx context.Context, d Deps) error {
 	}
 	return nil
 }
+
+// newService is a replica with d's defaults applied, not yet running.
+func newService(d Deps) *Service {
+	if d.ActConcurrency == 0 {
+		d.ActConcurrency = 256
+	}
+	if d.HTTP == nil {
+		d.HTTP = &http.Client{Timeout: 5 * time.Minute}
+	}
+	if d.RunAckWait == 0 {
+		d.RunAckWait = bus.DefaultAckWait
+	}
+	if d.UnavailablePatience == 0 {
+		d.UnavailablePatience = 30 * time.Second
+	}
+	if d.Stall == 0 {
+		d.Stall = 5 * time.Minute
+	}
+	if d.PlannerSlack == 0 {
+		d.PlannerSlack = 30 * time.Second
+	}
+	if d.RetryBase == 0 {
+		d.RetryBase = 200 * time.Millisecond
+	}
+	if d.Turns == 0 {
+		d.Turns = 4096
+	}
+	s := &Service{Deps: d, sessions: session.NewCache(d.Bus),
+		runners: runners{m: map[string]*runner{}}, slots: make(chan struct{}, d.ActConcurrency), engines: map[schema.Engine]chan struct{}{}}
+	s.follow = session.NewFollower(d.Bus, d.Log)
+	s.follow.OnEnd = s.rolloutEnded
+	return s
+}
+
+// rolloutEnded drops what the replica kept of rollout n, which ended: its
+// number may be used again by a later rollout, which must find none of it.
+func (s *Service) rolloutEnded(n int64) {
+	s.sessions.Forget(n)
+	s.prior.forget(n)
+	s.moved.forget(n)
+}
+
+// rolloutID names one rollout for good: its number and when its session
+// was created. Numbers start again when a training run does, once the
+// earlier run's sessions are gone; what a replica kept of an earlier
+// rollout of the number is not this one's.
+type rolloutID struct {
+	n         int64
+	createdMs int64
+}
+
+func identify(sess *schema.Session) rolloutID { return rolloutID{sess.Rollout, sess.CreatedMs} }
 
 // Consumers are the act-dispatcher's durable consumers (`planact
 // provision` creates them): the parsed plans, answers and parse errors,

@@ -26,13 +26,8 @@ func testService(t *testing.T) (*Service, string) {
 	_, url := bustest.Server(t)
 	b := bustest.Bus(t, url, "dispatcher")
 	log := bustest.TestLogger(t, "debug")
-	s := &Service{
-		Deps: Deps{Bus: b, Log: log, RetryBase: 10 * time.Millisecond, RunAckWait: bus.DefaultAckWait,
-			UnavailablePatience: time.Minute, Stall: 5 * time.Minute, PlannerSlack: 30 * time.Second},
-		sessions: session.NewCache(b), prior: map[string]map[string]priorAct{},
-		runners: runners{m: map[string]*runner{}}, slots: make(chan struct{}, 16), engines: map[schema.Engine]chan struct{}{},
-	}
-	s.follow = session.NewFollower(b, log)
+	s := newService(Deps{Bus: b, Log: log, ActConcurrency: 16, RetryBase: 10 * time.Millisecond, RunAckWait: bus.DefaultAckWait,
+		UnavailablePatience: time.Minute, Stall: 5 * time.Minute, PlannerSlack: 30 * time.Second})
 	return s, url
 }
 
@@ -71,7 +66,7 @@ func record(t *testing.T, s *Service, info *session.Info, runner uint64, ds ...*
 		applyPlan(&r, i > 0, d, cfg.Schedule, cfg.FailurePolicy)
 	}
 	r.Runner = runner
-	prior, err := s.priorActs(ctx, 1, 0, r.Turn)
+	prior, err := s.priorActs(ctx, info, 0, r.Turn)
 	if err != nil {
 		t.Fatal(err)
 	}

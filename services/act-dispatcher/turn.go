@@ -259,7 +259,7 @@ func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, 
 			return nil // the watchdog gave the turn to another message
 		}
 	}
-	prior, err := s.priorActs(ctx, d.Rollout, d.Episode, d.Turn)
+	prior, err := s.priorActs(ctx, info, d.Episode, d.Turn)
 	if err != nil {
 		return err
 	}

@@ -114,6 +114,13 @@ func (v *moved) at(n int64, e int) (time.Time, bool) {
 	return t, ok
 }
 
+// forget drops rollout n, which ended.
+func (v *moved) forget(n int64) {
+	v.mu.Lock()
+	delete(v.m, n)
+	v.mu.Unlock()
+}
+
 // keep drops the rollouts that are not running (they ended; or a message
 // came before this replica saw its rollout start, and a read stands in).
 func (v *moved) keep(running []schema.Session) {
