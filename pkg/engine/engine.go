@@ -172,20 +172,34 @@ func NewClient(protocol, url string, o Options) (Client, error) {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	url = strings.TrimRight(url, "/")
-	if url == "" {
+	protocol, base := endpoint(protocol, url)
+	if base == "" {
 		return nil, fail.Invalidf("engine: empty url")
 	}
 	switch protocol {
-	case "", ProtocolSGLang:
-		return &SGLang{conn: conn{base: url, hc: hc, backoff: o.Backoff.withDefaults()}}, nil
+	case ProtocolSGLang:
+		return &SGLang{conn: conn{base: base, hc: hc, backoff: o.Backoff.withDefaults()}}, nil
 	case ProtocolOpenAI:
-		return &OpenAI{conn: conn{base: strings.TrimSuffix(url, "/v1"), hc: hc, backoff: o.Backoff.withDefaults()}, model: o.Model}, nil
+		return &OpenAI{conn: conn{base: base, hc: hc, backoff: o.Backoff.withDefaults()}, model: o.Model}, nil
 	case ProtocolOpenAIChat:
-		return &Chat{conn: conn{base: strings.TrimSuffix(url, "/v1"), hc: hc, backoff: o.Backoff.withDefaults()}, model: o.Model}, nil
+		return &Chat{conn: conn{base: base, hc: hc, backoff: o.Backoff.withDefaults()}, model: o.Model}, nil
 	default:
 		return nil, fail.Invalidf("engine: unknown protocol %q (want %s)", protocol, strings.Join(Protocols, ", "))
 	}
+}
+
+// endpoint is the protocol a client speaks (the default named) and the
+// base URL it builds its requests on: without trailing slashes, and
+// without an OpenAI-compatible server's /v1 (its paths carry it).
+func endpoint(protocol, url string) (string, string) {
+	if protocol == "" {
+		protocol = ProtocolSGLang
+	}
+	url = strings.TrimRight(url, "/")
+	if protocol == ProtocolOpenAI || protocol == ProtocolOpenAIChat {
+		url = strings.TrimSuffix(url, "/v1")
+	}
+	return protocol, url
 }
 
 // ErrPromptCut is in the chain of the error of a generation whose engine

@@ -13,6 +13,9 @@ import (
 // on each engine, so that a burst of acts queues here instead of
 // overloading a server. Callers wait for a slot first come, first served;
 // one that gives up (its context ends) leaves the queue and takes no slot.
+// An engine is named as its client reaches it (the default protocol named,
+// the base URL as requests are built on it, the model where requests carry
+// it), and one that nobody has used for Idle is forgotten.
 type Pool struct {
 	// Limit is the maximum concurrent generations per engine whose
 	// capacity is not stated; 0 means 64.
@@ -28,20 +31,38 @@ type Pool struct {
 	HTTP *http.Client
 	// Backoff is how the clients wait out a busy engine (429, 503).
 	Backoff Backoff
+	// Idle is how long an engine stays known with no lease held or waited
+	// for and no acquire: then it is forgotten (its limit leaves OnLimits'
+	// total; its client and caches are dropped), and one acquired again
+	// starts anew, with the capacity stated then. 0 means DefaultIdle.
+	Idle time.Duration
 
+	now         func() time.Time // the clock; nil: time.Now (a test's own)
 	once        sync.Once
 	rebalancing sync.Mutex // one Rebalance at a time, so OnLimits hears the last total last
 	mu          sync.Mutex
 	engines     map[string]*pooled
 }
 
+// DefaultIdle is how long Pool keeps an engine nobody uses. Longer than an
+// engine in use by a running rollout goes without a generation (a planner
+// turn waits for its acts: with the default act_timeout_s and act_retries,
+// up to about 4 minutes), so that its shares and caches are not dropped
+// between turns; short enough that a replica whose rollouts moved on to
+// other engines (a checkpoint or LoRA name per rollout) stops pulling
+// work for the old ones within minutes.
+const DefaultIdle = 10 * time.Minute
+
 type pooled struct {
 	capacity int  // the engine's stated capacity, shared with the other replicas; 0: Limit
 	balanced bool // its limit was set from capacity (a new engine's is Limit until then)
-	client   Client
-	slots    *slots
-	tokens   *tokenCache
-	versions *versionProbe
+	// acquiring counts the callers between finding the engine and holding
+	// or queueing for its slot (p.mu): the engine is not forgotten then.
+	acquiring int
+	client    Client
+	slots     *slots
+	tokens    *tokenCache
+	versions  *versionProbe
 }
 
 // Lease is a client with one of its engine's slots held; Release it.
@@ -66,9 +87,13 @@ func (p *Pool) AcquireShare(ctx context.Context, protocol, url, model string, ca
 	p.init()
 	n := p.replicas() // before p.mu: Replicas may wait for a lock of its own
 	p.mu.Lock()
+	forgot := p.forgetIdleLocked()
 	e, err := p.engineLocked(protocol, url, model)
 	if err != nil {
 		p.mu.Unlock()
+		if forgot {
+			p.Rebalance()
+		}
 		return nil, err
 	}
 	changed := e.capacity != capacity || !e.balanced
@@ -79,11 +104,16 @@ func (p *Pool) AcquireShare(ctx context.Context, protocol, url, model string, ca
 		e.capacity, e.balanced = capacity, true
 		e.slots.setLimit(p.share(capacity, n))
 	}
+	e.acquiring++
 	p.mu.Unlock()
-	if changed {
+	if changed || forgot {
 		p.Rebalance() // OnLimits hears the new total
 	}
-	if err := e.slots.acquire(ctx); err != nil {
+	err = e.slots.acquire(ctx)
+	p.mu.Lock()
+	e.acquiring--
+	p.mu.Unlock()
+	if err != nil {
 		return nil, err
 	}
 	return &Lease{Client: e.client, p: e}, nil
@@ -102,20 +132,55 @@ func (p *Pool) Client(protocol, url, model string) (Client, error) {
 	return e.client, nil
 }
 
-// engineLocked returns the engine's entry, made on first use with Limit;
-// p.mu is held.
+// engineLocked returns the engine's entry, made on first use with Limit,
+// and marks it used now; p.mu is held.
 func (p *Pool) engineLocked(protocol, url, model string) (*pooled, error) {
-	key := protocol + " " + url + " " + model
+	key := engineKey(protocol, url, model)
 	e := p.engines[key]
 	if e == nil {
 		c, err := NewClient(protocol, url, Options{Model: model, HTTP: p.HTTP, Backoff: p.Backoff})
 		if err != nil {
 			return nil, err
 		}
-		e = &pooled{client: c, slots: &slots{limit: p.Limit}, tokens: newTokenCache(tokenCacheSize), versions: &versionProbe{client: c}}
+		e = &pooled{client: c, slots: &slots{limit: p.Limit, now: p.now}, tokens: newTokenCache(tokenCacheSize), versions: &versionProbe{client: c}}
 		p.engines[key] = e
 	}
+	e.slots.touch()
 	return e, nil
+}
+
+// engineKey names the engine a client reaches: the same server, however
+// its url is spelt (a trailing slash, an OpenAI server's /v1) or its
+// protocol left to the default, is one engine with one share of its
+// capacity. The model is part of it only where requests carry it.
+func engineKey(protocol, url, model string) string {
+	protocol, base := endpoint(protocol, url)
+	if protocol == ProtocolSGLang {
+		model = "" // SGLang's /generate names no model
+	}
+	return protocol + " " + base + " " + model
+}
+
+// forgetIdleLocked drops the engines that nobody has used for Idle: no
+// lease held or waited for, none being acquired, no acquire since. It
+// reports whether it dropped any (OnLimits' total changed); p.mu is held.
+func (p *Pool) forgetIdleLocked() bool {
+	now := p.clock()
+	forgot := false
+	for key, e := range p.engines {
+		if e.acquiring == 0 && e.slots.idleSince(now) >= p.Idle {
+			delete(p.engines, key)
+			forgot = true
+		}
+	}
+	return forgot
+}
+
+func (p *Pool) clock() time.Time {
+	if p.now != nil {
+		return p.now()
+	}
+	return time.Now()
 }
 
 // replicas is how many live replicas share each stated capacity now.
@@ -144,6 +209,7 @@ func (p *Pool) Rebalance() {
 	defer p.rebalancing.Unlock()
 	n := p.replicas()
 	p.mu.Lock()
+	p.forgetIdleLocked()
 	total := 0
 	for _, e := range p.engines {
 		limit := p.share(e.capacity, n)
@@ -162,7 +228,7 @@ func (p *Pool) Rebalance() {
 func (p *Pool) EngineLimit(protocol, url, model string) int {
 	p.init()
 	p.mu.Lock()
-	e := p.engines[protocol+" "+url+" "+model]
+	e := p.engines[engineKey(protocol, url, model)]
 	p.mu.Unlock()
 	if e == nil {
 		return p.Limit
@@ -176,6 +242,9 @@ func (p *Pool) init() {
 	p.once.Do(func() {
 		if p.Limit <= 0 {
 			p.Limit = 64
+		}
+		if p.Idle <= 0 {
+			p.Idle = DefaultIdle
 		}
 		if p.HTTP == nil {
 			p.HTTP = &http.Client{Transport: &http.Transport{
@@ -203,7 +272,7 @@ func (p *Pool) Waiting(protocol, url, model string) int {
 func (p *Pool) counts(protocol, url, model string) (used, waiting int) {
 	p.init()
 	p.mu.Lock()
-	e := p.engines[protocol+" "+url+" "+model]
+	e := p.engines[engineKey(protocol, url, model)]
 	p.mu.Unlock()
 	if e == nil {
 		return 0, 0
@@ -220,7 +289,34 @@ type slots struct {
 	mu      sync.Mutex
 	limit   int
 	used    int
-	waiters list.List // of chan struct{}, closed when the slot is granted
+	waiters list.List        // of chan struct{}, closed when the slot is granted
+	now     func() time.Time // the pool's clock; nil: time.Now
+	last    time.Time        // the last acquire or release
+}
+
+// touch marks the slots used now.
+func (s *slots) touch() {
+	s.mu.Lock()
+	s.last = s.clock()
+	s.mu.Unlock()
+}
+
+// idleSince is how long no slot has been held or waited for, as of now;
+// 0 while one is.
+func (s *slots) idleSince(now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used > 0 || s.waiters.Len() > 0 {
+		return 0
+	}
+	return now.Sub(s.last)
+}
+
+func (s *slots) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
 }
 
 func (s *slots) acquire(ctx context.Context) error {
@@ -265,6 +361,7 @@ func (s *slots) setLimit(n int) {
 func (s *slots) release() {
 	s.mu.Lock()
 	s.used--
+	s.last = s.clock()
 	s.grant()
 	s.mu.Unlock()
 }

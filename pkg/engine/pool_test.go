@@ -318,3 +318,178 @@ func TestPoolHoldsStatedCapacityFromTheFirstAcquire(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolNamesAnEngineAsItsClientReachesIt: the same server, its url
+// spelt with a trailing slash (or an OpenAI server's /v1), its protocol left
+// to the default, or an SGLang engine under another model name, is one
+// engine with one share; OnLimits counts it once.
+func TestPoolNamesAnEngineAsItsClientReachesIt(t *testing.T) {
+	var total atomic.Int64
+	p := &Pool{OnLimits: func(n int) { total.Store(int64(n)) }}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		protocol, url, model string
+		want                 int64
+	}{
+		{"sglang", "http://a:30000", "m", 8},
+		{"sglang", "http://b:30000", "m", 16},
+		{"sglang", "http://b:30000/", "m", 16},
+		{"sglang", "http://c:30000", "m", 24},
+		{"", "http://c:30000", "m", 24},
+		{"sglang", "http://c:30000//", "other", 24},
+		{"openai", "http://d:8000/v1", "m", 32},
+		{"openai", "http://d:8000/", "m", 32},
+		{"openai", "http://d:8000/v1/", "m", 32},
+		{"openai", "http://d:8000", "lora-2", 40}, // another model on vLLM: requests say which
+		{"openai-chat", "http://d:8000/v1", "m", 48},
+	} {
+		l, err := p.AcquireShare(ctx, tc.protocol, tc.url, tc.model, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release()
+		if got := total.Load(); got != tc.want {
+			t.Fatalf("after %q %s %q: width %d, want %d", tc.protocol, tc.url, tc.model, got, tc.want)
+		}
+	}
+	if got := p.EngineLimit("", "http://c:30000/", ""); got != 8 {
+		t.Errorf("engine c by another spelling: limit %d, want 8", got)
+	}
+	l, err := p.AcquireShare(ctx, "", "http://b:30000/", "x", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.InFlight("sglang", "http://b:30000", "m"); got != 1 {
+		t.Errorf("engine b in flight %d by another spelling, want 1", got)
+	}
+	l.Release()
+}
+
+// TestPoolForgetsIdleEngines: an engine with no lease held or waited for
+// and no acquire for Idle leaves OnLimits' total and is dropped with its
+// caches; one whose lease is held, or that a caller waits for, is kept
+// however long; one acquired again after it was forgotten starts anew,
+// with the capacity stated then.
+func TestPoolForgetsIdleEngines(t *testing.T) {
+	var mu sync.Mutex
+	clock := time.Unix(1e9, 0)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	var totals []int
+	p := &Pool{Idle: time.Minute, now: now, OnLimits: func(n int) { mu.Lock(); totals = append(totals, n); mu.Unlock() }}
+	width := func() int { mu.Lock(); defer mu.Unlock(); return totals[len(totals)-1] }
+	ctx := context.Background()
+	acquire := func(url string, capacity int) *Lease {
+		t.Helper()
+		l, err := p.AcquireShare(ctx, "sglang", url, "", capacity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	a := acquire("http://a", 8)
+	a.p.tokens.put("prompt", []int{1, 2})
+	a.Release()
+	held := acquire("http://held", 2)
+	queued := acquire("http://queued", 1)
+	waited := make(chan *Lease, 1)
+	go func() {
+		l, err := p.AcquireShare(ctx, "sglang", "http://queued", "", 1)
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- l
+	}()
+	for p.Waiting("sglang", "http://queued", "") != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if got := width(); got != 8+2+1 {
+		t.Fatalf("width %d, want 11", got)
+	}
+
+	advance(59 * time.Second)
+	p.Rebalance()
+	if got := width(); got != 11 {
+		t.Fatalf("after 59s: width %d, want 11: nothing idle for a minute yet", got)
+	}
+	advance(time.Second)
+	b := acquire("http://b", 4) // a's minute is up: forgotten as b comes
+	if got := width(); got != 2+1+4 {
+		t.Fatalf("a idle for a minute: width %d, want 7 (held 2, queued 1, b 4)", got)
+	}
+	if p.EngineLimit("sglang", "http://a", "") != p.Limit {
+		t.Fatal("a forgotten engine is still known")
+	}
+	advance(time.Hour)
+	p.Rebalance()
+	if got := width(); got != 2+1+4 {
+		t.Fatalf("an hour on: width %d, want 7: every engine left has a lease held or waited for", got)
+	}
+	if p.Waiting("sglang", "http://queued", "") != 1 {
+		t.Fatal("the caller waiting for a forgotten engine's slot lost its place")
+	}
+	queued.Release() // to the waiter, on the engine it waited for
+	queued = <-waited
+	if got := p.InFlight("", "http://queued/", ""); got != 1 {
+		t.Fatalf("queued engine: %d in flight, want the waiter's 1", got)
+	}
+	queued.Release()
+	b.Release()
+	advance(59 * time.Second)
+	p.Rebalance()
+	if got := width(); got != 7 {
+		t.Fatalf("b and queued released 59s ago: width %d, want 7", got)
+	}
+	advance(time.Second)
+	p.Rebalance()
+	if got := width(); got != 2 {
+		t.Fatalf("b and queued released a minute ago: width %d, want 2 (held)", got)
+	}
+	a = acquire("http://a", 3) // back, with another capacity
+	if _, ok := a.p.tokens.get("prompt"); ok {
+		t.Error("a forgotten engine came back with its token cache")
+	}
+	if got := p.EngineLimit("", "http://a/", ""); got != 3 {
+		t.Errorf("a back: limit %d, want 3, the capacity stated now", got)
+	}
+	if got := width(); got != 2+3 {
+		t.Fatalf("a back: width %d, want 5", got)
+	}
+	a.Release()
+	held.Release()
+}
+
+// TestPoolKeepsAnEngineBeingAcquired: however short Idle, an engine is
+// never forgotten while a caller holds, waits for or is about to wait for
+// its slot: a second entry for it would hold a second share of its
+// capacity.
+func TestPoolKeepsAnEngineBeingAcquired(t *testing.T) {
+	var ticks atomic.Int64
+	now := func() time.Time { return time.Unix(0, 0).Add(time.Duration(ticks.Add(1)) * time.Second) } // every look a second later
+	p := &Pool{Idle: time.Nanosecond, now: now, Replicas: func() int { runtime.Gosched(); return 1 }}
+	var held, peak atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				l, err := p.AcquireShare(context.Background(), "sglang", "http://one", "", 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				n := held.Add(1)
+				for old := peak.Load(); n > old && !peak.CompareAndSwap(old, n); old = peak.Load() {
+				}
+				runtime.Gosched()
+				held.Add(-1)
+				l.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	if got := peak.Load(); got != 1 {
+		t.Fatalf("%d generations at once on an engine of capacity 1", got)
+	}
+}

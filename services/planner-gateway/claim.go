@@ -52,6 +52,9 @@ type turn struct {
 	// retry says why the next generation is sent again: set when an
 	// attempt failed or a pause aborted the generation.
 	retry, retryWhy string
+	// out is the turn's output once generated: an attempt after its
+	// publish failed publishes it again, and generates nothing.
+	out *schema.PlanOutput
 }
 
 // answerHolds answers a holds request.

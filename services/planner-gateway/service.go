@@ -101,7 +101,14 @@ func Run(ctx context.Context, d Deps) error {
 	c.Slots = bus.NewSlots(d.Concurrency)
 	peers := d.Bus.Peers(ctx)
 	d.Engines.Replicas = peers.N
-	d.Engines.OnLimits = c.Slots.SetLimit
+	d.Engines.OnLimits = func(total int) {
+		if total == 0 {
+			// No engine known (none yet, or every one forgotten, idle): as
+			// at the start, until a plan request names one.
+			total = d.Concurrency
+		}
+		c.Slots.SetLimit(total)
+	}
 	peers.OnChange(func(int) { d.Engines.Rebalance() })
 	// Recorded as running before it takes a turn: a pause waits for it.
 	if id := d.Bus.Service().ID(); id != "" {
