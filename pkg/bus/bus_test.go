@@ -1031,3 +1031,58 @@ func TestNotYetPastTheMostDeliveriesIsGivenUpAloud(t *testing.T) {
 		t.Errorf("handled %d times; want 3 (MaxDeliver)", n)
 	}
 }
+
+// TestProvisioningAgainKeepsTheLongerHistory: planact provision run again
+// with its defaults (or planact up on the same server) lowered the history
+// and the storage set before, and JetStream removed at once every message
+// past the new limits: sessions and results included. A re-run keeps the
+// larger limits it finds; --shrink lowers them.
+func TestProvisioningAgainKeepsTheLongerHistory(t *testing.T) {
+	_, url := bustest.Server(t)
+	nc := bustest.Conn(t, url)
+	ctx := context.Background()
+	const long, short = 72 * time.Hour, 12 * time.Hour
+	storage := int64(1 << 30)
+	limits := func() (rollout, sessions, tasks time.Duration, bytes int64) {
+		t.Helper()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{bus.StreamRollout, "KV_" + bus.BucketSession, "OBJ_" + bus.ObjectTasks(schema.RolePlanner)} {
+			st, err := js.Stream(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := st.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch name {
+			case bus.StreamRollout:
+				rollout, bytes = info.Config.MaxAge, info.Config.MaxBytes
+			case "KV_" + bus.BucketSession:
+				sessions = info.Config.MaxAge
+			default:
+				tasks = info.Config.MaxAge
+			}
+		}
+		return
+	}
+	if err := bus.Provision(ctx, nc, bustest.Logger(), bus.Provisioning{History: long, Storage: storage}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, before := limits()
+	if err := bus.Provision(ctx, nc, bustest.Logger(), bus.Provisioning{History: short}); err != nil {
+		t.Fatal(err)
+	}
+	if r, s, o, _ := limits(); r != long || s != long || o != long {
+		t.Errorf("provisioned again with a shorter history: ROLLOUT %v, sessions %v, task store %v; want the %v set before kept", r, s, o, long)
+	}
+	if err := bus.Provision(ctx, nc, bustest.Logger(), bus.Provisioning{History: short, Storage: storage / 2, Shrink: true}); err != nil {
+		t.Fatal(err)
+	}
+	if r, s, o, bytes := limits(); r != short || s != short || o != short || bytes >= before {
+		t.Errorf("provisioned with Shrink: ROLLOUT %v (%d bytes, was %d), sessions %v, task store %v; want %v and less room", r, bytes, before, s, o, short)
+	}
+}

@@ -35,6 +35,11 @@ type Provisioning struct {
 	// (nothing planact wrote is dropped to make room): size it from a
 	// rollout (docs/security.md, "Limits").
 	Storage int64
+	// Shrink lets provisioning lower the history (max age) and the storage
+	// of what exists: the messages past the new limits are removed at
+	// once. Without it a re-run keeps the larger limits it finds (one run
+	// with the defaults must not cut a longer history set before).
+	Shrink bool
 }
 
 // DefaultStorage is the JetStream storage planact fills on each server
@@ -333,6 +338,7 @@ func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
 		if st, err := b.JS.Stream(ctx, cfg.Name); err == nil {
 			have := st.CachedInfo().Config
 			cfg.Replicas = b.keepReplicas(cfg.Name, have.Replicas, cfg.Replicas)
+			cfg.MaxAge, cfg.MaxBytes = b.keepLimits(cfg.Name, p, have.MaxAge, cfg.MaxAge, have.MaxBytes, cfg.MaxBytes)
 			if sameStream(have, cfg) {
 				continue
 			}
@@ -402,6 +408,7 @@ func (b *Bus) objectStore(ctx context.Context, ocfg jetstream.ObjectStoreConfig)
 		if st, err := os.Status(ctx); err == nil {
 			scfg.Replicas = b.keepReplicas(name, st.Replicas(), scfg.Replicas)
 			c := st.(*jetstream.ObjectBucketStatus).StreamInfo().Config
+			scfg.MaxAge, scfg.MaxBytes = b.keepLimits(scfg.Name, b.Provisioning, c.MaxAge, scfg.MaxAge, c.MaxBytes, scfg.MaxBytes)
 			if st.Description() == scfg.Description && st.TTL() == scfg.MaxAge && st.Storage() == scfg.Storage &&
 				max(st.Replicas(), 1) == max(scfg.Replicas, 1) && !c.AllowDirect && c.MaxBytes == scfg.MaxBytes {
 				return os, nil
@@ -448,6 +455,30 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 		max(have.MaxMsgsPerSubject, -1) == max(want.MaxMsgsPerSubject, -1)
 }
 
+// keepLimits keeps the max age and bytes of what exists where they are
+// larger than those asked for, unless p.Shrink: lowering them removes the
+// messages past them at once. (0 or less is no limit: the largest.)
+func (b *Bus) keepLimits(name string, p Provisioning, haveAge, wantAge time.Duration, haveBytes, wantBytes int64) (time.Duration, int64) {
+	longer := func(a, b time.Duration) bool { return (a <= 0 && b > 0) || (b > 0 && a > b) }
+	bigger := func(a, b int64) bool { return (a <= 0 && b > 0) || (b > 0 && a > b) }
+	if p.Shrink {
+		if longer(haveAge, wantAge) || bigger(haveBytes, wantBytes) {
+			b.Log.Warn().Str("stream", name).Dur("max_age", haveAge).Dur("new_max_age", wantAge).Int64("max_bytes", haveBytes).
+				Int64("new_max_bytes", wantBytes).Msg("shrinking: messages past the new limits are removed")
+		}
+		return wantAge, wantBytes
+	}
+	if longer(haveAge, wantAge) {
+		b.Log.Warn().Str("stream", name).Dur("max_age", haveAge).Dur("asked", wantAge).Msg("keeping the existing longer history (--shrink lowers it)")
+		wantAge = haveAge
+	}
+	if bigger(haveBytes, wantBytes) {
+		b.Log.Warn().Str("stream", name).Int64("max_bytes", haveBytes).Int64("asked", wantBytes).Msg("keeping the existing larger storage (--shrink lowers it)")
+		wantBytes = haveBytes
+	}
+	return wantAge, wantBytes
+}
+
 // keepReplicas never lowers the replicas of what exists: one process
 // started without --replicas 3 must not shrink a cluster's streams.
 func (b *Bus) keepReplicas(name string, have, want int) int {
@@ -467,6 +498,7 @@ func (b *Bus) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (*Buck
 			if kvs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 				c := kvs.StreamInfo().Config
 				cfg.Replicas = b.keepReplicas(cfg.Bucket, c.Replicas, cfg.Replicas)
+				cfg.TTL, cfg.MaxBytes = b.keepLimits("KV_"+cfg.Bucket, b.Provisioning, c.MaxAge, cfg.TTL, c.MaxBytes, cfg.MaxBytes)
 				if c.Description == cfg.Description && c.MaxMsgsPerSubject == int64(cfg.History) && c.MaxAge == cfg.TTL &&
 					c.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL && c.Storage == cfg.Storage && max(c.Replicas, 1) == max(cfg.Replicas, 1) &&
 					c.MaxBytes == cfg.MaxBytes {
