@@ -239,17 +239,21 @@ func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
 		return nil, fail.E(fail.Permanent, fmt.Errorf("rollout %d: %w", n, ErrNoSession))
 	}
 	info := &Info{Session: s}
+	// Tasks read before are this rollout's only if the session is the
+	// same: rollout numbers start again when a training run does, and the
+	// entry may be an earlier rollout's of the number.
+	same := e.info != nil && e.info.Session.CreatedMs == s.CreatedMs
 	if s.State != schema.SessionRunning {
 		// Its work is dropped: no task is needed (those read before are
 		// kept), and a rollout that ended may have had its task list
 		// removed already.
-		if e.info != nil {
+		if same {
 			info.Tasks = e.info.Tasks
 		}
 		e.info, e.loaded = info, now
 		return info, nil
 	}
-	if e.info != nil && len(e.info.Tasks) > 0 {
+	if same && len(e.info.Tasks) > 0 {
 		info.Tasks = e.info.Tasks
 	} else {
 		tasks, found, err := LoadTasks(ctx, c.KV, c.NC, n)

@@ -155,3 +155,42 @@ func TestTaskObjectChangedIsRefused(t *testing.T) {
 		t.Fatalf("an object replaced after its arrival: %v, want a permanent error saying it changed", err)
 	}
 }
+
+// TestCacheNeverGivesAnEarlierRolloutsTasks: rollout numbers start again
+// when a training run does, while a service runs for days. The cache
+// kept the tasks it read under the number and gave them to the new
+// rollout of that number (the old session's entry refreshed, not
+// replaced): prompts and labels of another batch.
+func TestCacheNeverGivesAnEarlierRolloutsTasks(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx := context.Background()
+	c := &session.Cache{KV: b.Sessions, Fresh: time.Nanosecond}
+	put := func(created int64, prompt string) {
+		t.Helper()
+		if err := b.Sessions.Delete(ctx, schema.SessionKey(2)); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Sessions.Delete(ctx, schema.TasksKey(2)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bus.Create(ctx, b.Sessions, schema.SessionKey(2), &schema.Session{Rollout: 2, State: schema.SessionRunning, Episodes: 1, CreatedMs: created}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bus.Create(ctx, b.Sessions, schema.TasksKey(2), &schema.TaskList{Tasks: []schema.Task{{Prompt: prompt}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(1000, "the earlier run's question")
+	if info, err := c.Get(ctx, 2); err != nil || info.Tasks[0].Prompt != "the earlier run's question" {
+		t.Fatalf("%v %v", info, err)
+	}
+	put(2000, "this run's question")
+	info, err := c.Get(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.Tasks[0].Prompt; got != "this run's question" {
+		t.Errorf("the new rollout 2's task: %q; want its own", got)
+	}
+}
