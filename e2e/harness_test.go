@@ -36,6 +36,7 @@ type envOptions struct {
 	planner     sim.Config
 	actor       sim.Config
 	tracing     *telemetry.Tracing
+	keep        bus.Provisioning // retention (history) of the services
 }
 
 func start(t *testing.T, o envOptions) *env {
@@ -60,7 +61,7 @@ func start(t *testing.T, o envOptions) *env {
 	done := make(chan error, 1)
 	go func() {
 		done <- stack.Serve(ctx, stack.Services, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: url}, Log: bustest.TestLogger(t, "info"), Replicas: o.replicas,
-			InlineLimit: o.inlineLimit, Tracing: o.tracing})
+			InlineLimit: o.inlineLimit, Tracing: o.tracing, Provisioning: o.keep})
 	}()
 	var once sync.Once
 	stop := func() {

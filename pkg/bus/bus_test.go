@@ -1035,8 +1035,9 @@ func TestNotYetPastTheMostDeliveriesIsGivenUpAloud(t *testing.T) {
 // TestProvisioningAgainKeepsTheLongerHistory: planact provision run again
 // with its defaults (or planact up on the same server) lowered the history
 // and the storage set before, and JetStream removed at once every message
-// past the new limits: sessions and results included. A re-run keeps the
-// larger limits it finds; --shrink lowers them.
+// past the new limits: sessions and results included. A re-run with the
+// defaults keeps the larger limits it finds; one that states them, or
+// Shrink, sets them.
 func TestProvisioningAgainKeepsTheLongerHistory(t *testing.T) {
 	_, url := bustest.Server(t)
 	nc := bustest.Conn(t, url)
@@ -1073,16 +1074,25 @@ func TestProvisioningAgainKeepsTheLongerHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, _, before := limits()
-	if err := bus.Provision(ctx, nc, bustest.Logger(), bus.Provisioning{History: short}); err != nil {
+	if err := bus.Provision(ctx, nc, bustest.Logger(), bus.Provisioning{}); err != nil {
 		t.Fatal(err)
 	}
 	if r, s, o, _ := limits(); r != long || s != long || o != long {
-		t.Errorf("provisioned again with a shorter history: ROLLOUT %v, sessions %v, task store %v; want the %v set before kept", r, s, o, long)
+		t.Errorf("provisioned again with the defaults: ROLLOUT %v, sessions %v, task store %v; want the %v set before kept", r, s, o, long)
 	}
-	if err := bus.Provision(ctx, nc, bustest.Logger(), bus.Provisioning{History: short, Storage: storage / 2, Shrink: true}); err != nil {
+	if err := bus.Provision(ctx, nc, bustest.Logger(), bus.Provisioning{History: short, Storage: storage / 2}); err != nil {
 		t.Fatal(err)
 	}
 	if r, s, o, bytes := limits(); r != short || s != short || o != short || bytes >= before {
-		t.Errorf("provisioned with Shrink: ROLLOUT %v (%d bytes, was %d), sessions %v, task store %v; want %v and less room", r, bytes, before, s, o, short)
+		t.Errorf("provisioned with a shorter history and less storage: ROLLOUT %v (%d bytes, was %d), sessions %v, task store %v; want %v and less room", r, bytes, before, s, o, short)
+	}
+	if err := bus.Provision(ctx, nc, bustest.Logger(), bus.Provisioning{History: long}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Provision(ctx, nc, bustest.Logger(), bus.Provisioning{Shrink: true}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, _, _ := limits(); r != bus.DefaultProvisioning().History {
+		t.Errorf("provisioned with the defaults and Shrink: ROLLOUT %v; want the default %v", r, bus.DefaultProvisioning().History)
 	}
 }

@@ -36,10 +36,16 @@ type Provisioning struct {
 	// rollout (docs/security.md, "Limits").
 	Storage int64
 	// Shrink lets provisioning lower the history (max age) and the storage
-	// of what exists: the messages past the new limits are removed at
-	// once. Without it a re-run keeps the larger limits it finds (one run
-	// with the defaults must not cut a longer history set before).
+	// of what exists to the defaults: the messages past the new limits are
+	// removed at once. Without it a run that leaves History or Storage at
+	// their defaults keeps the larger limits it finds (one run with the
+	// defaults must not cut a longer history set before); one that states
+	// them sets them.
 	Shrink bool
+
+	// defaulted: WithDefaults filled what was zero; historyGiven and
+	// storageGiven say whether History and Storage were stated then.
+	defaulted, historyGiven, storageGiven bool
 }
 
 // DefaultStorage is the JetStream storage planact fills on each server
@@ -60,6 +66,10 @@ func DefaultProvisioning() Provisioning {
 
 // WithDefaults fills what p leaves zero, as provisioning does.
 func (p Provisioning) WithDefaults() Provisioning {
+	if p.defaulted {
+		return p
+	}
+	p.defaulted, p.historyGiven, p.storageGiven = true, p.History != 0, p.Storage != 0
 	d := DefaultProvisioning()
 	if p.Replicas == 0 {
 		p.Replicas = d.Replicas
@@ -456,25 +466,27 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 }
 
 // keepLimits keeps the max age and bytes of what exists where they are
-// larger than those asked for, unless p.Shrink: lowering them removes the
-// messages past them at once. (0 or less is no limit: the largest.)
+// larger than the defaults asked for, unless p.Shrink: lowering them
+// removes the messages past them at once. A history or storage p states
+// is set as stated. (0 or less is no limit: the largest.)
 func (b *Bus) keepLimits(name string, p Provisioning, haveAge, wantAge time.Duration, haveBytes, wantBytes int64) (time.Duration, int64) {
 	longer := func(a, b time.Duration) bool { return (a <= 0 && b > 0) || (b > 0 && a > b) }
 	bigger := func(a, b int64) bool { return (a <= 0 && b > 0) || (b > 0 && a > b) }
-	if p.Shrink {
-		if longer(haveAge, wantAge) || bigger(haveBytes, wantBytes) {
-			b.Log.Warn().Str("stream", name).Dur("max_age", haveAge).Dur("new_max_age", wantAge).Int64("max_bytes", haveBytes).
-				Int64("new_max_bytes", wantBytes).Msg("shrinking: messages past the new limits are removed")
-		}
-		return wantAge, wantBytes
-	}
 	if longer(haveAge, wantAge) {
-		b.Log.Warn().Str("stream", name).Dur("max_age", haveAge).Dur("asked", wantAge).Msg("keeping the existing longer history (--shrink lowers it)")
-		wantAge = haveAge
+		if p.Shrink || p.historyGiven {
+			b.Log.Warn().Str("stream", name).Dur("max_age", haveAge).Dur("new_max_age", wantAge).Msg("shortening the history: older messages are removed")
+		} else {
+			b.Log.Warn().Str("stream", name).Dur("max_age", haveAge).Dur("default", wantAge).Msg("keeping the existing longer history (--history or --shrink lowers it)")
+			wantAge = haveAge
+		}
 	}
 	if bigger(haveBytes, wantBytes) {
-		b.Log.Warn().Str("stream", name).Int64("max_bytes", haveBytes).Int64("asked", wantBytes).Msg("keeping the existing larger storage (--shrink lowers it)")
-		wantBytes = haveBytes
+		if p.Shrink || p.storageGiven {
+			b.Log.Warn().Str("stream", name).Int64("max_bytes", haveBytes).Int64("new_max_bytes", wantBytes).Msg("lowering the storage: messages past it are removed")
+		} else {
+			b.Log.Warn().Str("stream", name).Int64("max_bytes", haveBytes).Int64("default", wantBytes).Msg("keeping the existing larger storage (--storage or --shrink lowers it)")
+			wantBytes = haveBytes
+		}
 	}
 	return wantAge, wantBytes
 }
