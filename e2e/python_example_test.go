@@ -355,8 +355,11 @@ func checkSample(t *testing.T, got pySample, want schema.Sample, role string) {
 		t.Errorf("%s: tokens %v, response_length %d, loss_mask %v; want %v, %d, %v",
 			where, got.Tokens, got.ResponseLength, got.LossMask, want.Tokens, want.ResponseLength, want.LossMask)
 	}
-	if len(want.RolloutLogProbs) == 0 && got.RolloutLogProbs != nil || !slices.Equal(got.RolloutLogProbs, want.RolloutLogProbs) {
-		t.Errorf("%s: rollout_log_probs %v, want %v (None when planact has none)", where, got.RolloutLogProbs, want.RolloutLogProbs)
+	// planact leaves an empty list out: a response of no tokens has all its
+	// log-probs, [] (slime takes a batch's log-probs from its first sample).
+	if len(want.RolloutLogProbs) == 0 && want.ResponseLength > 0 && got.RolloutLogProbs != nil ||
+		want.ResponseLength == 0 && got.RolloutLogProbs == nil || !slices.Equal(got.RolloutLogProbs, want.RolloutLogProbs) {
+		t.Errorf("%s: rollout_log_probs %s, want %v (None when planact has none, [] for no response)", where, pyList(got.RolloutLogProbs), want.RolloutLogProbs)
 	}
 	if got.Reward != want.Reward || got.Prompt != want.Prompt || got.Response != want.Response ||
 		!slices.Equal(got.WeightVersions, want.WeightVersions) && len(got.WeightVersions)+len(want.WeightVersions) > 0 {
@@ -569,7 +572,7 @@ func actorSamples(n int64) []schema.Sample {
 		act(0, 0, 0, "t1-s2", []int{1, 2, 4, 32}, 3, []float64{-1}, schema.EpisodeTruncated, nil),
 		act(0, 1, 1, "t1-s1", []int{1, 2, 3, 33, 34, 35}, 3, []float64{-0.5, -0.5, -0.5}, schema.EpisodeCompleted, nil),
 		act(2, 4, 4, "t1-s1", []int{5, 6, 36}, 2, []float64{-3}, schema.EpisodeCompleted, nil),
-		act(2, 5, 5, "t1-s1", []int{5, 6, 37}, 2, []float64{-4}, schema.EpisodeAborted, map[string]any{"stale": true, "staleness": int64(4)}),
+		act(2, 5, 5, "t1-s1", []int{5, 6, 37}, 2, []float64{-4}, schema.EpisodeCompleted, map[string]any{"stale": true, "staleness": int64(4)}),
 	}
 }
 
@@ -786,7 +789,7 @@ func TestPythonSlimeOverSampling(t *testing.T) {
 	var feed slimeFeed
 	for _, g := range []int{10, 11} {
 		feed.store(t, subject.Group(n, schema.RolePlanner, g), &schema.Group{Rollout: n, Role: schema.RolePlanner, GroupIndex: g,
-			Samples: byGroup(samples, nil)[g], Tasks: trained(g), Delivered: []int{10, 11}[:g-9], Groups: 3})
+			Samples: byGroup(samples, nil)[g], SampleCount: len(byGroup(samples, nil)[g]), Tasks: trained(g), Delivered: []int{10, 11}[:g-9], Groups: 3})
 	}
 	tasks := append(trained(10, 11), schema.TaskOutcome{Episode: 4, GroupIndex: 12, Index: 24, State: schema.TaskAborted},
 		schema.TaskOutcome{Episode: 5, GroupIndex: 12, Index: 25, State: schema.TaskUnfinished})
@@ -870,7 +873,7 @@ func TestPythonSlimeErrors(t *testing.T) {
 			Reason: `unknown field "config.max_turn"`, Rejected: true, ArrivalID: arrivalID})
 		return feed
 	}
-	actorResult := func() slimeFeed {
+	actorResult := func(n int64) slimeFeed {
 		var feed slimeFeed
 		feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
 			Samples: actorSamples(n)[:1], SampleCount: 1, Tasks: trained(0)})
@@ -904,9 +907,10 @@ func TestPythonSlimeErrors(t *testing.T) {
 			wants: "ValueError: --dynamic-sampling-filter-path runs in slime's own rollout"},
 		{name: "evaluation without eval data", eval: true, wants: "ValueError: evaluation: slime's args name no eval dataset"},
 		{name: "eval config", env: map[string]string{"PLANACT_EVAL_CONFIG": "[]"}, wants: "ValueError: PLANACT_EVAL_CONFIG must be a JSON object"},
+		// The evaluation before training at rollout 9: PLANACT_EVAL_ROLLOUT_OFFSET + 2 * 9.
 		{name: "evaluation of a training rollout", eval: true,
-			env: map[string]string{"PLANACT_ROLE": "actor", "PLANACT_EVAL_ROLLOUT_OFFSET": "0", "PLANACT_TIMEOUT_S": "5"}, feed: actorResult(),
-			wants: "PlanactError: planact: not_evaluation: rollout 9 (actor) is not an evaluation"},
+			env: map[string]string{"PLANACT_ROLE": "actor", "PLANACT_EVAL_ROLLOUT_OFFSET": "0", "PLANACT_TIMEOUT_S": "5"}, feed: actorResult(2 * n),
+			wants: "PlanactError: planact: not_evaluation: rollout 18 (actor) is not an evaluation"},
 		{name: "old nats-server", env: map[string]string{"STANDIN_NATS_SERVER_VERSION": "2.9.10"},
 			wants: "PlanactError: planact: unsupported: nats-server too old for planact: nats://127.0.0.1:4222 runs 2.9.10, planact needs 2.12.0 or later"},
 		{name: "rejected", feed: rejected(""), wants: `PlanactError: planact: invalid: rollout 9 (planner): unknown field "config.max_turn"`},

@@ -291,7 +291,8 @@ def assert_eval_rollout_contract(output):
 // The planner's job reads slime's eval datasets (--eval-prompt-data, two
 // JSON Lines files) into planact tasks naming their dataset, with the
 // evaluation's config (greedy, evaluation on, the training-only group
-// settings of PLANACT_CONFIG left out, PLANACT_EVAL_CONFIG over it);
+// settings of PLANACT_CONFIG left out, result_samples included, which
+// planact refuses without groups; PLANACT_EVAL_CONFIG over it);
 // planact runs exactly that (both roles, real services, simulated
 // engines) and answers with metrics, no samples; both jobs'
 // generate_rollout(evaluation=True) return slime's RolloutFnEvalOutput,
@@ -318,7 +319,7 @@ func TestPythonSlimeEvaluation(t *testing.T) {
 	}
 	env := map[string]string{"PLANACT_ENGINE_URL": engineServer(t, "step-3"), "PLANACT_TIMEOUT_S": "60",
 		"PLANACT_EVAL_ROLLOUT_OFFSET": "1000",
-		"PLANACT_CONFIG":              `{"max_turns": 4, "group_filter": "spread", "planner_sampling": {"temperature": 0.7, "max_new_tokens": 900}}`,
+		"PLANACT_CONFIG":              `{"max_turns": 4, "group_filter": "spread", "result_samples": "undelivered", "planner_sampling": {"temperature": 0.7, "max_new_tokens": 900}}`,
 		"PLANACT_EVAL_CONFIG":         `{"max_turns": 3}`}
 	// What the planner's job will send.
 	env["PLANACT_ROLE"] = "planner"
@@ -340,13 +341,15 @@ print(json.dumps({"tasks": slime_planact.eval_tasks(args), "config": slime_plana
 		t.Fatalf("eval tasks %+v: want 12, 2 copies of 6 prompts, hotpotqa's then nq's", sent.Tasks)
 	}
 	c := sent.Config
-	if !c.Evaluation || c.GroupFilter != "" || c.MaxTurns != 3 || *c.PlannerSampling.Temperature != 0 || *c.ActorSampling.Temperature != 0 ||
-		c.PlannerSampling.MaxNewTokens != 900 {
-		t.Fatalf("eval config %+v: want evaluation, no group filter, max_turns 3, greedy, the planner's max_new_tokens kept", c)
+	if !c.Evaluation || c.GroupFilter != "" || c.ResultSamples != "" || c.MaxTurns != 3 || *c.PlannerSampling.Temperature != 0 ||
+		*c.ActorSampling.Temperature != 0 || c.PlannerSampling.MaxNewTokens != 900 {
+		t.Fatalf("eval config %+v: want evaluation, no group filter or result_samples (planact refuses result_samples without groups), "+
+			"max_turns 3, greedy, the planner's max_new_tokens kept", c)
 	}
 
-	// planact runs it.
-	const n = 1007
+	// planact runs it: the evaluation before training at slime's rollout 7
+	// is PLANACT_EVAL_ROLLOUT_OFFSET + 2 * 7.
+	const n = 1014
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var pr, ar *schema.Result

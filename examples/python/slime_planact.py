@@ -68,11 +68,12 @@ the variable):
                           already ran (for as long as its history keeps it):
                           after a restart that reruns rollout ids, give both
                           jobs a new offset.
-  PLANACT_EVAL_ROLLOUT_OFFSET  an evaluation at slime's rollout_id is planact
-                          rollout this + rollout_id (default 1000000000).
+  PLANACT_EVAL_ROLLOUT_OFFSET  where the evaluations' planact rollout ids
+                          start (default 1000000000): see eval_rollout_id.
   PLANACT_EVAL_CONFIG     a JSON object laid over the evaluation's config
-                          (PLANACT_CONFIG less stream_groups, group_filter and
-                          target_groups; greedy; evaluation on).
+                          (PLANACT_CONFIG less stream_groups, group_filter,
+                          target_groups and result_samples; greedy;
+                          evaluation on).
 
 Decisions:
 - planact's answer is the samples or an error: a timeout, a rejection or a
@@ -83,6 +84,14 @@ Decisions:
 - Results "partial" (the rollout ran out of time) and "aborted" (cancelled)
   are trained on with the samples that finished, as docs/python_trainer.md
   says, with a warning giving planact's reason.
+- A group with an aborted member (a task in state aborted, or a sample
+  with status aborted: max_staleness ends an episode so) is left out of
+  the batch whole, as slime trains on no ABORTED sample; with
+  --partial-rollout it goes back to the data source, once (aborted_groups).
+- rollout_log_probs are all the batch's samples' or none, as slime takes
+  them from samples[0]: a sample without them makes every sample's None,
+  or raises PlanactError under --use-tis, --use-rollout-logprobs or
+  --get-mismatch-metrics (uniform_log_probs).
 - Over-sampling follows slime's flags: the planner sends
   --over-sampling-batch-size groups (slime defaults it to
   --rollout-batch-size) and, when that is more than --rollout-batch-size,
@@ -97,7 +106,11 @@ Decisions:
 - evaluation=True evaluates the Plan/Act system through planact (both
   roles, greedy unless PLANACT_EVAL_CONFIG says otherwise, no training
   samples) as planact rollout PLANACT_EVAL_ROLLOUT_OFFSET (default 10^9) +
-  rollout_id, and returns RolloutFnEvalOutput per eval dataset (evaluate()).
+  2 * (PLANACT_ROLLOUT_OFFSET + rollout_id), + 1 after training rollout
+  rollout_id (eval_rollout_id: slime's train.py evaluates at rollout_id 0
+  before and after training it), and returns RolloutFnEvalOutput per eval
+  dataset (evaluate()). Both jobs must run the same driver with
+  --num-rollout (not --num-epoch) and the same eval flags.
 - Advantages: point both jobs' --custom-reward-post-process-path at
   slime_planact.reward_post_process. A group is the copies of one task, its
   members episodes (each counted once, whatever its number of samples),
@@ -114,8 +127,8 @@ Decisions:
 
 Samples: planact's sample fields are slime's (docs/python_trainer.md);
 every sample becomes a slime Sample with the same tokens, response_length,
-loss_mask, rollout_log_probs, reward, weight_versions, prompt, response,
-group_index and index, its status mapped (completed, truncated, aborted,
+loss_mask, rollout_log_probs ([] for a response of no tokens), reward,
+weight_versions, prompt, response, group_index and index, its status mapped (completed, truncated, aborted,
 failed -> Sample.Status.COMPLETED, TRUNCATED, ABORTED, FAILED) and
 planact's metadata added to it (planact's keys win; with planact_rollout_id
 and planact_role).
@@ -169,17 +182,26 @@ CONTROL_STREAM = "CONTROL"
 DEFAULT_BARRIER_TIMEOUT_S = 1800
 DEFAULT_ROLLOUT_TIMEOUT_S = 3600
 DEFAULT_PAUSE_TIMEOUT_S = 600
-# An evaluation of slime's rollout r is planact rollout this + r: its own
-# ids, apart from the training rollouts' (a planact rollout id names one
-# rollout).
+# Evaluations are planact rollouts from this on (eval_rollout_id): ids of
+# their own, apart from the training rollouts' (a planact rollout id names
+# one rollout).
 DEFAULT_EVAL_ROLLOUT_OFFSET = 1_000_000_000
 # What a training config may hold that an evaluation does not take.
-TRAINING_ONLY = ("stream_groups", "group_filter", "target_groups")
+TRAINING_ONLY = ("stream_groups", "group_filter", "target_groups", "result_samples")
+
+# slime's rollout ids this process generated a training rollout for: an
+# evaluation at rollout_id r comes before training (slime's train.py at r
+# 0, or --num-rollout 0) or after rollout r was generated (every
+# --eval-interval), and the two need planact rollout ids of their own.
+_generated = set()
 
 # planact sample status -> slime Sample.Status member
 STATUSES = {"completed": "COMPLETED", "truncated": "TRUNCATED", "aborted": "ABORTED", "failed": "FAILED"}
-# planact's episode statuses -> slime's, for an evaluation's samples.
-EPISODE_STATUSES = {**STATUSES, "quarantined": "FAILED"}
+# planact's statuses of an evaluation's episodes that ended with a reward
+# -> slime's, for its samples. Not here: unfinished, and aborted (an
+# episode stopped before it ended, or ended by max_staleness): planact
+# scored neither, and no reward of theirs is in a mean.
+EPISODE_STATUSES = {"completed": "COMPLETED", "truncated": "TRUNCATED", "failed": "FAILED", "quarantined": "FAILED"}
 # task states (rollout.result tasks) whose group is given back to slime's data
 # source with --partial-rollout: stopped before they ended
 STOPPED_STATES = ("aborted", "unfinished")
@@ -190,7 +212,9 @@ class PlanactError(RuntimeError):
     (timeout, invalid, failed, ...) or the module's (unreachable,
     unsupported: a nats-server older than planact needs, empty,
     unreadable: a group or samples object planact named could not be read
-    in time)."""
+    in time, miscounted: a group holds other than its sample_count,
+    log_probs_missing: samples without rollout_log_probs where slime's args
+    train with them)."""
 
     def __init__(self, status, reason):
         super().__init__(f"planact: {status}: {reason}")
@@ -312,6 +336,7 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
     settings = settings_from_env()
     if evaluation:
         return evaluate(args, rollout_id, settings)
+    _generated.add(rollout_id)
     n = settings.rollout_offset + rollout_id
     engine = settings.engine_url or router_url(args)
     groups, config = [], None
@@ -323,17 +348,29 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
                 n, settings.role, engine, fields["weight_version"], len(fields["tasks"] or []), settings.timeout_s)
     result, delivered = asyncio.run(run_rollout(settings, fields))
     samples = rollout_samples(result, delivered)
-    batch, counts = slime_batch(samples, settings.role, settings.stale, originals_of(groups))
+    aborted = aborted_groups(result, samples)
+    kept = [s for s in samples if s.get("group_index", 0) not in aborted]
+    batch, counts = slime_batch(kept, settings.role, settings.stale, originals_of(groups))
+    counts["samples"], counts["aborted_samples"] = len(samples), len(samples) - len(kept)
+    counts["aborted_groups"] = len({s.get("group_index", 0) for s in samples} & aborted)
+    if counts["aborted_samples"]:
+        logger.warning("rollout %d: %d %s samples of %d groups with an aborted episode left out of the batch "
+                       "(slime trains on no aborted sample, and a group short of a copy has no fair baseline)",
+                       n, counts["aborted_samples"], settings.role, counts["aborted_groups"])
+    counts["groups_returned"] = 0
     if getattr(args, "partial_rollout", False) and groups:
-        stopped = stopped_groups(result, groups)
-        if stopped:
-            logger.info("rollout %d: %d groups stopped before they ended go back to the data source", n, len(stopped))
-            data_source.add_samples(stopped)
+        back = returned_groups(result, groups, aborted, {g[0].group_index for g in batch})
+        if back:
+            logger.info("rollout %d: %d groups stopped or aborted before they ended go back to the data source", n, len(back))
+            data_source.add_samples(back)
+            counts["groups_returned"] = len(back)
     metrics = rollout_metrics(result, delivered, counts, settings.streams_groups)
     if not batch:
         raise PlanactError("empty", f"rollout {n} gave the {settings.role} no samples to train on "
                                     f"(status {result['status']}; {result.get('reason') or 'no reason given'}; "
-                                    f"tasks {task_states(result)}; stale dropped {counts['stale_dropped']})")
+                                    f"tasks {task_states(result)}; stale dropped {counts['stale_dropped']}; "
+                                    f"aborted left out {counts['aborted_samples']})")
+    metrics.update(uniform_log_probs(batch, args, n, settings.role))
     metrics.update(fit_training_steps(batch, getattr(args, "global_batch_size", None), n, settings.role))
     if RolloutFnTrainOutput is None:
         return batch
@@ -347,16 +384,17 @@ def evaluate(args, rollout_id, settings):
     """slime's evaluation (generate_rollout with evaluation=True; slime calls
     the rollout function so when no --eval-function-path is given): the
     eval prompts run through planact, both roles, as planact rollout
-    PLANACT_EVAL_ROLLOUT_OFFSET + rollout_id with config evaluation, so that
+    eval_rollout_id(settings, rollout_id) with config evaluation, so that
     no training sample is assembled. The planner's job reads slime's eval
     datasets (eval_tasks) and sends them with the evaluation's config
     (eval_config); the actor's job arrives with neither. Both get
     RolloutFnEvalOutput: data, one entry per dataset as slime's own eval
     rollout names them ({"rewards", "truncated", "samples"}, one per episode
-    that ended; a Sample per episode with its answer as the response and no
-    tokens), and metrics (planact_eval/...: accuracy, mean reward, turns and
-    acts per episode, failures, per dataset and overall)."""
-    n = settings.eval_rollout_offset + rollout_id
+    that ended with a reward; a Sample per episode with its answer as the
+    response and no tokens; see eval_output), and metrics (planact_eval/...:
+    accuracy, mean reward, turns and acts per episode, failures, per
+    dataset and overall)."""
+    n = eval_rollout_id(settings, rollout_id)
     engine = settings.engine_url or router_url(args)
     tasks, config, prompts = [], None, {}
     if settings.role == "planner":
@@ -371,10 +409,23 @@ def evaluate(args, rollout_id, settings):
     if not result.get("evaluation"):
         raise PlanactError("not_evaluation", f"rollout {n} ({settings.role}) is not an evaluation: the planner's config did not "
                                              "ask for one (give both jobs the same slime_planact, called with evaluation=True)")
-    data, metrics = eval_output(result, settings.role, prompts)
+    data, metrics = eval_output(result, settings.role, prompts, args)
     if RolloutFnEvalOutput is None:
         return data
     return RolloutFnEvalOutput(data=data, metrics=metrics)
+
+
+def eval_rollout_id(settings, rollout_id, after=None):
+    """The planact rollout id of slime's evaluation at rollout_id:
+    PLANACT_EVAL_ROLLOUT_OFFSET + 2 * (PLANACT_ROLLOUT_OFFSET + rollout_id),
+    + 1 when it follows training rollout rollout_id (after; default: this
+    process generated it). slime's train.py evaluates at rollout_id 0 before
+    training and again after rollout 0 with --eval-interval 1; both jobs
+    run the same driver, so both compute the same ids, and a restart with a
+    new PLANACT_ROLLOUT_OFFSET gets new evaluation ids too."""
+    if after is None:
+        after = rollout_id in _generated
+    return settings.eval_rollout_offset + 2 * (settings.rollout_offset + rollout_id) + int(after)
 
 
 def eval_datasets(args):
@@ -434,7 +485,8 @@ def eval_tasks(args):
 
 def eval_config(args, settings):
     """The evaluation's config: PLANACT_CONFIG without what only training
-    takes (stream_groups, group_filter, target_groups), sampling greedy for
+    takes (TRAINING_ONLY: result_samples too, which planact refuses without
+    groups), sampling greedy for
     both roles (or slime's --eval-temperature / --eval-top-p when set),
     PLANACT_EVAL_CONFIG over it, and evaluation on."""
     config = {k: v for k, v in settings.config.items() if k not in TRAINING_ONLY}
@@ -453,17 +505,33 @@ def eval_config(args, settings):
     return config
 
 
-def eval_output(result, role, prompts):
-    """slime's eval data and metrics from an evaluation's result."""
+def eval_output(result, role, prompts, args=None):
+    """slime's eval data and metrics from an evaluation's result. Only the
+    episodes that ended with a reward (EPISODE_STATUSES) are in the data
+    and the means. With slime's --log-passrate and
+    --n-samples-per-eval-prompt above 1, slime reshapes a dataset's rewards
+    into groups of that many (compute_pass_rate): a group whose episodes
+    did not all end is left out whole, and counted
+    (planact_eval/.../groups_dropped)."""
+    episodes = result.get("episodes", [])
+    dropped = set()  # (dataset, group_index) left out whole
+    if getattr(args, "log_passrate", False) and (getattr(args, "n_samples_per_eval_prompt", None) or 1) > 1:
+        dropped = {(o.get("dataset") or "planact", o.get("group_index", 0)) for o in episodes
+                   if o.get("status") not in EPISODE_STATUSES}
+        if dropped:
+            logger.warning("evaluation %s: %d groups of --n-samples-per-eval-prompt copies did not all end; left out "
+                           "whole, for --log-passrate", result.get("rollout"), len(dropped))
     data, counts = {}, {}
-    for o in result.get("episodes", []):
+    for o in episodes:
         name = o.get("dataset") or "planact"
         c = counts.setdefault(name, {"episodes": 0, "ended": 0, "correct": 0, "turns": 0, "acts": 0, "reward": 0.0,
                                      "statuses": {}, "failures": {}})
         c["episodes"] += 1
         status = o.get("status")
         c["statuses"][status] = c["statuses"].get(status, 0) + 1
-        if status not in EPISODE_STATUSES:  # did not end: no reward, in no mean
+        if status not in EPISODE_STATUSES:  # did not end with a reward: in no mean
+            continue
+        if (name, o.get("group_index", 0)) in dropped:
             continue
         c["ended"] += 1
         c["correct"] += bool(o.get("correct"))
@@ -486,22 +554,26 @@ def eval_output(result, role, prompts):
     metrics = {}
     total = {"episodes": 0, "ended": 0, "correct": 0, "turns": 0, "acts": 0, "reward": 0.0, "statuses": {}, "failures": {}}
     for name, c in counts.items():
+        c["groups_dropped"] = len({gi for ds, gi in dropped if ds == name})
         metrics.update(eval_metrics(f"planact_eval/{name}/", c))
-        for k in ("episodes", "ended", "correct", "turns", "acts", "reward"):
-            total[k] += c[k]
+        for k in ("episodes", "ended", "correct", "turns", "acts", "reward", "groups_dropped"):
+            total[k] = total.get(k, 0) + c[k]
         for k in ("statuses", "failures"):
             for kind, v in c[k].items():
                 total[k][kind] = total[k].get(kind, 0) + v
     metrics.update(eval_metrics("planact_eval/", total))
     if not data:
-        raise PlanactError("empty", f"evaluation {result.get('rollout')} ({role}): no episode ended "
-                                    f"(status {result.get('status')}; {result.get('reason') or 'no reason given'})")
+        raise PlanactError("empty", f"evaluation {result.get('rollout')} ({role}): no episode ended with a reward "
+                                    f"(status {result.get('status')}; {result.get('reason') or 'no reason given'}; "
+                                    f"groups left out for --log-passrate: {len(dropped)})")
     return data, metrics
 
 
 def eval_metrics(prefix, c):
     ended = c["ended"]
     m = {f"{prefix}episodes": c["episodes"], f"{prefix}ended": ended}
+    if c.get("groups_dropped"):
+        m[f"{prefix}groups_dropped"] = c["groups_dropped"]
     if ended:
         m.update({f"{prefix}accuracy": c["correct"] / ended, f"{prefix}mean_reward": c["reward"] / ended,
                   f"{prefix}mean_turns": c["turns"] / ended, f"{prefix}acts_per_episode": c["acts"] / ended})
@@ -648,6 +720,8 @@ async def run_rollout(settings, fields):
                                           f"{settings.timeout_s:g}s: is planact up, and did the other job arrive?") from None
         except trainer.Unreadable as e:
             raise PlanactError("unreadable", f"rollout {n} ({role}): {e} (PLANACT_TIMEOUT_S={settings.timeout_s:g}s)") from e
+        except trainer.Miscounted as e:
+            raise PlanactError("miscounted", f"rollout {n} ({role}): {e}") from e
     finally:
         await nc.close()
     check_status(result, n, role)
@@ -704,6 +778,8 @@ async def wait_groups(nc, js, rollout, role, arrival_id, timeout_s):
         if gi not in delivered:
             if group.get("samples_object"):
                 group["samples"] = await trainer.fetch_samples(nc, role, group["samples_object"], deadline)
+            group.setdefault("samples", [])
+            trainer.check_group_count(group)
             delivered[gi] = group
             logger.info("rollout %d: group %d delivered (%d of %s)", rollout, gi, len(delivered), group.get("groups", "?"))
         return group
@@ -832,7 +908,9 @@ def slime_sample(s, role, rollout_ids, original=None):
     tokens = list(s.get("tokens", []))
     n = s.get("response_length", 0)
     loss_mask = list(s.get("loss_mask", []))
-    # Absent when an engine did not return them (metadata log_probs_missing says why): never zeros.
+    # Absent when an engine did not return them (metadata log_probs_missing
+    # says why): never zeros. planact leaves an empty list out too: a
+    # response of no tokens has all its log-probs, [].
     log_probs = [float(x) for x in s.get("rollout_log_probs") or []]
     if n > len(tokens):
         raise ValueError(f"{where}: response_length {n} is more than its {len(tokens)} tokens")
@@ -849,7 +927,8 @@ def slime_sample(s, role, rollout_ids, original=None):
     sample.response = s.get("response", "")
     sample.response_length = n
     sample.loss_mask = loss_mask
-    sample.rollout_log_probs = log_probs or None  # none from the engine: slime computes its own
+    # None: the engine gave none; settled for the whole batch by uniform_log_probs.
+    sample.rollout_log_probs = log_probs if log_probs or n == 0 else None
     sample.reward = float(s.get("reward", 0.0))
     sample.status = slime_status(s.get("status"), where)
     sample.weight_versions = list(s.get("weight_versions", []))
@@ -867,6 +946,46 @@ def slime_status(status, where):
     if not hasattr(Sample.Status, name):  # FAILED: slime since Dec 2025 (#1219)
         name = "ABORTED"
     return Sample.Status[name]
+
+
+# slime's flags that train with the engine's log-probs
+# (slime/backends/megatron_utils/loss.py asserts or reads
+# batch["rollout_log_probs"] under each).
+LOG_PROB_FLAGS = ("use_tis", "use_rollout_logprobs", "get_mismatch_metrics")
+
+
+def uniform_log_probs(batch, args, rollout=None, role=""):
+    """Makes rollout_log_probs all or nothing across the batch, and returns
+    metrics. slime decides for the whole batch from samples[0]
+    (RolloutManager._convert_samples_to_train_data): a None among lists
+    fails its tensors, and a first sample without them drops every
+    sample's. A sample without them (the engine's reply had none:
+    metadata log_probs_missing) raises PlanactError("log_probs_missing")
+    when slime's args train with them (--use-tis, --use-rollout-logprobs,
+    --get-mismatch-metrics); else every sample's are set to None (slime
+    computes its own), with a warning."""
+    samples = [s for group in batch for s in group]
+    missing = [s for s in samples if s.rollout_log_probs is None]
+    metrics = {"planact/log_probs_missing": len(missing), "planact/log_probs_dropped": 0}
+    if not missing:
+        return metrics
+    first = missing[0]
+    why = (first.metadata or {}).get("log_probs_missing") or "the engine returned none"
+    flags = [f"--{f.replace('_', '-')}" for f in LOG_PROB_FLAGS if getattr(args, f, False)]
+    if flags:
+        raise PlanactError("log_probs_missing",
+                           f"rollout {rollout}: {len(missing)} of {len(samples)} {role} samples have no rollout_log_probs "
+                           f"(first: group {first.group_index}, index {first.index}: {why}), and {' '.join(flags)} "
+                           "trains with them: find why the engine's replies lacked them (metadata log_probs_missing, "
+                           f"docs/engines.md), or leave {' and '.join(flags)} off")
+    dropped = len(samples) - len(missing)
+    for s in samples:
+        s.rollout_log_probs = None
+    logger.warning("rollout %s: %d of %d %s samples have no rollout_log_probs (first: group %s, index %s: %s): slime takes "
+                   "them for all samples or none, so the batch has none and slime computes its own", rollout,
+                   len(missing), len(samples), role, first.group_index, first.index, why)
+    metrics["planact/log_probs_dropped"] = dropped
+    return metrics
 
 
 # Group-relative advantages and training steps.
@@ -1037,6 +1156,26 @@ def stopped_groups(result, groups):
     return [g for g in groups if g and g[0].group_index in told and g[0].group_index not in ended]
 
 
+def aborted_groups(result, samples):
+    """The group indexes with an aborted member: a task in state aborted
+    (stopped, or its episode ended aborted: max_staleness) or a sample with
+    status aborted. slime trains on no aborted sample (sglang_rollout gives
+    them back to the data source), and the group's other copies, without
+    it, are not the n_samples_per_prompt a group-relative baseline compares:
+    none of the group is trained on."""
+    out = {t.get("group_index", 0) for t in result.get("tasks", []) if t["state"] == "aborted"}
+    return out | {s.get("group_index", 0) for s in samples if s.get("status") == "aborted"}
+
+
+def returned_groups(result, groups, aborted, trained):
+    """The data source's groups that go back to it with --partial-rollout:
+    those stopped before they ended (stopped_groups) and those with an
+    aborted member (aborted_groups), each once, and never one in the batch
+    (trained)."""
+    back = aborted | {g[0].group_index for g in stopped_groups(result, groups)}
+    return [g for g in groups if g and g[0].group_index in back and g[0].group_index not in trained]
+
+
 def rollout_metrics(result, delivered, counts, streamed):
     """slime logs these with its rollout metrics (RolloutFnTrainOutput.metrics)."""
     stats = result.get("stats", {})
@@ -1045,6 +1184,9 @@ def rollout_metrics(result, delivered, counts, streamed):
         "planact/samples": counts["samples"],
         "planact/stale_samples": counts["stale_samples"],
         "planact/stale_dropped": counts["stale_dropped"],
+        "planact/aborted_groups_left_out": counts.get("aborted_groups", 0),
+        "planact/aborted_samples_left_out": counts.get("aborted_samples", 0),
+        "planact/groups_returned": counts.get("groups_returned", 0),
         "planact/accuracy": stats.get("accuracy", 0.0),
         "planact/mean_reward": stats.get("mean_reward", 0.0),
         "planact/mean_turns": stats.get("mean_turns", 0.0),

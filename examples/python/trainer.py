@@ -47,6 +47,11 @@ class Unreadable(RuntimeError):
     answer; falling back on the standard rollout would hide the loss."""
 
 
+class Miscounted(ValueError):
+    """A message of planact's holds other than the samples it counts: a
+    count that differs means samples lost or doubled on the way."""
+
+
 class ServerTooOld(RuntimeError):
     """The nats-server is older than planact needs: nothing planact does
     could work there, and waiting would only hide why."""
@@ -261,6 +266,14 @@ def check_sample_count(result):
                          f"and counts {result.get('sample_count', 0)} (sample_count)")
 
 
+def check_group_count(group):
+    """Raises Miscounted unless the group message holds the samples it
+    counts (sample_count), its samples object read."""
+    if len(group["samples"]) != group.get("sample_count", 0):
+        raise Miscounted(f"group {group.get('group_index', 0)} of rollout {group.get('rollout', 0)} ({group.get('role')}) "
+                         f"holds {len(group['samples'])} samples and counts {group.get('sample_count', 0)} (sample_count)")
+
+
 def check_group_samples(result, read):
     """Raises unless the delivered groups read hold the samples the result
     counts in them (group_samples): a status is a claim, and a count that
@@ -280,6 +293,7 @@ async def read_group(nc, role, rollout, g, deadline=None):
     if group.get("samples_object"):
         group["samples"] = await fetch_samples(nc, role, group["samples_object"], deadline)
     group.setdefault("samples", [])
+    check_group_count(group)
     return group
 
 
