@@ -3,6 +3,7 @@ package mode
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -38,6 +39,10 @@ type Ensemble struct{ PlanAct }
 // VoteTool is the pick nodes' tool: run by the act-dispatcher, no engine.
 const VoteTool = "vote"
 
+// CandidateArg is the argument that marks a candidate (Expand's), with its
+// number; a plan may not use it.
+const CandidateArg = "ensemble_candidate"
+
 // KindLocal is the kind of a tool a mode runs itself (Mode.RunLocal).
 const KindLocal = "local"
 
@@ -59,9 +64,44 @@ func (m Ensemble) Parse(ctx context.Context, out *schema.PlanOutput, observation
 	}
 	msg, err := m.PlanAct.Parse(ctx, out, observation, cfg)
 	if d, ok := msg.(*schema.PlanDAG); ok && err == nil {
+		if pe := reserved(out, d.Plan.Nodes); pe != nil {
+			return pe, nil
+		}
 		d.Plan.Nodes = Expand(d.Plan.Nodes, cfg)
 	}
 	return msg, err
+}
+
+// reserved is the parse error of a plan that uses the argument marking
+// candidates (a candidate is then never taken for a planned node, nor a
+// planned node for a candidate), or nil.
+func reserved(out *schema.PlanOutput, nodes []plan.Node) *schema.PlanError {
+	for _, n := range nodes {
+		if _, ok := n.Args[CandidateArg]; ok {
+			return &schema.PlanError{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, ErrorKind: string(plan.ErrSyntax), FinishReason: out.FinishReason,
+				Message: fmt.Sprintf("node %s has an argument %q, a name planact keeps for ensemble candidates; name the argument otherwise", n.ID, CandidateArg)}
+		}
+	}
+	return nil
+}
+
+// isCandidate says whether n is a candidate Expand made: its id is X-cN
+// and its CandidateArg is N.
+func isCandidate(n plan.Node) bool {
+	_, number, ok := candidateOf(n.ID)
+	if !ok {
+		return false
+	}
+	// Read back from the wire (JSON, msgpack) the number is of any type.
+	switch v := reflect.ValueOf(n.Args[CandidateArg]); v.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return v.Int() == int64(number)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return v.Uint() == uint64(number)
+	case reflect.Float32, reflect.Float64:
+		return v.Float() == float64(number)
+	}
+	return false
 }
 
 // Expand turns every node of the actor model into K candidates and a vote
@@ -93,10 +133,10 @@ func Expand(nodes []plan.Node, cfg schema.Config) []plan.Node {
 			for a, v := range n.Args {
 				c.Args[a] = v
 			}
-			c.Args["candidate"] = i // a call of its own: the duplicate guard keeps candidates apart
+			c.Args[CandidateArg] = i // marks it, and makes it a call of its own: the duplicate guard keeps candidates apart
 			c.Description = fmt.Sprintf("candidate %d of %d of %s", i, k, n.ID)
 			out = append(out, c)
-			refs = append(refs, "{"+id+"}")
+			refs = append(refs, "${"+id+"}") // ${…} names any id: "{1-c1}" would be text
 			ids = append(ids, id)
 		}
 		if cfg.EnsemblePick == schema.EnsemblePickPlanner {
@@ -161,7 +201,7 @@ func (m Ensemble) Observation(r *schema.Run, cfg schema.Config) string {
 	shown := *r
 	shown.Nodes = nil
 	for _, n := range r.Nodes {
-		if _, candidate := n.Node.Args["candidate"]; candidate {
+		if isCandidate(n.Node) {
 			continue
 		}
 		if n.Node.Tool == VoteTool {

@@ -51,9 +51,10 @@ type Mode interface {
 	// Parse turns one planner output into what the rest of planact acts
 	// on: a *schema.PlanDAG (work for the actor), a *schema.PlanAnswer (the
 	// episode's end) or a *schema.PlanError. observation is the text the
-	// planner answered (the last observation segment of its trajectory),
-	// "" when ParseNeedsObservation is false or there is none. An error is
-	// only ctx's: the output is parsed again when redelivered.
+	// planner answered (Observed: the last observation segment of its
+	// trajectory that the mode reads), "" when ParseNeedsObservation is
+	// false or there is none. An error is only ctx's: the output is parsed
+	// again when redelivered.
 	Parse(ctx context.Context, out *schema.PlanOutput, observation string, cfg schema.Config) (schema.Message, error)
 
 	// Tool resolves a node's tool: the rollout's tools, and any the mode
@@ -128,6 +129,29 @@ func For(cfg schema.Config) (Mode, error) {
 		return nil, fmt.Errorf("mode %q: want one of %s", cfg.Mode, strings.Join(schema.Modes, ", "))
 	}
 	return m, nil
+}
+
+// Observed is the observation a planner output answered, as m's Parse
+// reads it, from the output's trajectory segs: the last observation
+// segment, or, for a mode that looks past some (peer_review reviews the
+// last attempt shown, not the parse error that followed it), the last one
+// it reads. "" if there is none.
+func Observed(m Mode, segs []schema.Segment) string {
+	reads := func(string) bool { return true }
+	if o, ok := m.(observer); ok {
+		reads = o.reads
+	}
+	for i := len(segs) - 1; i >= 0; i-- {
+		if segs[i].Kind == schema.SegObservation && reads(segs[i].Text) {
+			return segs[i].Text
+		}
+	}
+	return ""
+}
+
+// observer is a mode whose Parse reads only some observations (Observed).
+type observer interface {
+	reads(observation string) bool
 }
 
 // errNoLocal is RunLocal's answer in a mode that adds no local tool.

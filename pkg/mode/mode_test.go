@@ -199,3 +199,130 @@ func TestEnsembleRewards(t *testing.T) {
 		t.Errorf("rewards %s, want %s", strings.Join(got, " "), want)
 	}
 }
+
+// TestEnsembleVoteNumberedIDs: the vote of a step whose id starts with a
+// digit (a numbered plan, a JSON "id": 1) is filled with its candidates'
+// answers, not with its placeholders' text.
+func TestEnsembleVoteNumberedIDs(t *testing.T) {
+	cfg := schema.Config{Mode: schema.ModeEnsemble, EnsembleK: 3, Tools: []schema.Tool{{Name: "search"}}}.WithDefaults()
+	m := mode.Ensemble{}
+	for _, text := range []string{
+		"1. search(\"capital of France\")\n2. search(\"population of $1\")\n3. join()",
+		`{"nodes":[{"id":1,"tool":"search","args":{"query":"capital of France"}},{"id":2,"tool":"search","args":{"query":"population of {1}"},"depends_on":[1]}]}`,
+	} {
+		msg, err := m.Parse(context.Background(), &schema.PlanOutput{Rollout: 1, Turn: 1, Text: text, FinishReason: "stop"}, "", cfg)
+		d, ok := msg.(*schema.PlanDAG)
+		if err != nil || !ok {
+			t.Fatalf("%s: %#v %v", text, msg, err)
+		}
+		var vote plan.Node
+		for _, n := range d.Plan.Nodes {
+			if n.ID == "1" {
+				vote = n
+			}
+		}
+		if vote.Tool != mode.VoteTool {
+			t.Fatalf("%s: node 1 is %+v, want the vote", text, vote)
+		}
+		filled := plan.Substitute(vote, map[string]string{"1-c1": "Lyon", "1-c2": "Paris", "1-c3": "paris"})
+		tool, _ := m.Tool(cfg, mode.VoteTool)
+		out, err := m.RunLocal(tool, mode.Node{ID: filled.ID, Tool: filled.Tool, Args: filled.Args})
+		if err != nil || out != "Paris" {
+			t.Errorf("%s: vote %q %v, want Paris", text, out, err)
+		}
+	}
+}
+
+// TestStreamPlansOnlyForPlans: stream_plans releases a plan_act plan's
+// nodes while the planner writes; a mode whose planner output is not such
+// a plan (a review, a plan made into candidates) refuses it, naming itself.
+func TestStreamPlansOnlyForPlans(t *testing.T) {
+	for _, name := range schema.Modes {
+		cfg := schema.Config{Mode: name, StreamPlans: true}.WithDefaults()
+		err := cfg.Validate()
+		switch {
+		case name == schema.ModePlanAct && err != nil:
+			t.Errorf("%s: %v", name, err)
+		case name != schema.ModePlanAct && (err == nil || !strings.Contains(err.Error(), "stream_plans") || !strings.Contains(err.Error(), "mode "+name)):
+			t.Errorf("%s with stream_plans: %v, want an error naming the mode", name, err)
+		}
+	}
+}
+
+// TestVerdictIgnoresMentions: an <accept/> quoted in a critique, or
+// written in a <think> the length limit cut off (or before a lone </think>
+// that closes the template's), is no verdict.
+func TestVerdictIgnoresMentions(t *testing.T) {
+	cases := []struct {
+		text     string
+		accept   bool
+		critique string
+		ok       bool
+	}{
+		{"<revise>You should not <accept/> this</revise>", false, "You should not <accept/> this", true},
+		{"<revise>do not <accept/> yet</revise> <revise>the year is wrong</revise>", false, "the year is wrong", true},
+		{"<accept/> <revise>I would <accept/> it if it named the city</revise>", false, "I would <accept/> it if it named the city", true},
+		{"<revise>check it</revise> then <accept/>", true, "", true},
+		{"<revise>no <accept/> until", false, "", false},
+		{"<think>It looks right, so <accept/>", false, "", false},
+		{"<revise>wrong</revise><think>maybe <accept/> after all", false, "wrong", true},
+		{"I think I'll <accept/> it </think> <revise>the capital moved</revise>", false, "the capital moved", true},
+		{"<THINK>x</THINK><accept/>", true, "", true},
+	}
+	for _, c := range cases {
+		accept, critique, ok := mode.Verdict(c.text)
+		if accept != c.accept || critique != c.critique || ok != c.ok {
+			t.Errorf("Verdict(%q) = %v %q %v, want %v %q %v", c.text, accept, critique, ok, c.accept, c.critique, c.ok)
+		}
+	}
+}
+
+// TestEnsembleCandidatesMarked: only the candidates Expand made are taken
+// for candidates: a planned node whose call has an argument named
+// "candidate" is shown to the planner like any node, and a plan may not
+// use the argument that marks candidates.
+func TestEnsembleCandidatesMarked(t *testing.T) {
+	cfg := schema.Config{Mode: schema.ModeEnsemble, EnsembleK: 2, Tools: []schema.Tool{{Name: "search"}, {Name: "poll", Kind: schema.ToolHTTP, URL: "http://p"}}}.WithDefaults()
+	m := mode.Ensemble{}
+	nodes := mode.Expand([]plan.Node{
+		{ID: "s1", Tool: "search", Args: map[string]any{"query": "capital of France"}, Deps: []string{}},
+		{ID: "p1", Tool: "poll", Args: map[string]any{"query": "favourite city", "candidate": "Alice"}, Deps: []string{}},
+		{ID: "p2-c1", Tool: "poll", Args: map[string]any{"query": "favourite city", "candidate": 1}, Deps: []string{}},
+	}, cfg)
+	r := &schema.Run{Turn: 1}
+	for _, n := range nodes {
+		r.Nodes = append(r.Nodes, &schema.NodeState{Node: n, Status: schema.NodeDone, Output: "Paris"})
+	}
+	// The run as the act-dispatcher reads it back.
+	b, err := schema.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = &schema.Run{}
+	if err := schema.Unmarshal(b, r); err != nil {
+		t.Fatal(err)
+	}
+	obs := m.Observation(r, cfg)
+	for _, want := range []string{`s1 search("capital of France") -> Paris`, `p1 poll("favourite city") -> Paris`, `p2-c1 poll("favourite city") -> Paris`} {
+		if !strings.Contains(obs, want) {
+			t.Errorf("vote observation lacks %q:\n%s", want, obs)
+		}
+	}
+	if strings.Contains(obs, "s1-c1") {
+		t.Errorf("vote observation shows a candidate:\n%s", obs)
+	}
+	pick := cfg
+	pick.EnsemblePick = schema.EnsemblePickPlanner
+	r.Nodes = nil
+	for _, n := range mode.Expand(nodes[3:5], pick) { // p1 and p2-c1 as they were planned
+		r.Nodes = append(r.Nodes, &schema.NodeState{Node: n, Status: schema.NodeDone, Output: "Paris"})
+	}
+	if obs := m.Observation(r, pick); strings.Contains(obs, "<candidates") {
+		t.Errorf("pick observation offers an HTTP node as a candidate:\n%s", obs)
+	}
+	msg, err := m.Parse(context.Background(), &schema.PlanOutput{Turn: 1, FinishReason: "stop",
+		Text: `{"nodes":[{"id":"s1","tool":"search","args":{"query":"x","` + mode.CandidateArg + `":1}}]}`}, "", cfg)
+	if pe, ok := msg.(*schema.PlanError); err != nil || !ok || !strings.Contains(pe.Message, mode.CandidateArg) {
+		t.Errorf("a plan using %s: %#v %v, want an error naming it", mode.CandidateArg, msg, err)
+	}
+}

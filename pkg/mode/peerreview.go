@@ -62,18 +62,61 @@ func (PeerReview) ParseNeedsObservation(schema.Config) bool { return true }
 var (
 	acceptRe  = regexp.MustCompile(`<accept\s*/?>`)
 	reviseRe  = regexp.MustCompile(`(?s)<revise>(.*?)</revise>`)
-	thinkRe   = regexp.MustCompile(`(?s)<think>.*?</think>`)
+	thinkRe   = regexp.MustCompile(`(?i)<think>`)
+	unthinkRe = regexp.MustCompile(`(?i)</think>`)
 	answerRe  = regexp.MustCompile(`(?m)^Answer: (.*)$`)
 	attemptRe = regexp.MustCompile(`(?m)^The attempt failed`)
 )
 
+// outsideThink is text without what the model thought, as pkg/plan reads
+// an output: closed <think> blocks, everything before a lone </think> (the
+// chat template opened the block in the prompt), and a <think> never
+// closed, to the end (the length limit cut it off).
+func outsideThink(text string) string {
+	if c, o := unthinkRe.FindStringIndex(text), thinkRe.FindStringIndex(text); c != nil && (o == nil || c[0] < o[0]) {
+		text = text[c[1]:]
+	}
+	var b strings.Builder
+	for {
+		o := thinkRe.FindStringIndex(text)
+		if o == nil {
+			b.WriteString(text)
+			return b.String()
+		}
+		b.WriteString(text[:o[0]])
+		c := unthinkRe.FindStringIndex(text[o[1]:])
+		if c == nil {
+			return b.String()
+		}
+		text = text[o[1]+c[1]:]
+	}
+}
+
 // Verdict reads a review: accept, or the critique of a revision; ok is
-// false when the text holds neither. The last verdict written wins, and
-// what is in <think> does not count.
+// false when the text holds neither. The last verdict written wins; what
+// is in <think> does not count, nor an <accept/> inside a <revise> (quoted
+// in the critique, or after a <revise> never closed).
 func Verdict(text string) (accept bool, critique string, ok bool) {
-	text = thinkRe.ReplaceAllString(text, "")
-	a := acceptRe.FindAllStringIndex(text, -1)
+	text = outsideThink(text)
 	r := reviseRe.FindAllStringSubmatchIndex(text, -1)
+	open := len(text) // where a <revise> never closed starts
+	from := 0
+	if len(r) > 0 {
+		from = r[len(r)-1][1]
+	}
+	if i := strings.Index(text[from:], "<revise>"); i >= 0 {
+		open = from + i
+	}
+	var a [][]int
+	k := 0 // the first <revise> that does not end before the accept
+	for _, at := range acceptRe.FindAllStringIndex(text, -1) {
+		for k < len(r) && r[k][1] <= at[0] {
+			k++
+		}
+		if at[0] < open && (k == len(r) || at[0] < r[k][0]) {
+			a = append(a, at)
+		}
+	}
 	switch {
 	case len(a) == 0 && len(r) == 0:
 		return false, "", false
@@ -122,6 +165,12 @@ func (PeerReview) Parse(_ context.Context, out *schema.PlanOutput, observation s
 	}
 	return &schema.PlanDAG{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, FinishReason: out.FinishReason,
 		Plan: plan.Plan{Format: FormatReview, Nodes: []plan.Node{{ID: "revision", Tool: ReviewTool, Args: args, Deps: []string{}, Description: "revise the answer"}}}}, nil
+}
+
+// reads: a review is of the last attempt shown (Observation's), which a
+// parse error's observation (ErrorObservation) does not repeat.
+func (PeerReview) reads(observation string) bool {
+	return answerRe.MatchString(observation) || attemptRe.MatchString(observation)
 }
 
 // observedAnswer reads the answer an observation (Observation's) shows.

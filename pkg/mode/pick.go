@@ -62,11 +62,11 @@ func (m Ensemble) pickObservation(r *schema.Run, cfg schema.Config) string {
 	var todo []pending
 	at := map[string]int{}
 	for _, n := range r.Nodes {
-		if _, candidate := n.Node.Args["candidate"]; !candidate {
+		if !isCandidate(n.Node) {
 			continue
 		}
-		pick, number, ok := candidateOf(n.Node.ID)
-		if !ok || n.Status != schema.NodeDone && n.Status != schema.NodeCached {
+		pick, number, _ := candidateOf(n.Node.ID)
+		if n.Status != schema.NodeDone && n.Status != schema.NodeCached {
 			continue
 		}
 		i, seen := at[pick]
@@ -118,9 +118,10 @@ func pendingOf(observation string) []pending {
 }
 
 // Picks reads a reply's picks: node -> every number written for it, in
-// order. What is in <think> does not count.
+// order. What is in <think> does not count (a <think> never closed, to the
+// end; before a lone </think>, everything).
 func Picks(text string) map[string][]int {
-	text = thinkRe.ReplaceAllString(text, "")
+	text = outsideThink(text)
 	picks := map[string][]int{}
 	for _, m := range pickRe.FindAllStringSubmatch(text, -1) {
 		n, err := strconv.Atoi(m[2])
@@ -209,6 +210,10 @@ func (m Ensemble) pickParse(ctx context.Context, out *schema.PlanOutput, observa
 			v.Message += again
 		}
 	case *schema.PlanDAG:
+		if pe := reserved(out, v.Plan.Nodes); pe != nil {
+			pe.Message += again
+			return pe, nil
+		}
 		multiplied := map[string]bool{}
 		for _, n := range v.Plan.Nodes {
 			if t, ok := cfg.Tool(n.Tool); ok && t.Kind != schema.ToolHTTP {

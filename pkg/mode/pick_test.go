@@ -21,7 +21,7 @@ func pickConfig() schema.Config {
 // s1's candidates (the second failed) and an HTTP node.
 func pickRun() *schema.Run {
 	cand := func(id string, n int, status, out string) *schema.NodeState {
-		return &schema.NodeState{Node: plan.Node{ID: id, Tool: "search", Args: map[string]any{"query": "capital of France", "candidate": n}}, Status: status, Output: out, Error: map[bool]string{true: "act timed out"}[status == schema.NodeFailed]}
+		return &schema.NodeState{Node: plan.Node{ID: id, Tool: "search", Args: map[string]any{"query": "capital of France", mode.CandidateArg: n}}, Status: status, Output: out, Error: map[bool]string{true: "act timed out"}[status == schema.NodeFailed]}
 	}
 	return &schema.Run{Turn: 2, Nodes: []*schema.NodeState{
 		cand("s1-c1", 1, schema.NodeDone, "Lyon"),
@@ -149,7 +149,7 @@ func TestEnsemblePickRewards(t *testing.T) {
 	m := mode.Ensemble{}
 	r := pickRun()
 	r.Turn = 1
-	r.Nodes = append(r.Nodes, &schema.NodeState{Node: plan.Node{ID: "s1-c4", Tool: "search", Args: map[string]any{"query": "capital of France", "candidate": 4}}, Status: schema.NodeDone, Output: "paris"})
+	r.Nodes = append(r.Nodes, &schema.NodeState{Node: plan.Node{ID: "s1-c4", Tool: "search", Args: map[string]any{"query": "capital of France", mode.CandidateArg: 4}}, Status: schema.NodeDone, Output: "paris"})
 	obs := m.Observation(r, cfg)
 	refused, _ := m.Parse(context.Background(), &schema.PlanOutput{Turn: 2, Text: `<pick node="s1">1</pick><graph>`}, obs, cfg)
 	seg := func(kind string, turn int, text string) schema.Segment {
@@ -186,5 +186,31 @@ func TestEnsemblePickRewards(t *testing.T) {
 	}
 	if want := "rejected:0 chosen:1 agreed:1 unpicked:0"; strings.Join(got, " ") != want {
 		t.Errorf("rewards %s, want %s", strings.Join(got, " "), want)
+	}
+}
+
+// TestPicksOutsideThink: a pick in a <think> the length limit cut off, or
+// before a lone </think> that closes the template's, is not a pick.
+func TestPicksOutsideThink(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want map[string][]int
+	}{
+		{`<pick node="s1">3</pick><think>or <pick node="s1">1</pick>`, map[string][]int{"s1": {3}}},
+		{`maybe <pick node="s1">1</pick></think><pick node="s1">3</pick>`, map[string][]int{"s1": {3}}},
+		{`<think><pick node="s1">1</pick></think><pick node="s1">3</pick>`, map[string][]int{"s1": {3}}},
+		{`<think>I pick <pick node="s1">1</pick>`, map[string][]int{}},
+	} {
+		if got := mode.Picks(c.text); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("Picks(%q) = %v, want %v", c.text, got, c.want)
+		}
+	}
+	// The parse agrees: a second pick, in a <think> cut off, is none.
+	cfg := pickConfig()
+	obs := mode.Ensemble{}.Observation(pickRun(), cfg)
+	text := `<pick node="s1">3</pick><answer>Paris</answer><think>or was it <pick node="s1">1</pick>`
+	msg, err := mode.Ensemble{}.Parse(context.Background(), &schema.PlanOutput{Rollout: 1, Turn: 3, Text: text, FinishReason: engine.FinishLength}, obs, cfg)
+	if a, ok := msg.(*schema.PlanAnswer); err != nil || !ok || a.Answers[0] != "Paris" {
+		t.Errorf("pick inside a cut <think>: %#v %v, want the answer Paris", msg, err)
 	}
 }

@@ -454,9 +454,15 @@ func jsonNode(v any, i int, o *Options) (rawNode, *Error) {
 	if !ok {
 		return n, errorf(ErrSyntax, "step %d of the JSON plan is not an object", i+1)
 	}
+	// Keys are matched ignoring case. Of keys that differ only in case
+	// ("id" and "ID") the one spelled in lower case wins, else the first
+	// in byte order: never the map's iteration order.
 	lower := make(map[string]any, len(m))
-	for k, x := range m {
-		lower[asciiLower(k)] = x
+	for _, k := range sortedKeys(m) {
+		l := asciiLower(k)
+		if _, taken := lower[l]; !taken || k == l {
+			lower[l] = m[k]
+		}
 	}
 	get := func(keys []string) (any, string) {
 		for _, k := range keys {

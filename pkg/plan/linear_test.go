@@ -68,6 +68,7 @@ var adversarial = []struct{ name, prefix, unit, suffix string }{
 	{"placeholders", "1. search(\"", "$# ${x} {s#} ", "\")\n2. join()\n"},
 	{"numbered lines", "", "#. search(\"x\") # note\n", "#. join()\n"},
 	{"task lines", "", "T#: search(\"x {T1}\") - Dependencies: T1\n", ""},
+	{"dependency ranges", "T1: x - Dependencies: ", "T1-T60, T2 to T63, ", "\n"},
 	{"quotes in attributes", "<node ", "a='b\" ", ">"},
 	// Each bare list that broke off used to scan the rest of the text for a
 	// node's key: 64 candidates, 128 steps per byte (found by the fuzzer,

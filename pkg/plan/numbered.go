@@ -15,8 +15,9 @@ import (
 //	4. join()
 //
 // Ids are the numbers; dependencies are the ids that the arguments refer
-// to ($1, ${1}, {1}); join() or <END_OF_PLAN> ends the plan. A Thought line
-// becomes the description of the call after it.
+// to ($1, ${1}, {1}); join() or <END_OF_PLAN> ends the plan (after the call
+// on its line, if any). Several calls may share a line ("1. a(…); 2. b(…)").
+// A Thought line becomes the description of the call after it.
 func parseNumbered(d *doc, o *Options) (parsed, *Error) {
 	p := parsed{format: FormatNumbered}
 	s := d.text
@@ -35,18 +36,21 @@ func parseNumbered(d *doc, o *Options) (parsed, *Error) {
 		}
 		off = lineEnd + 1
 	}
+	// <END_OF_PLAN> ends the plan where it stands, after a call on its
+	// line too.
+	stop := d.index("<end_of_plan>", 0)
+	if stop < 0 {
+		stop = len(s)
+	}
 	var thought string
 	next := 0 // index in starts of the first numbered line after off
-	for off := 0; off < len(s); {
-		lineEnd := len(s)
-		if nl := strings.IndexByte(s[off:], '\n'); nl >= 0 {
+	for off := 0; off < stop; {
+		lineEnd := stop
+		if nl := strings.IndexByte(s[off:stop], '\n'); nl >= 0 {
 			lineEnd = off + nl
 		}
 		d.m.add(2 * (lineEnd - off + 1))
 		line := s[off:lineEnd]
-		if strings.Contains(d.lower[off:lineEnd], "<end_of_plan>") {
-			break
-		}
 		id, at, ok := numberedLine(line)
 		if !ok {
 			t := strings.TrimSpace(strings.TrimLeft(line, " \t*#>-"))
@@ -62,9 +66,9 @@ func parseNumbered(d *doc, o *Options) (parsed, *Error) {
 		for next < len(starts) && starts[next] <= off {
 			next++
 		}
-		limit := len(s)
+		limit := stop
 		if next < len(starts) {
-			limit = starts[next]
+			limit = min(starts[next], stop)
 		}
 		lineNo := d.line(off)
 		lastLine := lineEnd == len(s)
@@ -72,14 +76,24 @@ func parseNumbered(d *doc, o *Options) (parsed, *Error) {
 		after := lineEnd + 1
 		if err == nil {
 			// The call may span lines; skip what follows it on its last
-			// line (a comment).
+			// line (a comment), unless that is the next numbered call.
 			after = limit
 			if nl := strings.IndexByte(s[c.end:limit], '\n'); nl >= 0 {
 				after = c.end + nl + 1
 			}
 			d.m.add(after - c.end)
+			rest := strings.TrimLeft(s[c.end:after], " \t;,")
+			if _, _, ok := numberedLine(rest); ok {
+				after -= len(rest)
+			}
 		} else {
-			c, _, ok, err = callRegion(d.m, line[at:])
+			region := line[at:]
+			if k := nextCallOnLine(d.m, line, at); k >= 0 {
+				// "1. search(a); 2. search(b)": the first call ends at the ';'.
+				region, after = line[at:strings.LastIndexByte(line[:k], ';')], off+k
+				lastLine = false
+			}
+			c, _, ok, err = callRegion(d.m, region)
 			if !ok {
 				if errors.Is(err, errEOF) && lastLine || errors.Is(err, errEOF) && strings.TrimSpace(s[lineEnd:]) == "" {
 					p.cut = fmt.Sprintf("inside step %s", id)
@@ -123,6 +137,27 @@ func parseNumbered(d *doc, o *Options) (parsed, *Error) {
 		return p, errorf(ErrSyntax, `expected numbered calls such as 1. search("…"), but there are none`)
 	}
 	return p, nil
+}
+
+// nextCallOnLine finds, in line after from, a numbered call that follows
+// a ';' ("1. search(a); 2. search(b)"), and returns its offset, or -1.
+func nextCallOnLine(m *meter, line string, from int) int {
+	m.add(len(line) - from)
+	for i := from; i < len(line); i++ {
+		k := strings.IndexByte(line[i:], ';')
+		if k < 0 {
+			return -1
+		}
+		i += k
+		j := i + 1
+		for j < len(line) && (line[j] == ' ' || line[j] == '\t') {
+			j++
+		}
+		if _, _, ok := numberedLine(line[j:]); ok {
+			return j
+		}
+	}
+	return -1
 }
 
 // numberedLine recognises "1. search(…)", "2) math(…)", "**3.** join()"

@@ -12,7 +12,7 @@ import (
 type Options struct {
 	Format      Format   // "" or FormatAuto: detect
 	Tools       []string // known tool names; empty: accept any tool
-	DefaultTool string   // tool of tasks that name none (task lists); "": "actor"
+	DefaultTool string   // tool of nodes that name none; "": "actor" (checked against Tools)
 	MaxNodes    int      // 0: 64
 	MaxDepth    int      // 0: 16 (longest dependency chain, in nodes)
 	MaxArgBytes int      // 0: 4096 (any single argument value)
@@ -21,6 +21,12 @@ type Options struct {
 	// Engines strip the stop string they stop on: when one is "</answer>",
 	// an <answer> left open at the end of the output counts as closed.
 	Stop []string
+	// Partial says that the text is the beginning of an output still
+	// being written (a streamed plan): nodes with the default tool (a task
+	// list's tasks still waiting for their tool calls) are not checked
+	// against Tools, for the caller to leave out (schema.Config.PartialNodes).
+	// Otherwise the default tool is held to Tools like any other.
+	Partial bool
 }
 
 // Defaults of Options.

@@ -103,7 +103,7 @@ func TestParseDetails(t *testing.T) {
 			[]Node{{ID: "s1", Tool: "search", Args: map[string]any{"input": "capital of France, Europe"}, Deps: []string{}}}},
 		{"tasklist partial calls and dependency styles",
 			"<plan>\nT1: Find A\nDependencies: -\nT2: Find B - Dependencies: none\nT3: Compare A and B\n- Dependencies: T1 and T2\n</plan>\n<wiki_search>A|B</wiki_search>",
-			Options{Tools: []string{"wiki_search"}},
+			Options{Tools: []string{"wiki_search", "actor"}},
 			[]Node{
 				{ID: "T1", Tool: "wiki_search", Args: map[string]any{"input": "A"}, Deps: []string{}, Description: "Find A"},
 				{ID: "T2", Tool: "wiki_search", Args: map[string]any{"input": "B"}, Deps: []string{}, Description: "Find B"},
@@ -323,5 +323,170 @@ func TestDetect(t *testing.T) {
 	r, err := Parse("Plan in JSON, no <graph> tags:\n```json\n{\"nodes\":[{\"id\":\"a\",\"tool\":\"x\"}]}\n```", Options{})
 	if err != nil || r.Format != FormatJSON {
 		t.Errorf("Parse = %+v, %v; want a JSON plan", r, err)
+	}
+}
+
+// TestDefaultToolChecked: a node that names no tool gets the default tool,
+// which must be one of the tools like any other: the planner is told so at
+// parse time, not the act-dispatcher at act time.
+func TestDefaultToolChecked(t *testing.T) {
+	search := Options{Tools: []string{"search"}}
+	for _, c := range []struct {
+		name string
+		in   string
+		opts Options
+	}{
+		{"graph bare text node", `<graph><node id="s1">Summarise the findings</node></graph>`, search},
+		{"task without a call", "<plan>\nT1: Find A\n- Dependencies: none\nT2: Compare\n- Dependencies: T1\n</plan>\n<search>A</search>", search},
+		{"json node without a tool", `{"nodes":[{"id":"T1","args":{"query":"x"}}]}`, search},
+		{"default tool named but unknown", `<graph><node id="s1">Summarise</node></graph>`, Options{Tools: []string{"search"}, DefaultTool: "llm"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse(c.in, c.opts)
+			var pe *Error
+			want := cmpOr(c.opts.DefaultTool, DefaultTool)
+			if !errors.As(err, &pe) || pe.Kind != ErrUnknownTool || !strings.Contains(pe.Message, `"`+want+`"`) || !strings.Contains(pe.Message, "search") {
+				t.Fatalf("err = %v, want an unknown-tool error naming %q and the tools", err, want)
+			}
+		})
+	}
+	// A default tool that is one of the tools is fine, and any tool is
+	// fine when no tools are given.
+	for _, opts := range []Options{{Tools: []string{"search", "llm"}, DefaultTool: "llm"}, {}} {
+		if _, err := Parse(`<graph><node id="s1">Summarise</node></graph>`, opts); err != nil {
+			t.Errorf("%+v: %v", opts, err)
+		}
+	}
+	// While a task list is still being written (a streamed plan), tasks
+	// wait for their calls with the default tool (schema.Config.PartialNodes
+	// leaves them out).
+	r, err := Parse("<plan>\nT1: Find A\n- Dependencies: none\nT2: Find B\n- Dependencies: T1\n</plan>\n<search>A</search>\n", Options{Tools: []string{"search"}, Partial: true})
+	if err != nil || len(r.Plan.Nodes) != 2 || r.Plan.Nodes[1].Tool != DefaultTool {
+		t.Errorf("partial task list: %+v %v", r.Plan, err)
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// TestTaskListCutInsideCalls: a task whose call was cut off is not a
+// complete node: it is dropped as truncated, not run with the default tool.
+func TestTaskListCutInsideCalls(t *testing.T) {
+	const tasks = "<plan>\nT1: Find the capital of France\n- Dependencies: none\nT2: Find its population\n- Dependencies: T1\n</plan>\n"
+	for _, c := range []struct {
+		name string
+		in   string
+	}{
+		{"inside the queries", tasks + "<search>capital of France|population of {T"},
+		{"inside the first query", tasks + "<search>capital of France</search>\n<search>population"},
+		{"inside the opening tag", tasks + "<search>capital of France</search>\n<sea"},
+	} {
+		for _, opts := range []Options{{}, {Tools: []string{"search"}}} {
+			r, err := Parse(c.in, opts)
+			if err != nil {
+				t.Fatalf("%s %+v: %v", c.name, opts, err)
+			}
+			if len(r.Plan.Nodes) != 1 || r.Plan.Nodes[0].ID != "T1" || r.Plan.Nodes[0].Tool != "search" || r.Truncated == "" {
+				t.Errorf("%s %+v: nodes %+v (truncated %q), want T1 alone, truncated", c.name, opts, r.Plan.Nodes, r.Truncated)
+			}
+		}
+	}
+}
+
+// TestNumberedLines: <END_OF_PLAN> ends the plan after the call on its
+// line, and a line may hold several numbered calls.
+func TestNumberedLines(t *testing.T) {
+	two := withIDs("1", "2", "$1", "input")
+	for _, c := range []struct {
+		name string
+		in   string
+		want []Node
+	}{
+		{"end marker after the last call", "1. search(\"capital of France\")\n2. search(\"population of $1\")<END_OF_PLAN>\n3. search(\"ignored\")", two},
+		{"end marker after a space", "1. search(\"capital of France\")\n2. search(\"population of $1\") <END_OF_PLAN>", two},
+		{"two calls on a line", "1. search(\"capital of France\"); 2. search(\"population of $1\")", two},
+		{"two calls and a join on a line", "1. search(\"capital of France\") 2. search(\"population of $1\") 3. join()", two},
+		{"unquoted calls on a line", "1. search(capital of France); 2. search(population of $1)", two},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := Parse(c.in, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(r.Plan.Nodes, c.want) || r.Truncated != "" {
+				t.Errorf("nodes =\n%#v (truncated %q)\nwant\n%#v", r.Plan.Nodes, r.Truncated, c.want)
+			}
+		})
+	}
+	// A malformed call before the marker is an error, not a cut.
+	if _, err := Parse("1. search(\"a\")\n2. search(\"b\" \"c\")<END_OF_PLAN>", Options{}); err == nil || !strings.Contains(err.Error(), "step 2") {
+		t.Errorf("malformed call before the marker: %v", err)
+	}
+}
+
+// TestTaskDependencyRanges: T1-T3 (or with an en or em dash, or "to")
+// is T1, T2 and T3; a range backwards or wider than a plan may be is an
+// error naming it.
+func TestTaskDependencyRanges(t *testing.T) {
+	tasks := "T1: a - Dependencies: none\nT2: b - Dependencies: none\nT3: c - Dependencies: none\nT4: d - Dependencies: none\n"
+	for _, c := range []struct {
+		deps string
+		want []string
+	}{
+		{"T1-T3", []string{"T1", "T2", "T3"}},
+		{"T1–T3", []string{"T1", "T2", "T3"}},
+		{"T1 — T3", []string{"T1", "T2", "T3"}},
+		{"T1 to T3", []string{"T1", "T2", "T3"}},
+		{"Task 1 to Task 3", []string{"T1", "T2", "T3"}},
+		{"T2-T3, T1", []string{"T2", "T3", "T1"}},
+		{"T1, T2-T3 and T4", []string{"T1", "T2", "T3", "T4"}},
+		{"T1 - T1", []string{"T1"}},
+		{"T1 and T3", []string{"T1", "T3"}},
+	} {
+		r, err := Parse(tasks+"T5: e - Dependencies: "+c.deps+"\n", Options{})
+		if err != nil {
+			t.Errorf("%s: %v", c.deps, err)
+			continue
+		}
+		if got := r.Plan.Nodes[4].Deps; !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: deps %v, want %v", c.deps, got, c.want)
+		}
+	}
+	for _, deps := range []string{"T3-T1", "T1-T999999"} {
+		_, err := Parse(tasks+"T5: e - Dependencies: "+deps+"\n", Options{})
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Kind != ErrSyntax || !strings.Contains(pe.Message, deps) || pe.Node != "T5" {
+			t.Errorf("%s: %v, want an error naming the range", deps, err)
+		}
+	}
+}
+
+// TestJSONKeysDifferingInCase: of keys that differ only in case, the one
+// spelled as planact spells it wins, every time.
+func TestJSONKeysDifferingInCase(t *testing.T) {
+	in := `{"nodes":[{"ID":"x","id":"s1","Tool":"calc","tool":"search","args":{"query":"a"}},{"Id":"s2","id":"s3","tool":"search","args":{"query":"{s1}"},"Depends_On":["s9"],"depends_on":["s1"]}]}`
+	for range 50 {
+		r, err := Parse(in, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, n := range r.Plan.Nodes {
+			got = append(got, n.ID+":"+n.Tool+":"+strings.Join(n.Deps, ","))
+		}
+		if want := []string{"s1:search:", "s3:search:s1"}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("nodes %v, want %v", got, want)
+		}
+	}
+	// Without the exact spelling, the first in byte order wins.
+	for range 50 {
+		r, err := Parse(`{"nodes":[{"Id":"b","ID":"a","tool":"search"}]}`, Options{})
+		if err != nil || r.Plan.Nodes[0].ID != "a" {
+			t.Fatalf("got %+v %v, want id a (ID before Id)", r.Plan, err)
+		}
 	}
 }

@@ -7,8 +7,8 @@ import (
 )
 
 // placeholderAt recognises a placeholder at s[i]: {s1}, {T1}, {step_1},
-// {1}, ${1}, ${s1} or $1. It returns the name and the placeholder's length,
-// or 0 if there is none.
+// {1}, ${1}, ${s1} or $1; ${…} also takes any node id ("${1-c1}"). It
+// returns the name and the placeholder's length, or 0 if there is none.
 func placeholderAt(s string, i int) (name string, n int) {
 	switch {
 	case s[i] == '{':
@@ -25,8 +25,10 @@ func placeholderAt(s string, i int) (name string, n int) {
 		}
 	case s[i] == '$' && i+1 < len(s) && s[i+1] == '{':
 		j := nameEnd(s, i+2)
-		if k := digitsEnd(s, i+2); k > j {
-			j = k
+		if j == i+2 {
+			// An id may start with a digit (numbered steps, and the
+			// candidates made from them: "1-c1"): ${…} is unambiguous.
+			j = idEnd(s, i+2)
 		}
 		if j > i+2 && j < len(s) && s[j] == '}' {
 			return s[i+2 : j], j + 1 - i
@@ -37,6 +39,15 @@ func placeholderAt(s string, i int) (name string, n int) {
 		}
 	}
 	return "", 0
+}
+
+// idEnd returns the end of the node id chars (letters, digits, '_', '-')
+// starting at s[i].
+func idEnd(s string, i int) int {
+	for i < len(s) && (s[i] == '_' || s[i] == '-' || '0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'z' || 'A' <= s[i] && s[i] <= 'Z') {
+		i++
+	}
+	return i
 }
 
 func digitsEnd(s string, i int) int {

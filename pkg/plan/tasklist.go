@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -58,7 +59,10 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 			after = len(d.text)
 		}
 	}
-	var cur *rawNode
+	var (
+		cur *rawNode
+		err error
+	)
 	sawDeps := map[int]bool{}
 	inline := map[int]bool{} // tasks that name their own tool
 	// more holds the lines that go on describing a task, joined at the end:
@@ -86,7 +90,10 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 			}
 			desc, deps, hasDeps := splitDeps(rest)
 			if hasDeps {
-				cur.Deps, sawDeps[len(p.nodes)-1] = taskDeps(deps), true
+				if cur.Deps, err = taskDeps(d.m, deps, o.MaxNodes); err != nil {
+					return p, &Error{Kind: ErrSyntax, Line: lineNo, Node: id, Message: fmt.Sprintf("task %s: %v", id, err)}
+				}
+				sawDeps[len(p.nodes)-1] = true
 			}
 			desc = strings.TrimSpace(strings.Trim(desc, "*_ "))
 			if c, note, ok, _ := callRegion(d.m, desc); ok {
@@ -112,7 +119,10 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 			}
 		}
 		if _, deps, ok := splitDeps(field); ok {
-			cur.Deps, sawDeps[len(p.nodes)-1] = taskDeps(deps), true
+			if cur.Deps, err = taskDeps(d.m, deps, o.MaxNodes); err != nil {
+				return p, &Error{Kind: ErrSyntax, Line: lineNo, Node: cur.ID, Message: fmt.Sprintf("task %s: %v", cur.ID, err)}
+			}
+			sawDeps[len(p.nodes)-1] = true
 			planLine()
 			continue
 		}
@@ -148,9 +158,9 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 	if len(p.nodes) == 0 && p.cut == "" && start == 0 {
 		return p, errorf(ErrSyntax, "expected a task list such as \"T1: … - Dependencies: none\", but there is none")
 	}
-	calls, cut, to, err := toolTags(d, after, o)
-	if err != nil {
-		return p, err
+	calls, cut, to, terr := toolTags(d, after, o)
+	if terr != nil {
+		return p, terr
 	}
 	if to > 0 {
 		p.to = to
@@ -159,25 +169,31 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 		p.cut = cut
 	}
 	k := 0
+	kept := p.nodes[:0]
 	for i := range p.nodes {
 		n := &p.nodes[i]
-		if inline[i] {
+		switch {
+		case inline[i]:
 			if len(n.Args) == 0 && n.Description != "" {
 				n.Args["input"] = n.Description
 			}
-			continue
-		}
-		if k < len(calls) {
+		case k < len(calls):
 			n.Tool = calls[k].tool
 			n.Args["input"] = calls[k].input
 			k++
+		case cut != "":
+			// The calls were cut off: this task's was among those lost,
+			// so it is not a complete node.
 			continue
+		default:
+			n.Tool = o.DefaultTool
+			if _, ok := n.Args["input"]; !ok {
+				n.Args["input"] = n.Description
+			}
 		}
-		n.Tool = o.DefaultTool
-		if _, ok := n.Args["input"]; !ok {
-			n.Args["input"] = n.Description
-		}
+		kept = append(kept, *n)
 	}
+	p.nodes = kept
 	if k < len(calls) && cut == "" {
 		return p, &Error{Kind: ErrSyntax, Line: calls[k].line, Message: fmt.Sprintf(
 			"there are %d tool calls after the plan but only %d tasks without their own tool; the extra call is <%s>%s</%s>",
@@ -231,18 +247,31 @@ func toolTags(d *doc, from int, o *Options) (calls []tagCall, cut string, to int
 		next[c.name] = k
 	}
 	d.m.add(len(closes))
-	lastTag := strings.LastIndexByte(s, '<')
-	d.m.add(len(s) - max(lastTag, from))
-	for i := from; i < len(s); i++ {
-		k := strings.IndexByte(s[i:], '<')
+	// A tag the output ends in the middle of ("<sea", "</sea") was cut off
+	// with the calls it held or was about to hold.
+	end, tail := len(s), ""
+	if t := strings.LastIndexByte(s, '<'); t >= from {
+		d.m.add(len(s) - t)
+		name := t + 1
+		if name < len(s) && s[name] == '/' {
+			name++
+		}
+		if e := identAt(s, name); e == len(s) && (e == name || !notToolTags[d.lower[name:e]]) {
+			end, tail = t, s[t:]
+		}
+	}
+	lastTag := strings.LastIndexByte(s[:end], '<')
+	d.m.add(end - max(lastTag, from))
+	for i := from; i < end; i++ {
+		k := strings.IndexByte(s[i:end], '<')
 		if k < 0 {
-			d.m.add(len(s) - i)
+			d.m.add(end - i)
 			break
 		}
 		d.m.add(k + 1)
 		i += k
-		j := identAt(s, i+1)
-		if j == i+1 || j >= len(s) || s[j] != '>' {
+		j := identAt(s[:end], i+1)
+		if j == i+1 || j >= end || s[j] != '>' {
 			continue
 		}
 		d.m.add(j - i)
@@ -268,9 +297,12 @@ func toolTags(d *doc, from int, o *Options) (calls []tagCall, cut string, to int
 				if !ok {
 					continue
 				}
-				d.m.add(len(s) - j)
-				parts := strings.Split(s[j+1:], "|")
-				for _, q := range parts[:len(parts)-1] {
+				d.m.add(end - j)
+				parts := strings.Split(s[j+1:end], "|")
+				if !strings.HasPrefix(tail, "</") {
+					parts = parts[:len(parts)-1] // the last query may be cut off
+				}
+				for _, q := range parts {
 					if q = strings.TrimSpace(q); q != "" {
 						calls = append(calls, tagCall{tool: tool, input: q, line: d.line(i)})
 					}
@@ -292,6 +324,9 @@ func toolTags(d *doc, from int, o *Options) (calls []tagCall, cut string, to int
 		}
 		i = c + len("</>") + len(lname) - 1
 		to = i + 1
+	}
+	if tail != "" {
+		return calls, fmt.Sprintf("inside %q", tail), len(s), nil
 	}
 	return calls, "", to, nil
 }
@@ -344,28 +379,88 @@ func taskLine(line string) (id, rest string, ok bool) {
 func firstRune(s string) (rune, int) { return utf8.DecodeRuneInString(s) }
 
 // taskDeps extracts the task ids (T1, Task 2) from a dependency list such
-// as "T1, T2", "T1 and T2", "[T1]" or "none"; other words are ignored.
-func taskDeps(s string) []string {
+// as "T1, T2", "T1 and T2", "[T1]" or "none"; other words are ignored. A
+// range, "T1-T3" (also with an en or em dash, or "T1 to T3"), is every task
+// from the first to the last; one that runs backwards or spans more tasks
+// than a plan may hold (limit) is an error naming it.
+func taskDeps(m *meter, s string, limit int) ([]string, error) {
+	m.add(len(s))
 	var out []string
 	for i := 0; i < len(s); i++ {
-		if s[i] != 'T' && s[i] != 't' || i > 0 && isIdent(s[i-1]) {
+		if i > 0 && isIdent(s[i-1]) {
 			continue
 		}
-		j := i + 1
-		if i+4 <= len(s) && strings.EqualFold(s[i:i+4], "task") {
-			j = i + 4
-			for j < len(s) && (s[j] == ' ' || s[j] == '#') {
-				j++
+		from, k, ok := taskRef(s, i)
+		if !ok {
+			continue
+		}
+		out = append(out, "T"+from)
+		if to, e, ok := rangeTo(s, k); ok {
+			a, aerr := strconv.Atoi(from)
+			b, berr := strconv.Atoi(to)
+			switch {
+			case aerr != nil || berr != nil || b-a >= limit:
+				return nil, fmt.Errorf("the dependency range %s spans more tasks than a plan may have (%d); list the tasks it needs", s[i:e], limit)
+			case b < a:
+				return nil, fmt.Errorf("the dependency range %s runs backwards; write T%s-T%s", s[i:e], to, from)
 			}
+			m.add(b - a)
+			for n := a + 1; n < b; n++ {
+				out = append(out, "T"+strconv.Itoa(n))
+			}
+			if b > a {
+				out = append(out, "T"+to)
+			}
+			k = e
 		}
-		k := digitsEnd(s, j)
-		if k == j || k < len(s) && isIdentStart(s[k]) {
-			continue
-		}
-		out = append(out, "T"+s[j:k])
 		i = k - 1
 	}
-	return dedupe(out)
+	return dedupe(out), nil
+}
+
+// taskRef reads a task id at s[i] ("T1", "Task 2", "task #3"): its number
+// as written and where it ends.
+func taskRef(s string, i int) (number string, end int, ok bool) {
+	if i >= len(s) || s[i] != 'T' && s[i] != 't' {
+		return "", i, false
+	}
+	j := i + 1
+	if i+4 <= len(s) && strings.EqualFold(s[i:i+4], "task") {
+		j = i + 4
+		for j < len(s) && (s[j] == ' ' || s[j] == '#') {
+			j++
+		}
+	}
+	k := digitsEnd(s, j)
+	if k == j || k < len(s) && isIdentStart(s[k]) {
+		return "", i, false
+	}
+	return s[j:k], k, true
+}
+
+// rangeSeps join the ends of a range of tasks.
+var rangeSeps = []string{"-", "–", "—", "to ", "through "}
+
+// rangeTo reads the end of a range after a task id that ends at s[i]
+// ("-T3", " – T3", " to Task 3"): its number and where it ends.
+func rangeTo(s string, i int) (number string, end int, ok bool) {
+	j := i
+	for j < len(s) && s[j] == ' ' {
+		j++
+	}
+	for _, sep := range rangeSeps {
+		if len(s)-j >= len(sep) && strings.EqualFold(s[j:j+len(sep)], sep) {
+			k := j + len(sep)
+			for k < len(s) && s[k] == ' ' {
+				k++
+			}
+			if to, e, ok := taskRef(s, k); ok {
+				return to, e, true
+			}
+			return "", i, false
+		}
+	}
+	return "", i, false
 }
 
 // depKeys introduce a dependency list, lowered.

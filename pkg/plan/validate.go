@@ -67,9 +67,16 @@ func validate(m *meter, nodes []rawNode, o *Options, format Format) *Error {
 		if n.Tool == "" {
 			n.Tool = o.DefaultTool
 		}
-		if len(o.Tools) > 0 && n.Tool != o.DefaultTool {
+		// The default tool is held to the tools like any other: a node
+		// left with a tool the rollout lacks would fail only when it runs.
+		// A streamed plan's tasks still wait for their calls (Partial).
+		if len(o.Tools) > 0 && !(o.Partial && n.Tool == o.DefaultTool) {
 			canon, ok := knownTool(o.Tools, n.Tool)
-			if !ok {
+			switch {
+			case !ok && n.Tool == o.DefaultTool:
+				return at(errorf(ErrUnknownTool, "node %s uses the tool %q (the default, for a step that names no tool), which is not one of the tools: %s; give it one of these tools",
+					n.ID, n.Tool, strings.Join(o.Tools, ", ")), *n)
+			case !ok:
 				return at(errorf(ErrUnknownTool, "node %s uses the unknown tool %q; the tools are: %s", n.ID, n.Tool, strings.Join(o.Tools, ", ")), *n)
 			}
 			n.Tool = canon

@@ -256,10 +256,15 @@ func (c Config) Validate() error {
 	case c.Mode == ModeEnsemble && c.EnsemblePick != "" && !slices.Contains(EnsemblePicks, c.EnsemblePick):
 		return fmt.Errorf("config: ensemble_pick %q: want one of %s", c.EnsemblePick, strings.Join(EnsemblePicks, ", "))
 	}
-	if c.Mode == ModeEnsemble && c.StreamPlans {
+	switch {
+	case c.StreamPlans && c.Mode == ModeEnsemble:
 		// Nodes released from a partial plan would run once, before the
 		// final plan turns them into candidates and a vote.
 		return fmt.Errorf("config: stream_plans: not with mode ensemble (each act runs as ensemble_k candidates, made from the final plan)")
+	case c.StreamPlans && c.Mode != ModePlanAct:
+		// Streaming releases the nodes of a plan_act plan still being
+		// written; another mode's planner output is not one.
+		return fmt.Errorf("config: stream_plans: not with mode %s (only plan_act's planner writes plans whose nodes can run before it finishes)", c.Mode)
 	}
 	if c.Mode == ModePeerReview && c.MaxTurns < 2 {
 		return fmt.Errorf("config: max_turns %d: mode peer_review wants at least 2 (turn 1 is the actor's first answer, the planner reviews from turn 2)", c.MaxTurns)

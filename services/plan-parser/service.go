@@ -97,7 +97,7 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 		if err := m.Decode(&full); err != nil {
 			return fmt.Errorf("%s: %w", m.Subject, err)
 		}
-		observation = LastObservation(&full)
+		observation = mode.Observed(md, full.Segments)
 	}
 	pctx, span := s.startParse(ctx, out.Rollout, out.Episode, out.Turn, false)
 	msg, err := md.Parse(pctx, &out, observation, info.Session.Config)
@@ -179,7 +179,15 @@ func ParsePartial(pp *schema.PlanPartial, cfg schema.Config) *schema.PlanDAG {
 
 // parsePartial is ParsePartial that stops when ctx ends, with its error.
 func parsePartial(ctx context.Context, pp *schema.PlanPartial, cfg schema.Config) (*schema.PlanDAG, error) {
-	res, err := plan.ParseContext(ctx, pp.Text, cfg.ParseOptions())
+	if cfg.Mode != "" && cfg.Mode != schema.ModePlanAct {
+		// Only plan_act's planner output is a plan whose nodes may run as
+		// they are (schema.Config.Validate refuses stream_plans for the
+		// others): a review or a plan to be made into candidates is not.
+		return nil, nil
+	}
+	opts := cfg.ParseOptions()
+	opts.Partial = true // tasks may still wait for their calls
+	res, err := plan.ParseContext(ctx, pp.Text, opts)
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil, err
 	}
@@ -209,16 +217,5 @@ func ParseContext(ctx context.Context, out *schema.PlanOutput, cfg schema.Config
 	if err != nil {
 		return nil, fail.E(fail.Invalid, err)
 	}
-	return m.Parse(ctx, out, LastObservation(out), cfg)
-}
-
-// LastObservation is the text of the observation the output's turn
-// answered: the last observation segment of its trajectory, "" if none.
-func LastObservation(out *schema.PlanOutput) string {
-	for i := len(out.Segments) - 1; i >= 0; i-- {
-		if out.Segments[i].Kind == schema.SegObservation {
-			return out.Segments[i].Text
-		}
-	}
-	return ""
+	return m.Parse(ctx, out, mode.Observed(m, out.Segments), cfg)
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/planact/planact/pkg/mode"
+	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
 )
 
@@ -54,8 +57,8 @@ func TestParsePartial(t *testing.T) {
 			if final.MsgID() == d.MsgID() {
 				t.Errorf("the partial DAG's message id %q is the final one's: the final DAG would be dropped as a duplicate", d.MsgID())
 			}
-			if d.Subject() != final.Subject() {
-				t.Errorf("subject %s, want the DAG subject %s", d.Subject(), final.Subject())
+			if want := (&schema.PlanDAG{Rollout: 7, Episode: 2, Turn: 3}).Subject(); d.Subject() != want {
+				t.Errorf("subject %s, want the DAG subject %s", d.Subject(), want)
 			}
 		})
 	}
@@ -90,5 +93,64 @@ func TestParseContextStops(t *testing.T) {
 	d, err := parsePartial(ctx, &schema.PlanPartial{Rollout: 7, Episode: 2, Turn: 3, Text: text}, schema.DefaultConfig())
 	if !errors.Is(err, context.Canceled) || d != nil {
 		t.Fatalf("partial: got %v, %v; want nothing and context.Canceled", d, err)
+	}
+}
+
+// TestPeerReviewAfterParseError: a review that follows a parse error (the
+// reviewer wrote prose, and was told so under parse_error_policy
+// reprompt) reviews the answer shown before the error: <accept/> accepts
+// it, <revise> sends it to the actor as the previous answer, and a
+// <revise> at max_turns ends the episode with it.
+func TestPeerReviewAfterParseError(t *testing.T) {
+	cfg := schema.Config{Mode: schema.ModePeerReview, MaxTurns: 3}.WithDefaults()
+	md := mode.PeerReview{}
+	answer := md.Observation(&schema.Run{Nodes: []*schema.NodeState{{Node: plan.Node{ID: "attempt"}, Status: schema.NodeDone, Output: "Addis Ababa"}}}, cfg)
+	segs := []schema.Segment{
+		{Kind: schema.SegPrompt, Turn: 2, Text: md.PlannerPrompt(schema.Task{Prompt: "Capital of Ethiopia?"}, cfg)},
+		{Kind: schema.SegObservation, Turn: 2, Text: answer},
+		{Kind: schema.SegGenerated, Turn: 2, Text: "It looks right to me."},
+		{Kind: schema.SegObservation, Turn: 3, Text: mode.ErrorObservation("a review is <accept/> or <revise>what is wrong</revise>; found neither")},
+	}
+	parse := func(turn int, review string) schema.Message {
+		t.Helper()
+		out := &schema.PlanOutput{Rollout: 1, Episode: 0, Turn: turn, Text: review, FinishReason: "stop",
+			Segments: append(slices.Clone(segs), schema.Segment{Kind: schema.SegGenerated, Turn: turn, Text: review})}
+		msg, err := ParseContext(context.Background(), out, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg
+	}
+	if a, ok := parse(2, "<accept/>").(*schema.PlanAnswer); !ok || !reflect.DeepEqual(a.Answers, []string{"Addis Ababa"}) {
+		t.Errorf("accept: %#v, want the answer Addis Ababa", parse(2, "<accept/>"))
+	}
+	if d, ok := parse(2, "<revise>check it</revise>").(*schema.PlanDAG); !ok || d.Plan.Nodes[0].Args["previous"] != "Addis Ababa" {
+		t.Errorf("revise: %#v, want a revision of Addis Ababa", parse(2, "<revise>check it</revise>"))
+	}
+	if a, ok := parse(3, "<revise>check it</revise>").(*schema.PlanAnswer); !ok || !reflect.DeepEqual(a.Answers, []string{"Addis Ababa"}) {
+		t.Errorf("revise at max_turns: %#v, want the end with Addis Ababa", parse(3, "<revise>check it</revise>"))
+	}
+	// A failed attempt after the answer is what is under review then.
+	failed := md.Observation(&schema.Run{Nodes: []*schema.NodeState{{Node: plan.Node{ID: "revision"}, Status: schema.NodeFailed, Error: "act timed out"}}}, cfg)
+	segs = append(segs, schema.Segment{Kind: schema.SegGenerated, Turn: 3, Text: "<revise>x</revise>"}, schema.Segment{Kind: schema.SegObservation, Turn: 4, Text: failed})
+	if pe, ok := parse(4, "<accept/>").(*schema.PlanError); !ok || !strings.Contains(pe.Message, "no answer to accept") {
+		t.Errorf("accept of a failed attempt: %#v", parse(4, "<accept/>"))
+	}
+}
+
+// TestParsePartialPlansOnly: a streamed output is parsed for early nodes
+// only in a mode whose planner writes plan_act plans (a config from before
+// schema.Config.Validate refused stream_plans for the others).
+func TestParsePartialPlansOnly(t *testing.T) {
+	text := `<graph><node id="s1">search("capital of France")</node>` + "\n"
+	for _, c := range []struct {
+		mode string
+		want bool
+	}{{schema.ModePlanAct, true}, {schema.ModePeerReview, false}, {schema.ModeEnsemble, false}} {
+		cfg := schema.DefaultConfig()
+		cfg.Mode, cfg.StreamPlans = c.mode, true
+		if d := ParsePartial(&schema.PlanPartial{Rollout: 7, Turn: 2, Seq: 1, Text: text}, cfg); (d != nil) != c.want {
+			t.Errorf("%s: partial DAG %v, want one: %v", c.mode, d, c.want)
+		}
 	}
 }

@@ -345,7 +345,9 @@ func (p *partials) chunk(text string) {
 		return
 	}
 	p.end = end
-	res, err := plan.Parse(text[:end], p.cfg.ParseOptions())
+	opts := p.cfg.ParseOptions()
+	opts.Partial = true // tasks whose calls are still to come are not errors yet
+	res, err := plan.Parse(text[:end], opts)
 	if err != nil || res.Plan == nil {
 		return
 	}
