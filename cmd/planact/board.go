@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -22,8 +23,12 @@ type board struct {
 
 // boardRow is one rollout's progress.
 type boardRow struct {
-	n       int64
-	arrived []string // roles that arrived, before the start
+	n         int64
+	arrived   []string             // roles that arrived, before the start
+	arrivedAt map[string]time.Time // by role, when its last arrival was stored
+	// refused holds, by role, why its last arrival was refused, while no
+	// arrival of the role came after it: shown until the rollout starts.
+	refused map[string]refusal
 	started time.Time
 	progressCounts
 	byStatus map[string]int // episodes ended, by status
@@ -31,6 +36,12 @@ type boardRow struct {
 	accuracy float64
 	reason   string
 	finished time.Time
+}
+
+// refusal is a role's arrival refused: why, and when it was stored.
+type refusal struct {
+	reason string
+	at     time.Time
 }
 
 func newBoard() *board { return &board{rows: map[int64]*boardRow{}} }
@@ -58,8 +69,21 @@ func (b *board) apply(subj string, data []byte, at time.Time) bool {
 		// The role is the subject's last token: the body (which may
 		// carry thousands of tasks) is not read.
 		role := subj[strings.LastIndexByte(subj, '.')+1:]
+		if r.arrivedAt == nil {
+			r.arrivedAt = map[string]time.Time{}
+		}
+		if at.After(r.arrivedAt[role]) {
+			r.arrivedAt[role] = at
+		}
+		// The arrivals and the refusals are read from different streams,
+		// in no set order: a refusal stands if no arrival came after it.
+		changed := false
+		if f, ok := r.refused[role]; ok && at.After(f.at) {
+			delete(r.refused, role)
+			changed = true
+		}
 		if slices.Contains(r.arrived, role) {
-			return false
+			return changed
 		}
 		r.arrived = append(r.arrived, role)
 	case "start":
@@ -84,6 +108,12 @@ func (b *board) apply(subj string, data []byte, at time.Time) bool {
 		}
 		r.byStatus[v.Status]++
 	case "result":
+		switch t := strings.Split(subj, "."); {
+		case len(t) == 5 && t[4] == "rejected":
+			return r.refuse(p.Role, data, at)
+		case len(t) != 4:
+			return false // a group's samples, not the rollout's result
+		}
 		if r.status != "" {
 			return false
 		}
@@ -112,6 +142,25 @@ func (b *board) apply(subj string, data []byte, at time.Time) bool {
 	return true
 }
 
+// refuse takes an arrival of role that planact refused (its answer on
+// rollout.N.result.<role>.rejected): never the rollout's result, which a
+// corrected arrival may still bring; shown only while the rollout has not
+// started and no arrival of the role came after it.
+func (r *boardRow) refuse(role string, data []byte, at time.Time) bool {
+	var head struct {
+		schema.Envelope
+		Reason string `json:"reason"`
+	}
+	if !r.started.IsZero() || r.status != "" || !at.After(r.arrivedAt[role]) || schema.UnmarshalPart(data, &schema.Result{}, &head) != nil {
+		return false
+	}
+	if r.refused == nil {
+		r.refused = map[string]refusal{}
+	}
+	r.refused[role] = refusal{reason: head.Reason, at: at}
+	return true
+}
+
 // shown are the rollouts to draw: every running one and the most recent
 // finished ones, at most limit lines, oldest first.
 func (b *board) shown(limit int) []*boardRow {
@@ -134,6 +183,9 @@ func (r *boardRow) line(width int) string {
 			sb.WriteString("seen")
 		} else {
 			fmt.Fprintf(&sb, "waiting at the barrier (%s arrived)", strings.Join(r.arrived, ", "))
+		}
+		for _, role := range slices.Sorted(maps.Keys(r.refused)) {
+			fmt.Fprintf(&sb, "; %s arrival refused: %s", role, r.refused[role].reason)
 		}
 		return sb.String()
 	}

@@ -30,7 +30,7 @@ func runInspect(ctx context.Context, args []string, getenv func(string) string, 
 	dot := fs.Bool("dot", false, "print the plans as a Graphviz digraph (planact inspect --dot N E | dot -Tsvg > e.svg)")
 	status := fs.String("status", "", "only episodes in this status: "+strings.Join(view.EpisodeStatuses, ", "))
 	lowest := fs.Int("lowest", 0, "only the N ended episodes with the lowest rewards, lowest first")
-	wait := fs.Duration("timeout", 30*time.Second, "how long reading the streams' history may take")
+	wait := fs.Duration("timeout", 30*time.Second, "how long inspect may take: reading the streams' history, and the episodes it reads again")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: planact inspect [flags] <rollout> [episode]")
 		fs.PrintDefaults()
@@ -99,17 +99,24 @@ func runInspect(ctx context.Context, args []string, getenv func(string) string, 
 		return fmt.Errorf("inspect: %w (raise --timeout for a long history)", err)
 	}
 
-	ro, err := r.Rollout(n, filter)
+	inspectHistoryRead()
+
+	// rctx bounds what follows too: the episodes of a rollout that the view
+	// no longer holds in memory are read again from the streams.
+	ro, err := r.RolloutContext(rctx, n, filter)
 	if errors.Is(err, view.ErrNotFound) {
 		return fmt.Errorf("inspect: rollout %d: the streams hold nothing of it (%s)", n, heldRollouts(r.Rollouts()))
 	}
 	if err != nil {
-		return fmt.Errorf("inspect: %w", err)
+		return inspectErr(err)
 	}
 	if episode >= 0 {
-		ep, err := r.Episode(n, episode)
-		if err != nil {
+		ep, err := r.EpisodeContext(rctx, n, episode)
+		if errors.Is(err, view.ErrNotFound) {
 			return fmt.Errorf("inspect: %w (rollout %d has %d episodes)", err, n, ro.Episodes)
+		}
+		if err != nil {
+			return inspectErr(err)
 		}
 		if *dot {
 			return writeDot(stdout, fmt.Sprintf("rollout %d episode %d", n, episode), []*view.Episode{ep})
@@ -117,22 +124,35 @@ func runInspect(ctx context.Context, args []string, getenv func(string) string, 
 		printEpisode(stdout, ep)
 		return nil
 	}
-	if *dot {
-		eps := make([]*view.Episode, 0, len(ro.EpisodeList))
-		for _, es := range ro.EpisodeList {
-			ep, err := r.Episode(n, es.Episode)
-			if err != nil {
-				return fmt.Errorf("inspect: %w", err)
-			}
-			eps = append(eps, ep)
+	eps := make([]*view.Episode, 0, len(ro.EpisodeList))
+	for _, es := range ro.EpisodeList {
+		ep, err := r.EpisodeContext(rctx, n, es.Episode)
+		if err != nil {
+			return inspectErr(err)
 		}
+		eps = append(eps, ep)
+	}
+	if *dot {
 		return writeDot(stdout, fmt.Sprintf("rollout %d", n), eps)
 	}
-	printRollout(stdout, ro, func(e int) *view.Episode {
-		ep, _ := r.Episode(n, e)
-		return ep
-	})
+	printRollout(stdout, ro, eps)
 	return nil
+}
+
+// inspectHistoryRead is called once inspect has read the streams' history;
+// tests stop the server there.
+var inspectHistoryRead = func() {}
+
+// inspectErr is a read that failed after the history was read: the
+// deadline, an interrupt, or the server.
+func inspectErr(err error) error {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("inspect: %w (raise --timeout)", err)
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("inspect: interrupted: %w", err)
+	}
+	return fmt.Errorf("inspect: %w", err)
 }
 
 // heldRollouts says which rollouts the streams hold, for an error.
@@ -147,7 +167,9 @@ func heldRollouts(rs []view.RolloutSummary) string {
 	return fmt.Sprintf("they hold %d rollouts, from %d to %d", len(rs), lo, hi)
 }
 
-func printRollout(w io.Writer, ro *view.Rollout, episode func(e int) *view.Episode) {
+// printRollout writes ro with its episodes (eps: those of ro.EpisodeList,
+// in full, in its order).
+func printRollout(w io.Writer, ro *view.Rollout, eps []*view.Episode) {
 	fmt.Fprintf(w, "rollout %d: %s", ro.Rollout, ro.Status)
 	if ro.Reason != "" {
 		fmt.Fprintf(w, " (%s)", ro.Reason)
@@ -170,14 +192,15 @@ func printRollout(w io.Writer, ro *view.Rollout, episode func(e int) *view.Episo
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "episode\tstatus\treward\tturns\tacts\twall\tanswer\tplans: node(status duration)")
-	for _, es := range ro.EpisodeList {
+	for i, es := range ro.EpisodeList {
 		reward := "-"
 		if es.Reward != nil {
 			reward = fmt.Sprintf("%.3f", *es.Reward)
 		}
 		acts := es.Acts.Done + es.Acts.Failed + es.Acts.Cached
 		var plans []string
-		if ep := episode(es.Episode); ep != nil {
+		if i < len(eps) {
+			ep := eps[i]
 			for _, t := range ep.TurnList {
 				plans = append(plans, fmt.Sprintf("t%d: %s", t.Turn, compactPlan(t, ep)))
 			}

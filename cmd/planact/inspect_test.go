@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/internal/stacktest"
+	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
 )
 
@@ -86,5 +89,64 @@ func TestInspect(t *testing.T) {
 		if err := run(ctx, c.args, noenv, nil, &sink, &sink); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want an error naming %s", c.args, err, c.want)
 		}
+	}
+}
+
+// TestInspectTimeoutBoundsEverything: --timeout bounds the whole command,
+// and an interrupt ends it, also while it reads again the episodes of a
+// rollout the view no longer holds in memory (beyond the 16 most recently
+// finished). Before, each episode read again had 30 s of its own, whatever
+// --timeout said or Ctrl-C did.
+func TestInspectTimeoutBoundsEverything(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "test")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var msgs []schema.Message
+	for n := int64(1); n <= 20; n++ {
+		msgs = append(msgs, &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: schema.Engine{URL: "http://planner"}, Tasks: []schema.Task{{Prompt: "?"}}},
+			&schema.Start{Rollout: n, Episodes: 1},
+			&schema.PlanRequest{Rollout: n, Episode: 0, Turn: 1},
+			&schema.ActDone{Rollout: n, Episode: 0, Turn: 1, Key: "t1-s1", NodeID: "s1", Tool: "search", Status: schema.ActDoneOK, Attempts: 1},
+			&schema.EpisodeEnd{Rollout: n, Episode: 0, Turns: 1, Status: schema.EpisodeCompleted, Answers: []string{"!"}},
+			&schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK})
+	}
+	if err := b.PublishAll(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	proxy := bustest.StartProxy(t, url)
+	// The server goes silent once inspect has read the history.
+	inspectHistoryRead = proxy.Freeze
+	t.Cleanup(func() { inspectHistoryRead = func() {}; proxy.Thaw() })
+
+	for _, c := range []struct {
+		name      string
+		args      []string
+		interrupt bool
+		want      error
+	}{
+		{"deadline", []string{"--timeout", "2s", "1", "0"}, false, context.DeadlineExceeded},
+		{"deadline, every episode", []string{"--timeout", "2s", "1"}, false, context.DeadlineExceeded},
+		{"interrupt", []string{"--timeout", "1m", "1", "0"}, true, context.Canceled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			proxy.Thaw()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if c.interrupt {
+				// As Ctrl-C does, through main's signal context.
+				inspectHistoryRead = func() { proxy.Freeze(); time.AfterFunc(500*time.Millisecond, cancel) }
+				defer func() { inspectHistoryRead = proxy.Freeze }()
+			}
+			var out syncBuffer
+			start := time.Now()
+			err := run(ctx, append([]string{"inspect", "--nats", proxy.URL}, c.args...), noenv, nil, &out, &out)
+			if took := time.Since(start); !errors.Is(err, c.want) || took > 15*time.Second {
+				t.Errorf("inspect %v: %v after %v, want %v within a few seconds", c.args, err, took, c.want)
+			}
+			if c.want == context.DeadlineExceeded && (err == nil || !strings.Contains(err.Error(), "raise --timeout")) {
+				t.Errorf("inspect %v: %v, want it to say to raise --timeout", c.args, err)
+			}
+		})
 	}
 }

@@ -41,7 +41,19 @@ func runProvision(ctx context.Context, args []string, getenv func(string) string
 	if fs.NArg() > 0 {
 		return fmt.Errorf("provision: unexpected arguments %q", fs.Args())
 	}
-	p := bus.Provisioning{Replicas: *replicas, History: *history, ResultRetention: *results, Storage: int64(*storage)}.WithDefaults()
+	// Every value is checked here, naming its flag: bus.Provisioning takes
+	// 0 for "the default", which a person who wrote 0 did not mean.
+	if *replicas < 1 || *replicas > 5 {
+		return fmt.Errorf("provision: --replicas %d: want 1 to 5 (3 on a cluster)", *replicas)
+	}
+	if err := checkRetention(*history, *results); err != nil {
+		return fmt.Errorf("provision: %w", err)
+	}
+	lo, err := telemetry.LogOptionsFromEnv(getenv)
+	if err != nil {
+		return fmt.Errorf("provision: %w", err)
+	}
+	p := bus.Provisioning{Replicas: *replicas, History: *history, ResultRetention: *results, Storage: storage.n}.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("provision: %w", err)
 	}
@@ -49,11 +61,11 @@ func runProvision(ctx context.Context, args []string, getenv func(string) string
 		printLayout(stdout, p)
 		return nil
 	}
-	conn, err := conn.Resolve(getenv)
+	conn, err = conn.Resolve(getenv)
 	if err != nil {
 		return err
 	}
-	log := telemetry.NewLogger(stderr, telemetry.LogOptionsFromEnv(getenv))
+	log := telemetry.NewLogger(stderr, lo)
 	if err := stack.Provision(ctx, stack.Options{Conn: conn, Log: log, Provisioning: p}); err != nil {
 		return fmt.Errorf("provision: %w", err)
 	}
@@ -97,14 +109,18 @@ func printLayout(w io.Writer, p bus.Provisioning) {
 	_ = tw.Flush()
 }
 
-// sizeFlag is a flag holding a size: 16G, 512M, a number of bytes.
-type sizeFlag int64
+// sizeFlag is a flag holding a size: 16G, 512M, a number of bytes, at
+// least min.
+type sizeFlag struct {
+	n   int64
+	min int64
+}
 
 func (s *sizeFlag) String() string {
-	if *s == 0 {
+	if s == nil || s.n == 0 {
 		return ""
 	}
-	return bus.FormatBytes(int64(*s))
+	return bus.FormatBytes(s.n)
 }
 
 func (s *sizeFlag) Set(v string) error {
@@ -112,13 +128,18 @@ func (s *sizeFlag) Set(v string) error {
 	if err != nil {
 		return err
 	}
-	*s = sizeFlag(n)
+	// 0 (or 0.5, a fraction of a byte) is not "the default" either.
+	if n < s.min {
+		return fmt.Errorf("size %q: want at least %s", v, bus.FormatBytes(s.min))
+	}
+	s.n = n
 	return nil
 }
 
-// storageFlag registers --storage on fs.
+// storageFlag registers --storage on fs; its value is 0 when not given.
 func storageFlag(fs *flag.FlagSet) *sizeFlag {
-	var s sizeFlag
-	fs.Var(&s, "storage", fmt.Sprintf("JetStream storage planact may fill on each server, shared out among its streams (default %s; docs/security.md, Limits)", bus.FormatBytes(bus.DefaultStorage)))
-	return &s
+	s := &sizeFlag{min: bus.MinStorage}
+	fs.Var(s, "storage", fmt.Sprintf("JetStream storage planact may fill on each server, shared out among its streams (default %s, at least %s; docs/security.md, Limits)",
+		bus.FormatBytes(bus.DefaultStorage), bus.FormatBytes(bus.MinStorage)))
+	return s
 }

@@ -25,16 +25,20 @@ func retentionFlags(fs *flag.FlagSet) retention {
 	}
 }
 
-// apply checks the values and sets them on o.
+// apply checks the values and sets them on o; a value that cannot work is
+// an error naming its flag.
 func (r retention) apply(o *stack.Options) error {
-	o.Provisioning.History, o.Provisioning.ResultRetention = *r.history, *r.results
+	if err := checkRetention(*r.history, *r.results); err != nil {
+		return err
+	}
 	if *r.stall < time.Second {
 		return fmt.Errorf("--stall-timeout %v: want at least 1s", *r.stall)
 	}
+	o.Provisioning.History, o.Provisioning.ResultRetention = *r.history, *r.results
 	o.Stall = *r.stall
 	p := o.Provisioning
 	if p.Replicas == 0 {
-		p.Replicas = 1
+		p.Replicas = 1 // up: its embedded server is one node
 	}
 	if p.DupeWindow == 0 {
 		p.DupeWindow = min(bus.DefaultProvisioning().DupeWindow, p.History)
@@ -44,6 +48,18 @@ func (r retention) apply(o *stack.Options) error {
 	}
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("--history/--result-retention: %w", err)
+	}
+	return nil
+}
+
+// checkRetention checks --history and --result-retention, naming the one
+// that is wrong: 0 is not "the default".
+func checkRetention(history, results time.Duration) error {
+	if history < time.Second {
+		return fmt.Errorf("--history %s: want at least 1s", shortDuration(history))
+	}
+	if results <= 0 || results > history {
+		return fmt.Errorf("--result-retention %s: want more than 0 and at most --history (%s)", shortDuration(results), shortDuration(history))
 	}
 	return nil
 }

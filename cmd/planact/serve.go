@@ -45,11 +45,21 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	if flagSet(fs, "web-addr") && !slices.Contains(names, web.Name) {
 		return fmt.Errorf("serve: --web-addr is for the %s target, which is not among %v", web.Name, names)
 	}
+	if *replicas < 1 || *replicas > 5 {
+		return fmt.Errorf("serve: --replicas %d: want 1 to 5 (3 on a cluster)", *replicas)
+	}
+	if *engineLimit < 1 {
+		return fmt.Errorf("serve: --engine-limit %d: want at least 1 generation in flight per engine", *engineLimit)
+	}
+	lo, err := telemetry.LogOptionsFromEnv(getenv)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	conn, err = conn.Resolve(getenv)
 	if err != nil {
 		return err
 	}
-	log := telemetry.NewLogger(stderr, telemetry.LogOptionsFromEnv(getenv))
+	log := telemetry.NewLogger(stderr, lo)
 	if _, err := telemetry.ServeMetrics(ctx, *metricsAddr); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}

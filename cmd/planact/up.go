@@ -76,7 +76,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := keep.apply(&so); err != nil {
 		return err
 	}
-	so.Provisioning.Storage = int64(*storage)
+	so.Provisioning.Storage = storage.n
 	if err := checkDemoMode(*modeName, *ensembleK, *ensemblePick); err != nil {
 		return err
 	}
@@ -100,7 +100,13 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("up: the %s service needs --web ADDR, e.g. --web %s", web.Name, web.DefaultAddr)
 	}
 	so.WebAddr = *webAddr
-	lo := telemetry.LogOptionsFromEnv(getenv)
+	lo, err := telemetry.LogOptionsFromEnv(getenv)
+	if err != nil {
+		return fmt.Errorf("up: %w", err)
+	}
+	if err := telemetry.CheckLogLevel("--log-level", *logLevel); err != nil {
+		return fmt.Errorf("up: %w", err)
+	}
 	if *logLevel != "" {
 		lo.Level = *logLevel
 	}

@@ -144,7 +144,7 @@ func TestUpChecksFlagsFirst(t *testing.T) {
 		{[]string{"--protocol", "grpc"}, "--protocol"},
 		{[]string{"--sim-actor-error-rate", "1.5"}, "probabilities"},
 		{[]string{"--services", "act-dispatchr"}, "unknown service"},
-		{[]string{"--history", "1h", "--result-retention", "2h"}, "result retention"},
+		{[]string{"--history", "1h", "--result-retention", "2h"}, "--result-retention 2h"},
 		{[]string{"extra"}, "unexpected arguments"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

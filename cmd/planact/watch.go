@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,14 +36,26 @@ func runWatch(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintln(stderr, "usage: planact watch [flags] [rollout]   (all rollouts without one)")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
 	rollout := "*"
-	if fs.NArg() > 0 {
-		rollout = fs.Arg(0)
+	switch len(pos) {
+	case 0:
+	case 1:
+		// A subject token: anything but a rollout id would match nothing
+		// (watch would wait for ever) or, with a wildcard, other rollouts.
+		n, err := strconv.ParseInt(pos[0], 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("watch: rollout %q: want a rollout id (a number ≥ 0), or none for every rollout", pos[0])
+		}
+		rollout = strconv.FormatInt(n, 10)
+	default:
+		fs.Usage()
+		return fmt.Errorf("watch: unexpected arguments %q: name one rollout, or none for every rollout", pos[1:])
 	}
-	conn, err := conn.Resolve(getenv)
+	conn, err = conn.Resolve(getenv)
 	if err != nil {
 		return err
 	}

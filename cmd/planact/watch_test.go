@@ -296,3 +296,95 @@ func TestBoardNeverMovesBack(t *testing.T) {
 		}
 	}
 }
+
+// A refused arrival's answer (rollout.N.result.<role>.rejected) is not the
+// rollout's result: it shows while the rollout waits and no arrival of the
+// role came after it, and the real result, or a later start, replaces it.
+// Before, the first answer on a result subject won: a refused re-arrival
+// froze the line as invalid and the rollout's own ok result was ignored.
+func TestBoardSkipsRefusedArrivals(t *testing.T) {
+	enc := func(m schema.Message) []byte {
+		data, err := schema.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	t0 := time.Now()
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	refused := func(n int64) []byte {
+		return enc(&schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultInvalid, Reason: "config.max_turns -2", Rejected: true})
+	}
+	ok := enc(&schema.Result{Rollout: 4, Role: schema.RolePlanner, Status: schema.ResultOK, Stats: schema.Stats{Episodes: 1, Accuracy: 1,
+		EpisodeStatus: map[string]int{schema.EpisodeCompleted: 1}}})
+	b := newBoard()
+	// An arrival refused, then a corrected one that runs.
+	b.apply("rollout.4.arrive.planner", nil, at(0))
+	b.apply("rollout.4.result.planner.rejected", refused(4), at(1))
+	if got, want := b.rows[4].line(10), "rollout 4      waiting at the barrier (planner arrived); planner arrival refused: config.max_turns -2"; got != want {
+		t.Errorf("refused: %q, want %q", got, want)
+	}
+	b.apply("rollout.4.arrive.planner", nil, at(2))
+	if got, want := b.rows[4].line(10), "rollout 4      waiting at the barrier (planner arrived)"; got != want {
+		t.Errorf("arrived again: %q, want %q", got, want)
+	}
+	b.apply("rollout.4.start", enc(&schema.Start{Rollout: 4, Episodes: 1}), at(3))
+	// A trainer arriving once more while it runs: refused, and no result.
+	if b.apply("rollout.4.result.planner.rejected", refused(4), at(4)) {
+		t.Error("a refusal changed a running rollout's line")
+	}
+	b.apply("rollout.4.result.planner", ok, at(5))
+	if got := b.rows[4].line(10); !strings.Contains(got, "ok, accuracy 1.00") {
+		t.Errorf("ended: %q, want its ok result", got)
+	}
+	// Read from two streams in no set order: the refusal first, then the
+	// arrival it refused (stored before it).
+	b.apply("rollout.5.result.planner.rejected", refused(5), at(1))
+	b.apply("rollout.5.arrive.planner", nil, at(0))
+	if got := b.rows[5].line(10); !strings.Contains(got, "planner arrival refused") {
+		t.Errorf("a refusal read before the arrival it refused: %q", got)
+	}
+	// A group's samples are not the result.
+	if b.apply("rollout.4.result.planner.group.0", ok, at(6)) {
+		t.Error("a group's message changed the board")
+	}
+}
+
+// watch takes one rollout id, or none: anything else would match nothing
+// (watch foo waited for ever) or other rollouts ('1.*' was put into the
+// subject as a wildcard), and a second argument was ignored.
+func TestWatchRefusesWhatIsNotARollout(t *testing.T) {
+	_, url := bustest.Server(t)
+	bustest.Provision(t, url)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"foo"}, `watch: rollout "foo": want a rollout id`},
+		{[]string{"1.*"}, `watch: rollout "1.*": want a rollout id`},
+		{[]string{">"}, `watch: rollout ">": want a rollout id`},
+		{[]string{"-v", "3", "4"}, `watch: unexpected arguments ["4"]`},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var out syncBuffer
+		err := run(ctx, append([]string{"watch", "--nats", url}, c.args...), noenv, nil, &out, &out)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("watch %v: %v, want an error naming %s", c.args, err, c.want)
+		}
+	}
+	// Flags after the rollout are read too.
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"watch", "--nats", url, "7", "-v"}, noenv, nil, &out, &out) }()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "rollout 7: nothing yet"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("watch 7 -v printed:\n%s", out.String())
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -33,32 +33,13 @@ func (r *rolloutState) summary(now time.Time) RolloutSummary {
 		}
 		slices.Sort(s.WeightVersions[role])
 	}
-	score := r.scorer()
-	var rewards, correct float64
-	for _, ep := range r.episodes {
-		c := ep.actCounts()
-		s.Acts.Running += c.Running
-		s.Acts.Done += c.Done
-		s.Acts.Failed += c.Failed
-		s.Acts.Skipped += c.Skipped
-		s.Acts.Cached += c.Cached
-		if ep.end == nil {
-			continue
-		}
-		s.Ended++
-		if ep.end.Status == schema.EpisodeQuarantined {
-			s.Quarantined++
-		}
-		if score != nil {
-			rw, ok := r.episodeReward(ep, score)
-			rewards += rw
-			if ok {
-				correct++
-			}
-		}
+	c := r.counts
+	if !r.compacted {
+		c = r.countEpisodes()
 	}
-	if score != nil && s.Ended > 0 {
-		acc, mean := correct/float64(s.Ended), rewards/float64(s.Ended)
+	s.Acts, s.Ended, s.Quarantined = c.acts, c.ended, c.quarantined
+	if r.scorer() != nil && s.Ended > 0 {
+		acc, mean := c.correct/float64(s.Ended), c.rewards/float64(s.Ended)
 		s.Accuracy, s.MeanReward = &acc, &mean
 	}
 	end := now
@@ -76,6 +57,49 @@ func (r *rolloutState) summary(now time.Time) RolloutSummary {
 		s.WallMs = end.Sub(r.startedAt).Milliseconds()
 	}
 	return s
+}
+
+// countEpisodes counts r's acts and ended episodes, and scores those.
+func (r *rolloutState) countEpisodes() rolloutCounts {
+	var c rolloutCounts
+	score := r.scorer()
+	for _, ep := range r.episodes {
+		a := ep.actCounts()
+		c.acts.Running += a.Running
+		c.acts.Done += a.Done
+		c.acts.Failed += a.Failed
+		c.acts.Skipped += a.Skipped
+		c.acts.Cached += a.Cached
+		if ep.end == nil {
+			continue
+		}
+		c.ended++
+		if ep.end.Status == schema.EpisodeQuarantined {
+			c.quarantined++
+		}
+		if score != nil {
+			rw, ok := r.episodeReward(ep, score)
+			c.rewards += rw
+			if ok {
+				c.correct++
+			}
+		}
+	}
+	return c
+}
+
+// add counts one act outcome of status.
+func (c *ActCounts) add(status string) {
+	switch status {
+	case schema.ActDoneOK:
+		c.Done++
+	case schema.ActFailed:
+		c.Failed++
+	case schema.ActSkip:
+		c.Skipped++
+	case schema.ActCached:
+		c.Cached++
+	}
 }
 
 // scorer is the rollout's reward function, nil when the view cannot
@@ -110,16 +134,7 @@ func (r *rolloutState) episodeReward(ep *episodeState, score func(string, string
 func (ep *episodeState) actCounts() ActCounts {
 	var c ActCounts
 	for _, a := range ep.acts {
-		switch a.Status {
-		case schema.ActDoneOK:
-			c.Done++
-		case schema.ActFailed:
-			c.Failed++
-		case schema.ActSkip:
-			c.Skipped++
-		case schema.ActCached:
-			c.Cached++
-		}
+		c.add(a.Status)
 	}
 	// An episode that ended runs nothing (its outcomes may be read a
 	// moment after its end: the view reads each stream on its own).
@@ -227,4 +242,16 @@ func (r *rolloutState) fullEpisode(ep *episodeState, now time.Time) *Episode {
 		}
 	}
 	return out
+}
+
+// episodeCount is how many episodes r has: as started, else as its result
+// says.
+func (r *rolloutState) episodeCount() int {
+	switch {
+	case r.start != nil:
+		return r.start.Episodes
+	case r.result != nil:
+		return r.result.Stats.Episodes
+	}
+	return 0
 }

@@ -1,8 +1,13 @@
 package view
 
 import (
+	"context"
+	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
@@ -15,24 +20,73 @@ import (
 type rolloutState struct {
 	n         int64
 	arrivedAt time.Time
-	arrivals  map[string]*schema.Arrive // by role, without their tasks
-	tasks     []schema.Task
-	config    *schema.Config // as arrived (the planner's wins)
-	start     *schema.Start
-	startedAt time.Time
-	result    *schema.Result // the planner's (else the actor's), without samples
-	resultAt  time.Time
-	episodes  map[int]*episodeState
-	versions  map[string]map[string]bool // role -> weight versions seen
+	// lastAt is when the last message of the rollout the view read was
+	// stored: once it is older than the history the streams keep, the
+	// streams hold nothing of the rollout any more, and the view lets it go.
+	lastAt   time.Time
+	arrivals map[string]*schema.Arrive // by role, without their tasks
+	// brought are the arrivals that brought a task list or a config, in
+	// the order read; tasks and config are taken from those not refused
+	// (see pick), as the session-store takes them.
+	brought []*arrival
+	// refusedIDs are the arrivals refused (Result.ArrivalID of a
+	// rejection), read before or after the arrival itself.
+	refusedIDs map[string]bool
+	tasks      []schema.Task
+	tasksFrom  *arrival       // the arrival the tasks came with
+	config     *schema.Config // from the arrivals not refused (the planner's wins)
+	start      *schema.Start
+	startedAt  time.Time
+	result     *schema.Result // the planner's (else the actor's), without samples
+	resultAt   time.Time
+	episodes   map[int]*episodeState
+	versions   map[string]map[string]bool // role -> weight versions seen
 	// rejected holds, by role, why its last arrival was refused.
 	rejected map[string]string
 	// rejectedAt and arrivalAt say when, by role, the last refusal and the
 	// last arrival were stored: they are read from different streams, in
 	// no set order, and a refusal stands only if no arrival came after it.
 	rejectedAt, arrivalAt map[string]time.Time
-	// compacted: the texts of its turns and acts were dropped from memory
-	// (see compact.go); its episodes are read again when asked for.
+	// compacted: its episodes and tasks were dropped from memory (see
+	// compact.go), counts holds what its line in the list needs, and its
+	// episodes and tasks are read again when asked for.
 	compacted bool
+	counts    rolloutCounts
+	// rev counts the changes to a compacted rollout (messages read late):
+	// what was read again of it before is stale.
+	rev int
+	// dropped: let go of (see state.prune); a pointer still held changes
+	// nothing the view shows.
+	dropped bool
+}
+
+// arrival is what the view keeps of an arrival that brought tasks or a
+// config: enough to take them, and to read its task list again from the
+// stream once its rollout is compacted.
+type arrival struct {
+	id     string // Nats-Msg-Id, or seq:<sequence>: what a refusal names
+	role   string // the role whose stream holds it (TRAINER_<role>)
+	seq    uint64 // its sequence there
+	at     time.Time
+	list   bool          // it brought a task list
+	tasks  []schema.Task // the list: inline, or read from the object store (nil once compacted)
+	object string        // the list's object in tasks_<role>
+	sha    string        // its SHA-256
+	loaded bool          // the object was read (tasks holds it, or nil if gone)
+	config *schema.Config
+}
+
+// hasTasks says whether the arrival brought a task list.
+func (a *arrival) hasTasks() bool { return a.list }
+
+// rolloutCounts are the figures of a rollout's line that come from its
+// episodes.
+type rolloutCounts struct {
+	acts        ActCounts
+	ended       int
+	quarantined int
+	rewards     float64 // summed over the ended episodes, when scored
+	correct     float64
 }
 
 type episodeState struct {
@@ -76,11 +130,24 @@ type planOut struct {
 	LatencyMs     int64  `json:"latency_ms"`
 }
 
+// rollout returns rollout n's state, made on its first message, or nil:
+// when the view let it go (see prune), or when the message is older than
+// the history the streams keep (the streams are dropping it now, and with
+// it what the view would show of the rollout).
 func (s *state) rollout(n int64, at time.Time) *rolloutState {
 	r := s.rollouts[n]
 	if r == nil {
+		if _, gone := s.gone[n]; gone {
+			return nil
+		}
+		if s.maxAge > 0 && at.Before(s.clock().Add(-s.maxAge)) {
+			return nil
+		}
 		r = &rolloutState{n: n, arrivedAt: at, arrivals: map[string]*schema.Arrive{}, episodes: map[int]*episodeState{}, versions: map[string]map[string]bool{}}
 		s.rollouts[n] = r
+	}
+	if at.After(r.lastAt) {
+		r.lastAt = at
 	}
 	return r
 }
@@ -113,20 +180,100 @@ func (r *rolloutState) version(role, v string) {
 	r.versions[role][v] = true
 }
 
+// pick takes the rollout's task list and config from the arrivals not
+// refused, as the session-store does: the first task list stored is the
+// rollout's (an arrival that brings another is refused), and the config is
+// the planner's, else the actor's, each from the role's first arrival. An
+// arrival read before its refusal counts until the refusal is read.
+func (s *state) pick(r *rolloutState) {
+	var tasks, planner, actor *arrival
+	for _, a := range r.brought {
+		if r.refusedIDs[a.id] {
+			a.tasks = nil // never the rollout's
+			continue
+		}
+		if a.hasTasks() && (tasks == nil || a.at.Before(tasks.at)) {
+			tasks = a
+		}
+		if a.config == nil {
+			continue
+		}
+		switch {
+		case a.role == schema.RolePlanner && (planner == nil || a.at.Before(planner.at)):
+			planner = a
+		case a.role != schema.RolePlanner && (actor == nil || a.at.Before(actor.at)):
+			actor = a
+		}
+	}
+	switch {
+	case planner != nil:
+		r.config = planner.config
+	case actor != nil:
+		r.config = actor.config
+	default:
+		r.config = nil
+	}
+	r.tasksFrom, r.tasks = tasks, nil
+	if tasks == nil || r.compacted {
+		return // a compacted rollout's tasks are read again when asked for
+	}
+	if tasks.object != "" && !tasks.loaded && s.loadTasks != nil {
+		tasks.tasks, tasks.loaded = s.loadTasks(context.Background(), tasks.role, tasks.object, tasks.sha), true
+	}
+	r.tasks = tasks.tasks
+}
+
 // state is everything the Reader has read.
 type state struct {
 	rollouts map[int64]*rolloutState
-	// loadTasks fetches the task list an arrival names in its object
-	// store; nil in tests that need none.
-	loadTasks func(a *schema.Arrive) []schema.Task
-	// keepFull is how many finished rollouts keep their texts (0: all).
+	// loadTasks fetches the task list an arrival of role names in its
+	// object store; nil in tests that need none.
+	loadTasks func(ctx context.Context, role, object, sha string) []schema.Task
+	// keepFull is how many finished rollouts keep their episodes (0: all).
 	keepFull int
+	// finished are the finished rollouts not compacted yet, in the order
+	// their results were read.
+	finished []*rolloutState
+	// marks say, by stream, up to when the view has read it (see readTo).
+	marks map[string]time.Time
+	// maxAge is how long the streams keep a message (0: for ever);
+	// maxRollouts how many rollouts the view keeps (0: all).
+	maxAge      time.Duration
+	maxRollouts int
+	// gone are the rollouts let go of to stay within maxRollouts, with
+	// their last message's time: what comes of them later is not read.
+	gone     map[int64]time.Time
+	now      func() time.Time
+	prunedAt time.Time
+}
+
+func (s *state) clock() time.Time {
+	if s.now == nil {
+		return time.Now()
+	}
+	return s.now()
+}
+
+// arrivalID is how the session-store names an arrival (bus.Msg.ID), and
+// with it a refusal (Result.ArrivalID).
+func arrivalID(m bus.StoredMsg) string {
+	if id := m.Header.Get(jetstream.MsgIDHeader); id != "" {
+		return id
+	}
+	return fmt.Sprintf("seq:%d", m.Seq)
 }
 
 // apply folds one stream message into the state and reports the rollout
 // it changed (ok false when the message is not one the view reads, or
 // cannot be decoded: a reader must not stop on one bad message).
-func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
+func (s *state) apply(msg bus.StoredMsg) (int64, bool) {
+	n, ok := s.fold(msg)
+	s.maintain()
+	return n, ok
+}
+
+func (s *state) fold(msg bus.StoredMsg) (int64, bool) {
+	subj, data, at := msg.Subject, msg.Data, msg.Time
 	p, err := subject.Parse(subj)
 	if err != nil {
 		return 0, false
@@ -138,16 +285,21 @@ func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
 			return 0, false
 		}
 		r := s.rollout(m.Rollout, at)
-		if r.tasks == nil {
-			switch {
-			case len(m.Tasks) > 0:
-				r.tasks = m.Tasks
-			case m.TasksObject != "" && s.loadTasks != nil:
-				r.tasks = s.loadTasks(&m)
-			}
+		if r == nil {
+			return 0, false
 		}
-		if m.Config != nil && (r.config == nil || m.Role == schema.RolePlanner) {
-			r.config = m.Config
+		if len(m.Tasks) > 0 || m.TasksObject != "" || m.Config != nil {
+			role := p.Role
+			if role == "" {
+				role = m.Role
+			}
+			a := &arrival{id: arrivalID(msg), role: role, seq: msg.Seq, at: at, list: len(m.Tasks) > 0 || m.TasksObject != "",
+				object: m.TasksObject, sha: m.TasksSHA256, config: m.Config}
+			if !r.compacted {
+				a.tasks = m.Tasks
+			}
+			r.brought = append(r.brought, a)
+			s.pick(r)
 		}
 		m.Tasks = nil
 		if len(r.arrivals) == 0 || at.Before(r.arrivedAt) {
@@ -173,13 +325,29 @@ func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
 			return 0, false
 		}
 		r := s.rollout(m.Rollout, at)
+		if r == nil {
+			return 0, false
+		}
 		r.start, r.startedAt = &m, at
 	case "rollout.end":
 		var m schema.EpisodeEnd
 		if schema.Unmarshal(data, &m) != nil {
 			return 0, false
 		}
-		ep := s.rollout(m.Rollout, at).episode(m.Episode)
+		r := s.rollout(m.Rollout, at)
+		if r == nil {
+			return 0, false
+		}
+		if r.compacted {
+			// Stored after the rollout's result: its line counts it.
+			r.counts.ended++
+			if m.Status == schema.EpisodeQuarantined {
+				r.counts.quarantined++
+			}
+			r.rev++
+			break
+		}
+		ep := r.episode(m.Episode)
 		ep.end, ep.endedAt = &m, at
 	case "rollout.result":
 		var m schema.Result
@@ -187,8 +355,19 @@ func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
 			return 0, false
 		}
 		r := s.rollout(m.Rollout, at)
+		if r == nil {
+			return 0, false
+		}
 		if m.Rejected {
 			// An arrival refused; its trainer may send a corrected one.
+			// Whatever it brought is not the rollout's.
+			if m.ArrivalID != "" && !r.refusedIDs[m.ArrivalID] {
+				if r.refusedIDs == nil {
+					r.refusedIDs = map[string]bool{}
+				}
+				r.refusedIDs[m.ArrivalID] = true
+				s.pick(r)
+			}
 			if at.Before(r.arrivalAt[m.Role]) {
 				return m.Rollout, true // the role arrived again after it
 			}
@@ -201,17 +380,22 @@ func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
 		if r.result != nil && m.Role != schema.RolePlanner {
 			return 0, false
 		}
-		m.Samples = nil
-		r.result, r.resultAt = &m, at
-		if s.keepFull > 0 {
-			s.compact(s.keepFull)
+		// The view shows neither the samples nor every task's outcome.
+		m.Samples, m.Tasks, m.Episodes = nil, nil, nil
+		if r.result == nil && !r.compacted && s.keepFull > 0 {
+			s.finished = append(s.finished, r)
 		}
+		r.result, r.resultAt = &m, at
 	case "plan.req":
 		var m schema.PlanRequest
 		if schema.Unmarshal(data, &m) != nil {
 			return 0, false
 		}
-		ts := s.rollout(m.Rollout, at).episode(m.Episode).turn(m.Turn)
+		r := s.rollout(m.Rollout, at)
+		if r == nil || r.compacted {
+			return 0, false
+		}
+		ts := r.episode(m.Episode).turn(m.Turn)
 		ts.askedAt, ts.observation = at, m.Observation
 	case "plan.out":
 		var m planOut
@@ -219,18 +403,28 @@ func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
 			return 0, false
 		}
 		r := s.rollout(m.Rollout, at)
+		if r == nil {
+			return 0, false
+		}
+		r.version(schema.RolePlanner, m.WeightVersion)
+		if r.compacted {
+			break
+		}
 		ts := r.episode(m.Episode).turn(m.Turn)
 		ts.output, ts.finish, ts.weightVersion, ts.latencyMs, ts.written = m.Text, m.FinishReason, m.WeightVersion, m.LatencyMs, true
 		if m.Prompt != "" {
 			ts.prompt = m.Prompt
 		}
-		r.version(schema.RolePlanner, m.WeightVersion)
 	case "plan.dag":
 		var m schema.PlanDAG
 		if schema.Unmarshal(data, &m) != nil {
 			return 0, false
 		}
-		ts := s.rollout(m.Rollout, at).episode(m.Episode).turn(m.Turn)
+		r := s.rollout(m.Rollout, at)
+		if r == nil || r.compacted {
+			return 0, false
+		}
+		ts := r.episode(m.Episode).turn(m.Turn)
 		if m.Partial && ts.plan != nil && !ts.partial {
 			return 0, false // a late partial never hides the final plan
 		}
@@ -240,14 +434,22 @@ func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
 		if schema.Unmarshal(data, &m) != nil {
 			return 0, false
 		}
-		ts := s.rollout(m.Rollout, at).episode(m.Episode).turn(m.Turn)
+		r := s.rollout(m.Rollout, at)
+		if r == nil || r.compacted {
+			return 0, false
+		}
+		ts := r.episode(m.Episode).turn(m.Turn)
 		ts.answers, ts.answered = m.Answers, true
 	case "plan.error":
 		var m schema.PlanError
 		if schema.Unmarshal(data, &m) != nil {
 			return 0, false
 		}
-		ts := s.rollout(m.Rollout, at).episode(m.Episode).turn(m.Turn)
+		r := s.rollout(m.Rollout, at)
+		if r == nil || r.compacted {
+			return 0, false
+		}
+		ts := r.episode(m.Episode).turn(m.Turn)
 		ts.errorMsg, ts.failed = m.ErrorKind+": "+m.Message, true
 	case "act.done":
 		var m schema.ActDone
@@ -255,9 +457,19 @@ func (s *state) apply(subj string, data []byte, at time.Time) (int64, bool) {
 			return 0, false
 		}
 		r := s.rollout(m.Rollout, at)
+		if r == nil {
+			return 0, false
+		}
 		if m.Generation != nil {
 			r.version(schema.RoleActor, m.Generation.WeightVersion)
 			m.Generation = nil
+		}
+		if r.compacted {
+			// Stored after the rollout's result, or read after it was
+			// compacted: its line counts it.
+			r.counts.acts.add(m.Status)
+			r.rev++
+			break
 		}
 		r.episode(m.Episode).acts[m.Key] = &m
 	default:
@@ -274,7 +486,12 @@ func (s *state) applyRun(n int64, e, turn int, run *schema.Run, at time.Time) {
 		if run == nil {
 			return
 		}
-		r = s.rollout(n, at)
+		if r = s.rollout(n, at); r == nil {
+			return
+		}
+	}
+	if r.compacted {
+		return // it ended: nothing of it runs
 	}
 	r.episode(e).turn(turn).run = run
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
@@ -60,8 +61,12 @@ type Reader struct {
 
 	subs map[chan struct{}]bool
 
-	nc       *nats.Conn
-	reloaded *episodeCache // episodes of compacted rollouts, read again
+	nc *nats.Conn
+	// What was read again of compacted rollouts: episodes, episode lists,
+	// task lists.
+	reloaded  *cache[*Episode]
+	lists     *cache[[]EpisodeSummary]
+	taskLists *cache[[]schema.Task]
 
 	stop []func()
 	now  func() time.Time
@@ -73,6 +78,10 @@ type Options struct {
 	// in memory (0: DefaultKeepFull); older ones are read again from the
 	// streams when an episode of theirs is asked for.
 	KeepFull int
+	// MaxRollouts is how many rollouts the view keeps at most (0:
+	// DefaultMaxRollouts); beyond it the oldest finished ones are let go
+	// of first. Rollouts the streams no longer hold are let go of anyway.
+	MaxRollouts int
 }
 
 // Open starts reading planact's history and live traffic over nc, from the
@@ -88,19 +97,34 @@ func OpenWith(ctx context.Context, nc *nats.Conn, o Options) (*Reader, error) {
 	if o.KeepFull < 0 {
 		return nil, fmt.Errorf("view: KeepFull %d: want 0 (the default, %d) or more", o.KeepFull, DefaultKeepFull)
 	}
+	if o.MaxRollouts < 0 {
+		return nil, fmt.Errorf("view: MaxRollouts %d: want 0 (the default, %d) or more", o.MaxRollouts, DefaultMaxRollouts)
+	}
 	if o.KeepFull == 0 {
 		o.KeepFull = DefaultKeepFull
 	}
-	r := &Reader{
-		st:       state{rollouts: map[int64]*rolloutState{}, keepFull: o.KeepFull},
-		seqs:     map[string]uint64{},
-		until:    map[string]uint64{},
-		subs:     map[chan struct{}]bool{},
-		nc:       nc,
-		reloaded: newEpisodeCache(64),
-		now:      time.Now,
+	if o.MaxRollouts == 0 {
+		o.MaxRollouts = DefaultMaxRollouts
 	}
-	r.st.loadTasks = func(a *schema.Arrive) []schema.Task { return loadTasks(nc, a) }
+	r := &Reader{
+		st: state{rollouts: map[int64]*rolloutState{}, keepFull: o.KeepFull, maxRollouts: o.MaxRollouts,
+			marks: map[string]time.Time{}, gone: map[int64]time.Time{}},
+		seqs:      map[string]uint64{},
+		until:     map[string]uint64{},
+		subs:      map[chan struct{}]bool{},
+		nc:        nc,
+		reloaded:  newCache[*Episode](64),
+		lists:     newCache[[]EpisodeSummary](8),
+		taskLists: newCache[[]schema.Task](8),
+		now:       time.Now,
+	}
+	r.st.now = func() time.Time { return r.now() }
+	r.st.loadTasks = func(ctx context.Context, role, object, sha string) []schema.Task {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		tasks, _ := loadTasks(ctx, nc, role, object, sha)
+		return tasks
+	}
 	// What "read up to now" means: the last message each stream holds on
 	// what the view reads.
 	for name, f := range followed {
@@ -109,10 +133,16 @@ func OpenWith(ctx context.Context, nc *nats.Conn, o Options) (*Reader, error) {
 			return nil, fmt.Errorf("view: stream %s: %w", name, hint(err))
 		}
 		r.until[name] = last
+		r.st.marks[name] = time.Time{} // nothing read of it yet
 	}
 	runsLast, err := bus.LastSeqUntil(ctx, nc, "KV_"+bus.BucketRuns, "$KV."+bus.BucketRuns+".>")
 	if err != nil {
 		return nil, fmt.Errorf("view: KV bucket %s: %w", bus.BucketRuns, hint(err))
+	}
+	// Rollouts older than the streams' history are let go of: the view
+	// learns how long that is as watch does.
+	if r.st.maxAge, err = historyKept(ctx, nc); err != nil {
+		return nil, fmt.Errorf("view: stream %s: how long the history is kept: %w", bus.StreamRollout, hint(err))
 	}
 	fctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -124,15 +154,22 @@ func OpenWith(ctx context.Context, nc *nats.Conn, o Options) (*Reader, error) {
 			_ = bus.Follow(fctx, nc, name, f.filter, 1, PollEvery, func(m bus.StoredMsg) {
 				changed := false
 				r.mu.Lock()
+				r.st.mark(name, m.Time)
 				if !skipped(m.Subject, f.skip) {
-					_, changed = r.st.apply(m.Subject, m.Data, m.Time)
+					_, changed = r.st.apply(m)
 				}
 				r.seqs[name] = m.Seq
 				r.mu.Unlock()
 				if changed {
 					r.notify()
 				}
-			}, nil)
+			}, func() {
+				// Read to its end: what it holds was stored before now.
+				r.mu.Lock()
+				r.st.mark(name, r.now())
+				r.st.maintain()
+				r.mu.Unlock()
+			})
 		}()
 	}
 	// Run states are removed when their rollout ends, so the last one
@@ -200,18 +237,32 @@ func parseRunKey(key string) (n int64, e, turn int, ok bool) {
 	return n, e, turn, err1 == nil && err2 == nil && err3 == nil
 }
 
-// loadTasks reads the task list an arrival names in its role's object
-// store, checked against the SHA-256 the arrival named; nil when it is
-// gone (the rollout's results were cleaned up) or does not match: its
+// loadTasks reads the task list an arrival of role names in the role's
+// object store, checked against the SHA-256 the arrival named; nil when it
+// is gone (the rollout's results were cleaned up) or does not match: its
 // episodes then have no question, label or reward in the view.
-func loadTasks(nc *nats.Conn, a *schema.Arrive) []schema.Task {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	tasks, err := session.ReadTaskList(ctx, nc, schema.TaskList{Object: a.TasksObject, From: a.Role, Digest: schema.DigestSHA256 + a.TasksSHA256})
+func loadTasks(ctx context.Context, nc *nats.Conn, role, object, sha string) ([]schema.Task, error) {
+	return session.ReadTaskList(ctx, nc, schema.TaskList{Object: object, From: role, Digest: schema.DigestSHA256 + sha})
+}
+
+// historyKept is how long the streams keep planact's history (the ROLLOUT
+// stream's max age; 0: for ever), asked again while the server does not
+// answer in time, as LastSeqUntil does.
+func historyKept(ctx context.Context, nc *nats.Conn) (time.Duration, error) {
+	js, err := jetstream.New(nc)
 	if err != nil {
-		return nil
+		return 0, err
 	}
-	return tasks
+	for {
+		// (STREAM.INFO of ROLLOUT: the viewer may read it.)
+		s, err := js.Stream(ctx, bus.StreamRollout)
+		if err == nil {
+			return s.CachedInfo().Config.MaxAge, nil
+		}
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return 0, err
+		}
+	}
 }
 
 // Close stops reading; the view keeps what it has read.
@@ -273,6 +324,7 @@ func (r *Reader) notify() {
 func (r *Reader) Rollouts() []RolloutSummary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.st.prune() // those the streams no longer hold, even when nothing new comes
 	now := r.now()
 	out := make([]RolloutSummary, 0, len(r.st.rollouts))
 	for _, ro := range r.st.rollouts {
@@ -285,12 +337,22 @@ func (r *Reader) Rollouts() []RolloutSummary {
 	return out
 }
 
-// Rollout returns rollout n with the episodes that pass f.
+// Rollout returns rollout n with the episodes that pass f. The episodes of
+// a rollout whose episodes were dropped from memory (see DefaultKeepFull)
+// are read again from the streams, for at most 30 seconds; RolloutContext
+// takes a context instead.
 func (r *Reader) Rollout(n int64, f Filter) (*Rollout, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), readAgainTimeout)
+	defer cancel()
+	return r.RolloutContext(ctx, n, f)
+}
+
+// RolloutContext is Rollout, reading what it reads again until ctx ends.
+func (r *Reader) RolloutContext(ctx context.Context, n int64, f Filter) (*Rollout, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	ro := r.st.rollouts[n]
 	if ro == nil {
+		r.mu.Unlock()
 		return nil, fmt.Errorf("rollout %d: %w", n, ErrNotFound)
 	}
 	now := r.now()
@@ -299,14 +361,42 @@ func (r *Reader) Rollout(n int64, f Filter) (*Rollout, error) {
 		cfg := ro.config.WithDefaults()
 		out.PlanFormat, out.MaxTurns, out.Reward = cfg.PlanFormat, cfg.MaxTurns, cfg.Reward
 	}
-	out.EpisodeList = f.apply(ro.episodeSummaries(now))
+	if !ro.compacted {
+		defer r.mu.Unlock()
+		out.EpisodeList = f.apply(ro.episodeSummaries(now))
+		return out, nil
+	}
+	head := ro.head()
+	r.mu.Unlock()
+
+	key := cacheKey{n: n, e: -1, rev: head.rev}
+	list, ok := r.lists.get(key)
+	if !ok {
+		full, err := r.reload(ctx, head, listMessages(n))
+		if err != nil {
+			return nil, err
+		}
+		list = full.episodeSummaries(now)
+		r.lists.put(key, list)
+	}
+	out.EpisodeList = f.apply(list)
 	return out, nil
 }
 
 // Episode returns episode e of rollout n in full. An episode of a rollout
-// whose texts were dropped from memory (see DefaultKeepFull) is read again
-// from the streams, and remembered: a finished rollout does not change.
+// whose episodes were dropped from memory (see DefaultKeepFull) is read
+// again from the streams, for at most 30 seconds, and remembered: a
+// finished rollout does not change. EpisodeContext takes a context
+// instead.
 func (r *Reader) Episode(n int64, e int) (*Episode, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), readAgainTimeout)
+	defer cancel()
+	return r.EpisodeContext(ctx, n, e)
+}
+
+// EpisodeContext is Episode, reading what it reads again until ctx ends
+// (a command's deadline, an interrupt, an HTTP request that went away).
+func (r *Reader) EpisodeContext(ctx context.Context, n int64, e int) (*Episode, error) {
 	r.mu.Lock()
 	ro := r.st.rollouts[n]
 	if ro == nil {
@@ -315,7 +405,7 @@ func (r *Reader) Episode(n int64, e int) (*Episode, error) {
 	}
 	ep := ro.episodes[e]
 	if ep == nil {
-		if ro.start == nil || e < 0 || e >= ro.start.Episodes {
+		if count := ro.episodeCount(); e < 0 || e >= count {
 			r.mu.Unlock()
 			return nil, fmt.Errorf("rollout %d episode %d: %w", n, e, ErrNotFound)
 		}
@@ -325,19 +415,17 @@ func (r *Reader) Episode(n int64, e int) (*Episode, error) {
 		defer r.mu.Unlock()
 		return ro.fullEpisode(ep, r.now()), nil
 	}
-	head := *ro // what the reload needs of the rollout, copied under the lock
+	head := ro.head()
 	now := r.now()
 	r.mu.Unlock()
 
-	key := epKey{n, e}
+	key := cacheKey{n: n, e: e, rev: head.rev}
 	if out, ok := r.reloaded.get(key); ok {
 		return out, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	full, err := r.reload(ctx, &head, e)
+	full, err := r.reload(ctx, head, episodeMessages(n, e))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (episode %d)", err, e)
 	}
 	out := full.fullEpisode(full.episode(e), now)
 	r.reloaded.put(key, out)

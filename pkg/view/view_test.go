@@ -364,3 +364,43 @@ func TestRejectedArrival(t *testing.T) {
 		t.Errorf("rollout 8 after a corrected arrival: %+v", s)
 	}
 }
+
+// The tasks a rollout shows (questions, labels and the rewards scored
+// against them) are those of the arrival planact took, not those of a
+// refused one read first. Before, the first arrival read gave them.
+func TestRefusedArrivalsTasksAreNotShown(t *testing.T) {
+	env := stacktest.Start(t, sim.Config{Seed: 1}, sim.Config{Seed: 2})
+	b := bustest.Bus(t, env.URL, "trainer")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	poisoned := []schema.Task{{Prompt: "poisoned question", Label: "poisoned label"}, {Prompt: "another", Label: "x"}}
+	bad := &schema.Arrive{Rollout: 9, Role: schema.RolePlanner, Engine: env.Planner, Tasks: poisoned, Config: &schema.Config{MaxTurns: -2, Reward: "em"}}
+	if err := b.Publish(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	tasks := stacktest.Tasks(2, 1, 9)
+	env.Begin(t, 9, tasks, &schema.Config{MaxTurns: 2})
+	res := env.Wait(t, 9)
+	r := open(t, env.URL)
+	ro, err := r.Rollout(9, view.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ro.MaxTurns != 2 || ro.Reward == "em" {
+		t.Errorf("rollout 9 shows the refused arrival's config: max turns %d, reward %q", ro.MaxTurns, ro.Reward)
+	}
+	if len(ro.EpisodeList) != len(tasks) {
+		t.Fatalf("rollout 9: %+v", ro)
+	}
+	var rewards float64
+	for i, e := range ro.EpisodeList {
+		if e.Question != tasks[i].Prompt || e.Label != tasks[i].Label || e.Reward == nil {
+			t.Errorf("episode %d shows %q (label %q, reward %v), want the tasks the rollout ran: %q (%q)", i, e.Question, e.Label, e.Reward, tasks[i].Prompt, tasks[i].Label)
+			continue
+		}
+		rewards += *e.Reward
+	}
+	if mean := rewards / float64(len(tasks)); mean-res.Stats.MeanReward > 1e-9 || res.Stats.MeanReward-mean > 1e-9 {
+		t.Errorf("episodes' mean reward %v, result's %v", mean, res.Stats.MeanReward)
+	}
+}

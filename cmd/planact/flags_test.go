@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBadValuesAreRefused: a value that cannot be meant is refused with an
+// error naming its flag or variable, before anything starts; each was
+// taken for its default before (0 replicas, storage, history or result
+// retention; an unknown log level or format; a limit of 0 or less), and
+// serve --replicas -3 blamed --history.
+func TestBadValuesAreRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  func(string) string
+		want string
+	}{
+		{[]string{"provision", "--dry-run", "--replicas", "0"}, noenv, "provision: --replicas 0: want 1 to 5"},
+		{[]string{"provision", "--dry-run", "--replicas", "7"}, noenv, "provision: --replicas 7: want 1 to 5"},
+		{[]string{"provision", "--dry-run", "--storage", "0"}, noenv, `invalid value "0" for flag -storage: size "0": want at least 256 MiB`},
+		{[]string{"provision", "--dry-run", "--storage", "0.5"}, noenv, `invalid value "0.5" for flag -storage`},
+		{[]string{"provision", "--dry-run", "--history", "0"}, noenv, "provision: --history 0s: want at least 1s"},
+		{[]string{"provision", "--dry-run", "--result-retention", "0"}, noenv, "provision: --result-retention 0s: want more than 0"},
+		{[]string{"provision", "--dry-run", "--history", "1h", "--result-retention", "2h"}, noenv, "provision: --result-retention 2h: want more than 0 and at most --history (1h)"},
+		{[]string{"provision", "--dry-run"}, env("PLANACT_LOG_LEVEL", "warning"), `provision: $PLANACT_LOG_LEVEL "warning": want debug, info, warn, error`},
+		{[]string{"serve", "--engine-limit", "0", "actor-gateway"}, noenv, "serve: --engine-limit 0: want at least 1"},
+		{[]string{"serve", "--engine-limit", "-5", "actor-gateway"}, noenv, "serve: --engine-limit -5: want at least 1"},
+		{[]string{"serve", "--replicas", "-3", "actor-gateway"}, noenv, "serve: --replicas -3: want 1 to 5"},
+		{[]string{"serve", "--replicas", "0", "actor-gateway"}, noenv, "serve: --replicas 0: want 1 to 5"},
+		{[]string{"serve", "--history", "0", "actor-gateway"}, noenv, "--history 0s: want at least 1s"},
+		{[]string{"serve", "actor-gateway"}, env("PLANACT_LOG_FORMAT", "prety"), `serve: $PLANACT_LOG_FORMAT "prety": want json or pretty`},
+		{[]string{"serve", "actor-gateway"}, env("PLANACT_LOG_LEVEL", "verbose"), `serve: $PLANACT_LOG_LEVEL "verbose"`},
+		{[]string{"up", "--port", "-1", "--metrics", "", "--log-level", "verbose"}, noenv, `up: --log-level "verbose": want debug, info, warn, error`},
+		{[]string{"up", "--port", "-1", "--metrics", ""}, env("PLANACT_LOG_LEVEL", "warning"), `up: $PLANACT_LOG_LEVEL "warning"`},
+		{[]string{"up", "--port", "-1", "--metrics", "", "--storage", "0"}, noenv, `invalid value "0" for flag -storage`},
+		{[]string{"up", "--port", "-1", "--metrics", "", "--result-retention", "0"}, noenv, "--result-retention 0s"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var out syncBuffer
+		err := run(ctx, c.args, c.env, strings.NewReader(""), &out, &out)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error naming %s", c.args, err, c.want)
+		}
+		if strings.Contains(out.String(), "NATS at") || strings.Contains(out.String(), "max bytes") {
+			t.Errorf("%v did something before refusing its flags:\n%s", c.args, out.String())
+		}
+	}
+	// What is meant still goes.
+	var out syncBuffer
+	if err := run(context.Background(), []string{"provision", "--dry-run", "--replicas", "3", "--storage", "1.5G", "--history", "2h", "--result-retention", "2h"},
+		env("PLANACT_LOG_LEVEL", "WARN", "PLANACT_LOG_FORMAT", "pretty"), nil, &out, &out); err != nil {
+		t.Errorf("provision with good values: %v\n%s", err, out.String())
+	}
+}
