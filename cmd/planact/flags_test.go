@@ -5,6 +5,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/bus"
 )
 
 // TestBadValuesAreRefused: a value that cannot be meant is refused with an
@@ -54,5 +59,50 @@ func TestBadValuesAreRefused(t *testing.T) {
 	if err := run(context.Background(), []string{"provision", "--dry-run", "--replicas", "3", "--storage", "1.5G", "--history", "2h", "--result-retention", "2h"},
 		env("PLANACT_LOG_LEVEL", "WARN", "PLANACT_LOG_FORMAT", "pretty"), nil, &out, &out); err != nil {
 		t.Errorf("provision with good values: %v\n%s", err, out.String())
+	}
+}
+
+// TestProvisionAgainKeepsTheHistory: planact provision run again without
+// --history lowered a longer history set before to the default, and
+// JetStream removed at once what was older. It keeps it now; --history
+// given sets it, and --shrink lowers it to the default.
+func TestProvisionAgainKeepsTheHistory(t *testing.T) {
+	_, url := bustest.Server(t)
+	ctx := context.Background()
+	maxAge := func() time.Duration {
+		t.Helper()
+		js, err := jetstream.New(bustest.Conn(t, url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := js.Stream(ctx, bus.StreamRollout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Config.MaxAge
+	}
+	provision := func(args ...string) {
+		t.Helper()
+		var out syncBuffer
+		if err := run(ctx, append([]string{"provision", "--nats", url}, args...), noenv, nil, &out, &out); err != nil {
+			t.Fatalf("provision %v: %v\n%s", args, err, out.String())
+		}
+	}
+	provision("--history", "72h")
+	provision()
+	if got := maxAge(); got != 72*time.Hour {
+		t.Errorf("provisioned again without --history: ROLLOUT keeps %v; want the 72h set before", got)
+	}
+	provision("--history", "48h")
+	if got := maxAge(); got != 48*time.Hour {
+		t.Errorf("provisioned with --history 48h: %v", got)
+	}
+	provision("--shrink")
+	if got := maxAge(); got != bus.DefaultProvisioning().History {
+		t.Errorf("provisioned with --shrink: %v; want the default %v", got, bus.DefaultProvisioning().History)
 	}
 }

@@ -30,6 +30,7 @@ func runProvision(ctx context.Context, args []string, getenv func(string) string
 	history := fs.Duration("history", d.History, "how long rollouts are kept: stream history and each rollout's session (its record)")
 	results := fs.Duration("result-retention", d.ResultRetention, "how long a finished rollout's large results stay in the object stores")
 	storage := storageFlag(fs)
+	shrink := fs.Bool("shrink", false, "lower the history and storage of what exists to those given or the defaults (messages past them are removed at once); without it a run keeps larger limits it finds where --history or --storage is not given")
 	dryRun := fs.Bool("dry-run", false, "print the streams, buckets and stores with their limits, and change nothing")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: planact provision [flags]   (run once, as the admin, before planact serve)")
@@ -53,7 +54,14 @@ func runProvision(ctx context.Context, args []string, getenv func(string) string
 	if err != nil {
 		return fmt.Errorf("provision: %w", err)
 	}
-	p := bus.Provisioning{Replicas: *replicas, History: *history, ResultRetention: *results, Storage: storage.n}.WithDefaults()
+	// A history or storage not given is left to the defaults, which never
+	// lower what exists (a re-run with no flags keeps a longer history set
+	// before); one given is set as given.
+	raw := bus.Provisioning{Replicas: *replicas, ResultRetention: *results, Storage: storage.n, Shrink: *shrink}
+	if given(fs, "history") {
+		raw.History = *history
+	}
+	p := raw.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("provision: %w", err)
 	}
