@@ -125,12 +125,8 @@ export function traceparent(rollout, msgId) {
 export async function arrive(nc, arrival, { inlineTasksLimit = DEFAULT_INLINE_TASKS_LIMIT, timeoutMs = 60_000 } = {}) {
   checkServer(nc);
   const { rollout, role } = arrival;
-  if (!ROLES.includes(role)) {
-    throw new PlanactError("rejected", `role ${JSON.stringify(role)}: want planner or actor`);
-  }
-  if (!Number.isSafeInteger(rollout) || rollout < 0) {
-    throw new PlanactError("rejected", `rollout ${rollout}: want an integer >= 0`);
-  }
+  checkTarget(rollout, role);
+  checkMs("timeoutMs", timeoutMs);
   if (!arrival.engine?.url) {
     throw new PlanactError("rejected", `${role} arrives without an engine url`);
   }
@@ -175,6 +171,8 @@ export async function arrive(nc, arrival, { inlineTasksLimit = DEFAULT_INLINE_TA
  */
 export async function cancel(nc, rollout, role, reason = "", { timeoutMs = 60_000 } = {}) {
   checkServer(nc);
+  checkTarget(rollout, role);
+  checkMs("timeoutMs", timeoutMs);
   const atMs = Date.now();
   const body = omitZero({ schema: CANCEL_SCHEMA, rollout, role, reason, at_ms: atMs });
   const js = jetstream(nc, { timeout: REQUEST_TIMEOUT_MS });
@@ -196,7 +194,9 @@ export async function cancel(nc, rollout, role, reason = "", { timeoutMs = 60_00
  * the result and rejection subjects and reads the last message on each
  * with a direct get now and every recheckMs, so a result published before
  * the wait or while the connection was down is found too. Throws a
- * PlanactError "timeout" when timeoutMs passes or signal aborts first.
+ * PlanactError "timeout" when timeoutMs passes or signal aborts first, and
+ * "rejected" at once for a role, rollout, timeoutMs or recheckMs no wait
+ * could end on.
  */
 export async function waitResult(
   nc,
@@ -205,6 +205,9 @@ export async function waitResult(
   { arrival, timeoutMs = 3_600_000, recheckMs = DEFAULT_RECHECK_MS, signal } = {},
 ) {
   checkServer(nc);
+  checkTarget(rollout, role);
+  checkMs("timeoutMs", timeoutMs);
+  checkMs("recheckMs", recheckMs, { positive: true });
   const deadline = Date.now() + timeoutMs;
   const subjects = [resultSubject(rollout, role), rejectedSubject(rollout, role)];
   const arrived = [];
@@ -226,7 +229,7 @@ export async function waitResult(
       for (const s of subjects) {
         const r = accept(await lastOn(nc, s), arrival);
         if (r) {
-          return await withSamples(nc, r, deadline);
+          return await withSamples(nc, r, { rollout, role }, deadline);
         }
       }
       const next = Math.min(Date.now() + recheckMs, deadline);
@@ -234,7 +237,7 @@ export async function waitResult(
         while (arrived.length > 0) {
           const r = accept(arrived.shift(), arrival);
           if (r) {
-            return await withSamples(nc, r, deadline);
+            return await withSamples(nc, r, { rollout, role }, deadline);
           }
         }
         const left = next - Date.now();
@@ -278,6 +281,7 @@ export async function waitResult(
  * to the standard rollout), "rejected" (invalid) or "failed".
  */
 export async function rollout(nc, arrival, { timeoutMs = 3_600_000, inlineTasksLimit, recheckMs, signal } = {}) {
+  checkMs("timeoutMs", timeoutMs);
   const deadline = Date.now() + timeoutMs;
   const made = await arrive(nc, arrival, { inlineTasksLimit, timeoutMs });
   const result = await waitResult(nc, arrival.rollout, arrival.role, {
@@ -411,53 +415,52 @@ async function lastOn(nc, subject) {
 }
 
 // withSamples fetches r's samples from its role's object store when they
-// are there. The result says the object exists, so failures are tried
-// again until the deadline.
-async function withSamples(nc, r, deadline) {
+// are there, and those of the delivered groups it leaves out (read for
+// what was asked: rollout, role), and checks them against what r counts.
+// The result says the objects exist, so failures are tried again until
+// the deadline.
+async function withSamples(nc, r, asked, deadline) {
   if (r.samples_object) {
-    const bucket = `results_${r.role}`;
-    const data = await untilUp(deadline, async () => {
-      const blob = await readObject(nc, bucket, r.samples_object);
-      if (blob === null) {
-        throw new PlanactError("failed", `samples ${bucket}/${r.samples_object}: no such object`);
-      }
-      return blob;
-    });
-    r.samples = decode(data);
+    r.samples = await objectSamples(nc, r.role, r.samples_object, deadline);
   }
   r.samples ??= [];
-  if (r.sample_count !== undefined && r.samples.length !== r.sample_count) {
-    // A status is a claim, and so is a count (a group's samples object,
-    // read through here too, has none).
+  // A status is a claim, and so is a count. planact omits a zero count
+  // (msgpack omitempty): an absent sample_count or group_samples is 0.
+  const count = r.sample_count ?? 0;
+  if (r.samples.length !== count) {
     throw new PlanactError(
       "failed",
-      `rollout ${r.rollout}: its ${r.role} result holds ${r.samples.length} samples and counts ${r.sample_count} (sample_count)`,
+      `rollout ${asked.rollout}: its ${asked.role} result holds ${r.samples.length} samples and counts ${count} (sample_count)`,
       r,
     );
   }
-  if (r.delivered_groups?.length) {
-    // result_samples undelivered: the delivered groups' samples are in
-    // their own messages, not in the result. A group's samples are in its
-    // message or the result, never both; sort is stable.
-    let inGroups = 0;
-    for (const g of r.delivered_groups) {
-      const samples = await groupSamples(nc, r.rollout, r.role, g, deadline);
-      inGroups += samples.length;
-      r.samples.push(...samples);
-    }
-    if (inGroups !== (r.group_samples ?? 0)) {
-      throw new PlanactError(
-        "failed",
-        `rollout ${r.rollout}: the ${r.delivered_groups.length} groups its ${r.role} result names delivered hold ${inGroups} samples, the result counts ${r.group_samples ?? 0} (group_samples)`,
-        r,
-      );
-    }
+  // result_samples undelivered: the delivered groups' samples are in
+  // their own messages, not in the result. A group's samples are in its
+  // message or the result, never both; sort is stable.
+  const groups = r.delivered_groups ?? [];
+  let inGroups = 0;
+  for (const g of groups) {
+    const samples = await groupSamples(nc, asked.rollout, asked.role, g, deadline);
+    inGroups += samples.length;
+    r.samples.push(...samples);
+  }
+  const counted = r.group_samples ?? 0;
+  if (inGroups !== counted) {
+    throw new PlanactError(
+      "failed",
+      `rollout ${asked.rollout}: the ${groups.length} groups its ${asked.role} result names delivered hold ${inGroups} samples, the result counts ${counted} (group_samples)`,
+      r,
+    );
+  }
+  if (groups.length > 0) {
     r.samples.sort((a, b) => (a.group_index ?? 0) - (b.group_index ?? 0));
   }
   return r;
 }
 
-// groupSamples reads the samples of group g that a result names delivered.
+// groupSamples reads the samples of group g that role's result of rollout
+// names delivered, and checks that the group message is that group's and
+// holds what it counts.
 async function groupSamples(nc, rollout, role, g, deadline) {
   const subject = `rollout.${rollout}.result.${role}.group.${g}`;
   const group = decode(
@@ -469,10 +472,65 @@ async function groupSamples(nc, rollout, role, g, deadline) {
       return data;
     }),
   );
-  if (!group.samples_object) {
-    return group.samples ?? [];
+  // Zero values are omitted: an absent rollout, group_index or sample_count is 0.
+  for (const [field, got, want] of [
+    ["rollout", group.rollout ?? 0, rollout],
+    ["role", group.role, role],
+    ["group_index", group.group_index ?? 0, g],
+  ]) {
+    if (got !== want) {
+      throw new PlanactError(
+        "failed",
+        `${subject}: the group message's ${field} is ${JSON.stringify(got)}, the result names ${field} ${JSON.stringify(want)}`,
+      );
+    }
   }
-  return withSamples(nc, { role, samples_object: group.samples_object }, deadline).then((x) => x.samples);
+  const samples = group.samples_object
+    ? await objectSamples(nc, role, group.samples_object, deadline)
+    : (group.samples ?? []);
+  const count = group.sample_count ?? 0;
+  if (samples.length !== count) {
+    throw new PlanactError("failed", `${subject}: group ${g} holds ${samples.length} samples and counts ${count} (sample_count)`);
+  }
+  return samples;
+}
+
+// objectSamples reads the samples in object name of role's object store
+// results_<role>, trying again until the deadline.
+async function objectSamples(nc, role, name, deadline) {
+  const bucket = `results_${role}`;
+  const data = await untilUp(deadline, async () => {
+    const blob = await readObject(nc, bucket, name);
+    if (blob === null) {
+      throw new PlanactError("failed", `samples ${bucket}/${name}: no such object`);
+    }
+    return blob;
+  });
+  return decode(data);
+}
+
+// checkTarget refuses, at once, a rollout or role no message is ever
+// published for, as arrive does.
+function checkTarget(rollout, role) {
+  if (!ROLES.includes(role)) {
+    throw new PlanactError("rejected", `role ${JSON.stringify(role)}: want planner or actor`);
+  }
+  if (!Number.isSafeInteger(rollout) || rollout < 0) {
+    throw new PlanactError("rejected", `rollout ${rollout}: want an integer >= 0`);
+  }
+}
+
+// checkMs refuses a duration option that is not a number of milliseconds
+// >= 0 (> 0 when positive): NaN, a negative or a string would make a
+// deadline that never passes.
+function checkMs(name, ms, { positive = false } = {}) {
+  if (typeof ms !== "number" || Number.isNaN(ms) || ms < 0 || (positive && ms === 0)) {
+    const shown = typeof ms === "string" ? JSON.stringify(ms) : String(ms);
+    throw new PlanactError(
+      "rejected",
+      `${name} ${shown} (${typeof ms}): want a number of milliseconds ${positive ? "> 0" : ">= 0"}`,
+    );
+  }
 }
 
 // objectDigest is what an object store records of data: SHA-256=, then
@@ -587,10 +645,14 @@ function omitZero(body) {
  * loss_mask and rollout_log_probs one per response token (log-probs absent
  * only when metadata.log_probs_missing says why: an engine that returned
  * none), mask values 0 or 1, log-probs finite and <= 0 on trained tokens, a finite reward, a known
- * status, weight_versions. Per result: sample_count samples, grouped by
- * group_index then index, token totals as stats.tokens says; planner
- * rollout_ids unique, at most one per ended episode; one actor sample per
- * act of stats.acts, each in an episode with a planner sample.
+ * status, weight_versions. Per result: sample_count (+ group_samples)
+ * samples, absent counts being 0, grouped by group_index then index, token
+ * totals as stats.tokens says; when it lists its tasks, samples of every
+ * trained task and none of a filtered, quarantined, empty, unfinished or
+ * evaluated one. Planner rollout_ids unique, at most one per ended
+ * episode; at most stats.acts actor samples (stats.acts counts the acts of
+ * quarantined episodes and of filtered or surplus groups too, which give
+ * none), each in an episode with a planner sample.
  */
 export function checkSamples({ planner, actor } = {}) {
   const errs = [];
@@ -646,12 +708,62 @@ export function checkSamples({ planner, actor } = {}) {
     }
   }
   if (actor) {
+    // stats.acts counts every act the actor model ran in an episode that
+    // ended, and only those give actor samples; it also counts the acts of
+    // quarantined episodes and of filtered or surplus groups, which give
+    // none: it bounds the samples, it does not count them (sample_count does).
     const acts = actor.stats?.acts ?? 0;
-    if ((actor.samples ?? []).length !== acts) {
-      fail(`actor: ${actor.samples.length} samples, stats.acts says ${acts}`);
+    const n = (actor.samples ?? []).length;
+    if (n > acts) {
+      fail(`actor: ${n} samples, stats.acts says ${acts}: more samples than acts`);
+    }
+  }
+  for (const [role, r] of Object.entries({ planner, actor })) {
+    if (r?.tasks) {
+      checkTaskStates(role, r, fail);
     }
   }
   return { ok: errs.length === 0, errors: errs };
+}
+
+// The task states whose tasks may have samples in the result: trained
+// ones must; failed or aborted episodes may have left some.
+const STATES_WITH_SAMPLES = ["trained", "failed", "aborted"];
+
+// checkTaskStates compares r's samples with the state it gives each task
+// (r.tasks), matched by group_index and index (a sample carries its
+// task's): a trained task has samples in the result; a filtered,
+// quarantined, empty, unfinished or evaluated one has none, and no sample
+// is of a task the result does not list.
+function checkTaskStates(role, r, fail) {
+  const key = (x) => `${x.group_index ?? 0}/${x.index ?? 0}`;
+  const samples = new Map();
+  for (const s of r.samples ?? []) {
+    samples.set(key(s), (samples.get(key(s)) ?? 0) + 1);
+  }
+  const tasks = new Map(); // several tasks may share a group_index and index
+  for (const t of r.tasks) {
+    tasks.set(key(t), [...(tasks.get(key(t)) ?? []), t]);
+  }
+  for (const [k, ts] of tasks) {
+    const n = samples.get(k) ?? 0;
+    const trained = ts.find((t) => t.state === "trained");
+    if (trained && n === 0) {
+      fail(`${role}: task ${trained.episode ?? 0} (${position(trained)}) is trained, and the result has no sample of it`);
+    }
+    if (n > 0 && !ts.some((t) => STATES_WITH_SAMPLES.includes(t.state))) {
+      const t = ts[0];
+      fail(
+        `${role}: ${n} samples of task ${t.episode ?? 0} (${position(t)}), whose state is ${t.state}${t.reason ? ` (${t.reason})` : ""}: such a task has none`,
+      );
+    }
+  }
+  for (const [k, n] of samples) {
+    if (!tasks.has(k)) {
+      const [g, i] = k.split("/");
+      fail(`${role}: ${n} samples of group ${g} index ${i}, a task the result does not list`);
+    }
+  }
 }
 
 function checkSample(s, where, fail) {

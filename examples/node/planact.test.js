@@ -8,6 +8,7 @@ import { test } from "node:test";
 import { encode } from "@msgpack/msgpack";
 
 import {
+  cancel,
   checkEvaluation,
   checkSamples,
   checkServer,
@@ -114,13 +115,84 @@ const broken = [
     (r) => Object.assign(r.actor, { sample_count: 1, group_samples: 2, delivered_groups: [0] }),
     /sample_count 1 \+ group_samples 2, 2 samples/,
   ],
-  ["more acts than actor samples", (r) => (r.actor.stats = { ...r.actor.stats, acts: 3 }), /stats.acts says 3/],
+  [
+    "more actor samples than acts",
+    (r) => (r.actor.stats = { ...r.actor.stats, acts: 1 }),
+    /actor: 2 samples, stats.acts says 1: more samples than acts/,
+  ],
+  [
+    "a trained task without samples",
+    (r) => {
+      listTasks(r, ["trained", "trained"]);
+      dropEpisode(r, 1);
+    },
+    /planner: task 1 \(group 0 index 1\) is trained, and the result has no sample of it/,
+  ],
+  [
+    "samples of a filtered task",
+    (r) => listTasks(r, ["trained", "filtered"]),
+    /actor: 1 samples of task 1 \(group 0 index 1\), whose state is filtered .*: such a task has none/,
+  ],
+  [
+    "samples of a task the result does not list",
+    (r) => {
+      listTasks(r, ["trained", "trained"]);
+      r.actor.tasks.pop();
+    },
+    /actor: 1 samples of group 0 index 1, a task the result does not list/,
+  ],
   [
     "token totals that disagree with the stats",
     (r) => r.planner.samples[0].tokens.unshift(100),
     /15 tokens in the samples, stats.tokens says 14/,
   ],
 ];
+
+// listTasks gives both results of r a task list (rollout 42's two
+// episodes, in the states given), as planact's results carry one.
+function listTasks(r, states) {
+  for (const res of [r.planner, r.actor]) {
+    res.rollout = 42;
+    res.tasks = states.map((state, e) => ({
+      episode: e,
+      group_index: 0,
+      index: e,
+      state,
+      ...(state === "trained" ? {} : { reason: `episode ${e} is ${state}` }),
+    }));
+  }
+}
+
+// dropEpisode takes episode e's samples out of both results of r, with
+// their counts and tokens, as planact leaves out those of an episode
+// whose samples it does not deliver; stats.acts still counts its acts.
+function dropEpisode(r, e) {
+  const tokens = { ...r.planner.stats.tokens };
+  for (const [role, res] of Object.entries(r)) {
+    const gone = res.samples.filter((s) => s.rollout_id === `42-${e}`);
+    res.samples = res.samples.filter((s) => s.rollout_id !== `42-${e}`);
+    res.sample_count -= gone.length;
+    tokens[role] -= gone.reduce((n, s) => n + s.tokens.length, 0);
+  }
+  const stats = { ...r.planner.stats, tokens };
+  r.planner.stats = stats;
+  r.actor.stats = stats;
+}
+
+// planact counts in stats.acts the acts of every episode that ended,
+// those of quarantined episodes and filtered or surplus groups too, and
+// delivers no samples of these: fewer actor samples than acts is no
+// violation, as long as the tasks' states say why.
+for (const state of ["filtered", "quarantined", "aborted"]) {
+  test(`stats.acts counts the acts of a task in state ${state}, which has no samples`, () => {
+    const r = results();
+    listTasks(r, ["trained", state]);
+    dropEpisode(r, 1);
+    assert.equal(r.actor.stats.acts, 2);
+    assert.equal(r.actor.samples.length, 1);
+    assert.deepEqual(checkSamples(r), { ok: true, errors: [] });
+  });
+}
 
 for (const [name, breakIt, want] of broken) {
   test(`caught: ${name}`, () => {
@@ -234,8 +306,8 @@ test("a result that leaves the groups out is made whole from them, and its count
       schema: "rollout.result/1", rollout: 5, role: "actor", status: "ok",
       samples: [sample(1, 2)], sample_count: counts.own, delivered_groups: [0, 2], group_samples: counts.groups,
     },
-    "rollout.5.result.actor.group.0": { schema: "rollout.group/1", rollout: 5, role: "actor", group_index: 0, samples: [sample(0, 0), sample(0, 1)] },
-    "rollout.5.result.actor.group.2": { schema: "rollout.group/1", rollout: 5, role: "actor", group_index: 2, samples: [sample(2, 4)] },
+    "rollout.5.result.actor.group.0": { schema: "rollout.group/1", rollout: 5, role: "actor", samples: [sample(0, 0), sample(0, 1)], sample_count: 2 },
+    "rollout.5.result.actor.group.2": { schema: "rollout.group/1", rollout: 5, role: "actor", group_index: 2, samples: [sample(2, 4)], sample_count: 1 },
   });
   const r = await waitResult(standIn(stored({ own: 1, groups: 3 })), 5, "actor", { timeoutMs: 5000 });
   assert.deepEqual(r.samples.map((s) => [s.group_index, s.index]), [[0, 0], [0, 1], [1, 2], [2, 4]]);
@@ -243,4 +315,93 @@ test("a result that leaves the groups out is made whole from them, and its count
     /the 2 groups its actor result names delivered hold 3 samples, the result counts 4 \(group_samples\)/);
   await assert.rejects(waitResult(standIn(stored({ own: 2, groups: 3 })), 5, "actor", { timeoutMs: 5000 }),
     /its actor result holds 1 samples and counts 2 \(sample_count\)/);
+});
+
+const sample = (g, index) => ({ group_index: g, index, rollout_id: `5-${index}`, tokens: [1, 2], response_length: 1 });
+const ask = (stored, role = "actor", options = {}) => waitResult(standIn(stored), 5, role, { timeoutMs: 5000, ...options });
+
+// planact omits every zero value (msgpack omitempty), sample_count and
+// group_samples included: an absent count is 0, and samples beyond it are
+// refused.
+test("an absent sample_count is 0: a result carrying samples without one is refused", async () => {
+  const stored = { "rollout.5.result.actor": { schema: "rollout.result/1", rollout: 5, role: "actor", status: "ok", samples: [sample(0, 0)] } };
+  await assert.rejects(ask(stored), /rollout 5: its actor result holds 1 samples and counts 0 \(sample_count\)/);
+  const none = { "rollout.5.result.actor": { schema: "rollout.result/1", rollout: 5, role: "actor", status: "failed" } };
+  assert.deepEqual((await ask(none)).samples, []);
+});
+
+test("an absent group_samples is 0: groups that hold samples, or a count without groups, are refused", async () => {
+  const group = { schema: "rollout.group/1", rollout: 5, role: "actor", samples: [sample(0, 0)], sample_count: 1 };
+  const result = (extra) => ({
+    "rollout.5.result.actor": { schema: "rollout.result/1", rollout: 5, role: "actor", status: "ok", ...extra },
+    "rollout.5.result.actor.group.0": group,
+  });
+  await assert.rejects(ask(result({ delivered_groups: [0] })),
+    /the 1 groups its actor result names delivered hold 1 samples, the result counts 0 \(group_samples\)/);
+  await assert.rejects(ask(result({ group_samples: 1 })),
+    /the 0 groups its actor result names delivered hold 0 samples, the result counts 1 \(group_samples\)/);
+});
+
+// A group message is merged into the result only if it is the group the
+// result names: its rollout, role and group_index, and it holds the
+// samples it counts.
+for (const [name, changed, want] of [
+  ["another rollout", { rollout: 6 }, /rollout\.5\.result\.actor\.group\.2: the group message's rollout is 6, the result names rollout 5/],
+  ["another role", { role: "planner" }, /group\.2: the group message's role is "planner", the result names role "actor"/],
+  ["another group", { group_index: 0 }, /group\.2: the group message's group_index is 0, the result names group_index 2/],
+  ["samples other than it counts", { sample_count: 3 }, /group\.2: group 2 holds 2 samples and counts 3 \(sample_count\)/],
+  ["a count omitted", { sample_count: undefined }, /group\.2: group 2 holds 2 samples and counts 0 \(sample_count\)/],
+]) {
+  test(`a group message of ${name} is refused`, async () => {
+    const group = { schema: "rollout.group/1", rollout: 5, role: "actor", group_index: 2, samples: [sample(2, 0), sample(2, 1)], sample_count: 2 };
+    const stored = {
+      "rollout.5.result.actor": { schema: "rollout.result/1", rollout: 5, role: "actor", status: "ok", delivered_groups: [2], group_samples: 2 },
+      "rollout.5.result.actor.group.2": { ...group, ...changed },
+    };
+    assert.equal((await ask({ ...stored, "rollout.5.result.actor.group.2": group })).samples.length, 2);
+    await assert.rejects(ask(stored), want);
+  });
+}
+
+// soon settles as p does, or rejects after ms (then aborts stop, so that a
+// wait that would never end does end).
+async function soon(p, ms, stop) {
+  let timer;
+  try {
+    return await Promise.race([
+      p,
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`still waiting after ${ms} ms`)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+    stop?.abort();
+    await p.catch(() => {});
+  }
+}
+
+const refused = (want) => (err) => err instanceof PlanactError && err.code === "rejected" && want.test(err.message);
+
+test("waitResult and cancel refuse an unknown role at once", async () => {
+  for (const role of ["Actor", "both", ""]) {
+    const stop = new AbortController();
+    await assert.rejects(soon(ask({}, role, { timeoutMs: 60_000, signal: stop.signal }), 1000, stop),
+      refused(/^role .*: want planner or actor$/), `waitResult role ${role}`);
+    await assert.rejects(soon(cancel(standIn({}), 5, role, "why", { timeoutMs: 1000 }), 1000),
+      refused(/^role .*: want planner or actor$/), `cancel role ${role}`);
+  }
+});
+
+test("a timeoutMs that is not a number of milliseconds is refused, naming the option", async () => {
+  for (const timeoutMs of [NaN, -1, "5000", null]) {
+    const stop = new AbortController();
+    await assert.rejects(soon(ask({}, "actor", { timeoutMs, signal: stop.signal }), 1000, stop),
+      refused(/^timeoutMs .*: want a number of milliseconds >= 0$/), `waitResult timeoutMs ${timeoutMs}`);
+    await assert.rejects(soon(cancel(standIn({}), 5, "actor", "why", { timeoutMs }), 1000),
+      refused(/^timeoutMs .*: want a number of milliseconds >= 0$/), `cancel timeoutMs ${timeoutMs}`);
+  }
+  const stop = new AbortController();
+  await assert.rejects(soon(ask({}, "actor", { recheckMs: NaN, signal: stop.signal }), 1000, stop),
+    refused(/^recheckMs NaN \(number\): want a number of milliseconds > 0$/));
 });
