@@ -58,11 +58,13 @@ func (s *Service) openReplies() (string, <-chan *nats.Msg, func(), error) {
 // exchange sends msg (an actor request) and returns the gateway's answer,
 // sending the request again as the comment above says, and whether a
 // gateway acknowledged it first (it ran, or waited to run). A request sent
-// to any gateway again, or the first of an act another runner may have
-// generated already (run.rerun) or whose last exchange ended with such a
-// retry outstanding (run.resend), is a retry when a gateway starts a new
-// generation for it (its acknowledgement says started, not attached): that
-// retry is appended to run.retries, with why.
+// to any gateway again, or one of an act another runner may have
+// generated already (run.rerun, until an exchange of the act is
+// acknowledged: an answer a gateway kept of a try is no generation) or
+// whose last exchange ended with such a retry outstanding (run.resend),
+// is a retry when a gateway starts a new generation for it (its
+// acknowledgement says started, not attached): that retry is appended to
+// run.retries, with why.
 func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer *nats.Msg, acked bool, err error) {
 	reply, answers, end, err := s.openReplies()
 	if err != nil {
@@ -94,8 +96,11 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 	var pending *schema.Retry
 	pendingReason, pendingFrom := "", 1
 	if run.rerun != "" {
+		// Outstanding until a gateway acknowledges a generation: a try the
+		// other runner ran is answered from the record a gateway keeps of
+		// it (no acknowledgement, no generation), and the next try may be
+		// one the other runner still generates elsewhere.
 		pending, pendingReason = &schema.Retry{By: s.replica(), Why: run.rerun}, "rerun"
-		run.rerun = ""
 	}
 	if run.resend != nil {
 		pending, pendingReason = run.resend, run.resendReason
@@ -131,9 +136,9 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 					run.retries = append(run.retries, *pending)
 					telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, pendingReason).Inc()
 					log.Warn().Str("gateway", holder).Str("why", pending.Why).Msg("act generated again")
-					pending = nil
+					pending, run.rerun = nil, ""
 				case p == schema.ActorAttached:
-					pending = nil // the generation that runs: no second one
+					pending, run.rerun = nil, "" // the generation that runs: no second one
 				}
 				continue
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/schema"
@@ -180,5 +181,52 @@ func TestARetryOutstandingKeepsTheGatewayThatWent(t *testing.T) {
 	if len(run.retries) != 1 || run.retries[0].From != "fake" || !strings.Contains(run.retries[0].Why, "actor-gateway fake answered nothing") ||
 		!strings.Contains(run.retries[0].Why, "then no actor-gateway acknowledged") {
 		t.Errorf("retries %+v, want one, from the gateway that went, saying both why it was sent again", run.retries)
+	}
+}
+
+// A runner that takes a turn over runs its acts again from try 1, a retry
+// outstanding ("rerun": its predecessor may have generated them). A try
+// its predecessor ran is answered from the gateway's kept record, without
+// an acknowledgement: no generation started for it, so the retry stays
+// outstanding, and the first try that starts one records it. Before, the
+// first exchange consumed it, and try 2 (which the predecessor may still
+// be generating on another gateway) started a new generation with no
+// retry recorded.
+func TestARerunStaysOutstandingPastAKeptAnswer(t *testing.T) {
+	t.Parallel()
+	s, url := testService(t)
+	info := testInfo()
+	fakeGateway(t, url, func(nc *nats.Conn, copies []*nats.Msg) {
+		m := copies[len(copies)-1]
+		var req schema.ActorRequest
+		if err := schema.Unmarshal(m.Data, &req); err != nil {
+			t.Errorf("request: %v", err)
+			return
+		}
+		r := &nats.Msg{Subject: m.Reply, Header: nats.Header{}}
+		r.Header.Set(schema.HdrActorGateway, "fake")
+		if req.Try == 1 {
+			// The predecessor's try 1 failed here; its answer is kept.
+			r.Header.Set(micro.ErrorCodeHeader, "500")
+			r.Header.Set(micro.ErrorHeader, "engine restarting")
+			_ = nc.PublishMsg(r)
+			return
+		}
+		ack(nc, m, schema.ActorStarted, true)
+		r.Data, _ = schema.Marshal(&schema.ActorReply{Generation: schema.Generation{Text: "x is 1"}})
+		_ = nc.PublishMsg(r)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := &act{Rollout: 1, Episode: 0, Turn: 1, Key: "t1-a", Node: search("a", "x"), rerun: "released by an earlier runner of the turn, which is gone"}
+	d, err := s.execute(ctx, info, a)
+	if err != nil || d == nil || d.Status != schema.ActDoneOK {
+		t.Fatalf("execute: %+v, %v", d, err)
+	}
+	if d.Attempts != 2 {
+		t.Fatalf("%d attempts, want 2: the test does not set up what it means to", d.Attempts)
+	}
+	if len(d.Retries) != 1 || !strings.Contains(d.Retries[0].Why, "earlier runner") {
+		t.Errorf("retries %+v, want the rerun, recorded by try 2, which started a generation", d.Retries)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
@@ -273,7 +274,7 @@ func (s *Service) try(ctx context.Context, info *session.Info, run *act) (string
 		if !ok {
 			return "", nil, fail.Permanentf("tool %q is of kind go, and this act-dispatcher's program registered no such tool (tool.Register in its main; it has %v)", tool.Name, gotool.Registered())
 		}
-		out, err := fn(ctx, input)
+		out, err := s.callGo(ctx, tool.Name, fn, input)
 		return out, nil, err
 	case mode.KindLocal:
 		// The mode runs it (ensemble's vote): no engine, no generation.
@@ -289,6 +290,44 @@ func (s *Service) try(ctx context.Context, info *session.Info, run *act) (string
 		}
 		return strings.TrimSpace(g.Text), g, nil
 	}
+}
+
+// callGo calls the Go tool name on its own goroutine, and returns at ctx's
+// end however long the call goes on: a tool that ignores its context must
+// not hold the act, its turn and a slot for ever. A call left running is
+// counted (Service.overdueTools) and logged until it returns.
+func (s *Service) callGo(ctx context.Context, name string, fn gotool.Func, input string) (string, error) {
+	type result struct {
+		out string
+		err error
+	}
+	const running, returned, left = 0, 1, 2
+	var state atomic.Int32
+	res := make(chan result, 1) // a call that returns late leaves its result there
+	log := zerolog.Ctx(ctx)
+	go func() {
+		out, err := fn(ctx, input)
+		res <- result{out, err}
+		if !state.CompareAndSwap(running, returned) { // left behind, and counted
+			n := s.overdueTools.Add(-1)
+			log.Info().Str("tool", name).Int64("overdue_tool_calls", n).Msg("a Go tool call left running past its deadline returned")
+		}
+	}()
+	select {
+	case r := <-res:
+		return r.out, r.err
+	case <-ctx.Done():
+	}
+	// Counted before it is left, so that its return never counts it below
+	// zero.
+	n := s.overdueTools.Add(1)
+	if !state.CompareAndSwap(running, left) {
+		s.overdueTools.Add(-1) // it returned as its time ran out
+		r := <-res
+		return r.out, r.err
+	}
+	log.Warn().Str("tool", name).Int64("overdue_tool_calls", n).Msg("a Go tool ignored its context; its call is left running past its deadline")
+	return "", fail.Transientf("tool %s: %w", name, ctx.Err())
 }
 
 // ActorPrompt is what the plan_act actor is asked for one act

@@ -168,8 +168,15 @@ func (s *Service) finishTurn(ctx context.Context, info *session.Info, r *schema.
 	})
 }
 
-// endEpisode publishes the episode's end, with the keys of its acts (the
-// outcomes its samples come from), read from its turns' run states.
+// endEpisode publishes the episode's end, with the keys of its acts: the
+// nodes of its turns that have an outcome in the ACT stream, where its
+// samples are. A finished turn's run records each node's outcome (a cached
+// node's published before the run finished the turn). A turn that did not
+// finish (a partial plan the answer or a parse error abandoned) is listed
+// by the outcomes published: its run says only what its runner had written
+// when it last wrote it. The outcomes of the cached nodes it recorded are
+// published first (their runner may have stopped before it did), so that
+// nothing listed lacks its outcome.
 func (s *Service) endEpisode(ctx context.Context, n int64, e, turns int, status string, answers []string, reason string) error {
 	var acts []string
 	for t := 1; t <= turns; t++ {
@@ -180,9 +187,25 @@ func (s *Service) endEpisode(ctx context.Context, n int64, e, turns int, status 
 		if !found {
 			continue // a turn that ended without a plan (answer, parse error)
 		}
+		if r.Finished {
+			for _, node := range r.Nodes {
+				switch node.Status {
+				case schema.NodeDone, schema.NodeFailed, schema.NodeCached:
+					acts = append(acts, node.Key)
+				}
+			}
+			continue
+		}
+		abandoned := &runner{s: s, run: r, known: map[string]*schema.ActDone{}}
+		if err := abandoned.publishCached(ctx); err != nil {
+			return err
+		}
+		outcomes, err := s.published(ctx, &r)
+		if err != nil {
+			return err
+		}
 		for _, node := range r.Nodes {
-			switch node.Status {
-			case schema.NodeDone, schema.NodeFailed, schema.NodeCached:
+			if outcomes[node.Key] != nil {
 				acts = append(acts, node.Key)
 			}
 		}
@@ -192,6 +215,32 @@ func (s *Service) endEpisode(ctx context.Context, n int64, e, turns int, status 
 	return s.Bus.Publish(ctx, &schema.EpisodeEnd{
 		Rollout: n, Episode: e, Turns: turns, Status: status, Answers: answers, Reason: reason, Acts: acts, AtMs: nowMs(),
 	})
+}
+
+// published reads the outcomes of the nodes of run r from the ACT stream,
+// in one read, by node key (absent where none is published).
+func (s *Service) published(ctx context.Context, r *schema.Run) (map[string]*schema.ActDone, error) {
+	subjects := make([]string, len(r.Nodes))
+	for i, node := range r.Nodes {
+		subjects[i] = subject.ActDone(r.Rollout, r.Episode, node.Key)
+	}
+	msgs, err := s.Bus.LastMsgsOnce(ctx, bus.StreamAct, subject.ActDones(r.Rollout, r.Episode), subjects)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*schema.ActDone, len(msgs))
+	for i, node := range r.Nodes {
+		m := msgs[subjects[i]]
+		if m == nil {
+			continue
+		}
+		var d schema.ActDone
+		if err := schema.Unmarshal(m.Data, &d); err != nil {
+			return nil, fmt.Errorf("%s: %w", m.Subject, err)
+		}
+		out[node.Key] = &d
+	}
+	return out, nil
 }
 
 // priorActs gathers the successful calls of the episode's earlier turns,
@@ -216,7 +265,11 @@ func (s *Service) priorActs(ctx context.Context, info *session.Info, e, turn int
 	return prior, nil
 }
 
-// turnActs are the successful calls of one finished turn of rollout id.
+// turnActs are the successful calls of one earlier turn of rollout id. A
+// finished turn's run records them; a turn that did not finish (its
+// partial plan abandoned for a parse error) has them from the outcomes
+// published, as the episode's end lists its acts: what its run says
+// depends on when its runner last wrote it.
 func (s *Service) turnActs(ctx context.Context, id rolloutID, key string) (map[string]priorAct, error) {
 	if acts, ok := s.prior.get(id, key); ok {
 		return acts, nil
@@ -226,15 +279,29 @@ func (s *Service) turnActs(ctx context.Context, id rolloutID, key string) (map[s
 		return nil, err
 	}
 	acts := map[string]priorAct{}
+	if !found {
+		return acts, nil // a turn that ended without a plan (answer, parse error)
+	}
+	if !r.Finished {
+		outcomes, err := s.published(ctx, &r)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range r.Nodes {
+			if d := outcomes[n.Key]; d != nil && d.Status == schema.ActDoneOK {
+				if _, seen := acts[callKey(n.Node)]; !seen {
+					acts[callKey(n.Node)] = priorAct{Key: n.Key, Output: d.Output}
+				}
+			}
+		}
+		return acts, nil // not kept: an abandoned act may publish its outcome still
+	}
 	for _, n := range r.Nodes {
 		if n.Status == schema.NodeDone {
 			if _, seen := acts[callKey(n.Node)]; !seen {
 				acts[callKey(n.Node)] = priorAct{Key: n.Key, Output: n.Output}
 			}
 		}
-	}
-	if !found || !r.Finished {
-		return acts, nil // a turn that ended without running (parse error): nothing to keep
 	}
 	s.prior.put(id, key, acts)
 	return acts, nil

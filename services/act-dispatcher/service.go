@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -80,6 +81,10 @@ type Service struct {
 	engMu   sync.Mutex
 	engines map[schema.Engine]chan struct{} // acts in flight on each actor engine with a stated capacity
 	replies bus.Inbox                       // the actor-gateways' answers (actor.go)
+	// overdueTools counts the calls of Go tools still running past the
+	// deadline of their attempt (they ignored their context): each left
+	// behind, and logged with the count, so that a leak shows.
+	overdueTools atomic.Int64
 }
 
 // Run serves until ctx ends.

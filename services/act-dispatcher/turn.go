@@ -58,7 +58,11 @@ type act struct {
 	taken   bool           // a gateway took that try: the next is a new one
 	retries []schema.Retry // generations sent again beyond its attempts
 	aborted string         // the gateway whose run of the last try a pause aborted
-	rerun   string         // why another runner may have generated it already
+	// rerun says why another runner may have generated it already: a
+	// retry outstanding until a gateway acknowledges one of its tries
+	// (the tries answered from what a gateway kept of them are the other
+	// runner's generations, not new ones).
+	rerun string
 	// resend is the retry outstanding when the last exchange ended finding
 	// no gateway at all: the copies sent before may have reached one that
 	// went, so a generation its next exchange starts is that retry.

@@ -73,7 +73,10 @@ type Deps struct {
 // the request is attached to the generation that runs, or answered from
 // the one that ran. A caller that asks for it (the request's
 // HdrActorProgress header) is told at once that this instance has it, and
-// every Beat while it runs.
+// every Beat while it runs. A try that a pause in abort mode stopped ran to
+// no answer: its callers are told so, again if they ask again, but a
+// caller that comes after it gets what a fresh request gets (refused while
+// the pause lasts, generated after the resume), not the abort for 30 s.
 
 // Beat is how often a running generation tells its callers it is alive.
 const Beat = time.Second
@@ -102,6 +105,11 @@ type generation struct {
 	answer   *nats.Msg // once answered; nil again after KeepAnswer
 	answered time.Time
 	forget   time.Time // when the record goes (the caller's deadline, or later)
+	// aborted: a pause in abort mode stopped it. Its answer is its
+	// callers' only: the try has no answer to keep for a caller that comes
+	// after (a runner that took the act over and numbers its tries alike),
+	// which is told what a fresh request is (paused, or a new generation).
+	aborted bool
 }
 
 // Run serves until ctx ends.
@@ -208,7 +216,7 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 	progress := m.Header.Get(schema.HdrActorProgress) != ""
 	id := req.ActorID()
 	g.mu.Lock()
-	if gen := g.gens[id]; gen != nil {
+	if gen := g.gens[id]; gen != nil && (!gen.aborted || slices.Contains(gen.callers, m.Reply)) {
 		switch {
 		case gen.answer != nil:
 			a := gen.answer
@@ -257,6 +265,7 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 	left()
 	g.mu.Lock()
 	gen.answer, gen.answered = answer, time.Now()
+	gen.aborted = answer.Header.Get(micro.ErrorCodeHeader) == CodePaused
 	gen.forget = later(gen.forget, gen.answered.Add(KeepAnswer))
 	callers := slices.Clone(gen.callers)
 	g.mu.Unlock()

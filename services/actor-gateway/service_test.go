@@ -224,3 +224,125 @@ func TestNoGenerationForARolloutOver(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAPausedAbortIsNotKeptForLaterCallers: a try that a pause in abort
+// mode stopped has no answer to keep. The callers it had are told (and
+// told again, asking again, as any caller whose answer was lost); a
+// caller that comes after the resume — a runner that took the turn over
+// and numbers its tries alike — gets the try generated. Before, it was
+// given the kept "paused" answer for 30 s, without an acknowledgement:
+// the act-dispatcher waited and sent the same try again, some 600 times,
+// and then lost an attempt to "no longer keeps the answer".
+func TestAPausedAbortIsNotKeptForLaterCallers(t *testing.T) {
+	hung := startHungEngine(t)
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "gateway")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: bustest.Logger(), Engines: &engine.Pool{Limit: 4}})
+	}()
+	caller := bustest.Conn(t, url)
+	request := func(key string) []byte {
+		body, err := schema.Marshal(&schema.ActorRequest{Rollout: 1, Key: key, Try: 1, Engine: schema.Engine{URL: hung.URL}, Prompt: "Tool: search\nInput: x",
+			Sampling: schema.Sampling{MaxNewTokens: 8}, DeadlineMs: time.Now().Add(time.Minute).UnixMilli()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return body
+	}
+	// send sends key's try 1 with its replies to inbox, and returns the
+	// first reply that is no "running" beat.
+	publish := func(inbox *nats.Subscription, key string) {
+		t.Helper()
+		m := &nats.Msg{Subject: schema.ActorSubject, Reply: inbox.Subject, Header: nats.Header{}, Data: request(key)}
+		m.Header.Set(schema.HdrActorProgress, "1")
+		if err := caller.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(inbox *nats.Subscription, key string) *nats.Msg {
+		t.Helper()
+		publish(inbox, key)
+		return next(t, inbox)
+	}
+	inbox := func() *nats.Subscription {
+		sub, err := caller.SubscribeSync(caller.NewRespInbox())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		return sub
+	}
+	setRole := func(paused bool, epoch int64) {
+		_, _, err := bus.Mutate(ctx, b.Sessions, schema.RoleKey(schema.RoleActor), func(v *schema.RoleState, _ bool) (bool, error) {
+			*v = schema.RoleState{Role: schema.RoleActor, Paused: paused, Mode: schema.PauseAbort, Epoch: epoch}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := inbox()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		publish(first, "t1-s1")
+		m, err := first.NextMsg(5 * time.Second)
+		if err == nil {
+			if p := m.Header.Get(schema.HdrActorProgress); p != schema.ActorStarted {
+				t.Fatalf("first answer: progress %q (%s), want started", p, m.Header.Get(micro.ErrorHeader))
+			}
+			break
+		}
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) { // the service may not be subscribed yet
+			t.Fatalf("no acknowledgement: %v", err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); hung.started.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the generation never reached the engine")
+		}
+	}
+	setRole(true, 1)
+	if m := next(t, first); m.Header.Get(micro.ErrorCodeHeader) != actorgateway.CodePaused {
+		t.Fatalf("answer to the aborted try: code %q (%s), want %s", m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(micro.ErrorHeader), actorgateway.CodePaused)
+	}
+	// Its caller, asking again, is told again.
+	if m := send(first, "t1-s1"); m.Header.Get(micro.ErrorCodeHeader) != actorgateway.CodePaused || m.Header.Get(schema.HdrActorProgress) != "" {
+		t.Fatalf("the aborted try's caller asking again: code %q, progress %q; want its answer, %s", m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(schema.HdrActorProgress), actorgateway.CodePaused)
+	}
+	setRole(false, 2)
+	probe := inbox()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		m := send(probe, "t1-probe") // refused, it leaves no record: asked again alike
+		if m.Header.Get(schema.HdrActorProgress) == schema.ActorStarted {
+			break // the gateway has seen the resume
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway did not see the resume: %q (%s)", m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(micro.ErrorHeader))
+		}
+	}
+	later := inbox()
+	if m := send(later, "t1-s1"); m.Header.Get(schema.HdrActorProgress) != schema.ActorStarted {
+		t.Errorf("a caller of the aborted try after the resume: code %q (%s), progress %q; want it generated again (started)",
+			m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(micro.ErrorHeader), m.Header.Get(schema.HdrActorProgress))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// next is the next reply on inbox that is no "running" beat.
+func next(t *testing.T, inbox *nats.Subscription) *nats.Msg {
+	t.Helper()
+	for {
+		m, err := inbox.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		if m.Header.Get(schema.HdrActorProgress) != schema.ActorRunning {
+			return m
+		}
+	}
+}
