@@ -370,8 +370,11 @@ func WithoutGroups(groups ...int) ResultOption {
 }
 
 // result waits for the result. A rejection of an arrival other than mine
-// (an earlier, corrected one) is passed over; with no arrival of mine (this
-// client did not arrive) every rejection counts.
+// (an earlier, corrected one) is passed over, and so is an answer that
+// names no arrival: planact's name the arrival they answer, and one that
+// does not (from a session-store before that, an earlier rollout of the
+// number) is not known to answer mine. With no arrival of mine (this
+// client did not arrive) every rejection counts, and every result.
 //
 // The wait needs no JetStream consumer: it subscribes to the result
 // subjects, and reads the last message on each from the stream (a direct
@@ -395,7 +398,10 @@ func (c *Client) result(ctx context.Context, n int64, role string, mine arrival,
 		if err := schema.Unmarshal(data, &r); err != nil {
 			return nil, err
 		}
-		if r.Rejected && r.ArrivalID != "" && mine.id != "" && r.ArrivalID != mine.id {
+		if mine.id != "" && r.ArrivalID == "" {
+			return nil, nil // answers no arrival known: not known to be mine
+		}
+		if r.Rejected && mine.id != "" && r.ArrivalID != mine.id {
 			return nil, nil // the rejection of an earlier arrival
 		}
 		if !r.Rejected && mine.id != "" && r.ArrivalID != "" && r.ArrivalID != mine.id && r.Stats.FinishedMs > 0 && r.Stats.FinishedMs <= mine.atMs {

@@ -106,20 +106,22 @@ func TestArrivalsAreForgotten(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	arrival := func(n int64) *schema.Arrive {
-		return &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://e"}}
+		return &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://e"}, AtMs: time.Now().UnixMilli()}
 	}
 	for i := range 20 {
 		n := int64(200 + i)
-		if err := b.Publish(ctx, &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK}); err != nil {
+		a := arrival(n)
+		// The result names the arrival it answers, as planact's do.
+		if err := b.Publish(ctx, &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK, ArrivalID: a.MsgID()}); err != nil {
 			t.Fatal(err)
 		}
 		if i%2 == 0 {
-			if err := c.Arrive(ctx, arrival(n)); err != nil {
+			if err := c.Arrive(ctx, a); err != nil {
 				t.Fatal(err)
 			}
 			_, err = c.Result(ctx, n, schema.RoleActor)
 		} else {
-			_, err = c.Rollout(ctx, arrival(n), 0)
+			_, err = c.Rollout(ctx, a, 0)
 		}
 		if err != nil {
 			t.Fatalf("rollout %d: %v", n, err)
@@ -136,6 +138,41 @@ func TestArrivalsAreForgotten(t *testing.T) {
 	}
 	if k := client.Arrivals(c); k != 8 {
 		t.Errorf("%d arrivals never answered remembered, want the last 8", k)
+	}
+}
+
+// TestAnAnswerNamingNoArrivalIsNotMine: planact's answers name the arrival
+// they answer. One that names none (left by a session-store before that:
+// the answer to an earlier rollout of the number, whose role came late)
+// was taken for the result of the arrival the client had made; now it is
+// passed over, and taken only by a client that made no arrival.
+func TestAnAnswerNamingNoArrivalIsNotMine(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "planact")
+	ctx := context.Background()
+	const n = 401
+	if err := b.Publish(ctx, &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultTimeout,
+		Reason: "arrived after the rollout ended: barrier time-out: the other role never arrived"}); err != nil {
+		t.Fatal(err)
+	}
+	arrived, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := arrived.Arrive(ctx, &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://e"}}); err != nil {
+		t.Fatal(err)
+	}
+	wait, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if res, err := arrived.Result(wait, n, schema.RoleActor); !errors.Is(err, client.ErrTimeout) || res != nil {
+		t.Errorf("after an arrival: %+v, %v; want no result (ErrTimeout): the one there answers no arrival", res, err)
+	}
+	reader, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := reader.Result(ctx, n, schema.RoleActor); res == nil || res.Status != schema.ResultTimeout || !errors.Is(err, client.ErrTimeout) {
+		t.Errorf("without an arrival: %+v, %v; want the result there", res, err)
 	}
 }
 

@@ -237,6 +237,7 @@ const (
 	MaxRolloutTimeoutS = 7 * 86400
 	MaxTemperature     = 100
 	MaxStops           = 16
+	MaxStopChars       = 256 // characters (Unicode code points) of a stop string, as JSON Schema's maxLength counts
 	MaxTools           = 64
 )
 
@@ -654,6 +655,14 @@ type Session struct {
 	// CancelledBy is the Nats-Msg-Id of the cancel that ended the rollout
 	// (that cancel delivered again is answered as it was the first time).
 	CancelledBy string `json:"cancelled_by,omitempty"`
+	// Late are, by role, the arrivals that came after the rollout had ended
+	// without their role, last answered (on the role's result subject)
+	// when. Each answer is recorded after it is published, so that the
+	// session, kept for the history from its last write, outlives it.
+	Late map[string]LateArrival `json:"late,omitempty"`
+	// ResultsMs is when the results were published: the write that
+	// settled them. Their retention is counted from it.
+	ResultsMs int64 `json:"results_ms,omitempty"`
 	// Outbox lists the effects decided and not yet known to be published.
 	Outbox []string `json:"outbox,omitempty"`
 	// Objects are the result objects ("bucket/name") the rollout left in the
@@ -668,6 +677,13 @@ type Session struct {
 	// again (one role's went out, the other's failed) carries the answers
 	// the first one did, and the server is asked once per episode.
 	EndScores []EpisodeScore `json:"end_scores,omitempty"`
+}
+
+// LateArrival is an arrival of a role that came after its rollout had
+// ended without it.
+type LateArrival struct {
+	ArrivalID string `json:"arrival_id"`
+	AtMs      int64  `json:"at_ms"` // when it was last answered
 }
 
 // Group returns how group g ended, if it did.

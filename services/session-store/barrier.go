@@ -2,6 +2,7 @@ package sessionstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -38,9 +39,12 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		log.Warn().Err(err).Msg("arrival rejected")
 		return s.reject(ctx, p, &a, id, err)
 	}
+	// An error before the arrival is written leaves nothing for the sweep
+	// to finish: given up, the arrival is answered (unrecorded).
+	unrecorded := func(err error) error { return s.unrecorded(ctx, m, p, &a, id, err) }
 	sum, err := s.sumArrival(ctx, &a)
 	if err != nil {
-		return rolloutErr(a.Rollout, err)
+		return unrecorded(rolloutErr(a.Rollout, err))
 	}
 
 	// The arrivals of a rollout, when this process has them, take turns
@@ -56,7 +60,7 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 	if sum.tasks != "" {
 		if refused, err := s.storeTasks(ctx, &a, id, sum); err != nil || refused != nil {
 			if err != nil {
-				return err
+				return unrecorded(err)
 			}
 			log.Warn().Err(refused).Msg("arrival rejected")
 			return s.reject(ctx, p, &a, id, refused)
@@ -66,8 +70,9 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 	var again bool       // another arrival of a role that has arrived
 	var redelivered bool // this arrival, written before
 	var diffs []string   // what that other arrival asks for that the first did not
+	var refused error    // why this arrival cannot wait for the other role
 	sess, rev, wrote, err := bus.MutateRev(ctx, s.Bus.Sessions, schema.SessionKey(a.Rollout), func(v *schema.Session, exists bool) (bool, error) {
-		late, again, redelivered, diffs = false, false, false, nil
+		late, again, redelivered, diffs, refused = false, false, false, nil, nil
 		if !exists {
 			trace := bus.TraceFrom(ctx)
 			if trace == "" {
@@ -87,6 +92,14 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		if v.State != schema.SessionWaiting {
 			late = true // the rollout started or ended without this role
 			return false, nil
+		}
+		if len(v.Roles) == 0 && a.Config == nil {
+			// The first arrival, without a config: the session waits with
+			// the default barrier time-out, and must outlive it (an arrival
+			// with a config was checked with it: validateArrival).
+			if refused = s.outlives(schema.Config{}.WithDefaults(), "first"); refused != nil {
+				return false, nil
+			}
 		}
 		if v.Roles == nil {
 			v.Roles = map[string]schema.RoleInfo{}
@@ -112,6 +125,10 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		tasks := tl.Tasks
 		v.Config = v.Config.WithDefaults()
 		v.StartedMs = s.nowMs()
+		// A config an arrival carried was checked with it (validateArrival):
+		// this finds the defaults' time-outs, when neither carried one,
+		// outlasting the history.
+		tooLong := s.outlives(v.Config, v.ConfigFrom)
 		switch {
 		case err != nil:
 			s.end(v, schema.SessionDone, schema.ResultInvalid, "tasks unusable: "+err.Error())
@@ -120,6 +137,8 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 				tl.From, tl.From, describeTasks(v.Roles[tl.From].Tasks, -1)))
 		case len(tasks) == 0:
 			s.end(v, schema.SessionDone, schema.ResultInvalid, "no tasks: neither arrival carried any")
+		case tooLong != nil:
+			s.end(v, schema.SessionDone, schema.ResultInvalid, tooLong.Error())
 		case v.Config.TargetGroups > groupCount(tasks):
 			s.end(v, schema.SessionDone, schema.ResultInvalid, fmt.Sprintf("config: target_groups %d: the batch has only %d groups (distinct group_index)",
 				v.Config.TargetGroups, groupCount(tasks)))
@@ -132,7 +151,11 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 	})
 	unlock()
 	if err != nil {
-		return rolloutErr(a.Rollout, err)
+		return unrecorded(rolloutErr(a.Rollout, err))
+	}
+	if refused != nil {
+		log.Warn().Err(refused).Msg("arrival rejected")
+		return s.reject(ctx, p, &a, id, refused)
 	}
 	ctx = bus.WithTrace(ctx, sess.Trace)
 	switch {
@@ -153,13 +176,8 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 	case late && (sess.State == schema.SessionTimeout || sess.State == schema.SessionAborted):
 		// It ended waiting for this very role: tell it, instead of leaving
 		// its trainer to wait for a result that will never come.
-		status := schema.ResultTimeout
-		if sess.State == schema.SessionAborted {
-			status = schema.ResultAborted
-		}
 		log.Warn().Str("state", sess.State).Msg("arrival after the rollout ended without this role")
-		return s.Bus.Publish(ctx, &schema.Result{Rollout: a.Rollout, Role: a.Role, Status: status,
-			Reason: "arrived after the rollout ended: " + sess.Reason})
+		return s.answerLate(ctx, &a, id, &sess)
 	}
 	// The arrival's effects (the barrier's time-out, the role's newest
 	// version, the start) are done before anyone is told it arrived.
@@ -176,6 +194,41 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		telemetry.BarrierWaitSeconds.WithLabelValues(a.Role).Observe(float64(sess.StartedMs-sess.CreatedMs) / 1000)
 	case !wrote:
 		log.Info().Str("state", sess.State).Msg("arrival delivered again")
+	}
+	return nil
+}
+
+// answerLate tells the role of a, which arrived (as id) after its rollout
+// ended without it, that the rollout is over, on the role's result
+// subject; then it records the arrival in the session. The answer names
+// the arrival, so that neither the trainer of a later rollout of the number
+// nor the session-store publishing that rollout's result takes it for that
+// rollout's. The record follows the answer so that the session, kept for
+// the history from its last write, outlives it: while the session is
+// there, the number is not used again.
+func (s *Service) answerLate(ctx context.Context, a *schema.Arrive, id string, sess *schema.Session) error {
+	status := schema.ResultTimeout
+	if sess.State == schema.SessionAborted {
+		status = schema.ResultAborted
+	}
+	r := &schema.Result{Rollout: a.Rollout, Role: a.Role, Status: status, Reason: "arrived after the rollout ended: " + sess.Reason,
+		ArrivalID: id, Stats: schema.Stats{StartedMs: sess.StartedMs, FinishedMs: sess.FinishedMs}}
+	if err := s.publishAnswer(ctx, r, nil); err != nil {
+		return rolloutErr(a.Rollout, err)
+	}
+	at := s.nowMs()
+	_, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.SessionKey(a.Rollout), func(v *schema.Session, exists bool) (bool, error) {
+		if !exists || !v.Final() {
+			return false, nil
+		}
+		if v.Late == nil {
+			v.Late = map[string]schema.LateArrival{}
+		}
+		v.Late[a.Role] = schema.LateArrival{ArrivalID: id, AtMs: max(at, v.Late[a.Role].AtMs)}
+		return true, nil
+	})
+	if err != nil {
+		return rolloutErr(a.Rollout, err)
 	}
 	return nil
 }
@@ -279,12 +332,58 @@ func (s *Service) validateArrival(a *schema.Arrive) error {
 				return fail.Invalidf("weight_version %q: with max_staleness, versions must end in a number (staleness is counted in them)", a.WeightVersion)
 			}
 		}
-		// The session must outlive the rollout: it is kept for the history.
-		if life := schema.Seconds(cfg.BarrierTimeoutS + cfg.RolloutTimeoutS); life >= s.Bus.Provisioning.History {
-			return fail.Invalidf("config: barrier_timeout_s + rollout_timeout_s = %v: want less than the history planact keeps (%v)", life, s.Bus.Provisioning.History)
+		if err := s.outlives(cfg, a.Role); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// outlives checks that the session of a rollout with the configuration
+// cfg (defaults applied) outlives the rollout: the session is kept for the
+// history from its last write, and a time-out that finds none answers no
+// one. from is the role whose config cfg is; "" for none (the defaults);
+// "first" for the defaults while the first arrival, without a config,
+// waits for the other role.
+func (s *Service) outlives(cfg schema.Config, from string) error {
+	history := s.Bus.Provisioning.History
+	switch life := schema.Seconds(cfg.BarrierTimeoutS + cfg.RolloutTimeoutS); {
+	case from == "first":
+		// Only the barrier's wait is known: the other role may bring a
+		// config with a shorter one, and the rollout's is checked then.
+		if wait := schema.Seconds(cfg.BarrierTimeoutS); wait >= history {
+			return fail.Invalidf("arrived first without a config: the default barrier_timeout_s %g (%v) is not less than the history planact keeps (--history %v), so the rollout's session would be gone before its barrier timed out: send a config with barrier_timeout_s + rollout_timeout_s under the history, or keep a longer one",
+				cfg.BarrierTimeoutS, wait, history)
+		}
+	case life < history:
+	case from == "":
+		return fail.Invalidf("config: neither arrival carried one, and the defaults' barrier_timeout_s %g + rollout_timeout_s %g = %v are not less than the history planact keeps (--history %v), so the rollout's session would be gone before it timed out: send a config with shorter time-outs, or keep a longer history",
+			cfg.BarrierTimeoutS, cfg.RolloutTimeoutS, life, history)
+	default:
+		return fail.Invalidf("config: barrier_timeout_s + rollout_timeout_s = %v: want less than the history planact keeps (--history %v)", life, history)
+	}
+	return nil
+}
+
+// unrecorded answers the arrival a (as id), which could not be recorded
+// because of err, when its message is given up: err cannot pass, or this
+// was the last delivery the session-store's consumers make (maxDeliveries).
+// Given up in silence, it left its trainer waiting for a result that
+// never comes. bus.Msg.Delivered is for logs and back-off, never to decide
+// what happened: here it decides only to answer, and what happened (the
+// arrival is not in the session) the error says. It returns err, for the
+// consumer to give the message up (or, before the last delivery, to
+// deliver it again).
+func (s *Service) unrecorded(ctx context.Context, m bus.Msg, p subject.Parsed, a *schema.Arrive, id string, err error) error {
+	if fail.IsRetryable(err) && m.Delivered < maxDeliveries {
+		return err
+	}
+	cause := fmt.Errorf("the arrival could not be recorded (%d tries): %w; arrive again", m.Delivered, err)
+	zerolog.Ctx(ctx).Error().Err(err).Uint64("delivered", m.Delivered).Msg("arrival given up; the trainer is told")
+	if rerr := s.reject(ctx, p, a, id, cause); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return err
 }
 
 // rejectUndecodable answers an arrival that cannot be read (a trainer in

@@ -275,12 +275,24 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 		v.CancelledBy = id
 		return true, nil
 	})
-	if err != nil {
-		return rolloutErr(c.Rollout, err)
-	}
 	// The answer names the cancel (its message id), so that the trainer
 	// that sent it knows it from another's.
 	who := fmt.Sprintf("cancel %s by the %s trainer", id, c.Role)
+	if err != nil {
+		err = rolloutErr(c.Rollout, err)
+		// Not recorded: given up (it cannot pass, or this was the last
+		// delivery the consumer makes), it is answered, not left to its
+		// trainer's time-out. Delivered decides only to answer here,
+		// never what happened: the error says the cancel was not recorded.
+		if fail.IsRetryable(err) && m.Delivered < maxDeliveries {
+			return err
+		}
+		zerolog.Ctx(ctx).Error().Err(err).Uint64("delivered", m.Delivered).Msg("cancel given up; the trainer is told")
+		if serr := s.status(ctx, c.Rollout, "rejected", -1, fmt.Sprintf("%s: could not be recorded (%d tries): %v; cancel again", who, m.Delivered, err)); serr != nil {
+			return errors.Join(err, serr)
+		}
+		return err
+	}
 	if unknown {
 		// Nothing to abort: whoever cancelled is told, on the status subject.
 		zerolog.Ctx(ctx).Warn().Msg("cancel of a rollout planact does not know")
@@ -410,7 +422,7 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 				objects = append(objects, res.objects...)
 			}
 		case effect == schema.EffectCleanup:
-			err = s.cleanup(ctx, &sess, res)
+			err = s.cleanup(ctx, &sess, res, objects)
 		default:
 			err = fail.Permanentf("unknown effect %q in the outbox", effect)
 		}
@@ -427,6 +439,11 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 		}
 		ended = v.Owes(schema.EffectResults) && slices.Contains(done, schema.EffectResults)
 		changed := v.Settle(done...)
+		if ended && v.ResultsMs == 0 {
+			// Their retention runs from now, however late they went out
+			// (after a crash, or a patience of tries).
+			v.ResultsMs, changed = res.atMs, true
+		}
 		for _, obj := range objects {
 			if !slices.Contains(v.Objects, obj) {
 				v.Objects, changed = append(v.Objects, obj), true
@@ -458,8 +475,11 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 
 // cleanup removes what a finished rollout no longer needs: its run state
 // and its tasks (the results are published), its pending time-outs; and it
-// schedules the removal of its result objects after the retention.
-func (s *Service) cleanup(ctx context.Context, sess *schema.Session, res *published) error {
+// schedules the removal of its result objects after the retention, counted
+// from when the results went out. res is what the results turned out to be
+// when they were published in this settle, objects the objects it left
+// (groups' and results'), not yet in sess.
+func (s *Service) cleanup(ctx context.Context, sess *schema.Session, res *published, objects []string) error {
 	n := sess.Rollout
 	s.cancelSchedules(ctx, n, schema.TimeoutBarrier, schema.TimeoutRollout)
 	s.forgetTasks(n)
@@ -480,15 +500,31 @@ func (s *Service) cleanup(ctx context.Context, sess *schema.Session, res *publis
 	if err := s.Bus.Purge(ctx, "KV_"+bus.BucketSession, fmt.Sprintf("$KV.%s.%s", bus.BucketSession, schema.TasksKey(n))); err != nil {
 		return err
 	}
-	objects := sess.Objects
-	if res != nil {
-		objects = res.objects
+	// The groups' objects are in the session already, or came in this
+	// settle; the results' too when they are large.
+	if len(sess.Objects) == 0 && len(objects) == 0 {
+		return nil
 	}
-	if len(objects) > 0 {
-		retention := sess.FinishedMs + s.Bus.Provisioning.ResultRetention.Milliseconds()
-		return s.scheduleTimeout(ctx, n, schema.TimeoutRetention, retention)
+	from, out := resultsOut(sess)
+	switch {
+	case res != nil && sess.ResultsMs == 0:
+		from = res.atMs // published in this settle, and recorded with it
+	case !out:
+		from = s.nowMs() // never before its results (the outbox has them first)
 	}
-	return nil
+	return s.scheduleTimeout(ctx, n, schema.TimeoutRetention, from+s.Bus.Provisioning.ResultRetention.Milliseconds())
+}
+
+// resultsOut says when the results of the rollout sess went out, which
+// their retention is counted from, and whether they did.
+func resultsOut(sess *schema.Session) (atMs int64, out bool) {
+	switch {
+	case sess.ResultsMs > 0:
+		return sess.ResultsMs, true
+	case !sess.Final() || sess.Owes(schema.EffectResults):
+		return 0, false
+	}
+	return sess.FinishedMs, true // settled before that was recorded
 }
 
 // retire removes the result objects of rollout n once their retention has
@@ -499,7 +535,11 @@ func (s *Service) retire(ctx context.Context, n int64) error {
 	if err != nil || !found || !sess.Final() {
 		return err
 	}
-	if left := sess.FinishedMs + s.Bus.Provisioning.ResultRetention.Milliseconds() - s.nowMs(); left > 0 {
+	from, out := resultsOut(&sess)
+	if !out {
+		return nil // their cleanup schedules the retention once they are out
+	}
+	if left := from + s.Bus.Provisioning.ResultRetention.Milliseconds() - s.nowMs(); left > 0 {
 		return fail.After(time.Duration(left)*time.Millisecond, fmt.Errorf("rollout %d: retention not over yet", n))
 	}
 	for _, obj := range sess.Objects {

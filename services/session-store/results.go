@@ -21,11 +21,15 @@ type published struct {
 	status, reason string
 	objects        []string // result objects, "bucket/name"
 	first          bool     // some result was published now, not found published before
+	atMs           int64    // when they were all out (published now, or found)
 }
 
 // publishResults publishes the result of every role that arrived, unless
 // it is already on its subject (this is the redo of an interrupted
-// publish): results are read back, never assembled twice. When the samples
+// publish): results are read back, never assembled twice. A result found
+// there counts only if it answers the arrival the session holds: one that
+// answers another (the result of an earlier rollout of the number, from a
+// training run that counted from 0 again) is not this rollout's. When the samples
 // cannot be assembled or delivered for longer than ResultPatience, or a
 // group could not be delivered (undelivered says which, and why), the
 // trainers get a failed result that says why instead of none.
@@ -51,7 +55,13 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session, unde
 			if err := schema.Unmarshal(m.Data, r); err != nil {
 				return nil, err
 			}
-		} else {
+			if r.ArrivalID != sess.Roles[role].ArrivalID {
+				zerolog.Ctx(ctx).Warn().Str("role", role).Str("found", r.ArrivalID).Str("arrival", sess.Roles[role].ArrivalID).
+					Msg("the result subject holds the answer to another arrival (an earlier rollout of the number): publishing this rollout's")
+				r = nil
+			}
+		}
+		if r == nil {
 			if built == nil && len(undelivered) > 0 {
 				built = bareResults(n, schema.ResultFailed, "samples could not be delivered: "+strings.Join(undelivered, "; "))
 			}
@@ -75,7 +85,7 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session, unde
 				// the rollout ran.
 				r = &schema.Result{Rollout: n, Role: role, Status: schema.ResultFailed, Reason: "samples could not be delivered: " + err.Error(),
 					Stats: schema.Stats{StartedMs: sess.StartedMs, FinishedMs: sess.FinishedMs}, ArrivalID: r.ArrivalID}
-				if err := s.Bus.Publish(ctx, r); err != nil {
+				if err := s.publishAnswer(ctx, r, nil); err != nil {
 					return nil, err
 				}
 			}
@@ -89,7 +99,32 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session, unde
 		}
 	}
 	slices.Sort(res.objects)
+	res.atMs = s.nowMs()
 	return res, nil
+}
+
+// publishAnswer publishes the result r (as body, when it is encoded
+// already) under a message id that names the arrival it answers
+// (resultMsgID).
+func (s *Service) publishAnswer(ctx context.Context, r *schema.Result, body []byte) error {
+	var m schema.Message = r
+	if body != nil {
+		m = bus.Encoded{Message: r, Body: body}
+	}
+	return s.Bus.Publish(ctx, m, jetstream.WithMsgID(resultMsgID(r)))
+}
+
+// resultMsgID is the Nats-Msg-Id of the result r: its own, with the
+// arrival it answers. A result published again for the same arrival is a
+// duplicate; a rollout of the same number run again (a new training run
+// counting from 0, or the answer to an arrival that came late) answers
+// another arrival, and its result is never dropped as a duplicate of the
+// earlier one within the duplicate window.
+func resultMsgID(r *schema.Result) string {
+	if r.Rejected || r.ArrivalID == "" {
+		return r.MsgID()
+	}
+	return r.MsgID() + ".for." + r.ArrivalID
 }
 
 // results builds both roles' results: the samples of a rollout that ran,
@@ -153,9 +188,9 @@ func (s *Service) publishResult(ctx context.Context, b result) error {
 			return fail.Transientf("store %s: %w", name, err)
 		}
 		r.Samples, r.SamplesObject = nil, name
-		return s.Bus.Publish(ctx, r)
+		return s.publishAnswer(ctx, r, nil)
 	}
-	return s.Bus.Publish(ctx, bus.Encoded{Message: r, Body: body})
+	return s.publishAnswer(ctx, r, body)
 }
 
 func isNotFound(err error) bool {

@@ -168,17 +168,22 @@ func (s *Service) sweepOnce(ctx context.Context) {
 		n := sess.Rollout
 		var action string
 		var err error
+		// A deadline comes first: a rollout whose outbox keeps failing (a
+		// start that cannot be published, say) still ends by its time-out,
+		// and its results then go out within their patience; settled
+		// first, it never timed out.
+		from, out := resultsOut(&sess)
 		switch {
-		case len(sess.Outbox) > 0 && now.Sub(e.at) > grace:
-			action = "settle"
-			err = s.settleFresh(ctx, n)
 		case sess.State == schema.SessionWaiting && now.After(time.UnixMilli(sess.BarrierDeadlineMs()).Add(grace)):
 			action = "barrier-timeout"
 			err = s.timeOut(ctx, n, schema.TimeoutBarrier)
 		case sess.State == schema.SessionRunning && now.After(time.UnixMilli(sess.DeadlineMs()).Add(grace)):
 			action = "rollout-timeout"
 			err = s.timeOut(ctx, n, schema.TimeoutRollout)
-		case sess.Final() && len(sess.Objects) > 0 && now.After(time.UnixMilli(sess.FinishedMs).Add(retention+grace)):
+		case len(sess.Outbox) > 0 && now.Sub(e.at) > grace:
+			action = "settle"
+			err = s.settleFresh(ctx, n)
+		case sess.Final() && len(sess.Objects) > 0 && out && now.After(time.UnixMilli(from).Add(retention+grace)):
 			action = "retire"
 			err = s.retire(ctx, n)
 		default:
