@@ -13,16 +13,24 @@ import (
 	"strings"
 	"unicode"
 
+	"golang.org/x/text/unicode/norm"
+
 	"github.com/planact/planact/pkg/fail"
 )
 
 // Normalize lowers s, removes punctuation and the articles a, an and the,
-// and collapses white space, as the SQuAD evaluation script does.
+// and collapses white space, as the SQuAD evaluation script does. Before
+// that, s is brought to Unicode's NFKC form and its format characters
+// (category Cf: zero-width spaces and joiners, byte-order marks, bidi
+// marks) are dropped, so that what reads the same compares the same: an
+// accent written as a combining mark ("cafe\u0301") or precomposed
+// ("café"), full-width letters ("ＰＡＲＩＳ") or plain ones, a ligature
+// ("ﬁ") or its letters.
 func Normalize(s string) string {
-	s = strings.ToLower(s)
+	s = strings.ToLower(norm.NFKC.String(s))
 	var b strings.Builder
 	for _, r := range s {
-		if unicode.IsPunct(r) || unicode.IsSymbol(r) {
+		if unicode.IsPunct(r) || unicode.IsSymbol(r) || unicode.Is(unicode.Cf, r) {
 			continue
 		}
 		b.WriteRune(r)
@@ -147,10 +155,16 @@ func (r Remote) Score(ctx context.Context, prompt, response, label string) (floa
 	return decodeScore(data)
 }
 
+// decodeScore reads a reward server's reply: a number, or an object whose
+// "reward" is one. A reply that holds no score (null, Python's
+// json.dumps(None)) is refused, never read as 0.
 func decodeScore(data []byte) (float64, error) {
-	var x float64
+	var x *float64
 	if err := json.Unmarshal(data, &x); err == nil {
-		return x, nil
+		if x == nil {
+			return 0, fail.Permanentf("reward: the server answered null (%.100q): want a number or {\"reward\": number}", data)
+		}
+		return *x, nil
 	}
 	var obj struct {
 		Reward *float64 `json:"reward"`

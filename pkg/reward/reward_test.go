@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/planact/planact/pkg/fail"
@@ -97,5 +98,54 @@ func TestRemoteConnectionRefused(t *testing.T) {
 	_, err := Remote{URL: url}.Score(context.Background(), "", "", "")
 	if fail.KindOf(err) != fail.Transient {
 		t.Fatalf("error %v kind %v, want transient", err, fail.KindOf(err))
+	}
+}
+
+// TestRemoteRefusesWhatSaysNoScore: a reward server that answers 200 with
+// null (Python's json.dumps(None)) said no score; it used to be read as
+// the reward 0, with no error. It is refused, the reply quoted.
+func TestRemoteRefusesWhatSaysNoScore(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"null", `the server answered null`},
+		{" null\n", `the server answered null`},
+		{`{"reward": null}`, `no "reward" field`},
+		{`{}`, `no "reward" field`},
+		{``, `decode reply ""`},
+		{`[0.5]`, `decode reply "[0.5]"`},
+		{`true`, `decode reply "true"`},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(tc.body)) }))
+		got, err := Remote{URL: srv.URL}.Score(context.Background(), "q", "Lyon", "Paris")
+		srv.Close()
+		if err == nil || fail.KindOf(err) != fail.Permanent || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("reply %q: reward %v, error %v (kind %v); want a permanent error saying %s", tc.body, got, err, fail.KindOf(err), tc.want)
+		}
+	}
+}
+
+// TestNormalizeUnicode: exact match and F1 compare what a reader sees, not
+// how it was encoded: a decomposed accent, full-width letters, ligatures
+// and zero-width characters used to make a right answer score 0.
+func TestNormalizeUnicode(t *testing.T) {
+	for _, tc := range []struct {
+		pred, label string
+		em, f1      float64
+	}{
+		{"cafe\u0301", "café", 1, 1},                    // decomposed e + combining acute
+		{"café", "cafe\u0301", 1, 1},                    // and the other way round
+		{"ＰＡＲＩＳ", "Paris", 1, 1},                        // full-width
+		{"Pa\u200bris", "Paris", 1, 1},                  // zero-width space
+		{"\ufeffParis\u200d", "Paris", 1, 1},            // BOM, zero-width joiner
+		{"ﬁne art", "fine art", 1, 1},                   // ligature
+		{"the Eiffel\u00a0Tower", "Eiffel Tower", 1, 1}, // no-break space
+		{"Pari", "Paris", 0, 0},                         // still a different word
+		{"resume", "résumé", 0, 0},                      // accents still count
+	} {
+		if got := ExactMatch(tc.pred, tc.label); got != tc.em {
+			t.Errorf("ExactMatch(%q, %q) = %v, want %v", tc.pred, tc.label, got, tc.em)
+		}
+		if got := F1(tc.pred, tc.label); math.Abs(got-tc.f1) > 1e-9 {
+			t.Errorf("F1(%q, %q) = %v, want %v", tc.pred, tc.label, got, tc.f1)
+		}
 	}
 }

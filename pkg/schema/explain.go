@@ -100,7 +100,9 @@ func msgpackTree(data []byte) (any, error) {
 }
 
 // jsonTree decodes a JSON body into plain values, its numbers kept as
-// json.Number (so that an integer is blamed as it was written).
+// json.Number (so that an integer is blamed as it was written). A key
+// given twice in one object is refused, named by its path: encoding/json
+// keeps the last one silently.
 func jsonTree(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -111,7 +113,55 @@ func jsonTree(data []byte) (any, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("not a JSON body: more follows its first value (at byte %d)", dec.InputOffset())
 	}
+	if err := jsonDuplicateKey(data); err != nil {
+		return nil, err
+	}
 	return v, nil
+}
+
+// jsonDuplicateKey finds the first key given twice in an object of the
+// JSON value data (which decodes), in the order written.
+func jsonDuplicateKey(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var walk func(path string) error
+	walk = func(path string) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return jsonErr(err)
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				tok, err := dec.Token()
+				if err != nil {
+					return jsonErr(err)
+				}
+				k, _ := tok.(string)
+				if seen[k] {
+					return &duplicateKeyError{join(path, k)}
+				}
+				seen[k] = true
+				if err := walk(join(path, k)); err != nil {
+					return err
+				}
+			}
+		case json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				if err := walk(fmt.Sprintf("%s[%d]", path, i)); err != nil {
+					return err
+				}
+			}
+		default:
+			return nil
+		}
+		if _, err := dec.Token(); err != nil { // the closing delimiter
+			return jsonErr(err)
+		}
+		return nil
+	}
+	return walk("")
 }
 
 func jsonErr(err error) error {
@@ -182,7 +232,7 @@ func culprit(body any, t reflect.Type, path string, strict bool) error {
 	}
 	switch t.Kind() {
 	case reflect.Interface:
-		return hugeNumber(body, path)
+		return freeCulprit(body, path)
 	case reflect.Bool:
 		if _, ok := body.(bool); !ok {
 			return &fieldError{path, body, "true or false"}
@@ -380,6 +430,37 @@ func uintCulprit(body any, t reflect.Type, path string) error {
 	return nil
 }
 
+// freeCulprit finds what a free-form value (a task's metadata) cannot
+// hold: a map keyed by anything but strings (it is read into
+// map[string]any), or, in a JSON value, a number beyond what a float64
+// holds (hugeNumber).
+func freeCulprit(body any, path string) error {
+	switch x := body.(type) {
+	case map[any]any:
+		return &fieldError{path, body, "a map whose keys are strings"}
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if c := freeCulprit(x[k], join(path, k)); c != nil {
+				return c
+			}
+		}
+	case []any:
+		for i, v := range x {
+			if c := freeCulprit(v, fmt.Sprintf("%s[%d]", path, i)); c != nil {
+				return c
+			}
+		}
+	default:
+		return hugeNumber(body, path)
+	}
+	return nil
+}
+
 // hugeNumber finds, in a JSON value, a number beyond what a float64 holds
 // (1e400), which msgpack cannot carry: refused rather than made infinite.
 func hugeNumber(body any, path string) error {
@@ -454,6 +535,8 @@ func describe(v any) string {
 		return "the number " + string(x)
 	case []any:
 		return fmt.Sprintf("an array of %d", len(x))
+	case arrayOf:
+		return fmt.Sprintf("an array of %d", x)
 	case map[string]any, map[any]any:
 		return "a map"
 	case time.Time:

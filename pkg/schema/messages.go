@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"unicode/utf8"
 
 	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/subject"
@@ -114,8 +115,10 @@ func (s Sampling) validate(field string, maxTokens int) error {
 		return fmt.Errorf("config: %s.stop has %d strings: want at most %d", field, len(s.Stop), MaxStops)
 	}
 	for i, stop := range s.Stop {
-		if stop == "" || len(stop) > 256 {
-			return fmt.Errorf("config: %s.stop[%d]: want 1 to 256 bytes", field, i)
+		// Characters, as the schema's maxLength counts them: a stop string
+		// of CJK or emoji is three or four bytes a character.
+		if n := utf8.RuneCountInString(stop); n < 1 || n > MaxStopChars {
+			return fmt.Errorf("config: %s.stop[%d] has %d characters: want 1 to %d", field, i, n, MaxStopChars)
 		}
 	}
 	return nil

@@ -16,8 +16,11 @@ import (
 // rejects a body that carries a field the message does not have, naming it
 // with its path ("config.max_turn", "tasks[3].lable"): a misspelt field must
 // be an error, not a default. Free-form maps (a task's metadata) may hold
-// anything. A value of the wrong type is named the same way
-// ("config.max_turns is the string "4": want an integer").
+// anything keyed by strings. A value of the wrong type is named the same
+// way ("config.max_turns is the string "4": want an integer"), and so are
+// an array where fields are wanted ("config is an array of 0: want a map
+// of fields"), a key given twice in one map, and a value out of the bounds
+// the schema states (a negative at_ms or group_index, an empty prompt).
 func UnmarshalStrict(data []byte, v Message) error {
 	return unmarshalStrict(data, v, v.Kind())
 }
@@ -32,15 +35,33 @@ func unmarshalStrict(data []byte, v any, what string) error {
 	if err := decodeStrict(data, v); err != nil {
 		return fail.Invalidf("decode %s: %w", what, explainMsgpack(data, v, err, true))
 	}
-	return checkSchema(v)
+	return checkRead(v, what)
+}
+
+// checkRead checks what a trainer's body was decoded into: its schema (a
+// message's), then the bounds of its values (bounded).
+func checkRead(v any, what string) error {
+	if err := checkSchema(v); err != nil {
+		return err
+	}
+	if b, ok := v.(bounded); ok {
+		if err := b.checkBounds(); err != nil {
+			return fail.Invalidf("decode %s: %w", what, err)
+		}
+	}
+	return nil
 }
 
 // decodeStrict decodes msgpack data into v, refusing fields v does not have
 // and bytes after the body; the body is scanned first (scanBody), so that
-// what it claims is not allocated before it is read. Its errors name no
-// field: explain finds it.
+// what it claims is not allocated before it is read, and its shape checked
+// (checkShape: no array for a struct, no key twice in a map). Its decoding
+// errors name no field: explain finds it.
 func decodeStrict(data []byte, v any) error {
 	if err := scanBody(data); err != nil {
+		return err
+	}
+	if err := checkShape(data, reflect.TypeOf(v)); err != nil {
 		return err
 	}
 	r := bytes.NewReader(data)
@@ -99,7 +120,7 @@ func unmarshalJSON(data []byte, v Message) error {
 	if err := decodeStrict(packed.Bytes(), v); err != nil {
 		return fail.Invalidf("decode %s: %w", v.Kind(), err)
 	}
-	return checkSchema(v)
+	return checkRead(v, v.Kind())
 }
 
 // mediaType is a Content-Type without its parameters, lower case; "" for
@@ -158,4 +179,59 @@ func join(path, k string) string {
 		return k
 	}
 	return path + "." + k
+}
+
+// bounded is what a trainer writes whose values have bounds its schema
+// states beyond their types (minimum 0, minLength 1): checked as it is
+// read, so that a trainer learns of a negative group_index from the
+// refusal, not from a rollout that went wrong.
+type bounded interface{ checkBounds() error }
+
+func (m *Arrive) checkBounds() error {
+	if err := notNegative("rollout", m.Rollout, "a rollout id"); err != nil {
+		return err
+	}
+	if err := notNegative("at_ms", m.AtMs, "unix milliseconds"); err != nil {
+		return err
+	}
+	return ValidateTasks(m.Tasks)
+}
+
+func (m *Cancel) checkBounds() error {
+	if err := notNegative("rollout", m.Rollout, "a rollout id"); err != nil {
+		return err
+	}
+	return notNegative("at_ms", m.AtMs, "unix milliseconds")
+}
+
+func (m *Pause) checkBounds() error  { return notNegative("at_ms", m.AtMs, "unix milliseconds") }
+func (m *Resume) checkBounds() error { return notNegative("at_ms", m.AtMs, "unix milliseconds") }
+
+func (m *TaskList) checkBounds() error { return ValidateTasks(m.Tasks) }
+
+// ValidateTasks says what is wrong with the first task of a list that
+// breaks the bounds of the task schema (defs.v1.schema.json#/$defs/task),
+// naming it by its path: a negative group_index or index, an empty or
+// missing prompt. Every task list a rollout runs is checked with it,
+// inline in an arrival or in the object store.
+func ValidateTasks(tasks []Task) error {
+	for i, t := range tasks {
+		switch {
+		case t.GroupIndex < 0:
+			return fail.E(fail.Invalid, &fieldError{fmt.Sprintf("tasks[%d].group_index", i), int64(t.GroupIndex), "an integer from 0"})
+		case t.Index < 0:
+			return fail.E(fail.Invalid, &fieldError{fmt.Sprintf("tasks[%d].index", i), int64(t.Index), "an integer from 0"})
+		case t.Prompt == "":
+			return fail.Invalidf("tasks[%d].prompt is empty or missing: want the task's prompt (1 character at least)", i)
+		}
+	}
+	return nil
+}
+
+// notNegative refuses a negative n at path, which wants what, from 0.
+func notNegative(path string, n int64, what string) error {
+	if n < 0 {
+		return &fieldError{path, n, what + " from 0"}
+	}
+	return nil
 }

@@ -2,7 +2,9 @@ package sessionstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"sort"
@@ -68,11 +70,23 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 	if err != nil {
 		return nil, err
 	}
-	scorer := s.scorer(sess.Config)
 	recorded := sess.Scores()
 	md, err := mode.For(sess.Config)
 	if err != nil {
 		return nil, fail.E(fail.Invalid, err)
+	}
+	// The completed episodes no group verdict scored are scored together,
+	// several at once, under one budget (scoreAll).
+	var unscored []*episode
+	for _, e := range which {
+		if ep := eps[e]; ep.end != nil && ep.end.Status == schema.EpisodeCompleted {
+			if _, ok := recorded[e]; !ok {
+				unscored = append(unscored, ep)
+			}
+		}
+	}
+	if err := scoreAll(ctx, s.scorer(sess.Config), unscored); err != nil {
+		return nil, err
 	}
 	for _, e := range which {
 		ep := eps[e]
@@ -86,9 +100,8 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 		} else if ep.end.Status == schema.EpisodeCompleted {
 			// A reward that cannot be computed (the reward server is down)
 			// costs that episode its reward, not the rollout its samples.
-			if ep.reward, err = scorer(ctx, ep.task, strings.Join(ep.end.Answers, " | ")); err != nil {
-				ep.reward, ep.rewardErr = 0, err.Error()
-				zerolog.Ctx(ctx).Warn().Err(err).Int("episode", e).Msg("reward failed; episode scores 0")
+			if ep.rewardErr != "" {
+				zerolog.Ctx(ctx).Warn().Str("error", ep.rewardErr).Int("episode", e).Msg("reward failed; episode scores 0")
 			}
 			ep.correct = reward.ExactMatch(strings.Join(ep.end.Answers, " "), ep.task.Label) == 1
 		}
@@ -608,23 +621,29 @@ func remoteReward(cfg schema.Config) bool {
 		(strings.HasPrefix(cfg.Reward, "http://") || strings.HasPrefix(cfg.Reward, "https://"))
 }
 
-// scorer returns the rollout's reward function.
-func (s *Service) scorer(cfg schema.Config) func(ctx context.Context, t schema.Task, answer string) (float64, error) {
+// scoreFunc scores an episode's answer to its task.
+type scoreFunc func(ctx context.Context, t schema.Task, answer string) (float64, error)
+
+// scorer returns the rollout's reward function. A score that is not a
+// finite number (NaN or ±Inf from a registered function) is an error, not
+// a reward: it would poison every mean and advantage computed from it.
+func (s *Service) scorer(cfg schema.Config) scoreFunc {
+	var fn scoreFunc
 	switch {
 	case cfg.Reward == "em":
-		return func(_ context.Context, t schema.Task, a string) (float64, error) {
+		fn = func(_ context.Context, t schema.Task, a string) (float64, error) {
 			return reward.ExactMatch(a, t.Label), nil
 		}
 	case registered(cfg.Reward):
-		fn, _ := reward.Lookup(cfg.Reward)
-		return func(ctx context.Context, t schema.Task, a string) (float64, error) {
-			return fn(ctx, t.Prompt, a, t.Label)
+		registeredFn, _ := reward.Lookup(cfg.Reward)
+		fn = func(ctx context.Context, t schema.Task, a string) (float64, error) {
+			return registeredFn(ctx, t.Prompt, a, t.Label)
 		}
 	case remoteReward(cfg):
 		r := reward.Remote{URL: cfg.Reward, HTTP: &http.Client{Timeout: 30 * time.Second}}
-		return func(ctx context.Context, t schema.Task, a string) (float64, error) {
+		fn = func(ctx context.Context, t schema.Task, a string) (float64, error) {
 			// A few quick tries ride out a blip; a server that stays down
-			// costs the episodes their rewards (see assemble), not a hang.
+			// costs the episodes their rewards (scoreAll), not a hang.
 			var err error
 			for attempt, wait := 0, 100*time.Millisecond; attempt < 3; attempt, wait = attempt+1, 2*wait {
 				var v float64
@@ -640,8 +659,118 @@ func (s *Service) scorer(cfg schema.Config) func(ctx context.Context, t schema.T
 			return 0, err
 		}
 	default:
-		return func(_ context.Context, t schema.Task, a string) (float64, error) { return reward.F1(a, t.Label), nil }
+		fn = func(_ context.Context, t schema.Task, a string) (float64, error) { return reward.F1(a, t.Label), nil }
 	}
+	return func(ctx context.Context, t schema.Task, a string) (float64, error) {
+		v, err := fn(ctx, t, a)
+		if err == nil && (math.IsNaN(v) || math.IsInf(v, 0)) {
+			return 0, fmt.Errorf("reward %s: the score %v is not a finite number", cfg.Reward, v)
+		}
+		return v, err
+	}
+}
+
+// Scoring runs scorers episodes at once. A reward server that stops
+// answering (it accepts connections and says nothing, say) must not hold
+// the rollout's results for its episodes one by one, three tries of 30 s
+// each: once it has answered nothing for scoreBudget, the episodes not
+// scored yet get a reward error, as a failed reward does (the episode
+// scores 0, and its failures say "reward"), and none waits any more. The
+// budget counts silence, not work: a slow server that keeps answering
+// scores every episode.
+const scorers = 16
+
+// scoreBudget is a variable so that a test can shorten it.
+var scoreBudget = time.Minute
+
+// errScoreBudget stops the scoring of a rollout whose reward server
+// answered nothing for scoreBudget.
+var errScoreBudget = errors.New("scoring budget spent")
+
+// scoreAll scores eps (ended, completed, not scored before) with score,
+// setting each one's reward, or its rewardErr (and a reward of 0). Its
+// error is ctx's only: a reward that cannot be had is the episode's.
+func scoreAll(ctx context.Context, score scoreFunc, eps []*episode) error {
+	if len(eps) == 0 {
+		return nil
+	}
+	budget := scoreBudget
+	sctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var mu sync.Mutex
+	lastAnswer, lastFailure := time.Now(), error(nil)
+	watched := make(chan struct{})
+	defer close(watched)
+	go func() {
+		timer := time.NewTimer(budget)
+		defer timer.Stop()
+		for {
+			select {
+			case <-watched:
+				return
+			case <-timer.C:
+			}
+			mu.Lock()
+			silent := time.Since(lastAnswer)
+			mu.Unlock()
+			if silent >= budget {
+				stop(errScoreBudget)
+				return
+			}
+			timer.Reset(budget - silent)
+		}
+	}()
+	spent := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		msg := fmt.Sprintf("reward: not scored: no score came for %v, the rollout's scoring budget", budget)
+		if lastFailure != nil {
+			msg += " (last failure: " + lastFailure.Error() + ")"
+		}
+		return msg
+	}
+	sem := make(chan struct{}, scorers)
+	var wg sync.WaitGroup
+	for _, ep := range eps {
+		acquired := false
+		select {
+		case sem <- struct{}{}:
+			acquired = true
+		case <-sctx.Done():
+		}
+		if sctx.Err() != nil {
+			if acquired {
+				<-sem
+			}
+			ep.reward, ep.rewardErr = 0, spent()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			v, err := score(sctx, ep.task, strings.Join(ep.end.Answers, " | "))
+			mu.Lock()
+			if err == nil {
+				lastAnswer = time.Now()
+			} else if sctx.Err() == nil {
+				lastFailure = err
+			}
+			mu.Unlock()
+			switch {
+			case err == nil:
+				ep.reward, ep.rewardErr = v, ""
+			case context.Cause(sctx) == errScoreBudget:
+				ep.reward, ep.rewardErr = 0, spent()
+			default:
+				ep.reward, ep.rewardErr = 0, err.Error()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("score episodes: %w", err) // stopped: what the rewards would be is not known
+	}
+	return nil
 }
 
 // newestVersions reads each role's newest weight version (resumes and

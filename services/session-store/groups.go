@@ -315,8 +315,13 @@ func (s *Service) remoteFilter(ctx context.Context, url string, sess *schema.Ses
 			responses = append(responses, strings.Join(ep.end.Answers, " | "))
 		}
 	}
-	body, _ := json.Marshal(map[string]any{"rollout": sess.Rollout, "group_index": g, "prompt": first.Prompt, "label": first.Label,
+	body, err := json.Marshal(map[string]any{"rollout": sess.Rollout, "group_index": g, "prompt": first.Prompt, "label": first.Label,
 		"rewards": rewards, "responses": responses})
+	if err != nil {
+		// A reward JSON cannot carry (NaN, ±Inf): the filter is not asked
+		// with an empty body.
+		return false, "", fmt.Errorf("encode the request for group %d: %w", g, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
