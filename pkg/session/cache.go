@@ -131,6 +131,10 @@ func ReadTaskList(ctx context.Context, nc *nats.Conn, tl schema.TaskList) ([]sch
 		tasks[i] = schema.Task{GroupIndex: t.GroupIndex, Index: t.Index, Prompt: t.Prompt, Label: t.Label, Dataset: t.Dataset}
 	}
 	inner.Tasks = nil
+	// What an inline list is held to on arrival, an object's is too.
+	if err := schema.ValidateTasks(tasks); err != nil {
+		return nil, fail.Permanentf("task object %s/%s: %w", bucket, tl.Object, err)
+	}
 	if len(data) >= collectAfterBytes {
 		// The object's bytes and its decoded tasks were live together, and
 		// the collector sizes the heap it lets grow from what was live at

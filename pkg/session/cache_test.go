@@ -194,3 +194,27 @@ func TestCacheNeverGivesAnEarlierRolloutsTasks(t *testing.T) {
 		t.Errorf("the new rollout 2's task: %q; want its own", got)
 	}
 }
+
+// TestTaskObjectHeldToWhatAnInlineListIs: a task list in the object store
+// was not checked as an inline one is (an empty prompt, a negative
+// group_index ran); it is refused for good, naming the field.
+func TestTaskObjectHeldToWhatAnInlineListIs(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "t")
+	ctx := context.Background()
+	data, err := schema.Marshal(&schema.TaskList{Tasks: []schema.Task{{Prompt: "q"}, {Index: 1, Prompt: ""}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Tasks[schema.RolePlanner].PutBytes(ctx, "rollout-6-planner.tasks", data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Create(ctx, b.Sessions, schema.TasksKey(6), &schema.TaskList{Object: "rollout-6-planner.tasks", From: schema.RolePlanner,
+		Digest: schema.DigestSHA256 + bus.SHA256(data)}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = session.LoadTaskList(ctx, b.Sessions, b.NC, 6)
+	if err == nil || fail.IsRetryable(err) || !strings.Contains(err.Error(), "tasks[1].prompt") {
+		t.Errorf("a task object with an empty prompt: %v; want an error that does not pass, naming tasks[1].prompt", err)
+	}
+}
