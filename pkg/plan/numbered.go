@@ -43,13 +43,18 @@ func parseNumbered(d *doc, o *Options) (parsed, *Error) {
 		stop = len(s)
 	}
 	var thought string
-	next := 0 // index in starts of the first numbered line after off
+	next := 0     // index in starts of the first numbered line after off
+	lineEnd := -1 // the end of the line off is in, once found
 	for off := 0; off < stop; {
-		lineEnd := stop
-		if nl := strings.IndexByte(s[off:stop], '\n'); nl >= 0 {
-			lineEnd = off + nl
+		if off > lineEnd {
+			// A new line (several calls on one line are read in turn
+			// without looking for its end again: linear work).
+			lineEnd = stop
+			if nl := strings.IndexByte(s[off:stop], '\n'); nl >= 0 {
+				lineEnd = off + nl
+			}
+			d.m.add(2 * (lineEnd - off + 1))
 		}
-		d.m.add(2 * (lineEnd - off + 1))
 		line := s[off:lineEnd]
 		id, at, ok := numberedLine(line)
 		if !ok {
@@ -77,12 +82,17 @@ func parseNumbered(d *doc, o *Options) (parsed, *Error) {
 		if err == nil {
 			// The call may span lines; skip what follows it on its last
 			// line (a comment), unless that is the next numbered call.
-			after = limit
-			if nl := strings.IndexByte(s[c.end:limit], '\n'); nl >= 0 {
-				after = c.end + nl + 1
+			if c.end > lineEnd {
+				// It spans lines: its last line is the one it ends on.
+				lineEnd = limit
+				if nl := strings.IndexByte(s[c.end:limit], '\n'); nl >= 0 {
+					lineEnd = c.end + nl
+				}
+				d.m.add(lineEnd - c.end + 1)
 			}
-			d.m.add(after - c.end)
+			after = min(lineEnd+1, limit)
 			rest := strings.TrimLeft(s[c.end:after], " \t;,")
+			d.m.add(after - c.end - len(rest) + 1)
 			if _, _, ok := numberedLine(rest); ok {
 				after -= len(rest)
 			}
