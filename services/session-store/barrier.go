@@ -96,9 +96,14 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		if len(v.Roles) == 0 && a.Config == nil {
 			// The first arrival, without a config: the session waits with
 			// the default barrier time-out, and must outlive it (an arrival
-			// with a config was checked with it: validateArrival).
-			if refused = s.outlives(schema.Config{}.WithDefaults(), "first"); refused != nil {
-				return false, nil
+			// with a config was checked with it: validateArrival). Under a
+			// shorter history the wait is cut to half the history, written
+			// in the session's config: the config the other role brings
+			// replaces it, and a trainer arriving first without one (the
+			// actor, as the planner's job brings the config) is answered by
+			// the barrier time-out while its session is there.
+			if s.outlives(schema.Config{}.WithDefaults(), "first") != nil {
+				v.Config.BarrierTimeoutS = max(s.Bus.Provisioning.History.Seconds()/2, schema.MinTimeoutS)
 			}
 		}
 		if v.Roles == nil {
