@@ -69,12 +69,31 @@ func (s *Service) answerHolds(m *nats.Msg) {
 	_ = m.Respond([]byte(answer))
 }
 
-func (s *Service) hold(t *turn) {
+// mark says this instance holds the turn key, before the write that makes
+// it the holder: a holds request that comes while the write is on its way
+// is answered yes (answered no, the asker would take the turn over and
+// generate it beside this one). was says whether it was marked already.
+func (s *Service) mark(key string) (was bool) {
 	s.mu.Lock()
-	s.held[t.key] = true
-	s.mu.Unlock()
-	t.holding = true
+	defer s.mu.Unlock()
+	was = s.held[key]
+	s.held[key] = true
+	return was
 }
+
+// unmark takes back a mark the write did not make true.
+func (s *Service) unmark(key string, was bool) {
+	if was {
+		return
+	}
+	s.mu.Lock()
+	delete(s.held, key)
+	s.mu.Unlock()
+}
+
+// claimWritten runs after each write of a claim returns: a test's window
+// between the write and what follows it.
+var claimWritten = func() {}
 
 // release ends a handler's hold on its turn.
 func (s *Service) release(t *turn) {
@@ -98,12 +117,17 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 	mine := schema.Claim{Rollout: req.Rollout, Episode: req.Episode, Turn: req.Turn, Holder: s.id, Replica: s.replica}
 	for {
 		mine.SinceMs = time.Now().UnixMilli()
+		was := s.mark(t.key)
 		created, err := bus.Create(ctx, s.Bus.Runs, t.key, &mine)
+		claimWritten()
+		if err != nil || !created {
+			s.unmark(t.key, was)
+		}
 		if err != nil {
 			return false, handBack(t, err)
 		}
 		if created {
-			s.hold(t)
+			t.holding = true
 			return false, nil
 		}
 		cur, rev, found, err := bus.GetFresh[schema.Claim](ctx, s.Bus.Runs, t.key)
@@ -120,14 +144,19 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 		next := cur
 		next.Holder, next.Replica, next.SinceMs = s.id, s.replica, time.Now().UnixMilli()
 		next.Retries = append(next.Retries, schema.Retry{By: s.id, From: cur.Holder, Why: why, AtMs: next.SinceMs})
+		was = s.mark(t.key)
 		_, conflict, err := bus.Update(ctx, s.Bus.Runs, t.key, &next, rev)
+		claimWritten()
+		if err != nil || conflict {
+			s.unmark(t.key, was)
+		}
 		if err != nil {
 			return false, handBack(t, err)
 		}
 		if conflict {
 			continue // another instance took it over first: its claim is awaited
 		}
-		s.hold(t)
+		t.holding = true
 		telemetry.GenerationRetries.WithLabelValues(schema.RolePlanner, reason).Inc()
 		log.Warn().Str("from", cur.Holder).Str("from_replica", cur.Replica).Str("why", why).Msg("planner turn taken over; generated again")
 		return false, nil
