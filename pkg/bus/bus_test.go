@@ -724,40 +724,20 @@ func TestSlotsChangeWhileConsuming(t *testing.T) {
 	_, url := bustest.Server(t)
 	b := bustest.Bus(t, url, "t")
 	slots := bus.NewSlots(1)
-	var mu sync.Mutex
-	running, most := 0, 0
-	release := make(chan struct{})
+	h := newHeld()
 	hb := newHandledBy()
-	hb.consume(t, b, "b", bus.Consumer{Stream: bus.StreamRollout, Durable: "slots", Filters: []string{"rollout.*.status"}, Slots: slots},
-		func(ctx context.Context) {
-			mu.Lock()
-			running++
-			most = max(most, running)
-			mu.Unlock()
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-			mu.Lock()
-			running--
-			mu.Unlock()
-		})
+	hb.consume(t, b, "b", bus.Consumer{Stream: bus.StreamRollout, Durable: "slots", Filters: []string{"rollout.*.status"}, Slots: slots}, h.work)
 	publishStatuses(t, b, 0, 6)
 	eventuallyBus(t, "one handler", func() bool { return hb.count("b") == 1 })
 	slots.SetLimit(4)
 	eventuallyBus(t, "four handlers", func() bool { return hb.count("b") == 4 })
-	mu.Lock()
-	if most != 4 {
+	if most := h.takeMost(); most != 4 {
 		t.Errorf("%d handlers at once with a limit of 4", most)
 	}
-	most = 0
-	mu.Unlock()
 	slots.SetLimit(1)
-	close(release)
+	close(h.release)
 	settle(t, b, "slots", func() bool { return hb.count("b") == 6 })
-	mu.Lock()
-	defer mu.Unlock()
-	if most > 1 {
+	if most := h.takeMost(); most > 1 {
 		t.Errorf("%d handlers at once after the limit went down to 1", most)
 	}
 }
@@ -941,24 +921,9 @@ func TestAReconnectLosesNoMessage(t *testing.T) {
 	_, url := bustest.Server(t)
 	b := bustest.Bus(t, url, "t")
 	const slots = 4
-	release := make(chan struct{})
-	var mu sync.Mutex
-	running, most := 0, 0
+	h := newHeld()
 	hb := newHandledBy()
-	hb.consume(t, b, "a", bus.Consumer{Stream: bus.StreamRollout, Durable: "reconnect", Filters: []string{"rollout.*.status"}, Concurrency: slots},
-		func(ctx context.Context) {
-			mu.Lock()
-			running++
-			most = max(most, running)
-			mu.Unlock()
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-			mu.Lock()
-			running--
-			mu.Unlock()
-		})
+	hb.consume(t, b, "a", bus.Consumer{Stream: bus.StreamRollout, Durable: "reconnect", Filters: []string{"rollout.*.status"}, Concurrency: slots}, h.work)
 	ctx := context.Background()
 	cons, err := b.JS.Consumer(ctx, bus.StreamRollout, "reconnect")
 	for err != nil {
@@ -987,7 +952,7 @@ func TestAReconnectLosesNoMessage(t *testing.T) {
 	if info.Delivered.Consumer > slots+1 {
 		t.Errorf("%d deliveries of %d messages while %d slots were busy: the one beyond them was handed back and delivered again", info.Delivered.Consumer, slots+1, slots)
 	}
-	close(release)
+	close(h.release)
 	settle(t, b, "reconnect", func() bool { return hb.count("a") == slots+1 })
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
@@ -996,7 +961,7 @@ func TestAReconnectLosesNoMessage(t *testing.T) {
 			t.Errorf("message %d handled %d times", r, len(by))
 		}
 	}
-	if most > slots {
+	if most := h.takeMost(); most > slots {
 		t.Errorf("%d handlers at once with %d slots", most, slots)
 	}
 }
@@ -1095,4 +1060,37 @@ func TestProvisioningAgainKeepsTheLongerHistory(t *testing.T) {
 	if r, _, _, _ := limits(); r != bus.DefaultProvisioning().History {
 		t.Errorf("provisioned with the defaults and Shrink: ROLLOUT %v; want the default %v", r, bus.DefaultProvisioning().History)
 	}
+}
+
+// held is handlers' work that holds each message until release is closed,
+// counting the most held at once.
+type held struct {
+	mu            sync.Mutex
+	running, most int
+	release       chan struct{}
+}
+
+func newHeld() *held { return &held{release: make(chan struct{})} }
+
+func (h *held) work(ctx context.Context) {
+	h.mu.Lock()
+	h.running++
+	h.most = max(h.most, h.running)
+	h.mu.Unlock()
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+	}
+	h.mu.Lock()
+	h.running--
+	h.mu.Unlock()
+}
+
+// takeMost returns the most held at once so far, and counts from 0 anew.
+func (h *held) takeMost() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.most
+	h.most = 0
+	return m
 }
