@@ -121,19 +121,24 @@ func (e *env) rollout(t *testing.T, planner, actor *client.Client, n int64, task
 	pa := &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: e.planner, WeightVersion: "planner-v7", Tasks: tasks, Config: cfg}
 	aa := &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: e.actor, WeightVersion: "actor-v3"}
 	first, second := pa, aa
-	firstC, secondC := planner, actor
 	if actorFirst {
-		first, second, firstC, secondC = aa, pa, actor, planner
+		first, second = aa, pa
 	}
-	if err := firstC.Arrive(ctx, first); err != nil {
-		t.Fatal(err)
-	}
+	// Each role waits for its result once its arrival is made: a client's
+	// Result that starts before its Arrive has recorded the arrival has
+	// none of its own, and takes any result on the subject, an earlier
+	// rollout's of the number too (pkg/client, Result).
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); o.planner, o.perr = planner.Result(ctx, n, schema.RolePlanner) }()
-	go func() { defer wg.Done(); o.actor, o.aerr = actor.Result(ctx, n, schema.RoleActor) }()
-	if err := secondC.Arrive(ctx, second); err != nil {
-		t.Fatal(err)
+	for _, a := range []*schema.Arrive{first, second} {
+		c, res, failed := planner, &o.planner, &o.perr
+		if a.Role == schema.RoleActor {
+			c, res, failed = actor, &o.actor, &o.aerr
+		}
+		if err := c.Arrive(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); *res, *failed = c.Result(ctx, n, a.Role) }()
 	}
 	wg.Wait()
 	if ctx.Err() != nil {

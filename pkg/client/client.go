@@ -326,6 +326,11 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string)
 // read from their messages, unless WithoutGroups names them. The samples
 // must be what the result and each group read count (sample_count,
 // group_samples); otherwise the error names both counts.
+//
+// Call it after this client's Arrive for n and role has returned: the
+// arrival tells this rollout's result from an earlier one of the number
+// (a training run that counted from 0 again) still in the stream. Without
+// an arrival of this client's, any result on the subject is taken.
 func (c *Client) Result(ctx context.Context, n int64, role string, opts ...ResultOption) (*schema.Result, error) {
 	if err := schema.CheckRole(role); err != nil {
 		// No result ever comes on a subject of no role: say so now.
