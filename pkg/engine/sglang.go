@@ -394,10 +394,13 @@ func (c *SGLang) Abort(ctx context.Context, rid string) error {
 }
 
 // abortIfGivenUp aborts request rid on the engine when the caller's context
-// has ended (a cancelled rollout, a time-out, a deadline), in the
-// background: the caller, who has given up, does not wait for the engine.
+// has ended (a cancelled rollout, a time-out, a deadline, a pause in abort
+// mode), and returns once the engine answered (or abortTimeout passed). A
+// generation counts as running until then: a pause says its role drained
+// only when its gateways' generations have returned, and an engine still
+// generating for an abort on its way is not drained.
 func (c *SGLang) abortIfGivenUp(ctx context.Context, rid string) {
 	if ctx.Err() != nil {
-		go func() { _ = c.sglangAbort(ctx, rid) }()
+		_ = c.sglangAbort(ctx, rid)
 	}
 }

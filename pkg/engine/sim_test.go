@@ -531,3 +531,59 @@ func (d *deadlineAtWill) Err() error {
 		return nil
 	}
 }
+
+// TestAbortAnsweredBeforeReturn: a generation given up returns only once
+// the engine has answered its /abort_request, so that what counts it as
+// running (a pause's drain) never says drained while the engine still
+// generates for an abort on its way.
+func TestAbortAnsweredBeforeReturn(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			e := sim.New(sim.Config{Role: sim.RoleActor})
+			heard, release := make(chan struct{}), make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/abort_request" {
+					close(heard)
+					<-release
+				}
+				e.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			var once sync.Once
+			free := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(free) // before srv.Close, which waits for the handler
+			c, _ := New(ProtocolSGLang, srv.URL, "sim-actor", nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			prompt := "Tool: search\nInput: capital of France " + sim.FaultActorHang + "\n"
+			r := Request{InputIDs: sim.Encode(prompt), Text: prompt, RoutingKey: "9-2"}
+			errc := make(chan error, 1)
+			go func() {
+				var err error
+				if stream {
+					_, err = c.(Streamer).GenerateStream(ctx, r, nil)
+				} else {
+					_, err = c.Generate(ctx, r)
+				}
+				errc <- err
+			}()
+			waitFor(t, "the generation running", func() bool { return e.InFlight() == 1 })
+			cancel()
+			<-heard
+			select {
+			case err := <-errc:
+				t.Fatalf("Generate returned (%v) while the engine had not answered the abort", err)
+			default:
+			}
+			free()
+			if err := <-errc; err == nil {
+				t.Fatal("a cancelled generation returned no error")
+			}
+			// The connection's close may reach the engine first; the
+			// abort_request must have been answered by now.
+			a := e.Aborts()
+			if !slices.ContainsFunc(a, func(a sim.Abort) bool { return a.By == "abort_request" }) {
+				t.Errorf("aborts the engine saw when Generate returned: %+v", a)
+			}
+		})
+	}
+}
