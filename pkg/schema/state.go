@@ -834,11 +834,33 @@ type Run struct {
 	// over; if its replica stops, the message goes to another replica,
 	// which finds its sequence here and goes on with the turn.
 	Runner uint64 `json:"runner,omitempty"`
+	// Abandoned is set on a run that no final plan completed once the
+	// turn's final planner output turned out not a plan (an answer, a
+	// parse error): from then on nothing is merged into it or released
+	// from it, and the acts it released run to their end, until
+	// Abandoned.UntilMs at the latest. The episode's end waits for their
+	// outcomes (see Abandonment).
+	Abandoned *Abandonment `json:"abandoned,omitempty"`
+}
+
+// Abandonment records when and why a turn's run was abandoned, and until
+// when the acts it released may still run: whoever ends the episode waits
+// for their outcomes until then, and records the outcome of an act that
+// has none by then as failed (timeout), so that the episode's end lists
+// every act released, with its sample when its generation ran.
+type Abandonment struct {
+	AtMs    int64  `json:"at_ms"`
+	UntilMs int64  `json:"until_ms"`
+	Why     string `json:"why"`
 }
 
 // Clone returns a copy of r that shares nothing it can change.
 func (r *Run) Clone() Run {
 	c := *r
+	if r.Abandoned != nil {
+		a := *r.Abandoned
+		c.Abandoned = &a
+	}
 	c.Nodes = make([]*NodeState, len(r.Nodes))
 	for i, n := range r.Nodes {
 		cp := *n

@@ -26,9 +26,11 @@ func episodeEnd(t *testing.T, s *Service) *schema.EpisodeEnd {
 }
 
 // A streamed turn whose final output is an answer abandons its partial
-// run: the episode ends with the run as its runner last wrote it. The
-// episode's end lists exactly the acts whose outcome the ACT stream holds
-// (what the session-store reads its samples from). Before, it listed the
+// run: the episode ends with the run as its runner last wrote it, once
+// every act it released has an outcome (one still running is waited for:
+// see TestAnAbandonedActThatEndsAfterTheAnswerIsListed). The episode's end
+// lists exactly the acts whose outcome the ACT stream holds (what the
+// session-store reads its samples from). Before, it listed the
 // run's states: a node answered from the cache whose outcome its runner
 // never published (it died first, and the partial delivered again was
 // dropped as superseded) was listed without an outcome, and the
@@ -45,7 +47,7 @@ func TestAnAbandonedTurnListsTheActsWithAnOutcome(t *testing.T) {
 	done(t, s, 1, search("a", "x"))
 	// Turn 2's partial plan: b repeats t1-a (cached, its outcome never
 	// published), c ran (its outcome published, the run not told yet), d
-	// runs still.
+	// runs still (its outcome comes once the answer is there).
 	b, c, d := search("b", "x"), search("c", "y"), search("d", "z")
 	r2 := record(t, s, info, 9, planDAG(2, true, 1, b, c, d))
 	if n := r2.Nodes[0]; n.Status != schema.NodeCached || n.CachedFrom != subject.NodeKey(1, "a") {
@@ -55,11 +57,17 @@ func TestAnAbandonedTurnListsTheActsWithAnOutcome(t *testing.T) {
 	if err := s.Bus.Publish(ctx, &schema.PlanAnswer{Rollout: 1, Episode: 0, Turn: 2, Answers: []string{"x"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.handleAnswer(ctx, &schema.PlanAnswer{Rollout: 1, Episode: 0, Turn: 2, Answers: []string{"x"}}); err != nil {
+	ended := make(chan error, 1)
+	go func() {
+		ended <- s.handleAnswer(ctx, info, &schema.PlanAnswer{Rollout: 1, Episode: 0, Turn: 2, Answers: []string{"x"}})
+	}()
+	endDecided(t, s, 2, ended)
+	done(t, s, 2, d)
+	if err := <-ended; err != nil {
 		t.Fatal(err)
 	}
 	end := episodeEnd(t, s)
-	if want := []string{"t1-a", "t2-b", "t2-c"}; !slices.Equal(end.Acts, want) {
+	if want := []string{"t1-a", "t2-b", "t2-c", "t2-d"}; !slices.Equal(end.Acts, want) {
 		t.Errorf("the episode lists acts %v, want %v: those with an outcome", end.Acts, want)
 	}
 	for _, key := range end.Acts {

@@ -2,6 +2,7 @@ package actdispatcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -46,7 +47,7 @@ func (s *Service) handlePlan(ctx context.Context, m bus.Msg) error {
 			return err
 		}
 		s.recordTurn(ctx, info, a.Rollout, a.Episode, a.Turn, "answer")
-		return s.handleAnswer(ctx, &a)
+		return s.handleAnswer(ctx, info, &a)
 	case "error":
 		var pe schema.PlanError
 		if err := m.Decode(&pe); err != nil {
@@ -62,13 +63,17 @@ func (s *Service) handlePlan(ctx context.Context, m bus.Msg) error {
 	return fail.Invalidf("act-dispatcher: unexpected subject %s", m.Subject)
 }
 
-// handleAnswer ends the episode the planner answered.
-func (s *Service) handleAnswer(ctx context.Context, a *schema.PlanAnswer) error {
+// handleAnswer ends the episode the planner answered. A streamed turn's
+// partial run is recorded abandoned first (abandon.go).
+func (s *Service) handleAnswer(ctx context.Context, info *session.Info, a *schema.PlanAnswer) error {
+	if err := s.abandonTurn(ctx, info, a.Rollout, a.Episode, a.Turn, "the turn's final output is an answer"); err != nil {
+		return err
+	}
 	status := schema.EpisodeCompleted
 	if a.FinishReason == "length" {
 		status = schema.EpisodeTruncated
 	}
-	return s.endEpisode(ctx, a.Rollout, a.Episode, a.Turn, status, a.Answers, "answered")
+	return s.endEpisode(ctx, info, a.Rollout, a.Episode, a.Turn, status, a.Answers, "answered")
 }
 
 // finalOut reports whether the planner output that ends the turn of the
@@ -101,23 +106,29 @@ func (s *Service) publishOutcome(ctx context.Context, info *session.Info, run *s
 	return nil
 }
 
-// handleParseError applies the rollout's parse-error policy.
+// handleParseError applies the rollout's parse-error policy. A streamed
+// turn's partial run is recorded abandoned first (abandon.go): whatever
+// follows, the episode's end or the next turn, nothing more of it runs but
+// what it released.
 func (s *Service) handleParseError(ctx context.Context, info *session.Info, pe *schema.PlanError) error {
 	cfg := info.Session.Config
 	reason := pe.ErrorKind + ": " + pe.Message
+	if err := s.abandonTurn(ctx, info, pe.Rollout, pe.Episode, pe.Turn, "the turn's final output is a parse error ("+pe.ErrorKind+")"); err != nil {
+		return err
+	}
 	switch {
 	case pe.ErrorKind == schema.PlanErrStale:
-		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeAborted, nil, reason)
+		return s.endEpisode(ctx, info, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeAborted, nil, reason)
 	case pe.ErrorKind == schema.PlanErrTokenDrift:
-		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeQuarantined, nil, reason)
+		return s.endEpisode(ctx, info, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeQuarantined, nil, reason)
 	case pe.ErrorKind == schema.PlanErrPlannerUnavailable || pe.ErrorKind == schema.PlanErrPlannerRejected:
-		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeFailed, nil, reason)
+		return s.endEpisode(ctx, info, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeFailed, nil, reason)
 	case pe.ErrorKind == schema.PlanErrContextFull:
-		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeTruncated, nil, reason)
+		return s.endEpisode(ctx, info, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeTruncated, nil, reason)
 	case cfg.ParseErrorPolicy == schema.ParseEnd:
-		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeFailed, nil, reason)
+		return s.endEpisode(ctx, info, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeFailed, nil, reason)
 	case pe.Turn >= cfg.MaxTurns:
-		return s.endEpisode(ctx, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeTruncated, nil, "max_turns after "+reason)
+		return s.endEpisode(ctx, info, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeTruncated, nil, "max_turns after "+reason)
 	}
 	return s.Bus.Publish(ctx, &schema.PlanRequest{
 		Rollout: pe.Rollout, Episode: pe.Episode, Turn: pe.Turn + 1,
@@ -146,14 +157,14 @@ func (s *Service) finishTurn(ctx context.Context, info *session.Info, r *schema.
 	case drift != "":
 		// An act's engine took another input than its prompt: the episode
 		// is never trained on.
-		return s.endEpisode(ctx, r.Rollout, r.Episode, r.Turn, schema.EpisodeQuarantined, nil, "token_drift: "+drift)
+		return s.endEpisode(ctx, info, r.Rollout, r.Episode, r.Turn, schema.EpisodeQuarantined, nil, "token_drift: "+drift)
 	case stale != "":
 		// Weights too old to start work with: the episode stops.
-		return s.endEpisode(ctx, r.Rollout, r.Episode, r.Turn, schema.EpisodeAborted, nil, "stale: "+stale)
+		return s.endEpisode(ctx, info, r.Rollout, r.Episode, r.Turn, schema.EpisodeAborted, nil, "stale: "+stale)
 	case cfg.FailurePolicy == schema.PolicyFail && len(failed) > 0:
-		return s.endEpisode(ctx, r.Rollout, r.Episode, r.Turn, schema.EpisodeFailed, nil, "act failed: "+strings.Join(failed, "; "))
+		return s.endEpisode(ctx, info, r.Rollout, r.Episode, r.Turn, schema.EpisodeFailed, nil, "act failed: "+strings.Join(failed, "; "))
 	case r.Turn >= cfg.MaxTurns:
-		return s.endEpisode(ctx, r.Rollout, r.Episode, r.Turn, schema.EpisodeTruncated, nil, "max_turns")
+		return s.endEpisode(ctx, info, r.Rollout, r.Episode, r.Turn, schema.EpisodeTruncated, nil, "max_turns")
 	}
 	md, err := mode.For(cfg)
 	if err != nil {
@@ -174,11 +185,15 @@ func (s *Service) finishTurn(ctx context.Context, info *session.Info, r *schema.
 // node's published before the run finished the turn). A turn that did not
 // finish (a partial plan the answer or a parse error abandoned) is listed
 // by the outcomes published: its run says only what its runner had written
-// when it last wrote it. The outcomes of the cached nodes it recorded are
-// published first (their runner may have stopped before it did), so that
-// nothing listed lacks its outcome.
-func (s *Service) endEpisode(ctx context.Context, n int64, e, turns int, status string, answers []string, reason string) error {
-	var acts []string
+// when it last wrote it. Such a run is recorded abandoned first, if no one
+// did, so that nothing more is released from it; the end then waits until
+// every act it released has an outcome, or the turn's deadline has passed
+// (abandon.go): an act still generating is listed with its sample. The
+// outcomes of the cached nodes it recorded are published first (their
+// runner may have stopped before it did), so that nothing listed lacks its
+// outcome.
+func (s *Service) endEpisode(ctx context.Context, info *session.Info, n int64, e, turns int, status string, answers []string, reason string) error {
+	var runs, open []*schema.Run
 	for t := 1; t <= turns; t++ {
 		r, _, found, err := bus.GetFresh[schema.Run](ctx, s.Bus.Runs, schema.RunKey(n, e, t))
 		if err != nil {
@@ -187,6 +202,37 @@ func (s *Service) endEpisode(ctx context.Context, n int64, e, turns int, status 
 		if !found {
 			continue // a turn that ended without a plan (answer, parse error)
 		}
+		if !r.Finished && r.Abandoned == nil {
+			if r, _, found, err = s.abandon(ctx, info.Session.Config, n, e, t, "the episode ended: "+reason); err != nil {
+				return err
+			} else if !found {
+				continue
+			}
+		}
+		runs = append(runs, &r)
+		if r.Finished {
+			continue
+		}
+		abandoned := &runner{s: s, run: r, known: map[string]*schema.ActDone{}}
+		if err := abandoned.publishCached(ctx); err != nil {
+			return err
+		}
+		if r.Abandoned != nil {
+			open = append(open, &r)
+		}
+	}
+	outcomes, err := s.awaitAbandoned(ctx, n, e, open)
+	if errors.Is(err, errRolloutEnded) {
+		return nil // nothing to end: the rollout is over
+	}
+	if err != nil {
+		return err
+	}
+	if outcomes == nil {
+		outcomes = map[string]*schema.ActDone{}
+	}
+	var acts []string
+	for _, r := range runs {
 		if r.Finished {
 			for _, node := range r.Nodes {
 				switch node.Status {
@@ -196,13 +242,16 @@ func (s *Service) endEpisode(ctx context.Context, n int64, e, turns int, status 
 			}
 			continue
 		}
-		abandoned := &runner{s: s, run: r, known: map[string]*schema.ActDone{}}
-		if err := abandoned.publishCached(ctx); err != nil {
-			return err
-		}
-		outcomes, err := s.published(ctx, &r)
-		if err != nil {
-			return err
+		if r.Abandoned == nil {
+			// Neither finished nor abandoned (complete: its final plan
+			// merged; not seen happen): listed as published.
+			got, err := s.published(ctx, r)
+			if err != nil {
+				return err
+			}
+			for k, d := range got {
+				outcomes[k] = d
+			}
 		}
 		for _, node := range r.Nodes {
 			if outcomes[node.Key] != nil {

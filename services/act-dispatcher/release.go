@@ -45,8 +45,8 @@ func byKey(r *schema.Run, key string) *schema.NodeState {
 // call (prior holds those of earlier turns), or waits for it while it runs.
 // advance returns the nodes to run and the nodes it answered from the cache.
 func advance(r *schema.Run, prior map[string]priorAct) (run, cached []*schema.NodeState) {
-	if r.Finished {
-		return nil, nil
+	if r.Finished || r.Abandoned != nil {
+		return nil, nil // an abandoned run releases nothing more (abandon.go)
 	}
 	// A cached node may unblock others at once: repeat until nothing changes.
 	for {

@@ -182,8 +182,10 @@ func TestCachedOutcomeIsStoredOnce(t *testing.T) {
 // delivered again, must take the turn up (the final output is there, but
 // the message still owns the run); before, it was dropped as a late
 // partial, and nothing ran the turn until the watchdog, minutes later. A
-// partial that owns nothing is still dropped, and so is the owner of a
-// turn whose final output was an answer, not a plan.
+// partial that owns nothing is still dropped. The owner of a turn whose
+// final output was an answer, not a plan, records the turn abandoned and
+// runs again only the acts left without an outcome (here none; see
+// TestAnAbandonedTurnsActIsTakenUpByItsPlanMessageDeliveredAgain).
 func TestRedeliveredPartialTakesItsStreamedTurnUp(t *testing.T) {
 	t.Parallel()
 	s, url := testService(t)
@@ -219,21 +221,23 @@ func TestRedeliveredPartialTakesItsStreamedTurnUp(t *testing.T) {
 	}
 
 	// Turn 2 ends in an answer: its runner's partial owns a run that no
-	// final plan completes, and is dropped without running its acts again.
-	partial = planDAG(2, true, 1, search("c", "z"))
+	// final plan completes, whose act has its outcome: nothing runs again.
+	c := search("c", "z")
+	partial = planDAG(2, true, 1, c)
 	record(t, s, info, 9, partial)
+	done(t, s, 2, c)
 	if err := s.Bus.Publish(ctx, &schema.PlanOutput{Rollout: 1, Episode: 0, Turn: 2, Text: "done"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Bus.Publish(ctx, &schema.PlanAnswer{Rollout: 1, Episode: 0, Turn: 2, Answers: []string{"z"}}); err != nil {
 		t.Fatal(err)
 	}
-	_, rev = runOf(t, s, 2)
 	if err := s.handleDAG(ctx, info, msg(9), partial); err != nil {
 		t.Fatalf("the runner's partial of an answered turn: %v", err)
 	}
-	if _, now := runOf(t, s, 2); now != rev || requests.Load() != 0 {
-		t.Errorf("the partial of an answered turn ran it: rev %d → %d, %d act requests", rev, now, requests.Load())
+	if r, _ := runOf(t, s, 2); r.Abandoned == nil || r.Finished || requests.Load() != 0 {
+		t.Errorf("the partial of an answered turn: abandoned %+v, finished %v, %d act requests; want it abandoned, no act run again",
+			r.Abandoned, r.Finished, requests.Load())
 	}
 }
 

@@ -99,6 +99,9 @@ type runner struct {
 
 	acts  sync.WaitGroup
 	ended chan struct{} // closed once the turn's handler no longer runs it
+	// cut ends the context the turn's acts run in (runTurn's): the acts of
+	// an abandoned turn still running at its deadline (finishAbandoned).
+	cut context.CancelCauseFunc
 }
 
 // runners are the turns this replica runs, by run key.
@@ -222,8 +225,10 @@ func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, 
 		if over {
 			// The final output decides the turn from here: a late partial
 			// starts nothing. But the partial that created the run runs
-			// it, final plan merged or not: dropped, it would leave the
-			// turn to no one when its replica stopped.
+			// it, final plan merged or not, or the turn abandoned (its
+			// final output not a plan: the acts released run to their
+			// end): dropped, it would leave the turn to no one when its
+			// replica stopped.
 			if owns, err := s.ownsTurn(ctx, key, m.Seq, handed, takeover); err != nil || !owns {
 				return err
 			}
@@ -285,7 +290,9 @@ func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, 
 			return false, nil
 		}
 		var changed bool
-		changed, conflicts = applyPlan(r, exists, d, cfg.Schedule, cfg.FailurePolicy)
+		if !exists || r.Abandoned == nil { // nothing is merged into an abandoned run
+			changed, conflicts = applyPlan(r, exists, d, cfg.Schedule, cfg.FailurePolicy)
+		}
 		switch {
 		case !exists:
 			r.Runner, mine = m.Seq, true
@@ -341,22 +348,16 @@ func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, 
 // ownsTurn reports whether the plan message seq runs the turn key (its run
 // names it the runner) or is handed it by the watchdog (it names the
 // runner, takeover), read from the leader: a message dropped on a stale
-// read leaves the turn to no one. A run no final plan completed is not
-// owned once the turn's final output was an answer or a parse error: that
-// moves the episode on, and the run's acts are abandoned.
+// read leaves the turn to no one. It owns a run no final plan completed
+// too, once the turn's final output was an answer or a parse error: the
+// acts the run released, abandoned, still run to their end, and the
+// owner takes up those its runner left without an outcome (abandon.go).
 func (s *Service) ownsTurn(ctx context.Context, key string, seq uint64, handed bool, takeover uint64) (bool, error) {
 	r, _, found, err := bus.GetFresh[schema.Run](ctx, s.Bus.Runs, key)
 	if err != nil || !found {
 		return false, err
 	}
-	if r.Runner != seq && (!handed || r.Runner != takeover) {
-		return false, nil
-	}
-	if r.Complete || r.Finished {
-		return true, nil
-	}
-	over, err := s.superseded(ctx, r.Rollout, r.Episode, r.Turn)
-	return !over, err
+	return r.Runner == seq || handed && r.Runner == takeover, nil
 }
 
 // stamp records when nodes were released.
@@ -378,6 +379,9 @@ func (t *runner) runTurn(ctx context.Context, newly []*schema.NodeState) (err er
 	// Stopped at once when the rollout ends (cancel, time-out, enough groups).
 	ctx, stop := t.s.follow.Rollout(ctx, n)
 	defer stop()
+	ctx, cut := context.WithCancelCause(ctx)
+	defer cut(nil)
+	t.cut = cut
 	defer func() {
 		t.mu.Lock()
 		t.closed = true
@@ -390,6 +394,15 @@ func (t *runner) runTurn(ctx context.Context, newly []*schema.NodeState) (err er
 			err = nil // nothing more to do for a rollout that ended
 		}
 	}()
+	// A turn whose final output was not a plan (found now, or recorded by
+	// whoever found it first) releases nothing more; what it released runs
+	// to its end, and the nodes just released (the run created after that
+	// output) never start.
+	if abandoned, err := t.abandonedNow(ctx); err != nil {
+		return err
+	} else if abandoned {
+		return t.finishAbandoned(ctx, newly)
+	}
 	// Released before this runner came (its replica stopped): their
 	// outcomes, or they run again; and the outcomes of the nodes answered
 	// from the cache, recorded before they were published (the runner
@@ -421,6 +434,9 @@ func (t *runner) runTurn(ctx context.Context, newly []*schema.NodeState) (err er
 			return err
 		}
 		done, err := t.step(ctx)
+		if errors.Is(err, errSuperseded) {
+			return t.finishAbandoned(ctx, nil)
+		}
 		if err != nil || done {
 			return err
 		}
@@ -430,7 +446,7 @@ func (t *runner) runTurn(ctx context.Context, newly []*schema.NodeState) (err er
 		// went quiet for longer than they may legitimately take.
 		if len(subs) == 0 && (!t.run.Complete || len(t.others()) > 0) {
 			if subs, err = t.follow(ctx); errors.Is(err, errSuperseded) {
-				return nil
+				return t.finishAbandoned(ctx, nil)
 			} else if err != nil {
 				return err
 			}
@@ -440,7 +456,7 @@ func (t *runner) runTurn(ctx context.Context, newly []*schema.NodeState) (err er
 		case <-tick.C:
 			if len(subs) > 0 {
 				if err := t.check(ctx); errors.Is(err, errSuperseded) {
-					return nil
+					return t.finishAbandoned(ctx, nil)
 				} else if err != nil {
 					return err
 				}
@@ -463,7 +479,7 @@ func (t *runner) step(ctx context.Context) (bool, error) {
 	for {
 		next := t.run.Clone()
 		changed := false
-		if d != nil {
+		if d != nil && next.Abandoned == nil {
 			changed, _ = applyPlan(&next, true, d, next.Schedule, t.info.Session.Config.FailurePolicy)
 		}
 		applied := t.apply(&next)
@@ -528,7 +544,8 @@ func (t *runner) apply(r *schema.Run) (changed bool) {
 
 // reread reads the run from the leader after a lost compare-and-set; it
 // returns true when this runner is done with the turn: another finished it,
-// or took it over (the watchdog handed it on).
+// or took it over (the watchdog handed it on); and errSuperseded when the
+// turn was abandoned (abandon.go).
 func (t *runner) reread(ctx context.Context) (bool, error) {
 	r, rev, found, err := bus.GetFresh[schema.Run](ctx, t.s.Bus.Runs, t.key)
 	if err != nil {
@@ -544,6 +561,9 @@ func (t *runner) reread(ctx context.Context) (bool, error) {
 	if r.Runner != t.seq {
 		t.log.Warn().Uint64("runner", r.Runner).Msg("the turn was taken over; this runner stops")
 		return true, nil
+	}
+	if r.Abandoned != nil {
+		return false, errSuperseded
 	}
 	return false, nil
 }
@@ -642,13 +662,10 @@ func (t *runner) check(ctx context.Context) error {
 		}
 		// The planner's final output may not be a plan at all (it answered,
 		// or wrote something the parser refused): then no final plan comes,
-		// and the answer or error moves the episode on without this run.
-		if over, err := t.s.superseded(ctx, t.run.Rollout, t.run.Episode, t.run.Turn); err != nil || over {
-			if over {
-				t.log.Info().Msg("the turn's final output is not a plan; the acts of its partial plan are abandoned")
-				t.mu.Lock()
-				t.closed = true
-				t.mu.Unlock()
+		// and the answer or error moves the episode on without this run,
+		// abandoned: the acts it released run to their end.
+		if abandoned, err := t.abandonedNow(ctx); err != nil || abandoned {
+			if abandoned {
 				return errSuperseded
 			}
 			return err
@@ -686,8 +703,9 @@ func (t *runner) check(ctx context.Context) error {
 // handler on this replica.
 var errHandedOver = errors.New("the turn was handed over")
 
-// errSuperseded ends a runner whose turn was decided by an answer or a
-// parse error after its partial plan.
+// errSuperseded stops a runner's work on a turn that was decided by an
+// answer or a parse error after its partial plan: it finishes the acts
+// released (finishAbandoned).
 var errSuperseded = errors.New("the turn's final output is not a plan")
 
 // superseded reports whether the final planner output of turn of episode

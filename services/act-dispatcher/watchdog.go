@@ -160,7 +160,9 @@ func (s *Service) probe(ctx context.Context, sess *schema.Session, e int) error 
 	tag := fmt.Sprintf("w%d-%d", planSeq, actSeq)
 	ctx = bus.WithTrace(ctx, sess.Trace)
 	log := s.Log.With().Int64("rollout", n).Int("episode", e).Str("tag", tag).Logger()
-	ctx = log.WithContext(ctx)
+	// Its sweep goes on to other episodes: an episode's end that must wait
+	// for the acts of an abandoned turn is tried again at the next sweep.
+	ctx = withoutWaiting(log.WithContext(ctx))
 	info, err := s.sessions.Get(ctx, n)
 	if err != nil {
 		return err
@@ -226,7 +228,7 @@ func (s *Service) driveOn(ctx context.Context, info *session.Info, e int, last, 
 		if err := schema.Unmarshal(last.Data, &a); err != nil {
 			return "", err
 		}
-		return "answer", s.handleAnswer(ctx, &a)
+		return "answer", s.handleAnswer(ctx, info, &a)
 	case "error":
 		var pe schema.PlanError
 		if err := schema.Unmarshal(last.Data, &pe); err != nil {
