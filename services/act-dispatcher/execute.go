@@ -147,10 +147,11 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			// Not the act's failure (planact is starting, say): it waits
 			// for a gateway without using its attempts, for a while.
 			if unavailableSince.IsZero() {
-				unavailableSince = time.Now()
+				unavailableSince = patienceClock()
 			}
-			if time.Since(unavailableSince) < s.UnavailablePatience {
+			if now := patienceClock(); now.Sub(unavailableSince) < s.UnavailablePatience {
 				log.Warn().Msg("no actor-gateway is running; act postponed")
+				postponed(run.Key, now)
 				wait = min(wait, time.Second)
 				retryKind = schema.ActErrUnavailable
 				break
@@ -496,3 +497,12 @@ func (s *Service) waitFits(cfg schema.Config, elapsed time.Duration, next int, d
 type tokenDrift struct{ where string }
 
 func (e *tokenDrift) Error() string { return "token_drift: " + e.where }
+
+// The clock an act's patience for a gateway is counted on, and what is
+// told of each postponement for want of one (the act, and the clock's
+// reading it was decided at): variables so that a test can move the clock
+// and see each decision, with no margin of real time.
+var (
+	patienceClock = time.Now
+	postponed     = func(key string, at time.Time) {}
+)

@@ -3,6 +3,7 @@ package actdispatcher
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -299,18 +300,27 @@ func waitRunner(t *testing.T, s *Service, key string, not *runner) *runner {
 
 // An act that waited for an actor-gateway and then reached one waits its
 // whole patience again if gateways go away later in its life; before, the
-// first wait counted on, and the act failed as unavailable at once.
+// first wait counted on, and the act failed as unavailable at once. The
+// patience's clock is the test's: each postponement is seen, and the
+// clock moved between them, so that no margin of real time decides.
 func TestUnavailableAgainWaitsAgain(t *testing.T) {
-	t.Parallel()
 	s, url := testService(t)
-	const patience = time.Second
+	const patience = time.Minute
 	s.UnavailablePatience = patience
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	read := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	postponements := make(chan time.Time, 64)
+	patienceClock = read
+	postponed = func(_ string, at time.Time) { postponements <- at }
+	t.Cleanup(func() { patienceClock, postponed = time.Now, func(string, time.Time) {} })
+	s.RetryBase = time.Millisecond
 	info := testInfo()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	a := &act{Rollout: 1, Episode: 0, Turn: 1, Key: "t1-a", Node: search("a", "x")}
 	result := make(chan *schema.ActDone, 1)
-	began := time.Now()
 	go func() {
 		d, err := s.execute(ctx, info, a)
 		if err != nil {
@@ -318,11 +328,30 @@ func TestUnavailableAgainWaitsAgain(t *testing.T) {
 		}
 		result <- d
 	}()
+	// postponedOnce waits for a postponement decided at the clock's
+	// reading now or later (one decided before is passed over).
+	postponedOnce := func(when string) {
+		t.Helper()
+		from := read()
+		for {
+			select {
+			case at := <-postponements:
+				if !at.Before(from) {
+					return
+				}
+			case d := <-result:
+				t.Fatalf("%s: the act ended (%s %s: %s) instead of waiting for a gateway", when, d.Status, d.ErrorKind, d.Error)
+			}
+		}
+	}
+	// No gateway: postponed; most of the patience passes.
+	postponedOnce("no gateway yet")
+	clock(patience * 7 / 10)
+	postponedOnce("no gateway, 0.7 of the patience gone")
+
+	// A gateway that fails the attempt (it reached one) and goes.
 	nc := bustest.Conn(t, url)
-	// No gateway for most of the patience; then one that fails the
-	// attempt (it reached a gateway) and goes.
-	time.Sleep(time.Until(began.Add(patience * 7 / 10)))
-	answered := make(chan time.Time, 1)
+	answered := make(chan struct{})
 	_, err := nc.Subscribe(schema.ActorSubject, func(m *nats.Msg) {
 		_ = m.Sub.Unsubscribe()
 		r := &nats.Msg{Subject: m.Reply, Header: nats.Header{}}
@@ -330,34 +359,39 @@ func TestUnavailableAgainWaitsAgain(t *testing.T) {
 		r.Header.Set(micro.ErrorCodeHeader, "500")
 		r.Header.Set(micro.ErrorHeader, "engine restarting")
 		_ = nc.PublishMsg(r)
-		select {
-		case answered <- time.Now():
-		default:
-		}
+		close(answered)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var at time.Time
 	select {
-	case at = <-answered:
+	case <-answered:
 	case d := <-result:
 		t.Fatalf("the act ended (%+v) before any gateway answered", d)
 	}
-	// None again, for half the patience; then one that answers.
-	select {
-	case d := <-result:
-		t.Fatalf("the act ended while no gateway ran, %v after one answered (patience %v): %s %s (%s)", time.Since(at).Round(time.Millisecond), patience, d.Status, d.ErrorKind, d.Error)
-	case <-time.After(time.Until(at.Add(patience / 2))):
-	}
+	// None again: a postponement begins its patience anew; then half the
+	// patience passes (0.7 + 0.5 of it since the first), and the act is
+	// postponed still. (The clock is moved by a nanosecond first, so that
+	// the postponement waited for is one decided after the answer.)
+	clock(time.Nanosecond)
+	postponedOnce("no gateway after one answered")
+	clock(patience / 2)
+	postponedOnce("no gateway, half the patience after one answered")
+
 	fakeGateway(t, url, func(nc *nats.Conn, copies []*nats.Msg) {
 		reply, _ := schema.Marshal(&schema.ActorReply{Generation: schema.Generation{Text: "x is 1"}})
 		m := &nats.Msg{Subject: copies[len(copies)-1].Reply, Header: nats.Header{}, Data: reply}
 		m.Header.Set(schema.HdrActorGateway, "fake")
 		_ = nc.PublishMsg(m)
 	})
-	d := <-result
-	if d == nil || d.Status != schema.ActDoneOK || d.Output != "x is 1" {
+	var d *schema.ActDone
+	for d == nil {
+		select {
+		case d = <-result:
+		case <-postponements:
+		}
+	}
+	if d.Status != schema.ActDoneOK || d.Output != "x is 1" {
 		t.Fatalf("the act: %+v, want it done by the gateway that came", d)
 	}
 }
