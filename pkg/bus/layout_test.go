@@ -85,6 +85,7 @@ func TestLayoutKeepsTrainersApart(t *testing.T) {
 		subject.Control(schema.RoleActor, "pause"): bus.StreamTrainer(schema.RoleActor), subject.Control(schema.RolePlanner, "resume"): bus.StreamTrainer(schema.RolePlanner),
 		subject.Control(schema.RoleActor, "paused"): bus.StreamControl, subject.Control(schema.RoleActor, "drained") + ".gw1": bus.StreamControl,
 		subject.Control(schema.RolePlanner, "expired"): bus.StreamControl, subject.Control(schema.RolePlanner, "rollback"): bus.StreamControl,
+		subject.Control(schema.RoleActor, "resumed"): bus.StreamControl, subject.Control(schema.RolePlanner, "refused"): bus.StreamControl,
 		subject.Start(7): bus.StreamRollout, subject.Status(7): bus.StreamRollout, subject.EpisodeEnd(7, 1): bus.StreamRollout,
 		subject.Result(7, schema.RolePlanner): bus.StreamRollout, subject.Rejected(7, schema.RoleActor): bus.StreamRollout, subject.Group(7, schema.RoleActor, 2): bus.StreamRollout,
 		subject.TimeoutSchedule(7, "rollout"): bus.StreamTimeout, subject.Timeout(7, "rollout"): bus.StreamTimeout,

@@ -182,8 +182,8 @@ func (p Provisioning) StreamConfigs() []jetstream.StreamConfig {
 		"rollout.*.arrive", "rollout.*.cancel")
 	plans := mk(StreamPlan, "planact plans: requests, planner outputs, parsed DAGs, answers, parse errors", "plan.>")
 	acts := mk(StreamAct, "planact acts: outcomes", "act.>")
-	control := mk(StreamControl, "planact control: answers to pauses, gateways that drained, pauses that expired, rollbacks",
-		"control.*.paused", "control.*.drained.*", "control.*.expired", "control.*.rollback")
+	control := mk(StreamControl, "planact control: answers to pauses and resumes (and refusals), gateways that drained, pauses that expired, rollbacks",
+		"control.*.paused", "control.*.resumed", "control.*.refused", "control.*.drained.*", "control.*.expired", "control.*.rollback")
 	control.MaxMsgSize = MaxSmallMsg
 	// Time-outs are scheduled messages, so they fire even if the
 	// session-store that scheduled them is gone. A schedule's target must be

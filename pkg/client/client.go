@@ -33,6 +33,11 @@ var ErrTimeout = errors.New("planact: rollout timed out")
 // rollout; the error says why.
 var ErrRejected = errors.New("planact: rollout rejected")
 
+// ErrRefused is returned (wrapped) when planact refused a pause or a
+// resume (control.<role>.refused); the error says why, naming the field.
+// Nothing of the role changed.
+var ErrRefused = errors.New("planact: refused")
+
 // ErrFailed is returned (wrapped) when planact could not produce the
 // samples of a rollout (for example, its streams lost the history).
 var ErrFailed = errors.New("planact: rollout failed")
@@ -708,7 +713,8 @@ type PauseOptions struct {
 // planact answers by the pause's time-out at the latest: Pause waits for
 // that and 30 s more (or less, as ctx says), then fails with ErrTimeout.
 // A pause planact would refuse (a time-out under a second) is an error
-// before anything is sent.
+// before anything is sent; one planact refuses all the same (a rule of a
+// newer planact) fails with ErrRefused and planact's reason.
 func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schema.Paused, error) {
 	if err := schema.CheckRole(role); err != nil {
 		return nil, fmt.Errorf("pause: %w", err)
@@ -726,45 +732,19 @@ func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schem
 	}
 	ctx, cancel := context.WithTimeout(ctx, schema.Seconds(p.TimeoutS)+pauseAnswerMargin)
 	defer cancel()
-	answer := subject.Control(role, "paused")
-	answers := make(chan *nats.Msg, 8)
-	sub, err := c.nc.ChanSubscribe(answer, answers)
+	var ans *schema.Paused
+	err := c.control(ctx, p, "paused", func(data []byte) bool {
+		var a schema.Paused
+		if schema.Unmarshal(data, &a) != nil || a.PauseID != p.MsgID() {
+			return false
+		}
+		ans = &a
+		return true
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	msg, err := bus.NewMsg(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	if err := untilUp(ctx, func(ctx context.Context) error { _, err := c.js.PublishMsg(ctx, msg); return err }); err != nil {
-		return nil, fmt.Errorf("pause %s: %w", role, err)
-	}
-	accept := func(data []byte) *schema.Paused {
-		var ans schema.Paused
-		if schema.Unmarshal(data, &ans) != nil || ans.PauseID != p.MsgID() {
-			return nil
-		}
-		return &ans
-	}
-	t := time.NewTicker(c.recheck())
-	defer t.Stop()
-	for {
-		if data, err := c.lastOn(ctx, bus.StreamControl, answer); err == nil && data != nil {
-			if ans := accept(data); ans != nil {
-				return ans, nil
-			}
-		}
-		select {
-		case m := <-answers:
-			if ans := accept(m.Data); ans != nil {
-				return ans, nil
-			}
-		case <-t.C:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: pause %s: no answer: %w", ErrTimeout, role, ctx.Err())
-		}
-	}
+	return ans, nil
 }
 
 // pauseAnswerMargin is how long after a pause's time-out Pause still waits
@@ -772,16 +752,84 @@ func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schem
 var pauseAnswerMargin = 30 * time.Second
 
 // Resume lets planact send the generations of role again, from the weights
-// of weightVersion (what samples record from now on).
+// of weightVersion (what samples record from now on). It returns once
+// planact took the resume (control.<role>.resumed); one planact refuses
+// fails with ErrRefused and planact's reason. Without an answer it waits
+// at most 2 minutes (or less, as ctx says), then fails with ErrTimeout:
+// the resume is stored all the same, and taken once the session-store
+// runs.
 func (c *Client) Resume(ctx context.Context, role, weightVersion string) error {
 	if err := schema.CheckRole(role); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
-	msg, err := bus.NewMsg(ctx, &schema.Resume{Role: role, WeightVersion: weightVersion, AtMs: time.Now().UnixMilli()})
+	ctx, cancel := context.WithTimeout(ctx, resumeAnswerWait)
+	defer cancel()
+	r := &schema.Resume{Role: role, WeightVersion: weightVersion, AtMs: time.Now().UnixMilli()}
+	return c.control(ctx, r, "resumed", func(data []byte) bool {
+		var ans schema.Resumed
+		return schema.Unmarshal(data, &ans) == nil && ans.ResumeID == r.MsgID()
+	})
+}
+
+// resumeAnswerWait is how long Resume waits for planact's answer.
+var resumeAnswerWait = 2 * time.Minute
+
+// control publishes a pause or a resume m and waits until planact answers
+// it: on control.<role>.<answer>, where mine says whether a message there
+// answers m (and keeps it), or with a refusal of m on
+// control.<role>.refused. Both subjects are followed, and read again every
+// Recheck, so that an answer published while the connection was down is
+// found too. ctx bounds the wait.
+func (c *Client) control(ctx context.Context, m schema.Message, answer string, mine func([]byte) bool) error {
+	role, verb, _ := subject.ParseControl(m.Subject())
+	id := m.MsgID()
+	answered, refused := subject.Control(role, answer), subject.Control(role, "refused")
+	msgs := make(chan *nats.Msg, 8)
+	for _, subj := range []string{answered, refused} {
+		sub, err := c.nc.ChanSubscribe(subj, msgs)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	msg, err := bus.NewMsg(ctx, m)
 	if err != nil {
 		return err
 	}
-	return untilUp(ctx, func(ctx context.Context) error { _, err := c.js.PublishMsg(ctx, msg); return err })
+	if err := untilUp(ctx, func(ctx context.Context) error { _, err := c.js.PublishMsg(ctx, msg); return err }); err != nil {
+		return fmt.Errorf("%s %s: %w", verb, role, err)
+	}
+	// answers says whether data, on subj, answers m, and with what error.
+	answers := func(subj string, data []byte) (bool, error) {
+		if subj == answered {
+			return mine(data), nil
+		}
+		var r schema.Refused
+		if schema.Unmarshal(data, &r) != nil || r.ID != id || r.Verb != verb {
+			return false, nil
+		}
+		return true, fmt.Errorf("%w: %s %s (%s): %s", ErrRefused, verb, role, id, r.Reason)
+	}
+	t := time.NewTicker(c.recheck())
+	defer t.Stop()
+	for {
+		for _, subj := range []string{refused, answered} {
+			if data, err := c.lastOn(ctx, bus.StreamControl, subj); err == nil && data != nil {
+				if ok, err := answers(subj, data); ok {
+					return err
+				}
+			}
+		}
+		select {
+		case a := <-msgs:
+			if ok, err := answers(a.Subject, a.Data); ok {
+				return err
+			}
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s %s: no answer: %w", ErrTimeout, verb, role, ctx.Err())
+		}
+	}
 }
 
 func (c *Client) recheck() time.Duration {

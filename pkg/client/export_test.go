@@ -55,3 +55,11 @@ func SetPauseAnswerMargin(d time.Duration) func() {
 	pauseAnswerMargin = d
 	return func() { pauseAnswerMargin = was }
 }
+
+// SetResumeAnswerWait sets how long Resume waits for planact's answer, and
+// returns a func that sets it back.
+func SetResumeAnswerWait(d time.Duration) func() {
+	was := resumeAnswerWait
+	resumeAnswerWait = d
+	return func() { resumeAnswerWait = was }
+}

@@ -52,7 +52,7 @@ func (m Pause) WithDefaults() Pause {
 // a value planact does not know or that is out of its range.
 func (m *Pause) Validate() error {
 	if m.Mode != PauseWait && m.Mode != PauseAbort {
-		return fmt.Errorf("pause of %s: mode %q: want wait or abort", m.Role, m.Mode)
+		return fmt.Errorf("pause of %s: mode %s: want wait or abort", m.Role, quoteShort(m.Mode))
 	}
 	if !inSeconds(m.TimeoutS, MinTimeoutS, MaxRolloutTimeoutS) {
 		return fmt.Errorf("pause of %s: timeout_s %g: want a number of seconds from %d to %d", m.Role, m.TimeoutS, MinTimeoutS, MaxRolloutTimeoutS)
@@ -123,6 +123,46 @@ func (m *Paused) Kind() string    { return "control.paused/1" }
 func (m *Paused) Subject() string { return subject.Control(m.Role, "paused") }
 func (m *Paused) MsgID() string   { return fmt.Sprintf("paused.%s.%d", m.Role, m.Epoch) }
 func (m *Paused) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
+
+// Resumed answers a Resume once the session-store took it: the role's
+// generations go again, from WeightVersion, the role's newest weights now
+// (a resume that names none leaves the version as it was). Paused says
+// that a later pause of the role holds them all the same (one the
+// session-store applied first: this resume changed nothing).
+type Resumed struct {
+	Envelope
+	Role          string `json:"role"`
+	ResumeID      string `json:"resume_id"` // the Resume's Nats-Msg-Id
+	WeightVersion string `json:"weight_version,omitempty"`
+	Paused        bool   `json:"paused,omitempty"`
+	AtMs          int64  `json:"at_ms"`
+}
+
+func (m *Resumed) Kind() string    { return "control.resumed/1" }
+func (m *Resumed) Subject() string { return subject.Control(m.Role, "resumed") }
+func (m *Resumed) MsgID() string   { return fmt.Sprintf("resumed.%s.%s", m.Role, m.ResumeID) }
+func (m *Resumed) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
+
+// Refused answers a pause or a resume that planact will not apply: one it
+// cannot read, with a field out of range, or whose subject, headers and
+// body disagree. Reason names what is wrong (the field and its value). It
+// goes to the control subjects of the role the refused message's subject
+// names, whatever its body says: only that role's trainer may publish
+// there, and only it may read the answer. Published once per refused
+// message; nothing of the role changed.
+type Refused struct {
+	Envelope
+	Role   string `json:"role"`
+	Verb   string `json:"verb"` // what was refused: pause or resume
+	ID     string `json:"id"`   // its Nats-Msg-Id, or "seq:<stream sequence>" if it had none
+	Reason string `json:"reason"`
+	AtMs   int64  `json:"at_ms"`
+}
+
+func (m *Refused) Kind() string    { return "control.refused/1" }
+func (m *Refused) Subject() string { return subject.Control(m.Role, "refused") }
+func (m *Refused) MsgID() string   { return fmt.Sprintf("refused.%s.%s.%s", m.Role, m.Verb, m.ID) }
+func (m *Refused) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
 
 // Drained is a gateway saying that, for the pause of the given epoch, it
 // runs no generation of the role any more.

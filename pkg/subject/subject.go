@@ -59,7 +59,8 @@ func Groups(n int64, role string) string { return fmt.Sprintf("rollout.%d.result
 
 // Control subjects: a trainer pauses its role's generations before it
 // swaps weights and resumes them after (not tied to one rollout). The
-// session-store takes the pauses and resumes; a gateway says, on
+// session-store takes the pauses and resumes and answers each (paused,
+// resumed, or refused: one it will not apply); a gateway says, on
 // control.<role>.drained.<gateway>, that it runs none of the role's
 // generations any more.
 const (
@@ -68,7 +69,8 @@ const (
 )
 
 // Control is where the trainer of role sends a control verb (pause, resume)
-// and where planact answers (paused, drained).
+// and where planact answers (paused, resumed, refused, drained, expired,
+// rollback).
 func Control(role, verb string) string { return fmt.Sprintf("control.%s.%s", role, verb) }
 
 // Presence is where a gateway (a service instance id) renews its notice

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -13,7 +14,10 @@ import (
 	"github.com/planact/planact/pkg/subject"
 )
 
-// handleControl takes a trainer's pause or resume of its role.
+// handleControl takes a trainer's pause or resume of its role. Every one
+// is answered: a pause on control.<role>.paused, a resume on
+// control.<role>.resumed, and one planact will not apply on
+// control.<role>.refused (refuse).
 func (s *Service) handleControl(ctx context.Context, m bus.Msg) error {
 	_, verb, _ := subject.ParseControl(m.Subject)
 	switch verb {
@@ -30,14 +34,14 @@ func (s *Service) handleControl(ctx context.Context, m bus.Msg) error {
 func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 	var p schema.Pause
 	if err := schema.UnmarshalTrainer(m.Data, m.Header, &p); err != nil {
-		return err
+		return s.refuse(ctx, m, "pause", err)
 	}
 	if err := schema.CheckRouting(m.Subject, m.Header, &p); err != nil {
-		return err
+		return s.refuse(ctx, m, "pause", err)
 	}
 	p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
-		return fail.E(fail.Invalid, err)
+		return s.refuse(ctx, m, "pause", err)
 	}
 	id := m.ID()
 	superseded := false
@@ -76,19 +80,20 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 // The version it names becomes the role's newest, whatever it was: a
 // version older than the newest is a rollback (the trainer went back to an
 // earlier checkpoint), recorded in the role's state and then published on
-// control.<role>.rollback; a resume delivered again publishes it again
-// (the message id makes that idempotent).
+// control.<role>.rollback; then the resume is answered on
+// control.<role>.resumed. A resume delivered again publishes both again
+// (their message ids make that idempotent).
 func (s *Service) handleResume(ctx context.Context, m bus.Msg) error {
 	var r schema.Resume
 	if err := schema.UnmarshalTrainer(m.Data, m.Header, &r); err != nil {
-		return err
+		return s.refuse(ctx, m, "resume", err)
 	}
 	if err := schema.CheckRouting(m.Subject, m.Header, &r); err != nil {
-		return err
+		return s.refuse(ctx, m, "resume", err)
 	}
 	id := m.ID()
 	var rollback *schema.RoleRollback
-	_, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(r.Role), func(v *schema.RoleState, _ bool) (bool, error) {
+	st, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(r.Role), func(v *schema.RoleState, _ bool) (bool, error) {
 		v.Role = r.Role
 		changed := false
 		rollback = nil
@@ -132,9 +137,42 @@ func (s *Service) handleResume(ctx context.Context, m bus.Msg) error {
 	}
 	if rollback != nil {
 		log.Warn().Str("role", r.Role).Str("from", rollback.From).Str("to", rollback.To).Msg("role rolled back to older weights; staleness counts from them")
-		return s.Bus.Publish(ctx, &schema.Rollback{Role: r.Role, From: rollback.From, To: rollback.To, ResumeID: rollback.ResumeID, AtMs: rollback.AtMs})
+		if err := s.Bus.Publish(ctx, &schema.Rollback{Role: r.Role, From: rollback.From, To: rollback.To, ResumeID: rollback.ResumeID, AtMs: rollback.AtMs}); err != nil {
+			return err
+		}
 	}
-	return nil
+	return s.Bus.Publish(ctx, &schema.Resumed{Role: r.Role, ResumeID: id, WeightVersion: st.WeightVersion, Paused: st.Paused, AtMs: s.nowMs()})
+}
+
+// refuse answers a pause or resume (verb) that planact will not apply,
+// because of cause, on control.<role>.refused of the role its subject
+// names, whatever its body or headers say: only that role's trainer may
+// publish on its subject, so it is the one waiting, and only it may read
+// there. The answer's message id is the refused message's, so a delivery
+// again answers once. A subject that names no role planact has (no stream
+// holds one) leaves nobody to tell: the message is given up and logged.
+func (s *Service) refuse(ctx context.Context, m bus.Msg, verb string, cause error) error {
+	role, _, _ := subject.ParseControl(m.Subject)
+	if schema.CheckRole(role) != nil {
+		return fail.E(fail.Invalid, cause)
+	}
+	zerolog.Ctx(ctx).Warn().Err(cause).Str("role", role).Str("id", m.ID()).Msg(verb + " refused")
+	return s.Bus.Publish(ctx, &schema.Refused{Role: role, Verb: verb, ID: clip(m.ID()), Reason: clip(cause.Error()), AtMs: s.nowMs()})
+}
+
+// clip cuts s to what a refusal carries (a hand-written message may hold
+// a megabyte where a word belongs, and CONTROL takes small messages only),
+// saying how long it was.
+func clip(s string) string {
+	const most = 4 << 10
+	if len(s) <= most {
+		return s
+	}
+	cut := most
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }
 
 // answerPause publishes the Paused answer of the pause st holds, once every
