@@ -907,8 +907,9 @@ func TestPythonSlimeErrors(t *testing.T) {
 			wants: "ValueError: --dynamic-sampling-filter-path runs in slime's own rollout"},
 		{name: "evaluation without eval data", eval: true, wants: "ValueError: evaluation: slime's args name no eval dataset"},
 		{name: "eval config", env: map[string]string{"PLANACT_EVAL_CONFIG": "[]"}, wants: "ValueError: PLANACT_EVAL_CONFIG must be a JSON object"},
-		// The evaluation before training at rollout 9: PLANACT_EVAL_ROLLOUT_OFFSET + 2 * 9.
-		{name: "evaluation of a training rollout", eval: true,
+		// The evaluation before training at rollout 9: PLANACT_EVAL_ROLLOUT_OFFSET + 2 * 9
+		// (the actor's job reads no eval file: it needs the datasets' names and sampling).
+		{name: "evaluation of a training rollout", eval: true, args: `{"eval_prompt_data": ["nq", "/nowhere/nq.jsonl"]}`,
 			env: map[string]string{"PLANACT_ROLE": "actor", "PLANACT_EVAL_ROLLOUT_OFFSET": "0", "PLANACT_TIMEOUT_S": "5"}, feed: actorResult(2 * n),
 			wants: "PlanactError: planact: not_evaluation: rollout 18 (actor) is not an evaluation"},
 		{name: "old nats-server", env: map[string]string{"STANDIN_NATS_SERVER_VERSION": "2.9.10"},
@@ -997,26 +998,38 @@ except trainer.ServerTooOld as e:
 
 // TestPythonSlimePauseResume: pause and resume publish what the Go decoder
 // accepts, as pkg/client does (control.<role>.pause and .resume, the
-// pause's Nats-Msg-Id), and pause returns planact's answer to this pause,
-// passing over the answer to an earlier one; unanswered, it says so.
+// pause's Nats-Msg-Id), and return planact's answer to this pause or
+// resume, passing over the answer to an earlier one; unanswered, they say
+// so. A pause or resume planact refuses (control.<role>.refused, naming
+// its id) raises its reason; resume used to return without waiting for
+// any answer, and pause waited for its whole time-out.
 func TestPythonSlimePauseResume(t *testing.T) {
 	t.Parallel()
 	const atMs = 1767225600000
+	b64 := func(m schema.Message) string { return base64.StdEncoding.EncodeToString(marshal(t, m)) }
 	answer := func(epoch int64, pauseID, mode string) string {
-		return base64.StdEncoding.EncodeToString(marshal(t, &schema.Paused{Role: schema.RolePlanner, Epoch: epoch, PauseID: pauseID,
-			Mode: mode, Drained: []string{"planner-gateway-a"}, Aborted: int(epoch) - 1, AtMs: atMs + 40}))
+		return b64(&schema.Paused{Role: schema.RolePlanner, Epoch: epoch, PauseID: pauseID,
+			Mode: mode, Drained: []string{"planner-gateway-a"}, Aborted: int(epoch) - 1, AtMs: atMs + 40})
 	}
 	mine := answer(3, fmt.Sprintf("pause.planner.%d", atMs), schema.PauseAbort)
 	another := answer(2, "pause.planner.1767225000000", schema.PauseWait)
+	resumed := b64(&schema.Resumed{Role: schema.RolePlanner, ResumeID: fmt.Sprintf("resume.planner.%d", atMs), WeightVersion: "5", AtMs: atMs + 50})
+	refusal := func(verb, id string) string {
+		return b64(&schema.Refused{Role: schema.RoleActor, Verb: verb, ID: id, Reason: verb + " of actor: a newer rule", AtMs: atMs + 60})
+	}
+	// Refusals of another message, then of the pause and of the resume.
+	refusals := []string{refusal("pause", "pause.actor.1"), refusal("pause", fmt.Sprintf("pause.actor.%d", atMs)),
+		refusal("resume", fmt.Sprintf("resume.actor.%d", atMs))}
 	out, err := slimeRun(t, `
 import time
 time.time = lambda: 1767225600.0  # the pause's id is pause.<role>.<at_ms>: the one Go answers
-mine, another = base64.b64decode(sys.argv[1]), base64.b64decode(sys.argv[2])
-# planact answers this pause, then (last on the subject) another one
+mine, another, resumed, other, refused_pause, refused_resume = (base64.b64decode(a) for a in sys.argv[1:7])
+# planact answers this pause, then (last on the subject) another one; and the resume
 nats.on_publish.append(lambda m: [nats.store("control.planner.paused", a) for a in (mine, another)]
                        if m.subject == "control.planner.pause" else None)
+nats.on_publish.append(lambda m: nats.store("control.planner.resumed", resumed) if m.subject == "control.planner.resume" else None)
 answer = slime_planact.pause("planner", mode="abort", timeout_s=120, reason="weights 5")
-slime_planact.resume("planner", 5)
+resume_answer = slime_planact.resume("planner", 5)
 try:
     slime_planact.pause("actor", wait_s=0.3)
     unanswered = "answered"
@@ -1026,24 +1039,46 @@ try:
     slime_planact.pause("planner", mode="later")
 except ValueError as e:
     bad_mode = str(e)
-print(json.dumps({"answer": answer, "published": published(), "unanswered": unanswered, "bad_mode": bad_mode,
-                  "servers": [c["servers"] for c in nats.connections]}))
-`, map[string]string{"PLANACT_NATS_URL": "nats://planact:4222"}, slimeFeed{}, mine, another)
+# planact refuses the actor's pause and resume, after another message's refusal
+nats.on_publish.append(lambda m: [nats.store("control.actor.refused", a) for a in (other, refused_pause)]
+                       if m.subject == "control.actor.pause" else None)
+nats.on_publish.append(lambda m: nats.store("control.actor.refused", refused_resume) if m.subject == "control.actor.resume" else None)
+refused = []
+for call in (lambda: slime_planact.pause("actor", timeout_s=60), lambda: slime_planact.resume("actor", 6)):
+    try:
+        call()
+        refused.append("taken")
+    except slime_planact.PlanactError as e:
+        refused.append(str(e))
+print(json.dumps({"answer": answer, "resumed": resume_answer, "published": published(), "unanswered": unanswered,
+                  "bad_mode": bad_mode, "refused": refused, "servers": [c["servers"] for c in nats.connections]}))
+`, map[string]string{"PLANACT_NATS_URL": "nats://planact:4222"}, slimeFeed{}, append([]string{mine, another, resumed}, refusals...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var r struct {
 		Answer     map[string]any `json:"answer"`
+		Resumed    map[string]any `json:"resumed"`
 		Published  []pyMsg        `json:"published"`
 		Unanswered string         `json:"unanswered"`
 		BadMode    string         `json:"bad_mode"`
+		Refused    []string       `json:"refused"`
 		Servers    [][]string     `json:"servers"`
 	}
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("python printed %q: %v", out, err)
 	}
-	if len(r.Published) != 3 {
-		t.Fatalf("published %d messages, want a pause, a resume and a pause", len(r.Published))
+	if len(r.Published) != 5 {
+		t.Fatalf("published %d messages, want a pause, a resume, a pause, and a pause and a resume refused", len(r.Published))
+	}
+	if r.Resumed["resume_id"] != fmt.Sprintf("resume.planner.%d", atMs) || r.Resumed["weight_version"] != "5" {
+		t.Errorf("resume returned %v: want planact's answer to it", r.Resumed)
+	}
+	if want := []string{
+		fmt.Sprintf("planact: refused: pause pause.actor.%d: pause of actor: a newer rule", atMs),
+		fmt.Sprintf("planact: refused: resume resume.actor.%d: resume of actor: a newer rule", atMs),
+	}; !slices.Equal(r.Refused, want) {
+		t.Errorf("refused pause and resume: %q, want %q", r.Refused, want)
 	}
 	var p schema.Pause
 	if err := schema.UnmarshalStrict(r.Published[0].body(t), &p); err != nil {
@@ -1076,7 +1111,7 @@ print(json.dumps({"answer": answer, "published": published(), "unanswered": unan
 	if r.BadMode != "pause mode 'later': want wait or abort" {
 		t.Errorf("pause with mode later: %q", r.BadMode)
 	}
-	if len(r.Servers) != 3 || r.Servers[0][0] != "nats://planact:4222" {
+	if len(r.Servers) != 5 || r.Servers[0][0] != "nats://planact:4222" {
 		t.Errorf("connected to %v: want PLANACT_NATS_URL", r.Servers)
 	}
 }

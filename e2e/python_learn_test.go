@@ -3,10 +3,12 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -262,13 +264,20 @@ func seed(v int64) *int64 { return &v }
 // slimeEval is what the evaluation scripts print: slime's eval data (per
 // dataset, its rewards, truncated flags and samples), the metrics, what
 // the module published, and whether slime's eval contract held
-// (assert_eval_rollout_contract of tests/plugin_contracts).
+// (assert_eval_rollout_contract of tests/plugin_contracts). eval_args are
+// slime's args, their eval datasets (sys.argv[1]: --eval-config's datasets)
+// resolved by slime's own build_eval_dataset_configs, as slime's
+// arguments.py does.
 const slimeEval = `
 from slime.rollout.base_types import RolloutFnEvalOutput, call_rollout_fn
+from slime.utils.eval_config import build_eval_dataset_configs
 
 def eval_args(engine):
-    return rollout_args(engine, eval_prompt_data=json.loads(sys.argv[1]), input_key="question", label_key="answer",
-                        n_samples_per_eval_prompt=2)
+    args = rollout_args(engine, input_key="question", label_key="answer", n_samples_per_eval_prompt=2,
+                        eval_temperature=None, rollout_temperature=0.8, eval_top_p=None, rollout_top_p=1.0,
+                        eval_top_k=None, rollout_top_k=-1, eval_max_response_len=None, rollout_max_response_len=700)
+    args.eval_datasets = build_eval_dataset_configs(args, json.loads(sys.argv[1]), {})
+    return args
 
 def assert_eval_rollout_contract(output):
     # slime's tests/plugin_contracts/test_plugin_rollout_contracts.py
@@ -287,25 +296,39 @@ def assert_eval_rollout_contract(output):
             assert isinstance(sample.status, Sample.Status)
 `
 
+// pyEvalArrival is one planact rollout of an evaluation as the planner's
+// job would send it (slime_planact.eval_arrivals).
+type pyEvalArrival struct {
+	Rollout  int64         `json:"rollout"`
+	Datasets []string      `json:"datasets"`
+	Tasks    []schema.Task `json:"tasks"`
+	Config   schema.Config `json:"config"`
+}
+
 // TestPythonSlimeEvaluation: slime_planact evaluates through planact.
-// The planner's job reads slime's eval datasets (--eval-prompt-data, two
-// JSON Lines files) into planact tasks naming their dataset, with the
-// evaluation's config (greedy, evaluation on, the training-only group
-// settings of PLANACT_CONFIG left out, result_samples included, which
-// planact refuses without groups; PLANACT_EVAL_CONFIG over it);
-// planact runs exactly that (both roles, real services, simulated
-// engines) and answers with metrics, no samples; both jobs'
-// generate_rollout(evaluation=True) return slime's RolloutFnEvalOutput,
-// which passes slime's eval contract: per dataset, one reward, truncated
-// flag and Sample per episode (the planner's with its prompt and label),
-// and metrics (accuracy, mean reward, turns and acts per episode, episode
-// statuses, failures; per dataset and overall) equal to planact's numbers.
+// The planner's job reads slime's eval datasets (two JSON Lines files,
+// hotpotqa with its own temperature 0 and max_response_len 300, nq with
+// slime's fallbacks, --rollout-temperature 0.8 and
+// --rollout-max-response-len 700) into planact tasks naming their dataset.
+// The two samplings are two planact evaluation rollouts (a rollout has one
+// config), PLANACT_EVAL_ROLLOUT_OFFSET + 2 * (2 * 7) + 0 and + 1, each
+// with its dataset's tasks and its sampling for both roles (the training-
+// only group settings of PLANACT_CONFIG left out, result_samples included,
+// which planact refuses without groups; PLANACT_EVAL_CONFIG over it).
+// planact runs exactly that (both roles, real services, simulated engines)
+// and answers with metrics, no samples; both jobs'
+// generate_rollout(evaluation=True) arrive for both rollouts and return
+// slime's RolloutFnEvalOutput, which passes slime's eval contract: per
+// dataset, one reward, truncated flag and Sample per episode (the
+// planner's with its prompt and label), and metrics (accuracy, mean
+// reward, turns and acts per episode, episode statuses, failures; per
+// dataset and overall) equal to planact's numbers.
 func TestPythonSlimeEvaluation(t *testing.T) {
 	t.Parallel()
 	python(t)
 	e := start(t, envOptions{actor: sim.Config{ActorErrorRate: 0.3, Seed: 13}})
 	dir := t.TempDir()
-	var data []string
+	var datasets []map[string]any
 	for i, name := range []string{"hotpotqa", "nq"} {
 		var lines strings.Builder
 		for _, task := range e.tasks(3, 1, int64(31+i)) {
@@ -315,67 +338,115 @@ func TestPythonSlimeEvaluation(t *testing.T) {
 		if err := os.WriteFile(path, []byte(lines.String()), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		data = append(data, name, path)
+		datasets = append(datasets, map[string]any{"name": name, "path": path})
 	}
+	datasets[0]["temperature"], datasets[0]["max_response_len"] = 0.0, 300
 	env := map[string]string{"PLANACT_ENGINE_URL": engineServer(t, "step-3"), "PLANACT_TIMEOUT_S": "60",
 		"PLANACT_EVAL_ROLLOUT_OFFSET": "1000",
-		"PLANACT_CONFIG":              `{"max_turns": 4, "group_filter": "spread", "result_samples": "undelivered", "planner_sampling": {"temperature": 0.7, "max_new_tokens": 900}}`,
+		"PLANACT_CONFIG":              `{"max_turns": 4, "group_filter": "spread", "result_samples": "undelivered", "planner_sampling": {"temperature": 0.7, "max_new_tokens": 900}, "actor_sampling": {"seed": 4}}`,
 		"PLANACT_EVAL_CONFIG":         `{"max_turns": 3}`}
 	// What the planner's job will send.
 	env["PLANACT_ROLE"] = "planner"
 	out, err := slimeRun(t, slimeEval+`
-args = eval_args("http://slime-router:30000")
-print(json.dumps({"tasks": slime_planact.eval_tasks(args), "config": slime_planact.eval_config(args, slime_planact.settings_from_env())}))
-`, env, slimeFeed{}, jsonOf(t, data))
+arrivals = slime_planact.eval_arrivals(eval_args("http://slime-router:30000"), 7, slime_planact.settings_from_env())
+print(json.dumps([{"rollout": a.fields["rollout"], "datasets": a.datasets, "tasks": a.fields["tasks"], "config": a.fields["config"]}
+                  for a in arrivals]))
+`, env, slimeFeed{}, jsonOf(t, datasets))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sent struct {
-		Tasks  []schema.Task `json:"tasks"`
-		Config schema.Config `json:"config"`
-	}
+	var sent []pyEvalArrival
 	if err := json.Unmarshal(out, &sent); err != nil {
 		t.Fatalf("python printed %q: %v", out, err)
 	}
-	if len(sent.Tasks) != 12 || sent.Tasks[0].Dataset != "hotpotqa" || sent.Tasks[11].Dataset != "nq" || sent.Tasks[11].GroupIndex != 5 {
-		t.Fatalf("eval tasks %+v: want 12, 2 copies of 6 prompts, hotpotqa's then nq's", sent.Tasks)
+	// planact's rollout ids of the evaluation before training at slime's
+	// rollout 7, two rollouts: PLANACT_EVAL_ROLLOUT_OFFSET + 2 * (2 * 7) + part.
+	want := []struct {
+		rollout     int64
+		dataset     string
+		temperature float64
+		maxTokens   int
+		first       int // the first task's group_index
+	}{{1028, "hotpotqa", 0, 300, 0}, {1029, "nq", 0.8, 700, 3}}
+	if len(sent) != len(want) {
+		t.Fatalf("evaluation rollouts %+v: want %d, one per sampling", sent, len(want))
 	}
-	c := sent.Config
-	if !c.Evaluation || c.GroupFilter != "" || c.ResultSamples != "" || c.MaxTurns != 3 || *c.PlannerSampling.Temperature != 0 ||
-		*c.ActorSampling.Temperature != 0 || c.PlannerSampling.MaxNewTokens != 900 {
-		t.Fatalf("eval config %+v: want evaluation, no group filter or result_samples (planact refuses result_samples without groups), "+
-			"max_turns 3, greedy, the planner's max_new_tokens kept", c)
+	for i, w := range want {
+		s := sent[i]
+		if s.Rollout != w.rollout || !slices.Equal(s.Datasets, []string{w.dataset}) || len(s.Tasks) != 6 ||
+			s.Tasks[0].GroupIndex != w.first || s.Tasks[5].GroupIndex != w.first+2 {
+			t.Fatalf("evaluation rollout %d: %d %v with tasks %+v: want %d, %s's 6 tasks (2 copies of 3 prompts) from group %d",
+				i, s.Rollout, s.Datasets, s.Tasks, w.rollout, w.dataset, w.first)
+		}
+		for _, task := range s.Tasks {
+			if task.Dataset != w.dataset {
+				t.Fatalf("evaluation rollout %d: task %+v of another dataset than %s", s.Rollout, task, w.dataset)
+			}
+		}
+		c := s.Config
+		if !c.Evaluation || c.GroupFilter != "" || c.ResultSamples != "" || c.MaxTurns != 3 {
+			t.Fatalf("eval config %+v: want evaluation, no group filter or result_samples (planact refuses result_samples without groups), max_turns 3", c)
+		}
+		for role, sm := range map[string]schema.Sampling{"planner": c.PlannerSampling, "actor": c.ActorSampling} {
+			if sm.Temperature == nil || *sm.Temperature != w.temperature || sm.TopP == nil || *sm.TopP != 1 || sm.MaxNewTokens != w.maxTokens {
+				t.Fatalf("evaluation %d (%s): %s sampling %+v: want slime's temperature %v, top_p 1, max_new_tokens %d",
+					s.Rollout, w.dataset, role, sm, w.temperature, w.maxTokens)
+			}
+		}
+		if c.ActorSampling.Seed == nil || *c.ActorSampling.Seed != 4 {
+			t.Fatalf("evaluation %d: actor sampling %+v: want PLANACT_CONFIG's seed kept", s.Rollout, c.ActorSampling)
+		}
 	}
 
-	// planact runs it: the evaluation before training at slime's rollout 7
-	// is PLANACT_EVAL_ROLLOUT_OFFSET + 2 * 7.
-	const n = 1014
+	// planact runs them, at once, as the module does.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var pr, ar *schema.Result
-	var perr, aerr error
+	results := map[string][]*schema.Result{}
+	var mu sync.Mutex
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		pr, perr = e.trainer(t).Evaluate(ctx, &schema.Arrive{Rollout: n, Role: schema.RolePlanner, Engine: e.planner, Tasks: sent.Tasks, Config: &sent.Config}, 0)
-	}()
-	go func() {
-		defer wg.Done()
-		ar, aerr = e.trainer(t).Evaluate(ctx, &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: e.actor}, 0)
-	}()
+	errs := make(chan error, 2*len(sent))
+	for _, s := range sent {
+		for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+			a := &schema.Arrive{Rollout: s.Rollout, Role: role, Engine: e.actor}
+			if role == schema.RolePlanner {
+				cfg := s.Config
+				a.Engine, a.Tasks, a.Config = e.planner, s.Tasks, &cfg
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := e.trainer(t).Evaluate(ctx, a, 0)
+				if err != nil {
+					errs <- fmt.Errorf("evaluation %d (%s): %w", a.Rollout, a.Role, err)
+					return
+				}
+				mu.Lock()
+				results[role] = append(results[role], r)
+				mu.Unlock()
+			}()
+		}
+	}
 	wg.Wait()
-	if perr != nil || aerr != nil {
-		t.Fatalf("evaluation: %v / %v", perr, aerr)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	tasks := map[int]schema.Task{} // by index: numbered across the datasets
+	for _, s := range sent {
+		for _, task := range s.Tasks {
+			tasks[task.Index] = task
+		}
 	}
 
 	// Both jobs' rollout functions, with evaluation=True.
-	for _, r := range []*schema.Result{pr, ar} {
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
 		var feed slimeFeed
-		stored := *r
-		stored.ArrivalID = ""
-		feed.store(t, subject.Result(n, r.Role), &stored)
-		env["PLANACT_ROLE"] = r.Role
+		for _, r := range results[role] {
+			stored := *r
+			stored.ArrivalID = ""
+			feed.store(t, subject.Result(r.Rollout, role), &stored)
+		}
+		env["PLANACT_ROLE"] = role
 		out, err := slimeRun(t, slimeEval+`
 ds = DataSource([])
 output = call_rollout_fn(slime_planact.generate_rollout, eval_args("http://slime-router:30000"), 7, ds, evaluation=True)
@@ -383,9 +454,9 @@ assert_eval_rollout_contract(output)
 print(json.dumps({"data": {name: {"rewards": d["rewards"], "truncated": d["truncated"], "samples": [sample_json(s) for s in d["samples"]]}
                            for name, d in output.data.items()},
                   "metrics": output.metrics, "published": published(), "asked": ds.asked}))
-`, env, feed, jsonOf(t, data))
+`, env, feed, jsonOf(t, datasets))
 		if err != nil {
-			t.Fatalf("%s: %v", r.Role, err)
+			t.Fatalf("%s: %v", role, err)
 		}
 		var got struct {
 			Data map[string]struct {
@@ -398,54 +469,71 @@ print(json.dumps({"data": {name: {"rewards": d["rewards"], "truncated": d["trunc
 			Asked     []int              `json:"asked"`
 		}
 		if err := json.Unmarshal(out, &got); err != nil {
-			t.Fatalf("%s: python printed %q: %v", r.Role, out, err)
+			t.Fatalf("%s: python printed %q: %v", role, out, err)
 		}
-		if len(got.Published) != 1 || len(got.Asked) != 0 {
-			t.Fatalf("%s: published %d messages, asked the data source for %v: want one arrival, and the data source left alone", r.Role, len(got.Published), got.Asked)
+		if len(got.Published) != len(sent) || len(got.Asked) != 0 {
+			t.Fatalf("%s: published %d messages, asked the data source for %v: want %d arrivals, and the data source left alone",
+				role, len(got.Published), got.Asked, len(sent))
 		}
-		var a schema.Arrive
-		if err := schema.UnmarshalStrict(got.Published[0].body(t), &a); err != nil {
-			t.Fatalf("%s: the Go decoder refuses the arrival: %v", r.Role, err)
-		}
-		if a.Rollout != n || (r.Role == schema.RolePlanner) != (a.Config != nil && a.Config.Evaluation && reflect.DeepEqual(a.Tasks, sent.Tasks)) {
-			t.Errorf("%s: arrival for rollout %d with config %+v and %d tasks: want rollout %d, the planner's with the evaluation's config and tasks",
-				r.Role, a.Rollout, a.Config, len(a.Tasks), n)
+		for i, m := range got.Published {
+			var a schema.Arrive
+			if err := schema.UnmarshalStrict(m.body(t), &a); err != nil {
+				t.Fatalf("%s: the Go decoder refuses the arrival: %v", role, err)
+			}
+			s := sent[i]
+			if a.Rollout != s.Rollout || (role == schema.RolePlanner) != (a.Config != nil && reflect.DeepEqual(*a.Config, s.Config) && reflect.DeepEqual(a.Tasks, s.Tasks)) ||
+				(role == schema.RoleActor && (a.Config != nil || len(a.Tasks) != 0)) {
+				t.Errorf("%s: arrival for rollout %d with config %+v and %d tasks: want rollout %d, the planner's with the evaluation's config and tasks",
+					role, a.Rollout, a.Config, len(a.Tasks), s.Rollout)
+			}
 		}
 		if len(got.Data) != 2 {
-			t.Fatalf("%s: datasets %v, want hotpotqa and nq", r.Role, got.Data)
+			t.Fatalf("%s: datasets %v, want hotpotqa and nq", role, got.Data)
 		}
-		for name, ds := range r.Stats.Datasets {
-			d := got.Data[name]
-			var rewards []float64
-			var truncated []bool
-			for _, o := range r.Episodes {
-				if o.Dataset == name {
+		var ended int
+		var correct, reward, acts float64
+		slices.SortFunc(results[role], func(a, b *schema.Result) int { return int(a.Rollout - b.Rollout) })
+		for _, r := range results[role] {
+			if len(r.Stats.Datasets) != 1 {
+				t.Fatalf("%s: evaluation %d has datasets %v: want one", role, r.Rollout, r.Stats.Datasets)
+			}
+			for name, ds := range r.Stats.Datasets {
+				ended += ds.Ended
+				correct += ds.Accuracy * float64(ds.Ended)
+				reward += ds.MeanReward * float64(ds.Ended)
+				acts += ds.ActsPerEpisode * float64(ds.Ended)
+				d := got.Data[name]
+				var rewards []float64
+				var truncated []bool
+				for _, o := range r.Episodes {
 					rewards = append(rewards, o.Reward)
 					truncated = append(truncated, o.Status == schema.EpisodeTruncated)
 				}
-			}
-			if !reflect.DeepEqual(d.Rewards, rewards) || !reflect.DeepEqual(d.Truncated, truncated) || len(d.Samples) != ds.Ended {
-				t.Errorf("%s: dataset %s: rewards %v truncated %v (%d samples); planact's episodes %v %v (%d ended)", r.Role, name, d.Rewards, d.Truncated, len(d.Samples), rewards, truncated, ds.Ended)
-			}
-			for k, want := range map[string]float64{"accuracy": ds.Accuracy, "mean_reward": ds.MeanReward, "mean_turns": ds.MeanTurns,
-				"acts_per_episode": ds.ActsPerEpisode, "episodes": float64(ds.Episodes)} {
-				if got := got.Metrics["planact_eval/"+name+"/"+k]; math.Abs(got-want) > 1e-12 {
-					t.Errorf("%s: metric planact_eval/%s/%s = %v, planact says %v", r.Role, name, k, got, want)
+				if !reflect.DeepEqual(d.Rewards, rewards) || !reflect.DeepEqual(d.Truncated, truncated) || len(d.Samples) != ds.Ended {
+					t.Errorf("%s: dataset %s: rewards %v truncated %v (%d samples); planact's episodes %v %v (%d ended)", role, name, d.Rewards, d.Truncated, len(d.Samples), rewards, truncated, ds.Ended)
 				}
-			}
-			for _, s := range d.Samples {
-				task := sent.Tasks[s.Index]
-				if s.GroupIndex != task.GroupIndex || len(s.Tokens) != 0 || s.Metadata["dataset"] != name ||
-					(r.Role == schema.RolePlanner) != (s.Prompt == task.Prompt && s.Label == task.Label) {
-					t.Errorf("%s: eval sample %+v for task %+v", r.Role, s, task)
+				for k, want := range map[string]float64{"accuracy": ds.Accuracy, "mean_reward": ds.MeanReward, "mean_turns": ds.MeanTurns,
+					"acts_per_episode": ds.ActsPerEpisode, "episodes": float64(ds.Episodes)} {
+					if got := got.Metrics["planact_eval/"+name+"/"+k]; math.Abs(got-want) > 1e-12 {
+						t.Errorf("%s: metric planact_eval/%s/%s = %v, planact says %v", role, name, k, got, want)
+					}
+				}
+				for _, s := range d.Samples {
+					task := tasks[s.Index]
+					if s.GroupIndex != task.GroupIndex || len(s.Tokens) != 0 || s.Metadata["dataset"] != name ||
+						!strings.HasPrefix(fmt.Sprint(s.Metadata["planact_rollout_id"]), fmt.Sprintf("%d-", r.Rollout)) ||
+						(role == schema.RolePlanner) != (s.Prompt == task.Prompt && s.Label == task.Label) {
+						t.Errorf("%s: eval sample %+v for task %+v of evaluation %d", role, s, task, r.Rollout)
+					}
 				}
 			}
 		}
-		for k, want := range map[string]float64{"accuracy": r.Stats.Accuracy, "mean_reward": r.Stats.MeanReward, "acts_per_episode": r.Stats.ActsPerEpisode} {
-			if got := got.Metrics["planact_eval/"+k]; math.Abs(got-want) > 1e-12 {
-				t.Errorf("%s: metric planact_eval/%s = %v, planact says %v", r.Role, k, got, want)
+		for k, want := range map[string]float64{"accuracy": correct / float64(ended), "mean_reward": reward / float64(ended),
+			"acts_per_episode": acts / float64(ended), "ended": float64(ended)} {
+			if got := got.Metrics["planact_eval/"+k]; math.Abs(got-want) > 1e-9 {
+				t.Errorf("%s: metric planact_eval/%s = %v, planact's two evaluations say %v", role, k, got, want)
 			}
 		}
-		t.Logf("%s: %v", r.Role, got.Metrics)
+		t.Logf("%s: %v", role, got.Metrics)
 	}
 }

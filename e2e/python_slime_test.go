@@ -457,7 +457,8 @@ func TestPythonSlimeEvalUnended(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			out, err := slimeRun(t, pyAnswerArrivals+`
 from slime.rollout.base_types import call_rollout_fn
-args = rollout_args(sys.argv[2], n_samples_per_eval_prompt=2, log_passrate=json.loads(sys.argv[3]))
+args = rollout_args(sys.argv[2], n_samples_per_eval_prompt=2, log_passrate=json.loads(sys.argv[3]),
+                    eval_prompt_data=["nq", "/nowhere/nq.jsonl"])  # the actor's job reads no eval file
 output = call_rollout_fn(slime_planact.generate_rollout, args, 7, DataSource([]), evaluation=True)
 d = output.data["nq"]
 # slime's compute_pass_rate (slime/observability/metric_utils.py), its reshape

@@ -47,8 +47,10 @@ the variable):
                           planner's is sent, and with stream_groups,
                           group_filter or target_groups each job reads the
                           groups as planact delivers them. slime's
-                          --rollout-temperature etc. do not apply: sampling
-                          is planner_sampling / actor_sampling here.
+                          --rollout-temperature etc. do not apply to
+                          training: sampling is planner_sampling /
+                          actor_sampling here. Evaluations take slime's
+                          eval sampling, whose last fallbacks they are.
   PLANACT_STALE           keep (default) | mask | drop: what to do with a
                           sample planact marked metadata.stale (its weights
                           more than max_staleness versions behind). keep:
@@ -70,10 +72,12 @@ the variable):
                           jobs a new offset.
   PLANACT_EVAL_ROLLOUT_OFFSET  where the evaluations' planact rollout ids
                           start (default 1000000000): see eval_rollout_id.
-  PLANACT_EVAL_CONFIG     a JSON object laid over the evaluation's config
-                          (PLANACT_CONFIG less stream_groups, group_filter,
-                          target_groups and result_samples; greedy;
-                          evaluation on).
+  PLANACT_EVAL_CONFIG     a JSON object laid over each evaluation
+                          rollout's config (PLANACT_CONFIG less
+                          stream_groups, group_filter, target_groups and
+                          result_samples; slime's eval sampling of its
+                          datasets; evaluation on): it wins over slime's
+                          eval sampling, for every dataset.
 
 Decisions:
 - planact's answer is the samples or an error: a timeout, a rejection or a
@@ -104,13 +108,21 @@ Decisions:
   to slime's data source (add_samples), as slime's rollout does with its
   aborted groups; they start again from their prompt.
 - evaluation=True evaluates the Plan/Act system through planact (both
-  roles, greedy unless PLANACT_EVAL_CONFIG says otherwise, no training
-  samples) as planact rollout PLANACT_EVAL_ROLLOUT_OFFSET (default 10^9) +
-  2 * (PLANACT_ROLLOUT_OFFSET + rollout_id), + 1 after training rollout
-  rollout_id (eval_rollout_id: slime's train.py evaluates at rollout_id 0
-  before and after training it), and returns RolloutFnEvalOutput per eval
+  roles, no training samples), each eval dataset with the sampling slime
+  would evaluate it with (temperature, top_p, top_k, max_response_len,
+  n_samples_per_eval_prompt: the dataset's or eval.defaults', else
+  --eval-*, else --rollout-*, as slime resolves them; eval_datasets), for
+  both roles.
+  A planact rollout has one config: the datasets that share their
+  sampling are one planact rollout, each other sampling one more, run at
+  once, with ids from PLANACT_EVAL_ROLLOUT_OFFSET (default 10^9):
+  parts * (2 * (PLANACT_ROLLOUT_OFFSET + rollout_id) + 1 after training
+  rollout rollout_id) + part (eval_rollout_id: slime's train.py evaluates
+  at rollout_id 0 before and after training it); with one sampling for
+  all, 10^9 + 2 * (...) (+ 1). It returns RolloutFnEvalOutput per eval
   dataset (evaluate()). Both jobs must run the same driver with
-  --num-rollout (not --num-epoch) and the same eval flags.
+  --num-rollout (not --num-epoch) and the same eval flags (or
+  --eval-config): both work the rollouts out from them.
 - Advantages: point both jobs' --custom-reward-post-process-path at
   slime_planact.reward_post_process. A group is the copies of one task, its
   members episodes (each counted once, whatever its number of samples),
@@ -182,6 +194,7 @@ CONTROL_STREAM = "CONTROL"
 DEFAULT_BARRIER_TIMEOUT_S = 1800
 DEFAULT_ROLLOUT_TIMEOUT_S = 3600
 DEFAULT_PAUSE_TIMEOUT_S = 600
+RESUME_WAIT_S = 120  # how long resume waits for planact's answer, as pkg/client's Resume
 # Evaluations are planact rollouts from this on (eval_rollout_id): ids of
 # their own, apart from the training rollouts' (a planact rollout id names
 # one rollout).
@@ -379,121 +392,277 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
 
 # Evaluation through planact.
 
+# slime's sampling of an eval dataset (slime/utils/eval_config.py,
+# DATASET_RUNTIME_SPECS, and slime/rollout/sglang_rollout.py,
+# eval_rollout_single_dataset; 624b824a): the dataset's own value, else
+# eval.defaults' (--eval-config), else the first of these args that is set:
+# the eval flag, then the training one. slime resolves args.eval_datasets
+# so (build_eval_dataset_configs); the same chain fills what an entry
+# leaves None, and makes the datasets of --eval-prompt-data where args have
+# no eval_datasets (slime before Oct 2025, whose eval rollout took the same
+# flags in the same order).
+EVAL_SETTINGS = {
+    "temperature": ("eval_temperature", "rollout_temperature"),
+    "top_p": ("eval_top_p", "rollout_top_p"),
+    "top_k": ("eval_top_k", "rollout_top_k"),
+    "max_response_len": ("eval_max_response_len", "rollout_max_response_len"),
+    "n_samples_per_eval_prompt": ("n_samples_per_eval_prompt", "n_samples_per_prompt"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalDataset:
+    """One of slime's eval datasets, as slime would evaluate it."""
+
+    name: str
+    path: str
+    input_key: str
+    label_key: object  # str, or None: no labels
+    copies: int  # n_samples_per_eval_prompt: the copies of each prompt, one group
+    sampling: dict  # planact's sampling fields for both roles (eval_sampling)
+
 
 def evaluate(args, rollout_id, settings):
     """slime's evaluation (generate_rollout with evaluation=True; slime calls
     the rollout function so when no --eval-function-path is given): the
-    eval prompts run through planact, both roles, as planact rollout
-    eval_rollout_id(settings, rollout_id) with config evaluation, so that
-    no training sample is assembled. The planner's job reads slime's eval
-    datasets (eval_tasks) and sends them with the evaluation's config
-    (eval_config); the actor's job arrives with neither. Both get
-    RolloutFnEvalOutput: data, one entry per dataset as slime's own eval
-    rollout names them ({"rewards", "truncated", "samples"}, one per episode
-    that ended with a reward; a Sample per episode with its answer as the
-    response and no tokens; see eval_output), and metrics (planact_eval/...:
-    accuracy, mean reward, turns and acts per episode, failures, per
-    dataset and overall)."""
-    n = eval_rollout_id(settings, rollout_id)
-    engine = settings.engine_url or router_url(args)
-    tasks, config, prompts = [], None, {}
-    if settings.role == "planner":
-        tasks = eval_tasks(args)
-        config = eval_config(args, settings)
-        prompts = {(t["group_index"], t["index"]): t for t in tasks}
-    fields = {"rollout": n, "role": settings.role, "engine": {"url": engine, "protocol": "sglang"},
-              "weight_version": engine_weight_version(engine), "tasks": tasks or None, "config": config}
-    logger.info("evaluation %d (slime rollout %d): arriving as the %s with %d tasks", n, rollout_id, settings.role, len(tasks))
-    eval_settings = dataclasses.replace(settings, config=config or {})
-    result, _ = asyncio.run(run_rollout(eval_settings, fields))
-    if not result.get("evaluation"):
-        raise PlanactError("not_evaluation", f"rollout {n} ({settings.role}) is not an evaluation: the planner's config did not "
-                                             "ask for one (give both jobs the same slime_planact, called with evaluation=True)")
-    data, metrics = eval_output(result, settings.role, prompts, args)
+    eval prompts run through planact, both roles, with config evaluation,
+    so that no training sample is assembled.
+
+    Each dataset is evaluated with slime's sampling for it (eval_datasets:
+    temperature, top_p, top_k, max_response_len, n_samples_per_eval_prompt,
+    with slime's fallbacks). A planact rollout has one config, so the
+    datasets that share their sampling are one planact rollout and each
+    other sampling is a rollout of its own (eval_rollouts), all run at once
+    as slime's eval_rollout runs its datasets, with the ids of
+    eval_rollout_id. Both jobs work the rollouts out from slime's eval
+    args, so both need the same. The planner's job reads the datasets
+    (eval_tasks) and sends each rollout its datasets' tasks and config
+    (eval_config); the actor's job arrives for each with neither, and reads
+    no file. Both get RolloutFnEvalOutput: data, one entry per dataset as
+    slime's own eval rollout names them ({"rewards", "truncated",
+    "samples"}, one per episode that ended with a reward; a Sample per
+    episode with its answer as the response and no tokens; see
+    eval_output), and metrics (planact_eval/...: accuracy, mean reward,
+    turns and acts per episode, failures, per dataset and overall)."""
+    rollouts = eval_arrivals(args, rollout_id, settings)
+    results = asyncio.run(run_evaluations(rollouts))
+    prompts = {}
+    for r, result in zip(rollouts, results):
+        n = r.fields["rollout"]
+        prompts.update({(t["group_index"], t["index"]): t for t in r.fields["tasks"] or []})
+        if not result.get("evaluation"):
+            raise PlanactError("not_evaluation", f"rollout {n} ({settings.role}) is not an evaluation: the planner's config did not "
+                                                 "ask for one (give both jobs the same slime_planact, called with evaluation=True)")
+        others = sorted({o.get("dataset") or "" for o in result.get("episodes", [])} - set(r.datasets))
+        if others:
+            raise PlanactError("mismatch", f"evaluation {n} ({settings.role}) holds episodes of datasets {others}; this job "
+                                           f"evaluates {', '.join(r.datasets)} there: give both jobs the same eval datasets and "
+                                           "eval sampling (slime's eval flags or --eval-config), which decide the evaluation's rollouts")
+    data, metrics = eval_output(results, settings.role, prompts, args)
     if RolloutFnEvalOutput is None:
         return data
     return RolloutFnEvalOutput(data=data, metrics=metrics)
 
 
-def eval_rollout_id(settings, rollout_id, after=None):
-    """The planact rollout id of slime's evaluation at rollout_id:
-    PLANACT_EVAL_ROLLOUT_OFFSET + 2 * (PLANACT_ROLLOUT_OFFSET + rollout_id),
-    + 1 when it follows training rollout rollout_id (after; default: this
-    process generated it). slime's train.py evaluates at rollout_id 0 before
+@dataclasses.dataclass(frozen=True)
+class EvalRollout:
+    """One planact rollout of an evaluation: the arrival (trainer.arrive's
+    fields), the names of its datasets, and the settings it waits with."""
+
+    fields: dict
+    datasets: list
+    settings: Settings
+
+
+def eval_arrivals(args, rollout_id, settings):
+    """The planact rollouts of slime's evaluation at rollout_id, each an
+    EvalRollout, in order (eval_rollouts): the planner's with its datasets'
+    tasks and its config, the actor's with neither."""
+    datasets = eval_datasets(args)
+    parts = eval_rollouts(datasets)
+    after = rollout_id in _generated
+    engine = settings.engine_url or router_url(args)
+    weight_version = engine_weight_version(engine)
+    tasks = eval_tasks(args, datasets) if settings.role == "planner" else []
+    out = []
+    for part, names in enumerate(parts):
+        n = eval_rollout_id(settings, rollout_id, after, part, len(parts))
+        sampling = next(d.sampling for d in datasets if d.name == names[0])
+        mine = [t for t in tasks if t["dataset"] in names]
+        config = eval_config(settings, sampling) if settings.role == "planner" else None
+        fields = {"rollout": n, "role": settings.role, "engine": {"url": engine, "protocol": "sglang"},
+                  "weight_version": weight_version, "tasks": mine or None, "config": config}
+        logger.info("evaluation %d (slime rollout %d, %s, sampling %s): arriving as the %s with %d tasks",
+                    n, rollout_id, ", ".join(names), sampling or "the config's", settings.role, len(mine))
+        out.append(EvalRollout(fields=fields, datasets=names, settings=dataclasses.replace(settings, config=config or {})))
+    return out
+
+
+async def run_evaluations(rollouts):
+    """run_rollout for each EvalRollout, at once (as slime's eval_rollout
+    runs its datasets): their results, in order."""
+    done = await asyncio.gather(*(run_rollout(r.settings, r.fields) for r in rollouts))
+    return [result for result, _ in done]
+
+
+def eval_rollout_id(settings, rollout_id, after=None, part=0, parts=1):
+    """The planact rollout id of part (of parts, eval_rollouts) of slime's
+    evaluation at rollout_id: PLANACT_EVAL_ROLLOUT_OFFSET + parts * (2 *
+    (PLANACT_ROLLOUT_OFFSET + rollout_id) + after) + part, after 1 when the
+    evaluation follows training rollout rollout_id (default: this process
+    generated it). slime's train.py evaluates at rollout_id 0 before
     training and again after rollout 0 with --eval-interval 1; both jobs
-    run the same driver, so both compute the same ids, and a restart with a
-    new PLANACT_ROLLOUT_OFFSET gets new evaluation ids too."""
+    run the same driver with the same eval args, so both compute the same
+    ids, and a restart with a new PLANACT_ROLLOUT_OFFSET gets new
+    evaluation ids too. With one sampling for every dataset (parts 1), the
+    ids are PLANACT_EVAL_ROLLOUT_OFFSET + 2 * (...) + after."""
     if after is None:
         after = rollout_id in _generated
-    return settings.eval_rollout_offset + 2 * (settings.rollout_offset + rollout_id) + int(after)
+    if not 0 <= part < parts:
+        raise ValueError(f"evaluation part {part} of {parts}")
+    return settings.eval_rollout_offset + parts * (2 * (settings.rollout_offset + rollout_id) + int(after)) + part
 
 
 def eval_datasets(args):
-    """slime's eval datasets: [(name, path, input_key, label_key, copies)],
-    from args.eval_datasets (slime's EvalDatasetConfig: name, path, and its
-    own input_key, label_key, n_samples_per_eval_prompt when set) or else
-    --eval-prompt-data name path [name path ...]."""
-    default_input = getattr(args, "eval_input_key", None) or getattr(args, "input_key", None) or "input"
-    default_label = getattr(args, "eval_label_key", None) or getattr(args, "label_key", None)
-    default_copies = getattr(args, "n_samples_per_eval_prompt", None) or 1
-    out = []
-    for c in getattr(args, "eval_datasets", None) or []:
-        get = c.get if isinstance(c, dict) else (lambda k, d=None: getattr(c, k, d))
-        out.append((get("name"), get("path"), get("input_key") or default_input, get("label_key") or default_label,
-                    get("n_samples_per_eval_prompt") or default_copies))
-    if not out:
+    """slime's eval datasets, each an EvalDataset with the sampling slime
+    would evaluate it with: from args.eval_datasets (slime's
+    EvalDatasetConfig, its fields resolved by slime: name, path, input_key,
+    label_key, n_samples_per_eval_prompt, temperature, top_p, top_k,
+    max_response_len) or else --eval-prompt-data name path [name path ...];
+    a setting an entry leaves None is slime's fallback (EVAL_SETTINGS: the
+    eval flag, then the training one). A setting planact cannot take
+    raises ValueError naming the dataset (eval_sampling)."""
+    entries = list(getattr(args, "eval_datasets", None) or [])
+    if not entries:
         pairs = list(getattr(args, "eval_prompt_data", None) or [])
         if len(pairs) % 2:
             raise ValueError(f"--eval-prompt-data {pairs}: want name path pairs")
-        out = [(name, path, default_input, default_label, default_copies) for name, path in zip(pairs[::2], pairs[1::2])]
-    if not out:
+        entries = [{"name": name, "path": path} for name, path in zip(pairs[::2], pairs[1::2])]
+    if not entries:
         raise ValueError("evaluation: slime's args name no eval dataset (--eval-prompt-data name path ..., or eval_datasets)")
-    names = [d[0] for d in out]
+    default_input = getattr(args, "eval_input_key", None) or getattr(args, "input_key", None) or "input"
+    default_label = getattr(args, "eval_label_key", None) or getattr(args, "label_key", None)
+    out = []
+    for entry in entries:
+        get = entry.get if isinstance(entry, dict) else (lambda k, e=entry: getattr(e, k, None))
+        name = get("name")
+        copies = eval_setting(args, get, "n_samples_per_eval_prompt")
+        copies = 1 if copies is None else copies
+        if not is_whole(copies) or copies < 1:
+            raise ValueError(f"eval dataset {name}: n_samples_per_eval_prompt {copies!r} (the dataset's or eval.defaults', "
+                             "else --n-samples-per-eval-prompt, else --n-samples-per-prompt): want a whole number, 1 or more")
+        sampling = eval_sampling(name, *(eval_setting(args, get, k) for k in ("temperature", "top_p", "top_k", "max_response_len")))
+        out.append(EvalDataset(name=name, path=get("path"), input_key=get("input_key") or default_input,
+                               label_key=get("label_key") or default_label, copies=int(copies), sampling=sampling))
+    names = [d.name for d in out]
     if len(set(names)) != len(names) or not all(isinstance(x, str) and x for x in names):
         raise ValueError(f"evaluation: eval dataset names {names}: want distinct, non-empty names")
     return out
 
 
-def eval_tasks(args):
-    """planact tasks from slime's eval datasets (JSON Lines): one group per
-    prompt, n_samples_per_eval_prompt copies of it, numbered across the
-    datasets in order, each naming its dataset."""
+def eval_setting(args, get, key):
+    """slime's value of eval setting key for a dataset whose own is get(key):
+    that, else the first of EVAL_SETTINGS[key]'s args that is set, else None."""
+    value = get(key)
+    for attr in EVAL_SETTINGS[key]:
+        if value is not None:
+            break
+        value = getattr(args, attr, None)
+    return value
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def is_whole(v):
+    return is_number(v) and float(v).is_integer()
+
+
+def eval_sampling(name, temperature, top_p, top_k, max_response_len):
+    """planact's sampling fields, for both roles, from slime's eval settings
+    of dataset name (each None where neither the dataset nor slime's flags
+    set it: the config's value stays). temperature, top_p and
+    max_response_len (max_new_tokens) are planact's as they are. planact's
+    sampling has no top_k: -1 (slime's default, every token) needs none,
+    and 1 is greedy, as SGLang samples temperature 0, so temperature 0;
+    another top_k raises ValueError, as does a value out of its range."""
+    where = f"eval dataset {name}"
+    sampling = {}
+    if temperature is not None:
+        if not is_number(temperature) or temperature < 0:
+            raise ValueError(f"{where}: temperature {temperature!r} (the dataset's or eval.defaults', else "
+                             "--eval-temperature, else --rollout-temperature): want a number, 0 or more")
+        sampling["temperature"] = float(temperature)
+    if top_p is not None:
+        if not is_number(top_p) or not 0 < top_p <= 1:
+            raise ValueError(f"{where}: top_p {top_p!r} (the dataset's or eval.defaults', else --eval-top-p, else "
+                             "--rollout-top-p): "
+                             "want more than 0, at most 1")
+        sampling["top_p"] = float(top_p)
+    if top_k is not None and not (is_whole(top_k) and top_k in (-1, 1)):
+        raise ValueError(f"{where}: top_k {top_k!r} (the dataset's or eval.defaults', else --eval-top-k, else "
+                         "--rollout-top-k): planact's sampling has no top_k; want -1 (all tokens, slime's default) or 1 (greedy), or use top_p")
+    if top_k == 1:
+        sampling["temperature"] = 0.0
+    if max_response_len is not None:
+        if not is_whole(max_response_len) or max_response_len < 1:
+            raise ValueError(f"{where}: max_response_len {max_response_len!r} (the dataset's or "
+                             "eval.defaults', else --eval-max-response-len, else --rollout-max-response-len): want a whole number, 1 or more")
+        sampling["max_new_tokens"] = int(max_response_len)
+    return sampling
+
+
+def eval_rollouts(datasets):
+    """The planact rollouts of an evaluation: the names of the datasets of
+    each, those that share their sampling in one (a rollout has one
+    config), in the order of each rollout's first dataset."""
+    rollouts = {}
+    for d in datasets:
+        rollouts.setdefault(tuple(sorted(d.sampling.items())), []).append(d.name)
+    return list(rollouts.values())
+
+
+def eval_tasks(args, datasets=None):
+    """planact tasks from slime's eval datasets (JSON Lines; default
+    eval_datasets(args)): one group per prompt, the dataset's
+    n_samples_per_eval_prompt copies of it, numbered across the datasets in
+    order, each naming its dataset. A dataset without prompts raises
+    ValueError."""
     tasks = []
-    for name, path, input_key, label_key, copies in eval_datasets(args):
-        if not str(path).endswith(".jsonl"):
-            raise ValueError(f"eval dataset {name}: {path}: slime_planact reads JSON Lines (.jsonl) eval data")
-        with open(path, encoding="utf-8") as f:
+    for d in eval_datasets(args) if datasets is None else datasets:
+        if not str(d.path).endswith(".jsonl"):
+            raise ValueError(f"eval dataset {d.name}: {d.path}: slime_planact reads JSON Lines (.jsonl) eval data")
+        with open(d.path, encoding="utf-8") as f:
             rows = [(i + 1, line) for i, line in enumerate(f) if line.strip()]
+        if not rows:
+            raise ValueError(f"eval dataset {d.name}: {d.path} holds no prompts")
         for line_no, line in rows:
-            where = f"eval dataset {name} ({path}:{line_no})"
+            where = f"eval dataset {d.name} ({d.path}:{line_no})"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{where}: not JSON: {e}") from None
-            prompt = row.get(input_key) if isinstance(row, dict) else None
+            prompt = row.get(d.input_key) if isinstance(row, dict) else None
             if not isinstance(prompt, str) or not prompt:
-                raise ValueError(f"{where}: no text under {input_key!r} (--input-key): planact's prompts are the question as text")
+                raise ValueError(f"{where}: no text under {d.input_key!r} (--input-key): planact's prompts are the question as text")
             group = (tasks[-1]["group_index"] + 1) if tasks else 0
-            for _ in range(int(copies)):
-                task = {"group_index": group, "index": len(tasks), "prompt": prompt, "dataset": name}
-                label = row.get(label_key) if label_key else None
+            for _ in range(d.copies):
+                task = {"group_index": group, "index": len(tasks), "prompt": prompt, "dataset": d.name}
+                label = row.get(d.label_key) if d.label_key else None
                 if label is not None and label != "":
                     task["label"] = label if isinstance(label, str) else json.dumps(label)
                 tasks.append(task)
     return tasks
 
 
-def eval_config(args, settings):
-    """The evaluation's config: PLANACT_CONFIG without what only training
-    takes (TRAINING_ONLY: result_samples too, which planact refuses without
-    groups), sampling greedy for
-    both roles (or slime's --eval-temperature / --eval-top-p when set),
-    PLANACT_EVAL_CONFIG over it, and evaluation on."""
+def eval_config(settings, sampling):
+    """The config of an evaluation rollout: PLANACT_CONFIG without what only
+    training takes (TRAINING_ONLY: result_samples too, which planact
+    refuses without groups), both roles' sampling with slime's eval
+    sampling of the rollout's datasets over it (eval_sampling),
+    PLANACT_EVAL_CONFIG over that, and evaluation on."""
     config = {k: v for k, v in settings.config.items() if k not in TRAINING_ONLY}
-    sampling = {"temperature": getattr(args, "eval_temperature", None)}
-    sampling["temperature"] = 0.0 if sampling["temperature"] is None else float(sampling["temperature"])
-    if getattr(args, "eval_top_p", None) is not None:
-        sampling["top_p"] = float(args.eval_top_p)
     for role in ("planner_sampling", "actor_sampling"):
         config[role] = {**config.get(role, {}), **sampling}
     for key, value in settings.eval_config.items():
@@ -505,24 +674,24 @@ def eval_config(args, settings):
     return config
 
 
-def eval_output(result, role, prompts, args=None):
-    """slime's eval data and metrics from an evaluation's result. Only the
-    episodes that ended with a reward (EPISODE_STATUSES) are in the data
-    and the means. With slime's --log-passrate and
-    --n-samples-per-eval-prompt above 1, slime reshapes a dataset's rewards
-    into groups of that many (compute_pass_rate): a group whose episodes
-    did not all end is left out whole, and counted
+def eval_output(results, role, prompts, args=None):
+    """slime's eval data and metrics from an evaluation's results (one per
+    planact rollout). Only the episodes that ended with a reward
+    (EPISODE_STATUSES) are in the data and the means. With slime's
+    --log-passrate and --n-samples-per-eval-prompt above 1, slime reshapes
+    a dataset's rewards into groups of that many (compute_pass_rate): a
+    group whose episodes did not all end is left out whole, and counted
     (planact_eval/.../groups_dropped)."""
-    episodes = result.get("episodes", [])
+    episodes = [(r.get("rollout", 0), o) for r in results for o in r.get("episodes", [])]
     dropped = set()  # (dataset, group_index) left out whole
     if getattr(args, "log_passrate", False) and (getattr(args, "n_samples_per_eval_prompt", None) or 1) > 1:
-        dropped = {(o.get("dataset") or "planact", o.get("group_index", 0)) for o in episodes
+        dropped = {(o.get("dataset") or "planact", o.get("group_index", 0)) for _, o in episodes
                    if o.get("status") not in EPISODE_STATUSES}
         if dropped:
             logger.warning("evaluation %s: %d groups of --n-samples-per-eval-prompt copies did not all end; left out "
-                           "whole, for --log-passrate", result.get("rollout"), len(dropped))
+                           "whole, for --log-passrate", [r.get("rollout") for r in results], len(dropped))
     data, counts = {}, {}
-    for o in episodes:
+    for rollout, o in episodes:
         name = o.get("dataset") or "planact"
         c = counts.setdefault(name, {"episodes": 0, "ended": 0, "correct": 0, "turns": 0, "acts": 0, "reward": 0.0,
                                      "statuses": {}, "failures": {}})
@@ -544,7 +713,7 @@ def eval_output(result, role, prompts, args=None):
         sample = Sample(group_index=o.get("group_index", 0), index=o.get("index", 0), prompt=task.get("prompt", ""),
                         response=" | ".join(o.get("answers") or []), label=task.get("label"),
                         reward=float(o.get("reward", 0.0)), status=slime_status_of(EPISODE_STATUSES[status]))
-        sample.metadata = {"planact_rollout_id": f"{result.get('rollout', 0)}-{o.get('episode', 0)}", "planact_role": role,
+        sample.metadata = {"planact_rollout_id": f"{rollout}-{o.get('episode', 0)}", "planact_role": role,
                            "dataset": name, "status": status, "reason": o.get("reason", ""), "turns": o.get("turns", 0),
                            "acts": o.get("acts", 0), "correct": bool(o.get("correct")), "failures": o.get("failures") or {}}
         d = data.setdefault(name, {"rewards": [], "truncated": [], "samples": []})
@@ -563,9 +732,9 @@ def eval_output(result, role, prompts, args=None):
                 total[k][kind] = total[k].get(kind, 0) + v
     metrics.update(eval_metrics("planact_eval/", total))
     if not data:
-        raise PlanactError("empty", f"evaluation {result.get('rollout')} ({role}): no episode ended with a reward "
-                                    f"(status {result.get('status')}; {result.get('reason') or 'no reason given'}; "
-                                    f"groups left out for --log-passrate: {len(dropped)})")
+        status = ", ".join(f"{r.get('rollout')}: {r.get('status')}; {r.get('reason') or 'no reason given'}" for r in results)
+        raise PlanactError("empty", f"evaluation {', '.join(str(r.get('rollout')) for r in results)} ({role}): no episode "
+                                    f"ended with a reward (status {status}; groups left out for --log-passrate: {len(dropped)})")
     return data, metrics
 
 
@@ -1207,21 +1376,26 @@ def pause(role, mode="wait", timeout_s=DEFAULT_PAUSE_TIMEOUT_S, reason="", wait_
     drained, missing, aborted). mode "wait" lets the running generations
     finish, "abort" aborts them (planact sends them again after the resume).
     Not resumed within timeout_s, planact fails the work waiting for the
-    role. wait_s bounds the wait for the answer (default timeout_s + 30:
-    planact answers by the pause's time-out at the latest). Connects with
-    PLANACT_NATS_URL (and _USER, _PASSWORD, _CREDS)."""
+    role. A pause planact refuses (control.refused/1: a rule of a newer
+    planact) raises PlanactError("refused", its reason). wait_s bounds the
+    wait for the answer (default timeout_s + 30: planact answers by the
+    pause's time-out at the latest). Connects with PLANACT_NATS_URL (and
+    _USER, _PASSWORD, _CREDS)."""
     subject, headers, body = pause_message(role, mode, timeout_s, reason)
     wait_s = timeout_s + 30 if wait_s is None else wait_s
     return asyncio.run(run_pause(connect_options(), role, subject, headers, body, wait_s))
 
 
-def resume(role, weight_version):
+def resume(role, weight_version, wait_s=RESUME_WAIT_S):
     """Lets the role's generations go again, on the engine's new weights:
     weight_version is what the engine runs now (slime's updaters count
     versions "1", "2", ... from --update-weight-start-version), planact's
-    newest for staleness."""
+    newest for staleness. Returns planact's answer once it took the resume
+    (control.resumed/1); one planact refuses raises PlanactError("refused",
+    its reason). No answer within wait_s raises PlanactError("timeout"):
+    the resume is stored all the same, and taken once planact runs."""
     subject, headers, body = resume_message(role, weight_version)
-    asyncio.run(publish(connect_options(), subject, headers, body))
+    return asyncio.run(run_control(connect_options(), role, "resume", subject, headers, body, wait_s))
 
 
 def control_message(kind, role, verb, body, at_ms):
@@ -1257,54 +1431,66 @@ def resume_message(role, weight_version, at_ms=None):
     return control_message("control.resume/1", role, "resume", body, at_ms or int(time.time() * 1000))
 
 
-async def publish(options, subject, headers, body):
-    nc = await connect(options)
-    try:
-        await nc.jetstream().publish(subject, body, headers=headers)
-    finally:
-        await nc.close()
-
-
 async def run_pause(options, role, subject, headers, body, wait_s):
-    """Publishes the pause and waits for the answer that names it
-    (pause_id), found by subscription or, every few seconds, by a direct
-    get on the CONTROL stream, as pkg/client's Pause does."""
-    answer_subject, pause_id = f"control.{role}.paused", headers["Nats-Msg-Id"]
+    """Publishes the pause and waits for the answer that names it (see
+    run_control); warns when gateways did not say they stopped in time."""
+    answer = await run_control(options, role, "pause", subject, headers, body, wait_s)
+    if answer.get("missing"):
+        logger.warning("pause %s: gateways %s did not say they stopped in time",
+                       headers["Nats-Msg-Id"], ", ".join(answer["missing"]))
+    return answer
+
+
+async def run_control(options, role, verb, subject, headers, body, wait_s):
+    """Publishes a pause or resume (verb) and waits for planact's answer
+    that names it by its Nats-Msg-Id: control.<role>.paused (pause_id) or
+    control.<role>.resumed (resume_id), or its refusal on
+    control.<role>.refused (id and verb), which raises
+    PlanactError("refused"). Found by subscription or, every few seconds,
+    by a direct get on the CONTROL stream, as pkg/client does."""
+    msg_id = headers["Nats-Msg-Id"]
+    answer_subject, id_field = {"pause": (f"control.{role}.paused", "pause_id"),
+                                "resume": (f"control.{role}.resumed", "resume_id")}[verb]
+    refused_subject = f"control.{role}.refused"
     nc = await connect(options)
     answers = asyncio.Queue()
 
     async def on_msg(msg):
-        await answers.put(msg.data)
+        await answers.put((msg.subject, msg.data))
 
-    def answered(data):
-        if data is None:
+    def answered(subject, data):
+        if not data:
             return None
         answer = msgpack.unpackb(data, raw=False)
-        return answer if answer.get("pause_id") == pause_id else None
+        if subject == refused_subject:
+            if answer.get("id") == msg_id and answer.get("verb") == verb:
+                raise PlanactError("refused", f"{verb} {msg_id}: {answer.get('reason', '')}")
+            return None
+        return answer if answer.get(id_field) == msg_id else None
 
     try:
-        sub = await nc.subscribe(answer_subject, cb=on_msg)
+        subs = [await nc.subscribe(s, cb=on_msg) for s in (answer_subject, refused_subject)]
         try:
             await nc.jetstream().publish(subject, body, headers=headers)
             deadline = time.monotonic() + wait_s
             while True:
-                answer = answered(await trainer.last_on(nc, answer_subject, stream=CONTROL_STREAM))
+                answer = None
+                for s in (refused_subject, answer_subject):
+                    answer = answer or answered(s, await trainer.last_on(nc, s, stream=CONTROL_STREAM))
                 while answer is None:
                     left = min(trainer.RECHECK_S, deadline - time.monotonic())
                     if left <= 0:
                         break
                     try:
-                        answer = answered(await asyncio.wait_for(answers.get(), timeout=left))
+                        answer = answered(*await asyncio.wait_for(answers.get(), timeout=left))
                     except asyncio.TimeoutError:
                         break
                 if answer is not None:
-                    if answer.get("missing"):
-                        logger.warning("pause %s: gateways %s did not say they stopped in time",
-                                       pause_id, ", ".join(answer["missing"]))
                     return answer
                 if time.monotonic() >= deadline:
-                    raise PlanactError("timeout", f"no answer to pause {pause_id} on {answer_subject} within {wait_s:g}s")
+                    raise PlanactError("timeout", f"no answer to {verb} {msg_id} on {answer_subject} within {wait_s:g}s")
         finally:
-            await sub.unsubscribe()
+            for sub in subs:
+                await sub.unsubscribe()
     finally:
         await nc.close()
