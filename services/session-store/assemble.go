@@ -85,8 +85,13 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 			}
 		}
 	}
-	if err := scoreAll(ctx, s.scorer(sess.Config), unscored); err != nil {
-		return nil, err
+	if len(unscored) > 0 {
+		budget, why := s.silent.budget(sess)
+		spent, answered, err := scoreAll(ctx, s.scorer(sess.Config), unscored, budget, why)
+		if err != nil {
+			return nil, err
+		}
+		s.silent.note(sess, spent, answered)
 	}
 	for _, e := range which {
 		ep := eps[e]
@@ -678,23 +683,78 @@ func (s *Service) scorer(cfg schema.Config) scoreFunc {
 // scores 0, and its failures say "reward"), and none waits any more. The
 // budget counts silence, not work: a slow server that keeps answering
 // scores every episode.
+//
+// The budget is the rollout's, not each scoring pass's: a rollout scores
+// in many passes (each group when it is decided, then what is left when
+// the results are assembled), and a server silent for a whole budget in
+// one of them would cost every later one a whole budget again, a minute
+// per group. Once a pass has spent it with no score, the later passes of
+// the rollout have a short one (a twelfth) to find the server back; a
+// score that comes gives the next passes the whole budget again.
 const scorers = 16
 
 // scoreBudget is a variable so that a test can shorten it.
 var scoreBudget = time.Minute
 
 // errScoreBudget stops the scoring of a rollout whose reward server
-// answered nothing for scoreBudget.
+// answered nothing for its budget.
 var errScoreBudget = errors.New("scoring budget spent")
 
-// scoreAll scores eps (ended, completed, not scored before) with score,
-// setting each one's reward, or its rewardErr (and a reward of 0). Its
-// error is ctx's only: a reward that cannot be had is the episode's.
-func scoreAll(ctx context.Context, score scoreFunc, eps []*episode) error {
-	if len(eps) == 0 {
-		return nil
+// silentScorers remembers, by rollout, that its reward server answered
+// nothing for a whole scoring budget (and nothing since): this process's
+// later scoring passes of the rollout have a short budget.
+type silentScorers struct {
+	mu sync.Mutex
+	m  map[int64]int64 // rollout -> the CreatedMs of its session (the rollout's identity)
+}
+
+// maxSilentRollouts bounds what silentScorers keeps; past it, it starts
+// afresh (a pass then has a whole budget again).
+const maxSilentRollouts = 256
+
+// budget is the scoring budget of sess's next pass, and why it is short
+// when it is ("" when it is not).
+func (c *silentScorers) budget(sess *schema.Session) (time.Duration, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if created, ok := c.m[sess.Rollout]; ok && created == sess.CreatedMs {
+		return scoreBudget / 12, fmt.Sprintf("the reward server answered nothing for a whole budget of %v earlier in this rollout", scoreBudget)
 	}
-	budget := scoreBudget
+	return scoreBudget, ""
+}
+
+// note records how sess's pass went: a score came (the server answers), or
+// the budget was spent without one.
+func (c *silentScorers) note(sess *schema.Session, spent, answered bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case answered:
+		delete(c.m, sess.Rollout)
+	case spent:
+		if c.m == nil || len(c.m) >= maxSilentRollouts {
+			c.m = map[int64]int64{}
+		}
+		c.m[sess.Rollout] = sess.CreatedMs
+	}
+}
+
+func (c *silentScorers) forget(n int64) {
+	c.mu.Lock()
+	delete(c.m, n)
+	c.mu.Unlock()
+}
+
+// scoreAll scores eps (ended, completed, not scored before) with score,
+// setting each one's reward, or its rewardErr (and a reward of 0), until
+// the server has answered nothing for budget (short says why it is
+// short, if it is). It reports whether the budget was spent, and whether
+// any score came. Its error is ctx's only: a reward that cannot be had is
+// the episode's.
+func scoreAll(ctx context.Context, score scoreFunc, eps []*episode, budget time.Duration, short string) (spentAll, answered bool, err error) {
+	if len(eps) == 0 {
+		return false, false, nil
+	}
 	sctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	var mu sync.Mutex
@@ -724,6 +784,9 @@ func scoreAll(ctx context.Context, score scoreFunc, eps []*episode) error {
 		mu.Lock()
 		defer mu.Unlock()
 		msg := fmt.Sprintf("reward: not scored: no score came for %v, the rollout's scoring budget", budget)
+		if short != "" {
+			msg += " (short: " + short + ")"
+		}
 		if lastFailure != nil {
 			msg += " (last failure: " + lastFailure.Error() + ")"
 		}
@@ -751,7 +814,7 @@ func scoreAll(ctx context.Context, score scoreFunc, eps []*episode) error {
 			v, err := score(sctx, ep.task, strings.Join(ep.end.Answers, " | "))
 			mu.Lock()
 			if err == nil {
-				lastAnswer = time.Now()
+				lastAnswer, answered = time.Now(), true
 			} else if sctx.Err() == nil {
 				lastFailure = err
 			}
@@ -768,9 +831,9 @@ func scoreAll(ctx context.Context, score scoreFunc, eps []*episode) error {
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("score episodes: %w", err) // stopped: what the rewards would be is not known
+		return false, false, fmt.Errorf("score episodes: %w", err) // stopped: what the rewards would be is not known
 	}
-	return nil
+	return context.Cause(sctx) == errScoreBudget, answered, nil
 }
 
 // newestVersions reads each role's newest weight version (resumes and

@@ -464,6 +464,7 @@ func (s *Service) keepTasks(n int64, tl schema.TaskList) {
 func (s *Service) forgetTasks(n int64) {
 	s.counted.forget(n)
 	s.taskCache.drop(n)
+	s.silent.forget(n)
 }
 
 func (c *taskCache) drop(n int64) {

@@ -230,3 +230,67 @@ func TestGroupFilterRequestThatCannotBeEncoded(t *testing.T) {
 		t.Errorf("the filter was asked %d times", n)
 	}
 }
+
+// TestSilentRewardServerCostsTheRolloutOneBudget: the scoring budget is
+// the rollout's. A rollout scores in many passes (each group as it is
+// decided), and a server silent for a whole budget in one cost every later
+// pass a whole budget again: a minute per group. Once one pass spent it,
+// the rollout's later passes have a short one, and say why; a score that
+// comes gives the whole budget back. Other rollouts, and a later rollout
+// of the number, are not touched.
+func TestSilentRewardServerCostsTheRolloutOneBudget(t *testing.T) {
+	shortBudget(t, 1200*time.Millisecond)
+	var answering atomic.Bool
+	rs := newRewardServer(t, func() <-chan time.Time {
+		if answering.Load() {
+			return time.After(0)
+		}
+		return nil // silent: holds the request
+	})
+	_, url := bustest.Server(t)
+	s := newTestService(bustest.Bus(t, url, "ss"))
+	const n = 43
+	tasks := endedEpisodes(t, s, n, make([]string, 9))
+	cfg := schema.DefaultConfig()
+	cfg.Reward = rs.URL
+	sess := &schema.Session{Rollout: n, CreatedMs: 1000, Config: cfg, Episodes: len(tasks), State: schema.SessionRunning}
+	pass := func(which ...int) map[int]*episode {
+		t.Helper()
+		eps, err := s.gather(context.Background(), sess, tasks, which, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eps
+	}
+	whole := "no score came for 1.2s, the rollout's scoring budget"
+	for e, ep := range pass(0, 1, 2) {
+		if !strings.Contains(ep.rewardErr, whole) || strings.Contains(ep.rewardErr, "short") {
+			t.Errorf("first pass, episode %d: reward error %q; want the whole budget spent", e, ep.rewardErr)
+		}
+	}
+	short := "no score came for 100ms, the rollout's scoring budget (short: the reward server answered nothing for a whole budget of 1.2s earlier in this rollout)"
+	for e, ep := range pass(3, 4, 5) {
+		if !strings.Contains(ep.rewardErr, short) {
+			t.Errorf("second pass, episode %d: reward error %q; want %q", e, ep.rewardErr, short)
+		}
+	}
+	other := *sess
+	other.Rollout = n + 1
+	again := *sess
+	again.CreatedMs++ // the number used again by a later training run
+	for _, v := range []*schema.Session{&other, &again} {
+		if b, why := s.silent.budget(v); b != scoreBudget || why != "" {
+			t.Errorf("rollout %d created %d: budget %v (%q); want the whole %v", v.Rollout, v.CreatedMs, b, why, scoreBudget)
+		}
+	}
+	// The server answers again: scored, and the whole budget is back.
+	answering.Store(true)
+	for e, ep := range pass(6, 7, 8) {
+		if ep.rewardErr != "" || ep.reward != 0.5 {
+			t.Errorf("third pass, episode %d: reward %v, error %q; want 0.5 from the server back", e, ep.reward, ep.rewardErr)
+		}
+	}
+	if b, why := s.silent.budget(sess); b != scoreBudget || why != "" {
+		t.Errorf("after a score came: budget %v (%q); want the whole %v", b, why, scoreBudget)
+	}
+}

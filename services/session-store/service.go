@@ -58,6 +58,7 @@ type Service struct {
 	taskCache *taskCache
 	counted   deliveredCounts // what the groups this process delivered count (see assemble)
 	failing   failingSince    // rollouts whose effects fail to settle, since when (ResultPatience)
+	silent    silentScorers   // rollouts whose reward server spent a whole scoring budget silent
 	locks     rolloutLocks
 	arrivals  rolloutLocks // one arrival of a rollout at a time (see handleArrive)
 	ends      endQueue
