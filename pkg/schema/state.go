@@ -836,7 +836,8 @@ type Run struct {
 	Runner uint64 `json:"runner,omitempty"`
 	// Abandoned is set on a run that no final plan completed once the
 	// turn's final planner output turned out not a plan (an answer, a
-	// parse error): from then on nothing is merged into it or released
+	// parse error), or once its episode ends with the run unfinished:
+	// from then on nothing is merged into it or released
 	// from it, and the acts it released run to their end, until
 	// Abandoned.UntilMs at the latest. The episode's end waits for their
 	// outcomes (see Abandonment).
@@ -844,8 +845,9 @@ type Run struct {
 }
 
 // Abandonment records when and why a turn's run was abandoned, and until
-// when the acts it released may still run: whoever ends the episode waits
-// for their outcomes until then, and records the outcome of an act that
+// when the acts it released may still run: the episode's end waits for
+// their outcomes until then (the watchdog, which does not wait, tries
+// again at its next sweep), and records the outcome of an act that
 // has none by then as failed (timeout), so that the episode's end lists
 // every act released, with its sample when its generation ran.
 type Abandonment struct {

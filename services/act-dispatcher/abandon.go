@@ -89,8 +89,10 @@ var errRolloutEnded = errors.New("the rollout ended")
 // without one when its run's deadline has passed is recorded failed (a
 // time-out) then: its runner, if it still runs, stops at that deadline
 // too, and an outcome published after this one is refused (an act has
-// one). It returns errRolloutEnded if the rollout ends meanwhile; and
-// does not wait for the watchdog (withoutWaiting), whose sweep goes on.
+// one). A node released to take the result of an act of its run that
+// makes the same call gets its outcome from that act's (resolveWaiter).
+// It returns errRolloutEnded if the rollout ends meanwhile; and does not
+// wait for the watchdog (withoutWaiting), whose sweep goes on.
 func (s *Service) awaitAbandoned(ctx context.Context, n int64, e int, runs []*schema.Run) (map[string]*schema.ActDone, error) {
 	if len(runs) == 0 {
 		return nil, nil
@@ -135,6 +137,20 @@ func (s *Service) awaitAbandoned(ctx context.Context, n int64, e int, runs []*sc
 				if d != nil {
 					out[node.Key] = d
 				}
+			}
+			// A node that waits for the result of an act of the run making
+			// the same call gets its outcome once that act has one, as the
+			// runner would have given it: nobody else gives it one.
+			for _, node := range r.Nodes {
+				if node.Status != schema.NodeReleased || node.CachedFrom == "" || out[node.Key] != nil {
+					continue
+				}
+				if first := out[node.CachedFrom]; first != nil {
+					if out[node.Key], err = s.resolveWaiter(ctx, r, node, first); err != nil {
+						return nil, err
+					}
+				}
+				// else it waits with its act (counted above)
 			}
 		}
 		if waiting == 0 {
@@ -195,6 +211,25 @@ func (s *Service) recordUnfinished(ctx context.Context, r *schema.Run, node *sch
 		err = fail.Transientf("act %s: the outcome the stream refused as a second one is not there", node.Key)
 	}
 	return got, err
+}
+
+// resolveWaiter publishes (once) the outcome of node, released in the
+// abandoned run r to take the result of the act first of the same call:
+// cached with its output, or failed with it, as the runner's apply and
+// publishCached would have; it returns the outcome published.
+func (s *Service) resolveWaiter(ctx context.Context, r *schema.Run, node *schema.NodeState, first *schema.ActDone) (*schema.ActDone, error) {
+	n := *node
+	if first.Status == schema.ActDoneOK {
+		n.Status, n.Output = schema.NodeCached, first.Output
+	} else {
+		n.Status, n.Error = schema.NodeFailed, "duplicate of "+node.CachedFrom+", which failed: "+first.Error
+	}
+	t := &runner{s: s, run: schema.Run{Rollout: r.Rollout, Episode: r.Episode, Turn: r.Turn, Nodes: []*schema.NodeState{&n}},
+		known: map[string]*schema.ActDone{}}
+	if err := t.publishCached(ctx); err != nil {
+		return nil, err
+	}
+	return t.known[n.Key], nil
 }
 
 // waitKey marks a context whose work must not wait for acts (mayWait).
@@ -294,6 +329,13 @@ func (t *runner) finishAbandoned(ctx context.Context, newly []*schema.NodeState)
 	t.acts.Wait()
 	if err := t.halted(); err != nil && !errors.Is(err, errHandedOver) {
 		return err // an outcome not published: the turn is handed back
+	}
+	// Acts cut by anything but the deadline (the replica stops, the
+	// rollout ends) may have no outcome: the turn is handed back, so that
+	// the plan message, delivered again, takes them up (runTurn drops the
+	// error of a rollout that ended).
+	if ctx.Err() != nil && !errors.Is(context.Cause(ctx), errAbandonedDeadline) {
+		return context.Cause(ctx)
 	}
 	return nil
 }

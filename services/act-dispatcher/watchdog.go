@@ -285,6 +285,12 @@ func (s *Service) stallFor(cfg schema.Config, last *bus.StoredMsg) time.Duration
 		return max(s.Stall, schema.Seconds(cfg.PlannerTimeoutS)+s.PlannerSlack)
 	case "dag":
 		return max(s.Stall, s.actBudget(cfg))
+	case "answer", "error":
+		if cfg.StreamPlans {
+			// The episode's end may wait for the acts of the turn's
+			// partial run, abandoned, until its deadline (abandon.go).
+			return max(s.Stall, s.abandonedFor(cfg))
+		}
 	}
 	return s.Stall
 }
