@@ -905,10 +905,13 @@ func TestPythonSlimeErrors(t *testing.T) {
 		{name: "target over the batch", env: map[string]string{"PLANACT_CONFIG": `{"target_groups": 5}`}, wants: "ValueError: PLANACT_CONFIG target_groups=5 is more than the 1 groups"},
 		{name: "slime filter", args: `{"dynamic_sampling_filter_path": "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"}`,
 			wants: "ValueError: --dynamic-sampling-filter-path runs in slime's own rollout"},
+		// Training rollout 5 + 9 would take an evaluation's id.
+		{name: "training among the evaluations", env: map[string]string{"PLANACT_ROLLOUT_OFFSET": "5", "PLANACT_EVAL_ROLLOUT_OFFSET": "14", "PLANACT_TIMEOUT_S": "0.3"},
+			wants: "ValueError: training rollout 14 (PLANACT_ROLLOUT_OFFSET=5 + slime's rollout_id 9) is among the evaluations' planact rollout ids, from PLANACT_EVAL_ROLLOUT_OFFSET=14 on"},
 		{name: "evaluation without eval data", eval: true, wants: "ValueError: evaluation: slime's args name no eval dataset"},
 		{name: "eval config", env: map[string]string{"PLANACT_EVAL_CONFIG": "[]"}, wants: "ValueError: PLANACT_EVAL_CONFIG must be a JSON object"},
 		// The evaluation before training at rollout 9: PLANACT_EVAL_ROLLOUT_OFFSET + 2 * 9
-		// (the actor's job reads no eval file: it needs the datasets' names and sampling).
+		// (the actor's job reads no eval file: it needs the datasets' names).
 		{name: "evaluation of a training rollout", eval: true, args: `{"eval_prompt_data": ["nq", "/nowhere/nq.jsonl"]}`,
 			env: map[string]string{"PLANACT_ROLE": "actor", "PLANACT_EVAL_ROLLOUT_OFFSET": "0", "PLANACT_TIMEOUT_S": "5"}, feed: actorResult(2 * n),
 			wants: "PlanactError: planact: not_evaluation: rollout 18 (actor) is not an evaluation"},

@@ -310,7 +310,7 @@ type pyEvalArrival struct {
 // hotpotqa with its own temperature 0 and max_response_len 300, nq with
 // slime's fallbacks, --rollout-temperature 0.8 and
 // --rollout-max-response-len 700) into planact tasks naming their dataset.
-// The two samplings are two planact evaluation rollouts (a rollout has one
+// The two datasets are two planact evaluation rollouts (a rollout has one
 // config), PLANACT_EVAL_ROLLOUT_OFFSET + 2 * (2 * 7) + 0 and + 1, each
 // with its dataset's tasks and its sampling for both roles (the training-
 // only group settings of PLANACT_CONFIG left out, result_samples included,
@@ -369,7 +369,7 @@ print(json.dumps([{"rollout": a.fields["rollout"], "datasets": a.datasets, "task
 		first       int // the first task's group_index
 	}{{1028, "hotpotqa", 0, 300, 0}, {1029, "nq", 0.8, 700, 3}}
 	if len(sent) != len(want) {
-		t.Fatalf("evaluation rollouts %+v: want %d, one per sampling", sent, len(want))
+		t.Fatalf("evaluation rollouts %+v: want %d, one per dataset", sent, len(want))
 	}
 	for i, w := range want {
 		s := sent[i]

@@ -87,10 +87,10 @@ type evalRolloutWant struct {
 // actor_sampling (temperature, top_p, max_new_tokens; top_k 1 is greedy,
 // temperature 0) over PLANACT_CONFIG's, with PLANACT_EVAL_CONFIG over them,
 // and the tasks' copies; what slime leaves unset keeps the training config's
-// value, never greedy. The datasets that share their sampling are one
-// planact rollout, each other sampling another (a rollout has one config),
-// with ids PLANACT_EVAL_ROLLOUT_OFFSET + parts * (2 * rollout_id) + part,
-// the same in both jobs; the actor's sends neither tasks nor config. A
+// value, never greedy. Each dataset is a planact rollout of its own (a
+// rollout has one config), with ids PLANACT_EVAL_ROLLOUT_OFFSET + datasets
+// * (2 * rollout_id) + its place, the same in both jobs whatever their
+// own training flags; the actor's sends neither tasks nor config. A
 // setting planact cannot take, or out of its range, is an error naming the
 // dataset, and nothing is sent; so is an actor's job whose eval args put
 // other datasets in a rollout than the planner's.
@@ -150,24 +150,30 @@ func TestPythonSlimeEvalSampling(t *testing.T) {
 			"defaults": map[string]any{"max_response_len": 300},
 			"datasets": []any{ds("nq", "temperature", 0.0, "n_samples_per_eval_prompt", 3), ds("hotpotqa", "top_k", 1, "max_response_len", 200),
 				ds("aime"), ds("math", "temperature", 0.0, "n_samples_per_eval_prompt", 2)}},
-			// 1000 + 3 * (2 * 7) + part: nq and math share their sampling
+			// 1000 + 4 * (2 * 7) + the dataset's place
 			want: []evalRolloutWant{
-				{1042, map[string]int{"nq": 3, "math": 2},
+				{1056, map[string]int{"nq": 3},
 					schema.Sampling{Temperature: f(0), TopP: f(0.95), MaxNewTokens: 300},
 					schema.Sampling{Temperature: f(0), TopP: f(0.95), MaxNewTokens: 300, Seed: seed(5)}},
-				{1043, map[string]int{"hotpotqa": 1}, // top_k 1: greedy
+				{1057, map[string]int{"hotpotqa": 1}, // top_k 1: greedy
 					schema.Sampling{Temperature: f(0), TopP: f(0.95), MaxNewTokens: 200},
 					schema.Sampling{Temperature: f(0), TopP: f(0.95), MaxNewTokens: 200, Seed: seed(5)}},
-				{1044, map[string]int{"aime": 1}, // --rollout-temperature, eval.defaults' max_response_len
+				{1058, map[string]int{"aime": 1}, // --rollout-temperature, eval.defaults' max_response_len
 					schema.Sampling{Temperature: f(0.8), TopP: f(0.95), MaxNewTokens: 300},
 					schema.Sampling{Temperature: f(0.8), TopP: f(0.95), MaxNewTokens: 300, Seed: seed(5)}},
+				{1059, map[string]int{"math": 2}, // nq's sampling, a rollout of its own
+					schema.Sampling{Temperature: f(0), TopP: f(0.95), MaxNewTokens: 300},
+					schema.Sampling{Temperature: f(0), TopP: f(0.95), MaxNewTokens: 300, Seed: seed(5)}},
 			}},
 		{name: "eval prompt data", spec: map[string]any{"slime": true, "datasets": []any{ds("nq"), ds("hotpotqa")},
 			"args": flags("eval_prompt_data", promptData("nq", "hotpotqa"), "eval_temperature", 0.6, "rollout_top_p", 0.9,
 				"eval_max_response_len", 400, "rollout_max_response_len", 700, "n_samples_per_eval_prompt", 2)},
-			want: []evalRolloutWant{{1014, map[string]int{"nq": 2, "hotpotqa": 2},
+			want: []evalRolloutWant{{1028, map[string]int{"nq": 2},
 				schema.Sampling{Temperature: f(0.6), TopP: f(0.9), MaxNewTokens: 400},
-				schema.Sampling{Temperature: f(0.6), TopP: f(0.9), MaxNewTokens: 400, Seed: seed(5)}}}},
+				schema.Sampling{Temperature: f(0.6), TopP: f(0.9), MaxNewTokens: 400, Seed: seed(5)}},
+				{1029, map[string]int{"hotpotqa": 2},
+					schema.Sampling{Temperature: f(0.6), TopP: f(0.9), MaxNewTokens: 400},
+					schema.Sampling{Temperature: f(0.6), TopP: f(0.9), MaxNewTokens: 400, Seed: seed(5)}}}},
 		{name: "older slime", spec: map[string]any{"args": map[string]any{"eval_prompt_data": promptData("nq"), "input_key": "question",
 			"label_key": "answer", "eval_temperature": nil, "rollout_temperature": 1.0, "n_samples_per_eval_prompt": nil}},
 			evalCfg: `{"actor_sampling": {"temperature": 0.2}}`,
@@ -177,9 +183,12 @@ func TestPythonSlimeEvalSampling(t *testing.T) {
 				schema.Sampling{Temperature: f(1), MaxNewTokens: 900},
 				schema.Sampling{Temperature: f(0.2), MaxNewTokens: 64, Seed: seed(5)}}}},
 		{name: "nothing set", spec: map[string]any{"args": map[string]any{"eval_prompt_data": promptData("nq", "aime"), "input_key": "question"}},
-			want: []evalRolloutWant{{1014, map[string]int{"nq": 2, "aime": 2},
+			want: []evalRolloutWant{{1028, map[string]int{"nq": 2},
 				schema.Sampling{Temperature: f(0.7), MaxNewTokens: 900},
-				schema.Sampling{MaxNewTokens: 64, Seed: seed(5)}}}},
+				schema.Sampling{MaxNewTokens: 64, Seed: seed(5)}},
+				{1029, map[string]int{"aime": 2},
+					schema.Sampling{Temperature: f(0.7), MaxNewTokens: 900},
+					schema.Sampling{MaxNewTokens: 64, Seed: seed(5)}}}},
 		{name: "top_k", spec: map[string]any{"slime": true, "args": flags(), "datasets": []any{ds("nq", "top_k", 20)}},
 			wants: "ValueError: eval dataset nq: top_k 20 (the dataset's or eval.defaults', else --eval-top-k, else --rollout-top-k): planact's sampling has no top_k"},
 		{name: "rollout top_k", spec: map[string]any{"slime": true, "args": flags("rollout_top_k", 50), "datasets": []any{ds("nq")}},
@@ -194,6 +203,22 @@ func TestPythonSlimeEvalSampling(t *testing.T) {
 			wants: "ValueError: eval dataset nq: n_samples_per_eval_prompt 0"},
 		{name: "empty dataset", spec: map[string]any{"slime": true, "args": flags(), "datasets": []any{ds("nq"), ds("empty", "temperature", 0.0)}},
 			wants: "ValueError: eval dataset empty: " + path["empty"] + " holds no prompts"},
+		// The jobs train different models, with their own training flags
+		// (here --rollout-max-response-len), which slime's fallbacks put
+		// in each job's eval datasets: the actor's job, whose sampling is
+		// never sent, arrives for the planner's rollouts all the same.
+		{name: "jobs' training flags differ", spec: map[string]any{"slime": true,
+			"args":     flags("rollout_max_response_len", 300),
+			"datasets": []any{ds("nq", "max_response_len", 300), ds("hotpotqa")},
+			"actor":    map[string]any{"args": flags("rollout_max_response_len", 700, "rollout_top_k", 20)}},
+			want: []evalRolloutWant{
+				{1028, map[string]int{"nq": 1},
+					schema.Sampling{Temperature: f(1), TopP: f(1), MaxNewTokens: 300},
+					schema.Sampling{Temperature: f(1), TopP: f(1), MaxNewTokens: 300, Seed: seed(5)}},
+				{1029, map[string]int{"hotpotqa": 1},
+					schema.Sampling{Temperature: f(1), TopP: f(1), MaxNewTokens: 300},
+					schema.Sampling{Temperature: f(1), TopP: f(1), MaxNewTokens: 300, Seed: seed(5)}},
+			}},
 		// The actor's job evaluates the same datasets in the other order of
 		// samplings: its rollouts hold the other dataset.
 		{name: "jobs disagree", spec: map[string]any{"slime": true, "args": flags(),
@@ -246,7 +271,7 @@ func TestPythonSlimeEvalSampling(t *testing.T) {
 			}
 			planner, actor := arrivals[schema.RolePlanner], arrivals[schema.RoleActor]
 			if len(planner) != len(c.want) || len(actor) != len(c.want) {
-				t.Fatalf("%d planner and %d actor arrivals: want %d each, one per sampling", len(planner), len(actor), len(c.want))
+				t.Fatalf("%d planner and %d actor arrivals: want %d each, one per dataset", len(planner), len(actor), len(c.want))
 			}
 			datasets := map[string]int64{} // dataset -> its rollout
 			for i, w := range c.want {

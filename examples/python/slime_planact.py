@@ -72,6 +72,8 @@ the variable):
                           jobs a new offset.
   PLANACT_EVAL_ROLLOUT_OFFSET  where the evaluations' planact rollout ids
                           start (default 1000000000): see eval_rollout_id.
+                          A training rollout id at or past it is an
+                          error.
   PLANACT_EVAL_CONFIG     a JSON object laid over each evaluation
                           rollout's config (PLANACT_CONFIG less
                           stream_groups, group_filter, target_groups and
@@ -113,16 +115,18 @@ Decisions:
   n_samples_per_eval_prompt: the dataset's or eval.defaults', else
   --eval-*, else --rollout-*, as slime resolves them; eval_datasets), for
   both roles.
-  A planact rollout has one config: the datasets that share their
-  sampling are one planact rollout, each other sampling one more, run at
-  once, with ids from PLANACT_EVAL_ROLLOUT_OFFSET (default 10^9):
-  parts * (2 * (PLANACT_ROLLOUT_OFFSET + rollout_id) + 1 after training
-  rollout rollout_id) + part (eval_rollout_id: slime's train.py evaluates
-  at rollout_id 0 before and after training it); with one sampling for
-  all, 10^9 + 2 * (...) (+ 1). It returns RolloutFnEvalOutput per eval
+  A planact rollout has one config: each dataset is a planact rollout of
+  its own, all run at once (as slime's eval rollout runs its datasets),
+  with ids from PLANACT_EVAL_ROLLOUT_OFFSET (default 10^9): datasets * (2
+  * (PLANACT_ROLLOUT_OFFSET + rollout_id) + 1 after training rollout
+  rollout_id) + the dataset's place (eval_rollout_id: slime's train.py
+  evaluates at rollout_id 0 before and after training it); with one
+  dataset, 10^9 + 2 * (...) (+ 1). It returns RolloutFnEvalOutput per eval
   dataset (evaluate()). Both jobs must run the same driver with
-  --num-rollout (not --num-epoch) and the same eval flags (or
-  --eval-config): both work the rollouts out from them.
+  --num-rollout (not --num-epoch) and the same eval datasets in the same
+  order (--eval-prompt-data or --eval-config): both work the rollouts out
+  from them. Only the planner's job's sampling is sent: the actor's own
+  --rollout-* flags (which slime's fallbacks reach) play no part.
 - Advantages: point both jobs' --custom-reward-post-process-path at
   slime_planact.reward_post_process. A group is the copies of one task, its
   members episodes (each counted once, whatever its number of samples),
@@ -349,8 +353,12 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
     settings = settings_from_env()
     if evaluation:
         return evaluate(args, rollout_id, settings)
-    _generated.add(rollout_id)
     n = settings.rollout_offset + rollout_id
+    if n >= settings.eval_rollout_offset:
+        raise ValueError(f"training rollout {n} (PLANACT_ROLLOUT_OFFSET={settings.rollout_offset} + slime's rollout_id {rollout_id}) "
+                         f"is among the evaluations' planact rollout ids, from PLANACT_EVAL_ROLLOUT_OFFSET="
+                         f"{settings.eval_rollout_offset} on: give the evaluations a larger offset")
+    _generated.add(rollout_id)
     engine = settings.engine_url or router_url(args)
     groups, config = [], None
     if settings.role == "planner":  # checked before the batch is taken from the data source
@@ -430,12 +438,14 @@ def evaluate(args, rollout_id, settings):
 
     Each dataset is evaluated with slime's sampling for it (eval_datasets:
     temperature, top_p, top_k, max_response_len, n_samples_per_eval_prompt,
-    with slime's fallbacks). A planact rollout has one config, so the
-    datasets that share their sampling are one planact rollout and each
-    other sampling is a rollout of its own (eval_rollouts), all run at once
-    as slime's eval_rollout runs its datasets, with the ids of
-    eval_rollout_id. Both jobs work the rollouts out from slime's eval
-    args, so both need the same. The planner's job reads the datasets
+    with slime's fallbacks, from the planner's job's args). A planact
+    rollout has one config, so each dataset is a planact rollout of its own
+    (eval_rollouts), all run at once as slime's eval_rollout runs its
+    datasets, with the ids of eval_rollout_id. Both jobs work the rollouts
+    out from the eval datasets' names and order alone, so both need the
+    same datasets; their sampling, which slime resolves in each job from
+    its own flags (--rollout-* included), is the planner's job's, sent in
+    its config, and decides no id. The planner's job reads the datasets
     (eval_tasks) and sends each rollout its datasets' tasks and config
     (eval_config); the actor's job arrives for each with neither, and reads
     no file. Both get RolloutFnEvalOutput: data, one entry per dataset as
@@ -456,8 +466,8 @@ def evaluate(args, rollout_id, settings):
         others = sorted({o.get("dataset") or "" for o in result.get("episodes", [])} - set(r.datasets))
         if others:
             raise PlanactError("mismatch", f"evaluation {n} ({settings.role}) holds episodes of datasets {others}; this job "
-                                           f"evaluates {', '.join(r.datasets)} there: give both jobs the same eval datasets and "
-                                           "eval sampling (slime's eval flags or --eval-config), which decide the evaluation's rollouts")
+                                           f"evaluates {', '.join(r.datasets)} there: give both jobs the same eval datasets in the "
+                                           "same order (--eval-prompt-data or --eval-config), which decide the evaluation's rollouts")
     data, metrics = eval_output(results, settings.role, prompts, args)
     if RolloutFnEvalOutput is None:
         return data
@@ -477,8 +487,9 @@ class EvalRollout:
 def eval_arrivals(args, rollout_id, settings):
     """The planact rollouts of slime's evaluation at rollout_id, each an
     EvalRollout, in order (eval_rollouts): the planner's with its datasets'
-    tasks and its config, the actor's with neither."""
-    datasets = eval_datasets(args)
+    tasks and its config, the actor's with neither (its job resolves no
+    sampling: the planner's is sent)."""
+    datasets = eval_datasets(args, resolve=settings.role == "planner")
     parts = eval_rollouts(datasets)
     after = rollout_id in _generated
     engine = settings.engine_url or router_url(args)
@@ -506,16 +517,17 @@ async def run_evaluations(rollouts):
 
 
 def eval_rollout_id(settings, rollout_id, after=None, part=0, parts=1):
-    """The planact rollout id of part (of parts, eval_rollouts) of slime's
-    evaluation at rollout_id: PLANACT_EVAL_ROLLOUT_OFFSET + parts * (2 *
-    (PLANACT_ROLLOUT_OFFSET + rollout_id) + after) + part, after 1 when the
-    evaluation follows training rollout rollout_id (default: this process
-    generated it). slime's train.py evaluates at rollout_id 0 before
-    training and again after rollout 0 with --eval-interval 1; both jobs
-    run the same driver with the same eval args, so both compute the same
-    ids, and a restart with a new PLANACT_ROLLOUT_OFFSET gets new
-    evaluation ids too. With one sampling for every dataset (parts 1), the
-    ids are PLANACT_EVAL_ROLLOUT_OFFSET + 2 * (...) + after."""
+    """The planact rollout id of part (of parts, eval_rollouts: the eval
+    datasets, in order) of slime's evaluation at rollout_id:
+    PLANACT_EVAL_ROLLOUT_OFFSET + parts * (2 * (PLANACT_ROLLOUT_OFFSET +
+    rollout_id) + after) + part, after 1 when the evaluation follows
+    training rollout rollout_id (default: this process generated it).
+    slime's train.py evaluates at rollout_id 0 before training and again
+    after rollout 0 with --eval-interval 1; both jobs run the same driver
+    with the same eval datasets, so both compute the same ids, and a
+    restart with a new PLANACT_ROLLOUT_OFFSET gets new evaluation ids too.
+    With one eval dataset (parts 1), the ids are
+    PLANACT_EVAL_ROLLOUT_OFFSET + 2 * (...) + after."""
     if after is None:
         after = rollout_id in _generated
     if not 0 <= part < parts:
@@ -523,9 +535,11 @@ def eval_rollout_id(settings, rollout_id, after=None, part=0, parts=1):
     return settings.eval_rollout_offset + parts * (2 * (settings.rollout_offset + rollout_id) + int(after)) + part
 
 
-def eval_datasets(args):
+def eval_datasets(args, resolve=True):
     """slime's eval datasets, each an EvalDataset with the sampling slime
-    would evaluate it with: from args.eval_datasets (slime's
+    would evaluate it with (not resolve: its name, path and keys only,
+    copies 1 and sampling {}, nothing of it checked; the actor's job, whose
+    sampling is never sent): from args.eval_datasets (slime's
     EvalDatasetConfig, its fields resolved by slime: name, path, input_key,
     label_key, n_samples_per_eval_prompt, temperature, top_p, top_k,
     max_response_len) or else --eval-prompt-data name path [name path ...];
@@ -546,6 +560,10 @@ def eval_datasets(args):
     for entry in entries:
         get = entry.get if isinstance(entry, dict) else (lambda k, e=entry: getattr(e, k, None))
         name = get("name")
+        if not resolve:
+            out.append(EvalDataset(name=name, path=get("path"), input_key=get("input_key") or default_input,
+                                   label_key=get("label_key") or default_label, copies=1, sampling={}))
+            continue
         copies = eval_setting(args, get, "n_samples_per_eval_prompt")
         copies = 1 if copies is None else copies
         if not is_whole(copies) or copies < 1:
@@ -615,12 +633,12 @@ def eval_sampling(name, temperature, top_p, top_k, max_response_len):
 
 def eval_rollouts(datasets):
     """The planact rollouts of an evaluation: the names of the datasets of
-    each, those that share their sampling in one (a rollout has one
-    config), in the order of each rollout's first dataset."""
-    rollouts = {}
-    for d in datasets:
-        rollouts.setdefault(tuple(sorted(d.sampling.items())), []).append(d.name)
-    return list(rollouts.values())
+    each, one dataset each, in order. A rollout has one config; grouping
+    the datasets that share their sampling would make the rollouts depend
+    on each job's sampling, which slime resolves from that job's own flags
+    (--rollout-*, which differ between the planner's and the actor's
+    models): the jobs would arrive for different ids."""
+    return [[d.name] for d in datasets]
 
 
 def eval_tasks(args, datasets=None):

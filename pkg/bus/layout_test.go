@@ -74,6 +74,29 @@ func TestLayoutKeepsTrainersApart(t *testing.T) {
 		if c.Name == bus.StreamPresence && (c.MaxMsgsPerSubject != 1 || c.MaxAge != bus.PresenceLease || bus.PresenceLease < 5*bus.PresenceBeat) {
 			t.Errorf("PRESENCE keeps %d notices per gateway for %v (renewed every %v), want 1 for the lease", c.MaxMsgsPerSubject, c.MaxAge, bus.PresenceBeat)
 		}
+		// What a trainer provokes in CONTROL (on five subjects of its
+		// role) pushes out only its own older answers, each of bounded
+		// size, and both roles' fit in two thirds of the smallest CONTROL,
+		// leaving the rest to the gateways' drains: no trainer can fill it.
+		if c.Name == bus.StreamControl {
+			const envelope, id, version = 1 << 10, schema.MaxControlID, schema.MaxWeightVersion // headers and fields
+			largest := map[string]int64{                                                        // each subject's largest message
+				"refused":  envelope + 2*id + 4<<10 + 64, // its reason clipped to 4 KiB
+				"resumed":  envelope + 2*id + version,
+				"rollback": envelope + 2*id + 2*version,
+				"paused":   envelope + 2*id,
+				"expired":  envelope + 2*id,
+			}
+			var role int64
+			for _, n := range largest {
+				role += int64(c.MaxMsgsPerSubject) * n
+			}
+			smallest := bus.Provisioning{Storage: bus.MinStorage}.Bytes(bus.StreamControl)
+			if c.MaxMsgsPerSubject != bus.ControlPerSubject || c.MaxMsgsPerSubject <= 0 || 2*role > smallest*2/3 {
+				t.Errorf("CONTROL keeps %d messages per subject (want %d): a trainer's answers take up to %d bytes, both roles' more than two thirds of the smallest CONTROL (%d)",
+					c.MaxMsgsPerSubject, bus.ControlPerSubject, role, smallest)
+			}
+		}
 		if trainer[c.Name] && c.MaxMsgSize != bus.MaxTrainerMsg {
 			t.Errorf("%s: max message size %d, want %d", c.Name, c.MaxMsgSize, bus.MaxTrainerMsg)
 		}

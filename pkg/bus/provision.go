@@ -140,6 +140,10 @@ const (
 	MaxSmallMsg   = 64 << 10
 )
 
+// ControlPerSubject is how many messages CONTROL keeps of each subject
+// (the answers to a role's pauses, its refusals, a gateway's drains, ...).
+const ControlPerSubject = 24
+
 // Bytes returns what the stream (or bucket or store) name may hold.
 func (p Provisioning) Bytes(name string) int64 {
 	p = p.WithDefaults()
@@ -185,6 +189,13 @@ func (p Provisioning) StreamConfigs() []jetstream.StreamConfig {
 	control := mk(StreamControl, "planact control: answers to pauses and resumes (and refusals), gateways that drained, pauses that expired, rollbacks",
 		"control.*.paused", "control.*.resumed", "control.*.refused", "control.*.drained.*", "control.*.expired", "control.*.rollback")
 	control.MaxMsgSize = MaxSmallMsg
+	// Both roles' answers share CONTROL, which refuses new messages when
+	// full; a trainer provokes as many as it sends pauses and resumes
+	// (valid or refused). Each subject keeps its last few only, so that a
+	// trainer's flood pushes out its own older answers, each small
+	// (schema.MaxControlID), and never leaves the other role's pauses
+	// unanswered. Every reader of CONTROL reads a subject's last message.
+	control.MaxMsgsPerSubject = ControlPerSubject
 	// Time-outs are scheduled messages, so they fire even if the
 	// session-store that scheduled them is gone. A schedule's target must be
 	// in its own stream, so the time-outs live here with their schedules.

@@ -754,7 +754,9 @@ var pauseAnswerMargin = 30 * time.Second
 // Resume lets planact send the generations of role again, from the weights
 // of weightVersion (what samples record from now on). It returns once
 // planact took the resume (control.<role>.resumed); one planact refuses
-// fails with ErrRefused and planact's reason. Without an answer it waits
+// fails with ErrRefused and planact's reason; one it would refuse (a
+// weight_version over schema.MaxWeightVersion bytes) is an error before
+// anything is sent. Without an answer it waits
 // at most 2 minutes (or less, as ctx says), then fails with ErrTimeout:
 // the resume is stored all the same, and taken once the session-store
 // runs.
@@ -762,9 +764,12 @@ func (c *Client) Resume(ctx context.Context, role, weightVersion string) error {
 	if err := schema.CheckRole(role); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
+	r := &schema.Resume{Role: role, WeightVersion: weightVersion, AtMs: time.Now().UnixMilli()}
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, resumeAnswerWait)
 	defer cancel()
-	r := &schema.Resume{Role: role, WeightVersion: weightVersion, AtMs: time.Now().UnixMilli()}
 	return c.control(ctx, r, "resumed", func(data []byte) bool {
 		var ans schema.Resumed
 		return schema.Unmarshal(data, &ans) == nil && ans.ResumeID == r.MsgID()

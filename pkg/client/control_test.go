@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
@@ -115,5 +116,24 @@ func TestResumeBoundsItsWait(t *testing.T) {
 	defer client.SetResumeAnswerWait(100 * time.Millisecond)()
 	if err := c.Resume(t.Context(), schema.RoleActor, "actor-v2"); !errors.Is(err, client.ErrTimeout) {
 		t.Errorf("a resume nobody answers: %v; want ErrTimeout", err)
+	}
+}
+
+// TestResumeRefusesALongVersionBeforeSending: a weight_version planact
+// would refuse (too long to repeat in its answers) is an error at once,
+// as a pause's time-out under a second is, and nothing is sent.
+func TestResumeRefusesALongVersionBeforeSending(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "provision")
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Resume(t.Context(), schema.RoleActor, strings.Repeat("v", schema.MaxWeightVersion+1))
+	if err == nil || errors.Is(err, client.ErrTimeout) || !strings.Contains(err.Error(), "weight_version") {
+		t.Errorf("a resume with a weight_version of %d bytes: %v; want an error naming it", schema.MaxWeightVersion+1, err)
+	}
+	if m, err := b.LastMsg(t.Context(), bus.StreamTrainer(schema.RoleActor), subject.Control(schema.RoleActor, "resume")); err != nil || m != nil {
+		t.Errorf("the resume was sent (%v)", err)
 	}
 }

@@ -72,6 +72,33 @@ type Resume struct {
 	AtMs          int64  `json:"at_ms"`
 }
 
+// Validate reports a field of a resume that planact will not take: a
+// weight_version too long to repeat in its answers.
+func (m *Resume) Validate() error {
+	if len(m.WeightVersion) > MaxWeightVersion {
+		return fmt.Errorf("resume of %s: weight_version %s: want at most %d bytes", m.Role, quoteShort(m.WeightVersion), MaxWeightVersion)
+	}
+	return nil
+}
+
+// The longest Nats-Msg-Id of a pause or resume, and the longest
+// weight_version of a resume, planact takes: its answers repeat them, and
+// the CONTROL stream holds small messages only (a trainer's stream takes
+// a megabyte), a few per subject.
+const (
+	MaxControlID     = 256
+	MaxWeightVersion = 1024
+)
+
+// CheckControlID reports a pause's or resume's (verb's) message id that
+// planact will not take: one longer than MaxControlID.
+func CheckControlID(verb, role, id string) error {
+	if len(id) > MaxControlID {
+		return fmt.Errorf("%s of %s: Nats-Msg-Id %s: want at most %d bytes", verb, role, quoteShort(id), MaxControlID)
+	}
+	return nil
+}
+
 func (m *Resume) Kind() string    { return "control.resume/1" }
 func (m *Resume) Subject() string { return subject.Control(m.Role, "resume") }
 func (m *Resume) MsgID() string   { return fmt.Sprintf("resume.%s.%d", m.Role, m.AtMs) }

@@ -30,7 +30,8 @@ func (s *Service) handleControl(ctx context.Context, m bus.Msg) error {
 }
 
 // handlePause records a pause of a role, then answers it once every
-// gateway of the role runs none of its generations.
+// gateway of the role runs none of its generations. One that a later
+// pause or resume of the role overtook changes nothing and is refused.
 func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 	var p schema.Pause
 	if err := schema.UnmarshalTrainer(m.Data, m.Header, &p); err != nil {
@@ -44,6 +45,9 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 		return s.refuse(ctx, m, "pause", err)
 	}
 	id := m.ID()
+	if err := schema.CheckControlID("pause", p.Role, id); err != nil {
+		return s.refuse(ctx, m, "pause", err)
+	}
 	superseded := false
 	st, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(p.Role), func(v *schema.RoleState, _ bool) (bool, error) {
 		v.Role = p.Role
@@ -70,7 +74,22 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 	if superseded {
 		zerolog.Ctx(ctx).Info().Str("role", p.Role).Str("pause_id", id).Uint64("seq", m.Seq).Uint64("state_seq", st.StateSeq).
 			Msg("pause older than the role's last pause or resume: not applied")
-		return nil
+		// Handled after a later one (the trainer's messages are handled
+		// at once, up to Concurrency), or delivered again after one: it
+		// is refused, unless the last answer on control.<role>.paused is
+		// its own (it was answered: what the stream holds says so, not a
+		// delivery count). One answered and then followed by another
+		// pause is refused too, after its answer.
+		var last schema.Paused
+		pm, err := s.Bus.LastMsg(ctx, bus.StreamControl, subject.Control(p.Role, "paused"))
+		if err != nil {
+			return err
+		}
+		if pm != nil && schema.Unmarshal(pm.Data, &last) == nil && last.PauseID == id {
+			return nil
+		}
+		return s.refuse(ctx, m, "pause", fmt.Errorf("pause of %s: a later pause or resume of %s (stream sequence %d, this one's %d) was applied first; this one changes nothing",
+			p.Role, p.Role, st.StateSeq, m.Seq))
 	}
 	zerolog.Ctx(ctx).Info().Str("role", p.Role).Str("mode", st.Mode).Int64("epoch", st.Epoch).Msg("role paused")
 	return s.answerPause(ctx, st)
@@ -91,7 +110,13 @@ func (s *Service) handleResume(ctx context.Context, m bus.Msg) error {
 	if err := schema.CheckRouting(m.Subject, m.Header, &r); err != nil {
 		return s.refuse(ctx, m, "resume", err)
 	}
+	if err := r.Validate(); err != nil {
+		return s.refuse(ctx, m, "resume", err)
+	}
 	id := m.ID()
+	if err := schema.CheckControlID("resume", r.Role, id); err != nil {
+		return s.refuse(ctx, m, "resume", err)
+	}
 	var rollback *schema.RoleRollback
 	st, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(r.Role), func(v *schema.RoleState, _ bool) (bool, error) {
 		v.Role = r.Role
@@ -156,15 +181,17 @@ func (s *Service) refuse(ctx context.Context, m bus.Msg, verb string, cause erro
 	if schema.CheckRole(role) != nil {
 		return fail.E(fail.Invalid, cause)
 	}
-	zerolog.Ctx(ctx).Warn().Err(cause).Str("role", role).Str("id", m.ID()).Msg(verb + " refused")
-	return s.Bus.Publish(ctx, &schema.Refused{Role: role, Verb: verb, ID: clip(m.ID()), Reason: clip(cause.Error()), AtMs: s.nowMs()})
+	zerolog.Ctx(ctx).Warn().Err(cause).Str("role", role).Str("id", clipTo(m.ID(), schema.MaxControlID)).Msg(verb + " refused")
+	return s.Bus.Publish(ctx, &schema.Refused{Role: role, Verb: verb, ID: clipTo(m.ID(), schema.MaxControlID), Reason: clip(cause.Error()), AtMs: s.nowMs()})
 }
 
-// clip cuts s to what a refusal carries (a hand-written message may hold
-// a megabyte where a word belongs, and CONTROL takes small messages only),
-// saying how long it was.
-func clip(s string) string {
-	const most = 4 << 10
+// clip cuts s to what a refusal's reason carries (a hand-written message
+// may hold a megabyte where a word belongs, and CONTROL takes small
+// messages only), saying how long it was.
+func clip(s string) string { return clipTo(s, 4<<10) }
+
+// clipTo cuts s to at most most bytes and what says how long it was.
+func clipTo(s string, most int) string {
 	if len(s) <= most {
 		return s
 	}
