@@ -586,6 +586,31 @@ func TestSchemasBoundWhatGoBounds(t *testing.T) {
 			t.Errorf("at_ms %v: schema says %v, Go says %v; want valid %v", c.v, se, ge, c.ok)
 		}
 	}
+	// A weight version is repeated in the role's answers and rollbacks on
+	// CONTROL, which takes small messages: an arrival's and a resume's
+	// are bounded alike.
+	resume := schemas["control.resume.v1.schema.json"]
+	for _, c := range []struct {
+		n  int
+		ok bool
+	}{{1, true}, {schema.MaxWeightVersion, true}, {schema.MaxWeightVersion + 1, false}, {70 << 10, false}} {
+		v := strings.Repeat("v", c.n)
+		se, ge := arrive(func(b, _ map[string]any) { b["weight_version"] = v })
+		if (se == nil) != c.ok || (ge == nil) != c.ok || !c.ok && !strings.Contains(ge.Error(), "weight_version") {
+			t.Errorf("arrival's weight_version of %d bytes: schema says %v, Go says %v; want valid %v", c.n, se, ge, c.ok)
+		}
+		body := map[string]any{"schema": "control.resume/1", "role": "actor", "weight_version": v, "at_ms": 1}
+		data, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		se = resume.Validate(jsonValue(t, data))
+		var r schema.Resume
+		ge = schema.UnmarshalTrainer(data, map[string][]string{"Content-Type": {"application/json"}}, &r)
+		if (se == nil) != c.ok || (ge == nil) != c.ok {
+			t.Errorf("resume's weight_version of %d bytes: schema says %v, Go says %v; want valid %v", c.n, se, ge, c.ok)
+		}
+	}
 	pause := schemas["control.pause.v1.schema.json"]
 	for _, c := range []struct {
 		v  float64

@@ -194,7 +194,20 @@ func (m *Arrive) checkBounds() error {
 	if err := notNegative("at_ms", m.AtMs, "unix milliseconds"); err != nil {
 		return err
 	}
+	if err := weightVersionFits(m.WeightVersion); err != nil {
+		return err
+	}
 	return ValidateTasks(m.Tasks)
+}
+
+// weightVersionFits refuses a weight_version longer than MaxWeightVersion:
+// planact repeats a role's version in answers and rollbacks on CONTROL,
+// which takes small messages only.
+func weightVersionFits(v string) error {
+	if len(v) > MaxWeightVersion {
+		return fail.Invalidf("weight_version %s: want at most %d bytes", quoteShort(v), MaxWeightVersion)
+	}
+	return nil
 }
 
 func (m *Cancel) checkBounds() error {
@@ -205,7 +218,12 @@ func (m *Cancel) checkBounds() error {
 }
 
 func (m *Pause) checkBounds() error  { return notNegative("at_ms", m.AtMs, "unix milliseconds") }
-func (m *Resume) checkBounds() error { return notNegative("at_ms", m.AtMs, "unix milliseconds") }
+func (m *Resume) checkBounds() error {
+	if err := notNegative("at_ms", m.AtMs, "unix milliseconds"); err != nil {
+		return err
+	}
+	return weightVersionFits(m.WeightVersion)
+}
 
 func (m *TaskList) checkBounds() error { return ValidateTasks(m.Tasks) }
 
