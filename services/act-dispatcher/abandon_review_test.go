@@ -183,7 +183,10 @@ func TestAnAbandonedTurnsRunnerIsDoneAtTheDeadline(t *testing.T) {
 	if key := <-g.started; key != "t1-a" {
 		t.Fatalf("the gateway was asked for %s, want t1-a", key)
 	}
-	finalOutput(t, s, 1)
+	// The abandonment, with a short deadline, is recorded before the
+	// final output is there: the runner, finding that output, takes the
+	// abandonment recorded. (The other way round, a runner that looked in
+	// between would record its own, with an act's whole budget.)
 	now := time.Now()
 	if _, _, err := bus.Mutate(ctx, s.Bus.Runs, schema.RunKey(1, 0, 1), func(r *schema.Run, _ bool) (bool, error) {
 		r.Abandoned = &schema.Abandonment{AtMs: now.UnixMilli(), UntilMs: now.Add(300 * time.Millisecond).UnixMilli(), Why: "the turn's final output is an answer"}
@@ -191,6 +194,7 @@ func TestAnAbandonedTurnsRunnerIsDoneAtTheDeadline(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	finalOutput(t, s, 1)
 	select {
 	case err := <-running:
 		if err != nil {
