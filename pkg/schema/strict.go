@@ -217,7 +217,7 @@ func (m *Cancel) checkBounds() error {
 	return notNegative("at_ms", m.AtMs, "unix milliseconds")
 }
 
-func (m *Pause) checkBounds() error  { return notNegative("at_ms", m.AtMs, "unix milliseconds") }
+func (m *Pause) checkBounds() error { return notNegative("at_ms", m.AtMs, "unix milliseconds") }
 func (m *Resume) checkBounds() error {
 	if err := notNegative("at_ms", m.AtMs, "unix milliseconds"); err != nil {
 		return err
