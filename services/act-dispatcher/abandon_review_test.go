@@ -44,13 +44,7 @@ func runnerClosed(t *testing.T, s *Service) *runner {
 // to record them failed (timeout).
 func TestAnAbandonedTurnsRunnerThatStopsHandsItsMessageBack(t *testing.T) {
 	t.Parallel()
-	s, url := testService(t)
-	info := testInfo()
-	info.Session.Config.StreamPlans = true
-	storeSession(t, s, info)
-	g := holdGateway(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	s, info, g, ctx := streamedTurn(t)
 	replica, stop := context.WithCancel(ctx)
 	defer stop()
 
@@ -94,13 +88,7 @@ func TestAnAbandonedTurnsRunnerThatStopsHandsItsMessageBack(t *testing.T) {
 // listed depended on timing.
 func TestAnAbandonedTurnsWaiterGetsItsOutcomeAndIsListed(t *testing.T) {
 	t.Parallel()
-	s, url := testService(t)
-	info := testInfo()
-	info.Session.Config.StreamPlans = true
-	storeSession(t, s, info)
-	g := holdGateway(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	s, info, g, ctx := streamedTurn(t)
 
 	running := make(chan error, 1)
 	go func() {
@@ -168,13 +156,7 @@ func TestTheWatchdogGivesAnAbandonedTurnsActsTheirDeadline(t *testing.T) {
 // (the handler returns nil), not handed back to run them again past it.
 func TestAnAbandonedTurnsRunnerIsDoneAtTheDeadline(t *testing.T) {
 	t.Parallel()
-	s, url := testService(t)
-	info := testInfo()
-	info.Session.Config.StreamPlans = true
-	storeSession(t, s, info)
-	g := holdGateway(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	s, info, g, ctx := streamedTurn(t)
 
 	running := make(chan error, 1)
 	go func() {

@@ -109,6 +109,21 @@ func handleLast(ctx context.Context, s *Service, subj string) error {
 	return s.handlePlan(ctx, bus.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data, Seq: m.Seq, Time: m.Time, Delivered: 1})
 }
 
+// streamedTurn is a service with a rollout that streams its plans stored,
+// a gateway that holds the generations it is asked for, and a context of a
+// minute: what a test of an abandoned turn starts from.
+func streamedTurn(t *testing.T) (*Service, *session.Info, *heldGateway, context.Context) {
+	t.Helper()
+	s, url := testService(t)
+	info := testInfo()
+	info.Session.Config.StreamPlans = true
+	storeSession(t, s, info)
+	g := holdGateway(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return s, info, g, ctx
+}
+
 // endDecided waits until the handler of the episode's end has returned
 // (ended holds its result) or has recorded the turn's run abandoned: the
 // end is decided, now or once the acts it waits for have an outcome.
@@ -165,13 +180,7 @@ func listsGenerated(t *testing.T, s *Service, g *heldGateway) *schema.EpisodeEnd
 // released and generated too, after the end.
 func TestAnAbandonedActThatEndsAfterTheAnswerIsListed(t *testing.T) {
 	t.Parallel()
-	s, url := testService(t)
-	info := testInfo()
-	info.Session.Config.StreamPlans = true
-	storeSession(t, s, info)
-	g := holdGateway(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	s, info, g, ctx := streamedTurn(t)
 
 	running := make(chan error, 1)
 	go func() {
@@ -207,14 +216,8 @@ func TestAnAbandonedActThatEndsAfterTheAnswerIsListed(t *testing.T) {
 // act and its generation were lost.
 func TestAnAbandonedTurnsActIsTakenUpByItsPlanMessageDeliveredAgain(t *testing.T) {
 	t.Parallel()
-	s, url := testService(t)
-	info := testInfo()
-	info.Session.Config.StreamPlans = true
-	storeSession(t, s, info)
-	g := holdGateway(t, url)
+	s, info, g, ctx := streamedTurn(t)
 	g.release()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 
 	partial := planDAG(1, true, 1, search("a", "x"))
 	if r := record(t, s, info, 5, partial); r.Nodes[0].Status != schema.NodeReleased {
