@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -103,48 +102,14 @@ func TestNatsCLI(t *testing.T) {
 	waitServices(t, bustest.Conn(t, e.url))
 
 	// A live follower of the plan traffic, decoded by planact.
-	cli, path := natsCLI(t)
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	sub := exec.CommandContext(ctx, cli, "--server", e.url, "sub", "plan.901.>", "--translate", "planact decode", "--count", "4")
-	sub.Env = append(os.Environ(), "PATH="+path, "NATS_CONTEXT=", "HOME="+t.TempDir())
-	stdout, err := sub.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub.Stderr = sub.Stdout
-	if err := sub.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var subOut strings.Builder
-	subDone := make(chan error, 1)
-	subscribed := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		once := sync.Once{}
-		for sc.Scan() {
-			subOut.WriteString(sc.Text() + "\n")
-			if strings.Contains(sc.Text(), "Subscribing on") {
-				once.Do(func() { close(subscribed) })
-			}
-		}
-		subDone <- sub.Wait()
-	}()
-	select {
-	case <-subscribed:
-	case <-time.After(patience):
-		t.Fatal("nats sub did not subscribe")
-	}
+	followed := natsSub(t, e.url, 4, "plan.901.>")
 
 	tasks := e.tasks(2, 1, 901)
 	o := e.rollout(t, e.trainer(t), e.trainer(t), 901, tasks, nil, false)
 	if o.perr != nil || o.aerr != nil {
 		t.Fatal(o.perr, o.aerr)
 	}
-	if err := <-subDone; err != nil {
-		t.Errorf("nats sub: %v\n%s", err, subOut.String())
-	}
-	if got := subOut.String(); !strings.Contains(got, `"schema": "plan.req/1"`) || !strings.Contains(got, `"rollout": 901`) {
+	if got := followed(); !strings.Contains(got, `"schema": "plan.req/1"`) || !strings.Contains(got, `"rollout": 901`) {
 		t.Errorf("nats sub --translate 'planact decode' printed no decoded plan request:\n%s", got)
 	}
 
