@@ -56,9 +56,11 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 	for _, e := range which {
 		eps[e] = &episode{task: tasks[e]}
 	}
-	// An evaluation gives no samples: its episodes' trajectories are not read.
+	// An evaluation gives no samples: its episodes' trajectories are read
+	// only when max_staleness makes their unchecked turns count, as any
+	// rollout's are.
 	wanted := func(e int) bool { return !sess.Config.Evaluation && (own == nil || own(tasks[e])) }
-	counted := !sess.Config.Evaluation && sess.Config.MaxStaleness > 0
+	counted := sess.Config.MaxStaleness > 0
 	err := forEach(ctx, len(which), readers, func(ctx context.Context, i int) error {
 		e := which[i]
 		return s.readEpisode(ctx, n, e, eps[e], wanted(e) || counted)
@@ -512,7 +514,8 @@ func taskOutcome(sess *schema.Session, e int, ep *episode, filtering bool) schem
 // failed (its episode left no trajectory); for the actor, it failed when
 // acts of it that the actor model was to run failed (the reason names the
 // most frequent failure), and is empty when none was asked of the model
-// (answered at once, from the cache, or by HTTP tools only).
+// (answered at once, from the cache, or by tools that are not the actor
+// model only: HTTP, Go, a mode's own).
 func roleOutcome(out schema.TaskOutcome, role string, has bool, ep *episode, cfg schema.Config) schema.TaskOutcome {
 	if out.State != schema.TaskTrained || has {
 		return out
@@ -532,7 +535,7 @@ func roleOutcome(out schema.TaskOutcome, role string, has bool, ep *episode, cfg
 	case len(ep.acts) == 0:
 		out.Reason = "no actor sample: the planner ran no act"
 	default:
-		out.Reason = fmt.Sprintf("no actor sample: no act ran the actor model (%d from the cache, %d by HTTP tools, %d skipped)",
+		out.Reason = fmt.Sprintf("no actor sample: no act ran the actor model (%d from the cache, %d by other tools, %d skipped)",
 			cached, tools, len(ep.acts)-cached-tools)
 	}
 	return out

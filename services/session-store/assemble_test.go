@@ -89,7 +89,7 @@ func randomWorld(r *rand.Rand) world {
 				ep.reward, ep.rewardErr = 0, "reward server down"
 			}
 		}
-		if r.IntN(5) > 0 && !cfg.Evaluation { // the planner's trajectory is there (an evaluation's is never read)
+		if r.IntN(5) > 0 && (!cfg.Evaluation || cfg.MaxStaleness > 0) { // the planner's trajectory is there (an evaluation's is read only when max_staleness counts its unchecked turns)
 			gen := make([]int, 1+r.IntN(20))
 			ep.last = &schema.PlanOutput{Rollout: n, Episode: e, FinishReason: []string{"stop", "length", "abort"}[r.IntN(3)], Segments: []schema.Segment{
 				{Kind: schema.SegPrompt, Turn: 1, Text: "p", IDs: make([]int, 1+r.IntN(10))},
@@ -264,7 +264,7 @@ func TestResultsNeedNoSampleTheyDoNotHold(t *testing.T) {
 		w := randomWorld(r)
 		bp, ba := buildResults(w.sess, w.tasks, w.eps, w.asRead())
 		wantP, wantA := asTrainersRead(t, w, bp, ba)
-		own, counted := ownSamples(w.sess), w.sess.Config.MaxStaleness > 0 && !w.sess.Config.Evaluation
+		own, counted := ownSamples(w.sess), w.sess.Config.MaxStaleness > 0
 		read := map[int]*episode{}
 		for e, ep := range w.eps {
 			cp := *ep
@@ -482,4 +482,73 @@ func checkTruth(w world, res *schema.Result) error {
 		return fmt.Errorf("status %s, the rollout ended %s", res.Status, w.sess.Status)
 	}
 	return nil
+}
+
+// TestToolFailuresAreNotTheActorsLoss: an act of a tool the actor model
+// does not run (a Go function, a mode's own vote) gives no actor sample
+// whether it fails or not: its failure costs the actor nothing, so the
+// actor's task is empty, not failed, and the actor's result does not
+// fail for it.
+func TestToolFailuresAreNotTheActorsLoss(t *testing.T) {
+	for _, c := range []struct {
+		name, mode, tool string
+		tools            []schema.Tool
+	}{
+		{"go tool", "", "calc", []schema.Tool{{Name: "calc", Kind: schema.ToolGo}}},
+		{"ensemble vote", schema.ModeEnsemble, "vote", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const n = 5
+			cfg := schema.DefaultConfig()
+			cfg.Mode = c.mode
+			cfg.Tools = append(cfg.Tools, c.tools...)
+			task := schema.Task{GroupIndex: 0, Index: 0, Prompt: "q", Label: "a"}
+			sess := &schema.Session{Rollout: n, Config: cfg, Episodes: 1, State: schema.SessionDone, Status: schema.ResultOK}
+			ep := &episode{task: task, end: &schema.EpisodeEnd{Rollout: n, Episode: 0, Turns: 1, Status: schema.EpisodeCompleted}, reward: 1, correct: true}
+			ep.last = &schema.PlanOutput{Rollout: n, Episode: 0, FinishReason: "stop", Segments: []schema.Segment{
+				{Kind: schema.SegPrompt, Turn: 1, Text: "p", IDs: []int{1, 2}},
+				{Kind: schema.SegGenerated, Turn: 1, Text: "g", IDs: []int{3}, LogProbs: []float64{-1}, Version: "v1"},
+			}}
+			smp, ok := plannerSample(n, 0, ep)
+			if !ok {
+				t.Fatal("no planner sample")
+			}
+			ep.planner = &smp
+			ep.acts = []*schema.ActDone{{Rollout: n, Episode: 0, Turn: 1, Key: "t1-s1", NodeID: "s1", Tool: c.tool,
+				Status: schema.ActFailed, ErrorKind: schema.ActErrInvalid, Error: "the tool said no"}}
+			_, actor := buildResults(sess, []schema.Task{task}, map[int]*episode{0: ep}, nil)
+			if got := actor.Tasks[0].State; got != schema.TaskEmpty {
+				t.Errorf("the actor's task is %s (%s); the actor model was asked for nothing", got, actor.Tasks[0].Reason)
+			}
+			if actor.Status != schema.ResultOK {
+				t.Errorf("the actor's result is %s (%s); nothing of the actor's failed", actor.Status, actor.Reason)
+			}
+		})
+	}
+}
+
+// TestDuplicateFailureCountedOnce: a duplicate that failed with the act it
+// repeats is that act's failure, counted once, in the task's and the
+// result's reasons as in stats.failures.
+func TestDuplicateFailureCountedOnce(t *testing.T) {
+	const n = 6
+	cfg := schema.DefaultConfig()
+	task := schema.Task{GroupIndex: 0, Index: 0, Prompt: "q", Label: "a"}
+	sess := &schema.Session{Rollout: n, Config: cfg, Episodes: 1, State: schema.SessionDone, Status: schema.ResultOK}
+	ep := &episode{task: task, end: &schema.EpisodeEnd{Rollout: n, Episode: 0, Turns: 2, Status: schema.EpisodeCompleted}}
+	ep.acts = []*schema.ActDone{
+		{Rollout: n, Episode: 0, Turn: 1, Key: "t1-s1", NodeID: "s1", Tool: "search", Status: schema.ActFailed, ErrorKind: schema.ActErrTransient, Error: "engine down"},
+		{Rollout: n, Episode: 0, Turn: 2, Key: "t2-s1", NodeID: "s1", Tool: "search", Status: schema.ActFailed, ErrorKind: schema.ActErrDuplicate, Error: "engine down"},
+	}
+	_, actor := buildResults(sess, []schema.Task{task}, map[int]*episode{0: ep}, nil)
+	if fmt.Sprint(actor.Stats.Failures) != "map[error:1]" {
+		t.Fatalf("failures %v, want one error", actor.Stats.Failures)
+	}
+	out := actor.Tasks[0]
+	if out.State != schema.TaskFailed || !strings.Contains(out.Reason, "1 act(s) failed") {
+		t.Errorf("actor task %s (%s); want failed, of one act's failure", out.State, out.Reason)
+	}
+	if !strings.Contains(actor.Reason, "1 of their acts failed") {
+		t.Errorf("actor result reason %q; want one act's failure", actor.Reason)
+	}
 }

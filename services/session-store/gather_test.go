@@ -101,3 +101,43 @@ func TestGroupSamplesReadBackAsDelivered(t *testing.T) {
 		}
 	}
 }
+
+// TestEvaluationCountsUncheckedTurns: an evaluation with max_staleness
+// counts, by role, the generations that ran with their weights unchecked,
+// the planner's turns as the actor's acts: its stats do not say that no
+// planner turn ran unchecked when some did. It still builds no sample.
+func TestEvaluationCountsUncheckedTurns(t *testing.T) {
+	_, url := bustest.Server(t)
+	s := newTestService(bustest.Bus(t, url, "ss"))
+	ctx := context.Background()
+	const n = 33
+	const why = "the engine names no weight version"
+	tasks := []schema.Task{{GroupIndex: 0, Index: 0, Prompt: "q0", Label: "a"}}
+	for _, m := range []schema.Message{
+		&schema.PlanOutput{Rollout: n, Episode: 0, Turn: 1, FinishReason: "stop", Segments: []schema.Segment{
+			{Kind: schema.SegPrompt, Turn: 1, Text: "q", IDs: []int{1, 2}},
+			{Kind: schema.SegGenerated, Turn: 1, Text: "a", IDs: []int{3}, LogProbs: []float64{-1}, Version: "v1", StalenessUnchecked: why},
+		}},
+		&schema.ActDone{Rollout: n, Episode: 0, Turn: 1, Key: "t1-s1", NodeID: "s1", Tool: "search", Status: schema.ActDoneOK,
+			Generation: &schema.Generation{Prompt: "p", PromptIDs: []int{4}, OutputIDs: []int{5}, LogProbs: []float64{-1}, FinishReason: "stop", StalenessUnchecked: why}},
+		&schema.EpisodeEnd{Rollout: n, Episode: 0, Turns: 1, Status: schema.EpisodeCompleted, Answers: []string{"a"}, Acts: []string{"t1-s1"}},
+	} {
+		if err := s.Bus.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := schema.DefaultConfig()
+	cfg.Evaluation, cfg.MaxStaleness = true, 2
+	sess := &schema.Session{Rollout: n, Config: cfg, Episodes: len(tasks), State: schema.SessionDone, Status: schema.ResultOK}
+	eps, err := s.gather(ctx, sess, tasks, nil, ownSamples(sess))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eps[0].planner != nil || eps[0].actor != nil {
+		t.Errorf("an evaluation built samples: planner %v, %d actor", eps[0].planner != nil, len(eps[0].actor))
+	}
+	planner, _ := buildResults(sess, tasks, eps, nil)
+	if got := planner.Stats.StalenessUnchecked; got[schema.RolePlanner] != 1 || got[schema.RoleActor] != 1 {
+		t.Errorf("staleness_unchecked %v; one planner turn and one act ran unchecked", got)
+	}
+}

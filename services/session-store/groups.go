@@ -276,7 +276,7 @@ func (s *Service) filter(ctx context.Context, sess *schema.Session, g int, membe
 	gs := schema.GroupState{Index: g, State: schema.GroupDelivered}
 	var rewards []float64
 	for _, e := range members {
-		if ep := eps[e]; ep.end != nil {
+		if ep := eps[e]; rewarded(ep) {
 			rewards = append(rewards, ep.reward)
 		}
 	}
@@ -304,6 +304,13 @@ func (s *Service) filter(ctx context.Context, sess *schema.Session, g int, membe
 	return gs
 }
 
+// rewarded says whether ep's reward is one a group filter weighs: it
+// ended, and not quarantined (a quarantined episode is never scored, and
+// none of its samples is delivered).
+func rewarded(ep *episode) bool {
+	return ep.end != nil && ep.end.Status != schema.EpisodeQuarantined
+}
+
 // remoteFilter asks a filter server whether to keep a group:
 // POST {rollout, group_index, prompt, label, rewards, responses} → {"keep": bool, "reason": "…"}.
 // It is bounded: a slow filter does not hold the rollout back.
@@ -311,7 +318,7 @@ func (s *Service) remoteFilter(ctx context.Context, url string, sess *schema.Ses
 	first := eps[members[0]].task
 	var responses []string
 	for _, e := range members {
-		if ep := eps[e]; ep.end != nil {
+		if ep := eps[e]; rewarded(ep) {
 			responses = append(responses, strings.Join(ep.end.Answers, " | "))
 		}
 	}

@@ -86,3 +86,23 @@ func (s *Service) tasksNow(ctx context.Context, n int64) ([]schema.Task, error) 
 	tl, err := s.taskList(ctx, n)
 	return tl.Tasks, err
 }
+
+// TestSpreadCountsNoQuarantinedReward: a quarantined episode's reward is
+// never computed (it scores 0) and none of its samples is delivered: the
+// spread filter does not keep a group for the spread between it and the
+// group's one real reward (the trainer would get one sample, nothing to
+// compare).
+func TestSpreadCountsNoQuarantinedReward(t *testing.T) {
+	cfg := schema.DefaultConfig()
+	cfg.GroupFilter = schema.FilterSpread
+	sess := &schema.Session{Rollout: 9, Config: cfg, Episodes: 2, State: schema.SessionRunning}
+	task := schema.Task{GroupIndex: 0, Prompt: "q", Label: "a"}
+	eps := map[int]*episode{
+		0: {task: task, end: &schema.EpisodeEnd{Rollout: 9, Episode: 0, Status: schema.EpisodeCompleted}, reward: 1, correct: true},
+		1: {task: task, end: &schema.EpisodeEnd{Rollout: 9, Episode: 1, Status: schema.EpisodeQuarantined, Reason: "token_drift"}},
+	}
+	gs := (&Service{}).filter(context.Background(), sess, 0, []int{0, 1}, eps)
+	if gs.State != schema.GroupFiltered {
+		t.Fatalf("group %s (%s): its one reward that counts has no spread", gs.State, gs.Reason)
+	}
+}

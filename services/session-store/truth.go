@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/planact/planact/pkg/mode"
 	"github.com/planact/planact/pkg/schema"
 )
 
@@ -32,16 +33,23 @@ func failures(ep *episode) map[string]int {
 
 // modelActs sums up an episode's acts for the actor model: the failures of
 // those it was to run ("kind: error"), and how many others were answered
-// from the cache or by HTTP tools.
+// from the cache or by tools that are not the actor model (HTTP, Go, a
+// mode's own, as the rollout's mode names them: a vote of ensemble).
 func modelActs(ep *episode, cfg schema.Config) (failed causes, cached, tools int) {
+	md, _ := mode.For(cfg)
 	for _, d := range ep.acts {
-		tool, _ := cfg.Tool(d.Tool)
+		tool, known := cfg.Tool(d.Tool)
+		if md != nil {
+			tool, known = md.Tool(cfg, d.Tool)
+		}
 		switch {
-		case tool.Kind == schema.ToolHTTP:
+		case known && tool.Kind != schema.ToolActor:
 			tools++
 		case d.Status == schema.ActCached:
 			cached++
-		case d.Status == schema.ActFailed:
+		case d.Status == schema.ActFailed && d.ErrorKind != schema.ActErrDuplicate:
+			// A duplicate that failed with the act it repeats is that
+			// act's failure, counted once (as failures counts it).
 			failed.add(d.ErrorKind + ": " + d.Error)
 		}
 	}
