@@ -296,6 +296,13 @@ func (a *oaiAccumulator) generation() (Generation, error) {
 		}
 		g.OutputIDs = ids
 	}
+	if g.OutputIDs != nil && a.completionSet && len(g.OutputIDs) != a.completion {
+		// A chunk of the stream came without its ids (neither token_ids
+		// nor "token_id:<id>" log-prob tokens): the ids returned are not
+		// the generation, and nothing says which tokens are missing.
+		return Generation{}, fail.Transientf("%d output ids but usage.completion_tokens %d: the server did not return the ids of every generated token",
+			len(g.OutputIDs), a.completion)
+	}
 	if g.OutputIDs != nil && len(g.LogProbs) > len(g.OutputIDs) {
 		return Generation{}, fail.Transientf("%d output ids but %d log-probs", len(g.OutputIDs), len(g.LogProbs))
 	}

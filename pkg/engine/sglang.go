@@ -343,6 +343,12 @@ func (out *sglReply) generation(ids []int) (Generation, error) {
 	case g.FinishReason == "" && (out.MetaInfo.CompletionTokens == nil || *out.MetaInfo.CompletionTokens != 0):
 		return Generation{}, errSaysNothing("meta_info.completion_tokens")
 	}
+	if n := out.MetaInfo.CompletionTokens; n != nil && len(g.OutputIDs) > 0 && len(g.OutputIDs) != *n {
+		// The ids returned are not the generation: which tokens are
+		// missing (or extra) is not known.
+		return Generation{}, fail.Transientf("%d output ids but meta_info.completion_tokens %d: the engine did not return the ids of every generated token",
+			len(g.OutputIDs), *n)
+	}
 	return g, nil
 }
 

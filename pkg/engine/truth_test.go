@@ -209,3 +209,59 @@ func TestNullTokenIDIsAnError(t *testing.T) {
 		})
 	}
 }
+
+// TestIDsFewerThanGenerated: a reply, or a stream, whose output ids are
+// fewer than the tokens its usage says were generated (a chunk of the
+// stream came with text but without its ids or "token_id:<id>" log-prob
+// tokens) is refused: the ids it did return are not the generation, and a
+// trajectory built on them would silently lack tokens the model wrote.
+func TestIDsFewerThanGenerated(t *testing.T) {
+	for _, tc := range []struct {
+		name, proto string
+		events      []string // a stream's, or one reply when not streamed
+		stream      bool
+	}{
+		{"sglang", ProtocolSGLang, []string{
+			`{"text":"Paris","output_ids":[83,100],"meta_info":{"finish_reason":{"type":"stop"},"prompt_tokens":1,"completion_tokens":3,` +
+				`"output_token_logprobs":[[-0.5,83,null],[-0.25,100,null]]}}`,
+		}, false},
+		{"sglang stream", ProtocolSGLang, []string{
+			`{"text":"Pa","output_ids":[83,100],"meta_info":{"prompt_tokens":1,"completion_tokens":2,"finish_reason":null}}`,
+			`{"text":"Paris","output_ids":[83,100],"meta_info":{"prompt_tokens":1,"completion_tokens":3,"finish_reason":{"type":"stop"}}}`,
+		}, true},
+		{"completions", ProtocolOpenAI, []string{
+			`{"choices":[{"index":0,"text":"Pa","logprobs":{"tokens":["token_id:83","token_id:100"],"token_logprobs":[-0.5,-0.25]},"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"text":"ris","logprobs":null,"finish_reason":"stop"}]}`,
+			`{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":3}}`,
+		}, true},
+		{"completions token_ids", ProtocolOpenAI, []string{
+			`{"choices":[{"index":0,"text":"Pa","token_ids":[83,100],"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"text":"ris","finish_reason":"stop"}]}`,
+			`{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":3}}`,
+		}, true},
+		{"chat", ProtocolOpenAIChat, []string{
+			`{"prompt_token_ids":[7],"choices":[{"index":0,"delta":{"content":"Pa"},"token_ids":[83,100],"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"delta":{"content":"ris"},"finish_reason":"stop"}]}`,
+			`{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":3}}`,
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if !tc.stream {
+					fmt.Fprint(w, tc.events[0])
+					return
+				}
+				for _, ev := range tc.events {
+					fmt.Fprintf(w, "data: %s\n\n", ev)
+				}
+				fmt.Fprint(w, "data: [DONE]\n\n")
+			}))
+			defer srv.Close()
+			c, _ := New(tc.proto, srv.URL, "m", nil)
+			g, err := generate(c, Request{Text: "q"}, tc.stream)
+			if err == nil || !strings.Contains(err.Error(), "3") {
+				t.Errorf("%+v, %v; want an error: 2 output ids for the 3 tokens generated", g, err)
+			}
+		})
+	}
+}
