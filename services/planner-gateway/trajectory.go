@@ -103,7 +103,10 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest, t *turn) er
 			return s.over(ctx, err)
 		}
 		out, err := s.onEngine(gctx, lease, req, t, task, eng, cfg, prev, mayStream, gate)
-		paused := errors.Is(context.Cause(gctx), session.ErrPaused)
+		engineReturned(gctx)
+		// A pause aborts only what it stopped: a turn that had its output
+		// when the pause came is published, not generated again.
+		paused := err != nil && errors.Is(context.Cause(gctx), session.ErrPaused)
 		left()
 		if paused && ctx.Err() == nil {
 			// Aborted by a pause: sent again, to the new weights, once the
@@ -123,6 +126,10 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest, t *turn) er
 		return s.publish(ctx, t)
 	}
 }
+
+// engineReturned runs when a turn's engine work has returned, still inside
+// the gate: a test's window for a pause that comes just then.
+var engineReturned = func(context.Context) {}
 
 // publishOutput publishes a turn's output; a test makes it fail.
 var publishOutput = func(ctx context.Context, b *bus.Bus, out *schema.PlanOutput) error { return b.Publish(ctx, out) }
