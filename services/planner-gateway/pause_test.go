@@ -8,12 +8,9 @@ import (
 	"time"
 
 	"github.com/planact/planact/internal/bustest"
-	"github.com/planact/planact/internal/demo"
-	"github.com/planact/planact/internal/enginetest"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/schema"
-	"github.com/planact/planact/pkg/sim"
 	"github.com/planact/planact/pkg/subject"
 )
 
@@ -22,23 +19,10 @@ import (
 // still inside the gate) aborts nothing: the output is published, the
 // engine is asked once for the turn, and the claim records no retry.
 func TestAPauseAfterTheGenerationKeepsIt(t *testing.T) {
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "planner-gateway-test")
-	eng := enginetest.New(sim.New(sim.Config{Role: schema.RolePlanner, WeightVersion: "planner-v1"}), enginetest.Options{})
-	engineURL := enginetest.Start(t, eng)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
 	const n = 7
-	tasks := demo.Tasks(sim.DefaultWorld(), 1, 1, 1, "")
-	if _, err := bus.Create(ctx, b.Sessions, schema.TasksKey(n), &schema.TaskList{Tasks: tasks}); err != nil {
-		t.Fatal(err)
-	}
-	sess := &schema.Session{Rollout: n, State: schema.SessionRunning, Config: schema.DefaultConfig(), Episodes: 1,
-		Roles: map[string]schema.RoleInfo{schema.RolePlanner: {Engine: schema.Engine{URL: engineURL, Protocol: engine.ProtocolSGLang}, WeightVersion: "planner-v1"}}}
-	if _, err := bus.Create(ctx, b.Sessions, schema.SessionKey(n), sess); err != nil {
-		t.Fatal(err)
-	}
+	b, eng, ctx := oneEpisode(t, n)
+	ctx, cancel := context.WithCancel(ctx) // stops the service
+	defer cancel()
 	setRole := func(paused bool, epoch int64) {
 		_, _, err := bus.Mutate(ctx, b.Sessions, schema.RoleKey(schema.RolePlanner), func(v *schema.RoleState, _ bool) (bool, error) {
 			*v = schema.RoleState{Role: schema.RolePlanner, Paused: paused, Mode: schema.PauseAbort, Epoch: epoch, WeightVersion: "planner-v1"}

@@ -20,19 +20,17 @@ import (
 	"github.com/planact/planact/pkg/subject"
 )
 
-// TestAnOutputNotPublishedIsNotGeneratedAgain: when the PLAN stream
-// refuses a turn's output after the engine generated it, the next attempt
-// publishes the same output: the engine is asked once for the turn, the
-// output is stored once, and the claim records no retry.
-func TestAnOutputNotPublishedIsNotGeneratedAgain(t *testing.T) {
+// oneEpisode stores rollout n running, one episode of the demo world, its
+// planner on a simulated SGLang engine (counted): what a test of one turn
+// starts from. The context ends with the test.
+func oneEpisode(t *testing.T, n int64) (*bus.Bus, *enginetest.Engine, context.Context) {
+	t.Helper()
 	_, url := bustest.Server(t)
 	b := bustest.Bus(t, url, "planner-gateway-test")
 	eng := enginetest.New(sim.New(sim.Config{Role: schema.RolePlanner, WeightVersion: "planner-v1"}), enginetest.Options{})
 	engineURL := enginetest.Start(t, eng)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	const n = 7
+	t.Cleanup(cancel)
 	tasks := demo.Tasks(sim.DefaultWorld(), 1, 1, 1, "")
 	if _, err := bus.Create(ctx, b.Sessions, schema.TasksKey(n), &schema.TaskList{Tasks: tasks}); err != nil {
 		t.Fatal(err)
@@ -42,6 +40,18 @@ func TestAnOutputNotPublishedIsNotGeneratedAgain(t *testing.T) {
 	if _, err := bus.Create(ctx, b.Sessions, schema.SessionKey(n), sess); err != nil {
 		t.Fatal(err)
 	}
+	return b, eng, ctx
+}
+
+// TestAnOutputNotPublishedIsNotGeneratedAgain: when the PLAN stream
+// refuses a turn's output after the engine generated it, the next attempt
+// publishes the same output: the engine is asked once for the turn, the
+// output is stored once, and the claim records no retry.
+func TestAnOutputNotPublishedIsNotGeneratedAgain(t *testing.T) {
+	const n = 7
+	b, eng, ctx := oneEpisode(t, n)
+	ctx, cancel := context.WithCancel(ctx) // stops the service
+	defer cancel()
 
 	var mu sync.Mutex
 	var published []*schema.PlanOutput
