@@ -2,16 +2,12 @@ package plannergateway
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/bus"
-	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/schema"
-	"github.com/planact/planact/pkg/subject"
 )
 
 // TestAPauseAfterTheGenerationKeepsIt: a pause in abort mode that comes
@@ -21,8 +17,6 @@ import (
 func TestAPauseAfterTheGenerationKeepsIt(t *testing.T) {
 	const n = 7
 	b, eng, ctx := oneEpisode(t, n)
-	ctx, cancel := context.WithCancel(ctx) // stops the service
-	defer cancel()
 	setRole := func(paused bool, epoch int64) {
 		_, _, err := bus.Mutate(ctx, b.Sessions, schema.RoleKey(schema.RolePlanner), func(v *schema.RoleState, _ bool) (bool, error) {
 			*v = schema.RoleState{Role: schema.RolePlanner, Paused: paused, Mode: schema.PauseAbort, Epoch: epoch, WeightVersion: "planner-v1"}
@@ -49,30 +43,7 @@ func TestAPauseAfterTheGenerationKeepsIt(t *testing.T) {
 	}
 	t.Cleanup(func() { engineReturned = orig })
 
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Deps{Bus: b, Log: bustest.TestLogger(t, "debug"), Engines: &engine.Pool{}, RetryBase: 10 * time.Millisecond})
-	}()
-	if err := b.Publish(ctx, &schema.PlanRequest{Rollout: n, Episode: 0, Turn: 1, WeightVersion: "planner-v1"}); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		m, err := b.LastMsg(ctx, bus.StreamPlan, subject.PlanOut(n, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			bustest.DumpGoroutines(t)
-			t.Fatal("no planner output")
-		}
-	}
-	cancel()
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatal(err)
-	}
+	runTurn(t, ctx, b, n)
 	if got := eng.Counts().Turns(); len(got) != 1 || got["7-0-t1"] != 1 {
 		t.Errorf("the engine generated %v, want turn 7-0-t1 once: its output was in hand before the pause", got)
 	}

@@ -43,31 +43,12 @@ func oneEpisode(t *testing.T, n int64) (*bus.Bus, *enginetest.Engine, context.Co
 	return b, eng, ctx
 }
 
-// TestAnOutputNotPublishedIsNotGeneratedAgain: when the PLAN stream
-// refuses a turn's output after the engine generated it, the next attempt
-// publishes the same output: the engine is asked once for the turn, the
-// output is stored once, and the claim records no retry.
-func TestAnOutputNotPublishedIsNotGeneratedAgain(t *testing.T) {
-	const n = 7
-	b, eng, ctx := oneEpisode(t, n)
-	ctx, cancel := context.WithCancel(ctx) // stops the service
-	defer cancel()
-
-	var mu sync.Mutex
-	var published []*schema.PlanOutput
-	orig := publishOutput
-	publishOutput = func(ctx context.Context, b *bus.Bus, out *schema.PlanOutput) error {
-		mu.Lock()
-		published = append(published, out)
-		first := len(published) == 1
-		mu.Unlock()
-		if first {
-			return fail.Transientf("publish %s: stream PLAN refused it (the test's)", out.Subject())
-		}
-		return orig(ctx, b, out)
-	}
-	t.Cleanup(func() { publishOutput = orig })
-
+// runTurn runs a planner-gateway on b, asks it for turn 1 of episode 0 of
+// rollout n, waits for the turn's output and stops the service; it
+// returns the output.
+func runTurn(t *testing.T, ctx context.Context, b *bus.Bus, n int64) schema.PlanOutput {
+	t.Helper()
+	ctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Deps{Bus: b, Log: bustest.TestLogger(t, "debug"), Engines: &engine.Pool{}, RetryBase: 10 * time.Millisecond})
@@ -92,10 +73,37 @@ func TestAnOutputNotPublishedIsNotGeneratedAgain(t *testing.T) {
 			t.Fatal("no planner output")
 		}
 	}
-	cancel()
+	stop()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
+	return out
+}
+
+// TestAnOutputNotPublishedIsNotGeneratedAgain: when the PLAN stream
+// refuses a turn's output after the engine generated it, the next attempt
+// publishes the same output: the engine is asked once for the turn, the
+// output is stored once, and the claim records no retry.
+func TestAnOutputNotPublishedIsNotGeneratedAgain(t *testing.T) {
+	const n = 7
+	b, eng, ctx := oneEpisode(t, n)
+
+	var mu sync.Mutex
+	var published []*schema.PlanOutput
+	orig := publishOutput
+	publishOutput = func(ctx context.Context, b *bus.Bus, out *schema.PlanOutput) error {
+		mu.Lock()
+		published = append(published, out)
+		first := len(published) == 1
+		mu.Unlock()
+		if first {
+			return fail.Transientf("publish %s: stream PLAN refused it (the test's)", out.Subject())
+		}
+		return orig(ctx, b, out)
+	}
+	t.Cleanup(func() { publishOutput = orig })
+
+	out := runTurn(t, ctx, b, n)
 
 	if got := eng.Counts().Turns(); len(got) != 1 || got["7-0-t1"] != 1 {
 		t.Errorf("the engine generated %v, want turn 7-0-t1 once", got)
