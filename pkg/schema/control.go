@@ -274,6 +274,10 @@ type RoleState struct {
 	ExpiryAnnounced bool `json:"expiry_announced,omitempty"`
 	// Answered is the epoch whose pause was answered (Paused published).
 	Answered int64 `json:"answered,omitempty"`
+	// AnsweredPauses are the ids of the last pauses answered, newest last
+	// (at most MaxAnsweredPauses): one delivered again after a later pause
+	// or resume is not refused when it was answered.
+	AnsweredPauses []string `json:"answered_pauses,omitempty"`
 	// WeightVersion is the role's newest weights as its trainer announced
 	// them, the trainer's current ones, which staleness is counted from:
 	// what the last resume named (older than before: a rollback), or a
@@ -290,6 +294,10 @@ type RoleState struct {
 	StateSeq   uint64 `json:"state_seq,omitempty"`
 	VersionSeq uint64 `json:"version_seq,omitempty"`
 }
+
+// MaxAnsweredPauses is how many answered pause ids a RoleState keeps: as
+// many as CONTROL keeps answers on a subject (bus.ControlPerSubject).
+const MaxAnsweredPauses = 24
 
 // RoleKey is the KV key of a role's state.
 func RoleKey(role string) string { return "role." + role }

@@ -122,7 +122,7 @@ func cases() []wireCase {
 		msgCase(&schema.Rollback{Role: schema.RoleActor, From: "actor-v9", To: "actor-v3", ResumeID: "resume.actor.1767225690000", AtMs: 1767225690012}),
 		{file: "kv.role.v1.schema.json", value: &schema.RoleState{Role: schema.RoleActor, Paused: true, Mode: schema.PauseAbort, Epoch: 7,
 			PauseID: "pause.actor.1767225700000", SinceMs: 1767225700000, DeadlineMs: 1767226000000, Reason: "weight sync step 8",
-			Expiry: &expiry, ExpiryAnnounced: true, WeightVersion: "actor-v3",
+			Expiry: &expiry, ExpiryAnnounced: true, Answered: 6, AnsweredPauses: []string{"pause.actor.1767225600000"}, WeightVersion: "actor-v3",
 			Rollback: &schema.RoleRollback{From: "actor-v9", To: "actor-v3", ResumeID: "resume.actor.1767225690000", AtMs: 1767225690012}}},
 		{file: "kv.session.v1.schema.json", value: &schema.Session{
 			Rollout: 42, State: schema.SessionRunning,

@@ -3,6 +3,7 @@ package sessionstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -76,10 +77,13 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 			Msg("pause older than the role's last pause or resume: not applied")
 		// Handled after a later one (the trainer's messages are handled
 		// at once, up to Concurrency), or delivered again after one: it
-		// is refused, unless the last answer on control.<role>.paused is
-		// its own (it was answered: what the stream holds says so, not a
-		// delivery count). One answered and then followed by another
-		// pause is refused too, after its answer.
+		// is refused, unless it was answered. The role's state records
+		// the pauses answered; the last answer on control.<role>.paused
+		// covers one published but not yet recorded. What was written
+		// says so, not a delivery count.
+		if slices.Contains(st.AnsweredPauses, id) {
+			return nil
+		}
 		var last schema.Paused
 		pm, err := s.Bus.LastMsg(ctx, bus.StreamControl, subject.Control(p.Role, "paused"))
 		if err != nil {
@@ -223,6 +227,10 @@ func (s *Service) answerPause(ctx context.Context, st schema.RoleState) error {
 			return false, nil
 		}
 		v.Answered = st.Epoch
+		v.AnsweredPauses = append(v.AnsweredPauses, st.PauseID)
+		if n := len(v.AnsweredPauses) - schema.MaxAnsweredPauses; n > 0 {
+			v.AnsweredPauses = slices.Delete(v.AnsweredPauses, 0, n)
+		}
 		return true, nil
 	})
 	if len(missing) > 0 {

@@ -122,7 +122,8 @@ func TestOneTrainerCannotFillControl(t *testing.T) {
 // later one wins), and used to be given up without an answer: a trainer
 // that sent two pauses back to back waited on the first until its own
 // time-out. It is now refused, saying so; a pause delivered again after it
-// was answered is not answered a second time.
+// was answered is not answered a second time, even after a later pause
+// was answered (it used to be refused then, after its own answer).
 func TestASupersededPauseIsAnswered(t *testing.T) {
 	_, url := bustest.Server(t)
 	s := newTestService(bustest.Bus(t, url, "ss"))
@@ -164,6 +165,23 @@ func TestASupersededPauseIsAnswered(t *testing.T) {
 	}
 	if lastAnswer(t, s.Bus, role, "refused", &r) && r.ID == "p-late" {
 		t.Errorf("p-late, answered on control.actor.paused and delivered again, was refused too: %+v", r)
+	}
+
+	// Another pause, applied and answered; then p-late delivered once more.
+	// The last answer on control.actor.paused is p-next's now, and p-late
+	// was refused after its own answer: the role's state records it.
+	if err := s.handleControl(ctx, controlMsg(role, "pause", "p-next", 4, body(at+3))); err != nil {
+		t.Fatal(err)
+	}
+	if !lastAnswer(t, s.Bus, role, "paused", &paused) || paused.PauseID != "p-next" {
+		t.Fatalf("the third pause is not answered: %+v", paused)
+	}
+	again.Delivered = 3
+	if err := s.handleControl(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if lastAnswer(t, s.Bus, role, "refused", &r) && r.ID == "p-late" {
+		t.Errorf("p-late, answered, then followed by p-next and delivered again, was refused after its answer: %+v", r)
 	}
 }
 
