@@ -20,7 +20,14 @@ type Batch struct {
 	// Pending is how many messages on the filter the stream held after
 	// the last one read, when the read ended.
 	Pending uint64
+	// Ended: the replica said where the batch ended (its end of batch, or
+	// nothing from there on), so Pending holds. A batch whose end did not
+	// come in time holds what came and says nothing of what is left.
+	Ended bool
 }
+
+// batchTimeout bounds one batch read (a variable for tests).
+var batchTimeout = apiTimeout
 
 // batchBytes bounds one batch, so that a reader of a stream of large
 // messages gets them a few at a time.
@@ -45,7 +52,7 @@ func ReadBatch(ctx context.Context, nc *nats.Conn, stream, filter string, from u
 	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, req); err != nil {
 		return Batch{}, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	rctx, cancel := context.WithTimeout(ctx, batchTimeout)
 	defer cancel()
 	var b Batch
 	for {
@@ -59,9 +66,11 @@ func ReadBatch(ctx context.Context, nc *nats.Conn, stream, filter string, from u
 			switch status := m.Header.Get("Status"); status {
 			case "":
 			case "404":
+				b.Ended = true
 				return b, nil // nothing from there on
 			case "204": // the end of the batch
 				b.Pending, _ = strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				b.Ended = true
 				return b, nil
 			case "503": // no responders: no replica answers direct gets now
 				return b, fail.Transientf("read %s: no replica answers direct gets (%w)", stream, ErrNotAnswered)
@@ -110,7 +119,8 @@ func LastSeqUntil(ctx context.Context, nc *nats.Conn, stream, filter string) (ui
 // comes, polling every interval when there is nothing new. A read that
 // fails (a server restarting, a leader moving) is tried again. caughtUp,
 // if not nil, is called after each read that found nothing more: every
-// message the replica that answered held is read.
+// message the replica that answered held is read (a batch whose end did
+// not come says nothing of that: the next read does).
 func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint64, interval time.Duration, fn func(StoredMsg), caughtUp func()) error {
 	next := max(from, 1)
 	for {
@@ -122,8 +132,8 @@ func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err == nil && len(b.Msgs) > 0 && b.Pending > 0 {
-			continue // more already there
+		if err == nil && len(b.Msgs) > 0 && (b.Pending > 0 || !b.Ended) {
+			continue // more already there, or maybe: read on
 		}
 		if err == nil && caughtUp != nil {
 			caughtUp()
@@ -137,4 +147,6 @@ func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint
 }
 
 // String is for logs.
-func (b Batch) String() string { return fmt.Sprintf("%d messages, %d pending", len(b.Msgs), b.Pending) }
+func (b Batch) String() string {
+	return fmt.Sprintf("%d messages, %d pending, ended %v", len(b.Msgs), b.Pending, b.Ended)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,4 +238,53 @@ func TestLastMsgsOnceAtOnce(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// TestFollowCaughtUpOnlyWhenTheBatchEnded: a batch whose end (the 204 that
+// says how many are left) did not come within the read's time-out is kept,
+// and used to count as caught up: the web view and `planact watch` drew
+// their board as whole while the stream held more. caughtUp now waits for
+// a read the replica ended. A stand-in replica answers the first read
+// with one message and no end, and every later one with nothing more.
+func TestFollowCaughtUpOnlyWhenTheBatchEnded(t *testing.T) {
+	_, nc := startEmbedded(t)
+	defer func(d time.Duration) { batchTimeout = d }(batchTimeout)
+	batchTimeout = 50 * time.Millisecond
+	var reads atomic.Int64
+	sub, err := nc.Subscribe("$JS.API.DIRECT.GET.FAKE", func(m *nats.Msg) {
+		reply := nats.NewMsg(m.Reply)
+		if reads.Add(1) == 1 {
+			reply.Header.Set("Nats-Subject", "fake.1")
+			reply.Header.Set("Nats-Sequence", "1")
+			reply.Header.Set("Nats-Time-Stamp", time.Now().UTC().Format(time.RFC3339Nano))
+			reply.Data = []byte("one")
+		} else {
+			reply.Header.Set("Status", "404")
+		}
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	caught := make(chan int64, 1)
+	go func() {
+		_ = Follow(ctx, nc, "FAKE", "fake.>", 1, 10*time.Millisecond, func(StoredMsg) {}, func() {
+			select {
+			case caught <- reads.Load():
+			default:
+			}
+		})
+	}()
+	select {
+	case n := <-caught:
+		if n < 2 {
+			t.Errorf("caught up after %d read, whose end of batch never came; want after a read that ended", n)
+		}
+	case <-ctx.Done():
+		t.Fatal("never caught up")
+	}
+	cancel()
 }
