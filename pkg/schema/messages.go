@@ -102,23 +102,26 @@ func (s Sampling) withDefaults(d Sampling) Sampling {
 	return s
 }
 
-func (s Sampling) validate(field string, maxTokens int) error {
+// Validate checks s, its defaults applied, naming field (such as
+// "config: planner_sampling") in what it finds wrong; maxTokens bounds
+// max_new_tokens.
+func (s Sampling) Validate(field string, maxTokens int) error {
 	t, p := s.Values()
 	switch {
 	case math.IsNaN(t) || t < 0 || t > MaxTemperature:
-		return fmt.Errorf("config: %s.temperature %g: want 0 to %d", field, t, MaxTemperature)
+		return fmt.Errorf("%s.temperature %g: want 0 to %d", field, t, MaxTemperature)
 	case math.IsNaN(p) || p <= 0 || p > 1:
-		return fmt.Errorf("config: %s.top_p %g: want more than 0, at most 1", field, p)
+		return fmt.Errorf("%s.top_p %g: want more than 0, at most 1", field, p)
 	case s.MaxNewTokens < 1 || s.MaxNewTokens > maxTokens:
-		return fmt.Errorf("config: %s.max_new_tokens %d: want 1 to %d", field, s.MaxNewTokens, maxTokens)
+		return fmt.Errorf("%s.max_new_tokens %d: want 1 to %d", field, s.MaxNewTokens, maxTokens)
 	case len(s.Stop) > MaxStops:
-		return fmt.Errorf("config: %s.stop has %d strings: want at most %d", field, len(s.Stop), MaxStops)
+		return fmt.Errorf("%s.stop has %d strings: want at most %d", field, len(s.Stop), MaxStops)
 	}
 	for i, stop := range s.Stop {
 		// Characters, as the schema's maxLength counts them: a stop string
 		// of CJK or emoji is three or four bytes a character.
 		if n := utf8.RuneCountInString(stop); n < 1 || n > MaxStopChars {
-			return fmt.Errorf("config: %s.stop[%d] has %d characters: want 1 to %d", field, i, n, MaxStopChars)
+			return fmt.Errorf("%s.stop[%d] has %d characters: want 1 to %d", field, i, n, MaxStopChars)
 		}
 	}
 	return nil
@@ -153,8 +156,14 @@ type Arrive struct {
 	// the object changed after the arrival.
 	TasksSHA256 string  `json:"tasks_sha256,omitempty"`
 	Config      *Config `json:"config,omitempty"`
-	Attempt     string  `json:"attempt,omitempty"` // distinguishes deliberate re-arrivals; "" for the first
-	AtMs        int64   `json:"at_ms"`
+	// Sampling is the arriving role's own model's sampling for this
+	// rollout, which its trainer knows best (slime resolves it from that
+	// job's flags): it becomes the config's <role>_sampling, its zero
+	// fields taking the role's defaults. A config that sets the role's
+	// sampling to something else makes the rollout invalid.
+	Sampling *Sampling `json:"sampling,omitempty"`
+	Attempt  string    `json:"attempt,omitempty"` // distinguishes deliberate re-arrivals; "" for the first
+	AtMs     int64     `json:"at_ms"`
 }
 
 func (m *Arrive) Kind() string    { return "rollout.arrive/1" }

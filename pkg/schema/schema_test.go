@@ -130,7 +130,7 @@ func cases() []wireCase {
 				schema.RolePlanner: {Engine: engineP, WeightVersion: "planner-v7", ArrivedMs: 1767225600010, ArrivalID: "arrive.42.planner..1767225600000",
 					Digest: "sha256:9f2c4e61b7a05d3e8c1f2a4b6d8e0f1a3c5e7a9b1d3f5a7c9e1b3d5f7a9c1e3b", ConfigDigest: "sha256:41d8cd98f00b204e9800998ecf8427e0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6",
 					Tasks: schema.TasksDigest(tasks)},
-				schema.RoleActor: {Engine: engineA, WeightVersion: "actor-v3", ArrivedMs: 1767225600100},
+				schema.RoleActor: {Engine: engineA, WeightVersion: "actor-v3", ArrivedMs: 1767225600100, Sampling: &schema.Sampling{Temperature: schema.Float(0.6), MaxNewTokens: 256}},
 			},
 			Config: cfg.WithDefaults(), ConfigFrom: schema.RolePlanner, Episodes: 2, Ended: []int{0},
 			Trace: "4bf92f3577b34da6a3ce929d0e0e4736", CreatedMs: 1767225600010, StartedMs: 1767225600110,

@@ -161,6 +161,40 @@ func DefaultConfig() Config {
 }
 
 // WithDefaults fills the zero fields of c from DefaultConfig.
+// roleSampling is role's sampling field of c, and its default.
+func (c *Config) roleSampling(role string) (*Sampling, Sampling, string) {
+	d := DefaultConfig()
+	if role == RolePlanner {
+		return &c.PlannerSampling, d.PlannerSampling, "planner_sampling"
+	}
+	return &c.ActorSampling, d.ActorSampling, "actor_sampling"
+}
+
+// CheckSampling checks an arrival's own sampling (Arrive.Sampling) of
+// role, its defaults applied.
+func CheckSampling(role string, s Sampling) error {
+	var c Config
+	_, d, _ := c.roleSampling(role)
+	return s.withDefaults(d).Validate("sampling", MaxContextTokensLimit)
+}
+
+// TakeSampling makes s, an arrival's own sampling of role (Arrive.Sampling),
+// the role's sampling in c, before c's defaults are applied. A c that sets
+// the role's sampling to something else (the planner's config, say, with
+// an actor_sampling the actor's trainer did not ask for) is an error
+// naming both: which one is meant is the user's to say.
+func (c *Config) TakeSampling(role string, s Sampling, from string) error {
+	field, d, name := c.roleSampling(role)
+	set, _ := json.Marshal(*field)
+	was, _ := json.Marshal(field.withDefaults(d))
+	now, _ := json.Marshal(s.withDefaults(d))
+	if string(set) != "{}" && string(was) != string(now) {
+		return fmt.Errorf("config: %s: the %s's arrival asks for %s, the config (the %s's) for %s: give it in one of them", name, role, now, from, was)
+	}
+	*field = s
+	return nil
+}
+
 func (c Config) WithDefaults() Config {
 	d := DefaultConfig()
 	if c.Mode == "" {
@@ -345,10 +379,10 @@ func (c Config) Validate() error {
 	if c.Evaluation && c.Grouped() {
 		return fmt.Errorf("config: evaluation with stream_groups, group_filter or target_groups: an evaluation delivers no groups (it scores every episode); want none of them")
 	}
-	if err := c.PlannerSampling.validate("planner_sampling", c.MaxContextTokens); err != nil {
+	if err := c.PlannerSampling.Validate("config: planner_sampling", c.MaxContextTokens); err != nil {
 		return err
 	}
-	if err := c.ActorSampling.validate("actor_sampling", MaxContextTokensLimit); err != nil {
+	if err := c.ActorSampling.Validate("config: actor_sampling", MaxContextTokensLimit); err != nil {
 		return err
 	}
 	return c.validateTools()
@@ -546,6 +580,9 @@ type RoleInfo struct {
 	// digest ("" without tasks; TaskList.Digest).
 	ConfigDigest string `json:"config_digest,omitempty"`
 	Tasks        string `json:"tasks,omitempty"`
+	// Sampling is the arrival's own sampling (Arrive.Sampling), which the
+	// rollout's config takes for the role at the start.
+	Sampling *Sampling `json:"sampling,omitempty"`
 }
 
 // Group filters.

@@ -50,11 +50,12 @@ func (s *Service) sumArrival(ctx context.Context, a *schema.Arrive) (arrivalSum,
 		x.config = digest(a.Config.WithDefaults())
 	}
 	x.digest = digest(struct {
-		Engine        schema.Engine `json:"engine"`
-		WeightVersion string        `json:"weight_version"`
-		Config        string        `json:"config"`
-		Tasks         string        `json:"tasks"`
-	}{a.Engine, a.WeightVersion, x.config, x.tasks})
+		Engine        schema.Engine    `json:"engine"`
+		WeightVersion string           `json:"weight_version"`
+		Config        string           `json:"config"`
+		Tasks         string           `json:"tasks"`
+		Sampling      *schema.Sampling `json:"sampling,omitempty"` // left out without one: the digest of arrivals before it
+	}{a.Engine, a.WeightVersion, x.config, x.tasks, a.Sampling})
 	return x, nil
 }
 
@@ -99,6 +100,9 @@ func differences(sess *schema.Session, first schema.RoleInfo, a *schema.Arrive, 
 	default:
 		out = append(out, "another config than the first arrival's")
 	}
+	if was, now := samplingJSON(first.Sampling), samplingJSON(a.Sampling); was != now {
+		out = append(out, "sampling "+now+", was "+was)
+	}
 	if first.Tasks != x.tasks {
 		out = append(out, "tasks "+describeTasks(x.tasks, x.count)+", was "+describeTasks(first.Tasks, -1))
 	}
@@ -106,6 +110,15 @@ func differences(sess *schema.Session, first schema.RoleInfo, a *schema.Arrive, 
 		out = append(out, "a body whose digest differs ("+short(x.digest)+", was "+short(first.Digest)+")")
 	}
 	return out
+}
+
+// samplingJSON is an arrival's own sampling as JSON, "none" without one.
+func samplingJSON(s *schema.Sampling) string {
+	if s == nil {
+		return "none"
+	}
+	data, _ := json.Marshal(s)
+	return string(data)
 }
 
 // configDiff names the fields of two configurations that differ, with

@@ -1,6 +1,7 @@
 package sessionstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -110,7 +111,7 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 			v.Roles = map[string]schema.RoleInfo{}
 		}
 		v.Roles[a.Role] = schema.RoleInfo{Engine: a.Engine, WeightVersion: a.WeightVersion, ArrivedMs: s.nowMs(), ArrivalID: id,
-			Digest: sum.digest, ConfigDigest: sum.config, Tasks: sum.tasks}
+			Digest: sum.digest, ConfigDigest: sum.config, Tasks: sum.tasks, Sampling: a.Sampling}
 		if a.WeightVersion != "" {
 			// The trainer's weights as it arrives become the role's newest
 			// version before the rollout starts (the start follows in the
@@ -128,7 +129,19 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 			return false, err
 		}
 		tasks := tl.Tasks
+		// Each role's own sampling, as its arrival asked, before the
+		// defaults fill what neither gave.
+		var sampling error
+		took := false
+		for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+			if r := v.Roles[role]; r.Sampling != nil && sampling == nil {
+				sampling, took = v.Config.TakeSampling(role, *r.Sampling, cmp.Or(v.ConfigFrom, "default")), true
+			}
+		}
 		v.Config = v.Config.WithDefaults()
+		if took && sampling == nil {
+			sampling = v.Config.Validate() // the planner's max_new_tokens against max_context_tokens
+		}
 		v.StartedMs = s.nowMs()
 		// A config an arrival carried was checked with it (validateArrival):
 		// this finds the defaults' time-outs, when neither carried one,
@@ -142,6 +155,8 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 				tl.From, tl.From, describeTasks(v.Roles[tl.From].Tasks, -1)))
 		case len(tasks) == 0:
 			s.end(v, schema.SessionDone, schema.ResultInvalid, "no tasks: neither arrival carried any")
+		case sampling != nil:
+			s.end(v, schema.SessionDone, schema.ResultInvalid, sampling.Error())
 		case tooLong != nil:
 			s.end(v, schema.SessionDone, schema.ResultInvalid, tooLong.Error())
 		case v.Config.TargetGroups > groupCount(tasks):
@@ -325,6 +340,11 @@ func (s *Service) validateArrival(a *schema.Arrive) error {
 	for i, t := range a.Tasks {
 		if t.Prompt == "" {
 			return fail.Invalidf("task %d has an empty prompt", i)
+		}
+	}
+	if a.Sampling != nil {
+		if err := schema.CheckSampling(a.Role, *a.Sampling); err != nil {
+			return fail.E(fail.Invalid, err)
 		}
 	}
 	if a.Config != nil {
