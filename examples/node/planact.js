@@ -112,7 +112,7 @@ export function traceparent(rollout, msgId) {
 
 /**
  * arrive publishes arrival (the fields of rollout.arrive/1: rollout, role,
- * engine, weight_version, tasks, config, attempt) on
+ * engine, weight_version, tasks, config, sampling, attempt) on
  * rollout.<N>.arrive.<role>. A task list larger than inlineTasksLimit
  * encoded bytes goes to the role's object store tasks_<role>, named by its
  * SHA-256, and the arrival names it in tasks_object and its digest in
