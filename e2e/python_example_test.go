@@ -1202,3 +1202,148 @@ print(json.dumps({"type": type(out).__name__, "mask": mask,
 		t.Errorf("mask on an older slime: %q", r.Mask)
 	}
 }
+
+// TestPythonSlimeTrainingSampling: slime's trainer computes a role's
+// log-probs at --rollout-temperature (the logits divided by it, "to match
+// rollout-time log-probs") and, with --rollout-top-p below 1, over the
+// nucleus the engine replays (Sample.rollout_top_p_token_ids, which
+// RolloutManager asserts and planact does not return). A training rollout
+// whose role samples at another temperature, or with top_p below 1, or a
+// job with --rollout-top-p below 1, is refused before the data source is
+// read or anything is sent, naming both values; where they agree, the
+// rollout goes through slime's RolloutManager (the stand-in). The other
+// role's sampling plays no part.
+func TestPythonSlimeTrainingSampling(t *testing.T) {
+	t.Parallel()
+	const n = 9
+	ps := plannerSamples(n)
+	var planner, actor slimeFeed
+	planner.store(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
+		Samples: []schema.Sample{ps[1], ps[3]}, SampleCount: 2, Tasks: trained(10)})
+	actor.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
+		Samples: actorSamples(n)[:3], SampleCount: 3, Tasks: trained(0)})
+	engine := engineServer(t, "4")
+	for _, c := range []struct {
+		name, role, config, args string
+		wants                    string // the error's start; "" for none
+	}{
+		{name: "planner hotter than slime", role: schema.RolePlanner, config: `{"planner_sampling": {"temperature": 0.7}}`, args: `{}`,
+			wants: "ValueError: PLANACT_CONFIG planner_sampling.temperature 0.7 (planact's default 1) differs from --rollout-temperature 1 (slime's default 1)"},
+		{name: "actor", role: schema.RoleActor, config: `{"actor_sampling": {"temperature": 0.7}}`, args: `{"rollout_temperature": 1.0}`,
+			wants: "ValueError: PLANACT_CONFIG actor_sampling.temperature 0.7 (planact's default 1) differs from --rollout-temperature 1"},
+		{name: "slime hotter than planact's default", role: schema.RoleActor, config: `{"planner_sampling": {"temperature": 1.2}}`, args: `{"rollout_temperature": 1.2}`,
+			wants: "ValueError: PLANACT_CONFIG actor_sampling.temperature 1 (planact's default 1) differs from --rollout-temperature 1.2"},
+		{name: "slime top-p", role: schema.RolePlanner, config: `{}`, args: `{"rollout_top_p": 0.9}`,
+			wants: "ValueError: --rollout-top-p 0.9: slime then trains on the top-p nucleus the engine replays"},
+		{name: "planact top-p", role: schema.RolePlanner, config: `{"planner_sampling": {"top_p": 0.95}}`, args: `{}`,
+			wants: "ValueError: PLANACT_CONFIG planner_sampling.top_p 0.95"},
+		{name: "planner agrees", role: schema.RolePlanner, config: `{"planner_sampling": {"temperature": 0.7, "top_p": 1}, "actor_sampling": {"temperature": 0.3, "top_p": 0.5}}`,
+			args: `{"rollout_temperature": 0.7, "rollout_top_p": 1.0}`},
+		{name: "actor agrees", role: schema.RoleActor, config: `{"planner_sampling": {"temperature": 0.3, "top_p": 0.5}, "actor_sampling": {"temperature": 0.7}}`,
+			args: `{"rollout_temperature": 0.7}`},
+		{name: "defaults", role: schema.RoleActor, config: ``, args: `{}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			feed := planner
+			if c.role == schema.RoleActor {
+				feed = actor
+			}
+			out, err := slimeRun(t, `
+from slime.ray.rollout import RolloutManager
+args = rollout_args(sys.argv[1], batch=1, global_batch_size=1, advantage_estimator="grpo", rewards_normalization=True,
+                    grpo_std_normalization=True, reward_key=None, use_dynamic_batch_size=False, micro_batch_size=1,
+                    max_tokens_per_gpu=None, balance_data=False, balance_by_flops=False, **json.loads(sys.argv[2]))
+manager = RolloutManager(args, slime_planact.generate_rollout, slime_planact.reward_post_process)
+manager.data_source = ds = DataSource(prompt_groups(1))
+error, samples = None, 0
+try:
+    samples = len(manager.generate(9)[0])
+except Exception as e:
+    error = f"{type(e).__name__}: {e}"
+print(json.dumps({"error": error, "samples": samples, "published": len(nats.published), "asked": ds.asked}))
+`, map[string]string{"PLANACT_ROLE": c.role, "PLANACT_ENGINE_URL": engine, "PLANACT_CONFIG": c.config, "PLANACT_TIMEOUT_S": "5"},
+				feed, engine, c.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got struct {
+				Error     *string `json:"error"`
+				Samples   int     `json:"samples"`
+				Published int     `json:"published"`
+				Asked     []int   `json:"asked"`
+			}
+			if err := json.Unmarshal(out, &got); err != nil {
+				t.Fatalf("python printed %q: %v", out, err)
+			}
+			if c.wants == "" {
+				if got.Error != nil || got.Samples == 0 || got.Published != 1 {
+					t.Errorf("error %v, %d samples, %d messages sent: want the rollout trained on", deref(got.Error), got.Samples, got.Published)
+				}
+				return
+			}
+			if got.Error == nil || !strings.HasPrefix(*got.Error, c.wants) {
+				t.Errorf("error %q\nwant      %q…", deref(got.Error), c.wants)
+			}
+			if got.Published != 0 || len(got.Asked) != 0 {
+				t.Errorf("sent %d messages and asked the data source for %v before refusing: want nothing", got.Published, got.Asked)
+			}
+		})
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<none>"
+	}
+	return *s
+}
+
+// TestPythonSlimeEvalTimeout: an evaluation rollout runs with the
+// evaluation's config, whose time-outs PLANACT_EVAL_CONFIG may set longer
+// than training's; without PLANACT_TIMEOUT_S each job waits for it as long
+// as that config's barrier_timeout_s + rollout_timeout_s + 300 (the
+// actor's job too, though it sends no config), not the training config's,
+// which would give up while planact still runs the evaluation. A
+// PLANACT_TIMEOUT_S given wins.
+func TestPythonSlimeEvalTimeout(t *testing.T) {
+	t.Parallel()
+	evalData := filepath.Join(t.TempDir(), "nq.jsonl")
+	if err := os.WriteFile(evalData, []byte(`{"question": "What is the capital of France?", "answer": "Paris"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	engine := engineServer(t, "4")
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		want float64
+	}{
+		{name: "eval config's", env: map[string]string{"PLANACT_CONFIG": `{"rollout_timeout_s": 600, "barrier_timeout_s": 60}`,
+			"PLANACT_EVAL_CONFIG": `{"rollout_timeout_s": 7200, "max_turns": 6}`}, want: 60 + 7200 + 300},
+		{name: "training config's", env: map[string]string{"PLANACT_CONFIG": `{"rollout_timeout_s": 600}`}, want: 1800 + 600 + 300},
+		{name: "given", env: map[string]string{"PLANACT_CONFIG": `{"rollout_timeout_s": 600}`, "PLANACT_EVAL_CONFIG": `{"rollout_timeout_s": 7200}`,
+			"PLANACT_TIMEOUT_S": "50"}, want: 50},
+	} {
+		for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+			t.Run(c.name+"/"+role, func(t *testing.T) {
+				t.Parallel()
+				env := map[string]string{"PLANACT_ROLE": role, "PLANACT_ENGINE_URL": engine}
+				maps.Copy(env, c.env)
+				out, err := slimeRun(t, `
+args = rollout_args(sys.argv[1], eval_prompt_data=["nq", sys.argv[2]], input_key="question", label_key="answer")
+print(json.dumps([a.settings.timeout_s for a in slime_planact.eval_arrivals(args, 3, slime_planact.settings_from_env())]))
+`, env, slimeFeed{}, engine, evalData)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []float64
+				if err := json.Unmarshal(out, &got); err != nil {
+					t.Fatalf("python printed %q: %v", out, err)
+				}
+				if len(got) != 1 || got[0] != c.want {
+					t.Errorf("the evaluation waits %v s, want %v", got, c.want)
+				}
+			})
+		}
+	}
+}

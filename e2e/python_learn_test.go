@@ -303,6 +303,8 @@ type pyEvalArrival struct {
 	Datasets []string      `json:"datasets"`
 	Tasks    []schema.Task `json:"tasks"`
 	Config   schema.Config `json:"config"`
+	// Sampling is the job's own model's, which its arrival brings.
+	Sampling schema.Sampling `json:"sampling"`
 }
 
 // TestPythonSlimeEvaluation: slime_planact evaluates through planact.
@@ -312,9 +314,10 @@ type pyEvalArrival struct {
 // --rollout-max-response-len 700) into planact tasks naming their dataset.
 // The two datasets are two planact evaluation rollouts (a rollout has one
 // config), PLANACT_EVAL_ROLLOUT_OFFSET + 2 * (2 * 7) + 0 and + 1, each
-// with its dataset's tasks and its sampling for both roles (the training-
-// only group settings of PLANACT_CONFIG left out, result_samples included,
-// which planact refuses without groups; PLANACT_EVAL_CONFIG over it).
+// with its dataset's tasks, its config (the training-only group settings
+// of PLANACT_CONFIG left out, result_samples included, which planact
+// refuses without groups; PLANACT_EVAL_CONFIG over it) and, in each job's
+// arrival, its own model's sampling for the dataset.
 // planact runs exactly that (both roles, real services, simulated engines)
 // and answers with metrics, no samples; both jobs'
 // generate_rollout(evaluation=True) arrive for both rollouts and return
@@ -345,19 +348,26 @@ func TestPythonSlimeEvaluation(t *testing.T) {
 		"PLANACT_EVAL_ROLLOUT_OFFSET": "1000",
 		"PLANACT_CONFIG":              `{"max_turns": 4, "group_filter": "spread", "result_samples": "undelivered", "planner_sampling": {"temperature": 0.7, "max_new_tokens": 900}, "actor_sampling": {"seed": 4}}`,
 		"PLANACT_EVAL_CONFIG":         `{"max_turns": 3}`}
-	// What the planner's job will send.
-	env["PLANACT_ROLE"] = "planner"
-	out, err := slimeRun(t, slimeEval+`
+	// What each job will send.
+	jobSends := func(role string) []pyEvalArrival {
+		env["PLANACT_ROLE"] = role
+		out, err := slimeRun(t, slimeEval+`
 arrivals = slime_planact.eval_arrivals(eval_args("http://slime-router:30000"), 7, slime_planact.settings_from_env())
-print(json.dumps([{"rollout": a.fields["rollout"], "datasets": a.datasets, "tasks": a.fields["tasks"], "config": a.fields["config"]}
-                  for a in arrivals]))
+print(json.dumps([{"rollout": a.fields["rollout"], "datasets": a.datasets, "tasks": a.fields["tasks"], "config": a.fields["config"],
+                   "sampling": a.fields["sampling"]} for a in arrivals]))
 `, env, slimeFeed{}, jsonOf(t, datasets))
-	if err != nil {
-		t.Fatal(err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sent []pyEvalArrival
+		if err := json.Unmarshal(out, &sent); err != nil {
+			t.Fatalf("python printed %q: %v", out, err)
+		}
+		return sent
 	}
-	var sent []pyEvalArrival
-	if err := json.Unmarshal(out, &sent); err != nil {
-		t.Fatalf("python printed %q: %v", out, err)
+	sent, actorSent := jobSends(schema.RolePlanner), jobSends(schema.RoleActor)
+	if len(actorSent) != len(sent) {
+		t.Fatalf("the actor's job arrives for %d rollouts, the planner's for %d", len(actorSent), len(sent))
 	}
 	// planact's rollout ids of the evaluation before training at slime's
 	// rollout 7, two rollouts: PLANACT_EVAL_ROLLOUT_OFFSET + 2 * (2 * 7) + part.
@@ -387,14 +397,14 @@ print(json.dumps([{"rollout": a.fields["rollout"], "datasets": a.datasets, "task
 		if !c.Evaluation || c.GroupFilter != "" || c.ResultSamples != "" || c.MaxTurns != 3 {
 			t.Fatalf("eval config %+v: want evaluation, no group filter or result_samples (planact refuses result_samples without groups), max_turns 3", c)
 		}
-		for role, sm := range map[string]schema.Sampling{"planner": c.PlannerSampling, "actor": c.ActorSampling} {
+		for role, sm := range map[string]schema.Sampling{"planner": s.Sampling, "actor": actorSent[i].Sampling} {
 			if sm.Temperature == nil || *sm.Temperature != w.temperature || sm.TopP == nil || *sm.TopP != 1 || sm.MaxNewTokens != w.maxTokens {
 				t.Fatalf("evaluation %d (%s): %s sampling %+v: want slime's temperature %v, top_p 1, max_new_tokens %d",
 					s.Rollout, w.dataset, role, sm, w.temperature, w.maxTokens)
 			}
 		}
-		if c.ActorSampling.Seed == nil || *c.ActorSampling.Seed != 4 {
-			t.Fatalf("evaluation %d: actor sampling %+v: want PLANACT_CONFIG's seed kept", s.Rollout, c.ActorSampling)
+		if sm := actorSent[i].Sampling; sm.Seed == nil || *sm.Seed != 4 {
+			t.Fatalf("evaluation %d: actor sampling %+v: want PLANACT_CONFIG's seed kept", s.Rollout, sm)
 		}
 	}
 
@@ -405,12 +415,12 @@ print(json.dumps([{"rollout": a.fields["rollout"], "datasets": a.datasets, "task
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*len(sent))
-	for _, s := range sent {
+	for i, s := range sent {
 		for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
-			a := &schema.Arrive{Rollout: s.Rollout, Role: role, Engine: e.actor}
+			a := &schema.Arrive{Rollout: s.Rollout, Role: role, Engine: e.actor, Sampling: &actorSent[i].Sampling}
 			if role == schema.RolePlanner {
 				cfg := s.Config
-				a.Engine, a.Tasks, a.Config = e.planner, s.Tasks, &cfg
+				a.Engine, a.Tasks, a.Config, a.Sampling = e.planner, s.Tasks, &cfg, &s.Sampling
 			}
 			wg.Add(1)
 			go func() {

@@ -83,17 +83,22 @@ type evalRolloutWant struct {
 // n_samples_per_eval_prompt, else eval.defaults', else --eval-temperature,
 // --eval-top-p, --eval-top-k, --eval-max-response-len,
 // --n-samples-per-eval-prompt, else the training flags --rollout-*,
-// --n-samples-per-prompt. They become both roles' planner_sampling and
-// actor_sampling (temperature, top_p, max_new_tokens; top_k 1 is greedy,
-// temperature 0) over PLANACT_CONFIG's, with PLANACT_EVAL_CONFIG over them,
-// and the tasks' copies; what slime leaves unset keeps the training config's
+// --n-samples-per-prompt. Each job resolves them from its own flags for
+// its own model, and sends that model's sampling (temperature, top_p,
+// max_new_tokens; top_k 1 is greedy, temperature 0) in its arrival, over
+// its PLANACT_CONFIG's <role>_sampling, with PLANACT_EVAL_CONFIG's over
+// them; the config the planner sends carries neither role's. (Before, the
+// planner's job sent its own resolution for both models: the actor's
+// --eval-* and --rollout-* flags played no part.) The copies come from the
+// planner's job; what slime leaves unset keeps the training config's
 // value, never greedy. Each dataset is a planact rollout of its own (a
 // rollout has one config), with ids PLANACT_EVAL_ROLLOUT_OFFSET + datasets
 // * (2 * rollout_id) + its place, the same in both jobs whatever their
 // own training flags; the actor's sends neither tasks nor config. A
 // setting planact cannot take, or out of its range, is an error naming the
-// dataset, and nothing is sent; so is an actor's job whose eval args put
-// other datasets in a rollout than the planner's.
+// dataset, in the job whose flags hold it, and that job sends nothing; so
+// is an actor's job whose eval args put other datasets in a rollout than
+// the planner's.
 func TestPythonSlimeEvalSampling(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -203,22 +208,27 @@ func TestPythonSlimeEvalSampling(t *testing.T) {
 			wants: "ValueError: eval dataset nq: n_samples_per_eval_prompt 0"},
 		{name: "empty dataset", spec: map[string]any{"slime": true, "args": flags(), "datasets": []any{ds("nq"), ds("empty", "temperature", 0.0)}},
 			wants: "ValueError: eval dataset empty: " + path["empty"] + " holds no prompts"},
-		// The jobs train different models, with their own training flags
-		// (here --rollout-max-response-len), which slime's fallbacks put
-		// in each job's eval datasets: the actor's job, whose sampling is
-		// never sent, arrives for the planner's rollouts all the same.
-		{name: "jobs' training flags differ", spec: map[string]any{"slime": true,
+		// The jobs train different models, with their own flags (here
+		// --rollout-max-response-len and --eval-temperature), which
+		// slime's fallbacks put in each job's eval datasets: each model is
+		// sampled as its own job says, in the same rollouts.
+		{name: "jobs' flags differ", spec: map[string]any{"slime": true,
 			"args":     flags("rollout_max_response_len", 300),
 			"datasets": []any{ds("nq", "max_response_len", 300), ds("hotpotqa")},
-			"actor":    map[string]any{"args": flags("rollout_max_response_len", 700, "rollout_top_k", 20)}},
+			"actor":    map[string]any{"args": flags("rollout_max_response_len", 700, "eval_temperature", 0.3)}},
 			want: []evalRolloutWant{
 				{1028, map[string]int{"nq": 1},
 					schema.Sampling{Temperature: f(1), TopP: f(1), MaxNewTokens: 300},
-					schema.Sampling{Temperature: f(1), TopP: f(1), MaxNewTokens: 300, Seed: seed(5)}},
+					schema.Sampling{Temperature: f(0.3), TopP: f(1), MaxNewTokens: 300, Seed: seed(5)}},
 				{1029, map[string]int{"hotpotqa": 1},
 					schema.Sampling{Temperature: f(1), TopP: f(1), MaxNewTokens: 300},
-					schema.Sampling{Temperature: f(1), TopP: f(1), MaxNewTokens: 300, Seed: seed(5)}},
+					schema.Sampling{Temperature: f(0.3), TopP: f(1), MaxNewTokens: 700, Seed: seed(5)}},
 			}},
+		// The actor's own flags hold what planact cannot take: its job
+		// says so, naming the dataset.
+		{name: "actor's top_k", spec: map[string]any{"slime": true, "args": flags(), "datasets": []any{ds("nq")},
+			"actor": map[string]any{"args": flags("rollout_top_k", 20)}},
+			wants: "ValueError: eval dataset nq: top_k 20"},
 		// The actor's job evaluates the same datasets in the other order of
 		// samplings: its rollouts hold the other dataset.
 		{name: "jobs disagree", spec: map[string]any{"slime": true, "args": flags(),
@@ -290,14 +300,22 @@ func TestPythonSlimeEvalSampling(t *testing.T) {
 				if !maps.Equal(copies, w.copies) || len(p.Tasks) != sumCopies(w.copies, prompts) {
 					t.Errorf("rollout %d: %d tasks, copies per prompt %v: want %v of each prompt", p.Rollout, len(p.Tasks), copies, w.copies)
 				}
-				if p.Config == nil {
-					t.Fatalf("rollout %d: the planner's arrival has no config", p.Rollout)
+				if p.Config == nil || p.Sampling == nil || a.Sampling == nil {
+					t.Fatalf("rollout %d: the planner's arrival has config %v, sampling %v; the actor's sampling %v: want all three",
+						p.Rollout, p.Config != nil, p.Sampling != nil, a.Sampling != nil)
 				}
 				cfg := *p.Config
-				if !cfg.Evaluation || cfg.MaxTurns != 3 || !reflect.DeepEqual(cfg.PlannerSampling, w.planner) || !reflect.DeepEqual(cfg.ActorSampling, w.actor) {
-					t.Errorf("rollout %d: config evaluation %v, max_turns %d, planner_sampling %s, actor_sampling %s\nwant evaluation, max_turns 3, %s, %s",
-						p.Rollout, cfg.Evaluation, cfg.MaxTurns, samplingString(cfg.PlannerSampling), samplingString(cfg.ActorSampling),
-						samplingString(w.planner), samplingString(w.actor))
+				if !cfg.Evaluation || cfg.MaxTurns != 3 || !reflect.DeepEqual(*p.Sampling, w.planner) || !reflect.DeepEqual(*a.Sampling, w.actor) ||
+					!reflect.DeepEqual(cfg.PlannerSampling, schema.Sampling{}) || !reflect.DeepEqual(cfg.ActorSampling, schema.Sampling{}) {
+					t.Errorf("rollout %d: config evaluation %v, max_turns %d, sampling %s and %s (the config's: %s, %s)\nwant evaluation, max_turns 3, %s, %s, none in the config",
+						p.Rollout, cfg.Evaluation, cfg.MaxTurns, samplingString(*p.Sampling), samplingString(*a.Sampling),
+						samplingString(cfg.PlannerSampling), samplingString(cfg.ActorSampling), samplingString(w.planner), samplingString(w.actor))
+				}
+				if err := cfg.TakeSampling(schema.RolePlanner, *p.Sampling, schema.RolePlanner); err != nil {
+					t.Error(err)
+				}
+				if err := cfg.TakeSampling(schema.RoleActor, *a.Sampling, schema.RolePlanner); err != nil {
+					t.Error(err)
 				}
 				if err := cfg.WithDefaults().Validate(); err != nil {
 					t.Errorf("rollout %d: planact refuses the config: %v", p.Rollout, err)

@@ -46,11 +46,17 @@ the variable):
                           target_groups, ...). Give both jobs the same: the
                           planner's is sent, and with stream_groups,
                           group_filter or target_groups each job reads the
-                          groups as planact delivers them. slime's
-                          --rollout-temperature etc. do not apply to
-                          training: sampling is planner_sampling /
-                          actor_sampling here. Evaluations take slime's
-                          eval sampling, whose last fallbacks they are.
+                          groups as planact delivers them. Training
+                          samples with planner_sampling / actor_sampling,
+                          not slime's --rollout-* flags; but slime's
+                          trainer computes log-probs at
+                          --rollout-temperature and over every token, so
+                          the role's sampling temperature must be this
+                          job's --rollout-temperature, and its top_p and
+                          --rollout-top-p 1 (an error otherwise:
+                          check_training_sampling). Evaluations take
+                          slime's eval sampling, whose last fallbacks the
+                          --rollout-* flags are.
   PLANACT_STALE           keep (default) | mask | drop: what to do with a
                           sample planact marked metadata.stale (its weights
                           more than max_staleness versions behind). keep:
@@ -61,7 +67,9 @@ the variable):
                           metrics (planact/stale_samples, .../stale_dropped).
   PLANACT_TIMEOUT_S       how long to wait for planact's answer; default
                           the config's barrier_timeout_s + rollout_timeout_s
-                          (planact's defaults 1800 + 3600) + 300.
+                          (planact's defaults 1800 + 3600) + 300 (for an
+                          evaluation, its config's: PLANACT_EVAL_CONFIG's
+                          time-outs count).
   PLANACT_ENGINE_URL      the engine URL planact's gateways call; default
                           slime's router, http://<args.sglang_router_ip>:
                           <args.sglang_router_port>.
@@ -113,8 +121,8 @@ Decisions:
   roles, no training samples), each eval dataset with the sampling slime
   would evaluate it with (temperature, top_p, top_k, max_response_len,
   n_samples_per_eval_prompt: the dataset's or eval.defaults', else
-  --eval-*, else --rollout-*, as slime resolves them; eval_datasets), for
-  both roles.
+  --eval-*, else --rollout-*, as slime resolves them; eval_datasets), each
+  job for its own model, sent in its arrival (sampling).
   A planact rollout has one config: each dataset is a planact rollout of
   its own, all run at once (as slime's eval rollout runs its datasets),
   with ids from PLANACT_EVAL_ROLLOUT_OFFSET (default 10^9): datasets * (2
@@ -125,8 +133,7 @@ Decisions:
   dataset (evaluate()). Both jobs must run the same driver with
   --num-rollout (not --num-epoch) and the same eval datasets in the same
   order (--eval-prompt-data or --eval-config): both work the rollouts out
-  from them. Only the planner's job's sampling is sent: the actor's own
-  --rollout-* flags (which slime's fallbacks reach) play no part.
+  from them. Each job's own flags decide its own model's sampling.
 - Advantages: point both jobs' --custom-reward-post-process-path at
   slime_planact.reward_post_process. A group is the copies of one task, its
   members episodes (each counted once, whatever its number of samples),
@@ -198,6 +205,12 @@ CONTROL_STREAM = "CONTROL"
 DEFAULT_BARRIER_TIMEOUT_S = 1800
 DEFAULT_ROLLOUT_TIMEOUT_S = 3600
 DEFAULT_PAUSE_TIMEOUT_S = 600
+# planact's sampling defaults (schema.DefaultConfig: planner_sampling and
+# actor_sampling), which a role's training samples are drawn with unless the
+# config says otherwise; slime's --rollout-temperature and --rollout-top-p
+# default to the same.
+DEFAULT_TEMPERATURE = 1.0
+DEFAULT_TOP_P = 1.0
 RESUME_WAIT_S = 120  # how long resume waits for planact's answer, as pkg/client's Resume
 # Evaluations are planact rollouts from this on (eval_rollout_id): ids of
 # their own, apart from the training rollouts' (a planact rollout id names
@@ -205,6 +218,9 @@ RESUME_WAIT_S = 120  # how long resume waits for planact's answer, as pkg/client
 DEFAULT_EVAL_ROLLOUT_OFFSET = 1_000_000_000
 # What a training config may hold that an evaluation does not take.
 TRAINING_ONLY = ("stream_groups", "group_filter", "target_groups", "result_samples")
+# Each role's sampling: in an evaluation each job sends its own model's in its
+# arrival (eval_role_sampling), and the config sent carries neither.
+SAMPLING_KEYS = ("planner_sampling", "actor_sampling")
 
 # slime's rollout ids this process generated a training rollout for: an
 # evaluation at rollout_id r comes before training (slime's train.py at r
@@ -251,6 +267,7 @@ class Settings:
     rollout_offset: int
     eval_config: dict = dataclasses.field(default_factory=dict)
     eval_rollout_offset: int = 0
+    timeout_from_env: bool = False  # PLANACT_TIMEOUT_S given: else timeout_s is default_timeout(config)
 
     @property
     def streams_groups(self):
@@ -294,15 +311,22 @@ def settings_from_env(env=os.environ):
         raise ValueError(f"PLANACT_STALE={stale!r}: want keep, mask or drop")
     if stale == "mask" and "remove_sample" not in Sample.__dataclass_fields__:
         raise ValueError("PLANACT_STALE=mask needs slime's Sample.remove_sample (slime since Nov 2025): use keep or drop")
-    default_timeout = config.get("barrier_timeout_s", DEFAULT_BARRIER_TIMEOUT_S) + config.get(
-        "rollout_timeout_s", DEFAULT_ROLLOUT_TIMEOUT_S) + 300
-    timeout_s = number_from_env(env, "PLANACT_TIMEOUT_S", default_timeout, positive=True)
+    timeout_s = number_from_env(env, "PLANACT_TIMEOUT_S", default_timeout(config), positive=True)
     offset = number_from_env(env, "PLANACT_ROLLOUT_OFFSET", 0, integer=True)
     eval_config = parse_config(env.get("PLANACT_EVAL_CONFIG", ""), "PLANACT_EVAL_CONFIG")
     eval_offset = number_from_env(env, "PLANACT_EVAL_ROLLOUT_OFFSET", DEFAULT_EVAL_ROLLOUT_OFFSET, integer=True)
     return Settings(role=role, connect=connect_options(env), config=config, stale=stale, timeout_s=timeout_s,
                     engine_url=env.get("PLANACT_ENGINE_URL", ""), rollout_offset=offset,
-                    eval_config=eval_config, eval_rollout_offset=eval_offset)
+                    eval_config=eval_config, eval_rollout_offset=eval_offset,
+                    timeout_from_env=bool(env.get("PLANACT_TIMEOUT_S")))
+
+
+def default_timeout(config):
+    """PLANACT_TIMEOUT_S's default for a rollout of config: its
+    barrier_timeout_s + rollout_timeout_s (planact's defaults where it sets
+    none) + 300, past the time planact answers by."""
+    return config.get("barrier_timeout_s", DEFAULT_BARRIER_TIMEOUT_S) + config.get(
+        "rollout_timeout_s", DEFAULT_ROLLOUT_TIMEOUT_S) + 300
 
 
 def number_from_env(env, name, default, positive=False, integer=False):
@@ -358,6 +382,7 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
         raise ValueError(f"training rollout {n} (PLANACT_ROLLOUT_OFFSET={settings.rollout_offset} + slime's rollout_id {rollout_id}) "
                          f"is among the evaluations' planact rollout ids, from PLANACT_EVAL_ROLLOUT_OFFSET="
                          f"{settings.eval_rollout_offset} on: give the evaluations a larger offset")
+    check_training_sampling(args, settings.config, settings.role)
     _generated.add(rollout_id)
     engine = settings.engine_url or router_url(args)
     groups, config = [], None
@@ -427,7 +452,7 @@ class EvalDataset:
     input_key: str
     label_key: object  # str, or None: no labels
     copies: int  # n_samples_per_eval_prompt: the copies of each prompt, one group
-    sampling: dict  # planact's sampling fields for both roles (eval_sampling)
+    sampling: dict  # planact's sampling fields for this job's role (eval_sampling)
 
 
 def evaluate(args, rollout_id, settings):
@@ -438,14 +463,14 @@ def evaluate(args, rollout_id, settings):
 
     Each dataset is evaluated with slime's sampling for it (eval_datasets:
     temperature, top_p, top_k, max_response_len, n_samples_per_eval_prompt,
-    with slime's fallbacks, from the planner's job's args). A planact
+    with slime's fallbacks), each job's from its own args for its own
+    model, sent in its arrival (eval_role_sampling). A planact
     rollout has one config, so each dataset is a planact rollout of its own
     (eval_rollouts), all run at once as slime's eval_rollout runs its
     datasets, with the ids of eval_rollout_id. Both jobs work the rollouts
     out from the eval datasets' names and order alone, so both need the
     same datasets; their sampling, which slime resolves in each job from
-    its own flags (--rollout-* included), is the planner's job's, sent in
-    its config, and decides no id. The planner's job reads the datasets
+    its own flags (--rollout-* included), decides no id. The planner's job reads the datasets
     (eval_tasks) and sends each rollout its datasets' tasks and config
     (eval_config); the actor's job arrives for each with neither, and reads
     no file. Both get RolloutFnEvalOutput: data, one entry per dataset as
@@ -487,25 +512,31 @@ class EvalRollout:
 def eval_arrivals(args, rollout_id, settings):
     """The planact rollouts of slime's evaluation at rollout_id, each an
     EvalRollout, in order (eval_rollouts): the planner's with its datasets'
-    tasks and its config, the actor's with neither (its job resolves no
-    sampling: the planner's is sent)."""
-    datasets = eval_datasets(args, resolve=settings.role == "planner")
+    tasks and its config, the actor's with neither; each with its own
+    model's sampling (eval_role_sampling)."""
+    datasets = eval_datasets(args)
     parts = eval_rollouts(datasets)
     after = rollout_id in _generated
     engine = settings.engine_url or router_url(args)
     weight_version = engine_weight_version(engine)
     tasks = eval_tasks(args, datasets) if settings.role == "planner" else []
+    # An evaluation rollout runs with the evaluation's config, whose time-outs
+    # PLANACT_EVAL_CONFIG may set: the wait's default bound is of those
+    # (the actor's job, which sends no config, works them out the same).
+    timeout_s = settings.timeout_s if settings.timeout_from_env else default_timeout(eval_config(settings))
     out = []
     for part, names in enumerate(parts):
         n = eval_rollout_id(settings, rollout_id, after, part, len(parts))
         sampling = next(d.sampling for d in datasets if d.name == names[0])
         mine = [t for t in tasks if t["dataset"] in names]
-        config = eval_config(settings, sampling) if settings.role == "planner" else None
+        config = eval_config(settings) if settings.role == "planner" else None
         fields = {"rollout": n, "role": settings.role, "engine": {"url": engine, "protocol": "sglang"},
-                  "weight_version": weight_version, "tasks": mine or None, "config": config}
+                  "weight_version": weight_version, "tasks": mine or None, "config": config,
+                  "sampling": eval_role_sampling(settings, sampling)}
         logger.info("evaluation %d (slime rollout %d, %s, sampling %s): arriving as the %s with %d tasks",
                     n, rollout_id, ", ".join(names), sampling or "the config's", settings.role, len(mine))
-        out.append(EvalRollout(fields=fields, datasets=names, settings=dataclasses.replace(settings, config=config or {})))
+        out.append(EvalRollout(fields=fields, datasets=names,
+                               settings=dataclasses.replace(settings, config=config or {}, timeout_s=timeout_s)))
     return out
 
 
@@ -535,11 +566,9 @@ def eval_rollout_id(settings, rollout_id, after=None, part=0, parts=1):
     return settings.eval_rollout_offset + parts * (2 * (settings.rollout_offset + rollout_id) + int(after)) + part
 
 
-def eval_datasets(args, resolve=True):
+def eval_datasets(args):
     """slime's eval datasets, each an EvalDataset with the sampling slime
-    would evaluate it with (not resolve: its name, path and keys only,
-    copies 1 and sampling {}, nothing of it checked; the actor's job, whose
-    sampling is never sent): from args.eval_datasets (slime's
+    would evaluate it with: from args.eval_datasets (slime's
     EvalDatasetConfig, its fields resolved by slime: name, path, input_key,
     label_key, n_samples_per_eval_prompt, temperature, top_p, top_k,
     max_response_len) or else --eval-prompt-data name path [name path ...];
@@ -560,10 +589,6 @@ def eval_datasets(args, resolve=True):
     for entry in entries:
         get = entry.get if isinstance(entry, dict) else (lambda k, e=entry: getattr(e, k, None))
         name = get("name")
-        if not resolve:
-            out.append(EvalDataset(name=name, path=get("path"), input_key=get("input_key") or default_input,
-                                   label_key=get("label_key") or default_label, copies=1, sampling={}))
-            continue
         copies = eval_setting(args, get, "n_samples_per_eval_prompt")
         copies = 1 if copies is None else copies
         if not is_whole(copies) or copies < 1:
@@ -598,7 +623,7 @@ def is_whole(v):
 
 
 def eval_sampling(name, temperature, top_p, top_k, max_response_len):
-    """planact's sampling fields, for both roles, from slime's eval settings
+    """planact's sampling fields, for this job's role, from slime's eval settings
     of dataset name (each None where neither the dataset nor slime's flags
     set it: the config's value stays). temperature, top_p and
     max_response_len (max_new_tokens) are planact's as they are. planact's
@@ -674,22 +699,34 @@ def eval_tasks(args, datasets=None):
     return tasks
 
 
-def eval_config(settings, sampling):
-    """The config of an evaluation rollout: PLANACT_CONFIG without what only
-    training takes (TRAINING_ONLY: result_samples too, which planact
-    refuses without groups), both roles' sampling with slime's eval
-    sampling of the rollout's datasets over it (eval_sampling),
-    PLANACT_EVAL_CONFIG over that, and evaluation on."""
-    config = {k: v for k, v in settings.config.items() if k not in TRAINING_ONLY}
-    for role in ("planner_sampling", "actor_sampling"):
-        config[role] = {**config.get(role, {}), **sampling}
+def eval_config(settings):
+    """The config of an evaluation rollout, which the planner's job sends:
+    PLANACT_CONFIG without what only training takes (TRAINING_ONLY:
+    result_samples too, which planact refuses without groups) and without
+    the roles' sampling (each job sends its own model's in its arrival:
+    eval_role_sampling), PLANACT_EVAL_CONFIG over that, and evaluation on."""
+    config = {k: v for k, v in settings.config.items() if k not in TRAINING_ONLY + SAMPLING_KEYS}
     for key, value in settings.eval_config.items():
+        if key in SAMPLING_KEYS:
+            continue
         if isinstance(value, dict) and isinstance(config.get(key), dict):
             config[key] = {**config[key], **value}
         else:
             config[key] = value
     config["evaluation"] = True
     return config
+
+
+def eval_role_sampling(settings, sampling):
+    """This job's own model's sampling for an evaluation rollout, sent in
+    its arrival (planact's arrival sampling: it becomes the rollout's
+    <role>_sampling): PLANACT_CONFIG's <role>_sampling, slime's eval
+    sampling of the rollout's datasets from this job's own flags over it
+    (eval_sampling), PLANACT_EVAL_CONFIG's <role>_sampling over that."""
+    key = f"{settings.role}_sampling"
+    mine = settings.config.get(key)
+    over = settings.eval_config.get(key)
+    return {**(mine if isinstance(mine, dict) else {}), **sampling, **(over if isinstance(over, dict) else {})}
 
 
 def eval_output(results, role, prompts, args=None):
@@ -773,6 +810,46 @@ def slime_status_of(name):
     if not hasattr(Sample.Status, name):  # FAILED: slime since Dec 2025
         name = "ABORTED"
     return Sample.Status[name]
+
+
+def check_training_sampling(args, config, role):
+    """Raises ValueError unless slime's trainer computes this role's
+    log-probs as planact samples its training generations. slime's loss and
+    its log-prob passes divide the logits by --rollout-temperature ("to
+    match rollout-time log-probs": get_responses and
+    get_log_probs_and_entropy in slime/backends/megatron_utils/loss.py), and with
+    --rollout-top-p below 1 they need the nucleus the engine kept for each
+    token (Sample.rollout_top_p_token_ids and _offsets, which
+    RolloutManager._convert_samples_to_train_data asserts), which planact
+    does not return. So the role's sampling in PLANACT_CONFIG
+    (<role>_sampling: temperature, default 1; top_p, default 1) must have
+    the temperature of slime's --rollout-temperature (default 1) and top_p
+    1, as --rollout-top-p must be: else the trainer's log-probs, ratios and
+    --use-tis corrections are of another distribution than the samples'
+    (or slime stops after the rollout ran). Checked before anything is
+    taken from the data source or sent."""
+    sampling = config.get(f"{role}_sampling")
+    sampling = sampling if isinstance(sampling, dict) else {}  # planact rejects what is not a sampling object
+    temperature = sampling.get("temperature", DEFAULT_TEMPERATURE)
+    top_p = sampling.get("top_p", DEFAULT_TOP_P)
+    slime_temperature = getattr(args, "rollout_temperature", None)
+    slime_temperature = 1.0 if slime_temperature is None else slime_temperature
+    slime_top_p = getattr(args, "rollout_top_p", None)
+    slime_top_p = 1.0 if slime_top_p is None else slime_top_p
+    if slime_top_p != 1.0:
+        raise ValueError(f"--rollout-top-p {slime_top_p}: slime then trains on the top-p nucleus the engine replays "
+                         "(Sample.rollout_top_p_token_ids), which planact's samples do not have: leave --rollout-top-p at 1 "
+                         "(evaluations take --eval-top-p)")
+    if is_number(top_p) and top_p != 1.0:
+        raise ValueError(f"PLANACT_CONFIG {role}_sampling.top_p {top_p}: the {role}'s training samples would come from the "
+                         "top-p nucleus while slime's trainer computes their log-probs over every token (it replays no "
+                         "nucleus planact could give): leave top_p at 1 for training (PLANACT_EVAL_CONFIG or --eval-top-p "
+                         "set it for evaluations)")
+    if is_number(temperature) and float(temperature) != float(slime_temperature):
+        raise ValueError(f"PLANACT_CONFIG {role}_sampling.temperature {temperature:g} (planact's default 1) differs from "
+                         f"--rollout-temperature {slime_temperature:g} (slime's default 1), at which slime's trainer "
+                         f"computes the {role}'s log-probs: give this job --rollout-temperature {temperature:g}, or the "
+                         f"config's {role}_sampling.temperature {slime_temperature:g}")
 
 
 def batch_plan(args, config):

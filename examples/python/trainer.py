@@ -77,11 +77,12 @@ def traceparent(rollout: int) -> str:
 
 
 def arrival_message(rollout, role, engine, weight_version, tasks=None, config=None, at_ms=None, tasks_object=None,
-                    tasks_sha256=None):
+                    tasks_sha256=None, sampling=None):
     """The subject, headers and msgpack body of an arrival (schema
     rollout.arrive/1) on rollout.<N>.arrive.<role>. tasks_object names tasks
     put in the object store instead, tasks_sha256 their digest (see
-    offload_tasks)."""
+    offload_tasks); sampling is the role's own model's sampling, which
+    becomes the rollout's <role>_sampling."""
     at_ms = at_ms or int(time.time() * 1000)
     body = {
         "schema": "rollout.arrive/1",
@@ -98,6 +99,8 @@ def arrival_message(rollout, role, engine, weight_version, tasks=None, config=No
         body["tasks_sha256"] = tasks_sha256
     if config:
         body["config"] = config
+    if sampling:
+        body["sampling"] = sampling
     headers = {
         "Planact-Schema": "rollout.arrive/1",
         "Planact-Rollout": str(rollout),
@@ -141,14 +144,14 @@ def object_digest(data):
     return "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
 
 
-async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=None):
+async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=None, sampling=None):
     """Publish the arrival with JetStream. Returns its Nats-Msg-Id, which a
     rejection of it carries as arrival_id."""
     tasks_object, tasks_sha256 = await offload_tasks(js, rollout, role, tasks) if tasks else (None, None)
     if tasks_object:
         tasks = None
     subject, headers, body = arrival_message(rollout, role, engine, weight_version, tasks, config,
-                                             tasks_object=tasks_object, tasks_sha256=tasks_sha256)
+                                             tasks_object=tasks_object, tasks_sha256=tasks_sha256, sampling=sampling)
     await js.publish(subject, body, headers=headers)
     return headers["Nats-Msg-Id"]
 

@@ -6,8 +6,10 @@ flatten), _post_process_rewards (the custom hook, else group norm by
 reshape to n_samples_per_prompt when the batch has exactly
 rollout_batch_size * n_samples_per_prompt samples, else over the whole
 batch), the parts of _convert_samples_to_train_data the step split and the
-loss read (rollout ids, loss masks with remove_sample, rollout_mask_sums)
-and _split_train_data_by_dp's call of build_dp_schedule, whose per-rank
+loss read (rollout ids, loss masks with remove_sample, rollout_mask_sums,
+metadata raw_reward, rollout_log_probs from samples[0], and the top-p
+replay assertions under --rollout-top-p below 1) and
+_split_train_data_by_dp's call of build_dp_schedule, whose per-rank
 partitions it returns instead of Ray object refs."""
 
 import itertools
@@ -111,8 +113,25 @@ class RolloutManager:
             rollout_total_mask[rid] = rollout_total_mask.get(rid, 0) + ms
         train_data["rollout_mask_sums"] = [rollout_total_mask[rid] for rid in rollout_id_list]
 
+        if any(sample.metadata and "raw_reward" in sample.metadata for sample in samples):
+            train_data["raw_reward"] = [
+                sample.metadata["raw_reward"] if sample.metadata and "raw_reward" in sample.metadata else sample.reward
+                for sample in samples
+            ]
+
         if samples[0].rollout_log_probs is not None:
             train_data["rollout_log_probs"] = [sample.rollout_log_probs for sample in samples]
+
+        if getattr(self.args, "rollout_top_p", 1.0) != 1.0:
+            # slime replays the nucleus the engine kept for each response
+            # token: every sample must carry it, one offset per token + 1.
+            for sample in samples:
+                ids, offsets = sample.rollout_top_p_token_ids, sample.rollout_top_p_token_offsets
+                assert ids is not None and offsets is not None
+                assert len(offsets) == sample.response_length + 1, f"{len(offsets)} top-p offsets for {sample.response_length} response tokens"
+                assert int(offsets[-1]) == len(ids), f"the last top-p offset {int(offsets[-1])} is not the {len(ids)} ids' end"
+            train_data["rollout_top_p_token_ids"] = [s.rollout_top_p_token_ids for s in samples]
+            train_data["rollout_top_p_token_offsets"] = [s.rollout_top_p_token_offsets for s in samples]
         return train_data
 
     def _split_train_data_by_dp(self, data):
