@@ -280,19 +280,19 @@ func (a *oaiAccumulator) generation() (Generation, error) {
 	switch {
 	case len(a.tokenIDs) > 0:
 		g.OutputIDs = a.tokenIDs
+		// The reply names its tokens twice: where they disagree, the
+		// log-probs are not those of the ids, and neither is known to be
+		// the generation.
+		if ids, err := logprobTokenIDs(a.tokens); err == nil && len(ids) == len(a.tokenIDs) {
+			if at := firstDiff(a.tokenIDs, ids); at < len(ids) {
+				return Generation{}, fail.Transientf("token_ids[%d] is %d but the log-prob token there is %q: "+
+					"the reply does not say which tokens were generated", at, a.tokenIDs[at], a.tokens[at])
+			}
+		}
 	case len(a.tokens) > 0:
-		ids := make([]int, 0, len(a.tokens))
-		for _, t := range a.tokens {
-			s, ok := strings.CutPrefix(t, "token_id:")
-			if !ok {
-				ids = nil // the server does not know return_tokens_as_token_ids
-				break
-			}
-			id, err := strconv.Atoi(s)
-			if err != nil {
-				return Generation{}, fail.Transientf("bad token %q", t)
-			}
-			ids = append(ids, id)
+		ids, err := logprobTokenIDs(a.tokens)
+		if err != nil {
+			return Generation{}, err
 		}
 		g.OutputIDs = ids
 	}
@@ -320,6 +320,25 @@ func (a *oaiAccumulator) generation() (Generation, error) {
 		g.LogProbsMissing = "the server returned no log-probs, although logprobs was asked for"
 	}
 	return g, nil
+}
+
+// logprobTokenIDs reads the ids of log-prob tokens written "token_id:<id>"
+// (vLLM's return_tokens_as_token_ids); nil when one is not so written (the
+// server does not know the option).
+func logprobTokenIDs(tokens []string) ([]int, error) {
+	ids := make([]int, 0, len(tokens))
+	for _, t := range tokens {
+		s, ok := strings.CutPrefix(t, "token_id:")
+		if !ok {
+			return nil, nil
+		}
+		id, err := strconv.Atoi(s)
+		if err != nil {
+			return nil, fail.Transientf("bad token %q", t)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }
 
 // generated reports whether the reply says that tokens were generated.

@@ -327,6 +327,13 @@ func (out *sglReply) generation(ids []int) (Generation, error) {
 		if len(ids) > 0 && len(ids) != len(lps.ids) {
 			return Generation{}, fail.Transientf("%d output ids but %d log-probs", len(ids), len(lps.ids))
 		}
+		// The reply names its tokens twice: where they disagree, the
+		// log-probs are not those of the ids, and neither is known to be
+		// the generation.
+		if at := firstDiff(ids, lps.ids); len(ids) > 0 && at < len(ids) {
+			return Generation{}, fail.Transientf("output_ids[%d] is %d but meta_info.output_token_logprobs[%d] is the log-prob of token %d: "+
+				"the reply does not say which tokens were generated", at, ids[at], at, lps.ids[at])
+		}
 		g.OutputIDs = lps.ids
 		if lps.missing > 0 {
 			g.LogProbsMissing = fmt.Sprintf("the engine returned no log-prob for %d of %d output tokens (null in meta_info.output_token_logprobs)", lps.missing, len(lps.ids))

@@ -265,3 +265,59 @@ func TestIDsFewerThanGenerated(t *testing.T) {
 		})
 	}
 }
+
+// TestIDsDisagreeWithLogProbs: a reply that names its tokens twice (the
+// output ids, and the ids its log-probs are of) and whose two lists
+// disagree is refused, saying where: before, SGLang's was read from its
+// log-probs and an OpenAI-compatible server's log-probs were kept beside
+// token_ids they were not the log-probs of.
+func TestIDsDisagreeWithLogProbs(t *testing.T) {
+	for _, tc := range []struct {
+		name, proto string
+		events      []string // a stream's, or one reply when not streamed
+		stream      bool
+	}{
+		{"sglang", ProtocolSGLang, []string{
+			`{"text":"Paris","output_ids":[83,100],"meta_info":{"finish_reason":{"type":"stop"},"prompt_tokens":1,"completion_tokens":2,` +
+				`"output_token_logprobs":[[-0.5,83,null],[-0.25,101,null]]}}`,
+		}, false},
+		{"sglang stream", ProtocolSGLang, []string{
+			`{"text":"Pa","output_ids":[83],"meta_info":{"prompt_tokens":1,"completion_tokens":1,"finish_reason":null,"output_token_logprobs":[[-0.5,83,null]]}}`,
+			`{"text":"Paris","output_ids":[83,100],"meta_info":{"prompt_tokens":1,"completion_tokens":2,"finish_reason":{"type":"stop"},` +
+				`"output_token_logprobs":[[-0.5,83,null],[-0.25,101,null]]}}`,
+		}, true},
+		{"completions", ProtocolOpenAI, []string{
+			`{"choices":[{"index":0,"text":"Paris","token_ids":[83,100],"logprobs":{"tokens":["token_id:83","token_id:101"],"token_logprobs":[-0.5,-0.25]},` +
+				`"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`,
+		}, false},
+		{"completions stream", ProtocolOpenAI, []string{
+			`{"choices":[{"index":0,"text":"Pa","token_ids":[83],"logprobs":{"tokens":["token_id:83"],"token_logprobs":[-0.5]},"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"text":"ris","token_ids":[100],"logprobs":{"tokens":["token_id:101"],"token_logprobs":[-0.25]},"finish_reason":"stop"}]}`,
+			`{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}`,
+		}, true},
+		{"chat", ProtocolOpenAIChat, []string{
+			`{"prompt_token_ids":[7],"choices":[{"index":0,"message":{"content":"Paris"},"token_ids":[83,100],` +
+				`"logprobs":{"content":[{"token":"token_id:83","logprob":-0.5},{"token":"token_id:101","logprob":-0.25}]},"finish_reason":"stop"}],` +
+				`"usage":{"prompt_tokens":1,"completion_tokens":2}}`,
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if !tc.stream {
+					fmt.Fprint(w, tc.events[0])
+					return
+				}
+				for _, ev := range tc.events {
+					fmt.Fprintf(w, "data: %s\n\n", ev)
+				}
+				fmt.Fprint(w, "data: [DONE]\n\n")
+			}))
+			defer srv.Close()
+			c, _ := New(tc.proto, srv.URL, "m", nil)
+			g, err := generate(c, Request{Text: "q"}, tc.stream)
+			if err == nil || !strings.Contains(err.Error(), "100") || !strings.Contains(err.Error(), "101") {
+				t.Errorf("%+v, %v; want an error naming token 100 and the log-prob's token 101", g, err)
+			}
+		})
+	}
+}
