@@ -140,8 +140,15 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	}
 	start := time.Now()
 	in := c.request(r, true)
+	streaming := false
 	defer func() {
-		if err != nil {
+		switch {
+		case err != nil && streaming && ctx.Err() == nil:
+			// The stream broke (a proxy cut it, an event planact cannot
+			// read): the engine may generate on for nobody, beside the
+			// retry that follows, so it is told to stop.
+			_ = c.sglangAbort(ctx, in.RID)
+		case err != nil:
 			c.abortIfGivenUp(ctx, in.RID)
 		}
 	}()
@@ -149,6 +156,7 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	if err != nil {
 		return Generation{}, fmt.Errorf("sglang generate stream: %w", err)
 	}
+	streaming = true
 	defer resp.Body.Close()
 	var (
 		last    sglReply

@@ -5,6 +5,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -585,5 +586,50 @@ func TestAbortAnsweredBeforeReturn(t *testing.T) {
 				t.Errorf("aborts the engine saw when Generate returned: %+v", a)
 			}
 		})
+	}
+}
+
+// TestABrokenStreamIsAborted: a stream that breaks after the engine took
+// the request (a proxy cuts it) fails the generation, which is then tried
+// again; the engine, which may still be generating it for nobody, used to
+// be told nothing, and ran two copies of the turn beside the share planact
+// keeps of it. It is now told to abort the request, by its rid.
+func TestABrokenStreamIsAborted(t *testing.T) {
+	aborted := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/abort_request":
+			var body struct {
+				RID string `json:"rid"`
+			}
+			_ = json.NewDecoder(r.Body).Decode(&body)
+			aborted <- body.RID
+		case "/generate":
+			var body struct {
+				RID string `json:"rid"`
+			}
+			_ = json.NewDecoder(r.Body).Decode(&body)
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "data: {\"text\": \"s1\", \"output_ids\": [5], \"meta_info\": {\"id\": %q}}\n\n", body.RID)
+			w.(http.Flusher).Flush()
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close() // cut mid-stream
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c, _ := New(ProtocolSGLang, srv.URL, "m", nil)
+	_, err := c.(Streamer).GenerateStream(context.Background(), Request{InputIDs: []int{1, 2}, RoutingKey: "9-2"}, nil)
+	if err == nil {
+		t.Fatal("a stream cut mid-way returned no error")
+	}
+	select {
+	case rid := <-aborted:
+		if !strings.HasPrefix(rid, "planact-9-2-") {
+			t.Errorf("abort_request for rid %q, want the generation's (planact-9-2-…)", rid)
+		}
+	default:
+		t.Errorf("the stream broke (%v) and the engine was not told to abort the request", err)
 	}
 }
