@@ -308,6 +308,12 @@ func (c *conn) tokenize(ctx context.Context, model, text string) ([]int, error) 
 	if tokens == nil {
 		return nil, fail.E(fail.Permanent, errors.New(`tokenize: reply has no "tokens"`))
 	}
+	if len(*tokens) == 0 && strings.TrimSpace(text) != "" {
+		// A request sent as no ids goes out as text, which the engine
+		// tokenizes itself: the sample's prompt ids would be none, and
+		// what the engine took unchecked.
+		return nil, fail.E(fail.Permanent, fmt.Errorf("tokenize: the engine turned %d bytes of text into no tokens", len(text)))
+	}
 	return *tokens, nil
 }
 

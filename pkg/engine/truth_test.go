@@ -321,3 +321,25 @@ func TestIDsDisagreeWithLogProbs(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenizeToNothingIsAnError: an engine that tokenizes a text with
+// words in it into no tokens is refused for good. An act sent with no ids
+// went out as text, which the engine tokenized itself: its sample had no
+// prompt ids, and what the engine took went unchecked. Whitespace alone
+// may tokenize to nothing.
+func TestTokenizeToNothingIsAnError(t *testing.T) {
+	for _, proto := range []string{ProtocolSGLang, ProtocolOpenAI, ProtocolOpenAIChat} {
+		t.Run(proto, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"tokens":[],"count":0}`) }))
+			defer srv.Close()
+			c, _ := NewClient(proto, srv.URL, Options{Model: "m", Backoff: Backoff{Attempts: 1}})
+			ids, err := c.Tokenize(context.Background(), "Tool: search\nInput: capital of France\n")
+			if err == nil || fail.KindOf(err) != fail.Permanent || !strings.Contains(err.Error(), "into no tokens") {
+				t.Errorf("tokenized a prompt into %v, %v; want a permanent error saying it came to no tokens", ids, err)
+			}
+			if ids, err := c.Tokenize(context.Background(), " \n"); err != nil || len(ids) != 0 {
+				t.Errorf("whitespace: %v, %v; want no tokens, no error", ids, err)
+			}
+		})
+	}
+}
