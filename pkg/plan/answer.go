@@ -69,17 +69,19 @@ func (d *doc) findAnswers(o *Options) answerScan {
 			}
 			// A code span closes at the next run of as many backticks on
 			// its line; a run of another length may open one of its own.
+			// A backtick that closes nothing is text ("he is 6` tall"),
+			// and so is what follows it.
 			e := strings.IndexAny(s[i+run:], "`\n")
 			if e < 0 {
 				d.m.add(len(s) - i - run)
-				i = len(s)
-				break
+				i += run
+				continue
 			}
 			d.m.add(e)
 			e += i + run
 			switch {
 			case s[e] == '\n':
-				i = e + 1
+				i += run
 			case backticks(s, e) == run:
 				i = e + run
 			default:

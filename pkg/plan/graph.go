@@ -21,7 +21,10 @@ func parseGraph(d *doc, o *Options) (parsed, *Error) {
 	p := parsed{format: FormatGraph}
 	start, end := 0, len(d.text)
 	closed := false // a real </graph> ends the region
-	if g := tagIndex(d, "graph", 0); g >= 0 {
+	// Each node asks where the next <node and the next </node> are; the
+	// finders answer all of those questions in one scan each.
+	nodes, closes := d.tagFinder("node"), d.finder("</node>")
+	for g := tagIndex(d, "graph", 0); g >= 0; {
 		gt := strings.IndexByte(d.text[g:], '>')
 		if gt < 0 {
 			d.m.add(len(d.text) - g)
@@ -30,13 +33,19 @@ func parseGraph(d *doc, o *Options) (parsed, *Error) {
 		}
 		d.m.add(gt)
 		start, p.from = g+gt+1, g
-		if c := d.index("</graph>", start); c >= 0 {
-			end, closed = c, true
+		c := d.index("</graph>", start)
+		if c < 0 {
+			end, closed = len(d.text), false
+			break
 		}
+		end, closed = c, true
+		// A closed <graph> without a node ("write it in `<graph>…</graph>`
+		// tags") is a mention: the plan is in the next one, if any.
+		if n := nodes.next(start); n >= 0 && n < end {
+			break
+		}
+		g = tagIndex(d, "graph", c+len("</graph>"))
 	}
-	// Each node asks where the next <node and the next </node> are; the
-	// finders answer all of those questions in one scan each.
-	nodes, closes := d.tagFinder("node"), d.finder("</node>")
 	for pos := start; ; {
 		i := nodes.next(pos)
 		if i < 0 || i >= end {

@@ -34,7 +34,7 @@ func parseJSON(d *doc, o *Options) (parsed, *Error) {
 	var nearMiss *Error
 	tries := 0
 	budget := jsonBudgetPerByte*len(d.text) + jsonBudgetBase
-	keys := &planKeyIndex{text: d.text, m: d.m, last: -2}
+	keys := &planKeyIndex{text: d.lower, m: d.m, last: -2}
 	// try walks the JSON value at off; skip is how far a complete value
 	// that is not a plan extends, so that its inner brackets are not tried.
 	try := func(off int) (p parsed, err *Error, ok bool, skip int) {
@@ -349,8 +349,8 @@ func (w *jsonWalk) list(f Format, bare bool) {
 	w.setFormat(f)
 }
 
-// planKeyIndex says whether a node's key ("id" or "action") starts at or
-// after an offset of the text. It finds the last one once per parse: each
+// planKeyIndex says whether a node's key ("id" or "action", in any case:
+// text is lowered) starts at or after an offset of the text. It finds the last one once per parse: each
 // bare list that breaks off then costs one comparison, where it used to
 // scan the rest of the text, so that 64 candidates cost 128 steps per byte.
 type planKeyIndex struct {
@@ -402,12 +402,12 @@ func (w *jsonWalk) setFormat(f Format) {
 	if len(w.elems) > 0 {
 		if m, ok := w.elems[0].v.(map[string]any); ok {
 			for _, k := range []string{"action", "params", "step_id", "parameters"} {
-				if _, ok := m[k]; ok {
+				if _, ok := lowerKeys(m)[k]; ok {
 					w.format = FormatSteps
 				}
 			}
 		}
-	} else if w.m.add(w.r.i); strings.Contains(w.s[:w.r.i], `"action"`) {
+	} else if w.m.add(w.r.i); strings.Contains(asciiLower(w.s[:w.r.i]), `"action"`) {
 		w.format = FormatSteps
 	}
 }
@@ -430,12 +430,28 @@ func leadingSpace(s string) int {
 }
 
 func looksLikeNode(m map[string]any) bool {
+	lower := lowerKeys(m)
 	for _, k := range []string{"id", "step_id", "task_id", "tool", "action"} {
-		if _, ok := m[k]; ok {
+		if _, ok := lower[k]; ok {
 			return true
 		}
 	}
 	return false
+}
+
+// lowerKeys returns m with its keys lowered, for keys to be matched
+// ignoring case. Of keys that differ only in case ("id" and "ID") the one
+// spelled in lower case wins, else the first in byte order: never the
+// map's iteration order.
+func lowerKeys(m map[string]any) map[string]any {
+	lower := make(map[string]any, len(m))
+	for _, k := range sortedKeys(m) {
+		l := asciiLower(k)
+		if _, taken := lower[l]; !taken || k == l {
+			lower[l] = m[k]
+		}
+	}
+	return lower
 }
 
 // Field names planners use for each part of a node, in order of preference.
@@ -454,16 +470,9 @@ func jsonNode(v any, i int, o *Options) (rawNode, *Error) {
 	if !ok {
 		return n, errorf(ErrSyntax, "step %d of the JSON plan is not an object", i+1)
 	}
-	// Keys are matched ignoring case. Of keys that differ only in case
-	// ("id" and "ID") the one spelled in lower case wins, else the first
-	// in byte order: never the map's iteration order.
-	lower := make(map[string]any, len(m))
-	for _, k := range sortedKeys(m) {
-		l := asciiLower(k)
-		if _, taken := lower[l]; !taken || k == l {
-			lower[l] = m[k]
-		}
-	}
+	// Keys are matched ignoring case (lowerKeys), here and in a tool
+	// given as an object.
+	lower := lowerKeys(m)
 	get := func(keys []string) (any, string) {
 		for _, k := range keys {
 			if x, ok := lower[k]; ok && x != nil {
@@ -489,6 +498,7 @@ func jsonNode(v any, i int, o *Options) (rawNode, *Error) {
 	case string:
 		n.Tool = strings.TrimSpace(t)
 	case map[string]any: // "action": {"name": "search", "args": {…}}
+		t = lowerKeys(t)
 		for _, k := range []string{"name", "tool", "type"} {
 			if s, ok := t[k].(string); ok {
 				n.Tool = strings.TrimSpace(s)

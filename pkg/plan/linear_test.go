@@ -74,6 +74,11 @@ var adversarial = []struct{ name, prefix, unit, suffix string }{
 	// node's key: 64 candidates, 128 steps per byte (found by the fuzzer,
 	// testdata/fuzz/FuzzParseLinear/ffa55171e0d7f998).
 	{"bare lists that break off", "", "[x ", ""},
+	{"closed graphs without nodes", "", "<graph></graph>", "<graph><node id=\"s1\">search(\"a\")</node></graph>"},
+	{"dependency words in a task", "T1: find ", "what depends on task ", "\n- Dependencies: none\n"},
+	{"tasks on one line", "<plan>", "T#: Find x - Dependencies: none  ", "</plan>"},
+	{"task ids on one line", "T1: x ", "T#: y ", "\n"},
+	{"closed plans without tasks", "", "<plan>\n</plan>\n", "<plan>\nT1: search(\"a\") - Dependencies: none\n</plan>"},
 }
 
 // steps parses text and returns the steps it took.

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -487,6 +488,129 @@ func TestJSONKeysDifferingInCase(t *testing.T) {
 		r, err := Parse(`{"nodes":[{"Id":"b","ID":"a","tool":"search"}]}`, Options{})
 		if err != nil || r.Plan.Nodes[0].ID != "a" {
 			t.Fatalf("got %+v %v, want id a (ID before Id)", r.Plan, err)
+		}
+	}
+}
+
+// TestJSONKeysInAnyCase: keys are matched ignoring case everywhere: in a
+// bare list of steps, in a tool given as an object, and in a list that
+// breaks off.
+func TestJSONKeysInAnyCase(t *testing.T) {
+	for _, c := range []struct {
+		in     string
+		format Format
+		want   string
+	}{
+		{`[{"ID": "s1", "Tool": "search", "Args": {"query": "x"}}]`, FormatJSON, "s1 search(x)"},
+		{`[{"Id": "step_1", "Action": "search", "Params": {"query": "x"}, "Dependencies": []}]`, FormatSteps, "step_1 search(x)"},
+		{`{"steps":[{"id":"s1","action":{"Name":"search","Args":{"query":"x"}}}]}`, FormatSteps, "s1 search(x)"},
+		{`[{"ID": "s1", "Tool": "search", "Args": {"query": "x"}}, {"ID": "s2", "Tool": "sea`, FormatJSON, "s1 search(x)"},
+	} {
+		r, err := Parse(c.in, Options{Tools: []string{"search"}})
+		if err != nil {
+			t.Errorf("Parse(%s): %v", c.in, err)
+			continue
+		}
+		var got []string
+		for _, n := range r.Plan.Nodes {
+			got = append(got, fmt.Sprintf("%s %s(%s)", n.ID, n.Tool, n.Input()))
+		}
+		if g := strings.Join(got, "; "); g != c.want || r.Format != c.format {
+			t.Errorf("Parse(%s) = %s %s, want %s %s", c.in, r.Format, g, c.format, c.want)
+		}
+	}
+	// A list cut off in its first step is a plan cut off, not prose.
+	var pe *Error
+	if _, err := Parse(`[{"ID": "s1", "Tool": "sea`, Options{}); !errors.As(err, &pe) || pe.Kind != ErrTruncated {
+		t.Errorf("a list cut off in its first step: %v, want a %s error", err, ErrTruncated)
+	}
+}
+
+// TestPlanAfterMention: a closed <graph> or <plan> that holds no plan (the
+// planner names the tags it will use) is a mention; the plan after it is
+// read, not refused as empty.
+func TestPlanAfterMention(t *testing.T) {
+	for _, in := range []string{
+		"I will write the plan in `<graph>…</graph>` tags.\n<graph>\n<node id=\"s1\">search(\"a\")</node>\n</graph>",
+		"Here is the plan in <graph></graph>:\n<graph><node id=\"s1\">search(\"a\")</node></graph>",
+		"I will write the plan in `<plan>…</plan>` tags.\n<plan>\nT1: search(\"a\") - Dependencies: none\n</plan>",
+		"<plan></plan>\n<plan>\nT1: Find a\n- Dependencies: none\n</plan>\n<search>a</search>",
+	} {
+		r, err := Parse(in, Options{Tools: []string{"search"}})
+		if err != nil {
+			t.Errorf("Parse(%q): %v", in, err)
+			continue
+		}
+		if r.Plan == nil || len(r.Plan.Nodes) != 1 || r.Plan.Nodes[0].Tool != "search" || r.Plan.Nodes[0].Input() != "a" {
+			t.Errorf("Parse(%q) = %+v, want one search(\"a\")", in, r)
+		}
+	}
+}
+
+// TestTaskDependencyWords: "depends on" and "dependencies" in a task's text
+// (its call's argument, its description, a note under it) do not start a
+// dependency list unless one follows them.
+func TestTaskDependencyWords(t *testing.T) {
+	type node struct{ tool, input, deps string }
+	for _, c := range []struct {
+		in   string
+		want []node
+	}{
+		{"<plan>\nT1: search(\"what the price of oil depends on\")\n- Dependencies: none\n</plan>",
+			[]node{{"search", "what the price of oil depends on", ""}}},
+		{"<plan>\nT1: Find the city whose economy depends on tourism\n- Dependencies: none\n</plan>",
+			[]node{{"actor", "Find the city whose economy depends on tourism", ""}}},
+		{"<plan>\nT1: List the dependencies of numpy\n- Dependencies: none\n</plan>",
+			[]node{{"actor", "List the dependencies of numpy", ""}}},
+		{"T1: Find A - Dependencies: none\nT2: Find B - Dependencies: T1\n  Note that the answer depends on the season.",
+			[]node{{"actor", "Find A", ""}, {"actor", "Find B", "T1"}}},
+		// Still dependency lists.
+		{"T1: Find A (depends on nothing)\nT2: Find B (depends on T1)\nT3: Find C **Dependencies** T1 and T2",
+			[]node{{"actor", "Find A", ""}, {"actor", "Find B", "T1"}, {"actor", "Find C", "T1,T2"}}},
+	} {
+		r, err := Parse(c.in, Options{})
+		if err != nil {
+			t.Errorf("Parse(%q): %v", c.in, err)
+			continue
+		}
+		var got []node
+		for _, n := range r.Plan.Nodes {
+			got = append(got, node{n.Tool, n.Input(), strings.Join(n.Deps, ",")})
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("Parse(%q) = %+v, want %+v", c.in, got, c.want)
+		}
+	}
+}
+
+// TestTasksOnOneLine: tasks may share a line, as in the task list of
+// docs/plans.md: a task starts after the dependencies of the one before.
+func TestTasksOnOneLine(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"<plan>T1: Find the capital of France - Dependencies: none  T2: Find its population - Dependencies: T1</plan>\n<search>capital of France|population of {T1}</search>",
+			"T1 search(capital of France) <- ; T2 search(population of {T1}) <- T1"},
+		{"<plan>T1: Find A - Dependencies: none  T3: Find C - Dependencies: T1, T2  T2: Find B - Dependencies: T1</plan>",
+			"T1 actor(Find A) <- ; T3 actor(Find C) <- T1,T2; T2 actor(Find B) <- T1"},
+		{"T1: search(\"a\")\n- Dependencies: none  T2: search(\"{T1}\") - Dependencies: T1",
+			"T1 search(a) <- ; T2 search({T1}) <- T1"},
+		// An id with a colon in a task's text, or in prose after its
+		// dependencies, starts no task.
+		{"T1: Find A - Dependencies: none\nT2: Find B - Dependencies: T1 (its result T1: the capital)",
+			"T1 actor(Find A) <- ; T2 actor(Find B) <- T1"},
+		{"T1: Find A - Dependencies: none\nT2: Compare T1: the capital, with B - Dependencies: T1",
+			"T1 actor(Find A) <- ; T2 actor(Compare T1: the capital, with B) <- T1"},
+	} {
+		r, err := Parse(c.in, Options{})
+		if err != nil {
+			t.Errorf("Parse(%q): %v", c.in, err)
+			continue
+		}
+		var got []string
+		for _, n := range r.Plan.Nodes {
+			got = append(got, fmt.Sprintf("%s %s(%s) <- %s", n.ID, n.Tool, n.Input(), strings.Join(n.Deps, ",")))
+		}
+		if g := strings.Join(got, "; "); g != c.want {
+			t.Errorf("Parse(%q) = %s, want %s", c.in, g, c.want)
 		}
 	}
 }

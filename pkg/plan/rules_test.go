@@ -38,6 +38,8 @@ func TestAnswerRules(t *testing.T) {
 		{name: "unclosed fence", in: twoSteps + "\n```\n<answer>Nairobi</answer>", nodes: 2},
 		{name: "code span in the answer", in: "<answer>run `ls`</answer>", answers: []string{"run `ls`"}},
 		{name: "stray backtick", in: "don`t know.\n<answer>Nairobi</answer>", answers: []string{"Nairobi"}},
+		{name: "stray backtick on the answer's line", in: "don`t know, so <answer>Nairobi</answer>\n", answers: []string{"Nairobi"}},
+		{name: "stray backtick at the end", in: "He is 6` tall: <answer>Nairobi</answer>", answers: []string{"Nairobi"}},
 		// Part of the plan.
 		{name: "inside a graph node", in: "<graph>\n<node id=\"s1\">actor(\"wrap it in <answer>x</answer>\")</node>\n</graph>", nodes: 1},
 		{name: "inside a bare node", in: "<node id=\"s1\">actor(\"wrap it in <answer>x</answer>\")</node>", nodes: 1},

@@ -32,7 +32,7 @@ var notToolTags = map[string]bool{
 func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 	p := parsed{format: FormatTaskList}
 	start, end, after := 0, len(d.text), 0
-	if i := tagIndex(d, "plan", 0); i >= 0 {
+	for i := tagIndex(d, "plan", 0); i >= 0; {
 		gt := strings.IndexByte(d.text[i:], '>')
 		if gt < 0 {
 			d.m.add(len(d.text) - i)
@@ -44,6 +44,15 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 		if c := d.index("</plan>", start); c >= 0 {
 			end, after = c, c+len("</plan>")
 			p.to = after
+			// A closed <plan> without a task ("write it in
+			// `<plan>…</plan>` tags") is a mention: the plan is in the
+			// next one, if any.
+			if hasTaskLine(d, start, end) {
+				break
+			}
+			if i = tagIndex(d, "plan", after); i >= 0 {
+				continue
+			}
 		} else {
 			// Cut off inside the plan: the last line may be incomplete.
 			p.cut = "inside <plan>"
@@ -58,6 +67,7 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 			}
 			after = len(d.text)
 		}
+		break
 	}
 	var (
 		cur *rawNode
@@ -68,17 +78,25 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 	// more holds the lines that go on describing a task, joined at the end:
 	// appending them one by one would copy the description once per line.
 	more := map[int][]string{}
+	eol := -1 // the end of the line off is in, once found
 	for off := start; off < end; {
-		nl := strings.IndexByte(d.text[off:end], '\n')
-		lineEnd := end
-		if nl >= 0 {
-			lineEnd = off + nl
+		if off > eol {
+			eol = end
+			if nl := strings.IndexByte(d.text[off:end], '\n'); nl >= 0 {
+				eol = off + nl
+			}
+		}
+		lineEnd, next := eol, eol+1
+		// Several tasks may share a line ("T1: … - Dependencies: none
+		// T2: …"): the next one starts after the dependencies.
+		if q := nextTask(d.text[off:lineEnd]); q > 0 {
+			lineEnd, next = off+q, off+q
 		}
 		line := d.text[off:lineEnd]
 		// Each line is trimmed, lowered and searched for a dozen keys.
 		d.m.add(16 * (len(line) + 1))
 		lineNo := d.line(off)
-		off = lineEnd + 1
+		off = next
 		if id, rest, ok := taskLine(line); ok {
 			p.nodes = append(p.nodes, rawNode{line: lineNo, Node: Node{ID: id, Args: map[string]any{}}})
 			cur = &p.nodes[len(p.nodes)-1]
@@ -338,6 +356,63 @@ func tagTool(name string, o *Options) (string, bool) {
 	return knownTool(o.Tools, name)
 }
 
+// hasTaskLine reports whether a line of d.text[start:end] is a task line.
+func hasTaskLine(d *doc, start, end int) bool {
+	for off := start; off < end; {
+		lineEnd := end
+		if nl := strings.IndexByte(d.text[off:end], '\n'); nl >= 0 {
+			lineEnd = off + nl
+		}
+		d.m.add(2 * (lineEnd - off + 1))
+		if _, _, ok := taskLine(d.text[off:lineEnd]); ok {
+			return true
+		}
+		off = lineEnd + 1
+	}
+	return false
+}
+
+// nextTask returns the offset in line of a task ("T2:", "Task 2:") that
+// follows the dependency list of the task before it on the line, or -1.
+// Each stretch of the line between two such ids is read once.
+func nextTask(line string) int {
+	from := 0
+	for i := 1; i < len(line); i++ {
+		if c := line[i]; c != 'T' && c != 't' || line[i-1] != ' ' && line[i-1] != '\t' {
+			continue
+		}
+		_, k, ok := taskRef(line, i)
+		for ok && k < len(line) && (line[k] == '*' || line[k] == '_') {
+			k++
+		}
+		if !ok || k >= len(line) || line[k] != ':' {
+			continue
+		}
+		if _, deps, ok := splitDeps(line[from:i]); ok && onlyTasks(deps) {
+			return i
+		}
+		from = i
+	}
+	return -1
+}
+
+// onlyTasks reports whether a dependency list holds nothing but task ids
+// and the words that join them ("T1 and T2", "none"): a list that goes
+// on in prose ("T1 (its result T1: …)") ends no task.
+func onlyTasks(deps string) bool {
+	for _, w := range strings.FieldsFunc(deps, func(r rune) bool {
+		return !(r == '/' || '0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z')
+	}) {
+		switch w = asciiLower(w); {
+		case isNumber(w), len(w) > 1 && w[0] == 't' && isNumber(w[1:]):
+		case w == "and" || w == "task" || w == "to" || w == "through" || noDeps(w):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // taskLine recognises "T1: …", "**T1.** …", "- Task 1: …" and returns the
 // id (T1) and the rest of the line.
 func taskLine(line string) (id, rest string, ok bool) {
@@ -463,23 +538,81 @@ func rangeTo(s string, i int) (number string, end int, ok bool) {
 	return "", i, false
 }
 
-// depKeys introduce a dependency list, lowered.
-var depKeys = []string{"dependencies:", "dependency:", "depends on:", "depends on", "dependencies -", "deps:", "dependencies", "requires:"}
+// depKeys introduce a dependency list, lowered: first the keys with a
+// colon, then the words that also occur in a task's text ("find what the
+// price depends on"), which count only before a dependency list (see
+// splitDeps).
+var (
+	depKeys     = []string{"dependencies:", "dependency:", "depends on:", "deps:", "requires:"}
+	weakDepKeys = []string{"dependencies -", "depends on", "dependencies"}
+)
 
 // splitDeps splits "Find X - Dependencies: T1" into the description and
-// the dependency list.
+// the dependency list. A key without a colon ("depends on") introduces one
+// only if a task follows it somewhere on the line, or a word such as
+// "none" right after it: "search(\"what the price depends on\")" and "List
+// the dependencies of numpy" are task text.
 func splitDeps(s string) (desc, deps string, ok bool) {
 	ls := asciiLower(s)
+	split := func(i, n int) (string, string, bool) {
+		desc = strings.TrimRight(s[:i], " \t-–—,;([*_")
+		deps = strings.TrimSpace(s[i+n:])
+		deps = strings.TrimLeft(deps, ":*_ ")
+		deps = strings.TrimRight(deps, ")]*_. ")
+		return desc, deps, true
+	}
 	for _, k := range depKeys {
 		if i := strings.Index(ls, k); i >= 0 {
-			desc = strings.TrimRight(s[:i], " \t-–—,;([*_")
-			deps = strings.TrimSpace(s[i+len(k):])
-			deps = strings.TrimLeft(deps, ":*_ ")
-			deps = strings.TrimRight(deps, ")]*_. ")
-			return desc, deps, true
+			return split(i, len(k))
+		}
+	}
+	last := lastTaskRef(s)
+	for _, k := range weakDepKeys {
+		for from := 0; ; {
+			i := strings.Index(ls[from:], k)
+			if i < 0 {
+				break
+			}
+			i += from
+			if last >= i+len(k) || noDeps(ls[i+len(k):]) {
+				return split(i, len(k))
+			}
+			from = i + len(k)
 		}
 	}
 	return s, "", false
+}
+
+// lastTaskRef returns the offset of the last task id in s (as taskDeps
+// reads them), or -1.
+func lastTaskRef(s string) int {
+	last := -1
+	for i := 0; i < len(s); i++ {
+		if i > 0 && isIdent(s[i-1]) {
+			continue
+		}
+		if _, k, ok := taskRef(s, i); ok {
+			last = i
+			i = k - 1
+		}
+	}
+	return last
+}
+
+// noDeps reports whether the lower-case s starts with a word that says
+// there are no dependencies ("none", "n/a").
+func noDeps(s string) bool {
+	s = strings.TrimLeft(s, " \t:*_-([")
+	s = s[:min(len(s), len("nothing")+1)] // the longest word, and what ends it
+	w := s
+	if i := strings.IndexAny(s, " \t)].,;*_"); i >= 0 {
+		w = s[:i]
+	}
+	switch w {
+	case "none", "null", "nil", "n/a", "na", "no", "nothing", "empty":
+		return true
+	}
+	return false
 }
 
 // keyValue splits "Tool: search" into a lowered key and its value.

@@ -177,6 +177,10 @@ func ParsePartial(pp *schema.PlanPartial, cfg schema.Config) *schema.PlanDAG {
 	return d
 }
 
+// waitingTool is the tool of a partial plan's nodes that name none: not a
+// tool name a config allows, so schema.Config.PartialNodes leaves them out.
+const waitingTool = "(waiting for its call)"
+
 // parsePartial is ParsePartial that stops when ctx ends, with its error.
 func parsePartial(ctx context.Context, pp *schema.PlanPartial, cfg schema.Config) (*schema.PlanDAG, error) {
 	if cfg.Mode != "" && cfg.Mode != schema.ModePlanAct {
@@ -187,6 +191,10 @@ func parsePartial(ctx context.Context, pp *schema.PlanPartial, cfg schema.Config
 	}
 	opts := cfg.ParseOptions()
 	opts.Partial = true // tasks may still wait for their calls
+	// A task waiting for its call has the default tool until the call
+	// comes; one that no tool can be named keeps such a task from being
+	// released when the rollout has a tool named like the default.
+	opts.DefaultTool = waitingTool
 	res, err := plan.ParseContext(ctx, pp.Text, opts)
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil, err

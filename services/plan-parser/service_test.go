@@ -154,3 +154,42 @@ func TestParsePartialPlansOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestParsePartialWaitingTasksWithActorTool: a task of a streamed task
+// list whose tool call is still to come is not released, even when the
+// rollout has a tool named like the default tool ("actor"): the call that
+// comes may give it another tool and other arguments.
+func TestParsePartialWaitingTasksWithActorTool(t *testing.T) {
+	cfg := schema.DefaultConfig()
+	cfg.Tools = append(cfg.Tools, schema.Tool{Name: plan.DefaultTool, Kind: schema.ToolActor})
+	const tasks = "<plan>\nT1: Find the capital of France - Dependencies: none\nT2: Find its population - Dependencies: T1\n</plan>\n"
+	cases := []struct {
+		text string
+		want []string
+	}{
+		{tasks, nil},
+		{tasks + "<search>capital of France</search>\n", []string{"T1"}},
+		{tasks + "<search>capital of France|population of {T1}</search>\n", []string{"T1", "T2"}},
+	}
+	for _, tc := range cases {
+		d := ParsePartial(&schema.PlanPartial{Rollout: 7, Episode: 2, Turn: 3, Seq: 1, Text: tc.text}, cfg)
+		var got []string
+		if d != nil {
+			for _, n := range d.Plan.Nodes {
+				if n.Tool != "search" {
+					t.Errorf("%q: released %s with tool %q before its call", tc.text, n.ID, n.Tool)
+				}
+				got = append(got, n.ID)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%q: released %v, want %v", tc.text, got, tc.want)
+		}
+	}
+	// The final output of a task list without calls runs the tool named
+	// like the default tool.
+	final := Parse(&schema.PlanOutput{Rollout: 7, Episode: 2, Turn: 3, Text: tasks, FinishReason: "stop"}, cfg)
+	if d, ok := final.(*schema.PlanDAG); !ok || len(d.Plan.Nodes) != 2 || d.Plan.Nodes[0].Tool != plan.DefaultTool {
+		t.Errorf("final output: %+v, want a DAG of two %s nodes", final, plan.DefaultTool)
+	}
+}
