@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
 )
@@ -132,10 +133,7 @@ func (c *Client) arrive(ctx context.Context, a *schema.Arrive) (arrival, error) 
 	if err != nil {
 		return arrival{}, err
 	}
-	err = untilUp(ctx, func(ctx context.Context) error {
-		_, err := c.js.PublishMsg(ctx, msg)
-		return err
-	})
+	err = untilUp(ctx, trainerStream(a.Role), func(ctx context.Context) error { return c.publish(ctx, msg) })
 	if err != nil {
 		return arrival{}, fmt.Errorf("arrive rollout %d as %s: %w", a.Rollout, a.Role, err)
 	}
@@ -172,28 +170,52 @@ func (c *Client) answered(n int64, role string, mine arrival) {
 	}
 }
 
-// untilUp retries op while planact's streams do not exist yet (a trainer
-// that starts before planact), until ctx ends.
+// untilUp retries op while where (the stream or object store of planact's
+// that op writes) does not exist yet (a trainer that starts before
+// planact), until ctx ends; the error then names where, also when ctx
+// ended within an attempt.
 // Each attempt is bounded by bus.PublishTimeout: a request whose answer is
 // lost is tried again rather than waited for until ctx ends.
-func untilUp(ctx context.Context, op func(ctx context.Context) error) error {
+func untilUp(ctx context.Context, where string, op func(ctx context.Context) error) error {
 	wait := 50 * time.Millisecond
+	var down error // why an attempt found where missing
 	for {
 		actx, cancel := context.WithTimeout(ctx, bus.PublishTimeout)
 		err := op(actx)
 		cancel()
-		lost := errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
-		if err == nil || !(lost || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrNoResponders)) {
+		switch {
+		case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrNoResponders):
+			down = err
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			// The answer lost: try again.
+		case err != nil && ctx.Err() != nil && down != nil:
+			// ctx ended in an attempt while planact was not up: say so.
+		default:
 			return err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("planact is not up (no %s stream): %w", bus.StreamRollout, err)
+			if down != nil {
+				return fmt.Errorf("planact is not up (no %s): %w (%w)", where, down, ctx.Err())
+			}
+			return fmt.Errorf("no answer from the %s: %w", where, err)
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)
 	}
 }
+
+// publish sends msg to its trainer stream and waits for the stream's
+// acknowledgement. untilUp retries it: a publish that finds no stream is
+// not tried again within the attempt (the library's default), which could
+// outlast ctx and leave the caller an error that does not say why.
+func (c *Client) publish(ctx context.Context, msg *nats.Msg) error {
+	_, err := c.js.PublishMsg(ctx, msg, jetstream.WithRetryAttempts(0))
+	return err
+}
+
+// trainerStream names the stream that role's trainer writes, for untilUp.
+func trainerStream(role string) string { return bus.StreamTrainer(role) + " stream" }
 
 // DefaultInlineTasksLimit is the encoded size above which Arrive puts the
 // tasks in the object store and sends a reference: NATS servers refuse
@@ -217,7 +239,7 @@ func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
 	}
 	bucket := bus.ObjectTasks(a.Role)
 	var store jetstream.ObjectStore
-	err = untilUp(ctx, func(ctx context.Context) error {
+	err = untilUp(ctx, bucket+" object store", func(ctx context.Context) error {
 		var err error
 		store, err = c.js.ObjectStore(ctx, bucket)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -234,7 +256,7 @@ func (c *Client) offloadTasks(ctx context.Context, a *schema.Arrive) error {
 	// runs.
 	sum := bus.SHA256(data)
 	name := fmt.Sprintf("rollout-%d-%s-%s.tasks", a.Rollout, a.Role, sum[:16])
-	err = untilUp(ctx, func(ctx context.Context) error {
+	err = untilUp(ctx, bucket+" object store", func(ctx context.Context) error {
 		if info, err := store.GetInfo(ctx, name); err == nil && info.Size == uint64(len(data)) && info.Digest == objectDigest(data) {
 			return nil // put before (a retried arrival)
 		}
@@ -268,7 +290,9 @@ const CancelPatience = time.Minute
 // Cancel aborts a rollout, as the trainer of role: both roles get an
 // aborted result. It returns once planact answered: nil when the rollout
 // was aborted, ErrNothingToCancel when there was nothing to abort (it had
-// already ended: the error says with which status; or it is not known).
+// already ended: the error says with which status; or it is not known),
+// or an error saying so when planact could not record the cancel (cancel
+// again).
 // Without an answer by the end of ctx (at most CancelPatience when ctx has
 // no deadline) it says so; the cancel stays published and is acted on when
 // planact's session-store runs.
@@ -285,38 +309,43 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string)
 	if err != nil {
 		return err
 	}
-	// The answer comes on the rollout's status subject: listen first.
-	answers := make(chan *nats.Msg, 64)
-	sub, err := c.nc.ChanSubscribe(subject.Status(rollout), answers)
-	if err != nil {
-		return fmt.Errorf("cancel rollout %d: %w", rollout, err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	err = untilUp(ctx, func(ctx context.Context) error {
-		_, err := c.js.PublishMsg(ctx, msg)
-		return err
+	// The answer comes on the rollout's status subject, among its episodes'
+	// events, and is read nowhere else: listen first, and keep only the
+	// answers to this cancel, which names them (a channel of every event
+	// drops what comes while the publish waits, the answer too).
+	mine := fmt.Sprintf("cancel %s by the %s trainer: ", msg.Header.Get(jetstream.MsgIDHeader), role)
+	answers := make(chan schema.Status, 1)
+	sub, err := c.nc.Subscribe(subject.Status(rollout), func(m *nats.Msg) {
+		var st schema.Status
+		if schema.Unmarshal(m.Data, &st) != nil || !strings.HasPrefix(st.Detail, mine) || (st.Event != "cancelled" && st.Event != "rejected") {
+			return
+		}
+		select {
+		case answers <- st:
+		default: // answered already
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("cancel rollout %d: %w", rollout, err)
 	}
-	// planact's answer names the cancel it answers.
-	mine := fmt.Sprintf("cancel %s by the %s trainer: ", msg.Header.Get(jetstream.MsgIDHeader), role)
-	for {
-		select {
-		case m := <-answers:
-			var st schema.Status
-			if schema.Unmarshal(m.Data, &st) != nil || !strings.HasPrefix(st.Detail, mine) {
-				continue
-			}
-			switch st.Event {
-			case "cancelled":
-				return nil
-			case "rejected":
-				return fmt.Errorf("%w: %s", ErrNothingToCancel, strings.TrimPrefix(st.Detail, mine))
-			}
-		case <-ctx.Done():
-			return fmt.Errorf("cancel rollout %d: sent, but no answer from planact (is its session-store running?): %w", rollout, ctx.Err())
+	defer func() { _ = sub.Unsubscribe() }()
+	err = untilUp(ctx, trainerStream(role), func(ctx context.Context) error { return c.publish(ctx, msg) })
+	if err != nil {
+		return fmt.Errorf("cancel rollout %d: %w", rollout, err)
+	}
+	select {
+	case st := <-answers:
+		why := strings.TrimPrefix(st.Detail, mine)
+		switch {
+		case st.Event == "cancelled":
+			return nil
+		case strings.HasPrefix(why, "could not be recorded"):
+			// Given up, not done: the rollout may still run.
+			return fmt.Errorf("cancel rollout %d: not done: planact %s", rollout, why)
 		}
+		return fmt.Errorf("%w: %s", ErrNothingToCancel, why)
+	case <-ctx.Done():
+		return fmt.Errorf("cancel rollout %d: sent, but no answer from planact (is its session-store running?): %w", rollout, ctx.Err())
 	}
 }
 
@@ -403,40 +432,20 @@ func (c *Client) result(ctx context.Context, n int64, role string, mine arrival,
 	}
 	t := time.NewTicker(c.recheck())
 	defer t.Stop()
-	accept := func(data []byte) (*schema.Result, error) {
-		var r schema.Result
-		if err := schema.Unmarshal(data, &r); err != nil {
-			return nil, err
-		}
-		if mine.id != "" && r.ArrivalID == "" {
-			return nil, nil // answers no arrival known: not known to be mine
-		}
-		if r.Rejected && mine.id != "" && r.ArrivalID != mine.id {
-			return nil, nil // the rejection of an earlier arrival
-		}
-		if !r.Rejected && mine.id != "" && r.ArrivalID != "" && r.ArrivalID != mine.id && r.Stats.FinishedMs > 0 && r.Stats.FinishedMs <= mine.atMs {
-			// The result of the rollout that ended before this arrival: a
-			// rollout id names one rollout (the session-store refuses the
-			// arrival too, on the rejection subject).
-			return &r, fmt.Errorf("%w: rollout %d already ended (%s at %s), before this arrival: a rollout id names one rollout; Result reads its result",
-				ErrRejected, n, r.Status, time.UnixMilli(r.Stats.FinishedMs).UTC().Format(time.RFC3339))
-		}
-		return &r, nil
-	}
 	for {
 		for _, subj := range subjects {
 			data, err := c.lastResult(ctx, subj)
 			if err != nil || data == nil {
 				continue // not there yet, or the server is away: read again later
 			}
-			if r, err := accept(data); err != nil || r != nil {
+			if r, err := answer(n, mine, subj, data); err != nil || r != nil {
 				c.answered(n, role, mine)
 				return c.deliver(ctx, n, r, err, o)
 			}
 		}
 		select {
 		case m := <-msgs:
-			if r, err := accept(m.Data); err != nil || r != nil {
+			if r, err := answer(n, mine, m.Subject, m.Data); err != nil || r != nil {
 				c.answered(n, role, mine)
 				return c.deliver(ctx, n, r, err, o)
 			}
@@ -450,6 +459,30 @@ func (c *Client) result(ctx context.Context, n int64, role string, mine arrival,
 			return nil, fmt.Errorf("wait for rollout %d: %w", n, nats.ErrConnectionClosed)
 		}
 	}
+}
+
+// answer reads data, a message on subj (rollout n's result or rejection
+// subject), as the answer to mine: nil, nil when it is not known to
+// answer it (see result).
+func answer(n int64, mine arrival, subj string, data []byte) (*schema.Result, error) {
+	var r schema.Result
+	if err := schema.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", subj, err)
+	}
+	if mine.id != "" && r.ArrivalID == "" {
+		return nil, nil // answers no arrival known: not known to be mine
+	}
+	if r.Rejected && mine.id != "" && r.ArrivalID != mine.id {
+		return nil, nil // the rejection of an earlier arrival
+	}
+	if !r.Rejected && mine.id != "" && r.ArrivalID != "" && r.ArrivalID != mine.id && r.Stats.FinishedMs > 0 && r.Stats.FinishedMs <= mine.atMs {
+		// The result of the rollout that ended before this arrival: a
+		// rollout id names one rollout (the session-store refuses the
+		// arrival too, on the rejection subject).
+		return &r, fmt.Errorf("%w: rollout %d already ended (%s at %s), before this arrival: a rollout id names one rollout; Result reads its result",
+			ErrRejected, n, r.Status, time.UnixMilli(r.Stats.FinishedMs).UTC().Format(time.RFC3339))
+	}
+	return &r, nil
 }
 
 // lastResult reads the last message on subj from the ROLLOUT stream, or nil.
@@ -632,8 +665,13 @@ func (c *Client) lastGroup(ctx context.Context, n int64, role string, g int) (*s
 	return &grp, nil
 }
 
-// Rollout arrives and waits for the result, at most timeout (0 = until ctx ends).
+// Rollout arrives and waits for the result, at most timeout (0 = until ctx
+// ends). A negative timeout (a deadline already past, say) is an error
+// before anything is sent, not a wait without bound.
 func (c *Client) Rollout(ctx context.Context, a *schema.Arrive, timeout time.Duration) (*schema.Result, error) {
+	if timeout < 0 {
+		return nil, fmt.Errorf("rollout %d as %s: timeout %v: want a positive time-out, or 0 to wait until ctx ends", a.Rollout, a.Role, timeout)
+	}
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -647,14 +685,22 @@ func (c *Client) Rollout(ctx context.Context, a *schema.Arrive, timeout time.Dur
 }
 
 // fetchSamples reads samples from role's object store. The message that
-// names the object says it is there, so any failure (a server restarting,
-// a leader moving) is tried again, with back-off, until ctx ends.
+// names the object says it is there, so a failure (a server restarting, a
+// leader moving) is tried again, with back-off, until ctx ends; but not
+// one no read mends (data that is not its digest), which is an error now.
 func (c *Client) fetchSamples(ctx context.Context, role, object string, samples *[]schema.Sample) error {
 	var data []byte
+	var bad error
 	err := untilRead(ctx, "samples "+object, func(ctx context.Context) (err error) {
 		data, err = bus.ReadObject(ctx, c.nc, bus.ObjectResults(role), object, 0)
+		if !fail.IsRetryable(err) {
+			bad, err = err, nil
+		}
 		return err
 	})
+	if bad != nil {
+		return fmt.Errorf("samples %s: %w", object, bad)
+	}
 	if err != nil {
 		return err
 	}
@@ -801,7 +847,7 @@ func (c *Client) control(ctx context.Context, m schema.Message, answer string, m
 	if err != nil {
 		return err
 	}
-	if err := untilUp(ctx, func(ctx context.Context) error { _, err := c.js.PublishMsg(ctx, msg); return err }); err != nil {
+	if err := untilUp(ctx, trainerStream(role), func(ctx context.Context) error { return c.publish(ctx, msg) }); err != nil {
 		return fmt.Errorf("%s %s: %w", verb, role, err)
 	}
 	// answers says whether data, on subj, answers m, and with what error.

@@ -1,9 +1,13 @@
 package client_test
 
 import (
+	"cmp"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -198,5 +202,125 @@ func TestPauseBoundsItsWait(t *testing.T) {
 	_, err = c.Pause(ctx, schema.RoleActor, client.PauseOptions{Timeout: time.Second})
 	if !errors.Is(err, client.ErrTimeout) {
 		t.Errorf("a pause nobody answers: %v; want ErrTimeout after its time-out", err)
+	}
+}
+
+// TestNotUpNamesWhatIsMissing: a trainer that starts before planact has
+// provisioned is told which stream or object store is not there: its
+// role's (TRAINER_<ROLE>, tasks_<role>), where its messages go. The error
+// named the ROLLOUT stream, which the trainer never writes, or, when ctx
+// ended within an attempt (a publish to no stream was retried inside it),
+// said only that the context ended.
+func TestNotUpNamesWhatIsMissing(t *testing.T) {
+	_, url := bustest.Server(t) // nothing provisioned
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.InlineTasksLimit = 1
+	a := &schema.Arrive{Rollout: 1, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://e"}}
+	withTasks := *a
+	withTasks.Tasks = []schema.Task{{Prompt: "q"}}
+	// Each waits long enough to find nothing there, all at once.
+	calls := map[string]func(context.Context) error{
+		"arrive": func(ctx context.Context) error { return c.Arrive(ctx, a) },
+		"tasks":  func(ctx context.Context) error { return c.Arrive(ctx, &withTasks) },
+		"cancel": func(ctx context.Context) error { return c.Cancel(ctx, 1, schema.RoleActor, "") },
+		"pause": func(ctx context.Context) error {
+			_, err := c.Pause(ctx, schema.RoleActor, client.PauseOptions{})
+			return err
+		},
+		"resume": func(ctx context.Context) error { return c.Resume(ctx, schema.RoleActor, "v2") },
+	}
+	want := map[string]string{"tasks": "no tasks_actor object store"}
+	var mu sync.Mutex
+	errs := map[string]error{}
+	var wg sync.WaitGroup
+	for what, call := range calls {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			err := call(ctx)
+			mu.Lock()
+			errs[what] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for what, err := range errs {
+		w := cmp.Or(want[what], "no TRAINER_ACTOR stream")
+		if err == nil || !strings.Contains(err.Error(), w) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: %v; want an error saying %q, and that ctx ended", what, err, w)
+		}
+	}
+}
+
+// TestRolloutRefusesANegativeTimeout: a negative timeout (a deadline
+// already past) is an error naming it, before anything is sent; Rollout
+// and Evaluate took it for none and waited until ctx ended.
+func TestRolloutRefusesANegativeTimeout(t *testing.T) {
+	_, url := bustest.Server(t)
+	bustest.Bus(t, url, "provision") // the streams exist, planact does not run
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := &schema.Arrive{Rollout: 1, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://e"}}
+	_, rerr := c.Rollout(ctx, a, -time.Second)
+	_, eerr := c.Evaluate(ctx, a, -time.Second)
+	for what, err := range map[string]error{"rollout": rerr, "evaluate": eerr} {
+		if err == nil || errors.Is(err, client.ErrTimeout) || !strings.Contains(err.Error(), "timeout -1s") {
+			t.Errorf("%s: %v; want an error naming the timeout", what, err)
+		}
+	}
+	if k := client.Arrivals(c); k != 0 {
+		t.Errorf("%d arrivals sent, want none", k)
+	}
+}
+
+// TestResultRefusesSamplesThatAreNotTheirDigest: a samples object whose
+// data is not what its metadata's digest says is an error at once, naming
+// it: no read mends it. Result read it again until ctx ended.
+func TestResultRefusesSamplesThatAreNotTheirDigest(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "planact")
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n, name = 140, "rollout-140-actor.samples"
+	samples := []schema.Sample{{RolloutID: "140-0"}}
+	data, err := schema.Marshal(&samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := b.JS.ObjectStore(ctx, bus.ObjectResults(schema.RoleActor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := store.PutBytes(ctx, name, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The metadata, written again with another digest.
+	info.Digest = "SHA-256=" + strings.Repeat("A", 43) + "="
+	meta, err := json.Marshal(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := "$O." + bus.ObjectResults(schema.RoleActor) + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
+	if _, err := b.JS.Publish(ctx, subj, meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK, SamplesObject: name, SampleCount: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Result(ctx, n, schema.RoleActor)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "does not match its digest") || !strings.Contains(err.Error(), name) {
+		t.Errorf("samples that are not their digest: %v; want an error naming the object, before ctx ends", err)
 	}
 }

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -135,5 +136,111 @@ func TestResumeRefusesALongVersionBeforeSending(t *testing.T) {
 	}
 	if m, err := b.LastMsg(t.Context(), bus.StreamTrainer(schema.RoleActor), subject.Control(schema.RoleActor, "resume")); err != nil || m != nil {
 		t.Errorf("the resume was sent (%v)", err)
+	}
+}
+
+// TestCancelNotRecordedIsNotNothingToCancel: a cancel planact gave up
+// without recording it (its sessions bucket failing) is answered
+// "rejected", as one with nothing to abort is; Cancel took both for
+// ErrNothingToCancel, which says the rollout had already ended, though
+// this one may still run. Now only the second is.
+func TestCancelNotRecordedIsNotNothingToCancel(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "planact") // stands in for the session-store
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	why := map[int64]string{
+		130: "could not be recorded (5 tries): nats: timeout; cancel again",
+		131: "rollout 131 had already ended (ok at 2026-01-01T00:00:00Z); nothing to abort",
+	}
+	errs := make(chan error, 4)
+	sub, err := b.NC.Subscribe("rollout.*.cancel.actor", func(m *nats.Msg) {
+		var cl schema.Cancel
+		if err := schema.Unmarshal(m.Data, &cl); err != nil {
+			errs <- err
+			return
+		}
+		detail := fmt.Sprintf("cancel %s by the actor trainer: %s", m.Header.Get(jetstream.MsgIDHeader), why[cl.Rollout])
+		if err := b.Publish(context.Background(), &schema.Status{Rollout: cl.Rollout, Event: "rejected", Episode: -1, Detail: detail}); err != nil {
+			errs <- err
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := b.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Cancel(ctx, 130, schema.RoleActor, "enough")
+	if err == nil || errors.Is(err, client.ErrNothingToCancel) || !strings.Contains(err.Error(), "could not be recorded") {
+		t.Errorf("a cancel not recorded: %v; want an error saying so, not ErrNothingToCancel", err)
+	}
+	err = c.Cancel(ctx, 131, schema.RoleActor, "enough")
+	if !errors.Is(err, client.ErrNothingToCancel) || !strings.Contains(err.Error(), "had already ended") {
+		t.Errorf("a cancel of a rollout that ended: %v; want ErrNothingToCancel", err)
+	}
+	select {
+	case err := <-errs:
+		t.Errorf("the stand-in could not answer: %v", err)
+	default:
+	}
+}
+
+// TestCancelHearsItsAnswerAmongEpisodeEvents: the answer to a cancel comes
+// on the rollout's status subject, after whatever episode events came
+// while the cancel was being stored (thousands, in a large rollout). Cancel
+// kept 64 events while its publish waited and dropped the rest, its answer
+// with them, and said after a minute that planact never answered.
+func TestCancelHearsItsAnswerAmongEpisodeEvents(t *testing.T) {
+	_, url := bustest.Server(t) // the stand-in acknowledges the cancel itself
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	const n = 132
+	nc := bustest.Conn(t, url)
+	errs := make(chan error, 4)
+	say := func(st *schema.Status) {
+		m, err := bus.NewMsg(context.Background(), st)
+		if err == nil {
+			err = nc.PublishMsg(m)
+		}
+		if err != nil {
+			errs <- err
+		}
+	}
+	sub, err := nc.Subscribe(fmt.Sprintf("rollout.%d.cancel.actor", n), func(m *nats.Msg) {
+		// Before the stream acknowledges the cancel: 500 episodes end,
+		// then the session-store answers.
+		for e := range 500 {
+			say(&schema.Status{Rollout: n, Event: "episode-completed", Episode: e})
+		}
+		say(&schema.Status{Rollout: n, Event: "cancelled", Episode: -1,
+			Detail: fmt.Sprintf("cancel %s by the actor trainer: rollout %d aborted", m.Header.Get(jetstream.MsgIDHeader), n)})
+		if err := m.Respond([]byte(`{"stream": "TRAINER_ACTOR", "seq": 1}`)); err != nil {
+			errs <- err
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Cancel(ctx, n, schema.RoleActor, "enough"); err != nil {
+		t.Errorf("cancel: %v; want it answered (cancelled)", err)
+	}
+	select {
+	case err := <-errs:
+		t.Errorf("the stand-in could not answer: %v", err)
+	default:
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,11 +20,16 @@ import (
 // trainer can train on it before the rollout ends. Each delivered group is
 // yielded once, samples fetched; the stream ends when the rollout's result
 // is out (Result then returns it at once) or with an error when ctx ends.
-// Groups delivered before the call are yielded too. A group the result or
-// a group message names delivered is read until it is (a follower behind,
-// a server restarting): the stream does not end without it but with
-// ErrTimeout naming it, when ctx ends first. A group whose samples are
-// other than its sample_count is an error naming both counts, in its place.
+// Groups delivered before the call are yielded too. As Result does, it
+// goes by this client's arrival for n and role: a rejection of it ends the
+// stream with ErrRejected, and so does the result of a rollout that ended
+// before it (an earlier one of the number), none of whose groups is
+// yielded; without an arrival of this client's, every rejection and result
+// counts. A group the result or a group message names delivered is read
+// until it is (a follower behind, a server restarting): the stream does
+// not end without it but with ErrTimeout naming it, when ctx ends first. A
+// group whose samples are other than its sample_count is an error naming
+// both counts, in its place.
 //
 //	for g, err := range c.Groups(ctx, n, schema.RolePlanner) {
 //		if err != nil { … }
@@ -37,8 +43,12 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 			yield(nil, fmt.Errorf("%w: groups of rollout %d: %v", ErrRejected, n, err))
 			return
 		}
+		c.mu.Lock()
+		mine := c.arrived[arrivalKey(n, role)]
+		c.mu.Unlock()
+		answers := []string{subject.Rejected(n, role), subject.Result(n, role)}
 		msgs := make(chan *nats.Msg, 64)
-		for _, subj := range []string{subject.Groups(n, role), subject.Result(n, role)} {
+		for _, subj := range append([]string{subject.Groups(n, role)}, answers...) {
 			sub, err := c.nc.ChanSubscribe(subj, msgs)
 			if err != nil {
 				yield(nil, fmt.Errorf("groups of rollout %d: %w", n, err))
@@ -107,12 +117,7 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 		// finish yields, once the result is out, every delivered group not
 		// seen. Those a message names delivered are there: each is read
 		// until it is, or the stream ends with an error naming it.
-		finish := func(data []byte) {
-			var r schema.Result
-			if err := schema.Unmarshal(data, &r); err != nil {
-				yield(nil, err)
-				return
-			}
+		finish := func(r *schema.Result) {
 			name("its result", r.DeliveredGroups...)
 			var last []byte
 			err := untilRead(ctx, fmt.Sprintf("the last %s group of rollout %d", role, n), func(ctx context.Context) (err error) {
@@ -180,24 +185,45 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 				}
 			}
 		}
+		// over ends the stream when data, on subj, answers this client's
+		// arrival: the result (finish), or a refusal. Read before the
+		// groups, which a rollout that ended before the arrival (an
+		// earlier one of the number) left: not the trainer's.
+		over := func(subj string, data []byte) bool {
+			r, err := answer(n, mine, subj, data)
+			switch {
+			case err != nil:
+				yield(nil, err)
+			case r == nil:
+				return false // not known to answer this arrival
+			case r.Rejected:
+				yield(nil, fmt.Errorf("%w: rollout %d: %s", ErrRejected, n, r.Reason))
+			default:
+				finish(r)
+			}
+			return true
+		}
 		t := time.NewTicker(c.recheck())
 		defer t.Stop()
 		for {
+			for _, subj := range answers {
+				if data, err := c.lastResult(ctx, subj); err == nil && data != nil && over(subj, data) {
+					return
+				}
+			}
 			if more, err := catchUp(); !more {
 				return
 			} else if err != nil && !yield(nil, err) {
 				return
 			}
-			if data, err := c.lastResult(ctx, subject.Result(n, role)); err == nil && data != nil {
-				finish(data)
-				return
-			}
 			for waiting := true; waiting; {
 				select {
 				case m := <-msgs:
-					if m.Subject == subject.Result(n, role) {
-						finish(m.Data)
-						return
+					if slices.Contains(answers, m.Subject) {
+						if over(m.Subject, m.Data) {
+							return
+						}
+						continue
 					}
 					var g schema.Group
 					if err := schema.Unmarshal(m.Data, &g); err != nil {

@@ -354,3 +354,78 @@ func TestGroupsFailNamingADeliveredGroupNotRead(t *testing.T) {
 		t.Errorf("groups %v, errors %v: want group 0, then ErrTimeout saying %q", got, errs, want)
 	}
 }
+
+// TestGroupsGoByTheArrival: as Result does, Groups goes by the client's
+// arrival. A rejection of another arrival is passed over; one of the
+// client's ends the stream with ErrRejected (it used to wait for a result
+// until ctx ended, and end with ErrTimeout); and the groups of a rollout
+// that ended before the arrival (an earlier run's, of the same number) are
+// not yielded as the trainer's (they were, and the stream ended as if
+// whole).
+func TestGroupsGoByTheArrival(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "planact")
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Recheck = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Each stream has a wait of its own: one that waited out its context
+	// leaves the others theirs.
+	groups := func(n int64) ([]int, []error) {
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer wcancel()
+		return groupsOf(wctx, c, n)
+	}
+	publish := func(ms ...schema.Message) {
+		t.Helper()
+		for _, m := range ms {
+			if err := b.Publish(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	arrive := func(n int64) *schema.Arrive {
+		t.Helper()
+		a := &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://e"}, AtMs: time.Now().UnixMilli()}
+		if err := c.Arrive(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	group := func(n int64) *schema.Group {
+		return &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: 0, Delivered: []int{0}, Groups: 1,
+			Samples: []schema.Sample{{RolloutID: fmt.Sprintf("%d-0", n)}}, SampleCount: 1,
+			Tasks: []schema.TaskOutcome{{State: schema.TaskTrained}}}
+	}
+	tasks := []schema.TaskOutcome{{State: schema.TaskTrained}}
+
+	// A rejection of an earlier arrival, then the rollout runs.
+	a := arrive(120)
+	publish(&schema.Result{Rollout: 120, Role: schema.RoleActor, Status: schema.ResultInvalid, Reason: "config max_turns 2, was 3",
+		ArrivalID: "arrive.120.actor..1", Rejected: true},
+		group(120), &schema.Result{Rollout: 120, Role: schema.RoleActor, Status: schema.ResultOK, Tasks: tasks,
+			ArrivalID: a.MsgID(), Stats: schema.Stats{FinishedMs: time.Now().UnixMilli()}})
+	if got, errs := groups(120); fmt.Sprint(got) != "[0]" || len(errs) > 0 {
+		t.Errorf("another arrival refused: groups %v, errors %v; want group 0", got, errs)
+	}
+
+	// The client's arrival refused.
+	a = arrive(121)
+	publish(&schema.Result{Rollout: 121, Role: schema.RoleActor, Status: schema.ResultInvalid, Reason: "unknown field \"config.max_turn\"",
+		ArrivalID: a.MsgID(), Rejected: true})
+	if got, errs := groups(121); len(got) > 0 || len(errs) != 1 || !errors.Is(errs[0], client.ErrRejected) || !strings.Contains(errs[0].Error(), "config.max_turn") {
+		t.Errorf("the arrival refused: groups %v, errors %v; want ErrRejected with its reason", got, errs)
+	}
+
+	// An earlier run's rollout 122, ended before the arrival.
+	ended := time.Now().Add(-time.Hour).UnixMilli()
+	publish(group(122), &schema.Result{Rollout: 122, Role: schema.RoleActor, Status: schema.ResultOK, Tasks: tasks,
+		ArrivalID: "arrive.122.actor..1", Stats: schema.Stats{FinishedMs: ended}})
+	arrive(122)
+	if got, errs := groups(122); len(got) > 0 || len(errs) != 1 || !errors.Is(errs[0], client.ErrRejected) || !strings.Contains(errs[0].Error(), "already ended") {
+		t.Errorf("a rollout that ended before the arrival: groups %v, errors %v; want none, and ErrRejected", got, errs)
+	}
+}
