@@ -117,6 +117,9 @@ func TestGroupsStreamBeforeTheEnd(t *testing.T) {
 			fromGroup = append(fromGroup, s)
 		}
 	}
+	if !slices.Equal(o.planner.StreamedGroups, []int{0}) || len(o.planner.DeliveredGroups) != 0 {
+		t.Errorf("result: streamed_groups %v, delivered_groups %v; want group 0 named streamed, none left out", o.planner.StreamedGroups, o.planner.DeliveredGroups)
+	}
 	if len(fromGroup) != 2 {
 		t.Errorf("the result holds %d samples of the delivered group, want 2", len(fromGroup))
 	} else if !reflect.DeepEqual(fromGroup, g.Samples) {

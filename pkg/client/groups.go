@@ -119,6 +119,7 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 		// until it is, or the stream ends with an error naming it.
 		finish := func(r *schema.Result) {
 			name("its result", r.DeliveredGroups...)
+			name("its result", r.StreamedGroups...)
 			var last []byte
 			err := untilRead(ctx, fmt.Sprintf("the last %s group of rollout %d", role, n), func(ctx context.Context) (err error) {
 				last, err = c.lastResult(ctx, subject.Groups(n, role))
@@ -149,12 +150,13 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 					return
 				}
 			}
-			if len(r.DeliveredGroups) > 0 {
+			if len(r.DeliveredGroups) > 0 || len(r.StreamedGroups) > 0 {
 				return // the result names every group delivered
 			}
-			// A group published before one decided earlier than it is
-			// named by no message read: look for each other group of the
-			// result's tasks once.
+			// A result of a planact before streamed_groups: a group
+			// published before one decided earlier than it is named by no
+			// message read. Each other group of the result's tasks is
+			// looked for once (a follower behind would hide it).
 			probed := map[int]bool{}
 			for _, t := range r.Tasks {
 				gi := t.GroupIndex

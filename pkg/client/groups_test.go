@@ -429,3 +429,43 @@ func TestGroupsGoByTheArrival(t *testing.T) {
 		t.Errorf("a rollout that ended before the arrival: groups %v, errors %v; want none, and ErrRejected", got, errs)
 	}
 }
+
+// TestGroupsReadStreamedGroupsFromAFollowerBehind: with result_samples all
+// the result held every sample but named no group delivered, so a group
+// that no group message named (published out of order) was looked for
+// once, and a follower that had not seen it yet answered "nothing there":
+// the stream ended without it, as if whole. The result now names every
+// group streamed (streamed_groups), and each is read until it is there.
+func TestGroupsReadStreamedGroupsFromAFollowerBehind(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "planact")
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Recheck = 100 * time.Millisecond
+	client.LagGroupReads(c, 2, false) // each group's own read lags; the last group message reads
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 99
+	var tasks []schema.TaskOutcome
+	for g := range 2 {
+		// Each message names only itself delivered: group 0's is named
+		// by no later one.
+		grp := &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: g, Delivered: []int{g}, Groups: 2,
+			Samples: []schema.Sample{{GroupIndex: g, Index: g, RolloutID: fmt.Sprintf("%d-%d", n, g)}}, SampleCount: 1,
+			Tasks: []schema.TaskOutcome{{Episode: g, GroupIndex: g, Index: g, State: schema.TaskTrained}}}
+		if err := b.Publish(ctx, grp); err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, grp.Tasks...)
+	}
+	if err := b.Publish(ctx, &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK, Tasks: tasks,
+		Samples:     []schema.Sample{{GroupIndex: 0, RolloutID: "99-0"}, {GroupIndex: 1, Index: 1, RolloutID: "99-1"}},
+		SampleCount: 2, StreamedGroups: []int{0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, errs := groupsOf(ctx, c, n); fmt.Sprint(got) != "[0 1]" && fmt.Sprint(got) != "[1 0]" || len(errs) > 0 {
+		t.Errorf("groups %v, errors %v: want groups 0 and 1", got, errs)
+	}
+}

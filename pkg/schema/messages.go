@@ -678,6 +678,11 @@ type Result struct {
 	// samples. SampleCount counts the samples this result holds.
 	DeliveredGroups []int `json:"delivered_groups,omitempty"`
 	GroupSamples    int   `json:"group_samples,omitempty"`
+	// StreamedGroups, with stream_groups, are every group delivered on its
+	// group subject, in the order delivered, whatever result_samples: a
+	// reader of the groups (client.Groups) reads each until it is there,
+	// rather than take a follower's "nothing there" for "not delivered".
+	StreamedGroups []int `json:"streamed_groups,omitempty"`
 }
 
 func (m *Result) Kind() string { return "rollout.result/1" }

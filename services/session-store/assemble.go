@@ -338,6 +338,7 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 		if leaveOut {
 			r.DeliveredGroups = sess.Delivered()
 		}
+		r.StreamedGroups = sess.Delivered()
 		// Samples come grouped as the tasks are (group_index, then index), so a
 		// trainer computing group-relative advantages finds each group together
 		// whatever order the tasks were sent in.
