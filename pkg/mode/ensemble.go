@@ -115,7 +115,7 @@ func Expand(nodes []plan.Node, cfg schema.Config) []plan.Node {
 	}
 	var out []plan.Node
 	for _, n := range nodes {
-		if t, ok := cfg.Tool(n.Tool); !ok || t.Kind == schema.ToolHTTP {
+		if !multiplied(cfg, n.Tool) {
 			out = append(out, n)
 			continue
 		}
@@ -148,6 +148,14 @@ func Expand(nodes []plan.Node, cfg schema.Config) []plan.Node {
 		})
 	}
 	return out
+}
+
+// multiplied says whether an act of tool is asked ensemble_k times: only
+// the actor model's are. An HTTP or Go tool answers the same call the same
+// way, and a Go tool may act on the world: it runs once, as in plan_act.
+func multiplied(cfg schema.Config, tool string) bool {
+	t, ok := cfg.Tool(tool)
+	return ok && t.Kind == schema.ToolActor
 }
 
 // Tool adds the vote to the rollout's tools.

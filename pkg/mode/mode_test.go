@@ -326,3 +326,34 @@ func TestEnsembleCandidatesMarked(t *testing.T) {
 		t.Errorf("a plan using %s: %#v %v, want an error naming it", mode.CandidateArg, msg, err)
 	}
 }
+
+// TestEnsembleGoToolsNotMultiplied: only the actor model's acts become
+// candidates; a Go tool, like an HTTP one, runs once, and a step of the
+// actor model may use its result in the same plan with ensemble_pick
+// planner.
+func TestEnsembleGoToolsNotMultiplied(t *testing.T) {
+	for _, pick := range schema.EnsemblePicks {
+		cfg := schema.Config{Mode: schema.ModeEnsemble, EnsembleK: 2, EnsemblePick: pick,
+			Tools: []schema.Tool{{Name: "search"}, {Name: "kb", Kind: schema.ToolGo}}}.WithDefaults()
+		text := `<graph>
+<node id="k1">kb("France")</node>
+<node id="s1" depends="k1">search("capital of {k1}")</node>
+</graph>`
+		msg, err := mode.Ensemble{}.Parse(context.Background(), &schema.PlanOutput{Rollout: 1, Turn: 1, Text: text, FinishReason: "stop"}, "", cfg)
+		d, ok := msg.(*schema.PlanDAG)
+		if err != nil || !ok {
+			t.Fatalf("%s: %#v %v, want a plan", pick, msg, err)
+		}
+		var ids []string
+		for _, n := range d.Plan.Nodes {
+			ids = append(ids, n.ID+":"+n.Tool)
+		}
+		want := "k1:kb s1-c1:search s1-c2:search s1:vote"
+		if pick == schema.EnsemblePickPlanner {
+			want = "k1:kb s1-c1:search s1-c2:search"
+		}
+		if got := strings.Join(ids, " "); got != want {
+			t.Errorf("%s: expanded to %s, want %s", pick, got, want)
+		}
+	}
+}

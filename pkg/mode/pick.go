@@ -78,7 +78,7 @@ func (m Ensemble) pickObservation(r *schema.Run, cfg schema.Config) string {
 		todo[i].Allowed = append(todo[i].Allowed, number)
 	}
 	if len(todo) > 0 {
-		obs += "Pick one candidate of each step:" + renderPending(todo) + "\n"
+		obs += pickLead + renderPending(todo) + "\n"
 	}
 	return obs + "</observation>\n"
 }
@@ -96,8 +96,28 @@ func renderPending(todo []pending) string {
 	return b.String()
 }
 
-// pendingOf reads what an observation asks to be picked.
+// The words before what is to be picked: in an observation
+// (pickObservation) and in a parse error's (pickParse).
+const (
+	pickLead  = "Pick one candidate of each step:"
+	againLead = "still to pick, before your plan or answer:"
+)
+
+// pendingOf reads what an observation asks to be picked: the candidates
+// listed after its last pickLead or againLead. The lines before hold what
+// the nodes returned, anything an actor or a tool wrote: a <candidates>
+// tag there must not decide what the planner may pick.
 func pendingOf(observation string) []pending {
+	from := -1
+	for _, lead := range []string{pickLead, againLead} {
+		if i := strings.LastIndex(observation, lead); i >= 0 {
+			from = max(from, i+len(lead))
+		}
+	}
+	if from < 0 {
+		return nil
+	}
+	observation = observation[from:]
 	var todo []pending
 	seen := map[string]bool{}
 	for _, m := range candidatesRe.FindAllStringSubmatch(observation, -1) {
@@ -133,6 +153,24 @@ func Picks(text string) map[string][]int {
 	return picks
 }
 
+// badPicks lists the <pick> tags of a reply (outside <think>) that are not
+// <pick node="X">N</pick> with N a number Picks reads: a pick the planner
+// wrote and Picks cannot read is a mistake to tell it of, not a pick to
+// drop unsaid.
+func badPicks(text string) []string {
+	var bad []string
+	for _, tag := range anyPickRe.FindAllString(outsideThink(text), -1) {
+		m := pickRe.FindStringSubmatch(tag)
+		if m != nil && m[0] == tag {
+			if _, err := strconv.Atoi(m[2]); err == nil {
+				continue
+			}
+		}
+		bad = append(bad, tag)
+	}
+	return bad
+}
+
 // validPick is the one candidate a reply picks for p, if it picks one
 // that was offered and only that one.
 func validPick(p pending, written []int) (int, bool) {
@@ -148,7 +186,8 @@ func validPick(p pending, written []int) (int, bool) {
 }
 
 // pickProblems says what is wrong with a reply's picks, "" when nothing.
-func pickProblems(todo []pending, picks map[string][]int) string {
+func pickProblems(todo []pending, text string) string {
+	picks := Picks(text)
 	var problems []string
 	want := map[string]bool{}
 	for _, p := range todo {
@@ -177,6 +216,9 @@ func pickProblems(todo []pending, picks map[string][]int) string {
 	for _, node := range extra {
 		problems = append(problems, fmt.Sprintf("pick for %q: it has no candidates to pick from now", node))
 	}
+	for _, tag := range badPicks(text) {
+		problems = append(problems, fmt.Sprintf(`%.100s is not a pick: write <pick node="X">N</pick>, N the number of one candidate`, tag))
+	}
 	return strings.Join(problems, "; ")
 }
 
@@ -190,12 +232,12 @@ func (m Ensemble) pickParse(ctx context.Context, out *schema.PlanOutput, observa
 	todo := pendingOf(observation)
 	again := ""
 	if len(todo) > 0 {
-		again = "; still to pick, before your plan or answer:" + renderPending(todo)
+		again = "; " + againLead + renderPending(todo)
 	}
 	perr := func(kind, msg string) schema.Message {
 		return &schema.PlanError{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, ErrorKind: kind, Message: msg + again, FinishReason: out.FinishReason}
 	}
-	if problem := pickProblems(todo, Picks(out.Text)); problem != "" {
+	if problem := pickProblems(todo, out.Text); problem != "" {
 		return perr(PickError, problem), nil
 	}
 	rest := *out
@@ -214,15 +256,15 @@ func (m Ensemble) pickParse(ctx context.Context, out *schema.PlanOutput, observa
 			pe.Message += again
 			return pe, nil
 		}
-		multiplied := map[string]bool{}
+		actor := map[string]bool{}
 		for _, n := range v.Plan.Nodes {
-			if t, ok := cfg.Tool(n.Tool); ok && t.Kind != schema.ToolHTTP {
-				multiplied[n.ID] = true
+			if multiplied(cfg, n.Tool) {
+				actor[n.ID] = true
 			}
 		}
 		for _, n := range v.Plan.Nodes {
 			for _, d := range n.Deps {
-				if multiplied[d] {
+				if actor[d] {
 					return perr(PickError, fmt.Sprintf("node %s uses the result of %s, a step of the actor model: with ensemble_pick planner you pick among %s's candidates in your next reply, so plan %s after that", n.ID, d, d, n.ID)), nil
 				}
 			}
@@ -247,6 +289,9 @@ func plannerPicks(ep *Episode) map[string]*schema.ActDone {
 	}
 	cands := map[string]*schema.ActDone{} // turn/step/number -> the candidate's outcome
 	for _, d := range ep.Outcomes {
+		if t, ok := ep.Config.Tool(d.Tool); ok && t.Kind != schema.ToolActor {
+			continue // a planned node whose id reads as a candidate's (an HTTP tool's "X-c1" beside the candidates X-c1_, X-c2 …)
+		}
 		if pick, number, ok := candidateOf(d.NodeID); ok && (d.Status == schema.ActDoneOK || d.Status == schema.ActCached) {
 			cands[fmt.Sprintf("%d/%s/%d", d.Turn, pick, number)] = d
 		}

@@ -25,13 +25,17 @@ import (
 // marks) are dropped, so that what reads the same compares the same: an
 // accent written as a combining mark ("cafe\u0301") or precomposed
 // ("café"), full-width letters ("ＰＡＲＩＳ") or plain ones, a ligature
-// ("ﬁ") or its letters.
+// ("ﬁ") or its letters. Greek's final sigma "ς" is "σ": lower-casing
+// makes every "Σ" a "σ", and "ΟΔΥΣΣΕΥΣ" must compare as "Οδυσσευς" does.
 func Normalize(s string) string {
 	s = strings.ToLower(norm.NFKC.String(s))
 	var b strings.Builder
 	for _, r := range s {
 		if unicode.IsPunct(r) || unicode.IsSymbol(r) || unicode.Is(unicode.Cf, r) {
 			continue
+		}
+		if r == 'ς' {
+			r = 'σ'
 		}
 		b.WriteRune(r)
 	}
@@ -48,8 +52,14 @@ func Normalize(s string) string {
 }
 
 // Answers splits a label into its accepted answers (separated by "|"),
-// dropping empty ones.
+// dropping empty ones. A label that is a JSON list of strings or numbers
+// (what a trainer sends for a dataset's list of answers, json.dumps of
+// ["Paris", "City of Light"]) is that list: read as text, its brackets and
+// quotes would make no answer match.
 func Answers(label string) []string {
+	if list, ok := jsonAnswers(label); ok {
+		return list
+	}
 	var out []string
 	for _, a := range strings.Split(label, "|") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -57,6 +67,33 @@ func Answers(label string) []string {
 		}
 	}
 	return out
+}
+
+// jsonAnswers reads a label that is a JSON list whose items are all
+// strings or numbers; ok is false for any other label.
+func jsonAnswers(label string) (out []string, ok bool) {
+	label = strings.TrimSpace(label)
+	if !strings.HasPrefix(label, "[") {
+		return nil, false
+	}
+	var items []json.RawMessage
+	if json.Unmarshal([]byte(label), &items) != nil {
+		return nil, false
+	}
+	for _, item := range items {
+		var s string
+		if json.Unmarshal(item, &s) != nil {
+			var n json.Number
+			if json.Unmarshal(item, &n) != nil {
+				return nil, false
+			}
+			s = n.String()
+		}
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out, true
 }
 
 // ExactMatch is 1 when the normalized prediction equals one of the label's
@@ -117,6 +154,10 @@ type Remote struct {
 	HTTP *http.Client // nil means http.DefaultClient
 }
 
+// maxReply is the most a reward server's reply is read of (a score is a
+// few bytes).
+const maxReply = 1 << 20
+
 // Score posts one scoring request. Connection errors, time-outs, 429 and 5xx
 // are transient; other 4xx and unreadable replies are permanent.
 func (r Remote) Score(ctx context.Context, prompt, response, label string) (float64, error) {
@@ -141,16 +182,23 @@ func (r Remote) Score(ctx context.Context, prompt, response, label string) (floa
 		return 0, fail.Transientf("reward: %w", err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxReply+1))
 	if err != nil {
 		return 0, fail.Transientf("reward: read reply: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		err := fmt.Errorf("reward: %s: %s", resp.Status, bytes.TrimSpace(data))
+		// The reply is quoted in part: the error goes into every sample
+		// of the episode and into logs, and an error page may be large.
+		err := fmt.Errorf("reward: %s: %.200q", resp.Status, bytes.TrimSpace(data))
 		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
 			return 0, fail.E(fail.Transient, err)
 		}
 		return 0, fail.E(fail.Permanent, err)
+	}
+	if len(data) > maxReply {
+		// Cut at the limit, it could decode as another score, or fail to
+		// decode for a reason that is not the server's.
+		return 0, fail.Permanentf("reward: the reply is over %d bytes (%.100q…): want a number or {\"reward\": number}", maxReply, data)
 	}
 	return decodeScore(data)
 }

@@ -149,3 +149,81 @@ func TestNormalizeUnicode(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteBoundsReply: a reward server's reply is read up to 1 MiB. An
+// error page quotes only its start (the error goes into every sample of the
+// episode), and a 200 reply over the limit is refused as such, never cut
+// into another score.
+func TestRemoteBoundsReply(t *testing.T) {
+	big := strings.Repeat("x", 2<<20)
+	for _, tc := range []struct {
+		name, body, want string
+		status           int
+		kind             fail.Kind
+	}{
+		{"error page", "<html>" + big, "503 Service Unavailable", 503, fail.Transient},
+		{"refusal", "no: " + big, "400 Bad Request", 400, fail.Permanent},
+		{"score cut", "1" + strings.Repeat(" ", 1<<20) + "0", "over 1048576 bytes", 200, fail.Permanent},
+		{"padded object", `{"reward": 1, "pad": "` + big + `"}`, "over 1048576 bytes", 200, fail.Permanent},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(tc.status)
+			w.Write([]byte(tc.body))
+		}))
+		got, err := Remote{URL: srv.URL}.Score(context.Background(), "q", "Lyon", "Paris")
+		srv.Close()
+		if err == nil || fail.KindOf(err) != tc.kind || !strings.Contains(err.Error(), tc.want) || len(err.Error()) > 1000 {
+			msg := "<nil>"
+			if err != nil {
+				msg = err.Error()
+			}
+			t.Errorf("%s: reward %v, error of %d bytes %.200q (kind %v); want a %v error saying %s, under 1000 bytes", tc.name, got, len(msg), msg, fail.KindOf(err), tc.kind, tc.want)
+		}
+	}
+}
+
+// TestJSONListLabel: a label that is a JSON list (a dataset's list of
+// answers, which the Python trainer sends as json.dumps of the list) is
+// that list of answers; it used to be read as one answer, brackets and
+// all, so that no answer matched exactly.
+func TestJSONListLabel(t *testing.T) {
+	for _, tc := range []struct {
+		pred, label string
+		em, f1      float64
+	}{
+		{"Paris", `["Lutetia", "Paris"]`, 1, 1},
+		{"city of light", ` ["Paris", "City of Light"] `, 1, 1},
+		{"1990", `[1990, "nineteen ninety"]`, 1, 1},
+		{"Lyon", `["Paris"]`, 0, 0},
+		{"Paris", `[]`, 0, 0},
+		{"[Paris]", `[Paris]`, 1, 1}, // not JSON: one answer, as written
+	} {
+		if got := ExactMatch(tc.pred, tc.label); got != tc.em {
+			t.Errorf("ExactMatch(%q, %q) = %v, want %v", tc.pred, tc.label, got, tc.em)
+		}
+		if got := F1(tc.pred, tc.label); math.Abs(got-tc.f1) > 1e-9 {
+			t.Errorf("F1(%q, %q) = %v, want %v", tc.pred, tc.label, got, tc.f1)
+		}
+	}
+	if got := Answers(`["Paris", "", "Lutetia|Lucotecia"]`); strings.Join(got, ";") != "Paris;Lutetia|Lucotecia" {
+		t.Errorf("Answers of a list = %q", got)
+	}
+}
+
+// TestNormalizeGreekFinalSigma: a Greek answer in capitals matches the
+// same word in lower case, whose last sigma is the final form "ς"
+// (lower-casing made every "Σ" a "σ", and the two never matched).
+func TestNormalizeGreekFinalSigma(t *testing.T) {
+	for _, tc := range []struct{ pred, label string }{
+		{"ΟΔΥΣΣΕΥΣ", "Οδυσσευς"},
+		{"Οδυσσευς", "ΟΔΥΣΣΕΥΣ"},
+		{"ΑΘΗΝΑΣ ΠΟΛΗ", "αθηνας πολη"},
+	} {
+		if got := ExactMatch(tc.pred, tc.label); got != 1 {
+			t.Errorf("ExactMatch(%q, %q) = %v, want 1", tc.pred, tc.label, got)
+		}
+		if got := F1(tc.pred, tc.label); got != 1 {
+			t.Errorf("F1(%q, %q) = %v, want 1", tc.pred, tc.label, got)
+		}
+	}
+}
