@@ -301,6 +301,12 @@ func (c Config) Validate() error {
 		// written; another mode's planner output is not one.
 		return fmt.Errorf("config: stream_plans: not with mode %s (only plan_act's planner writes plans whose nodes can run before it finishes)", c.Mode)
 	}
+	if c.SplitActReward && c.Mode != ModePlanAct {
+		// peer_review and ensemble reward the actor's samples their own
+		// way (each attempt, each candidate): nothing there divides the
+		// episode's reward among acts.
+		return fmt.Errorf("config: split_act_reward: only for mode plan_act (mode %s rewards each actor sample its own way)", c.Mode)
+	}
 	if c.Mode == ModePeerReview && c.MaxTurns < 2 {
 		return fmt.Errorf("config: max_turns %d: mode peer_review wants at least 2 (turn 1 is the actor's first answer, the planner reviews from turn 2)", c.MaxTurns)
 	}
