@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
 )
@@ -63,12 +64,24 @@ func (b *board) apply(subj string, data []byte, at time.Time) bool {
 	if err != nil || p.Domain != "rollout" {
 		return false
 	}
+	switch p.Verb {
+	case "arrive":
+		// rollout.N.arrive, of before roles were in the subject, is kept
+		// on ROLLOUT for the admin and never taken as an arrival: only a
+		// trainer's stream holds those (rollout.N.arrive.<role>).
+		if !slices.Contains(bus.Roles, p.Role) {
+			return false
+		}
+	case "start", "status", "end", "result":
+	default:
+		return false // a cancel: no rollout line of its own
+	}
 	r := b.row(p.Rollout)
 	switch p.Verb {
 	case "arrive":
 		// The role is the subject's last token: the body (which may
 		// carry thousands of tasks) is not read.
-		role := subj[strings.LastIndexByte(subj, '.')+1:]
+		role := p.Role
 		if r.arrivedAt == nil {
 			r.arrivedAt = map[string]time.Time{}
 		}

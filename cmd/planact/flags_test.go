@@ -106,3 +106,38 @@ func TestProvisionAgainKeepsTheHistory(t *testing.T) {
 		t.Errorf("provisioned with --shrink: %v; want the default %v", got, bus.DefaultProvisioning().History)
 	}
 }
+
+// TestBadTimesAndPortsAreRefused: a simulated time below zero, a negative
+// concurrency or drift point, and a port no listener can have are refused
+// naming their flag, before anything starts. Before, the times and counts
+// were taken for none, and up --monitor-port -2 waited 10 s for its
+// server, then blamed the client port.
+func TestBadTimesAndPortsAreRefused(t *testing.T) {
+	up := []string{"up", "--port", "-1", "--metrics", ""}
+	sim := []string{"sim", "--planner-addr", "127.0.0.1:0", "--actor-addr", "127.0.0.1:0"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append(up, "--sim-ttft", "-1s"), "up: --sim-ttft -1s: want 0 or more"},
+		{append(up, "--sim-per-token", "-2ms"), "up: --sim-per-token -2ms: want 0 or more"},
+		{append(up, "--monitor-port", "-2"), "up: --monitor-port -2: want a port from 1 to 65535"},
+		{[]string{"up", "--port", "70000", "--metrics", ""}, "up: --port 70000: want a port from 1 to 65535"},
+		{append(sim, "--ttft", "-1s"), "sim: --ttft -1s: want 0 or more"},
+		{append(sim, "--per-token", "-1us"), "sim: --per-token -1µs: want 0 or more"},
+		{append(sim, "--concurrency", "-1"), "sim: --concurrency -1"},
+		{append(sim, "--drift-from", "-3"), "--drift-from -3: want 0 (none) or more"},
+	} {
+		// Ended already: a command that took its flags returns at once.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var out syncBuffer
+		err := run(ctx, c.args, noenv, strings.NewReader(""), &out, &out)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error naming %s", c.args, err, c.want)
+		}
+		if strings.Contains(out.String(), "NATS at") || strings.Contains(out.String(), "engine:") {
+			t.Errorf("%v did something before refusing its flags:\n%s", c.args, out.String())
+		}
+	}
+}

@@ -57,6 +57,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 
+	if err := checkSimTimes("sim: --ttft", *ttft, "sim: --per-token", *perToken); err != nil {
+		return err
+	}
+	if *concurrency < 0 || *driftFrom < 0 {
+		return fmt.Errorf("sim: --concurrency %d --drift-from %d: want 0 (none) or more", *concurrency, *driftFrom)
+	}
 	if *contextLength < 0 {
 		return fmt.Errorf("sim: --context-length %d: want 0 (no limit) or more", *contextLength)
 	}

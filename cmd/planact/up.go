@@ -83,6 +83,9 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := checkDemoFlags(*rollouts, *tasks, *group, *format, *protocol, *actorErr, *stepwise); err != nil {
 		return err
 	}
+	if err := checkUpFlags(*port, *monitorPort, *ttft, *latency); err != nil {
+		return err
+	}
 	if (*plannerURL == "") != (*actorURL == "") && *runDemo {
 		return errors.New("up: --planner-url and --actor-url go together (or neither, for simulated engines)")
 	}
@@ -390,6 +393,32 @@ func checkDemoFlags(rollouts, tasks, group int, format, protocol string, rates .
 		if math.IsNaN(r) || r < 0 || r > 1 {
 			return fmt.Errorf("up: --sim-actor-error-rate and --sim-stepwise are probabilities; %v is not one", r)
 		}
+	}
+	return nil
+}
+
+// checkUpFlags refuses listener ports that no listener can have (the
+// embedded server would fail after waiting for itself, naming the client
+// port), and simulated times below zero, which were taken for none.
+func checkUpFlags(port, monitorPort int, ttft, perToken time.Duration) error {
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"port", port}, {"monitor-port", monitorPort}} {
+		if p.v < -1 || p.v > 65535 {
+			return fmt.Errorf("up: --%s %d: want a port from 1 to 65535, or -1 for any free one", p.name, p.v)
+		}
+	}
+	return checkSimTimes("up: --sim-ttft", ttft, "up: --sim-per-token", perToken)
+}
+
+// checkSimTimes refuses a simulated time below zero, naming its flag.
+func checkSimTimes(ttftFlag string, ttft time.Duration, perTokenFlag string, perToken time.Duration) error {
+	switch {
+	case ttft < 0:
+		return fmt.Errorf("%s %v: want 0 or more", ttftFlag, ttft)
+	case perToken < 0:
+		return fmt.Errorf("%s %v: want 0 or more", perTokenFlag, perToken)
 	}
 	return nil
 }

@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -95,7 +96,7 @@ func runWatch(ctx context.Context, args []string, getenv func(string) string, st
 	lines := make(chan string, 256)
 	follow(ctx, nc, streams, func(m bus.StoredMsg) {
 		select {
-		case lines <- fmt.Sprintf("%s %-28s %s", m.Time.Format("15:04:05.000"), m.Subject, Describe(m.Data)):
+		case lines <- fmt.Sprintf("%s %-28s %s", m.Time.Format("15:04:05.000"), m.Subject, Describe(m.Data, m.Header)):
 		case <-ctx.Done():
 		}
 	}, nil)
@@ -291,16 +292,28 @@ func followBoard(ctx context.Context, msgs <-chan boardMsg, history uint64, caug
 	}
 }
 
-// Describe summarises a planact message body in one line.
-func Describe(data []byte) string {
+// Describe summarises a planact message body, stored with headers h, in
+// one line.
+func Describe(data []byte, h nats.Header) string {
 	kind, err := schema.KindOf(data)
 	if err != nil {
-		return "(not a planact message)"
+		// What a trainer writes may be JSON (Content-Type:
+		// application/json, as with nats pub).
+		var e schema.Envelope
+		if json.Unmarshal(data, &e) != nil || !strings.Contains(e.Schema, "/") {
+			return "(not a planact message)"
+		}
+		kind = e.Schema
 	}
 	switch strings.SplitN(kind, "/", 2)[0] {
 	case "rollout.arrive":
 		var v schema.Arrive
-		if schema.Unmarshal(data, &v) == nil {
+		err := schema.Unmarshal(data, &v)
+		if err != nil && len(h) > 0 {
+			v = schema.Arrive{}
+			err = schema.UnmarshalTrainer(data, h, &v)
+		}
+		if err == nil {
 			return fmt.Sprintf("%s arrives (engine %s, weights %s, %d tasks)", v.Role, v.Engine.URL, v.WeightVersion, len(v.Tasks))
 		}
 	case "rollout.start":
@@ -376,9 +389,14 @@ func Describe(data []byte) string {
 	return kind
 }
 
+// clip is s on one line, cut to at most n bytes at a character's start
+// (a cut inside one would print an invalid character).
 func clip(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > n {
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
 		return s[:n] + "…"
 	}
 	return s

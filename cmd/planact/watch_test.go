@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/plan"
@@ -386,5 +389,62 @@ func TestWatchRefusesWhatIsNotARollout(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBoardSkipsWhatIsNoArrival: rollout.N.arrive (of before roles were in
+// the subject, kept on ROLLOUT for the admin) and rollout.N.cancel are no
+// arrival and no rollout of their own. Before, watch showed "waiting at
+// the barrier (arrive arrived)" for the one and a "seen" line for the
+// other.
+func TestBoardSkipsWhatIsNoArrival(t *testing.T) {
+	b := newBoard()
+	for _, s := range []string{"rollout.9.arrive", "rollout.8.cancel", "rollout.8.cancel.planner"} {
+		if b.apply(s, []byte(`{"rollout":9}`), time.Now()) {
+			t.Errorf("%s changed the board", s)
+		}
+	}
+	if len(b.rows) != 0 {
+		for _, n := range b.order {
+			t.Errorf("a line for what is no rollout: %q", b.rows[n].line(10))
+		}
+	}
+}
+
+// TestDescribeReadsJSONArrivals: watch -v describes an arrival a trainer
+// sent as JSON (Content-Type: application/json, as with nats pub), as the
+// session-store reads it. Before, it printed "(not a planact message)".
+func TestDescribeReadsJSONArrivals(t *testing.T) {
+	body := []byte(`{"schema": "rollout.arrive/1", "rollout": 7, "role": "planner", "at_ms": 1767225600000, "weight_version": "step-7",
+		"engine": {"url": "http://127.0.0.1:30000", "protocol": "sglang"}, "tasks": [{"prompt": "What is the capital of France?", "label": "Paris"}]}`)
+	h := nats.Header{}
+	h.Set(schema.HdrContentType, schema.ContentTypeJSON)
+	want := "planner arrives (engine http://127.0.0.1:30000, weights step-7, 1 tasks)"
+	if got := Describe(body, h); got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := Describe([]byte("hello"), h); got != "(not a planact message)" {
+		t.Errorf("a body that is no message: got %q", got)
+	}
+}
+
+// TestClipKeepsCharactersWhole: a text cut short for a line (a question in
+// Chinese, say) is cut between characters. Before, it was cut at a byte
+// count, inside a character, and inspect and watch printed an invalid one.
+func TestClipKeepsCharactersWhole(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"法国的首都是哪里", 10, "法国的…"},
+		{"héllo world", 2, "h…"},
+		{"plain text", 5, "plain…"},
+		{"short", 30, "short"},
+	} {
+		got := clip(c.s, c.n)
+		if got != c.want || !utf8.ValidString(got) {
+			t.Errorf("clip(%q, %d) = %q, want %q", c.s, c.n, got, c.want)
+		}
 	}
 }

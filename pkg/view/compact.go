@@ -253,7 +253,7 @@ func (r *Reader) tasksOf(ctx context.Context, head *rolloutState) ([]schema.Task
 			return nil, fmt.Errorf("view: rollout %d: read its %s arrival again: %w", head.n, a.role, err)
 		}
 		var m schema.Arrive
-		if len(b.Msgs) == 1 && b.Msgs[0].Seq == a.seq && schema.Unmarshal(b.Msgs[0].Data, &m) == nil {
+		if len(b.Msgs) == 1 && b.Msgs[0].Seq == a.seq && decodeArrival(b.Msgs[0], &m) == nil {
 			tasks = m.Tasks
 		}
 	}

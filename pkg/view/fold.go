@@ -263,6 +263,17 @@ func arrivalID(m bus.StoredMsg) string {
 	return fmt.Sprintf("seq:%d", m.Seq)
 }
 
+// decodeArrival reads an arrival as the session-store does: msgpack, or
+// JSON where its Content-Type header says so (a trainer may send either,
+// `nats pub` for one), so that a rollout arrived in JSON is shown too.
+func decodeArrival(msg bus.StoredMsg, m *schema.Arrive) error {
+	if err := schema.Unmarshal(msg.Data, m); err == nil || len(msg.Header) == 0 {
+		return err
+	}
+	*m = schema.Arrive{}
+	return schema.UnmarshalTrainer(msg.Data, msg.Header, m)
+}
+
 // apply folds one stream message into the state and reports the rollout
 // it changed (ok false when the message is not one the view reads, or
 // cannot be decoded: a reader must not stop on one bad message).
@@ -281,7 +292,7 @@ func (s *state) fold(msg bus.StoredMsg) (int64, bool) {
 	switch p.Domain + "." + p.Verb {
 	case "rollout.arrive":
 		var m schema.Arrive
-		if schema.Unmarshal(data, &m) != nil {
+		if decodeArrival(msg, &m) != nil {
 			return 0, false
 		}
 		r := s.rollout(m.Rollout, at)

@@ -3,6 +3,7 @@ package view
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -231,5 +232,31 @@ func TestFoldTakesTasksFromTheArrivalThatCounted(t *testing.T) {
 		if r.config == nil || r.config.MaxTurns != 2 {
 			t.Errorf("read in the order %v: config %+v, want the corrected arrival's", order, r.config)
 		}
+	}
+}
+
+// TestFoldReadsJSONArrivals: an arrival a trainer sent as JSON (with
+// Content-Type: application/json, as `nats pub` does) is read as the
+// session-store reads it: the rollout waits, with the tasks, config and
+// weight version it brought. Before, the view read arrivals as msgpack
+// only and showed nothing of the rollout until it started, then no
+// questions, labels, config or trainer's weight version.
+func TestFoldReadsJSONArrivals(t *testing.T) {
+	f := newFolder(t, &state{})
+	body := `{"schema": "rollout.arrive/1", "rollout": 7, "role": "planner", "at_ms": 1767225600000, "weight_version": "step-7",
+		"engine": {"url": "http://127.0.0.1:30000", "protocol": "sglang"},
+		"tasks": [{"prompt": "What is the capital of France?", "label": "Paris"}], "config": {"max_turns": 3}}`
+	h := nats.Header{}
+	h.Set(schema.HdrContentType, schema.ContentTypeJSON)
+	f.st.apply(bus.StoredMsg{Subject: "rollout.7.arrive.planner", Header: h, Data: []byte(body), Time: f.now, Seq: 1})
+	r := f.st.rollouts[7]
+	if r == nil {
+		t.Fatal("rollout 7 not shown after its planner arrived in JSON")
+	}
+	if s := r.summary(f.now); s.Status != StatusWaiting || !slices.Contains(s.WeightVersions[schema.RolePlanner], "step-7") {
+		t.Errorf("status %q, weight versions %v: want waiting, with the planner's step-7", s.Status, s.WeightVersions)
+	}
+	if len(r.tasks) != 1 || r.tasks[0].Label != "Paris" || r.config == nil || r.config.MaxTurns != 3 {
+		t.Errorf("tasks %+v, config %+v: want the JSON arrival's", r.tasks, r.config)
 	}
 }
