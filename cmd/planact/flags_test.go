@@ -123,6 +123,7 @@ func TestBadTimesAndPortsAreRefused(t *testing.T) {
 		{append(up, "--sim-per-token", "-2ms"), "up: --sim-per-token -2ms: want 0 or more"},
 		{append(up, "--monitor-port", "-2"), "up: --monitor-port -2: want a port from 1 to 65535"},
 		{[]string{"up", "--port", "70000", "--metrics", ""}, "up: --port 70000: want a port from 1 to 65535"},
+		{[]string{"up", "--port", "-1", "--metrics", "nonsense"}, `up: --metrics "nonsense": want host:port`},
 		{append(sim, "--ttft", "-1s"), "sim: --ttft -1s: want 0 or more"},
 		{append(sim, "--per-token", "-1us"), "sim: --per-token -1µs: want 0 or more"},
 		{append(sim, "--concurrency", "-1"), "sim: --concurrency -1"},

@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -183,8 +185,8 @@ func printRollout(w io.Writer, ro *view.Rollout, eps []*view.Episode) {
 		}
 		fmt.Fprintln(w)
 	}
-	for role, vs := range ro.WeightVersions {
-		fmt.Fprintf(w, "%s weights: %s\n", role, strings.Join(vs, ", "))
+	for _, role := range slices.Sorted(maps.Keys(ro.WeightVersions)) { // the same order each time
+		fmt.Fprintf(w, "%s weights: %s\n", role, strings.Join(ro.WeightVersions[role], ", "))
 	}
 	if ro.Filter.Status != "" || ro.Filter.Lowest > 0 {
 		fmt.Fprintf(w, "episodes shown: %s\n", describeFilter(ro.Filter))

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -83,7 +84,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := checkDemoFlags(*rollouts, *tasks, *group, *format, *protocol, *actorErr, *stepwise); err != nil {
 		return err
 	}
-	if err := checkUpFlags(*port, *monitorPort, *ttft, *latency); err != nil {
+	if err := checkUpFlags(*port, *monitorPort, *ttft, *latency, *metricsAddr); err != nil {
 		return err
 	}
 	if (*plannerURL == "") != (*actorURL == "") && *runDemo {
@@ -400,7 +401,14 @@ func checkDemoFlags(rollouts, tasks, group int, format, protocol string, rates .
 // checkUpFlags refuses listener ports that no listener can have (the
 // embedded server would fail after waiting for itself, naming the client
 // port), and simulated times below zero, which were taken for none.
-func checkUpFlags(port, monitorPort int, ttft, perToken time.Duration) error {
+func checkUpFlags(port, monitorPort int, ttft, perToken time.Duration, metrics string) error {
+	if metrics != "" {
+		// A mistake in the address is refused (serve refuses it too); a
+		// port another process holds is told at start and skipped.
+		if _, p, err := net.SplitHostPort(metrics); err != nil || p == "" {
+			return fmt.Errorf("up: --metrics %q: want host:port, or \"\" for none", metrics)
+		}
+	}
 	for _, p := range []struct {
 		name string
 		v    int
