@@ -552,3 +552,26 @@ func TestDuplicateFailureCountedOnce(t *testing.T) {
 		t.Errorf("actor result reason %q; want one act's failure", actor.Reason)
 	}
 }
+
+// TestAnEvaluationSaysNothingOfSamples: an evaluation delivers no samples
+// by design, so its result does not say it has none, as a training
+// result with nothing to train on does: an evaluation whose episodes all
+// ended well said "no planner sample: tasks 2 evaluated", as if something
+// had been lost.
+func TestAnEvaluationSaysNothingOfSamples(t *testing.T) {
+	const n = 7
+	cfg := schema.DefaultConfig()
+	cfg.Evaluation = true
+	tasks := []schema.Task{{GroupIndex: 0, Index: 0, Prompt: "q0", Label: "a", Dataset: "nq"}, {GroupIndex: 1, Index: 1, Prompt: "q1", Label: "a", Dataset: "nq"}}
+	sess := &schema.Session{Rollout: n, Config: cfg, Episodes: len(tasks), State: schema.SessionDone, Status: schema.ResultOK}
+	eps := map[int]*episode{}
+	for e, task := range tasks {
+		eps[e] = &episode{task: task, end: &schema.EpisodeEnd{Rollout: n, Episode: e, Turns: 1, Status: schema.EpisodeCompleted, Answers: []string{"a"}}, reward: 1, correct: true}
+	}
+	planner, actor := buildResults(sess, tasks, eps, nil)
+	for _, r := range []result{planner, actor} {
+		if r.Status != schema.ResultOK || r.Reason != "" || !r.Evaluation || r.Stats.TaskStates[schema.TaskEvaluated] != len(tasks) {
+			t.Errorf("%s result: %s (%q), evaluation %v, tasks %v; want ok, saying nothing, every task evaluated", r.Role, r.Status, r.Reason, r.Evaluation, r.Stats.TaskStates)
+		}
+	}
+}

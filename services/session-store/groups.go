@@ -108,11 +108,14 @@ func (s *Service) decideGroup(ctx context.Context, sess schema.Session, rev uint
 
 // deliverGroup publishes delivered group g to every role that arrived,
 // each once (a role's group subject that holds a message was published),
-// and returns the objects its samples went to. eps are the group's
-// episodes as decideGroup read them, or nil (read here).
+// and returns the objects its samples went to: those of the messages found
+// published too, so that a group whose publish was not followed by the
+// session's write (a later effect failed, the write failed, the process
+// stopped) still has its object recorded, and removed after the retention.
+// eps are the group's episodes as decideGroup read them, or nil (read here).
 func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int, eps map[int]*episode) ([]string, error) {
 	n := sess.Rollout
-	var missing []string
+	var missing, objects []string
 	for _, role := range arrivedRoles(sess) {
 		m, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.Group(n, role, g))
 		if err != nil {
@@ -120,10 +123,18 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int,
 		}
 		if m == nil {
 			missing = append(missing, role)
+			continue
+		}
+		var grp groupObject
+		if err := schema.UnmarshalPart(m.Data, &schema.Group{}, &grp); err != nil {
+			return nil, fmt.Errorf("group %d of rollout %d, %s: %w", g, n, role, err)
+		}
+		if grp.SamplesObject != "" {
+			objects = append(objects, bus.ObjectResults(role)+"/"+grp.SamplesObject)
 		}
 	}
 	if len(missing) == 0 {
-		return nil, nil
+		return objects, nil
 	}
 	tl, err := s.tasksOf(ctx, sess)
 	if err != nil {
@@ -146,7 +157,6 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int,
 			break
 		}
 	}
-	var objects []string
 	for _, role := range missing {
 		msg := &schema.Group{Rollout: n, Role: role, GroupIndex: g, Delivered: delivered, Groups: groupCount(tasks), AtMs: s.nowMs()}
 		msg.Samples, msg.Tasks = groupShare(sess, eps, members, role)
@@ -269,6 +279,13 @@ type groupBody struct {
 	schema.Envelope
 	Samples       msgpack.RawMessage `json:"samples,omitempty"`
 	SamplesObject string             `json:"samples_object,omitempty"`
+}
+
+// groupObject is what deliverGroup reads of a group's message found
+// published: the object that holds its samples, if one does.
+type groupObject struct {
+	schema.Envelope
+	SamplesObject string `json:"samples_object,omitempty"`
 }
 
 // filter applies the rollout's group filter to a complete group.

@@ -359,7 +359,12 @@ func (s *Service) settle(ctx context.Context, sess schema.Session, rev uint64) e
 	for len(sess.Outbox) > 0 {
 		next, nextRev, err := s.settleOnce(ctx, sess, rev)
 		if err != nil {
-			s.failing.note(sess.Rollout, s.Now())
+			if next.Final() {
+				// The results' patience counts from their first failure
+				// (or a group's before them), not from one while the
+				// rollout ran, which another replica may have settled.
+				s.failing.note(identify(&next), s.Now())
+			}
 			return rolloutErr(sess.Rollout, err)
 		}
 		if slices.Equal(next.Outbox, sess.Outbox) {
@@ -367,7 +372,7 @@ func (s *Service) settle(ctx context.Context, sess schema.Session, rev uint64) e
 		}
 		sess, rev = next, nextRev
 	}
-	s.failing.settled(sess.Rollout)
+	s.failing.settled(identify(&sess))
 	return nil
 }
 
@@ -375,7 +380,7 @@ func (s *Service) settle(ctx context.Context, sess schema.Session, rev uint64) e
 // for longer than ResultPatience: what cannot be delivered then is given
 // up, and the results go out failed, saying why.
 func (s *Service) givingUp(sess *schema.Session) bool {
-	since, failing := s.failing.since(sess.Rollout)
+	since, failing := s.failing.since(identify(sess))
 	return sess.Final() && failing && s.Now().Sub(since) > s.ResultPatience
 }
 

@@ -6,21 +6,25 @@ import (
 )
 
 // failingSince remembers, per rollout, when this replica first failed to
-// settle the rollout's effects, until they settle. A finished rollout
-// whose results (or a group before them) keep failing for ResultPatience
-// from then goes out failed, saying why; a failure after a long outage of
-// NATS is tried again for that long first, not given up at once.
+// settle the effects of the finished rollout (its results, or a group
+// before them), until they settle. A finished rollout whose results keep
+// failing for ResultPatience from then goes out failed, saying why; a
+// failure after a long outage of NATS is tried again for that long first,
+// not given up at once. A failure while the rollout ran is not one of its
+// results: another replica may have settled it since, and this one, which
+// would not know, would give the results up at their first failure, however
+// long after.
 type failingSince struct {
 	mu sync.Mutex
-	m  map[int64]time.Time
+	m  map[rolloutID]time.Time
 }
 
 // note records a failure of rollout n at now, unless one is recorded.
-func (f *failingSince) note(n int64, now time.Time) {
+func (f *failingSince) note(n rolloutID, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.m == nil {
-		f.m = map[int64]time.Time{}
+		f.m = map[rolloutID]time.Time{}
 	}
 	if _, ok := f.m[n]; ok {
 		return
@@ -37,7 +41,7 @@ func (f *failingSince) note(n int64, now time.Time) {
 }
 
 // since is when rollout n first failed, if it is failing.
-func (f *failingSince) since(n int64) (time.Time, bool) {
+func (f *failingSince) since(n rolloutID) (time.Time, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t, ok := f.m[n]
@@ -45,7 +49,7 @@ func (f *failingSince) since(n int64) (time.Time, bool) {
 }
 
 // settled forgets rollout n's failures: its effects settled.
-func (f *failingSince) settled(n int64) {
+func (f *failingSince) settled(n rolloutID) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.m, n)

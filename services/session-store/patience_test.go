@@ -230,3 +230,85 @@ func TestAnEarlierRolloutOfTheSameNumber(t *testing.T) {
 		t.Errorf("assembling a started rollout whose task list is gone: %v; want an error that passes", err)
 	}
 }
+
+// TestAFailureWhileRunningStartsNoPatience: the patience of a finished
+// rollout's results counts from their first failure. A replica that failed
+// to deliver a group while the rollout ran (NATS did not answer), a
+// failure another replica then settled, kept it as the rollout's first
+// failure: an hour later, at the rollout's end, the first failure that
+// may pass made it give the results up at once, and both trainers got a
+// failed result although every sample was there.
+func TestAFailureWhileRunningStartsNoPatience(t *testing.T) {
+	_, url := bustest.Server(t)
+	a, b := newTestService(bustest.Bus(t, url, "ss-1")), newTestService(bustest.Bus(t, url, "ss-2"))
+	now := time.Now()
+	a.Now = func() time.Time { return now }
+	ctx := context.Background()
+	const n = 71
+	tasks := schema.TaskList{Tasks: []schema.Task{{GroupIndex: 0, Index: 0, Prompt: "q0", Label: "a"}, {GroupIndex: 1, Index: 1, Prompt: "q1", Label: "a"}}}
+	b.keepTasks(n, tasks)
+	for _, m := range []schema.Message{
+		&schema.PlanOutput{Rollout: n, Episode: 0, Turn: 1, FinishReason: "stop", Segments: []schema.Segment{
+			{Kind: schema.SegPrompt, Turn: 1, Text: "q", IDs: []int{1, 2}},
+			{Kind: schema.SegGenerated, Turn: 1, Text: "a", IDs: []int{3}, LogProbs: []float64{-1}, Version: "v1"},
+		}},
+		&schema.EpisodeEnd{Rollout: n, Episode: 0, Turns: 1, Status: schema.EpisodeCompleted, Answers: []string{"a"}},
+	} {
+		if err := a.Bus.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := loadTaskList
+	defer func() { loadTaskList = read }()
+	unreadable := func(context.Context, *bus.Bucket, *nats.Conn, int64) (schema.TaskList, bool, error) {
+		return schema.TaskList{}, false, fail.Transientf("tasks: JetStream did not answer")
+	}
+	cfg := schema.DefaultConfig()
+	cfg.StreamGroups = true
+	sess := finishedRollout(t, a, n, cfg, schema.EffectGroup(0))
+	sess, _, err := bus.Mutate(ctx, a.Bus.Sessions, schema.SessionKey(n), func(v *schema.Session, _ bool) (bool, error) {
+		v.State, v.Status, v.FinishedMs, v.Episodes = schema.SessionRunning, "", 0, 2
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Replica a fails to deliver group 0 while the rollout runs; replica b
+	// delivers it.
+	loadTaskList = unreadable
+	if err := a.settle(ctx, sess, 0); err == nil {
+		t.Fatal("settled with the tasks unreadable")
+	}
+	loadTaskList = read
+	if err := b.settle(ctx, sess, 0); err != nil {
+		t.Fatal(err)
+	}
+	// An hour later the rollout ends, and replica a's first try at the
+	// results fails in a way that may pass.
+	now = now.Add(time.Hour)
+	sess, _, err = bus.Mutate(ctx, a.Bus.Sessions, schema.SessionKey(n), func(v *schema.Session, _ bool) (bool, error) {
+		v.State, v.Status, v.Reason, v.FinishedMs = schema.SessionTimeout, schema.ResultPartial, "rollout time-out: 1 of 2 episodes ended", now.UnixMilli()
+		v.Outbox = []string{schema.EffectResults, schema.EffectCleanup}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loadTaskList = unreadable
+	err = a.settle(ctx, sess, 0)
+	if r := resultOf(t, a, n, schema.RolePlanner); r != nil {
+		t.Fatalf("a %s result (%q) at the results' first failure; want them tried again for the patience", r.Status, r.Reason)
+	}
+	if err == nil {
+		t.Fatal("settled with the tasks unreadable")
+	}
+	loadTaskList = read
+	if err := b.settle(ctx, sess, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		if r := resultOf(t, a, n, role); r == nil || r.Status != schema.ResultPartial || r.StreamedGroups == nil {
+			t.Errorf("%s result %+v; want partial, with group 0", role, r)
+		}
+	}
+}

@@ -138,3 +138,62 @@ func TestGroupObjectsRetainedWithInlineResults(t *testing.T) {
 		t.Error("no retention time-out scheduled for the group's object")
 	}
 }
+
+// TestGroupObjectRecordedThoughItsSettleDidNotFinish: a delivered group
+// whose samples went to the object store is recorded in the session (and
+// removed after the retention) even when the settle that published it did
+// not get to write the session (a later effect failed, the process
+// stopped). The next settle found the group's messages published and
+// named no object: the object outlived every retention.
+func TestGroupObjectRecordedThoughItsSettleDidNotFinish(t *testing.T) {
+	_, url := bustest.Server(t)
+	s := newTestService(bustest.Bus(t, url, "ss"))
+	s.InlineLimit = 64 // the group's samples go to the object store
+	ctx := context.Background()
+	const n = 123
+	s.keepTasks(n, schema.TaskList{Tasks: []schema.Task{{GroupIndex: 0, Index: 0, Prompt: "q", Label: "a"}}})
+	for _, m := range []schema.Message{
+		&schema.PlanOutput{Rollout: n, Episode: 0, Turn: 1, FinishReason: "stop", Segments: []schema.Segment{
+			{Kind: schema.SegPrompt, Turn: 1, Text: "q", IDs: []int{1, 2}},
+			{Kind: schema.SegGenerated, Turn: 1, Text: "a", IDs: []int{3}, LogProbs: []float64{-1}, Version: "v1"},
+		}},
+		&schema.ActDone{Rollout: n, Episode: 0, Turn: 1, Key: "t1-s1", NodeID: "s1", Tool: "search", Status: schema.ActDoneOK,
+			Generation: &schema.Generation{Prompt: "p", PromptIDs: []int{4}, OutputIDs: []int{5, 6}, LogProbs: []float64{-1, -2}, FinishReason: "stop"}},
+		&schema.EpisodeEnd{Rollout: n, Episode: 0, Turns: 1, Status: schema.EpisodeCompleted, Answers: []string{"a"}, Acts: []string{"t1-s1"}},
+	} {
+		if err := s.Bus.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := schema.DefaultConfig()
+	cfg.StreamGroups = true
+	sess := finishedRollout(t, s, n, cfg, schema.EffectGroup(0), schema.EffectResults, schema.EffectCleanup)
+	// A settle decides the group and publishes it, then stops before its
+	// write: what it published is not in the session.
+	gs, sess, rev, eps, err := s.decideGroup(ctx, sess, 0, 0)
+	if err != nil || gs.State != schema.GroupDelivered {
+		t.Fatalf("group 0: %+v, %v; want delivered", gs, err)
+	}
+	objs, err := s.deliverGroup(ctx, &sess, 0, eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 2 {
+		t.Fatalf("group 0 left objects %v; want one per role", objs)
+	}
+	if err := s.settle(ctx, sess, rev); err != nil {
+		t.Fatal(err)
+	}
+	got, _, _, err := bus.GetFresh[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range objs {
+		if !slices.Contains(got.Objects, obj) {
+			t.Errorf("session objects %v: the group's %s is not among them, and nothing removes it", got.Objects, obj)
+		}
+	}
+	if _, ok := retentionAt(t, s, n); !ok {
+		t.Error("no retention time-out scheduled for the group's objects")
+	}
+}

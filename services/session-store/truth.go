@@ -151,7 +151,7 @@ func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, stri
 	} else if trainable == 0 && r.Stats.TaskStates[schema.TaskEmpty] > 0 && lost.tasks == 0 && failed.total == 0 {
 		what = append(what, fmt.Sprintf("no %s sample: no act of the %d tasks ran the actor model", r.Role, r.Stats.TaskStates[schema.TaskEmpty]))
 	}
-	if trainable == 0 && len(what) == 0 && len(eps) > 0 && (status == schema.ResultOK || status == schema.ResultPartial) {
+	if !r.Evaluation && trainable == 0 && len(what) == 0 && len(eps) > 0 && (status == schema.ResultOK || status == schema.ResultPartial) {
 		// Filtered groups, say: nothing to train on, and the result says why.
 		what = append(what, fmt.Sprintf("no %s sample: tasks %s", r.Role, statesText(r.Stats.TaskStates)))
 	}
