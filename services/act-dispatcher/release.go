@@ -196,11 +196,37 @@ func depsDone(n *schema.NodeState, ids map[string]*schema.NodeState) bool {
 // openLevel keeps the ready nodes of the lowest topological level that is
 // not finished: GAP's level-by-level execution, a barrier between levels.
 func openLevel(r *schema.Run, ready []*schema.NodeState) []*schema.NodeState {
-	ids := make([]string, len(r.Nodes))
+	// A streamed plan's partial may hold a node whose dependency is not in
+	// it yet (written later, its call still to come): that node, and those
+	// that depend on it, have no level yet. Not ready before the node they
+	// wait for is there, they are left out of the levels until it is; the
+	// levels of the others stand. (Before, the unknown dependency failed
+	// the levels, and the whole run was released eagerly.)
+	placed := make(map[string]bool, len(r.Nodes))
+	for _, n := range r.Nodes {
+		placed[n.Node.ID] = true
+	}
+	for changed := true; changed; {
+		changed = false
+		for _, n := range r.Nodes {
+			if !placed[n.Node.ID] {
+				continue
+			}
+			for _, dep := range n.Node.Deps {
+				if !placed[dep] {
+					placed[n.Node.ID], changed = false, true
+					break
+				}
+			}
+		}
+	}
+	var ids []string
 	deps := make(map[string][]string, len(r.Nodes))
-	for i, n := range r.Nodes {
-		ids[i] = n.Node.ID
-		deps[n.Node.ID] = n.Node.Deps
+	for _, n := range r.Nodes {
+		if placed[n.Node.ID] {
+			ids = append(ids, n.Node.ID)
+			deps[n.Node.ID] = n.Node.Deps
+		}
 	}
 	levels, err := dag.Levels(ids, deps)
 	if err != nil {

@@ -141,3 +141,50 @@ func TestDuplicateCallsAreCached(t *testing.T) {
 		t.Errorf("y after x: %s %q", ids["y"].Status, ids["y"].Output)
 	}
 }
+
+// A streamed plan's partial may hold a node whose dependency it does not
+// hold yet (a plan that names its tasks out of order, the later one's call
+// still to come). The levels schedule keeps its barrier among the nodes it
+// has: c, of level 1, waits for b, of level 0, though a, its dependency, is
+// done. Before, the unknown dependency failed the levels and the run was
+// released eagerly: c ran beside b.
+func TestLevelsHoldTheirBarrierWhileAPartialPlanLacksADependency(t *testing.T) {
+	node := func(id, input string, deps ...string) plan.Node {
+		return plan.Node{ID: id, Tool: "search", Args: map[string]any{"input": input}, Deps: deps}
+	}
+	var r schema.Run
+	applyPlan(&r, false, &schema.PlanDAG{Rollout: 1, Turn: 1, Partial: true, Seq: 1, Plan: plan.Plan{Nodes: []plan.Node{
+		node("a", "capital of France"),
+		node("b", "capital of Japan"),
+		node("c", "population of {a}", "a"),
+		node("x", "compare {c} and {z}", "c", "z"), // z is not written yet
+	}}}, schema.ScheduleLevels, schema.PolicyReplan)
+	run, _ := advance(&r, nil)
+	if got := keys(run); !reflect.DeepEqual(got, []string{"a", "b"}) {
+		t.Fatalf("first release %v, want [a b]", got)
+	}
+	if got := finish(&r, "a", schema.NodeDone, "Paris"); len(got) != 0 {
+		t.Fatalf("released %v while b, of the level below, runs: want nothing", got)
+	}
+	if got := finish(&r, "b", schema.NodeDone, "Tokyo"); !reflect.DeepEqual(got, []string{"c"}) {
+		t.Fatalf("released %v once level 0 is done, want [c]", got)
+	}
+	// The final plan brings z: x, of level 2 now, waits for it.
+	applyPlan(&r, true, &schema.PlanDAG{Rollout: 1, Turn: 1, Plan: plan.Plan{Nodes: []plan.Node{
+		node("a", "capital of France"),
+		node("b", "capital of Japan"),
+		node("c", "population of {a}", "a"),
+		node("x", "compare {c} and {z}", "c", "z"),
+		node("z", "population of {b}", "b"),
+	}}}, schema.ScheduleLevels, schema.PolicyReplan)
+	if got, _ := advance(&r, nil); !reflect.DeepEqual(keys(got), []string{"z"}) {
+		t.Fatalf("released %v after the final plan, want [z]", keys(got))
+	}
+	finish(&r, "c", schema.NodeDone, "2.1 million")
+	if got := finish(&r, "z", schema.NodeDone, "14 million"); !reflect.DeepEqual(got, []string{"x"}) {
+		t.Fatalf("released %v once level 1 is done, want [x]", got)
+	}
+	if x := byID(&r)["x"]; x.Input != "compare 2.1 million and 14 million" {
+		t.Errorf("x's input %q", x.Input)
+	}
+}

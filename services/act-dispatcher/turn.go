@@ -86,8 +86,12 @@ type runner struct {
 	mine     map[string]bool            // nodes this runner executes (or executed)
 	awaiting time.Time                  // since when it waits for outcomes of nodes it does not run
 
-	mu     sync.Mutex
-	inbox  []*schema.ActDone
+	mu    sync.Mutex
+	inbox []*schema.ActDone
+	// heard are the nodes whose outcome was heard published on the turn's
+	// subjects (follow): the outcome the stream holds is read, not the one
+	// heard, which may be a second outcome the stream refused.
+	heard  []string
 	dag    *schema.PlanDAG // the newest plan handed over, not merged yet
 	wake   chan struct{}
 	closed bool
@@ -200,13 +204,22 @@ func (r *runner) notify() {
 	}
 }
 
+// hear tells the runner that an outcome of node key was published by
+// another replica.
+func (r *runner) hear(key string) {
+	r.mu.Lock()
+	r.heard = append(r.heard, key)
+	r.notify()
+	r.mu.Unlock()
+}
+
 // take returns what arrived since the last call.
-func (r *runner) take() ([]*schema.ActDone, *schema.PlanDAG) {
+func (r *runner) take() ([]*schema.ActDone, []string, *schema.PlanDAG) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	in, d := r.inbox, r.dag
-	r.inbox, r.dag = nil, nil
-	return in, d
+	in, heard, d := r.inbox, r.heard, r.dag
+	r.inbox, r.heard, r.dag = nil, nil, nil
+	return in, heard, d
 }
 
 // handleDAG takes a plan of a turn: it hands it to this replica's runner of
@@ -470,10 +483,25 @@ func (t *runner) runTurn(ctx context.Context, newly []*schema.NodeState) (err er
 // step applies what arrived, records the decisions it implies, and starts
 // the acts released. It returns true once the turn is over.
 func (t *runner) step(ctx context.Context) (bool, error) {
-	outcomes, d := t.take()
+	outcomes, heard, d := t.take()
 	for _, o := range outcomes {
 		if _, ok := t.known[o.Key]; !ok {
 			t.known[o.Key] = o
+		}
+	}
+	for _, key := range heard {
+		if t.known[key] != nil {
+			continue
+		}
+		// What was heard may be an outcome the stream refused, the act
+		// having run twice: the one it holds counts, read from its leader
+		// (none yet: the act's own run, or check, finds it).
+		o, err := t.s.outcome(ctx, t.run.Rollout, t.run.Episode, key)
+		if err != nil {
+			return false, err
+		}
+		if o != nil {
+			t.known[key] = o
 		}
 	}
 	for {
@@ -624,10 +652,15 @@ func (t *runner) follow(ctx context.Context) ([]*nats.Subscription, error) {
 			t.offer(&d)
 		}
 	}
+	// An outcome heard is not taken as it is: a subscriber hears every
+	// outcome published, the stream keeps only an act's first (another
+	// runner's run of the act may come second, or reach this server
+	// first). Those this replica published are its acts' own, each of
+	// which hands the runner the outcome the stream keeps (runAct).
 	onDone := func(m *nats.Msg) {
 		var d schema.ActDone
-		if schema.Unmarshal(m.Data, &d) == nil && d.Turn == turn {
-			t.deliver(&d)
+		if schema.Unmarshal(m.Data, &d) == nil && d.Turn == turn && (d.Replica == "" || d.Replica != t.s.replica()) {
+			t.hear(d.Key)
 		}
 	}
 	for _, f := range []struct {

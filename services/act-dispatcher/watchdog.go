@@ -220,7 +220,20 @@ func (s *Service) driveOn(ctx context.Context, info *session.Info, e int, last, 
 			return "", err
 		}
 		if d.Partial {
-			return "plan-request", s.askAgain(ctx, n, e, tag) // the planner stopped mid-plan
+			// A partial plan may be parsed after its turn's final output
+			// (the plan-parser takes the plan so far and the final output
+			// apart): once that output is out, the planner has written the
+			// turn, and what the output was parsed into drives it on.
+			over, err := s.finalOut(ctx, &d)
+			if err != nil {
+				return "", err
+			}
+			if !over {
+				return "plan-request", s.askAgain(ctx, n, e, tag) // the planner stopped mid-plan
+			}
+			if action, err := s.driveDecided(ctx, info, &d); action != "" || err != nil {
+				return action, err
+			}
 		}
 		return "run", s.driveRun(ctx, info, last, &d, tag)
 	case "answer":
@@ -237,6 +250,30 @@ func (s *Service) driveOn(ctx context.Context, info *session.Info, e int, last, 
 		return "parse-error", s.handleParseError(ctx, info, &pe)
 	}
 	return "", fmt.Errorf("last message %s: nothing to drive on", last.Subject)
+}
+
+// driveDecided handles again the answer or parse error that decided the
+// turn of the partial plan d, if its final output was one; it returns ""
+// when it was not (a plan: the run is driven on).
+func (s *Service) driveDecided(ctx context.Context, info *session.Info, d *schema.PlanDAG) (string, error) {
+	n, e := d.Rollout, d.Episode
+	if m, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanAnswer(n, e)); err != nil {
+		return "", err
+	} else if m != nil {
+		var a schema.PlanAnswer
+		if err := schema.Unmarshal(m.Data, &a); err == nil && a.Turn == d.Turn {
+			return "answer", s.handleAnswer(ctx, info, &a)
+		}
+	}
+	if m, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanError(n, e)); err != nil {
+		return "", err
+	} else if m != nil {
+		var pe schema.PlanError
+		if err := schema.Unmarshal(m.Data, &pe); err == nil && pe.Turn == d.Turn {
+			return "parse-error", s.handleParseError(ctx, info, &pe)
+		}
+	}
+	return "", nil
 }
 
 // askAgain publishes the episode's last plan request again.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/subject"
 )
 
 // TestWatchdogReadsOnlyWhatMayHaveStalled: the watchdog reads the streams
@@ -55,5 +56,89 @@ func TestWatchdogReadsOnlyWhatMayHaveStalled(t *testing.T) {
 	}
 	if at, ok := s.moved.at(7, 3); !ok || !at.Equal(now.Add(-2*time.Minute)) {
 		t.Errorf("episode 3 of the running rollout 7: noted %v %v, want two minutes ago", at, ok)
+	}
+}
+
+// The plan-parser may publish a streamed turn's last partial plan after
+// its final one (it parses the plan so far and the final output apart), so
+// that a partial is the episode's last plan message though the planner
+// wrote the whole turn. When that turn stalls (its runner gone, its plan
+// message not delivered again), the watchdog must drive its run on. Before,
+// a partial last meant "the planner stopped mid-plan": it asked the planner
+// again at every stall, and the run was never taken over.
+func TestTheWatchdogDrivesOnARunWhosePartialCameAfterItsFinalPlan(t *testing.T) {
+	t.Parallel()
+	s, info, _, ctx := streamedTurn(t)
+	a, b := search("a", "x"), search("b", "y")
+	partial, final := planDAG(1, true, 1, a), planDAG(1, false, 0, a, b)
+	record(t, s, info, 5, partial, final)
+	for _, m := range []schema.Message{
+		&schema.PlanRequest{Rollout: 1, Episode: 0, Turn: 1},
+		&schema.PlanOutput{Rollout: 1, Episode: 0, Turn: 1, Text: "a, b"},
+		final, partial,
+	} {
+		if err := s.Bus.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, err := s.Bus.LastMsg(ctx, bus.StreamPlan, "plan.1.*.0")
+	if err != nil || last == nil || last.Subject != subject.PlanDAG(1, 0) {
+		t.Fatalf("last plan message %+v, %v: want the partial plan", last, err)
+	}
+	action, err := s.driveOn(ctx, info, 0, last, nil, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if action != "run" {
+		t.Errorf("the watchdog did %q, want %q: the planner wrote the turn, its run stalled", action, "run")
+	}
+	copied, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanDAG(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if copied.Seq == last.Seq || copied.Header.Get(HdrTakeover) != "5" {
+		t.Fatalf("the plan is not published again to take the turn from its runner 5 (last %d, takeover %q)", copied.Seq, copied.Header.Get(HdrTakeover))
+	}
+	// The copy's handler takes the turn over: the acts run, the turn ends.
+	done(t, s, 1, a)
+	done(t, s, 1, b)
+	if err := handleLast(ctx, s, subject.PlanDAG(1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := runOf(t, s, 1); !r.Finished || r.Runner != copied.Seq {
+		t.Errorf("the run after the copy: finished %v, runner %d; want finished by the copy (%d)", r.Finished, r.Runner, copied.Seq)
+	}
+}
+
+// So too when the turn's final output was an answer, parsed before the
+// last partial: the watchdog handles the answer again (the episode ends),
+// rather than asking the planner for a turn it answered.
+func TestTheWatchdogEndsAnAnsweredTurnWhosePartialCameLast(t *testing.T) {
+	t.Parallel()
+	s, info, _, ctx := streamedTurn(t)
+	a := search("a", "x")
+	partial := planDAG(1, true, 1, a)
+	record(t, s, info, 5, partial)
+	done(t, s, 1, a)
+	for _, m := range []schema.Message{
+		&schema.PlanRequest{Rollout: 1, Episode: 0, Turn: 1},
+		&schema.PlanOutput{Rollout: 1, Episode: 0, Turn: 1, Text: "<answer>x</answer>"},
+		&schema.PlanAnswer{Rollout: 1, Episode: 0, Turn: 1, Answers: []string{"x"}},
+		partial,
+	} {
+		if err := s.Bus.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, err := s.Bus.LastMsg(ctx, bus.StreamPlan, "plan.1.*.0")
+	if err != nil || last == nil || last.Subject != subject.PlanDAG(1, 0) {
+		t.Fatalf("last plan message %+v, %v: want the partial plan", last, err)
+	}
+	action, err := s.driveOn(ctx, info, 0, last, nil, "w1")
+	if err != nil || action != "answer" {
+		t.Fatalf("the watchdog did %q (%v), want %q", action, err, "answer")
+	}
+	if end := episodeEnd(t, s); end.Status != schema.EpisodeCompleted || !slices.Equal(end.Acts, []string{"t1-a"}) {
+		t.Errorf("episode end %s, acts %v; want completed, listing t1-a", end.Status, end.Acts)
 	}
 }
