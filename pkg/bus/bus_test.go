@@ -57,6 +57,40 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	}
 }
 
+// Provisioning what is already as wanted sends no update: an update is not
+// a no-op on the server (it rewrites the stream's config, racing with the
+// consumers other replicas create), and a limit the config leaves unset
+// (0) is stored as -1, which must read as the same.
+func TestProvisionAgainUpdatesNothing(t *testing.T) {
+	_, url := bustest.Server(t)
+	bustest.Provision(t, url)
+	watch := bustest.Conn(t, url)
+	updates, err := watch.SubscribeSync("$JS.API.STREAM.UPDATE.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Provision(t, url)
+	// Every request of the provisioning was answered, so a copy of each
+	// was queued to watch before this flush's answer.
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n, _, err := updates.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		m, err := updates.NextMsg(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("provisioning again updated what was as wanted: %s", m.Subject)
+	}
+}
+
 type streamSnap struct {
 	created time.Time
 	msgs    uint64

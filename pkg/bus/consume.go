@@ -198,12 +198,8 @@ func (b *Bus) consumer(ctx context.Context, c Consumer) (jetstream.Consumer, err
 // Consume runs h on every message of the durable consumer c until ctx ends,
 // then waits for the handlers in flight.
 func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
-	c = c.withDefaults()
-	// A service may start, or reach this point, while NATS restarts or a
-	// leader is elected: the consumer is asked for again until NATS
-	// answers (a missing one that this user may not create is an error at
-	// once).
-	if err := b.retry(ctx, "opening consumer "+c.Durable, func() error { _, err := b.consumer(ctx, c); return err }); err != nil {
+	c, err := b.openConsumer(ctx, c)
+	if err != nil {
 		return err
 	}
 	// `nats micro stats` shows the consumer's real work: messages handled,
@@ -218,6 +214,37 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 		b.handle(ctx, c, h, raw, ep)
 	})
 	return p.run(ctx)
+}
+
+// openConsumer opens c's durable consumer and returns c as the consume
+// loop runs it. A service may start, or reach this point, while NATS
+// restarts or a leader is elected: the consumer is asked for again until
+// NATS answers (a missing one that this user may not create is an error
+// at once). A consumer used as provisioning made it, with a shorter ack
+// wait than c asks for, sets the pace of the signs of life and the pull
+// requests' expiry: paced by c's, a handler at work would lose its message
+// to another replica. Fewer deliveries than c asks for bound the
+// handler's tries likewise.
+func (b *Bus) openConsumer(ctx context.Context, c Consumer) (Consumer, error) {
+	c = c.withDefaults()
+	var cons jetstream.Consumer
+	if err := b.retry(ctx, "opening consumer "+c.Durable, func() error {
+		var err error
+		cons, err = b.consumer(ctx, c)
+		return err
+	}); err != nil {
+		return c, err
+	}
+	have := cons.CachedInfo().Config
+	if have.AckWait > 0 && have.AckWait < c.AckWait {
+		c.AckWait = have.AckWait
+	}
+	// Likewise a message is given up aloud (term) before JetStream drops
+	// it in silence at the consumer's own most deliveries.
+	if have.MaxDeliver > 0 && have.MaxDeliver-1 < c.MaxDeliver {
+		c.MaxDeliver = max(have.MaxDeliver-1, 1)
+	}
+	return c, nil
 }
 
 func (b *Bus) handle(ctx context.Context, c Consumer, h Handler, raw *nats.Msg, ep *Endpoint) {

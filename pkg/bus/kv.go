@@ -243,6 +243,14 @@ func Update(ctx context.Context, kv *Bucket, key string, v any, rev uint64) (new
 	return newRev, false, nil
 }
 
+// isConflict says whether a write was refused because the key was not at
+// the revision it expected. nats.go wraps most such refusals in
+// ErrKeyRevisionMismatch or ErrKeyExists, but not all: Create over a
+// deleted key returns the stream's own error, whose code on a replicated
+// stream (10164, a write on the key in flight) matches neither.
 func isConflict(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) ||
+		errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

@@ -356,18 +356,31 @@ func (b *Bus) provisionOnce(ctx context.Context, p Provisioning) error {
 		// Updating a stream that is already as wanted is not a no-op on the
 		// server (it rewrites the store's config, racing with consumers
 		// being created by other replicas), so only a difference is applied.
-		if st, err := b.JS.Stream(ctx, cfg.Name); err == nil {
-			have := st.CachedInfo().Config
-			cfg.Replicas = b.keepReplicas(cfg.Name, have.Replicas, cfg.Replicas)
-			cfg.MaxAge, cfg.MaxBytes = b.keepLimits(cfg.Name, p, have.MaxAge, cfg.MaxAge, have.MaxBytes, cfg.MaxBytes)
-			if sameStream(have, cfg) {
-				continue
+		// A stream that could not be read is not taken for missing: made
+		// anew with cfg as it is, it would lose the longer history, larger
+		// storage and replicas it has (read again at the next try).
+		st, err := b.JS.Stream(ctx, cfg.Name)
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
 			}
-			if err := canUpdate(have, cfg); err != nil {
-				return err
+			// Missing: created, never updated (another process may have
+			// made it since, with settings this one would lower).
+			if _, err := b.JS.CreateStream(ctx, cfg); err != nil {
+				return fmt.Errorf("provision stream %s: %w", cfg.Name, explainCreate(err, p))
 			}
+			continue
 		}
-		if _, err := b.JS.CreateOrUpdateStream(ctx, cfg); err != nil {
+		have := st.CachedInfo().Config
+		cfg.Replicas = b.keepReplicas(cfg.Name, have.Replicas, cfg.Replicas)
+		cfg.MaxAge, cfg.MaxBytes = b.keepLimits(cfg.Name, p, have.MaxAge, cfg.MaxAge, have.MaxBytes, cfg.MaxBytes)
+		if sameStream(have, cfg) {
+			continue
+		}
+		if err := canUpdate(have, cfg); err != nil {
+			return err
+		}
+		if _, err := b.JS.UpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("provision stream %s: %w", cfg.Name, explainCreate(err, p))
 		}
 	}
@@ -425,22 +438,33 @@ func explainCreate(err error, p Provisioning) error {
 func (b *Bus) objectStore(ctx context.Context, ocfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
 	name := ocfg.Bucket
 	scfg := objectStreamConfig(ocfg)
-	if os, err := b.JS.ObjectStore(ctx, name); err == nil {
-		if st, err := os.Status(ctx); err == nil {
-			scfg.Replicas = b.keepReplicas(name, st.Replicas(), scfg.Replicas)
-			c := st.(*jetstream.ObjectBucketStatus).StreamInfo().Config
-			scfg.MaxAge, scfg.MaxBytes = b.keepLimits(scfg.Name, b.Provisioning, c.MaxAge, scfg.MaxAge, c.MaxBytes, scfg.MaxBytes)
-			if st.Description() == scfg.Description && st.TTL() == scfg.MaxAge && st.Storage() == scfg.Storage &&
-				max(st.Replicas(), 1) == max(scfg.Replicas, 1) && !c.AllowDirect && c.MaxBytes == scfg.MaxBytes {
-				return os, nil
-			}
-		}
-	}
-	if _, err := b.JS.CreateOrUpdateStream(ctx, scfg); err != nil {
-		return nil, fmt.Errorf("provision object store %s: %w", name, explainCreate(err, b.Provisioning))
-	}
+	// One that could not be read is not taken for missing (see
+	// provisionOnce): it is read again at the next try.
 	os, err := b.JS.ObjectStore(ctx, name)
-	if err != nil {
+	switch {
+	case err == nil:
+		st, err := os.Status(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("provision object store %s: %w", name, err)
+		}
+		scfg.Replicas = b.keepReplicas(name, st.Replicas(), scfg.Replicas)
+		c := st.(*jetstream.ObjectBucketStatus).StreamInfo().Config
+		scfg.MaxAge, scfg.MaxBytes = b.keepLimits(scfg.Name, b.Provisioning, c.MaxAge, scfg.MaxAge, c.MaxBytes, scfg.MaxBytes)
+		if st.Description() == scfg.Description && st.TTL() == scfg.MaxAge && st.Storage() == scfg.Storage &&
+			max(st.Replicas(), 1) == max(scfg.Replicas, 1) && !c.AllowDirect && c.MaxBytes == scfg.MaxBytes {
+			return os, nil
+		}
+		if _, err := b.JS.UpdateStream(ctx, scfg); err != nil {
+			return nil, fmt.Errorf("provision object store %s: %w", name, explainCreate(err, b.Provisioning))
+		}
+	case errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound):
+		if _, err := b.JS.CreateStream(ctx, scfg); err != nil {
+			return nil, fmt.Errorf("provision object store %s: %w", name, explainCreate(err, b.Provisioning))
+		}
+	default:
+		return nil, fmt.Errorf("provision object store %s: %w", name, err)
+	}
+	if os, err = b.JS.ObjectStore(ctx, name); err != nil {
 		return nil, fmt.Errorf("provision object store %s: %w", name, err)
 	}
 	return os, nil
@@ -471,9 +495,18 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 		have.Duplicates == want.Duplicates && max(have.Replicas, 1) == max(want.Replicas, 1) &&
 		have.Discard == want.Discard && have.AllowMsgSchedules == want.AllowMsgSchedules &&
 		have.AllowMsgTTL == want.AllowMsgTTL && have.AllowDirect == want.AllowDirect &&
-		have.MaxBytes == want.MaxBytes && max(have.MaxMsgSize, -1) == max(want.MaxMsgSize, -1) &&
+		have.MaxBytes == want.MaxBytes && noLimit(int64(have.MaxMsgSize)) == noLimit(int64(want.MaxMsgSize)) &&
 		have.DenyDelete == want.DenyDelete && have.DenyPurge == want.DenyPurge && have.AllowRollup == want.AllowRollup &&
-		max(have.MaxMsgsPerSubject, -1) == max(want.MaxMsgsPerSubject, -1)
+		noLimit(have.MaxMsgsPerSubject) == noLimit(want.MaxMsgsPerSubject)
+}
+
+// noLimit reads a stream limit as the server stores it: a config that sets
+// none (0) comes back as -1.
+func noLimit(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 // keepLimits keeps the max age and bytes of what exists where they are
@@ -516,22 +549,32 @@ func (b *Bus) keepReplicas(name string, have, want int) int {
 // differs from cfg (see sameStream for why).
 func (b *Bus) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (*Bucket, error) {
 	js := b.JS
-	if kv, err := js.KeyValue(ctx, cfg.Bucket); err == nil {
-		if st, err := kv.Status(ctx); err == nil {
-			if kvs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-				c := kvs.StreamInfo().Config
-				cfg.Replicas = b.keepReplicas(cfg.Bucket, c.Replicas, cfg.Replicas)
-				cfg.TTL, cfg.MaxBytes = b.keepLimits("KV_"+cfg.Bucket, b.Provisioning, c.MaxAge, cfg.TTL, c.MaxBytes, cfg.MaxBytes)
-				if c.Description == cfg.Description && c.MaxMsgsPerSubject == int64(cfg.History) && c.MaxAge == cfg.TTL &&
-					c.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL && c.Storage == cfg.Storage && max(c.Replicas, 1) == max(cfg.Replicas, 1) &&
-					c.MaxBytes == cfg.MaxBytes {
-					return &Bucket{KeyValue: kv, bus: b, replicated: c.Replicas > 1}, nil
-				}
-			}
+	// One that could not be read is not taken for missing (see
+	// provisionOnce): it is read again at the next try.
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	switch {
+	case err == nil:
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return nil, err
 		}
-	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-	if err != nil {
+		c := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
+		cfg.Replicas = b.keepReplicas(cfg.Bucket, c.Replicas, cfg.Replicas)
+		cfg.TTL, cfg.MaxBytes = b.keepLimits("KV_"+cfg.Bucket, b.Provisioning, c.MaxAge, cfg.TTL, c.MaxBytes, cfg.MaxBytes)
+		if c.Description == cfg.Description && c.MaxMsgsPerSubject == int64(cfg.History) && c.MaxAge == cfg.TTL &&
+			c.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL && c.Storage == cfg.Storage && max(c.Replicas, 1) == max(cfg.Replicas, 1) &&
+			c.MaxBytes == cfg.MaxBytes {
+			return &Bucket{KeyValue: kv, bus: b, replicated: c.Replicas > 1}, nil
+		}
+		kv, err = js.UpdateKeyValue(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		if kv, err = js.CreateKeyValue(ctx, cfg); err != nil {
+			return nil, err
+		}
+	default:
 		return nil, err
 	}
 	return &Bucket{KeyValue: kv, bus: b, replicated: cfg.Replicas > 1}, nil
