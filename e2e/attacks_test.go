@@ -272,6 +272,7 @@ func TestAttacksOnData(t *testing.T) {
 	t.Run("3 tasks: trainer-actor deletes and overwrites the planner's task list", func(t *testing.T) { a.t = t; a.touchOthersTasks(31) })
 	t.Run("3 tasks: trainer-planner changes its task list after arriving", func(t *testing.T) { a.t = t; a.poisonOwnTasks(32) })
 	t.Run("2 forge: trainer-actor rolls up the stream it arrives on", func(t *testing.T) { a.t = t; a.rollup(done) })
+	t.Run("2 forge: trainers and the viewer have the server answer onto planact's subjects", func(t *testing.T) { a.t = t; a.replySubjects(done) })
 	a.t = t
 	a.stillRuns()
 }
@@ -293,6 +294,7 @@ func TestAttacksOnServices(t *testing.T) {
 	})
 	t.Run("6 limits: trainer-planner leaves schedules that keep writing", func(t *testing.T) { a.t = t; a.everySchedules() })
 	t.Run("6 limits: trainer-actor opens subscriptions without end", func(t *testing.T) { a.t = t; a.subscriptions() })
+	t.Run("6 limits: trainer-actor takes every connection it may", func(t *testing.T) { a.t = t; a.connections() })
 	a.t = t
 	a.stillRuns()
 	// Last, as it leaves trainer-actor's stream full.
@@ -859,5 +861,99 @@ func (a *attackers) rollup(n int64) {
 	}
 	if a.last(fmt.Sprintf("rollout.%d.result.planner", n)) == nil {
 		a.t.Errorf("the results of rollout %d are gone", n)
+	}
+}
+
+// replySubjects: a client names the subject the server answers it on,
+// and NATS checks no right on a reply subject. Each attacker sends what it
+// may (an arrival of its own, a direct get of its own result or one of the
+// viewer's) with a reply subject of planact's: the server's answer (a
+// publish acknowledgement, the message read, an empty "not found") would
+// be a forged result of the other role, a JetStream API request no one
+// had the right to make ($JS.API.STREAM.DELETE.<stream> with an empty body
+// deletes the stream), a gateway's presence. The admin watches each target
+// subject on the attacker's server; the attacker's next request, answered
+// by the same server-side sender on the same path, comes after the forged
+// one would have, and the admin's flush then shows whether it came.
+func (a *attackers) replySubjects(n int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	watcher := bustest.Conn(a.t, withUser(a.urls[1], "admin"))
+	attacks := []struct {
+		user, what  string
+		subj        string // what the attacker may send
+		body        []byte
+		reply       string // the subject of planact's it has the answer sent to
+		barrierSubj string // the same request, answered to its own inbox
+	}{
+		{user: "trainer-planner", what: "its arrival's acknowledgement as the actor's result",
+			subj: "rollout.9026.arrive.planner", body: []byte("x"), reply: fmt.Sprintf("rollout.%d.result.actor", n),
+			barrierSubj: "rollout.9026.cancel.planner"},
+		{user: "trainer-actor", what: "an empty answer as a request to delete a stream",
+			subj: "$JS.API.DIRECT.GET.ROLLOUT.rollout.99999.result.actor", reply: "$JS.API.STREAM.DELETE.ATTACK_WITNESS",
+			barrierSubj: "$JS.API.DIRECT.GET.ROLLOUT.rollout.99998.result.actor"},
+		{user: "viewer", what: "the actor's result as a planner-gateway's presence",
+			subj: "$JS.API.DIRECT.GET.ROLLOUT", body: []byte(fmt.Sprintf(`{"last_by_subj":"rollout.%d.result.actor"}`, n)), reply: "presence.planner.ATTACK-REPLY",
+			barrierSubj: "$JS.API.DIRECT.GET.ROLLOUT"},
+	}
+	for _, at := range attacks {
+		got := make(chan *nats.Msg, 16)
+		sub, err := watcher.ChanSubscribe(at.reply, got)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		if err := watcher.Flush(); err != nil {
+			a.t.Fatal(err)
+		}
+		nc, _ := a.conn(at.user)
+		if err := nc.PublishMsg(&nats.Msg{Subject: at.subj, Reply: at.reply, Data: at.body}); err != nil {
+			a.t.Fatal(err)
+		}
+		if _, err := nc.RequestWithContext(ctx, at.barrierSubj, at.body); err != nil {
+			a.t.Fatalf("%s: %s: %v", at.user, at.barrierSubj, err)
+		}
+		if err := watcher.Flush(); err != nil {
+			a.t.Fatal(err)
+		}
+		_ = sub.Unsubscribe()
+		select {
+		case m := <-got:
+			a.t.Errorf("%s had the server publish %s on %s (%d bytes: %.200q)", at.user, at.what, at.reply, len(m.Data), m.Data)
+		default:
+		}
+	}
+}
+
+// connections: trainer-actor opens connections until the server refuses
+// one; the session-store (reconnecting, or a new replica) and the other
+// trainer must still get in. An account's max_connections is shared by
+// all its users: the trainers' and the viewer's accounts are their own.
+func (a *attackers) connections() {
+	var held []*nats.Conn
+	defer func() {
+		for _, nc := range held {
+			nc.Close()
+		}
+	}()
+	refused := false
+	for range 1001 {
+		nc, err := nats.Connect(withUser(a.urls[1], "trainer-actor"), nats.NoReconnect(), nats.CustomInboxPrefix(bus.InboxPrefix("trainer-actor")))
+		if err != nil {
+			a.t.Logf("trainer-actor's connection %d: %v", len(held)+1, err)
+			refused = true
+			break
+		}
+		held = append(held, nc)
+	}
+	if !refused {
+		a.t.Errorf("trainer-actor holds %d connections, none refused", len(held))
+	}
+	for _, user := range []string{"session-store", "trainer-planner"} {
+		nc, err := nats.Connect(withUser(a.urls[1], user), nats.NoReconnect(), nats.CustomInboxPrefix(bus.InboxPrefix(user)))
+		if err != nil {
+			a.t.Errorf("%s cannot connect while trainer-actor holds %d connections: %v", user, len(held), err)
+			continue
+		}
+		nc.Close()
 	}
 }
