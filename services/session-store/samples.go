@@ -135,9 +135,9 @@ func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample,
 	case "abort":
 		smp.Status = schema.EpisodeAborted
 	}
-	if g.WeightVersion != "" {
-		smp.WeightVersions = []string{g.WeightVersion}
-	}
+	// One version per generated segment, as a planner sample's: "" where
+	// neither the engine nor the trainer said which.
+	smp.WeightVersions = []string{g.WeightVersion}
 	smp.Metadata = map[string]any{
 		"rollout": n, "episode": e, "turn": d.Turn, "node": d.NodeID, "key": d.Key, "tool": d.Tool,
 		"input": d.Input, "attempts": d.Attempts, "latency_ms": g.LatencyMs,

@@ -54,4 +54,10 @@ func TestSamplesNeverZeroMissingLogProbs(t *testing.T) {
 	if !ok || a.RolloutLogProbs != nil || why != "the server returned no log-probs" {
 		t.Errorf("an act without log-probs: rollout_log_probs %v, log_probs_missing %q; want none, and why", a.RolloutLogProbs, why)
 	}
+	// One weight version per generated segment, as a planner sample has
+	// (an act's segment is the act): "" where no one said which. An act
+	// without one used to have none at all.
+	if !slices.Equal(a.WeightVersions, []string{""}) || !slices.Equal(s.WeightVersions, []string{"", ""}) {
+		t.Errorf("weight_versions of an act %q, of a planner sample %q: want one per generated segment", a.WeightVersions, s.WeightVersions)
+	}
 }
