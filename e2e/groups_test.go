@@ -55,6 +55,24 @@ func tasksByState(t *testing.T, r *schema.Result, tasks int) map[string][]schema
 	return out
 }
 
+// waitEpisodeEnded waits until episode ep of rollout n has ended (its end
+// stored): a test that cancels a rollout once that episode has ended does
+// not rest on which of its episodes a loaded machine finishes first.
+func waitEpisodeEnded(ctx context.Context, t *testing.T, e *semEnv, n int64, ep int) {
+	t.Helper()
+	for {
+		m, err := e.bus.LastMsg(ctx, bus.StreamRollout, subject.EpisodeEnd(n, ep))
+		if err == nil && m != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("episode %d of rollout %d never ended: %v", ep, n, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // TestGroupsStreamBeforeTheEnd: a group whose tasks all ended is delivered
 // while another group still runs (its act hangs); the Go client's Groups
 // stream yields it with its samples, the rollout then ends (cancelled), the
@@ -83,6 +101,9 @@ func TestGroupsStreamBeforeTheEnd(t *testing.T) {
 			if sess, _ := e.session(t, n); sess.Final() {
 				t.Fatalf("group %d came only after the rollout ended", g.GroupIndex)
 			}
+			// Spain's copy that does not hang ends first, whatever the
+			// machine's load: then the cancel.
+			waitEpisodeEnded(ctx, t, e, n, 3)
 			if err := trainer.Cancel(ctx, n, schema.RolePlanner, "enough"); err != nil {
 				t.Fatal(err)
 			}
@@ -251,6 +272,7 @@ func TestResultsLeaveTheGroupsOut(t *testing.T) {
 			t.Fatal(err)
 		}
 		group = g
+		waitEpisodeEnded(ctx, t, e, n, 3) // Spain's copy that does not hang: then the cancel
 		if err := trainer.Cancel(ctx, n, schema.RolePlanner, "enough"); err != nil {
 			t.Fatal(err)
 		}
