@@ -39,7 +39,7 @@ type episode struct {
 }
 
 // gather reads the episodes listed (all when which is nil) from the
-// streams: every episode's end, its last planner output (its trajectory)
+// streams: every episode's end (of those the session records ended), its last planner output (its trajectory)
 // and the outcome of every act the end lists, each by subject from its
 // stream's leader; it scores those that ended and builds their samples.
 // own says which episodes' samples are wanted (nil: all): the trajectory
@@ -63,6 +63,13 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 	counted := sess.Config.MaxStaleness > 0
 	err := forEach(ctx, len(which), readers, func(ctx context.Context, i int) error {
 		e := which[i]
+		if _, ended := slices.BinarySearch(sess.Ended, e); !ended {
+			// The session records which episodes ended within the
+			// rollout: an end stored after it ended (a time-out, a cancel,
+			// enough groups) is not one of them, whatever the stream
+			// holds by the time the results are built.
+			return nil
+		}
 		return s.readEpisode(ctx, n, e, eps[e], wanted(e) || counted)
 	})
 	if err != nil {

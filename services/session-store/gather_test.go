@@ -41,7 +41,7 @@ func TestAssemblyReadsOnlyTrajectoriesItUses(t *testing.T) {
 	cfg := schema.DefaultConfig()
 	cfg.StreamGroups = true
 	sess := &schema.Session{Rollout: n, Config: cfg, Episodes: len(tasks), State: schema.SessionDone, Status: schema.ResultOK,
-		Groups: []schema.GroupState{{Index: 0, State: schema.GroupDelivered}}}
+		Groups: []schema.GroupState{{Index: 0, State: schema.GroupDelivered}}, Ended: allEnded(len(tasks))}
 	for _, staleness := range []int{0, 2} {
 		sess.Config.MaxStaleness = staleness
 		eps, err := s.gather(ctx, sess, tasks, nil, ownSamples(sess))
@@ -128,7 +128,7 @@ func TestEvaluationCountsUncheckedTurns(t *testing.T) {
 	}
 	cfg := schema.DefaultConfig()
 	cfg.Evaluation, cfg.MaxStaleness = true, 2
-	sess := &schema.Session{Rollout: n, Config: cfg, Episodes: len(tasks), State: schema.SessionDone, Status: schema.ResultOK}
+	sess := &schema.Session{Rollout: n, Config: cfg, Episodes: len(tasks), State: schema.SessionDone, Status: schema.ResultOK, Ended: allEnded(len(tasks))}
 	eps, err := s.gather(ctx, sess, tasks, nil, ownSamples(sess))
 	if err != nil {
 		t.Fatal(err)
@@ -139,5 +139,37 @@ func TestEvaluationCountsUncheckedTurns(t *testing.T) {
 	planner, _ := buildResults(sess, tasks, eps, nil)
 	if got := planner.Stats.StalenessUnchecked; got[schema.RolePlanner] != 1 || got[schema.RoleActor] != 1 {
 		t.Errorf("staleness_unchecked %v; one planner turn and one act ran unchecked", got)
+	}
+}
+
+// allEnded is a session's Ended when its first n episodes all ended.
+func allEnded(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// TestAnEndAfterTheRolloutIsNotCounted: the session records which episodes
+// ended within the rollout. An episode's end stored after the rollout ended
+// (it timed out, was cancelled, had enough groups) used to be read from the
+// stream all the same: its samples were trained on, a time-out's result
+// ("5 of 8 episodes ended") counted more ended than it said, and two
+// assemblies at different times could differ. It counts as unfinished now.
+func TestAnEndAfterTheRolloutIsNotCounted(t *testing.T) {
+	_, url := bustest.Server(t)
+	s := newTestService(bustest.Bus(t, url, "ss"))
+	const n = 45
+	tasks := endedEpisodes(t, s, n, []string{"", ""}) // both ends stored
+	sess := &schema.Session{Rollout: n, Config: schema.DefaultConfig(), Episodes: len(tasks), State: schema.SessionDone,
+		Status: schema.ResultTimeout, Ended: []int{0}} // only episode 0 ended in time
+	eps, err := s.gather(context.Background(), sess, tasks, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eps[0].end == nil || eps[1].end != nil || eps[1].planner != nil || len(eps[1].actor) > 0 {
+		t.Errorf("episode 0 end %v; episode 1 end %v, planner sample %v, %d actor samples; want 0 ended, 1 unfinished, no sample of it",
+			eps[0].end != nil, eps[1].end != nil, eps[1].planner != nil, len(eps[1].actor))
 	}
 }

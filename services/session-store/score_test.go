@@ -97,7 +97,7 @@ func TestSilentRewardServerCostsOneBudget(t *testing.T) {
 	tasks := endedEpisodes(t, s, n, make([]string, episodes))
 	cfg := schema.DefaultConfig()
 	cfg.Reward = rs.URL
-	sess := &schema.Session{Rollout: n, Config: cfg, Episodes: episodes, State: schema.SessionDone, Status: schema.ResultOK}
+	sess := &schema.Session{Rollout: n, Config: cfg, Episodes: episodes, State: schema.SessionDone, Status: schema.ResultOK, Ended: allEnded(episodes)}
 
 	type gathered struct {
 		eps map[int]*episode
@@ -147,7 +147,7 @@ func TestSlowRewardServerScoresEveryEpisode(t *testing.T) {
 	cfg := schema.DefaultConfig()
 	cfg.Reward = rs.URL
 	sess := &schema.Session{Rollout: n, Config: cfg, Episodes: episodes, State: schema.SessionDone, Status: schema.ResultOK,
-		Groups: []schema.GroupState{{Index: 0, State: schema.GroupDelivered, Scores: []schema.EpisodeScore{{Episode: 0, Reward: 0.25}}}}}
+		Groups: []schema.GroupState{{Index: 0, State: schema.GroupDelivered, Scores: []schema.EpisodeScore{{Episode: 0, Reward: 0.25}}}}, Ended: allEnded(episodes)}
 	eps, err := s.gather(context.Background(), sess, tasks, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func TestNonFiniteRewardIsAnError(t *testing.T) {
 	tasks := endedEpisodes(t, s, n, answers)
 	cfg := schema.DefaultConfig()
 	cfg.Reward = "nonfinite-test"
-	sess := &schema.Session{Rollout: n, Config: cfg, Episodes: len(tasks), State: schema.SessionDone, Status: schema.ResultOK}
+	sess := &schema.Session{Rollout: n, Config: cfg, Episodes: len(tasks), State: schema.SessionDone, Status: schema.ResultOK, Ended: allEnded(len(tasks))}
 	eps, err := s.gather(context.Background(), sess, tasks, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +253,7 @@ func TestSilentRewardServerCostsTheRolloutOneBudget(t *testing.T) {
 	tasks := endedEpisodes(t, s, n, make([]string, 9))
 	cfg := schema.DefaultConfig()
 	cfg.Reward = rs.URL
-	sess := &schema.Session{Rollout: n, CreatedMs: 1000, Config: cfg, Episodes: len(tasks), State: schema.SessionRunning}
+	sess := &schema.Session{Rollout: n, CreatedMs: 1000, Config: cfg, Episodes: len(tasks), State: schema.SessionRunning, Ended: allEnded(len(tasks))}
 	pass := func(which ...int) map[int]*episode {
 		t.Helper()
 		eps, err := s.gather(context.Background(), sess, tasks, which, nil)
