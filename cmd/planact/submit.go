@@ -158,6 +158,15 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 		}()
 	}
 	wg.Wait()
+	if ctx.Err() == nil {
+		// planact says "finished" after the results: the results say it first.
+		for _, r := range []string{schema.RolePlanner, schema.RoleActor} {
+			if res := results[r]; res != nil && !res.Rejected {
+				progress.finish(res.Status)
+				break
+			}
+		}
+	}
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
 		progress.stop()
 		cancelInterrupted(*rollout, clients, sent, results, progress.known, stderr)
@@ -299,6 +308,16 @@ func (pw *progressWatch) show(line string) {
 		fmt.Fprintf(pw.w, "\r\033[K%s", line)
 	} else {
 		fmt.Fprintln(pw.w, line)
+	}
+}
+
+// finish shows the rollout finished with status, as its result says,
+// unless planact's own "finished" came first.
+func (pw *progressWatch) finish(status string) {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	if !pw.done {
+		pw.show(pw.p.apply(schema.Status{Event: "finished", Detail: status}))
 	}
 }
 

@@ -73,7 +73,7 @@ func TestSubmit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("submit: %v\n%s", err, errOut.String())
 	}
-	for _, want := range []string{"rollout 9: waiting for both roles", "rollout 9: 2/2 episodes ended", "acts"} {
+	for _, want := range []string{"rollout 9: waiting for both roles", "rollout 9: 2/2 episodes ended", "acts", "rollout 9: finished, ok"} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Errorf("progress lacks %q:\n%s", want, errOut.String())
 		}
