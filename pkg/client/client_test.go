@@ -101,14 +101,7 @@ func TestOldServerRefused(t *testing.T) {
 // never answered: a trainer that runs for weeks does not grow with every
 // rollout.
 func TestArrivalsAreForgotten(t *testing.T) {
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "planact")
-	c, err := client.New(bustest.Conn(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	_, b, c, ctx := planactClient(t)
 	arrival := func(n int64) *schema.Arrive {
 		return &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://e"}, AtMs: time.Now().UnixMilli()}
 	}
@@ -119,6 +112,7 @@ func TestArrivalsAreForgotten(t *testing.T) {
 		if err := b.Publish(ctx, &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK, ArrivalID: a.MsgID()}); err != nil {
 			t.Fatal(err)
 		}
+		var err error
 		if i%2 == 0 {
 			if err := c.Arrive(ctx, a); err != nil {
 				t.Fatal(err)
@@ -284,14 +278,7 @@ func TestRolloutRefusesANegativeTimeout(t *testing.T) {
 // data is not what its metadata's digest says is an error at once, naming
 // it: no read mends it. Result read it again until ctx ended.
 func TestResultRefusesSamplesThatAreNotTheirDigest(t *testing.T) {
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "planact")
-	c, err := client.New(bustest.Conn(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	_, b, c, ctx := planactClient(t)
 	const n, name = 140, "rollout-140-actor.samples"
 	samples := []schema.Sample{{RolloutID: "140-0"}}
 	data, err := schema.Marshal(&samples)

@@ -109,14 +109,7 @@ func TestGroupsEndsWithTheContext(t *testing.T) {
 // (group_samples), as its own must be its sample_count; otherwise Result
 // says so, naming both counts.
 func TestResultChecksTheGroupsCount(t *testing.T) {
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "planact")
-	c, err := client.New(bustest.Conn(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	_, b, c, ctx := planactClient(t)
 	for i, counted := range []int{3, 4, 5} {
 		n := int64(80 + i)
 		var tasks []schema.TaskOutcome
@@ -208,14 +201,7 @@ func groupsOf(ctx context.Context, c *client.Client, n int64) (got []int, errs [
 // so a result that lost samples is not taken for one whose samples the
 // caller has.
 func TestResultChecksItsCountWhateverWasTaken(t *testing.T) {
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "planact")
-	c, err := client.New(bustest.Conn(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	_, b, c, ctx := planactClient(t)
 	sample := func(n int64, g int) schema.Sample {
 		return schema.Sample{GroupIndex: g, Index: g, RolloutID: fmt.Sprintf("%d-%d", n, g)}
 	}
@@ -326,14 +312,7 @@ func TestGroupsReadFromAFollowerBehind(t *testing.T) {
 // delivered that cannot be read by the end of the wait ends the stream
 // with ErrTimeout naming the group, not as if the stream were whole.
 func TestGroupsFailNamingADeliveredGroupNotRead(t *testing.T) {
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "planact")
-	c, err := client.New(bustest.Conn(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	_, b, c, ctx := planactClient(t)
 	const n = 98
 	grp := &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: 0, Delivered: []int{0}, Groups: 2,
 		Samples: []schema.Sample{{RolloutID: "98-0"}}, SampleCount: 1, Tasks: []schema.TaskOutcome{{State: schema.TaskTrained}}}
@@ -468,4 +447,19 @@ func TestGroupsReadStreamedGroupsFromAFollowerBehind(t *testing.T) {
 	if got, errs := groupsOf(ctx, c, n); fmt.Sprint(got) != "[0 1]" && fmt.Sprint(got) != "[1 0]" || len(errs) > 0 {
 		t.Errorf("groups %v, errors %v: want groups 0 and 1", got, errs)
 	}
+}
+
+// planactClient is a server, planact's bus on it, a trainer's client and a
+// context that ends with the test or after 30 s.
+func planactClient(t *testing.T) (url string, b *bus.Bus, c *client.Client, ctx context.Context) {
+	t.Helper()
+	_, url = bustest.Server(t)
+	b = bustest.Bus(t, url, "planact")
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return url, b, c, ctx
 }

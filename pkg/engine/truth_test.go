@@ -246,18 +246,7 @@ func TestIDsFewerThanGenerated(t *testing.T) {
 		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if !tc.stream {
-					fmt.Fprint(w, tc.events[0])
-					return
-				}
-				for _, ev := range tc.events {
-					fmt.Fprintf(w, "data: %s\n\n", ev)
-				}
-				fmt.Fprint(w, "data: [DONE]\n\n")
-			}))
-			defer srv.Close()
-			c, _ := New(tc.proto, srv.URL, "m", nil)
+			c, _ := New(tc.proto, replyServer(t, tc.events, tc.stream), "m", nil)
 			g, err := generate(c, Request{Text: "q"}, tc.stream)
 			if err == nil || !strings.Contains(err.Error(), "3") {
 				t.Errorf("%+v, %v; want an error: 2 output ids for the 3 tokens generated", g, err)
@@ -302,18 +291,7 @@ func TestIDsDisagreeWithLogProbs(t *testing.T) {
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if !tc.stream {
-					fmt.Fprint(w, tc.events[0])
-					return
-				}
-				for _, ev := range tc.events {
-					fmt.Fprintf(w, "data: %s\n\n", ev)
-				}
-				fmt.Fprint(w, "data: [DONE]\n\n")
-			}))
-			defer srv.Close()
-			c, _ := New(tc.proto, srv.URL, "m", nil)
+			c, _ := New(tc.proto, replyServer(t, tc.events, tc.stream), "m", nil)
 			g, err := generate(c, Request{Text: "q"}, tc.stream)
 			if err == nil || !strings.Contains(err.Error(), "100") || !strings.Contains(err.Error(), "101") {
 				t.Errorf("%+v, %v; want an error naming token 100 and the log-prob's token 101", g, err)
@@ -342,4 +320,23 @@ func TestTokenizeToNothingIsAnError(t *testing.T) {
 			}
 		})
 	}
+}
+
+// replyServer is an engine that answers every request with events: the
+// first as one reply, or all of them as a stream ending in [DONE]. It
+// returns its URL.
+func replyServer(t *testing.T, events []string, stream bool) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !stream {
+			fmt.Fprint(w, events[0])
+			return
+		}
+		for _, ev := range events {
+			fmt.Fprintf(w, "data: %s\n\n", ev)
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
