@@ -5,6 +5,7 @@
 package web
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"io/fs"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/planact/planact/pkg/view"
 )
@@ -58,6 +60,11 @@ var errBadRequest = errors.New("bad request")
 // A builder makes what an endpoint answers.
 type builder func(r *http.Request) (any, error)
 
+// readTimeout bounds reading a rollout's episodes again from the streams
+// (a rollout the view dropped from memory) for one request; the read also
+// ends when the request does (its client went away, the server stops).
+const readTimeout = 30 * time.Second
+
 func (s *Server) rollouts(*http.Request) (any, error) { return s.view.Rollouts(), nil }
 
 func (s *Server) rollout(r *http.Request) (any, error) {
@@ -69,7 +76,9 @@ func (s *Server) rollout(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadRequest, err)
 	}
-	return s.view.Rollout(n, f)
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	return s.view.RolloutContext(ctx, n, f)
 }
 
 func (s *Server) episode(r *http.Request) (any, error) {
@@ -81,7 +90,9 @@ func (s *Server) episode(r *http.Request) (any, error) {
 	if err != nil || e < 0 {
 		return nil, fmt.Errorf("%w: episode %q: want an episode index (0, 1, …)", errBadRequest, r.PathValue("e"))
 	}
-	return s.view.Episode(n, e)
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	return s.view.EpisodeContext(ctx, n, e)
 }
 
 func rolloutID(r *http.Request) (int64, error) {

@@ -129,3 +129,54 @@ func TestListen(t *testing.T) {
 		t.Errorf("no port: %v", err)
 	}
 }
+
+// TestReadAgainEndsWithTheRequest: a page or endpoint of a rollout the view
+// dropped from memory reads it again from the streams; when the request
+// ends (its client went away, the events stream was closed), so does that
+// read, rather than going on for 30 s against a server that does not
+// answer.
+func TestReadAgainEndsWithTheRequest(t *testing.T) {
+	env := stacktest.Start(t, sim.Config{Seed: 1}, sim.Config{Seed: 2})
+	for n := int64(1); n <= 2; n++ {
+		env.Begin(t, n, stacktest.Tasks(2, 1, n), nil)
+		env.Wait(t, n)
+	}
+	proxy := bustest.StartProxy(t, env.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := view.OpenWith(ctx, bustest.Conn(t, proxy.URL), view.Options{KeepFull: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	if err := r.Synced(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Rollout 1 is compacted once a read of it needs the streams: one
+	// with a context that has ended fails.
+	ended, end := context.WithCancel(context.Background())
+	end()
+	for {
+		if _, err := r.RolloutContext(ended, 1, view.Filter{}); err != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	proxy.Freeze()
+	defer proxy.Thaw()
+	h := web.New(r)
+	for _, path := range []string{"/api/rollouts/1", "/api/rollouts/1/episodes/0", "/rollouts/1", "/rollouts/1/episodes/0"} {
+		reqCtx, leave := context.WithCancel(context.Background())
+		rec := httptest.NewRecorder()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil).WithContext(reqCtx))
+		}()
+		leave() // the client goes away
+		<-done
+		if body := rec.Body.String(); !strings.Contains(body, context.Canceled.Error()) {
+			t.Errorf("%s, its client gone while the server is silent: %d %.300s; want the read ended with the request (%v)", path, rec.Code, body, context.Canceled)
+		}
+	}
+}
