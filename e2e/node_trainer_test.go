@@ -156,6 +156,14 @@ func TestNodeTrainer(t *testing.T) {
 		if r := sum.Actor; r.Status != schema.ResultAborted || r.Outcome != "samples" || r.Samples != 0 || !strings.Contains(r.Reason, "enough") {
 			t.Errorf("actor: %+v, want aborted without samples, with the cancel's reason", r)
 		}
+		// A second cancel has nothing to abort: planact says so on the
+		// status subject, and the trainer fails saying why (as the Go
+		// client's Cancel returns ErrNothingToCancel), not as if it were done.
+		out, err = nodeCmd(t, dir, "node", "trainer.mjs", "--nats", e.url, "--rollout", fmt.Sprint(n), "--role", "actor",
+			"--cancel", "again").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "nothing to cancel") || !strings.Contains(string(out), "already ended") {
+			t.Errorf("cancel of an ended rollout: %v, want exit 1 saying there was nothing to cancel, it had already ended\n%s", err, out)
+		}
 	})
 }
 

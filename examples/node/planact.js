@@ -167,29 +167,85 @@ export async function arrive(nc, arrival, { inlineTasksLimit = DEFAULT_INLINE_TA
 
 /**
  * cancel aborts rollout as the trainer of role: both roles get an aborted
- * result with the samples of the episodes that ended.
+ * result with the samples of the episodes that ended. As the Go client's
+ * Cancel, it returns once planact answered (on rollout.<N>.status, naming
+ * this cancel), within timeoutMs: it throws a PlanactError "rejected" when
+ * there was nothing to abort (the rollout had already ended, or is not
+ * known: the message says which), "failed" when planact could not record
+ * the cancel (cancel again), and "timeout" when no answer came (the cancel
+ * stays published, and is acted on once planact's session-store runs).
  */
 export async function cancel(nc, rollout, role, reason = "", { timeoutMs = 60_000 } = {}) {
   checkServer(nc);
   checkTarget(rollout, role);
   checkMs("timeoutMs", timeoutMs);
+  const deadline = Date.now() + timeoutMs;
   const atMs = Date.now();
   const body = omitZero({ schema: CANCEL_SCHEMA, rollout, role, reason, at_ms: atMs });
-  const js = jetstream(nc, { timeout: REQUEST_TIMEOUT_MS });
-  await untilUp(Date.now() + timeoutMs, () =>
-    js.publish(`rollout.${rollout}.cancel.${role}`, encode(body, { ignoreUndefined: true }), {
-      // One id per cancel (a retried publish is stored once, a later cancel
-      // is new); planact's answer on rollout.<N>.status names it.
-      msgID: `cancel.${rollout}.${role}.${atMs}`,
-      headers: planactHeaders(CANCEL_SCHEMA, rollout, role),
-    }),
-  );
+  // One id per cancel (a retried publish is stored once, a later cancel is
+  // new); planact's answer on rollout.<N>.status names it.
+  const msgID = `cancel.${rollout}.${role}.${atMs}`;
+  const mine = `cancel ${msgID} by the ${role} trainer: `;
+  // The answer is read nowhere else: listen before publishing.
+  let answered;
+  const answer = new Promise((resolve) => (answered = resolve));
+  const sub = nc.subscribe(`rollout.${rollout}.status`, {
+    callback: (err, msg) => {
+      if (err) {
+        return;
+      }
+      let st;
+      try {
+        st = decode(msg.data);
+      } catch {
+        return;
+      }
+      if (typeof st?.detail === "string" && st.detail.startsWith(mine) && (st.event === "cancelled" || st.event === "rejected")) {
+        answered(st);
+      }
+    },
+  });
+  let timer;
+  try {
+    const js = jetstream(nc, { timeout: REQUEST_TIMEOUT_MS });
+    await untilUp(deadline, () =>
+      js.publish(`rollout.${rollout}.cancel.${role}`, encode(body, { ignoreUndefined: true }), {
+        msgID,
+        headers: planactHeaders(CANCEL_SCHEMA, rollout, role),
+      }),
+    );
+    const st = await Promise.race([
+      answer,
+      new Promise((resolve) => {
+        timer = setTimeout(resolve, Math.max(0, deadline - Date.now()), null);
+      }),
+    ]);
+    if (st === null) {
+      throw new PlanactError(
+        "timeout",
+        `cancel rollout ${rollout}: sent, but no answer from planact within ${timeoutMs} ms (is its session-store running?)`,
+      );
+    }
+    const why = st.detail.slice(mine.length);
+    if (st.event === "cancelled") {
+      return;
+    }
+    if (why.startsWith("could not be recorded")) {
+      // Given up, not done: the rollout may still run.
+      throw new PlanactError("failed", `cancel rollout ${rollout}: not done: planact ${why}`);
+    }
+    throw new PlanactError("rejected", `cancel rollout ${rollout}: nothing to cancel: ${why}`);
+  } finally {
+    clearTimeout(timer);
+    sub.unsubscribe();
+  }
 }
 
 /**
  * waitResult waits for role's result of rollout, or for the rejection of
- * arrival (what arrive returned; without one every rejection counts), and
- * returns it with its samples (fetched from the object store
+ * arrival (what arrive returned; with one, a result or rejection that
+ * names no arrival, an older planact's, is passed over; without one every
+ * result and rejection counts), and returns it with its samples (fetched from the object store
  * results_<role> when the result names samples_object). It subscribes to
  * the result and rejection subjects and reads the last message on each
  * with a direct get now and every recheckMs, so a result published before
@@ -375,10 +431,12 @@ export function outcome(result) {
   }
 }
 
-// accept returns the result in data, or null when there is none, or it is
-// the rejection of another arrival of ours, or the result of the rollout
-// that ended before this arrival (the session-store answers such an
-// arrival on the rejection subject, which the wait then reads).
+// accept returns the result in data, or null when there is none, or it
+// names no arrival while we made one (an older planact's, of an earlier
+// rollout of the number: not known to answer ours, as in the Go client),
+// or it is the rejection of another arrival of ours, or the result of the
+// rollout that ended before this arrival (the session-store answers such
+// an arrival on the rejection subject, which the wait then reads).
 function accept(data, mine) {
   if (!data || data.length === 0) {
     return null;
@@ -387,8 +445,11 @@ function accept(data, mine) {
   if (r?.schema !== RESULT_SCHEMA) {
     throw new PlanactError("failed", `result schema ${JSON.stringify(r?.schema)}: this trainer reads ${RESULT_SCHEMA}`);
   }
-  if (!mine?.id || !r.arrival_id || r.arrival_id === mine.id) {
+  if (!mine?.id || r.arrival_id === mine.id) {
     return r;
+  }
+  if (!r.arrival_id) {
+    return null; // answers no arrival known: not known to be ours
   }
   if (r.rejected) {
     return null; // the rejection of an earlier arrival
@@ -584,8 +645,19 @@ export async function readObject(nc, bucket, name) {
     seq = m.seq;
   }
   const data = Buffer.concat(chunks);
-  if (data.length !== (info.size ?? 0) || objectDigest(data) !== info.digest) {
-    throw new PlanactError("failed", `object ${bucket}/${name}: ${data.length} bytes do not match its metadata (${info.size} bytes, ${info.digest})`);
+  const size = info.size ?? 0;
+  const what = `object ${bucket}/${name}`;
+  if (data.length > size) {
+    // No read mends this (as in the Go client): an error now.
+    throw permanent(new PlanactError("failed", `${what}: ${data.length} bytes, more than the ${size} bytes its metadata says`));
+  }
+  if (data.length < size) {
+    throw new errors.TimeoutError(); // not all there yet: read again
+  }
+  if (objectDigest(data) !== info.digest) {
+    throw permanent(
+      new PlanactError("failed", `${what}: ${data.length} bytes do not match its digest (${objectDigest(data)}, metadata ${info.digest})`),
+    );
   }
   return data;
 }
@@ -606,7 +678,17 @@ async function untilUp(deadline, op) {
   }
 }
 
+// permanent marks err as one no read mends (an object whose data is not
+// its digest): untilUp throws it at once rather than at the deadline.
+function permanent(err) {
+  err.permanent = true;
+  return err;
+}
+
 function transient(err) {
+  if (err?.permanent) {
+    return false;
+  }
   if (err instanceof PlanactError) {
     return err.code !== "rejected";
   }

@@ -405,3 +405,121 @@ test("a timeoutMs that is not a number of milliseconds is refused, naming the op
   await assert.rejects(soon(ask({}, "actor", { recheckMs: NaN, signal: stop.signal }), 1000, stop),
     refused(/^recheckMs NaN \(number\): want a number of milliseconds > 0$/));
 });
+
+// After an arrival of ours, a result that names no arrival (one an older
+// planact left, of an earlier rollout of the number) is not known to answer
+// it and is passed over, as the Go client does; the answer that names the
+// arrival (here its rejection) is the one taken.
+test("after an arrival, a result or rejection that names no arrival is passed over", async () => {
+  const mine = { id: "arrive.5.actor..1000", atMs: 1000 };
+  const old = { schema: "rollout.result/1", rollout: 5, role: "actor", status: "ok", samples: [sample(0, 0)], sample_count: 1 };
+  const oldRejection = { schema: "rollout.result/1", rollout: 5, role: "actor", status: "invalid", reason: "old", rejected: true };
+  const rejection = { schema: "rollout.result/1", rollout: 5, role: "actor", status: "invalid", reason: "engine.url: bad", rejected: true, arrival_id: mine.id };
+  await assert.rejects(
+    ask({ "rollout.5.result.actor": old, "rollout.5.result.actor.rejected": rejection }, "actor", { arrival: mine }).then(outcome),
+    refused(/engine\.url: bad/),
+  );
+  const theirs = { ...old, arrival_id: "arrive.5.actor..2000", stats: { finished_ms: 3000 } };
+  assert.deepEqual(
+    (await ask({ "rollout.5.result.actor": theirs, "rollout.5.result.actor.rejected": oldRejection }, "actor", { arrival: mine })).samples,
+    [sample(0, 0)],
+  );
+  // Without an arrival of ours, every result counts.
+  assert.equal((await ask({ "rollout.5.result.actor": old })).status, "ok");
+});
+
+// objectStandIn is standIn with an object store results_actor holding
+// object name: its metadata (info) and its chunks, as the JetStream API's
+// STREAM.MSG.GET answers them; reads counts the metadata reads, and
+// chunks(reads) gives the chunks served on that read.
+function objectStandIn(stored, name, info, chunks) {
+  const conn = standIn(stored);
+  const direct = conn.request;
+  const ok = (seq, data) => ({ data: new TextEncoder().encode(JSON.stringify({ message: { seq, data: Buffer.from(data).toString("base64") } })) });
+  const meta = `$O.results_actor.M.${Buffer.from(name).toString("base64").replace(/\+/g, "-").replace(/\//g, "_")}`;
+  conn.reads = 0;
+  conn.request = async (subject, body) => {
+    if (!subject.startsWith("$JS.API.STREAM.MSG.GET.OBJ_results_actor")) {
+      return direct(subject, body);
+    }
+    const q = JSON.parse(body);
+    if (q.last_by_subj === meta) {
+      conn.reads++;
+      return ok(1, JSON.stringify(info));
+    }
+    const all = chunks(conn.reads);
+    const i = Math.max(0, q.seq - 2); // chunk i is message 2 + i, the first at or after seq
+    if (q.next_by_subj === `$O.results_actor.C.${info.nuid}` && i < all.length) {
+      return ok(2 + i, all[i]);
+    }
+    return { data: new TextEncoder().encode(JSON.stringify({ error: { code: 404, err_code: 10037, description: "no message found" } })) };
+  };
+  return conn;
+}
+
+// Data that does not have its object's digest is no read to try again
+// (the object is there: its chunks are not what it says), as in the Go
+// client: the wait ends at once with the error, not at its deadline.
+test("samples whose object does not match its digest are an error at once, not read again", async () => {
+  const { createHash } = await import("node:crypto");
+  const blob = Buffer.from(encode([sample(0, 0)]));
+  const digest = `SHA-256=${createHash("sha256").update(blob).digest("base64").replace(/\+/g, "-").replace(/\//g, "_")}`;
+  const info = { name: "r5.samples", nuid: "N1", size: blob.length, chunks: 2, digest };
+  const stored = { "rollout.5.result.actor": { schema: "rollout.result/1", rollout: 5, role: "actor", status: "ok", samples_object: "r5.samples", sample_count: 1 } };
+  const half = Math.floor(blob.length / 2);
+  const good = [blob.subarray(0, half), blob.subarray(half)];
+  const good_ = objectStandIn(stored, "r5.samples", info, () => good);
+  const r = await waitResult(good_, 5, "actor", { timeoutMs: 60_000 });
+  assert.deepEqual(r.samples, [sample(0, 0)]);
+  // The first read serves other bytes of the same length; a read again
+  // would find the right ones, and must not be made.
+  const bad = Buffer.from(blob);
+  bad[bad.length - 1] ^= 1;
+  const conn = objectStandIn(stored, "r5.samples", info, (reads) => (reads === 1 ? [bad.subarray(0, half), bad.subarray(half)] : good));
+  await assert.rejects(waitResult(conn, 5, "actor", { timeoutMs: 60_000 }), (err) =>
+    err instanceof PlanactError && err.code === "failed" && /results_actor\/r5\.samples: .*do not match its digest/.test(err.message));
+  assert.equal(conn.reads, 1);
+  // More bytes than its metadata says: no read mends that either.
+  const more = objectStandIn(stored, "r5.samples", info, (reads) => (reads === 1 ? [good[0], Buffer.concat([good[1], Buffer.from([1])])] : good));
+  await assert.rejects(waitResult(more, 5, "actor", { timeoutMs: 60_000 }), /more than the \d+ bytes its metadata says/);
+  assert.equal(more.reads, 1);
+});
+
+// cancelStandIn takes a cancel's publish (a stored PubAck) and then
+// answers it on rollout.5.status as planact's session-store does: first
+// another cancel's answer, then answer(who) for this one (who: "cancel
+// <msg id> by the actor trainer").
+function cancelStandIn(answer) {
+  const conn = { ...standIn({}), options: {} };
+  const subs = new Map();
+  conn.subscribe = (subject, { callback }) => {
+    subs.set(subject, callback);
+    return { unsubscribe: () => subs.delete(subject) };
+  };
+  conn.request = async (subject, _data, opts) => {
+    assert.equal(subject, "rollout.5.cancel.actor");
+    const who = `cancel ${opts.headers.get("Nats-Msg-Id")} by the actor trainer`;
+    queueMicrotask(() => {
+      const status = subs.get("rollout.5.status");
+      status?.(null, { data: encode({ schema: "rollout.status/1", rollout: 5, event: "cancelled", detail: "cancel cancel.5.actor.1 by the actor trainer: rollout 5 aborted", at_ms: 1 }) });
+      status?.(null, { data: encode({ schema: "rollout.status/1", rollout: 5, ...answer(who), at_ms: 2 }) });
+    });
+    return { data: new TextEncoder().encode(JSON.stringify({ stream: "TRAINER_ACTOR", seq: 1 })) };
+  };
+  return conn;
+}
+
+// As the Go client's Cancel: it returns once planact answered this cancel,
+// and says so when there was nothing to abort or the cancel was not
+// recorded, instead of reporting a cancel that did nothing as done.
+test("cancel waits for planact's answer to it, and surfaces a refusal", async () => {
+  await cancel(cancelStandIn((who) => ({ event: "cancelled", detail: `${who}: rollout 5 aborted` })), 5, "actor", "enough");
+  await assert.rejects(
+    cancel(cancelStandIn((who) => ({ event: "rejected", detail: `${who}: rollout 5 had already ended (ok at 2026-01-01T00:00:00Z)` })), 5, "actor", "enough"),
+    refused(/^cancel rollout 5: nothing to cancel: rollout 5 had already ended \(ok at/),
+  );
+  await assert.rejects(
+    cancel(cancelStandIn((who) => ({ event: "rejected", detail: `${who}: could not be recorded (3 tries): timeout; cancel again` })), 5, "actor", "enough"),
+    (err) => err instanceof PlanactError && err.code === "failed" && /not done: planact could not be recorded/.test(err.message),
+  );
+});
