@@ -60,7 +60,7 @@ type turn struct {
 // answerHolds answers a holds request.
 func (s *Service) answerHolds(m *nats.Msg) {
 	s.mu.Lock()
-	yes := s.held[string(m.Data)]
+	yes := s.held[string(m.Data)] > 0
 	s.mu.Unlock()
 	answer := "no"
 	if yes {
@@ -72,23 +72,23 @@ func (s *Service) answerHolds(m *nats.Msg) {
 // mark says this instance holds the turn key, before the write that makes
 // it the holder: a holds request that comes while the write is on its way
 // is answered yes (answered no, the asker would take the turn over and
-// generate it beside this one). was says whether it was marked already.
-func (s *Service) mark(key string) (was bool) {
+// generate it beside this one). Marks are counted: another handler of
+// this instance that marked the key meanwhile (a request for the same turn
+// delivered again) takes back only its own.
+func (s *Service) mark(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	was = s.held[key]
-	s.held[key] = true
-	return was
+	s.held[key]++
 }
 
-// unmark takes back a mark the write did not make true.
-func (s *Service) unmark(key string, was bool) {
-	if was {
-		return
-	}
+// unmark takes back one mark: one the write did not make true, or the
+// hold of a handler that let the turn go.
+func (s *Service) unmark(key string) {
 	s.mu.Lock()
-	delete(s.held, key)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if s.held[key]--; s.held[key] <= 0 {
+		delete(s.held, key)
+	}
 }
 
 // claimWritten runs after each write of a claim returns: a test's window
@@ -100,9 +100,7 @@ func (s *Service) release(t *turn) {
 	if !t.holding {
 		return
 	}
-	s.mu.Lock()
-	delete(s.held, t.key)
-	s.mu.Unlock()
+	s.unmark(t.key)
 	t.holding = false
 }
 
@@ -117,11 +115,11 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 	mine := schema.Claim{Rollout: req.Rollout, Episode: req.Episode, Turn: req.Turn, Holder: s.id, Replica: s.replica}
 	for {
 		mine.SinceMs = time.Now().UnixMilli()
-		was := s.mark(t.key)
+		s.mark(t.key)
 		created, err := bus.Create(ctx, s.Bus.Runs, t.key, &mine)
 		claimWritten()
 		if err != nil || !created {
-			s.unmark(t.key, was)
+			s.unmark(t.key)
 		}
 		if err != nil {
 			return false, handBack(t, err)
@@ -144,11 +142,11 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 		next := cur
 		next.Holder, next.Replica, next.SinceMs = s.id, s.replica, time.Now().UnixMilli()
 		next.Retries = append(next.Retries, schema.Retry{By: s.id, From: cur.Holder, Why: why, AtMs: next.SinceMs})
-		was = s.mark(t.key)
+		s.mark(t.key)
 		_, conflict, err := bus.Update(ctx, s.Bus.Runs, t.key, &next, rev)
 		claimWritten()
 		if err != nil || conflict {
-			s.unmark(t.key, was)
+			s.unmark(t.key)
 		}
 		if err != nil {
 			return false, handBack(t, err)
@@ -213,7 +211,7 @@ func (s *Service) holds(ctx context.Context, id, key string) (yes bool, err erro
 	if id == s.id {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.held[key], nil
+		return s.held[key] > 0, nil
 	}
 	qctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()

@@ -61,7 +61,7 @@ type Service struct {
 	// (claim.go); replica names it for people.
 	id, replica string
 	mu          sync.Mutex
-	held        map[string]bool // claim keys of the turns this instance generates now
+	held        map[string]int // claim keys of the turns this instance generates now: its handlers' marks of each (claim.go)
 }
 
 // Run serves until ctx ends.
@@ -78,7 +78,7 @@ func Run(ctx context.Context, d Deps) error {
 	if d.RetryBase == 0 {
 		d.RetryBase = 500 * time.Millisecond
 	}
-	s := &Service{Deps: d, sessions: session.NewCache(d.Bus), follow: session.NewFollower(d.Bus, d.Log), held: map[string]bool{},
+	s := &Service{Deps: d, sessions: session.NewCache(d.Bus), follow: session.NewFollower(d.Bus, d.Log), held: map[string]int{},
 		id: d.Bus.Service().ID(), replica: d.Bus.Service().Replica()}
 	if s.id == "" {
 		s.id = nuid.Next() // not registered as a service: still named in its claims
