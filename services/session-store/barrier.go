@@ -131,16 +131,19 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		tasks := tl.Tasks
 		// Each role's own sampling, as its arrival asked, before the
 		// defaults fill what neither gave.
-		var sampling error
+		var invalid error // the roles' choices together: the rollout cannot run as asked
 		took := false
 		for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
-			if r := v.Roles[role]; r.Sampling != nil && sampling == nil {
-				sampling, took = v.Config.TakeSampling(role, *r.Sampling, cmp.Or(v.ConfigFrom, "default")), true
+			if r := v.Roles[role]; r.Sampling != nil && invalid == nil {
+				invalid, took = v.Config.TakeSampling(role, *r.Sampling, cmp.Or(v.ConfigFrom, "default")), true
 			}
 		}
 		v.Config = v.Config.WithDefaults()
-		if took && sampling == nil {
-			sampling = v.Config.Validate() // the planner's max_new_tokens against max_context_tokens
+		if took && invalid == nil {
+			invalid = v.Config.Validate() // the planner's max_new_tokens against max_context_tokens
+		}
+		if invalid == nil {
+			invalid = chatPlannerFirst(v)
 		}
 		v.StartedMs = s.nowMs()
 		// A config an arrival carried was checked with it (validateArrival):
@@ -155,8 +158,8 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 				tl.From, tl.From, describeTasks(v.Roles[tl.From].Tasks, -1)))
 		case len(tasks) == 0:
 			s.end(v, schema.SessionDone, schema.ResultInvalid, "no tasks: neither arrival carried any")
-		case sampling != nil:
-			s.end(v, schema.SessionDone, schema.ResultInvalid, sampling.Error())
+		case invalid != nil:
+			s.end(v, schema.SessionDone, schema.ResultInvalid, invalid.Error())
 		case tooLong != nil:
 			s.end(v, schema.SessionDone, schema.ResultInvalid, tooLong.Error())
 		case v.Config.TargetGroups > groupCount(tasks):
@@ -388,6 +391,21 @@ func (s *Service) outlives(cfg schema.Config, from string) error {
 		return fail.Invalidf("config: barrier_timeout_s + rollout_timeout_s = %v: want less than the history planact keeps (--history %v)", life, history)
 	}
 	return nil
+}
+
+// chatPlannerFirst refuses a rollout whose mode has the actor go first
+// (peer_review) with a planner on openai-chat: the planner's first turn
+// then brings two new messages (the task and the actor's answer), and only
+// the last message's ids come from the server's chat template; the ids of
+// the first, from /tokenize, are not what the template renders, so every
+// episode would end as token drift. Said at the start, not per episode.
+func chatPlannerFirst(v *schema.Session) error {
+	m, err := mode.For(v.Config)
+	if err != nil || m.FirstPlannerTurn() <= 1 || v.Roles[schema.RolePlanner].Engine.Protocol != engine.ProtocolOpenAIChat {
+		return nil // a mode it does not know is refused elsewhere
+	}
+	return fmt.Errorf("config: mode %s with a planner on protocol %s: the planner's first turn sends the task and the actor's answer as two new messages, and a chat template's ids of the first cannot be had (every episode would end as token drift): give the planner protocol %s or %s",
+		v.Config.Mode, engine.ProtocolOpenAIChat, engine.ProtocolOpenAI, engine.ProtocolSGLang)
 }
 
 // unrecorded answers the arrival a (as id), which could not be recorded

@@ -8,6 +8,7 @@ import (
 
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
 )
@@ -124,5 +125,46 @@ func TestEachRoleBringsItsSampling(t *testing.T) {
 	_ = arrive(again)
 	if r := rejection(7, schema.RoleActor); !strings.Contains(r, `sampling {"temperature":0.3}, was {"temperature":0.2}`) {
 		t.Errorf("the actor arriving again with another sampling: rejection %q; want it refused, naming both", r)
+	}
+}
+
+// TestAChatPlannerCannotGoSecond: in peer_review the actor answers first,
+// and the planner's first turn brings two new messages (the task and the
+// actor's answer); on openai-chat the ids of the first cannot be had as
+// the chat template renders them, and every episode used to end as token
+// drift. The rollout is refused at the start, naming the mode, the
+// protocol and what to use; the same mode on sglang runs.
+func TestAChatPlannerCannotGoSecond(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "ss")
+	s := newTestService(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for n, proto := range map[int64]string{11: engine.ProtocolOpenAIChat, 12: engine.ProtocolSGLang} {
+		for _, a := range []*schema.Arrive{
+			{Rollout: n, Role: schema.RolePlanner, Engine: schema.Engine{URL: "http://planner:30000", Protocol: proto, Model: "m"},
+				Tasks: []schema.Task{{Prompt: "p", Label: "l"}}, Config: &schema.Config{Mode: schema.ModePeerReview, MaxTurns: 3}},
+			{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://actor:30000"}},
+		} {
+			a.AtMs = time.Now().UnixMilli()
+			if err := b.Publish(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			m, err := b.LastMsg(ctx, bus.StreamTrainer(a.Role), subject.Arrive(n, a.Role))
+			if err != nil || m == nil {
+				t.Fatalf("the %s arrival is not stored: %v", a.Role, err)
+			}
+			if err := s.handle(ctx, bus.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data, Seq: m.Seq, Delivered: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sess, _, _, err := bus.GetFresh[schema.Session](ctx, b.Sessions, schema.SessionKey(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		refused := sess.Status == schema.ResultInvalid && strings.Contains(sess.Reason, "mode peer_review with a planner on protocol openai-chat")
+		if want := proto == engine.ProtocolOpenAIChat; refused != want || !want && sess.State != schema.SessionRunning {
+			t.Errorf("peer_review, planner on %s: %s %s %q; want refused %v", proto, sess.State, sess.Status, sess.Reason, want)
+		}
 	}
 }
