@@ -66,8 +66,13 @@ func TestNatsCLIPauseIsAlwaysAnswered(t *testing.T) {
 }
 
 // natsSub starts `nats sub <subjects> --count count --translate 'planact
-// decode'` and returns, once it subscribed, a func that waits for it to
-// have printed count messages and returns what it printed.
+// decode'` and returns, once it says it subscribes, a func that waits for
+// it to have printed count messages and returns what it printed. The CLI
+// says "Subscribing on" just before it subscribes, and the server has the
+// subscription a moment later: a message published at once may come
+// before it. The callers here publish with another `nats` process, which
+// takes far longer to start; TestNatsCLI counts messages of a whole
+// rollout, of which it may miss the first.
 func natsSub(t *testing.T, url string, count int, subjects ...string) func() string {
 	t.Helper()
 	cli, path := natsCLI(t)
