@@ -160,7 +160,6 @@ func DefaultConfig() Config {
 	}
 }
 
-// WithDefaults fills the zero fields of c from DefaultConfig.
 // roleSampling is role's sampling field of c, and its default.
 func (c *Config) roleSampling(role string) (*Sampling, Sampling, string) {
 	d := DefaultConfig()
@@ -173,8 +172,7 @@ func (c *Config) roleSampling(role string) (*Sampling, Sampling, string) {
 // CheckSampling checks an arrival's own sampling (Arrive.Sampling) of
 // role, its defaults applied.
 func CheckSampling(role string, s Sampling) error {
-	var c Config
-	_, d, _ := c.roleSampling(role)
+	_, d, _ := new(Config).roleSampling(role)
 	return s.withDefaults(d).Validate("sampling", MaxContextTokensLimit)
 }
 
@@ -195,6 +193,7 @@ func (c *Config) TakeSampling(role string, s Sampling, from string) error {
 	return nil
 }
 
+// WithDefaults fills the zero fields of c from DefaultConfig.
 func (c Config) WithDefaults() Config {
 	d := DefaultConfig()
 	if c.Mode == "" {

@@ -39,9 +39,10 @@ type episode struct {
 }
 
 // gather reads the episodes listed (all when which is nil) from the
-// streams: every episode's end (of those the session records ended), its last planner output (its trajectory)
-// and the outcome of every act the end lists, each by subject from its
-// stream's leader; it scores those that ended and builds their samples.
+// streams: of each episode the session records ended, its end, its last
+// planner output (its trajectory) and the outcome of every act the end
+// lists, each by subject from its stream's leader; it scores those that
+// ended and builds their samples.
 // own says which episodes' samples are wanted (nil: all): the trajectory
 // of any other is read only when it counts for the stats (max_staleness
 // set: its unchecked turns), and no sample of it is built.
@@ -345,7 +346,6 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 		if leaveOut {
 			r.DeliveredGroups = sess.Delivered()
 		}
-		r.StreamedGroups = sess.Delivered()
 		// Samples come grouped as the tasks are (group_index, then index), so a
 		// trainer computing group-relative advantages finds each group together
 		// whatever order the tasks were sent in.

@@ -125,7 +125,7 @@ func (s *Service) deliverGroup(ctx context.Context, sess *schema.Session, g int,
 			missing = append(missing, role)
 			continue
 		}
-		var grp groupObject
+		var grp groupBody
 		if err := schema.UnmarshalPart(m.Data, &schema.Group{}, &grp); err != nil {
 			return nil, fmt.Errorf("group %d of rollout %d, %s: %w", g, n, role, err)
 		}
@@ -273,19 +273,13 @@ func (s *Service) groupSamples(ctx context.Context, n int64, role string, g int)
 	return held, nil
 }
 
-// groupBody is what assembly reads of a delivered group's message: its
-// samples, as they were encoded, or the object that holds them.
+// groupBody is what assembly (and deliverGroup, of a message found
+// published) reads of a delivered group's message: its samples, as they
+// were encoded, or the object that holds them.
 type groupBody struct {
 	schema.Envelope
 	Samples       msgpack.RawMessage `json:"samples,omitempty"`
 	SamplesObject string             `json:"samples_object,omitempty"`
-}
-
-// groupObject is what deliverGroup reads of a group's message found
-// published: the object that holds its samples, if one does.
-type groupObject struct {
-	schema.Envelope
-	SamplesObject string `json:"samples_object,omitempty"`
 }
 
 // filter applies the rollout's group filter to a complete group.

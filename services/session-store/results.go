@@ -73,8 +73,9 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session, unde
 			b := built[role]
 			r = b.Result
 			r.ArrivalID = sess.Roles[role].ArrivalID
-			// The groups streamed before are named whatever became of the
-			// rest (a failed result too): a reader of the groups reads each.
+			// The groups streamed are named in every result, whatever
+			// became of the rest (a failed one too): a reader of the
+			// groups reads each.
 			r.StreamedGroups = sess.Delivered()
 			r.Stats.StartedMs, r.Stats.FinishedMs = sess.StartedMs, sess.FinishedMs
 			if err := s.publishResult(ctx, b); err != nil {
