@@ -160,7 +160,11 @@ func TestReadAgainEndsWithTheRequest(t *testing.T) {
 		if _, err := r.RolloutContext(ended, 1, view.Filter{}); err != nil {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Fatal("rollout 1 was never compacted")
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	proxy.Freeze()
 	defer proxy.Thaw()

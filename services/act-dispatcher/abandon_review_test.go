@@ -64,7 +64,7 @@ func TestAnAbandonedTurnsRunnerThatStopsHandsItsMessageBack(t *testing.T) {
 	var err error
 	select {
 	case err = <-running:
-	case <-time.After(20 * time.Second):
+	case <-ctx.Done():
 		t.Fatal("the runner of the abandoned turn did not return when its replica stopped")
 	}
 	if o, oerr := s.outcome(ctx, 1, 0, "t1-a"); oerr != nil || o != nil {
@@ -182,7 +182,7 @@ func TestAnAbandonedTurnsRunnerIsDoneAtTheDeadline(t *testing.T) {
 		if err != nil {
 			t.Errorf("the runner of the abandoned turn at its deadline: %v, want nil (done with the turn)", err)
 		}
-	case <-time.After(20 * time.Second):
+	case <-ctx.Done():
 		t.Fatal("the runner of the abandoned turn did not stop at its deadline")
 	}
 }
