@@ -31,14 +31,7 @@ func TestEachRoleBringsItsSampling(t *testing.T) {
 	arrive := func(a *schema.Arrive) error {
 		t.Helper()
 		a.AtMs = time.Now().UnixMilli()
-		if err := b.Publish(ctx, a); err != nil {
-			t.Fatal(err)
-		}
-		m, err := b.LastMsg(ctx, bus.StreamTrainer(a.Role), subject.Arrive(a.Rollout, a.Role))
-		if err != nil || m == nil {
-			t.Fatalf("the %s arrival is not stored: %v", a.Role, err)
-		}
-		return s.handle(ctx, bus.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data, Seq: m.Seq, Delivered: 1})
+		return s.handle(ctx, delivered(t, b, a))
 	}
 	session := func(n int64) schema.Session {
 		t.Helper()
@@ -147,14 +140,7 @@ func TestAChatPlannerCannotGoSecond(t *testing.T) {
 			{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://actor:30000"}},
 		} {
 			a.AtMs = time.Now().UnixMilli()
-			if err := b.Publish(ctx, a); err != nil {
-				t.Fatal(err)
-			}
-			m, err := b.LastMsg(ctx, bus.StreamTrainer(a.Role), subject.Arrive(n, a.Role))
-			if err != nil || m == nil {
-				t.Fatalf("the %s arrival is not stored: %v", a.Role, err)
-			}
-			if err := s.handle(ctx, bus.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data, Seq: m.Seq, Delivered: 1}); err != nil {
+			if err := s.handle(ctx, delivered(t, b, a)); err != nil {
 				t.Fatal(err)
 			}
 		}
