@@ -25,7 +25,8 @@ import (
 // the trainers as soon as all its tasks have ended and it passed the
 // rollout's group filter, on rollout.N.result.<role>.group.<g>: an
 // asynchronous trainer can train on it before the rollout ends. With
-// target_groups, the rollout ends as soon as that many were delivered: the
+// target_groups, the rollout ends as soon as that many were delivered
+// (a group with nothing to train on is never one of them: filter): the
 // episodes still running are stopped (their engine requests aborted, their
 // acts not retried), and the result says which tasks were.
 
@@ -282,14 +283,23 @@ type groupBody struct {
 	SamplesObject string             `json:"samples_object,omitempty"`
 }
 
-// filter applies the rollout's group filter to a complete group.
+// filter applies the rollout's group filter to a complete group. A rollout
+// that selects groups (target_groups, or a filter) never delivers one with
+// nothing to train on: no task of it left a sample that would be trained
+// (every episode failed, aborted or quarantined, or left no sample), so
+// that target_groups counts only groups a trainer can learn from, and a
+// filter is not asked about one.
 func (s *Service) filter(ctx context.Context, sess *schema.Session, g int, members []int, eps map[int]*episode) schema.GroupState {
 	gs := schema.GroupState{Index: g, State: schema.GroupDelivered}
 	var rewards []float64
 	for _, e := range members {
-		if ep := eps[e]; rewarded(ep) {
+		if ep := eps[e]; trained(ep) {
 			rewards = append(rewards, ep.reward)
 		}
+	}
+	if len(rewards) == 0 && sess.Config.Filtering() {
+		gs.State, gs.Reason = schema.GroupFiltered, "nothing to train on: no task of the group left a sample trained on ("+untrained(members, eps)+")"
+		return gs
 	}
 	switch f := sess.Config.GroupFilter; {
 	case f == "" || f == schema.FilterNone:
@@ -315,21 +325,48 @@ func (s *Service) filter(ctx context.Context, sess *schema.Session, g int, membe
 	return gs
 }
 
-// rewarded says whether ep's reward is one a group filter weighs: it
-// ended, and not quarantined (a quarantined episode is never scored, and
-// none of its samples is delivered).
-func rewarded(ep *episode) bool {
-	return ep.end != nil && ep.end.Status != schema.EpisodeQuarantined
+// trained says whether ep's samples would be trained on, so that its
+// reward is one a group filter weighs: it ended completed or truncated (a
+// task in state trained), with a sample of either role. A failed or
+// aborted episode's reward is not computed (its 0 says nothing of the
+// answer), a quarantined one's neither (none of its samples is
+// delivered), and none of them is trained; an episode without samples
+// gives the trainer nothing to compare.
+func trained(ep *episode) bool {
+	if ep.end == nil || ep.end.Status != schema.EpisodeCompleted && ep.end.Status != schema.EpisodeTruncated {
+		return false
+	}
+	return ep.planner != nil || len(ep.actor) > 0
+}
+
+// untrained says how a group's episodes ended, none of them trained: their
+// end statuses, counted ("2 failed, 1 quarantined"), and those that ended
+// without a sample.
+func untrained(members []int, eps map[int]*episode) string {
+	counts := map[string]int{}
+	for _, e := range members {
+		switch ep := eps[e]; {
+		case ep.end == nil:
+			counts["not ended"]++
+		case ep.end.Status == schema.EpisodeCompleted || ep.end.Status == schema.EpisodeTruncated:
+			counts[ep.end.Status+" without a sample"]++
+		default:
+			counts[ep.end.Status]++
+		}
+	}
+	return statesText(counts)
 }
 
 // remoteFilter asks a filter server whether to keep a group:
 // POST {rollout, group_index, prompt, label, rewards, responses} → {"keep": bool, "reason": "…"}.
-// It is bounded: a slow filter does not hold the rollout back.
+// rewards and responses are those of the episodes the spread filter weighs
+// (trained), in the same order. It is bounded: a slow filter does not hold
+// the rollout back.
 func (s *Service) remoteFilter(ctx context.Context, url string, sess *schema.Session, g int, members []int, eps map[int]*episode, rewards []float64) (bool, string, error) {
 	first := eps[members[0]].task
 	var responses []string
 	for _, e := range members {
-		if ep := eps[e]; rewarded(ep) {
+		if ep := eps[e]; trained(ep) {
 			responses = append(responses, strings.Join(ep.end.Answers, " | "))
 		}
 	}

@@ -215,7 +215,8 @@ func TestGroupFilterRequestThatCannotBeEncoded(t *testing.T) {
 	sess := &schema.Session{Rollout: 44, Config: cfg}
 	eps := map[int]*episode{}
 	for e, r := range []float64{math.NaN(), 1} {
-		eps[e] = &episode{task: schema.Task{Prompt: "q", Label: "a"}, end: &schema.EpisodeEnd{Status: schema.EpisodeCompleted, Answers: []string{"a"}}, reward: r}
+		eps[e] = &episode{task: schema.Task{Prompt: "q", Label: "a"}, end: &schema.EpisodeEnd{Status: schema.EpisodeCompleted, Answers: []string{"a"}}, reward: r,
+			planner: &schema.Sample{Reward: r}}
 	}
 	s := &Service{}
 	_, _, err := s.remoteFilter(context.Background(), srv.URL, sess, 0, []int{0, 1}, eps, []float64{math.NaN(), 1})
