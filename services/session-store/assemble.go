@@ -395,8 +395,34 @@ func buildResults(sess *schema.Session, tasks []schema.Task, eps map[int]*episod
 			r.Stats.TaskStates[out.State]++
 		}
 		r.Status, r.Reason = truth(r.Result, eps, lost)
+		if short := shortOfTarget(sess); short != "" && r.Status == schema.ResultOK {
+			r.Reason = strings.TrimPrefix(r.Reason+"; "+short, "; ")
+		}
 	}
 	return planner, actor
+}
+
+// shortOfTarget says, of a rollout that asked for target_groups and ended
+// with every episode (its status ok) before that many were delivered, how
+// many were and what became of the others; "" when it did not fall short.
+// Such a result is ok (everything the batch could give was delivered), but
+// its trainer counts on K groups and is told it has fewer.
+func shortOfTarget(sess *schema.Session) string {
+	k := sess.Config.TargetGroups
+	if k == 0 || sess.Config.Evaluation || sess.Status != schema.ResultOK || len(sess.Delivered()) >= k {
+		return ""
+	}
+	states := map[string]int{}
+	for _, gs := range sess.Groups {
+		if gs.State != schema.GroupDelivered {
+			states[gs.State]++
+		}
+	}
+	why := ""
+	if len(states) > 0 {
+		why = " (the others: " + statesText(states) + ")"
+	}
+	return fmt.Sprintf("%d of the %d groups asked for (target_groups) were delivered: every episode had ended%s", len(sess.Delivered()), k, why)
 }
 
 // ownSamples says which episodes' samples a rollout's results take from

@@ -575,3 +575,41 @@ func TestAnEvaluationSaysNothingOfSamples(t *testing.T) {
 		}
 	}
 }
+
+// TestFewerGroupsThanTargetSaySo: a rollout that asked for target_groups
+// and ended with every episode before that many were delivered (the others
+// filtered: nothing to train on, or no spread) was ok with nothing said:
+// its trainer, counting on K groups, had fewer. It is ok (everything the
+// batch could give was delivered) and its reason says how many and why.
+func TestFewerGroupsThanTargetSaySo(t *testing.T) {
+	const n = 8
+	cfg := schema.DefaultConfig()
+	cfg.TargetGroups = 2
+	tasks := []schema.Task{{GroupIndex: 0, Index: 0, Prompt: "q0", Label: "a"}, {GroupIndex: 0, Index: 1, Prompt: "q0", Label: "a"},
+		{GroupIndex: 1, Index: 2, Prompt: "q1", Label: "a"}, {GroupIndex: 1, Index: 3, Prompt: "q1", Label: "a"}}
+	sess := &schema.Session{Rollout: n, Config: cfg, Episodes: len(tasks), State: schema.SessionDone, Status: schema.ResultOK,
+		Groups: []schema.GroupState{{Index: 0, State: schema.GroupDelivered}, {Index: 1, State: schema.GroupFiltered, Reason: "nothing to train on: 2 failed"}}}
+	eps := map[int]*episode{}
+	for e, task := range tasks {
+		end := &schema.EpisodeEnd{Rollout: n, Episode: e, Turns: 1, Status: schema.EpisodeCompleted, Answers: []string{"a"}}
+		if task.GroupIndex == 1 {
+			end.Status, end.Reason = schema.EpisodeFailed, "engine down"
+		}
+		eps[e] = &episode{task: task, end: end, reward: float64(e % 2), planner: &schema.Sample{RolloutID: episodeID(n, e), GroupIndex: task.GroupIndex, Reward: float64(e % 2)}}
+	}
+	delivered := map[string]map[int]groupCounts{}
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		samples, _ := groupShare(sess, eps, []int{0, 1}, role)
+		delivered[role] = map[int]groupCounts{0: {held: asDelivered(samples), samples: len(samples)}}
+	}
+	planner, _ := buildResults(sess, tasks, eps, delivered)
+	want := "1 of the 2 groups asked for (target_groups) were delivered: every episode had ended (the others: 1 filtered)"
+	if planner.Status != schema.ResultOK || !strings.HasSuffix(planner.Reason, want) || !strings.Contains(planner.Reason, "2 of 4 episodes failed") {
+		t.Errorf("planner result %s (%q); want ok, saying the episodes that failed and then %q", planner.Status, planner.Reason, want)
+	}
+	sess.Groups[1].State = schema.GroupDelivered
+	delivered[schema.RolePlanner][1] = delivered[schema.RolePlanner][0]
+	if planner, _ = buildResults(sess, tasks, eps, delivered); strings.Contains(planner.Reason, "target_groups") {
+		t.Errorf("both groups delivered, the reason says %q", planner.Reason)
+	}
+}
