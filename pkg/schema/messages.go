@@ -531,7 +531,7 @@ type Sample struct {
 // Task states: how each task of a rollout ended, in its result.
 const (
 	TaskTrained    = "trained"    // the role's samples of it are in its result (or a delivered group)
-	TaskFiltered   = "filtered"   // its group did not pass the group filter
+	TaskFiltered   = "filtered"   // its group did not pass the group filter, or held nothing to train on
 	TaskAborted    = "aborted"    // stopped: enough groups (over-sampling), or cancelled
 	TaskFailed     = "failed"     // its episode failed, or what the role was to run of it did; Reason says why
 	TaskUnfinished = "unfinished" // still running when the rollout timed out
