@@ -89,29 +89,29 @@ type chatReply struct {
 	Error          json.RawMessage `json:"error"`
 }
 
-// messages are the request's conversation and the ids it must begin with.
-func (c *Chat) messages(r Request) ([]chatMessage, []int, error) {
+// messages are the request's conversation, the ids it must begin with,
+// and the ids the newest message must render as, where they are known.
+func (c *Chat) messages(r Request) (msgs []chatMessage, prefix, newest []int, err error) {
 	if len(r.Messages) == 0 {
 		if r.Text == "" {
-			return nil, nil, fail.Invalidf("openai-chat: a chat engine takes messages or text, not token ids alone")
+			return nil, nil, nil, fail.Invalidf("openai-chat: a chat engine takes messages or text, not token ids alone")
 		}
-		return []chatMessage{{Role: RoleUser, Content: r.Text}}, nil, nil
+		return []chatMessage{{Role: RoleUser, Content: r.Text}}, nil, nil, nil
 	}
-	msgs := make([]chatMessage, len(r.Messages))
-	var prefix []int
+	msgs = make([]chatMessage, len(r.Messages))
 	for i, m := range r.Messages {
 		if m.Role == "" {
-			return nil, nil, fail.Invalidf("openai-chat: message %d has no role", i)
+			return nil, nil, nil, fail.Invalidf("openai-chat: message %d has no role", i)
 		}
 		msgs[i] = chatMessage{Role: m.Role, Content: m.Text}
 		if i < len(r.Messages)-1 {
 			if len(m.IDs) == 0 {
-				return nil, nil, fail.Invalidf("openai-chat: message %d (%s) has no ids: the trajectory so far must be known", i, m.Role)
+				return nil, nil, nil, fail.Invalidf("openai-chat: message %d (%s) has no ids: the trajectory so far must be known", i, m.Role)
 			}
 			prefix = append(prefix, m.IDs...)
 		}
 	}
-	return msgs, prefix, nil
+	return msgs, prefix, r.Messages[len(r.Messages)-1].IDs, nil
 }
 
 func (c *Chat) request(msgs []chatMessage, r Request, stream bool) chatRequest {
@@ -163,8 +163,10 @@ func (a *oaiAccumulator) addChat(r *chatReply) {
 }
 
 // generation checks that the reply is token-exact: output ids and prompt
-// ids returned, the prompt beginning with the trajectory so far.
-func (c *Chat) generation(a *oaiAccumulator, prefix []int) (Generation, error) {
+// ids returned, the prompt beginning with the trajectory so far, and, when
+// the newest message's ids are known (TokenizeChat's), the prompt exactly
+// those of the conversation.
+func (c *Chat) generation(a *oaiAccumulator, prefix, newest []int) (Generation, error) {
 	g, err := a.generation()
 	if err != nil {
 		return Generation{}, err
@@ -180,9 +182,18 @@ func (c *Chat) generation(a *oaiAccumulator, prefix []int) (Generation, error) {
 		return Generation{}, fail.Permanentf("the server returned no prompt_token_ids (vLLM's return_token_ids): " +
 			"the tokens its chat template rendered are unknown, so the sample would not be token-exact")
 	}
-	if err := checkPrefix(prefix, g); err != nil {
-		return Generation{}, fmt.Errorf("the chat template re-rendered the conversation: the history the model saw is not the one planact trains on "+
-			"(use a template that renders earlier turns unchanged: no <think> stripping, no trimming; or a completions protocol): %w", err)
+	if err := checkPrefix(prefix, g.PromptIDs, "the chat template's prompt_token_ids"); err != nil {
+		return Generation{}, reRendered(err)
+	}
+	if newest != nil {
+		if rest := g.PromptIDs[len(prefix):]; !slices.Equal(rest, newest) {
+			// Counted on one rendering, generated from another: a router
+			// that sent the tokenize and the generation to servers with
+			// other templates or tokenizer revisions.
+			return Generation{}, fmt.Errorf("the server rendered the newest message otherwise than its /tokenize did: "+
+				"the prompt planact counted against max_context_tokens is not the one the model saw: %w",
+				drift(len(prefix)+firstDiff(newest, rest), len(prefix)+len(newest), len(g.PromptIDs), "the chat template's prompt_token_ids"))
+		}
 	}
 	if g.PromptTokens == 0 {
 		g.PromptTokens = len(g.PromptIDs)
@@ -195,7 +206,7 @@ func (c *Chat) Generate(ctx context.Context, r Request) (Generation, error) {
 	if err := checkRequest(r); err != nil {
 		return Generation{}, err
 	}
-	msgs, prefix, err := c.messages(r)
+	msgs, prefix, newest, err := c.messages(r)
 	if err != nil {
 		return Generation{}, err
 	}
@@ -212,7 +223,7 @@ func (c *Chat) Generate(ctx context.Context, r Request) (Generation, error) {
 	}
 	var acc oaiAccumulator
 	acc.addChat(&out)
-	g, err := c.generation(&acc, prefix)
+	g, err := c.generation(&acc, prefix, newest)
 	if err != nil {
 		return Generation{}, fmt.Errorf("openai chat: %w", err)
 	}
@@ -226,7 +237,7 @@ func (c *Chat) GenerateStream(ctx context.Context, r Request, onChunk func(strin
 	if err := checkRequest(r); err != nil {
 		return Generation{}, err
 	}
-	msgs, prefix, err := c.messages(r)
+	msgs, prefix, newest, err := c.messages(r)
 	if err != nil {
 		return Generation{}, err
 	}
@@ -264,7 +275,7 @@ func (c *Chat) GenerateStream(ctx context.Context, r Request, onChunk func(strin
 	if acc.finish == "" {
 		return Generation{}, fail.Transientf("openai chat stream: stream ended without a finish reason")
 	}
-	g, err := c.generation(&acc, prefix)
+	g, err := c.generation(&acc, prefix, newest)
 	if err != nil {
 		return Generation{}, fmt.Errorf("openai chat stream: %w", err)
 	}
@@ -275,6 +286,57 @@ func (c *Chat) GenerateStream(ctx context.Context, r Request, onChunk func(strin
 // Tokenize calls the server's /tokenize (vLLM, SGLang) without special tokens.
 func (c *Chat) Tokenize(ctx context.Context, text string) ([]int, error) {
 	return c.tokenize(ctx, c.model, text)
+}
+
+// ChatTokenizer is a chat engine that says which prompt it would generate
+// from for a conversation: its chat template's tokens (BOS, role markers,
+// the generation prompt) and the messages', as its chat completions render
+// them. What a context limit counts.
+type ChatTokenizer interface {
+	TokenizeChat(ctx context.Context, msgs []Message) ([]int, error)
+}
+
+// TokenizeChat renders msgs with the server's chat template, as a
+// generation would, and returns the ids: POST /tokenize {"model",
+// "messages","add_generation_prompt":true,"add_special_tokens":false}
+// (vLLM's TokenizeChatRequest; those are its chat completions' defaults
+// too). As a generation's prompt, the ids must begin with those of every
+// message but the last (else the template re-renders the conversation:
+// token drift); the rest is the last message as the template wrote it.
+func (c *Chat) TokenizeChat(ctx context.Context, msgs []Message) ([]int, error) {
+	if len(msgs) == 0 {
+		return nil, fail.Invalidf("openai-chat: tokenize a conversation: no messages")
+	}
+	chat, prefix, _, err := c.messages(Request{Messages: msgs})
+	if err != nil {
+		return nil, err
+	}
+	in := map[string]any{"messages": chat, "add_generation_prompt": true, "add_special_tokens": false}
+	if c.model != "" {
+		in["model"] = c.model
+	}
+	var tokens *[]int
+	err = c.doRead(ctx, http.MethodPost, "/tokenize", in, nil, func(b []byte) (err error) {
+		tokens, err = decodeTokens(b)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("openai chat: tokenize the conversation (POST /tokenize with messages, as vLLM's): %w", err)
+	}
+	if tokens == nil {
+		return nil, fail.Permanentf(`openai chat: tokenize the conversation: the reply has no "tokens"`)
+	}
+	if err := checkPrefix(prefix, *tokens, "the chat template's tokens from /tokenize"); err != nil {
+		return nil, fmt.Errorf("openai chat: tokenize the conversation: %w", reRendered(err))
+	}
+	return *tokens, nil
+}
+
+// reRendered says what a chat template that did not render the
+// conversation so far as the trajectory holds it (err, its drift) means.
+func reRendered(err error) error {
+	return fmt.Errorf("the chat template re-rendered the conversation: the history the model saw is not the one planact trains on "+
+		"(use a template that renders earlier turns unchanged: no <think> stripping, no trimming; or a completions protocol): %w", err)
 }
 
 // Health calls GET /health.

@@ -94,11 +94,11 @@ func checkConsumed(r Request, g Generation) error {
 }
 
 // checkPrefix checks that a chat engine's rendering of the conversation
-// (its prompt_token_ids) begins with the ids the trajectory holds for every
-// message but the newest.
-func checkPrefix(prefix []int, g Generation) error {
-	if at := firstDiff(prefix, g.PromptIDs); at < len(prefix) {
-		return drift(at, len(prefix), len(g.PromptIDs), "the chat template's prompt_token_ids")
+// (its prompt_token_ids, or its /tokenize's tokens: evidence) begins with
+// the ids the trajectory holds for every message but the newest.
+func checkPrefix(prefix, rendered []int, evidence string) error {
+	if at := firstDiff(prefix, rendered); at < len(prefix) {
+		return drift(at, len(prefix), len(rendered), evidence)
 	}
 	return nil
 }

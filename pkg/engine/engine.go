@@ -59,7 +59,9 @@ type Message struct {
 	Text string `msgpack:"text" json:"text"`
 	// IDs are the trajectory's ids of this message as the engine rendered
 	// it before (the prompt's ids, a generation's ids, an observation with
-	// the template's glue); nil for the newest message.
+	// the template's glue). For the newest message they are nil, or what
+	// the engine's TokenizeChat rendered it as: the generation's prompt
+	// must then be exactly the conversation's ids (ErrTokenDrift if not).
 	IDs []int `msgpack:"ids,omitempty" json:"ids,omitempty"`
 }
 

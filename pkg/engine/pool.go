@@ -62,6 +62,7 @@ type pooled struct {
 	client    Client
 	slots     *slots
 	tokens    *tokenCache
+	chats     *tokenCache // a chat engine's renderings of one-message conversations
 	versions  *versionProbe
 }
 
@@ -142,7 +143,7 @@ func (p *Pool) engineLocked(protocol, url, model string) (*pooled, error) {
 		if err != nil {
 			return nil, err
 		}
-		e = &pooled{client: c, slots: &slots{limit: p.Limit, now: p.now}, tokens: newTokenCache(tokenCacheSize), versions: &versionProbe{client: c}}
+		e = &pooled{client: c, slots: &slots{limit: p.Limit, now: p.now}, tokens: newTokenCache(tokenCacheSize), chats: newTokenCache(tokenCacheSize), versions: &versionProbe{client: c}}
 		p.engines[key] = e
 	}
 	e.slots.touch()

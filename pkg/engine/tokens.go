@@ -68,3 +68,25 @@ func (l *Lease) Tokenize(ctx context.Context, text string) ([]int, error) {
 	}
 	return ids, err
 }
+
+// TokenizeChat is the chat engine's TokenizeChat. A conversation of one
+// message, the first turn that the copies of a task share, is answered
+// from what the engine said before for it when it can.
+func (l *Lease) TokenizeChat(ctx context.Context, msgs []Message) ([]int, error) {
+	ct, ok := l.Client.(ChatTokenizer)
+	if !ok {
+		return nil, notSupported("tokenize a conversation (only a chat engine, "+ProtocolOpenAIChat+", renders one)", nil)
+	}
+	key := ""
+	if len(msgs) == 1 {
+		key = msgs[0].Role + "\x00" + msgs[0].Text
+		if ids, ok := l.p.chats.get(key); ok {
+			return ids, nil
+		}
+	}
+	ids, err := ct.TokenizeChat(ctx, msgs)
+	if err == nil && key != "" {
+		l.p.chats.put(key, ids)
+	}
+	return ids, err
+}

@@ -245,18 +245,30 @@ func (e *Engine) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Prompt           *string `json:"prompt"`
 		AddSpecialTokens *bool   `json:"add_special_tokens"`
+		// vLLM's TokenizeChatRequest: the conversation as the chat
+		// completions render it (the generation prompt by default).
+		Messages            []chatMessage `json:"messages"`
+		AddGenerationPrompt *bool         `json:"add_generation_prompt"`
 	}
 	if err := decodeBody(r, &req); err != nil {
 		writeGenError(w, r, err)
 		return
 	}
-	if req.Prompt == nil {
-		writeError(w, http.StatusBadRequest, `"prompt" is required`)
+	var ids []int
+	switch {
+	case req.Messages != nil:
+		ids = e.chatTemplate(req.Messages, false)
+		if req.AddGenerationPrompt != nil && !*req.AddGenerationPrompt {
+			ids = ids[:len(ids)-len(Encode("<|assistant|>\n"))]
+		}
+	case req.Prompt == nil:
+		writeError(w, http.StatusBadRequest, `"prompt" or "messages" is required`)
 		return
-	}
-	ids := Encode(*req.Prompt)
-	if req.AddSpecialTokens == nil || *req.AddSpecialTokens {
-		ids = append([]int{BOSID}, ids...)
+	default:
+		ids = Encode(*req.Prompt)
+		if req.AddSpecialTokens == nil || *req.AddSpecialTokens {
+			ids = append([]int{BOSID}, ids...)
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"tokens": ids, "count": len(ids), "max_model_len": maxModelLen})
 }

@@ -27,7 +27,8 @@ import (
 // plan runs one planner turn. The trajectory is token-exact: turn 1
 // tokenizes the rendered prompt; later turns take the previous turn's
 // trajectory from the PLAN stream as it was, and only tokenize the new
-// observation, with the engine's own tokenizer.
+// observation, with the engine's own tokenizer (a chat engine renders the
+// whole conversation with its template: the context counts that).
 // A turn is streamed only while no partial plan of it was published: a turn
 // tried again is a new generation whose nodes could differ from those an
 // earlier attempt already released, and a turn's acts must all come from
@@ -149,6 +150,19 @@ func (s *Service) publish(ctx context.Context, t *turn) error {
 func (s *Service) onEngine(ctx context.Context, lease *engine.Lease, req *schema.PlanRequest, t *turn, task schema.Task, eng schema.Engine,
 	cfg schema.Config, prev *schema.PlanOutput, mayStream bool, gate *session.Gate) (*schema.PlanOutput, error) {
 	log := zerolog.Ctx(ctx)
+	// A chat engine renders the conversation with its template: the ids of
+	// the turn's new text come from its rendering of the whole of it, below.
+	chat := eng.Protocol == engine.ProtocolOpenAIChat
+	tokenize := func(what, text string) ([]int, error) {
+		if chat {
+			return nil, nil
+		}
+		ids, err := lease.Tokenize(ctx, text)
+		if err != nil {
+			return nil, fmt.Errorf("tokenize %s: %w", what, err)
+		}
+		return ids, nil
+	}
 	var segs []schema.Segment
 	prompt := ""
 	if prev == nil {
@@ -159,24 +173,39 @@ func (s *Service) onEngine(ctx context.Context, lease *engine.Lease, req *schema
 			return nil, fail.E(fail.Invalid, err)
 		}
 		prompt = m.PlannerPrompt(task, cfg)
-		ids, err := lease.Tokenize(ctx, prompt)
+		ids, err := tokenize("prompt", prompt)
 		if err != nil {
-			return nil, fmt.Errorf("tokenize prompt: %w", err)
+			return nil, err
 		}
 		segs = []schema.Segment{{Kind: schema.SegPrompt, Turn: req.Turn, Text: prompt, IDs: ids}}
 		if req.Observation != "" {
-			ids, err := lease.Tokenize(ctx, req.Observation)
+			ids, err := tokenize("observation", req.Observation)
 			if err != nil {
-				return nil, fmt.Errorf("tokenize observation: %w", err)
+				return nil, err
 			}
 			segs = append(segs, schema.Segment{Kind: schema.SegObservation, Turn: req.Turn, Text: req.Observation, IDs: ids})
 		}
 	} else {
-		ids, err := lease.Tokenize(ctx, req.Observation)
+		ids, err := tokenize("observation", req.Observation)
 		if err != nil {
-			return nil, fmt.Errorf("tokenize observation: %w", err)
+			return nil, err
 		}
 		segs = append(slices.Clip(prev.Segments), schema.Segment{Kind: schema.SegObservation, Turn: req.Turn, Text: req.Observation, IDs: ids})
+	}
+	if chat {
+		// What the engine generates from holds the template's tokens (BOS,
+		// role markers, the generation prompt) besides the messages': the
+		// context is counted on its rendering, and the newest message takes
+		// its ids there, glue included, as the generation then must.
+		ids, err := lease.TokenizeChat(ctx, messages(segs))
+		if err != nil {
+			return nil, err
+		}
+		known := 0
+		for _, seg := range segs[:len(segs)-1] {
+			known += len(seg.IDs)
+		}
+		segs[len(segs)-1].IDs = ids[known:]
 	}
 
 	var input []int
