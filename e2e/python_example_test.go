@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -1009,23 +1010,27 @@ except trainer.ServerTooOld as e:
 func TestPythonSlimePauseResume(t *testing.T) {
 	t.Parallel()
 	const atMs = 1767225600000
+	const nonce = "0f0f0f0f0f0f0f0f" // secrets.token_hex(8), patched below
 	b64 := func(m schema.Message) string { return base64.StdEncoding.EncodeToString(marshal(t, m)) }
 	answer := func(epoch int64, pauseID, mode string) string {
 		return b64(&schema.Paused{Role: schema.RolePlanner, Epoch: epoch, PauseID: pauseID,
 			Mode: mode, Drained: []string{"planner-gateway-a"}, Aborted: int(epoch) - 1, AtMs: atMs + 40})
 	}
-	mine := answer(3, fmt.Sprintf("pause.planner.%d", atMs), schema.PauseAbort)
+	mine := answer(3, fmt.Sprintf("pause.planner.%d.%s", atMs, nonce), schema.PauseAbort)
 	another := answer(2, "pause.planner.1767225000000", schema.PauseWait)
-	resumed := b64(&schema.Resumed{Role: schema.RolePlanner, ResumeID: fmt.Sprintf("resume.planner.%d", atMs), WeightVersion: "5", AtMs: atMs + 50})
+	resumed := b64(&schema.Resumed{Role: schema.RolePlanner, ResumeID: fmt.Sprintf("resume.planner.%d.%s", atMs, nonce), WeightVersion: "5", AtMs: atMs + 50})
 	refusal := func(verb, id string) string {
 		return b64(&schema.Refused{Role: schema.RoleActor, Verb: verb, ID: id, Reason: verb + " of actor: a newer rule", AtMs: atMs + 60})
 	}
 	// Refusals of another message, then of the pause and of the resume.
-	refusals := []string{refusal("pause", "pause.actor.1"), refusal("pause", fmt.Sprintf("pause.actor.%d", atMs)),
-		refusal("resume", fmt.Sprintf("resume.actor.%d", atMs))}
+	refusals := []string{refusal("pause", "pause.actor.1"), refusal("pause", fmt.Sprintf("pause.actor.%d.%s", atMs, nonce)),
+		refusal("resume", fmt.Sprintf("resume.actor.%d.%s", atMs, nonce))}
 	out, err := slimeRun(t, `
 import time
-time.time = lambda: 1767225600.0  # the pause's id is pause.<role>.<at_ms>: the one Go answers
+# two pauses in one millisecond have ids of their own: verb.role.at_ms.<16 hex>
+ids = [slime_planact.pause_message("planner", at_ms=1)[1]["Nats-Msg-Id"] for _ in range(2)]
+time.time = lambda: 1767225600.0  # the pause's id is pause.<role>.<at_ms>.<nonce>: the one Go answers
+slime_planact.secrets.token_hex = lambda n: "0f" * n
 mine, another, resumed, other, refused_pause, refused_resume = (base64.b64decode(a) for a in sys.argv[1:7])
 # planact answers this pause, then (last on the subject) another one; and the resume
 nats.on_publish.append(lambda m: [nats.store("control.planner.paused", a) for a in (mine, another)]
@@ -1053,13 +1058,14 @@ for call in (lambda: slime_planact.pause("actor", timeout_s=60), lambda: slime_p
         refused.append("taken")
     except slime_planact.PlanactError as e:
         refused.append(str(e))
-print(json.dumps({"answer": answer, "resumed": resume_answer, "published": published(), "unanswered": unanswered,
+print(json.dumps({"ids": ids, "answer": answer, "resumed": resume_answer, "published": published(), "unanswered": unanswered,
                   "bad_mode": bad_mode, "refused": refused, "servers": [c["servers"] for c in nats.connections]}))
 `, map[string]string{"PLANACT_NATS_URL": "nats://planact:4222"}, slimeFeed{}, append([]string{mine, another, resumed}, refusals...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var r struct {
+		IDs        []string       `json:"ids"`
 		Answer     map[string]any `json:"answer"`
 		Resumed    map[string]any `json:"resumed"`
 		Published  []pyMsg        `json:"published"`
@@ -1071,15 +1077,18 @@ print(json.dumps({"answer": answer, "resumed": resume_answer, "published": publi
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("python printed %q: %v", out, err)
 	}
+	if len(r.IDs) != 2 || r.IDs[0] == r.IDs[1] || !regexp.MustCompile(`^pause\.planner\.1\.[0-9a-f]{16}$`).MatchString(r.IDs[0]) {
+		t.Errorf("two pauses in one millisecond have ids %q: want pause.planner.1.<16 hex>, each its own", r.IDs)
+	}
 	if len(r.Published) != 5 {
 		t.Fatalf("published %d messages, want a pause, a resume, a pause, and a pause and a resume refused", len(r.Published))
 	}
-	if r.Resumed["resume_id"] != fmt.Sprintf("resume.planner.%d", atMs) || r.Resumed["weight_version"] != "5" {
+	if r.Resumed["resume_id"] != fmt.Sprintf("resume.planner.%d.%s", atMs, nonce) || r.Resumed["weight_version"] != "5" {
 		t.Errorf("resume returned %v: want planact's answer to it", r.Resumed)
 	}
 	if want := []string{
-		fmt.Sprintf("planact: refused: pause pause.actor.%d: pause of actor: a newer rule", atMs),
-		fmt.Sprintf("planact: refused: resume resume.actor.%d: resume of actor: a newer rule", atMs),
+		fmt.Sprintf("planact: refused: pause pause.actor.%d.%s: pause of actor: a newer rule", atMs, nonce),
+		fmt.Sprintf("planact: refused: resume resume.actor.%d.%s: resume of actor: a newer rule", atMs, nonce),
 	}; !slices.Equal(r.Refused, want) {
 		t.Errorf("refused pause and resume: %q, want %q", r.Refused, want)
 	}
@@ -1091,10 +1100,12 @@ print(json.dumps({"answer": answer, "resumed": resume_answer, "published": publi
 		p.Reason != "weights 5" || p.AtMs != atMs {
 		t.Errorf("pause %+v on %s", p, r.Published[0].Subject)
 	}
+	p.Nonce = nonce // in the id only, not in the body
 	var res schema.Resume
 	if err := schema.UnmarshalStrict(r.Published[1].body(t), &res); err != nil {
 		t.Fatalf("the Go decoder refuses the resume: %v", err)
 	}
+	res.Nonce = nonce
 	if r.Published[1].Subject != res.Subject() || res.Role != schema.RolePlanner || res.WeightVersion != "5" {
 		t.Errorf("resume %+v on %s", res, r.Published[1].Subject)
 	}
@@ -1108,7 +1119,7 @@ print(json.dumps({"answer": answer, "resumed": resume_answer, "published": publi
 	if r.Answer["epoch"] != 3.0 || r.Answer["aborted"] != 2.0 || r.Answer["pause_id"] != p.MsgID() {
 		t.Errorf("pause returned %v: want the answer to %s (epoch 3)", r.Answer, p.MsgID())
 	}
-	if want := fmt.Sprintf("planact: timeout: no answer to pause pause.actor.%d on control.actor.paused within 0.3s", atMs); r.Unanswered != want {
+	if want := fmt.Sprintf("planact: timeout: no answer to pause pause.actor.%d.%s on control.actor.paused within 0.3s", atMs, nonce); r.Unanswered != want {
 		t.Errorf("unanswered pause: %q, want %q", r.Unanswered, want)
 	}
 	if r.BadMode != "pause mode 'later': want wait or abort" {

@@ -182,6 +182,7 @@ import json
 import logging
 import math
 import os
+import secrets
 import time
 import urllib.request
 
@@ -1493,9 +1494,13 @@ def resume(role, weight_version, wait_s=RESUME_WAIT_S):
     return asyncio.run(run_control(connect_options(), role, "resume", subject, headers, body, wait_s))
 
 
-def control_message(kind, role, verb, body, at_ms):
+def control_message(kind, role, verb, body, at_ms, nonce=None):
     """Subject, headers and msgpack body of a control message, as
-    pkg/bus.NewMsg sends it (no rollout: no Planact-Rollout)."""
+    pkg/bus.NewMsg sends it (no rollout: no Planact-Rollout). Its
+    Nats-Msg-Id is verb.role.at_ms.nonce (schema.Pause/Resume MsgID; a
+    paused answer names it): the nonce, random unless given, tells it
+    from another of the role in the same millisecond; a retry publishes
+    these same headers, so JetStream drops its copy."""
     if role not in ROLES:
         raise ValueError(f"role {role!r}: want planner or actor")
     body = {"schema": kind, "role": role, **body, "at_ms": at_ms}
@@ -1503,7 +1508,7 @@ def control_message(kind, role, verb, body, at_ms):
         "Planact-Schema": kind,
         "Planact-Role": role,
         "Content-Type": "application/msgpack",
-        "Nats-Msg-Id": f"{verb}.{role}.{at_ms}",  # schema.Pause/Resume MsgID; a paused answer names it
+        "Nats-Msg-Id": f"{verb}.{role}.{at_ms}.{nonce or secrets.token_hex(8)}",
     }
     return f"control.{role}.{verb}", headers, msgpack.packb(body, use_bin_type=True)
 

@@ -6,8 +6,10 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -765,7 +767,7 @@ func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schem
 	if err := schema.CheckRole(role); err != nil {
 		return nil, fmt.Errorf("pause: %w", err)
 	}
-	p := &schema.Pause{Role: role, Mode: schema.PauseWait, TimeoutS: o.Timeout.Seconds(), Reason: o.Reason, AtMs: time.Now().UnixMilli()}
+	p := &schema.Pause{Role: role, Mode: schema.PauseWait, TimeoutS: o.Timeout.Seconds(), Reason: o.Reason, AtMs: now().UnixMilli(), Nonce: nonce()}
 	if o.Abort {
 		p.Mode = schema.PauseAbort
 	}
@@ -793,6 +795,19 @@ func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schem
 	return ans, nil
 }
 
+// now stamps pauses and resumes (a variable for tests: two in one
+// millisecond).
+var now = time.Now
+
+// nonce tells a pause or resume from another of its role stamped in the
+// same millisecond, in its message id: 8 random bytes in hex, as the Python
+// and Node clients make it.
+func nonce() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails: it crashes the program first
+	return hex.EncodeToString(b[:])
+}
+
 // pauseAnswerMargin is how long after a pause's time-out Pause still waits
 // for planact's answer.
 var pauseAnswerMargin = 30 * time.Second
@@ -810,7 +825,7 @@ func (c *Client) Resume(ctx context.Context, role, weightVersion string) error {
 	if err := schema.CheckRole(role); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
-	r := &schema.Resume{Role: role, WeightVersion: weightVersion, AtMs: time.Now().UnixMilli()}
+	r := &schema.Resume{Role: role, WeightVersion: weightVersion, AtMs: now().UnixMilli(), Nonce: nonce()}
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}

@@ -63,3 +63,11 @@ func SetResumeAnswerWait(d time.Duration) func() {
 	resumeAnswerWait = d
 	return func() { resumeAnswerWait = was }
 }
+
+// SetNow sets the clock that stamps pauses and resumes, and returns a func
+// that sets it back.
+func SetNow(f func() time.Time) func() {
+	was := now
+	now = f
+	return func() { now = was }
+}

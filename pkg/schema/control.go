@@ -27,11 +27,17 @@ type Pause struct {
 	TimeoutS float64 `json:"timeout_s,omitempty"` // default 600
 	Reason   string  `json:"reason,omitempty"`
 	AtMs     int64   `json:"at_ms"`
+	// Nonce tells this pause from another of the role sent in the same
+	// millisecond (two trainer processes; pause, resume and pause again at
+	// once). It is part of the message id only, not of the body: a retry of
+	// this pause keeps its id (JetStream drops the copy), and a pause
+	// without one (a client before it) has the id it always had.
+	Nonce string `json:"-"`
 }
 
 func (m *Pause) Kind() string    { return "control.pause/1" }
 func (m *Pause) Subject() string { return subject.Control(m.Role, "pause") }
-func (m *Pause) MsgID() string   { return fmt.Sprintf("pause.%s.%d", m.Role, m.AtMs) }
+func (m *Pause) MsgID() string   { return controlID("pause", m.Role, m.AtMs, m.Nonce) }
 func (m *Pause) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
 
 // DefaultPauseTimeoutS is how long a pause may last unless it says.
@@ -70,6 +76,20 @@ type Resume struct {
 	Role          string `json:"role"`
 	WeightVersion string `json:"weight_version,omitempty"`
 	AtMs          int64  `json:"at_ms"`
+	// Nonce tells this resume from another of the role sent in the same
+	// millisecond, as a Pause's does: in the message id only.
+	Nonce string `json:"-"`
+}
+
+// controlID is the message id of a pause or resume (verb): verb.role.at_ms
+// and, when it has one, its nonce. Planact answers a pause or resume by
+// whatever id it came with (Nats-Msg-Id), the old form without a nonce
+// included.
+func controlID(verb, role string, atMs int64, nonce string) string {
+	if nonce == "" {
+		return fmt.Sprintf("%s.%s.%d", verb, role, atMs)
+	}
+	return fmt.Sprintf("%s.%s.%d.%s", verb, role, atMs, nonce)
 }
 
 // Validate reports a field of a resume that planact will not take: a
@@ -101,7 +121,7 @@ func CheckControlID(verb, role, id string) error {
 
 func (m *Resume) Kind() string    { return "control.resume/1" }
 func (m *Resume) Subject() string { return subject.Control(m.Role, "resume") }
-func (m *Resume) MsgID() string   { return fmt.Sprintf("resume.%s.%d", m.Role, m.AtMs) }
+func (m *Resume) MsgID() string   { return controlID("resume", m.Role, m.AtMs, m.Nonce) }
 func (m *Resume) Meta() Meta      { return Meta{Rollout: -1, Episode: -1, Role: m.Role} }
 
 // Rollback says that a role's trainer went back to earlier weights: a
