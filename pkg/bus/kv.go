@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,8 +42,9 @@ func Get[T any](ctx context.Context, kv *Bucket, key string) (v T, rev uint64, f
 	if err != nil {
 		return v, 0, false, fail.Transientf("kv get %s: %w", key, err)
 	}
-	if err := schema.Unmarshal(e.Value(), &v); err != nil {
-		return v, 0, false, fmt.Errorf("kv %s: %w", key, err)
+	if err := decodeValue(kv.Bucket(), key, e.Revision(), e.Value(), &v); err != nil {
+		var zero T
+		return zero, 0, false, err
 	}
 	return v, e.Revision(), true, nil
 }
@@ -58,10 +60,32 @@ func GetFresh[T any](ctx context.Context, kv *Bucket, key string) (v T, rev uint
 	if err != nil || e == nil {
 		return v, 0, false, err
 	}
-	if err := schema.Unmarshal(e.Value, &v); err != nil {
-		return v, 0, false, fmt.Errorf("kv %s: %w", key, err)
+	if err := decodeValue(kv.Bucket(), key, e.Revision, e.Value, &v); err != nil {
+		var zero T
+		return zero, 0, false, err
 	}
 	return v, e.Revision, true, nil
+}
+
+// decodeValue decodes the value of key at revision rev of bucket into v. A
+// value that is there but cannot be read is an error naming the key, its
+// revision and what is wrong, never a key absent or holding nothing: a
+// caller would create, skip or redo work as if it were. Planact writes
+// every value as a map of fields; a msgpack nil or an array, which the
+// decoder would take for an empty value, is refused too.
+func decodeValue[T any](bucket, key string, rev uint64, data []byte, v *T) error {
+	if len(data) > 0 && reflect.TypeFor[T]().Kind() == reflect.Struct {
+		switch c := data[0]; {
+		case c == 0xc0:
+			return fail.Permanentf("kv %s/%s revision %d: decode %T: the value is nil: want a map of fields", bucket, key, rev, v)
+		case c >= 0x90 && c <= 0x9f || c == 0xdc || c == 0xdd:
+			return fail.Permanentf("kv %s/%s revision %d: decode %T: the value is an array: want a map of fields", bucket, key, rev, v)
+		}
+	}
+	if err := schema.Unmarshal(data, v); err != nil {
+		return fail.E(fail.Permanent, fmt.Errorf("kv %s/%s revision %d: %w", bucket, key, rev, err))
+	}
+	return nil
 }
 
 // Create writes v under key only if the key does not exist. created is false

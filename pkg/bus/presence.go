@@ -106,8 +106,9 @@ func (b *Bus) PresentGateways(ctx context.Context, role string) ([]string, error
 		if m == nil { // its lease ended since the listing
 			continue
 		}
-		if err := schema.Unmarshal(m.Data, &p); err != nil {
-			return nil, fail.Transientf("presence %s: %w", subj, err)
+		if err := m.Decode(&p); err != nil {
+			// Not permanent: a notice ages out with its lease.
+			return nil, fail.Transientf("list %s gateways: presence %w", role, err)
 		}
 		if !p.Gone {
 			ids = append(ids, p.Gateway)

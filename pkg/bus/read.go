@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
 )
 
@@ -24,6 +25,16 @@ type StoredMsg struct {
 	Header  nats.Header
 	Data    []byte
 	Time    time.Time
+}
+
+// Decode decodes the stored message into v. A message that is there but
+// cannot be read is an error naming its subject, its sequence and what is
+// wrong: never taken for no message, or for one that says something else.
+func (m *StoredMsg) Decode(v schema.Message) error {
+	if err := schema.Unmarshal(m.Data, v); err != nil {
+		return fail.E(fail.Permanent, fmt.Errorf("%s sequence %d: %w", m.Subject, m.Seq, err))
+	}
+	return nil
 }
 
 // The JetStream API's "message not found" and "stream not found" error codes.
@@ -109,7 +120,7 @@ func getMsg(ctx context.Context, nc *nats.Conn, stream string, req map[string]an
 	m := &StoredMsg{Subject: resp.Message.Subject, Seq: resp.Message.Seq, Data: resp.Message.Data, Time: resp.Message.Time}
 	if len(resp.Message.Hdrs) > 0 {
 		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Hdrs); err != nil {
-			return nil, fail.Transientf("read %s: headers: %w", stream, err)
+			return nil, fail.Transientf("read %s %s sequence %d: headers: %w", stream, m.Subject, m.Seq, err)
 		}
 	}
 	return m, nil

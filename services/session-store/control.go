@@ -84,13 +84,20 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 		if slices.Contains(st.AnsweredPauses, id) {
 			return nil
 		}
-		var last schema.Paused
 		pm, err := s.Bus.LastMsg(ctx, bus.StreamControl, subject.Control(p.Role, "paused"))
 		if err != nil {
 			return err
 		}
-		if pm != nil && schema.Unmarshal(pm.Data, &last) == nil && last.PauseID == id {
-			return nil
+		if pm != nil {
+			// An answer that cannot be read says nothing of whether this
+			// pause was answered: an error, not a refusal.
+			var last schema.Paused
+			if err := pm.Decode(&last); err != nil {
+				return fmt.Errorf("pause of %s: the last answer: %w", p.Role, err)
+			}
+			if last.PauseID == id {
+				return nil
+			}
 		}
 		return s.refuse(ctx, m, "pause", fmt.Errorf("pause of %s: a later pause or resume of %s (stream sequence %d, this one's %d) was applied first; this one changes nothing",
 			p.Role, p.Role, st.StateSeq, m.Seq))
@@ -258,7 +265,17 @@ func (s *Service) waitDrained(ctx context.Context, st schema.RoleState) (drained
 				return nil, nil, 0, err
 			}
 			var d schema.Drained
-			if m != nil && schema.Unmarshal(m.Data, &d) == nil && d.Epoch == st.Epoch {
+			if m != nil {
+				// Unreadable, it does not say the gateway drained: the
+				// gateway is missing, as one that said nothing (the
+				// trainer is told it may still generate), and the log
+				// says why.
+				if err := m.Decode(&d); err != nil {
+					zerolog.Ctx(ctx).Error().Err(err).Str("gateway", id).Msg("pause: a drained notice that cannot be read: the gateway counts as missing")
+					m = nil
+				}
+			}
+			if m != nil && d.Epoch == st.Epoch {
 				drained = append(drained, id)
 				aborted += d.Aborted
 			} else {
