@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -22,14 +23,12 @@ const (
 
 // events streams what build makes as "data:" events; an error (a bad
 // request, a rollout that does not exist) is one "failure" event whose
-// data is the message, and ends the stream.
+// data is the message, and ends the stream. A stream ends, releasing its
+// subscription, when its client goes away, or takes nothing of one write
+// for writeTimeout (its connection is closed then; an EventSource that
+// is still there connects again).
 func (s *Server) events(build builder) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		flusher, ok := w.(http.Flusher)
-		if !ok {
-			http.Error(w, "streaming is not supported by this connection", http.StatusInternalServerError)
-			return
-		}
 		if _, err := build(r); err != nil {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status(err))
@@ -39,28 +38,44 @@ func (s *Server) events(build builder) http.HandlerFunc {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("X-Accel-Buffering", "no")
+		s.streams.Add(1)
+		defer s.streams.Add(-1)
 		changes, stop := s.view.Subscribe()
 		defer stop()
 		ticker := time.NewTicker(tick)
 		defer ticker.Stop()
+		quiet := time.NewTimer(s.keepAlive)
+		defer quiet.Stop()
+		rc := http.NewResponseController(w)
+		// write writes and flushes one event, each under its deadline
+		// (ServeHTTP's deadlineWriter); false when it failed and the
+		// stream ends.
+		write := func(format string, a ...any) bool {
+			if _, err := fmt.Fprintf(w, format, a...); err != nil {
+				return false
+			}
+			if err := rc.Flush(); err != nil {
+				return false
+			}
+			quiet.Reset(s.keepAlive)
+			return true
+		}
 		var last []byte
 		send := func() bool {
 			v, err := build(r)
-			if err != nil {
-				fmt.Fprintf(w, "event: failure\ndata: %s\n\n", err)
-				flusher.Flush()
-				return false
+			if err == nil {
+				var b []byte
+				if b, err = json.Marshal(v); err == nil {
+					if bytes.Equal(b, last) {
+						return true
+					}
+					last = b
+					return write("data: %s\n\n", b)
+				}
 			}
-			b, err := json.Marshal(v)
-			if err != nil {
-				return false
-			}
-			if !bytes.Equal(b, last) {
-				last = b
-				fmt.Fprintf(w, "data: %s\n\n", b)
-				flusher.Flush()
-			}
-			return true
+			// One line: a newline in the message would end the event early.
+			write("event: failure\ndata: %s\n\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			return false
 		}
 		if !send() {
 			return
@@ -80,6 +95,10 @@ func (s *Server) events(build builder) http.HandlerFunc {
 				}
 			case <-ticker.C:
 				if !send() {
+					return
+				}
+			case <-quiet.C:
+				if !write(": keep-alive\n\n") {
 					return
 				}
 			}

@@ -50,6 +50,12 @@ func Run(ctx context.Context, nc *nats.Conn, ln net.Listener, log zerolog.Logger
 	srv := &http.Server{
 		Handler:           New(r),
 		ReadHeaderTimeout: 10 * time.Second,
+		// The deadline of what the server writes itself (an answer to a
+		// malformed request); the handlers set one on each write.
+		WriteTimeout: WriteTimeout,
+		// A connection kept alive between requests is closed after that
+		// long idle: none is held forever.
+		IdleTimeout: 2 * time.Minute,
 		// Requests (event streams among them) end with ctx.
 		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
@@ -63,6 +69,10 @@ func Run(ctx context.Context, nc *nats.Conn, ln net.Listener, log zerolog.Logger
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = srv.Shutdown(sctx)
+	if err := srv.Shutdown(sctx); err != nil {
+		// A handler still writing to a client that does not read would
+		// hold the shutdown until its write deadline: cut it.
+		_ = srv.Close()
+	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/planact/planact/pkg/view"
@@ -31,11 +32,31 @@ var page = template.Must(template.New("page").Parse(pageHTML))
 type Server struct {
 	view *view.Reader
 	mux  *http.ServeMux
+	// writeTimeout bounds each write of an answer (a page, JSON, one
+	// event of a stream): a client that takes nothing for that long is
+	// given up on, so that it holds no handler, subscription or buffer.
+	writeTimeout time.Duration
+	// keepAlive is the longest an events stream stays silent: a comment
+	// then, so that proxies do not cut it as idle.
+	keepAlive time.Duration
+	streams   atomic.Int64
 }
+
+const (
+	// WriteTimeout is how long one write of an answer may wait for its
+	// client to take it.
+	WriteTimeout = 10 * time.Second
+	// KeepAlive is how often a silent events stream sends a comment.
+	KeepAlive = 15 * time.Second
+)
 
 // New returns the web view of what r reads.
 func New(r *view.Reader) *Server {
-	s := &Server{view: r, mux: http.NewServeMux()}
+	return newServer(r, WriteTimeout, KeepAlive)
+}
+
+func newServer(r *view.Reader, writeTimeout, keepAlive time.Duration) *Server {
+	s := &Server{view: r, mux: http.NewServeMux(), writeTimeout: writeTimeout, keepAlive: keepAlive}
 	assets, _ := fs.Sub(static, "static")
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(assets)))
 
@@ -52,7 +73,68 @@ func New(r *view.Reader) *Server {
 	return s
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	if r.ContentLength != 0 {
+		// Nothing here reads a body, and net/http reads what is left of
+		// one after the handler, with no deadline: a body that never
+		// comes would hold the connection (and before an events
+		// stream's first event, its handler) forever.
+		_ = rc.SetReadDeadline(time.Now().Add(s.writeTimeout))
+		w.Header().Set("Connection", "close")
+		http.Error(w, fmt.Sprintf("%s %s: the web view takes no request body", r.Method, r.URL.Path), http.StatusBadRequest)
+		return
+	}
+	s.mux.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: rc, timeout: s.writeTimeout}, r)
+}
+
+// Streams is how many events streams are open now.
+func (s *Server) Streams() int { return int(s.streams.Load()) }
+
+// deadlineWriter gives each write and flush of a response its own
+// deadline, writeTimeout from when it starts: the server's WriteTimeout
+// would end every events stream after that long, however fast its client
+// reads.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (w *deadlineWriter) extend() error {
+	err := w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	if errors.Is(err, http.ErrNotSupported) {
+		return nil // a writer with no connection under it (httptest's recorder): nothing waits
+	}
+	return err
+}
+
+// WriteHeader extends the deadline too: an answer of only a status line
+// and headers is written after the handler, under the last deadline set.
+func (w *deadlineWriter) WriteHeader(code int) {
+	_ = w.extend()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	if err := w.extend(); err != nil {
+		return 0, err
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// FlushError flushes what was written; http.ResponseController's Flush
+// calls it.
+func (w *deadlineWriter) FlushError() error {
+	if err := w.extend(); err != nil {
+		return err
+	}
+	return w.rc.Flush()
+}
+
+func (w *deadlineWriter) Flush() { _ = w.FlushError() }
+
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // errBadRequest marks errors in what the request asked for.
 var errBadRequest = errors.New("bad request")
