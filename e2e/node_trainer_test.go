@@ -36,6 +36,18 @@ func TestNodeTrainer(t *testing.T) {
 		}
 	})
 
+	t.Run("pause and resume", func(t *testing.T) {
+		// planact.test.js pauses and resumes against this planact: the
+		// session-store takes the Node client's messages and ids.
+		e := start(t, envOptions{planner: sim.Config{Seed: 89}, actor: sim.Config{Seed: 90}})
+		cmd := nodeCmd(t, dir, "node", "--test", "--test-name-pattern", "^against planact", "planact.test.js")
+		cmd.Env = append(cmd.Env, "PLANACT_TEST_NATS_URL="+e.url)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "# pass 1\n") {
+			t.Fatalf("node --test against planact: %v (want one test passed)\n%s", err, out)
+		}
+	})
+
 	cases := []struct {
 		name        string
 		inlineLimit int      // the session-store's: above it, results go to the object store

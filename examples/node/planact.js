@@ -18,8 +18,12 @@ export const SAMPLE_STATUSES = ["completed", "truncated", "aborted", "failed"];
 export const ARRIVE_SCHEMA = "rollout.arrive/1";
 export const CANCEL_SCHEMA = "rollout.cancel/1";
 export const RESULT_SCHEMA = "rollout.result/1";
+export const PAUSE_SCHEMA = "control.pause/1";
+export const RESUME_SCHEMA = "control.resume/1";
 
 const ROLLOUT_STREAM = "ROLLOUT";
+/** planact's answers to pauses and resumes. */
+const CONTROL_STREAM = "CONTROL";
 const CONTENT_TYPE = "application/msgpack";
 /** Each role's task lists go to its own object store, which only its trainer writes. */
 export const tasksStore = (role) => `tasks_${role}`;
@@ -37,7 +41,9 @@ const REQUEST_TIMEOUT_MS = 5000;
  * PlanactError is what a rollout ends with when it gives no samples:
  * code "timeout" (fall back to the standard rollout), "rejected" (the
  * arrival or the rollout was refused; the message names the field) or
- * "failed". result is planact's answer, when there was one.
+ * "failed". pause and resume throw "refused" when planact refused the
+ * message (control.<role>.refused; nothing of the role changed). result is
+ * planact's answer, when there was one.
  */
 export class PlanactError extends Error {
   constructor(code, message, result) {
@@ -238,6 +244,245 @@ export async function cancel(nc, rollout, role, reason = "", { timeoutMs = 60_00
   } finally {
     clearTimeout(timer);
     sub.unsubscribe();
+  }
+}
+
+/** Pause modes: running generations finish (wait) or are aborted and sent again after the resume (abort). */
+export const PAUSE_MODES = ["wait", "abort"];
+/** How long a pause lasts, not resumed, unless it says (planact's default). */
+export const DEFAULT_PAUSE_TIMEOUT_S = 600;
+/** The range of a pause's timeoutS planact takes: a second to a week. */
+export const MIN_PAUSE_TIMEOUT_S = 1;
+export const MAX_PAUSE_TIMEOUT_S = 604_800;
+/** How much longer than its time-out a pause waits for planact's answer, which comes by then. */
+export const PAUSE_ANSWER_MARGIN_MS = 30_000;
+/** How long a resume waits for planact's answer. */
+export const RESUME_ANSWER_WAIT_MS = 120_000;
+/** The longest Nats-Msg-Id of a pause or resume, and weight_version of a resume, planact takes (bytes). */
+export const MAX_CONTROL_ID = 256;
+export const MAX_WEIGHT_VERSION = 1024;
+
+/**
+ * pause stops planact sending new generations of role to its engine, so
+ * that its trainer can swap the weights, as the Go client's Pause. mode
+ * "wait" (the default) lets the running generations finish, "abort" aborts
+ * them (planact sends them again after the resume). Not resumed within
+ * timeoutS seconds (1 to 604800, default 600), the pause ends: the work
+ * that waited for the role fails, saying so. It returns planact's answer
+ * (control.paused/1: epoch, pause_id, mode, drained, missing: gateways
+ * that did not say they stopped in time, aborted) once no generation of
+ * the role runs, and throws a PlanactError "refused" with planact's reason
+ * when planact refused the pause, "timeout" when no answer came within
+ * waitMs (default timeoutS and 30 s more: planact answers by the pause's
+ * time-out at the latest), and "rejected", before sending anything, for a
+ * role, mode, timeoutS or option planact would refuse. Call resume after.
+ */
+export async function pause(nc, role, options = {}) {
+  checkOptions("pause", options, ["mode", "timeoutS", "reason", "waitMs", "recheckMs"]);
+  const { mode, timeoutS = DEFAULT_PAUSE_TIMEOUT_S, reason, recheckMs } = options;
+  const msg = pauseMessage(role, { mode, timeoutS, reason });
+  const { waitMs = timeoutS * 1000 + PAUSE_ANSWER_MARGIN_MS } = options;
+  return sendControl(nc, msg, { waitMs, recheckMs });
+}
+
+/**
+ * resume lets planact send the generations of role again, from the weights
+ * of weightVersion (a string: what the engine runs now, which samples
+ * record and staleness counts from; "" leaves the role's version as it
+ * was), as the Go client's Resume. It returns planact's answer
+ * (control.resumed/1: resume_id, the role's weight_version now, paused
+ * when a later pause holds the role all the same) once planact took the
+ * resume, and throws a PlanactError "refused" with planact's reason when
+ * planact refused it, "timeout" when no answer came within waitMs (default
+ * 2 minutes; the resume stays published, and is taken once planact's
+ * session-store runs), and "rejected", before sending anything, for a role
+ * or weightVersion planact would refuse.
+ */
+export async function resume(nc, role, weightVersion, options = {}) {
+  checkOptions("resume", options, ["waitMs", "recheckMs"]);
+  const { waitMs = RESUME_ANSWER_WAIT_MS, recheckMs } = options;
+  return sendControl(nc, resumeMessage(role, weightVersion), { waitMs, recheckMs });
+}
+
+/**
+ * pauseMessage builds the pause of role that pause sends (options as
+ * pause's; atMs defaults to now): { role, verb, subject, id, body }, body
+ * being control.pause/1's fields. Its id, the message's Nats-Msg-Id, is
+ * unique to this pause (the time and random bits), so that planact's
+ * answer to it is told from the answers to others; sendControl publishes
+ * it under that id however often it tries.
+ */
+export function pauseMessage(role, options = {}) {
+  checkOptions("pause", options, ["mode", "timeoutS", "reason", "atMs"]);
+  const { mode = "wait", timeoutS = DEFAULT_PAUSE_TIMEOUT_S, reason = "", atMs = Date.now() } = options;
+  checkRole(role);
+  if (!PAUSE_MODES.includes(mode)) {
+    throw new PlanactError("rejected", `pause of ${role}: mode ${show(mode)}: want wait or abort`);
+  }
+  if (typeof timeoutS !== "number" || !(timeoutS >= MIN_PAUSE_TIMEOUT_S && timeoutS <= MAX_PAUSE_TIMEOUT_S)) {
+    throw new PlanactError(
+      "rejected",
+      `pause of ${role}: timeoutS ${show(timeoutS)} (${typeof timeoutS}): want a number of seconds from ${MIN_PAUSE_TIMEOUT_S} to ${MAX_PAUSE_TIMEOUT_S}`,
+    );
+  }
+  if (typeof reason !== "string") {
+    throw new PlanactError("rejected", `pause of ${role}: reason ${show(reason)} (${typeof reason}): want a string`);
+  }
+  checkAtMs("pause", role, atMs);
+  const body = omitZero({ schema: PAUSE_SCHEMA, role, mode, timeout_s: timeoutS, reason, at_ms: atMs });
+  return { role, verb: "pause", subject: `control.${role}.pause`, id: controlID("pause", role, atMs), body };
+}
+
+/**
+ * resumeMessage builds the resume of role to weightVersion that resume
+ * sends (atMs defaults to now), as pauseMessage builds a pause.
+ */
+export function resumeMessage(role, weightVersion, options = {}) {
+  checkOptions("resume", options, ["atMs"]);
+  const { atMs = Date.now() } = options;
+  checkRole(role);
+  if (typeof weightVersion !== "string") {
+    throw new PlanactError(
+      "rejected",
+      `resume of ${role}: weight_version ${show(weightVersion)} (${typeof weightVersion}): want a string ("" leaves the role's version as it was)`,
+    );
+  }
+  const bytes = Buffer.byteLength(weightVersion);
+  if (bytes > MAX_WEIGHT_VERSION) {
+    throw new PlanactError(
+      "rejected",
+      `resume of ${role}: weight_version ${JSON.stringify(weightVersion.slice(0, 32))}… (${bytes} bytes): want at most ${MAX_WEIGHT_VERSION} bytes`,
+    );
+  }
+  checkAtMs("resume", role, atMs);
+  const body = omitZero({ schema: RESUME_SCHEMA, role, weight_version: weightVersion, at_ms: atMs });
+  return { role, verb: "resume", subject: `control.${role}.resume`, id: controlID("resume", role, atMs), body };
+}
+
+// controlID is a pause's or resume's Nats-Msg-Id: the verb, the role and
+// the time, as the Go client's, and random bits, so that two in the same
+// millisecond (two trainers of a role, a script) are two messages, and
+// each is answered.
+function controlID(verb, role, atMs) {
+  return `${verb}.${role}.${atMs}.${randomBytes(8).toString("hex")}`;
+}
+
+function checkAtMs(verb, role, atMs) {
+  if (!Number.isSafeInteger(atMs) || atMs < 0) {
+    throw new PlanactError("rejected", `${verb} of ${role}: atMs ${show(atMs)}: want unix milliseconds, an integer >= 0`);
+  }
+}
+
+/**
+ * sendControl publishes a pause or resume msg (what pauseMessage or
+ * resumeMessage built; sent again, it is the same message) on the role's
+ * trainer stream, trying again with the same id while NATS or planact is
+ * not up, and waits for planact's answer to it: on control.<role>.paused
+ * (its pause_id) or control.<role>.resumed (its resume_id), which it
+ * returns, or on control.<role>.refused (its id and verb), which it throws
+ * as a PlanactError "refused" with planact's reason. It follows both
+ * subjects, and reads the last answer on each (a direct get on the CONTROL
+ * stream) now and every recheckMs, so an answer published while the
+ * connection was down is found too; "timeout" when none came within waitMs.
+ */
+export async function sendControl(nc, msg, { waitMs, recheckMs = DEFAULT_RECHECK_MS } = {}) {
+  checkServer(nc);
+  const { role, verb, subject, id, body } = msg ?? {};
+  checkRole(role);
+  const idField = { pause: "pause_id", resume: "resume_id" }[verb];
+  if (!idField || subject !== `control.${role}.${verb}` || body?.role !== role) {
+    throw new PlanactError(
+      "rejected",
+      `control message ${show({ role, verb, subject, body_role: body?.role })}: want verb pause or resume on control.<role>.<verb>, the body's role the message's`,
+    );
+  }
+  if (typeof id !== "string" || id === "" || Buffer.byteLength(id) > MAX_CONTROL_ID) {
+    throw new PlanactError("rejected", `${verb} of ${role}: Nats-Msg-Id ${show(id)}: want 1 to ${MAX_CONTROL_ID} bytes`);
+  }
+  checkMs("waitMs", waitMs);
+  checkMs("recheckMs", recheckMs, { positive: true });
+  const deadline = Date.now() + waitMs;
+  const answered = `control.${role}.${verb === "pause" ? "paused" : "resumed"}`;
+  const refused = `control.${role}.refused`;
+  const what = `${verb} ${role} (${id})`;
+  // answer returns planact's answer to msg in data (on subj), or null
+  // when data answers another message; it throws a refusal of msg.
+  const answer = (subj, data) => {
+    let a;
+    try {
+      a = data && data.length > 0 ? decode(data) : null;
+    } catch {
+      return null; // not an answer of planact's: not ours
+    }
+    if (subj === refused) {
+      if (a?.id === id && a?.verb === verb) {
+        throw new PlanactError("refused", `${what}: refused by planact: ${a.reason ?? ""}`, a);
+      }
+      return null;
+    }
+    return a?.[idField] === id ? a : null;
+  };
+  // The answer may come before the publish is acknowledged: listen first.
+  const arrived = [];
+  let wake = () => {};
+  const subs = [answered, refused].map((s) =>
+    nc.subscribe(s, {
+      callback: (err, m) => {
+        if (!err) {
+          arrived.push([m.subject, m.data]);
+          wake();
+        }
+      },
+    }),
+  );
+  try {
+    const js = jetstream(nc, { timeout: REQUEST_TIMEOUT_MS });
+    const data = encode(body, { ignoreUndefined: true });
+    await untilUp(deadline, () =>
+      js.publish(subject, data, { msgID: id, headers: planactHeaders(body.schema, undefined, role) }),
+    );
+    for (;;) {
+      for (const s of [refused, answered]) {
+        const a = answer(s, await lastOn(nc, s, CONTROL_STREAM));
+        if (a) {
+          return a;
+        }
+      }
+      const next = Math.min(Date.now() + recheckMs, deadline);
+      for (;;) {
+        while (arrived.length > 0) {
+          const a = answer(...arrived.shift());
+          if (a) {
+            return a;
+          }
+        }
+        const left = next - Date.now();
+        if (left <= 0) {
+          break;
+        }
+        await new Promise((resolve) => {
+          const timer = setTimeout(resolve, left);
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wake = () => {};
+      }
+      if (Date.now() >= deadline) {
+        throw new PlanactError(
+          "timeout",
+          `${what}: sent, but no answer from planact within ${waitMs} ms (is its session-store running?); the ${verb} stays published, and is taken once it runs`,
+        );
+      }
+      if (nc.isClosed()) {
+        throw new PlanactError("failed", `${what}: the connection is closed`);
+      }
+    }
+  } finally {
+    for (const sub of subs) {
+      sub.unsubscribe();
+    }
   }
 }
 
@@ -458,12 +703,12 @@ function accept(data, mine) {
   return finished > 0 && finished <= mine.atMs ? null : r;
 }
 
-// lastOn returns the body of the last message on subject in the ROLLOUT
-// stream (a direct get), or null when there is none yet or the server is
-// away for now.
-async function lastOn(nc, subject) {
+// lastOn returns the body of the last message on subject in stream (the
+// ROLLOUT stream unless named; a direct get), or null when there is none
+// yet or the server is away for now.
+async function lastOn(nc, subject, stream = ROLLOUT_STREAM) {
   try {
-    const m = await nc.request(`$JS.API.DIRECT.GET.${ROLLOUT_STREAM}.${subject}`, Empty, {
+    const m = await nc.request(`$JS.API.DIRECT.GET.${stream}.${subject}`, Empty, {
       timeout: REQUEST_TIMEOUT_MS,
     });
     return m.headers?.hasError ? null : m.data; // 404: nothing on the subject yet
@@ -573,12 +818,49 @@ async function objectSamples(nc, role, name, deadline) {
 // checkTarget refuses, at once, a rollout or role no message is ever
 // published for, as arrive does.
 function checkTarget(rollout, role) {
-  if (!ROLES.includes(role)) {
-    throw new PlanactError("rejected", `role ${JSON.stringify(role)}: want planner or actor`);
-  }
+  checkRole(role);
   if (!Number.isSafeInteger(rollout) || rollout < 0) {
     throw new PlanactError("rejected", `rollout ${rollout}: want an integer >= 0`);
   }
+}
+
+// checkRole refuses, at once, a role planact does not have: no answer
+// would ever come.
+function checkRole(role) {
+  if (!ROLES.includes(role)) {
+    throw new PlanactError("rejected", `role ${show(role)}: want planner or actor`);
+  }
+}
+
+// checkOptions refuses an option what does not take (Go's Abort or
+// Timeout, a misspelling): left unread, it would be a silent default.
+function checkOptions(what, options, known) {
+  if (options === null || typeof options !== "object" || Array.isArray(options)) {
+    throw new PlanactError("rejected", `${what}: options ${show(options)}: want an object`);
+  }
+  const unknown = Object.keys(options).filter((k) => !known.includes(k));
+  if (unknown.length > 0) {
+    throw new PlanactError(
+      "rejected",
+      `${what}: unknown option ${unknown.map((k) => JSON.stringify(k)).join(", ")}: want ${known.join(", ")}`,
+    );
+  }
+}
+
+// show writes v as an error message names it: a string quoted, anything
+// else as JavaScript writes it.
+function show(v) {
+  if (typeof v === "string") {
+    return JSON.stringify(v);
+  }
+  if (v !== null && typeof v === "object") {
+    try {
+      return JSON.stringify(v);
+    } catch {
+      return String(v);
+    }
+  }
+  return String(v);
 }
 
 // checkMs refuses a duration option that is not a number of milliseconds
@@ -702,10 +984,15 @@ function transient(err) {
   return err?.name === "StreamNotFoundError" || /stream not found/i.test(err?.message ?? "");
 }
 
+// planactHeaders are the headers of a message of schema; a pause or a
+// resume names no rollout (rollout undefined), and planact refuses a
+// Planact-Rollout on one.
 function planactHeaders(schema, rollout, role) {
   const h = headers();
   h.set("Planact-Schema", schema);
-  h.set("Planact-Rollout", String(rollout));
+  if (rollout !== undefined) {
+    h.set("Planact-Rollout", String(rollout));
+  }
   h.set("Planact-Role", role);
   h.set("Content-Type", CONTENT_TYPE);
   return h;

@@ -1,11 +1,15 @@
 // The sample checks catch what they promise to: each case below breaks one
-// invariant of a consistent pair of results and expects it named.
-// Run with `node --test` (no NATS needed).
+// invariant of a consistent pair of results and expects it named; the
+// waits, cancel, pause and resume run against stand-in connections.
+// Run with `node --test` (no NATS needed). With PLANACT_TEST_NATS_URL
+// naming a running planact (e2e/node_trainer_test.go starts one), pause
+// and resume run against it too.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { encode } from "@msgpack/msgpack";
+import { decode, encode } from "@msgpack/msgpack";
+import { connect, errors } from "@nats-io/transport-node";
 
 import {
   cancel,
@@ -15,7 +19,11 @@ import {
   evaluationMetrics,
   MIN_SERVER_VERSION,
   outcome,
+  pause,
+  pauseMessage,
   PlanactError,
+  resume,
+  sendControl,
   versionAtLeast,
   waitResult,
 } from "./planact.js";
@@ -523,3 +531,212 @@ test("cancel waits for planact's answer to it, and surfaces a refusal", async ()
     (err) => err instanceof PlanactError && err.code === "failed" && /not done: planact could not be recorded/.test(err.message),
   );
 });
+
+// controlStandIn takes pauses and resumes as JetStream publishes (each
+// recorded in published: subject, id, headers, body; the first failFirst
+// time out, as when planact's streams are not up yet), and answers each as
+// answer(id, body, verb) says: a list of [subject, answer], published on
+// the control subjects in that order. Direct gets on CONTROL find stored.
+function controlStandIn(answer, { stored = {}, failFirst = 0 } = {}) {
+  const conn = { ...standIn({}), options: {} };
+  const subs = new Map();
+  conn.published = [];
+  conn.subscribe = (subject, { callback }) => {
+    subs.set(subject, callback);
+    return { unsubscribe: () => subs.delete(subject) };
+  };
+  conn.request = async (subject, data, opts) => {
+    const direct = "$JS.API.DIRECT.GET.CONTROL.";
+    if (subject.startsWith(direct)) {
+      const body = stored[subject.slice(direct.length)];
+      return body ? { data: encode(body), headers: undefined } : { data: new Uint8Array(), headers: { hasError: true } };
+    }
+    const id = opts.headers.get("Nats-Msg-Id");
+    const body = decode(data);
+    conn.published.push({ subject, id, headers: opts.headers, body });
+    if (conn.published.length <= failFirst) {
+      throw new errors.TimeoutError();
+    }
+    queueMicrotask(() => {
+      for (const [s, a] of answer(id, body, subject.split(".")[2])) {
+        subs.get(s)?.(null, { subject: s, data: encode(a) });
+      }
+    });
+    return { data: new TextEncoder().encode(JSON.stringify({ stream: `TRAINER_${body.role.toUpperCase()}`, seq: conn.published.length })) };
+  };
+  return conn;
+}
+
+// others are answers on role's control subjects to other messages than
+// id: a refusal of another id, a refusal of this id as the other verb,
+// another pause's and another resume's answers.
+const others = (role, id, verb) => [
+  [`control.${role}.refused`, { schema: "control.refused/1", role, verb, id: `${id}-other`, reason: "not yours", at_ms: 1 }],
+  [`control.${role}.refused`, { schema: "control.refused/1", role, verb: verb === "pause" ? "resume" : "pause", id, reason: "another verb", at_ms: 1 }],
+  [`control.${role}.paused`, { schema: "control.paused/1", role, epoch: 1, pause_id: `pause.${role}.1`, mode: "wait", at_ms: 1 }],
+  [`control.${role}.resumed`, { schema: "control.resumed/1", role, resume_id: `resume.${role}.1`, at_ms: 1 }],
+];
+
+// takes answers each pause and resume as the session-store does when it
+// takes it, after others' answers.
+const takes = (id, body, verb) => [
+  ...others(body.role, id, verb),
+  verb === "pause"
+    ? [`control.${body.role}.paused`, { schema: "control.paused/1", role: body.role, epoch: 2, pause_id: id, mode: body.mode, drained: ["gw-1"], at_ms: 2 }]
+    : [`control.${body.role}.resumed`, { schema: "control.resumed/1", role: body.role, resume_id: id, weight_version: body.weight_version, at_ms: 2 }],
+];
+
+// As the Go client's Pause and Resume: each returns planact's answer to
+// it, passing over the answers to other pauses and resumes and the
+// refusals of other messages, and sends what planact reads: a
+// control.<verb>/1 body, the Planact headers of a message that names no
+// rollout, and a Nats-Msg-Id unique to the request.
+test("pause and resume wait for planact's answer to them", async () => {
+  const conn = controlStandIn(takes);
+  const p = await pause(conn, "actor", { mode: "abort", timeoutS: 60, reason: "weight swap" });
+  assert.equal(p.epoch, 2);
+  assert.deepEqual(p.drained, ["gw-1"]);
+  const r = await resume(conn, "actor", "actor-v9");
+  assert.equal(r.weight_version, "actor-v9");
+  const [sentPause, sentResume] = conn.published;
+  assert.equal(sentPause.subject, "control.actor.pause");
+  assert.equal(sentPause.id, p.pause_id);
+  assert.match(sentPause.id, /^pause\.actor\.\d+\.[0-9a-f]{16}$/);
+  assert.deepEqual(sentPause.body, {
+    schema: "control.pause/1", role: "actor", mode: "abort", timeout_s: 60, reason: "weight swap", at_ms: sentPause.body.at_ms,
+  });
+  assert.equal(sentResume.subject, "control.actor.resume");
+  assert.equal(sentResume.id, r.resume_id);
+  assert.match(sentResume.id, /^resume\.actor\.\d+\.[0-9a-f]{16}$/);
+  assert.deepEqual(sentResume.body, { schema: "control.resume/1", role: "actor", weight_version: "actor-v9", at_ms: sentResume.body.at_ms });
+  for (const [sent, kind] of [[sentPause, "control.pause/1"], [sentResume, "control.resume/1"]]) {
+    assert.equal(sent.headers.get("Planact-Schema"), kind);
+    assert.equal(sent.headers.get("Planact-Role"), "actor");
+    assert.equal(sent.headers.get("Content-Type"), "application/msgpack");
+    assert.equal(sent.headers.has("Planact-Rollout"), false, "a control message names no rollout");
+  }
+  // Left out, the mode is wait and the time-out planact's default.
+  await pause(conn, "planner");
+  assert.deepEqual(conn.published[2].body, { schema: "control.pause/1", role: "planner", mode: "wait", timeout_s: 600, at_ms: conn.published[2].body.at_ms });
+});
+
+// Two pauses made in the same millisecond (two trainers of a role, a
+// script) are two messages: JetStream would store only the first of two
+// with one Nats-Msg-Id, and the second would take the first's answer. A
+// publish tried again (planact's streams not up yet) is the same message.
+test("a pause or resume has an id of its own, kept when its publish is tried again", async () => {
+  const a = pauseMessage("actor", { atMs: 1767225600000 });
+  const b = pauseMessage("actor", { atMs: 1767225600000 });
+  assert.notEqual(a.id, b.id);
+  assert.ok(a.id.startsWith("pause.actor.1767225600000."));
+  const conn = controlStandIn(takes, { failFirst: 2 });
+  const p = await sendControl(conn, a, { waitMs: 60_000 });
+  assert.equal(p.pause_id, a.id);
+  assert.deepEqual(conn.published.map((m) => m.id), [a.id, a.id, a.id]);
+  await resume(controlStandIn(takes, { failFirst: 1 }), "planner", "v2").then((r) => assert.match(r.resume_id, /^resume\.planner\./));
+});
+
+// planact refuses a pause or resume on control.<role>.refused (a rule of a
+// newer planact): the client throws its reason, as the Go client's
+// ErrRefused, instead of waiting out its time-out or returning as if the
+// resume were taken.
+test("a pause or resume planact refuses throws planact's reason", async () => {
+  const refuses = (id, body, verb) => [
+    ...others(body.role, id, verb),
+    [`control.${body.role}.refused`, { schema: "control.refused/1", role: body.role, verb, id, reason: `${verb} of actor: a newer rule`, at_ms: 2 }],
+  ];
+  const isRefusal = (verb) => (err) =>
+    err instanceof PlanactError && err.code === "refused" &&
+    new RegExp(`^${verb} actor \\(${verb}\\.actor\\.\\d+\\.[0-9a-f]{16}\\): refused by planact: ${verb} of actor: a newer rule$`).test(err.message) &&
+    err.result?.verb === verb;
+  await assert.rejects(pause(controlStandIn(refuses), "actor", { timeoutS: 60 }), isRefusal("pause"));
+  await assert.rejects(resume(controlStandIn(refuses), "actor", "actor-v2"), isRefusal("resume"));
+});
+
+// An answer published while the connection was down is found by reading
+// the last one on the subject.
+test("an answer missed on the subscription is read from the CONTROL stream", async () => {
+  const msg = pauseMessage("actor", { timeoutS: 60 });
+  const stored = { "control.actor.paused": { schema: "control.paused/1", role: "actor", epoch: 7, pause_id: msg.id, mode: "wait", at_ms: 3 } };
+  const p = await sendControl(controlStandIn(() => [], { stored }), msg, { waitMs: 60_000 });
+  assert.equal(p.epoch, 7);
+});
+
+test("a pause or resume nobody answers times out, saying it stays published", async () => {
+  await assert.rejects(pause(controlStandIn(() => []), "actor", { timeoutS: 60, waitMs: 100, recheckMs: 20 }), (err) =>
+    err instanceof PlanactError && err.code === "timeout" &&
+    /^pause actor \(pause\.actor\.[^)]+\): sent, but no answer from planact within 100 ms .*the pause stays published/.test(err.message));
+  await assert.rejects(resume(controlStandIn(() => []), "actor", "v2", { waitMs: 100, recheckMs: 20 }), (err) =>
+    err instanceof PlanactError && err.code === "timeout" && /^resume actor .*no answer from planact within 100 ms/.test(err.message));
+});
+
+// What planact would refuse, or what is no pause or resume at all (an
+// option of the Go client's, a version that is not a string), is an error
+// at once, naming it, and nothing is sent.
+test("a pause or resume planact would refuse is an error before anything is sent", async () => {
+  const conn = controlStandIn(takes);
+  for (const [name, call, want] of [
+    ["an unknown role", () => pause(conn, "critic"), /^role "critic": want planner or actor$/],
+    ["an unknown mode", () => pause(conn, "actor", { mode: "soon" }), /^pause of actor: mode "soon": want wait or abort$/],
+    ["an empty mode", () => pause(conn, "actor", { mode: "" }), /^pause of actor: mode "": want wait or abort$/],
+    ["a time-out under a second", () => pause(conn, "actor", { timeoutS: 0.5 }), /^pause of actor: timeoutS 0.5 \(number\): want a number of seconds from 1 to 604800$/],
+    ["a time-out over a week", () => pause(conn, "actor", { timeoutS: 604801 }), /timeoutS 604801 \(number\)/],
+    ["a time-out as a string", () => pause(conn, "actor", { timeoutS: "60" }), /timeoutS "60" \(string\)/],
+    ["a NaN time-out", () => pause(conn, "actor", { timeoutS: NaN }), /timeoutS NaN \(number\)/],
+    ["the Go client's option names", () => pause(conn, "actor", { abort: true, timeout: 60 }), /^pause: unknown option "abort", "timeout": want mode, timeoutS, reason, waitMs, recheckMs$/],
+    ["a reason that is not a string", () => pause(conn, "actor", { reason: 7 }), /^pause of actor: reason 7 \(number\): want a string$/],
+    ["a negative wait", () => pause(conn, "actor", { waitMs: -1 }), /^waitMs -1 \(number\): want a number of milliseconds >= 0$/],
+    ["a resume of an unknown role", () => resume(conn, "Actor", "v2"), /^role "Actor": want planner or actor$/],
+    ["a version that is a number", () => resume(conn, "actor", 7), /^resume of actor: weight_version 7 \(number\): want a string \("" leaves the role's version as it was\)$/],
+    ["no version", () => resume(conn, "actor"), /^resume of actor: weight_version undefined \(undefined\): want a string/],
+    ["a version over 1 KiB", () => resume(conn, "actor", "é".repeat(513)), /^resume of actor: weight_version "é+"… \(1026 bytes\): want at most 1024 bytes$/],
+    ["an unknown resume option", () => resume(conn, "actor", "v2", { timeoutMs: 5 }), /^resume: unknown option "timeoutMs": want waitMs, recheckMs$/],
+    ["an id over 256 bytes", () => sendControl(conn, { ...pauseMessage("actor"), id: "x".repeat(257) }, { waitMs: 1000 }), /^pause of actor: Nats-Msg-Id "x+": want 1 to 256 bytes$/],
+  ]) {
+    await assert.rejects(call(), (err) => err instanceof PlanactError && err.code === "rejected" && want.test(err.message), name);
+  }
+  assert.deepEqual(conn.published, []);
+  // The longest version planact takes is sent.
+  await resume(conn, "actor", "é".repeat(512));
+  assert.equal(conn.published.length, 1);
+});
+
+// Against planact (e2e/node_trainer_test.go runs this with its URL): the
+// session-store takes what this client sends and answers it by its id; a
+// pause it refuses (sent past the client's checks) comes back with its
+// reason; two pauses of one millisecond are answered each.
+const natsURL = process.env.PLANACT_TEST_NATS_URL;
+test(
+  "against planact: pause, resume, and a refusal",
+  { skip: natsURL ? false : "PLANACT_TEST_NATS_URL names no running planact" },
+  async () => {
+    const nc = await connect({ servers: natsURL });
+    try {
+      const p = await pause(nc, "actor", { mode: "abort", timeoutS: 60, reason: "weight swap" });
+      assert.match(p.pause_id, /^pause\.actor\.\d+\.[0-9a-f]{16}$/);
+      assert.equal(p.mode, "abort");
+      assert.ok((p.drained ?? []).length > 0 && (p.missing ?? []).length === 0, `drained ${p.drained}, missing ${p.missing}`);
+      const r = await resume(nc, "actor", "actor-v9");
+      assert.match(r.resume_id, /^resume\.actor\.\d+\.[0-9a-f]{16}$/);
+      assert.equal(r.weight_version, "actor-v9");
+      assert.equal(r.paused ?? false, false);
+
+      const atMs = Date.now();
+      const [a, b] = [pauseMessage("planner", { timeoutS: 60, atMs }), pauseMessage("planner", { timeoutS: 60, atMs })];
+      const pa = await sendControl(nc, a, { waitMs: 90_000 });
+      const pb = await sendControl(nc, b, { waitMs: 90_000 });
+      assert.equal(pa.pause_id, a.id);
+      assert.equal(pb.pause_id, b.id);
+      assert.ok(pb.epoch > pa.epoch, `epochs ${pa.epoch}, ${pb.epoch}: the second pause was not applied`);
+      await resume(nc, "planner", "");
+
+      const bad = pauseMessage("actor", { timeoutS: 60 });
+      bad.body.mode = "soon";
+      await assert.rejects(sendControl(nc, bad, { waitMs: 60_000 }), (err) =>
+        err instanceof PlanactError && err.code === "refused" && err.result?.id === bad.id &&
+        /refused by planact: pause of actor: mode "soon": want wait or abort/.test(err.message));
+    } finally {
+      await nc.close();
+    }
+  },
+);
