@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"html"
+	"reflect"
+	"slices"
 	"strings"
 )
 
@@ -16,7 +18,9 @@ import (
 //
 // The <graph> wrapper is optional, a missing </graph> or </node> is
 // forgiven when the next tag makes the intent clear, and a node cut off by
-// the end of the output is dropped and reported in parsed.cut.
+// the end of the output is dropped and reported in parsed.cut. A second
+// <graph> with nodes is a second plan: an error naming both, unless it
+// holds the same nodes as the first; so is a node outside the <graph>.
 func parseGraph(d *doc, o *Options) (parsed, *Error) {
 	p := parsed{format: FormatGraph}
 	start, end := 0, len(d.text)
@@ -46,6 +50,134 @@ func parseGraph(d *doc, o *Options) (parsed, *Error) {
 		}
 		g = tagIndex(d, "graph", c+len("</graph>"))
 	}
+	err := graphNodes(d, o, &p, start, end, closed, nodes, closes)
+	switch {
+	case err != nil:
+		return p, err
+	case closed:
+		p.to = end + len("</graph>")
+	case p.cut != "":
+		p.to = len(d.text)
+	case len(p.nodes) == 0 && start == 0 && nodes.next(start) < 0:
+		return p, errorf(ErrSyntax, "expected a <graph> of <node> elements, but there is none")
+	}
+	if start == 0 || len(p.nodes) == 0 && p.cut == "" {
+		return p, nil // no <graph>, or a mention of one
+	}
+	return p, outsideGraph(d, o, &p, closed, nodes, closes)
+}
+
+// outsideGraph checks what lies outside the plan's <graph>, p: a node
+// element before or after it, or another <graph> with nodes that are not
+// p's, is part of a plan that p leaves out, and which plan the planner
+// means is anyone's guess (it may revise a plan, write a draft after it,
+// or forget a node outside it). An empty <graph> is a mention. closed says
+// that p's <graph> ends before the end of the output.
+func outsideGraph(d *doc, o *Options, p *parsed, closed bool, nodes *tagFinder, closes *finder) *Error {
+	first := d.line(p.from)
+	strays := strayNodes{d: d, nodes: d.tagFinder("node"), closes: d.finder("</node>")}
+	stray := func(from, to int) *Error {
+		at, id := strays.find(from, to)
+		if at < 0 {
+			return nil
+		}
+		what, line := "<node>", d.line(at)
+		if id != "" {
+			what = fmt.Sprintf("<node id=%q>", id)
+		}
+		return &Error{Kind: ErrSyntax, Line: line, Node: id, Message: fmt.Sprintf(
+			"the %s at line %d is outside the <graph> at line %d; write every node of the plan inside the one <graph>",
+			what, line, first)}
+	}
+	if err := stray(0, p.from); err != nil || !closed {
+		return err
+	}
+	for from := p.to; ; {
+		g := tagIndex(d, "graph", from)
+		if g < 0 {
+			return stray(from, len(d.text))
+		}
+		if err := stray(from, g); err != nil {
+			return err
+		}
+		gt := strings.IndexByte(d.text[g:], '>')
+		if gt < 0 {
+			d.m.add(len(d.text) - g)
+			return nil // cut off inside the tag: a plan without nodes
+		}
+		d.m.add(gt)
+		start, end, closed := g+gt+1, len(d.text), false
+		if c := d.index("</graph>", start); c >= 0 {
+			end, closed = c, true
+		}
+		if n := nodes.next(start); n < 0 || n >= end {
+			if !closed {
+				return nil
+			}
+			from = end + len("</graph>")
+			continue
+		}
+		q := parsed{from: g}
+		err := graphNodes(d, o, &q, start, end, closed, nodes, closes)
+		if err != nil || q.cut != "" || !sameNodes(p.nodes, q.nodes) {
+			line := d.line(g)
+			return &Error{Kind: ErrSyntax, Line: line, Message: fmt.Sprintf(
+				"the output holds two different plans, the <graph> at line %d and the <graph> at line %d; write one <graph> with the whole plan",
+				first, line)}
+		}
+		if !closed {
+			return nil
+		}
+		from = end + len("</graph>")
+	}
+}
+
+// strayNodes finds node elements outside a <graph>, in one scan of the
+// text for all the stretches it is asked about, in order.
+type strayNodes struct {
+	d      *doc
+	nodes  *tagFinder
+	closes *finder
+}
+
+// find returns the offset of the first node element in d.text[from:to],
+// and its id, or -1: a <node …>…</node>, or a <node …/> with attributes.
+// A tag that is never closed ("each <node> is one step", "<node id="s2">
+// runs first"), or one in quotes or a code span, is prose about nodes.
+func (s *strayNodes) find(from, to int) (at int, id string) {
+	for from < to {
+		i := s.nodes.next(from)
+		if i < 0 || i >= to {
+			break
+		}
+		attrs, tagEnd, selfClosing, err := parseAttrs(s.d.text[:to], i+len("<node"))
+		s.d.m.add(tagEnd - i)
+		from = max(tagEnd, i+1)
+		switch {
+		case err != nil, i > 0 && strings.IndexByte("`\"'", s.d.text[i-1]) >= 0:
+			continue
+		case selfClosing:
+			if len(attrs) == 0 {
+				continue
+			}
+		default:
+			if c, n := s.closes.next(tagEnd), s.nodes.next(tagEnd); c < 0 || c >= to || n >= 0 && n < c {
+				continue
+			}
+		}
+		return i, strings.TrimSpace(attrs["id"])
+	}
+	return -1, ""
+}
+
+// sameNodes reports whether a and b are the same nodes, wherever written.
+func sameNodes(a, b []rawNode) bool {
+	return slices.EqualFunc(a, b, func(x, y rawNode) bool { return reflect.DeepEqual(x.Node, y.Node) })
+}
+
+// graphNodes reads the <node> elements of d.text[start:end] into p; closed
+// says that a </graph> ends the region.
+func graphNodes(d *doc, o *Options, p *parsed, start, end int, closed bool, nodes *tagFinder, closes *finder) *Error {
 	for pos := start; ; {
 		i := nodes.next(pos)
 		if i < 0 || i >= end {
@@ -58,7 +190,7 @@ func parseGraph(d *doc, o *Options) (parsed, *Error) {
 		d.m.add(tagEnd - i)
 		if errors.Is(err, errEOF) {
 			if closed {
-				return p, &Error{Kind: ErrSyntax, Line: d.line(i), Message: fmt.Sprintf("the <node> tag at line %d is not closed with '>'", d.line(i))}
+				return &Error{Kind: ErrSyntax, Line: d.line(i), Message: fmt.Sprintf("the <node> tag at line %d is not closed with '>'", d.line(i))}
 			}
 			p.cut = "inside a <node> tag"
 			if id := attrs["id"]; id != "" {
@@ -67,7 +199,7 @@ func parseGraph(d *doc, o *Options) (parsed, *Error) {
 			break
 		}
 		if err != nil {
-			return p, &Error{Kind: ErrSyntax, Line: d.line(i), Message: fmt.Sprintf("the <node> tag at line %d is malformed: %s", d.line(i), err)}
+			return &Error{Kind: ErrSyntax, Line: d.line(i), Message: fmt.Sprintf("the <node> tag at line %d is malformed: %s", d.line(i), err)}
 		}
 		n := rawNode{line: d.line(i)}
 		n.ID = strings.TrimSpace(attrs["id"])
@@ -96,27 +228,17 @@ func parseGraph(d *doc, o *Options) (parsed, *Error) {
 					p.cut = fmt.Sprintf("inside <node id=%q>", n.ID)
 				}
 				p.to = len(d.text)
-				return p, nil
+				return nil
 			}
 		}
 		if err := fillGraphNode(d.m, &n, attrs, content, o); err != nil {
 			err.Line = n.line
-			return p, err
+			return err
 		}
 		p.nodes = append(p.nodes, n)
 		p.to = pos
 	}
-	if closed {
-		p.to = end + len("</graph>")
-	} else if p.cut != "" {
-		p.to = len(d.text)
-	}
-	if len(p.nodes) == 0 && p.cut == "" && nodes.next(start) < 0 {
-		if start == 0 {
-			return p, errorf(ErrSyntax, "expected a <graph> of <node> elements, but there is none")
-		}
-	}
-	return p, nil
+	return nil
 }
 
 func fillGraphNode(m *meter, n *rawNode, attrs map[string]string, content string, o *Options) *Error {
@@ -188,7 +310,8 @@ func firstAttr(attrs map[string]string, keys ...string) string {
 }
 
 // depList splits a dependency list written "s1,s2", "s1 s2", "[s1, s2]",
-// "s1 and s2", "{s1}" or "none".
+// "s1 and s2", "{s1}" or "none". A range, "s1 - s3" or "s1 to s3", is one
+// dependency, "s1-s3".
 func depList(s string) []string {
 	f := strings.FieldsFunc(s, func(r rune) bool {
 		switch r {
@@ -197,13 +320,30 @@ func depList(s string) []string {
 		}
 		return false
 	})
-	var out []string
-	for _, x := range f {
+	none := func(x string) bool {
 		switch strings.ToLower(x) {
 		case "none", "-", "null", "nil", "n/a", "na", "and", "no", "nothing", "empty":
-			continue
+			return true
 		}
-		out = append(out, strings.TrimRight(x, "."))
+		return false
+	}
+	var out []string
+	for i := 0; i < len(f); i++ {
+		x := f[i]
+		// "s1 - s3", "s1 to s3": a range, kept as one dependency "s1-s3"
+		// for validation to refuse by name (ids may hold '-', so a range
+		// is never guessed at), not two dependencies without s2.
+		switch strings.ToLower(x) {
+		case "-", "–", "—", "to", "through":
+			if i > 0 && !none(f[i-1]) && i+1 < len(f) && !none(f[i+1]) {
+				out[len(out)-1] += "-" + strings.TrimRight(f[i+1], ".")
+				i++
+				continue
+			}
+		}
+		if !none(x) {
+			out = append(out, strings.TrimRight(x, "."))
+		}
 	}
 	return dedupe(out)
 }

@@ -13,10 +13,11 @@ import (
 // The parser's work is counted in steps (bytes examined, see meter), so
 // these tests bound time without a clock: the steps per input byte must
 // not grow with the input, and must stay under maxStepsPerByte. The known
-// adversarial inputs (below) cost at most 37 steps per byte; they are held
-// to knownStepsPerByte, so that a constant factor that creeps back (a scan
-// of the rest of the text per candidate) fails as growth would. Inputs the
-// fuzzer makes up are held to the looser bound.
+// adversarial inputs (below) cost at most 56 steps per byte (runs of
+// dependency ranges, each expanded); they are held to knownStepsPerByte,
+// so that a constant factor that creeps back (a scan of the rest of the
+// text per candidate) fails as growth would. Inputs the fuzzer makes up
+// are held to the looser bound.
 const (
 	maxStepsPerByte   = 160
 	knownStepsPerByte = 64
@@ -78,7 +79,17 @@ var adversarial = []struct{ name, prefix, unit, suffix string }{
 	{"dependency words in a task", "T1: find ", "what depends on task ", "\n- Dependencies: none\n"},
 	{"tasks on one line", "<plan>", "T#: Find x - Dependencies: none  ", "</plan>"},
 	{"task ids on one line", "T1: x ", "T#: y ", "\n"},
+	{"graphs that repeat the plan", "<graph><node id=\"s1\">search(\"a\")</node></graph>\n", "<graph><node id=\"s1\">search(\"a\")</node></graph>\n", ""},
+	{"dependency ranges without the end's T", "T1: x - Dependencies: ", "T1-60, T2 to 63, ", "\n"},
 	{"closed plans without tasks", "", "<plan>\n</plan>\n", "<plan>\nT1: search(\"a\") - Dependencies: none\n</plan>"},
+	{"plans that repeat the plan", "", "<plan>\nT1: Find a - Dependencies: none\n</plan>\n<search>a</search>\n", ""},
+	{"plans and mentions of plans", "<plan>\nT1: Find a - Dependencies: none\n</plan>\n", "<plan></plan> <search>a</search> ", ""},
+	{"prose about nodes after a graph", "<graph><node id=\"s1\">search(\"a\")</node></graph>\n", "each <node> is a step, <node id=\"s#\"> too; ", ""},
+	{"graphs and prose about nodes", "<graph><node id=\"s1\">search(\"a\")</node></graph>\n", "<node> <graph></graph> ", ""},
+	{"dependency numbers", "T1: x - Dependencies: ", "1-60, 2 to 63, ", "\n"},
+	{"dependency numbers in prose", "T1: x - Dependencies: T1, ", "the 3 results of 4 ", "\n"},
+	{"dependency ranges with leading zeros", "T01: x - Dependencies: ", "T01-T60, T02 to 63, ", "\n"},
+	{"numbered dependencies on one line", "<plan>", "T#: Find x - depends on 1 and 2 ", "</plan>"},
 }
 
 // steps parses text and returns the steps it took.

@@ -447,6 +447,12 @@ func TestTaskDependencyRanges(t *testing.T) {
 		{"T1, T2-T3 and T4", []string{"T1", "T2", "T3", "T4"}},
 		{"T1 - T1", []string{"T1"}},
 		{"T1 and T3", []string{"T1", "T3"}},
+		// The end's T left out.
+		{"T1-3", []string{"T1", "T2", "T3"}},
+		{"T2–4", []string{"T2", "T3", "T4"}},
+		{"Task 1 - 3", []string{"T1", "T2", "T3"}},
+		{"T1 to 3, T4", []string{"T1", "T2", "T3", "T4"}},
+		{"[T1-2]", []string{"T1", "T2"}},
 	} {
 		r, err := Parse(tasks+"T5: e - Dependencies: "+c.deps+"\n", Options{})
 		if err != nil {
@@ -457,12 +463,287 @@ func TestTaskDependencyRanges(t *testing.T) {
 			t.Errorf("%s: deps %v, want %v", c.deps, got, c.want)
 		}
 	}
-	for _, deps := range []string{"T3-T1", "T1-T999999"} {
+	for _, deps := range []string{"T3-T1", "T1-T999999", "T3-1", "T1-999999"} {
 		_, err := Parse(tasks+"T5: e - Dependencies: "+deps+"\n", Options{})
 		var pe *Error
 		if !errors.As(err, &pe) || pe.Kind != ErrSyntax || !strings.Contains(pe.Message, deps) || pe.Node != "T5" {
 			t.Errorf("%s: %v, want an error naming the range", deps, err)
 		}
+	}
+}
+
+// TestDependencyRangesInLists: a graph's or a JSON plan's dependency is a
+// node id, and ids may hold '-': a range there ("s1-3", "s1 - s3") is not
+// read as its first node (dropping the rest) but refused, by an error
+// that names it and lists the nodes to write instead.
+func TestDependencyRangesInLists(t *testing.T) {
+	graph := func(deps string) string {
+		return `<graph><node id="s1">search("a")</node><node id="s2">search("b")</node><node id="s3">search("c")</node>` +
+			`<node id="s4" depends="` + deps + `">search("d")</node></graph>`
+	}
+	json := func(deps string) string {
+		return `{"nodes":[{"id":"s1","tool":"search"},{"id":"s2","tool":"search"},{"id":"s3","tool":"search"},` +
+			`{"id":"s4","tool":"search","depends_on":` + deps + `}]}`
+	}
+	for _, c := range []struct{ in, rng string }{
+		{graph("s1-3"), "s1-3"},
+		{graph("s1-s3"), "s1-s3"},
+		{graph("s1–s3"), "s1–s3"},
+		{graph("s1 - s3"), "s1-s3"},
+		{graph("s1 to s3"), "s1-s3"},
+		{graph("[s1 — 3]"), "s1-3"},
+		{json(`"s1-3"`), "s1-3"},
+		{json(`"s1 - s3"`), "s1-s3"},
+		{json(`["s1-3"]`), "s1-3"},
+	} {
+		_, err := Parse(c.in, Options{})
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Kind != ErrUnknownDependency || pe.Node != "s4" ||
+			!strings.Contains(pe.Message, "depends on "+c.rng+",") || !strings.HasSuffix(pe.Message, ": s1, s2, s3") {
+			t.Errorf("Parse(%q): %v, want an unknown_dependency error naming %s and listing s1, s2, s3", c.in, err, c.rng)
+		}
+	}
+	// A node whose id looks like a range is a node like any other; and an
+	// id with '-' that is no range gets the plain error.
+	r, err := Parse(`<graph><node id="s1-3">search("a")</node><node id="s4" depends="s1-3">search("{s1-3}")</node></graph>`, Options{})
+	if err != nil || !reflect.DeepEqual(r.Plan.Nodes[1].Deps, []string{"s1-3"}) {
+		t.Errorf("a node named s1-3: %+v %v", r.Plan, err)
+	}
+	_, err = Parse(graph("s1-5"), Options{})
+	if err == nil || err.Error() != "node s4 depends on s1-5, which is not a node of the plan" {
+		t.Errorf("a range over missing nodes: %v", err)
+	}
+	// Lists without a range are read as before.
+	for _, deps := range []string{"s1, s3", "s1 s3", "s1 and s3", "[s1, s3]"} {
+		r, err := Parse(graph(deps), Options{})
+		if err != nil || !reflect.DeepEqual(r.Plan.Nodes[3].Deps, []string{"s1", "s3"}) {
+			t.Errorf("depends=%q: %+v %v, want s1, s3", deps, r.Plan, err)
+		}
+	}
+}
+
+// TestTwoGraphs: an output with two <graph> elements that hold nodes has
+// two plans; which one the planner means is a guess, so it is an error
+// naming both, unless they hold the same nodes. Empty ones are mentions.
+func TestTwoGraphs(t *testing.T) {
+	const (
+		a  = "<graph>\n<node id=\"s1\">search(\"a\")</node>\n</graph>"
+		a2 = "<graph><node id=\"s1\">\n  search( \"a\" )\n</node></graph>"
+		b  = "<graph>\n<node id=\"s1\">search(\"b\")</node>\n</graph>"
+	)
+	for _, c := range []struct {
+		in          string
+		first, next int // the lines of the two plans' <graph>s; 0: no error
+	}{
+		{a + "\nActually, better:\n" + b, 1, 5},
+		{a + "\n" + a + "\n" + b, 1, 7},
+		{a + "\n\n<graph>\n<node id=\"s1\">search(\"b\")</node>\n<node id=\"s2\">search(\"c", 1, 5}, // the second cut off
+		{a + "\n<graph><node id=\"s1\" tool=\"search\">a</node></graph>", 0, 0},                     // the same node
+		{a + "\n" + b + "\n", 1, 4},
+		{"<graph></graph>\n" + a + "\n" + b, 2, 5},
+		{a + "\nThe same again:\n" + a2, 0, 0},
+		{a + "\n<graph></graph> tags are what I used.", 0, 0},
+		{a + "\n<graph", 0, 0},
+	} {
+		r, err := Parse(c.in, Options{Tools: []string{"search"}})
+		if c.first == 0 {
+			if err != nil || len(r.Plan.Nodes) != 1 || r.Plan.Nodes[0].Input() != "a" {
+				t.Errorf("Parse(%q) = %+v, %v; want the plan search(\"a\")", c.in, r.Plan, err)
+			}
+			continue
+		}
+		var pe *Error
+		want := fmt.Sprintf("the <graph> at line %d and the <graph> at line %d", c.first, c.next)
+		if !errors.As(err, &pe) || pe.Kind != ErrSyntax || pe.Line != c.next || !strings.Contains(pe.Message, want) {
+			t.Errorf("Parse(%q): %+v, %v; want a syntax error at line %d naming %s", c.in, r.Plan, err, c.next, want)
+		}
+	}
+}
+
+// TestTwoPlans: an output with two <plan> elements that hold tasks has two
+// plans, as with <graph>: an error naming both, unless they hold the same
+// tasks, and the calls after them are the same or only one of them has
+// calls (the planner repeated its plan before or after the calls).
+func TestTwoPlans(t *testing.T) {
+	const (
+		a  = "<plan>\nT1: Find a - Dependencies: none\n</plan>"
+		a2 = "<plan>T1:  Find a\n- Dependencies: none</plan>"
+		b  = "<plan>\nT1: Find b - Dependencies: none\n</plan>"
+		x  = "\n<search>a</search>"
+		y  = "\n<search>b</search>"
+	)
+	for _, c := range []struct {
+		in          string
+		first, next int // the lines of the two plans' <plan>s; 0: no error
+		input       string
+	}{
+		{a + "\nActually, better:\n" + b, 1, 5, ""},
+		{a + x + "\nActually, better:\n" + b + y, 1, 6, ""},
+		{a + x + "\n" + a + y, 1, 5, ""}, // the same tasks, other calls
+		{a + "\n" + a + "\n" + b, 1, 7, ""},
+		{"<plan></plan>\n" + a + "\n" + b, 2, 5, ""},
+		{a + "\n\n<plan>\nT1: Find b - Dependencies: none\nT2: Find c", 1, 5, ""}, // the second cut off
+		{a + x + "\n" + a + "\n<sea", 1, 5, ""},                                   // calls that differ by a cut
+		{a + "\n" + a + x, 0, 0, "a"},
+		{a + x + "\n" + a + x, 0, 0, "a"},
+		{a + "\nThe same again:\n" + a2 + x, 0, 0, "a"},
+		{a + x + "\nThat is:\n" + a, 0, 0, "a"},
+		{a + x + "\n<plan></plan> tags are what I used.", 0, 0, "a"},
+		{a + x + "\nThe <plan> above has one task.", 0, 0, "a"},
+		{a + x + "\n<plan", 0, 0, "a"},
+	} {
+		r, err := Parse(c.in, Options{Tools: []string{"search"}})
+		if c.first == 0 {
+			if err != nil || len(r.Plan.Nodes) != 1 || r.Plan.Nodes[0].Input() != c.input || r.Plan.Nodes[0].Tool != "search" {
+				t.Errorf("Parse(%q) = %+v, %v; want the plan search(%q)", c.in, r.Plan, err, c.input)
+			}
+			continue
+		}
+		var pe *Error
+		want := fmt.Sprintf("the <plan> at line %d and the <plan> at line %d", c.first, c.next)
+		if !errors.As(err, &pe) || pe.Kind != ErrSyntax || pe.Line != c.next || !strings.Contains(pe.Message, want) {
+			t.Errorf("Parse(%q): %+v, %v; want a syntax error at line %d naming %s", c.in, r.Plan, err, c.next, want)
+		}
+	}
+	// Calls that follow a repeated plan go to it, as they would to one.
+	r, err := Parse(a+"\n"+a+"\n<search>a|b</search>", Options{})
+	if err == nil {
+		t.Errorf("two calls for a repeated one-task plan: %+v, want the extra call refused", r.Plan)
+	}
+	r, err = Parse(a+"\n"+a+"\n<search>a|b", Options{})
+	if err != nil || r.Truncated == "" || r.Plan.Nodes[0].Input() != "a" {
+		t.Errorf("calls cut off after a repeated plan: %+v, %v; want T1 kept and the cut reported", r, err)
+	}
+}
+
+// TestNodesOutsideGraph: a node element outside the <graph> that holds the
+// plan (before it, after it, between two copies of it) is part of a plan
+// the <graph> leaves out: an error naming it, not a node dropped. Prose
+// about nodes is not a node.
+func TestNodesOutsideGraph(t *testing.T) {
+	const a = "<graph>\n<node id=\"s1\">search(\"a\")</node>\n</graph>"
+	for _, c := range []struct {
+		in   string
+		line int    // of the node outside; 0: no error
+		node string // its id
+	}{
+		{a + "\n<node id=\"s2\" depends=\"s1\">search(\"{s1}\")</node>", 4, "s2"},
+		{a + "\n<node>search(\"b\")</node>", 4, ""},
+		{a + "\n<node id=\"s2\" tool=\"search\" input=\"b\"/>", 4, "s2"},
+		{"<node id=\"s0\">search(\"z\")</node>\n" + a, 1, "s0"},
+		{a + "\nAnd:\n<node id=\"s2\">search(\"b\")</node>\n" + a, 5, "s2"},
+		{"<graph></graph>\n<node id=\"s0\">search(\"z\")</node>\n" + a, 2, "s0"},
+		{"<node id=\"s0\">search(\"z\")</node>\n<graph>\n<node id=\"s1\">search(\"a\")</node>\n<node id=\"s2\">sea", 1, "s0"},
+		{a + "\nEach <node> is one step.", 0, ""},
+		{a + "\nHere <node id=\"s1\"> runs first.", 0, ""},
+		{a + "\nI wrote `<node id=\"s1\">search(\"a\")</node>` above.", 0, ""},
+		{"Write each step as \"<node id=\"sN\">tool(args)</node>\":\n" + a, 0, ""},
+		{a + "\n<node id=\"s2\" depends=\"s1\">search(\"{s1}", 0, ""}, // cut off: never written
+		{a + "\n<node", 0, ""},
+	} {
+		r, err := Parse(c.in, Options{Tools: []string{"search"}})
+		if c.line == 0 {
+			if err != nil || len(r.Plan.Nodes) != 1 || r.Plan.Nodes[0].Input() != "a" {
+				t.Errorf("Parse(%q) = %+v, %v; want the plan search(\"a\")", c.in, r.Plan, err)
+			}
+			continue
+		}
+		var pe *Error
+		want := fmt.Sprintf(" at line %d is outside the <graph>", c.line)
+		if c.node != "" {
+			want = fmt.Sprintf("<node id=%q>", c.node) + want
+		}
+		if !errors.As(err, &pe) || pe.Kind != ErrSyntax || pe.Line != c.line || pe.Node != c.node || !strings.Contains(pe.Message, want) {
+			t.Errorf("Parse(%q): %+v, %v; want a syntax error at line %d saying %q", c.in, r.Plan, err, c.line, want)
+		}
+	}
+}
+
+// TestTaskDependencyNumbers: a dependency list that names tasks by their
+// numbers ("1, 2", "depends on 1 and 2") names T1 and T2, as "T1-3" names
+// T3; numbers among other words are text, but a list of them that names
+// no task is an error, not a task without dependencies.
+func TestTaskDependencyNumbers(t *testing.T) {
+	tasks := "T1: a - Dependencies: none\nT2: b - Dependencies: none\nT3: c - Dependencies: none\nT4: d - Dependencies: none\n"
+	for _, c := range []struct {
+		task string
+		want []string
+	}{
+		{"T5: e - Dependencies: 1, 2", []string{"T1", "T2"}},
+		{"T5: e - Dependencies: 1 and 2.", []string{"T1", "T2"}},
+		{"T5: e - Dependencies: [1, 3]", []string{"T1", "T3"}},
+		{"T5: e - Dependencies: #2", []string{"T2"}},
+		{"T5: e - Dependencies: 1-3", []string{"T1", "T2", "T3"}},
+		{"T5: e - Dependencies: 2 to 4", []string{"T2", "T3", "T4"}},
+		{"T5: e - Dependencies: Task 1 and 2", []string{"T1", "T2"}},
+		{"T5: e - Dependencies: T1, 3", []string{"T1", "T3"}},
+		{"T5: e - Dependencies: steps 1 and 4", []string{"T1", "T4"}},
+		{"T5: e depends on 1 and 2", []string{"T1", "T2"}},
+		{"T5: e (depends on 4)", []string{"T4"}},
+		{"T5: e - dependencies 1, 2", []string{"T1", "T2"}},
+		// Numbers in prose are not tasks.
+		{"T5: e - Dependencies: T1 (its top 3 results)", []string{"T1"}},
+		{"T5: e - Dependencies: none (it needs 2 searches)", []string{}},
+		{"T5: e - Dependencies: 1.5", []string{}},
+		{"T5: how the price depends on 2 factors - Dependencies: T4", []string{"T4"}},
+		{"T5: search(\"what it depends on 2\") - Dependencies: none", []string{}},
+	} {
+		r, err := Parse(tasks+c.task+"\n", Options{})
+		if err != nil {
+			t.Errorf("%s: %v", c.task, err)
+			continue
+		}
+		if got := r.Plan.Nodes[4].Deps; !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: deps %v, want %v", c.task, got, c.want)
+		}
+	}
+	for _, c := range []struct{ deps, want string }{
+		{"the results of 1 and 2", "(T1, T2)"},
+		{"the 3 searches above", "(T3)"},
+	} {
+		_, err := Parse(tasks+"T5: e - Dependencies: "+c.deps+"\n", Options{})
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Kind != ErrSyntax || pe.Node != "T5" || pe.Line != 5 ||
+			!strings.Contains(pe.Message, fmt.Sprintf("%q", c.deps)) || !strings.Contains(pe.Message, c.want) {
+			t.Errorf("Dependencies: %s: %v, want a syntax error naming the list and %s", c.deps, err, c.want)
+		}
+	}
+}
+
+// TestTaskDependencyLeadingZeros: a task named by its number alone (the
+// middle of a range, a bare number, the end of "T01-3") is the plan's task
+// of that number, however its id is written; one named by its id is that id.
+func TestTaskDependencyLeadingZeros(t *testing.T) {
+	tasks := "T01: a - Dependencies: none\nT02: b - Dependencies: none\nT03: c - Dependencies: none\n"
+	for _, c := range []struct {
+		deps string
+		want []string
+	}{
+		{"T01-T03", []string{"T01", "T02", "T03"}},
+		{"T01 to T03", []string{"T01", "T02", "T03"}},
+		{"T01-3", []string{"T01", "T02", "T03"}},
+		{"1-3", []string{"T01", "T02", "T03"}},
+		{"1, 3", []string{"T01", "T03"}},
+		{"T02, 2", []string{"T02"}},
+	} {
+		r, err := Parse(tasks+"T04: d - Dependencies: "+c.deps+"\n", Options{})
+		if err != nil {
+			t.Errorf("%s: %v", c.deps, err)
+			continue
+		}
+		if got := r.Plan.Nodes[3].Deps; !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: deps %v, want %v", c.deps, got, c.want)
+		}
+	}
+	// An id is the id written: T1 is no task of this plan.
+	_, err := Parse(tasks+"T04: d - Dependencies: T1-T3\n", Options{})
+	if err == nil || err.Error() != "node T04 depends on T1, which is not a node of the plan" {
+		t.Errorf("T1-T3 in a plan of T01…: %v", err)
+	}
+	// Without the plan's task of that number, the id is written as the range's.
+	_, err = Parse("T01: a - Dependencies: none\nT03: c - Dependencies: none\nT04: d - Dependencies: T01-T03\n", Options{})
+	if err == nil || err.Error() != "node T04 depends on T02, which is not a node of the plan" {
+		t.Errorf("T01-T03 without T02: %v", err)
 	}
 }
 

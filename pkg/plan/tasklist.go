@@ -2,6 +2,8 @@ package plan
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -28,7 +30,9 @@ var notToolTags = map[string]bool{
 //	<search>capital of France|population of {T1}</search>
 //
 // Tool calls go, in order, to the tasks that do not name their own tool; a
-// task left without a call runs DefaultTool on its description.
+// task left without a call runs DefaultTool on its description. A second
+// <plan> with tasks is a second plan: an error naming both, unless it and
+// its calls are the same as the first (see samePlans).
 func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 	p := parsed{format: FormatTaskList}
 	start, end, after := 0, len(d.text), 0
@@ -69,12 +73,48 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 		}
 		break
 	}
+	inline, perr := readTasks(d, o, &p, start, end)
+	if perr != nil {
+		return p, perr
+	}
+	if len(p.nodes) == 0 && p.cut == "" && start == 0 {
+		return p, errorf(ErrSyntax, "expected a task list such as \"T1: … - Dependencies: none\", but there is none")
+	}
+	// The calls after the plan run up to the next plan, if any.
+	next, limit := planBlock{at: -1}, len(d.text)
+	if start > 0 && p.cut == "" {
+		if next = nextPlan(d, after); next.at >= 0 {
+			limit = next.at
+		}
+	}
+	calls, cut, to, terr := toolTags(d, after, limit, o)
+	if terr != nil {
+		return p, terr
+	}
+	if to > 0 {
+		p.to = to
+	}
+	if next.at >= 0 {
+		if calls, cut, terr = samePlans(d, o, &p, inline, calls, cut, next); terr != nil {
+			return p, terr
+		}
+	}
+	if cut != "" && p.cut == "" {
+		p.cut = cut
+	}
+	return p, assignCalls(&p, inline, calls, cut, o)
+}
+
+// readTasks reads the task lines of d.text[start:end] into p, and says
+// which tasks name their own tool.
+func readTasks(d *doc, o *Options, p *parsed, start, end int) (map[int]bool, *Error) {
 	var (
 		cur *rawNode
 		err error
 	)
 	sawDeps := map[int]bool{}
-	inline := map[int]bool{} // tasks that name their own tool
+	deps := map[int][]taskDep{} // as read; resolveDeps makes them ids
+	inline := map[int]bool{}    // tasks that name their own tool
 	// more holds the lines that go on describing a task, joined at the end:
 	// appending them one by one would copy the description once per line.
 	more := map[int][]string{}
@@ -106,10 +146,10 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 			if start == 0 {
 				p.to = lineEnd
 			}
-			desc, deps, hasDeps := splitDeps(rest)
+			desc, list, hasDeps := splitDeps(rest)
 			if hasDeps {
-				if cur.Deps, err = taskDeps(d.m, deps, o.MaxNodes); err != nil {
-					return p, &Error{Kind: ErrSyntax, Line: lineNo, Node: id, Message: fmt.Sprintf("task %s: %v", id, err)}
+				if deps[len(p.nodes)-1], err = taskDeps(d.m, list, o.MaxNodes); err != nil {
+					return nil, &Error{Kind: ErrSyntax, Line: lineNo, Node: id, Message: fmt.Sprintf("task %s: %v", id, err)}
 				}
 				sawDeps[len(p.nodes)-1] = true
 			}
@@ -136,9 +176,9 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 				p.to = lineEnd
 			}
 		}
-		if _, deps, ok := splitDeps(field); ok {
-			if cur.Deps, err = taskDeps(d.m, deps, o.MaxNodes); err != nil {
-				return p, &Error{Kind: ErrSyntax, Line: lineNo, Node: cur.ID, Message: fmt.Sprintf("task %s: %v", cur.ID, err)}
+		if _, list, ok := splitDeps(field); ok {
+			if deps[len(p.nodes)-1], err = taskDeps(d.m, list, o.MaxNodes); err != nil {
+				return nil, &Error{Kind: ErrSyntax, Line: lineNo, Node: cur.ID, Message: fmt.Sprintf("task %s: %v", cur.ID, err)}
 			}
 			sawDeps[len(p.nodes)-1] = true
 			planLine()
@@ -173,19 +213,116 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 		// The last task's dependency line never came: it is incomplete.
 		p.nodes = p.nodes[:len(p.nodes)-1]
 	}
-	if len(p.nodes) == 0 && p.cut == "" && start == 0 {
-		return p, errorf(ErrSyntax, "expected a task list such as \"T1: … - Dependencies: none\", but there is none")
+	resolveDeps(d.m, p.nodes, deps)
+	return inline, nil
+}
+
+// resolveDeps sets the dependencies of nodes, deps[i] those of nodes[i]
+// as read. A task named by its number alone (a bare "2", the middle of a
+// range) is the plan's task of that id, else the one task with that
+// number: "2" is T02 in a plan of T01, T02, T03.
+func resolveDeps(m *meter, nodes []rawNode, deps map[int][]taskDep) {
+	ids := make(map[string]bool, len(nodes))
+	byNumber := map[int][]string{}
+	for _, n := range nodes {
+		ids[n.ID] = true
+		if k, err := strconv.Atoi(n.ID[1:]); err == nil {
+			byNumber[k] = append(byNumber[k], n.ID)
+		}
 	}
-	calls, cut, to, terr := toolTags(d, after, o)
-	if terr != nil {
-		return p, terr
+	for i, ds := range deps {
+		if i >= len(nodes) {
+			continue // the task was cut off
+		}
+		m.add(len(ds))
+		out := make([]string, 0, len(ds))
+		for _, dep := range ds {
+			id := dep.id
+			if c := byNumber[dep.number]; dep.byNumber && !ids[id] && len(c) == 1 {
+				id = c[0]
+			}
+			out = append(out, id)
+		}
+		nodes[i].Deps = dedupe(out)
 	}
-	if to > 0 {
-		p.to = to
+}
+
+// planBlock is a <plan> element that holds tasks: its tag is at at, its
+// tasks in d.text[start:end], and what follows it starts at after (the
+// end of the output if the plan is never closed, as cut says).
+type planBlock struct {
+	at, start, end, after int
+	cut                   string
+}
+
+// nextPlan finds the first <plan> at or after from that holds a task
+// line; at is -1 if there is none. Closed ones without a task are
+// mentions, and one never closed that holds none runs to the end.
+func nextPlan(d *doc, from int) planBlock {
+	for g := tagIndex(d, "plan", from); g >= 0; {
+		gt := strings.IndexByte(d.text[g:], '>')
+		if gt < 0 {
+			d.m.add(len(d.text) - g)
+			break // cut off inside the tag
+		}
+		d.m.add(gt)
+		b := planBlock{at: g, start: g + gt + 1, end: len(d.text), after: len(d.text), cut: "inside <plan>"}
+		if c := d.index("</plan>", b.start); c >= 0 {
+			b.end, b.after, b.cut = c, c+len("</plan>"), ""
+		}
+		if hasTaskLine(d, b.start, b.end) {
+			return b
+		}
+		if b.cut != "" {
+			break
+		}
+		g = tagIndex(d, "plan", b.after)
 	}
-	if cut != "" && p.cut == "" {
-		p.cut = cut
+	return planBlock{at: -1}
+}
+
+// samePlans reads the plans after p's, the first of which is next: each
+// must hold the same tasks as p's, or the output holds two plans and which
+// one the planner means is anyone's guess (it may revise a plan, or write
+// a draft after it). Calls after a repeated plan must be the same as those
+// after p's (calls, cut), unless one of the two has none: the planner
+// repeated the plan before or after its calls. It returns the calls for
+// the plan.
+func samePlans(d *doc, o *Options, p *parsed, inline map[int]bool, calls []tagCall, cut string, next planBlock) ([]tagCall, string, *Error) {
+	first := d.line(p.from)
+	for b := next; b.at >= 0; {
+		line := d.line(b.at)
+		twoPlans := &Error{Kind: ErrSyntax, Line: line, Message: fmt.Sprintf(
+			"the output holds two different plans, the <plan> at line %d and the <plan> at line %d; write one <plan> with the whole plan",
+			first, line)}
+		q := parsed{from: b.at, cut: b.cut}
+		qinline, err := readTasks(d, o, &q, b.start, b.end)
+		if err != nil || q.cut != "" || !sameNodes(p.nodes, q.nodes) || !maps.Equal(inline, qinline) {
+			return nil, "", twoPlans
+		}
+		later, limit := nextPlan(d, b.after), len(d.text)
+		if later.at >= 0 {
+			limit = later.at
+		}
+		qcalls, qcut, _, terr := toolTags(d, b.after, limit, o)
+		if terr != nil {
+			return nil, "", terr
+		}
+		switch {
+		case len(qcalls) == 0 && qcut == "":
+		case len(calls) == 0 && cut == "":
+			calls, cut = qcalls, qcut
+		case qcut != cut || !slices.EqualFunc(calls, qcalls, func(a, b tagCall) bool { return a.tool == b.tool && a.input == b.input }):
+			return nil, "", twoPlans
+		}
+		b = later
 	}
+	return calls, cut, nil
+}
+
+// assignCalls is the end of parseTaskList: it gives the calls, cut off
+// where cut says, to the tasks that do not name their own tool (inline).
+func assignCalls(p *parsed, inline map[int]bool, calls []tagCall, cut string, o *Options) *Error {
 	k := 0
 	kept := p.nodes[:0]
 	for i := range p.nodes {
@@ -213,11 +350,11 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 	}
 	p.nodes = kept
 	if k < len(calls) && cut == "" {
-		return p, &Error{Kind: ErrSyntax, Line: calls[k].line, Message: fmt.Sprintf(
+		return &Error{Kind: ErrSyntax, Line: calls[k].line, Message: fmt.Sprintf(
 			"there are %d tool calls after the plan but only %d tasks without their own tool; the extra call is <%s>%s</%s>",
 			len(calls), k, calls[k].tool, calls[k].input, calls[k].tool)}
 	}
-	return p, nil
+	return nil
 }
 
 type tagCall struct {
@@ -225,11 +362,11 @@ type tagCall struct {
 	line        int
 }
 
-// toolTags collects the calls in tool tags <tool>q1|q2</tool> at or after
-// from. A tag cut off by the end of the output is reported in cut; to is
-// the end of the last tag read, or 0.
-func toolTags(d *doc, from int, o *Options) (calls []tagCall, cut string, to int, err *Error) {
-	s := d.text
+// toolTags collects the calls in tool tags <tool>q1|q2</tool> in
+// d.text[from:limit]. A tag cut off by the end of the output is reported
+// in cut; to is the end of the last tag read, or 0.
+func toolTags(d *doc, from, limit int, o *Options) (calls []tagCall, cut string, to int, err *Error) {
+	s := d.text[:limit]
 	// closes lists the closing tags </name> in order, each linked to the
 	// next one of its name, and next holds the first one of each name not
 	// yet passed: one scan, after which every opening tag finds its own
@@ -268,7 +405,7 @@ func toolTags(d *doc, from int, o *Options) (calls []tagCall, cut string, to int
 	// A tag the output ends in the middle of ("<sea", "</sea") was cut off
 	// with the calls it held or was about to hold.
 	end, tail := len(s), ""
-	if t := strings.LastIndexByte(s, '<'); t >= from {
+	if t := strings.LastIndexByte(s, '<'); t >= from && limit == len(d.text) {
 		d.m.add(len(s) - t)
 		name := t + 1
 		if name < len(s) && s[name] == '/' {
@@ -279,6 +416,9 @@ func toolTags(d *doc, from int, o *Options) (calls []tagCall, cut string, to int
 		}
 	}
 	lastTag := strings.LastIndexByte(s[:end], '<')
+	if limit < len(d.text) {
+		lastTag = limit // the next plan's tag: the output goes on
+	}
 	d.m.add(end - max(lastTag, from))
 	for i := from; i < end; i++ {
 		k := strings.IndexByte(s[i:end], '<')
@@ -405,7 +545,7 @@ func onlyTasks(deps string) bool {
 	}) {
 		switch w = asciiLower(w); {
 		case isNumber(w), len(w) > 1 && w[0] == 't' && isNumber(w[1:]):
-		case w == "and" || w == "task" || w == "to" || w == "through" || noDeps(w):
+		case w == "and" || w == "task" || w == "tasks" || w == "step" || w == "steps" || w == "to" || w == "through" || noDeps(w):
 		default:
 			return false
 		}
@@ -453,25 +593,53 @@ func taskLine(line string) (id, rest string, ok bool) {
 
 func firstRune(s string) (rune, int) { return utf8.DecodeRuneInString(s) }
 
-// taskDeps extracts the task ids (T1, Task 2) from a dependency list such
-// as "T1, T2", "T1 and T2", "[T1]" or "none"; other words are ignored. A
-// range, "T1-T3" (also with an en or em dash, or "T1 to T3"), is every task
-// from the first to the last; one that runs backwards or spans more tasks
-// than a plan may hold (limit) is an error naming it.
-func taskDeps(m *meter, s string, limit int) ([]string, error) {
-	m.add(len(s))
-	var out []string
+// taskDep is a task that a dependency list names: by its id as written
+// ("T2"; "Task 02" is T02), or by its number alone (byNumber: a bare "2",
+// the middle or the unnamed end of a range), for resolveDeps to find
+// among the plan's tasks; id is then the id the number stands for if the
+// plan has no task with that number.
+type taskDep struct {
+	id       string
+	number   int
+	byNumber bool
+}
+
+// taskDeps extracts the tasks (T1, Task 2) of a dependency list such as
+// "T1, T2", "T1 and T2", "[T1]" or "none"; other words are ignored. A
+// range, "T1-T3" or "T1-3" (also with an en or em dash, or "T1 to T3"), is
+// every task from the first to the last; one that runs backwards or spans
+// more tasks than a plan may hold (limit) is an error naming it. Tasks may
+// be named by their numbers ("1, 2", "1-3", "Task 1 and 2") in a list of
+// nothing else; a list that holds numbers among other words but names no
+// task ("the results of 1 and 2") is an error, not a list of no tasks.
+func taskDeps(m *meter, s string, limit int) ([]taskDep, error) {
+	m.add(2 * len(s))
+	bare := onlyTasks(s)
+	var out []taskDep
+	var numbers []string // bare numbers in a list of other words
 	for i := 0; i < len(s); i++ {
 		if i > 0 && isIdent(s[i-1]) {
 			continue
 		}
 		from, k, ok := taskRef(s, i)
+		written := ok
 		if !ok {
-			continue
+			// A bare number, not one that goes on as a word or a
+			// decimal ("1st", "1.5").
+			k = digitsEnd(s, i)
+			if k == i || k < len(s) && (isIdentStart(s[k]) || s[k] == '.' && digitsEnd(s, k+1) > k+1) {
+				continue
+			}
+			from = s[i:k]
+			if !bare {
+				numbers = append(numbers, "T"+from)
+				i = k - 1
+				continue
+			}
 		}
-		out = append(out, "T"+from)
-		if to, e, ok := rangeTo(s, k); ok {
-			a, aerr := strconv.Atoi(from)
+		a, aerr := strconv.Atoi(from)
+		out = append(out, taskDep{id: "T" + from, number: a, byNumber: !written && aerr == nil})
+		if to, e, toWritten, ok := rangeTo(s, k); ok {
 			b, berr := strconv.Atoi(to)
 			switch {
 			case aerr != nil || berr != nil || b-a >= limit:
@@ -480,17 +648,26 @@ func taskDeps(m *meter, s string, limit int) ([]string, error) {
 				return nil, fmt.Errorf("the dependency range %s runs backwards; write T%s-T%s", s[i:e], to, from)
 			}
 			m.add(b - a)
+			// The tasks in between are written as the first is: T02 after T01.
+			width := 0
+			if len(from) > 1 && from[0] == '0' {
+				width = len(from)
+			}
 			for n := a + 1; n < b; n++ {
-				out = append(out, "T"+strconv.Itoa(n))
+				out = append(out, taskDep{id: fmt.Sprintf("T%0*d", width, n), number: n, byNumber: true})
 			}
 			if b > a {
-				out = append(out, "T"+to)
+				out = append(out, taskDep{id: "T" + to, number: b, byNumber: !toWritten})
 			}
 			k = e
 		}
 		i = k - 1
 	}
-	return dedupe(out), nil
+	if len(out) == 0 && len(numbers) > 0 && !noDeps(asciiLower(s)) {
+		return nil, fmt.Errorf("the dependencies %q hold numbers but name no task; write the ids of the tasks it depends on (%s), or none",
+			s, strings.Join(numbers, ", "))
+	}
+	return out, nil
 }
 
 // taskRef reads a task id at s[i] ("T1", "Task 2", "task #3"): its number
@@ -517,8 +694,9 @@ func taskRef(s string, i int) (number string, end int, ok bool) {
 var rangeSeps = []string{"-", "–", "—", "to ", "through "}
 
 // rangeTo reads the end of a range after a task id that ends at s[i]
-// ("-T3", " – T3", " to Task 3"): its number and where it ends.
-func rangeTo(s string, i int) (number string, end int, ok bool) {
+// ("-T3", " – T3", " to Task 3", "-3"): its number, where it ends, and
+// whether it is written as a task id (not "-3").
+func rangeTo(s string, i int) (number string, end int, written, ok bool) {
 	j := i
 	for j < len(s) && s[j] == ' ' {
 		j++
@@ -530,12 +708,16 @@ func rangeTo(s string, i int) (number string, end int, ok bool) {
 				k++
 			}
 			if to, e, ok := taskRef(s, k); ok {
-				return to, e, true
+				return to, e, true, true
 			}
-			return "", i, false
+			// "T1-3": the end's T is left out, as it is in "pages 1-3".
+			if e := digitsEnd(s, k); e > k && (e == len(s) || !isIdentStart(s[e])) {
+				return s[k:e], e, false, true
+			}
+			return "", i, false, false
 		}
 	}
-	return "", i, false
+	return "", i, false, false
 }
 
 // depKeys introduce a dependency list, lowered: first the keys with a
@@ -574,13 +756,23 @@ func splitDeps(s string) (desc, deps string, ok bool) {
 				break
 			}
 			i += from
-			if last >= i+len(k) || noDeps(ls[i+len(k):]) {
+			if last >= i+len(k) || noDeps(ls[i+len(k):]) || numberList(s[i+len(k):]) {
 				return split(i, len(k))
 			}
 			from = i + len(k)
 		}
 	}
 	return s, "", false
+}
+
+// numberList reports whether s names tasks by their numbers and holds
+// nothing else (" 1 and 2.", ": 1-3"), as what follows "depends on"
+// without a colon must be to be a dependency list: "how the price depends on
+// 2 factors" and `search("what depends on 2")` are a task's text.
+func numberList(s string) bool {
+	s = strings.Trim(s, " \t:*_.([])")
+	return strings.IndexFunc(s, func(r rune) bool { return '0' <= r && r <= '9' }) >= 0 &&
+		!strings.ContainsAny(s, "\"'`()") && onlyTasks(s)
 }
 
 // lastTaskRef returns the offset of the last task id in s (as taskDeps

@@ -3,6 +3,7 @@ package plan
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/planact/planact/pkg/dag"
@@ -48,6 +49,10 @@ func validate(m *meter, nodes []rawNode, o *Options, format Format) *Error {
 		m.add(len(n.Deps))
 		for _, d := range n.Deps {
 			if _, ok := seen[d]; !ok {
+				if r := rangeNodes(d, seen, o.MaxNodes); r != nil {
+					return at(errorf(ErrUnknownDependency, "node %s depends on %s, which is not a node of the plan; a dependency names one node, not a range, so list each node it depends on: %s",
+						n.ID, d, strings.Join(r, ", ")), n)
+				}
 				return at(errorf(ErrUnknownDependency, "node %s depends on %s, which is not a node of the plan", n.ID, d), n)
 			}
 		}
@@ -125,6 +130,55 @@ func validate(m *meter, nodes []rawNode, o *Options, format Format) *Error {
 		}
 	}
 	return nil
+}
+
+// rangeNodes reads a dependency that names no node as a range of nodes,
+// "s1-3" or "s1-s3" (also with an en or em dash), and returns the nodes
+// from the first to the last if every one of them is a node of the plan,
+// or nil. Ids may hold '-' ("1-c1"), so a graph's or JSON plan's
+// dependency is never read as a range; this only makes the error say what
+// to write instead.
+func rangeNodes(dep string, seen map[string]int, limit int) []string {
+	if len(dep) > 2*maxIDLen+len("—") {
+		return nil // longer than any range of ids
+	}
+	for _, sep := range []string{"-", "–", "—"} {
+		for i := strings.Index(dep, sep); i >= 0; {
+			left, right := dep[:i], dep[i+len(sep):]
+			// The end is a number ("s1-3") or an id with the same prefix
+			// ("s1-s3").
+			a := digitsStart(left)
+			end := strings.TrimPrefix(right, left[:a])
+			from, ferr := strconv.Atoi(left[a:])
+			to, terr := strconv.Atoi(end)
+			if a < len(left) && isNumber(end) && ferr == nil && terr == nil && from < to && to-from < limit {
+				var out []string
+				for k := from; k <= to; k++ {
+					id := left[:a] + strconv.Itoa(k)
+					if _, ok := seen[id]; !ok {
+						return nil
+					}
+					out = append(out, id)
+				}
+				return out
+			}
+			j := strings.Index(right, sep)
+			if j < 0 {
+				break
+			}
+			i += len(sep) + j
+		}
+	}
+	return nil
+}
+
+// digitsStart returns where the digits that s ends with begin.
+func digitsStart(s string) int {
+	i := len(s)
+	for i > 0 && s[i-1] >= '0' && s[i-1] <= '9' {
+		i--
+	}
+	return i
 }
 
 // isNumber reports whether s is all ASCII digits.
