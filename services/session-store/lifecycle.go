@@ -248,7 +248,8 @@ func (s *Service) timeOut(ctx context.Context, n int64, kind string) error {
 // answered on the rollout's status subject: "cancelled" once the rollout is
 // aborted (its results follow on the result subjects, if they are not out
 // yet), "rejected" (saying why) when there is nothing to abort: the rollout
-// had already ended, or is not known.
+// had already ended, or is not known (and no arrival of the cancel's role
+// stored before it waits to be recorded).
 func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed) error {
 	var c schema.Cancel
 	if err := schema.UnmarshalTrainer(m.Data, m.Header, &c); err != nil {
@@ -278,6 +279,17 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 	// The answer names the cancel (its message id), so that the trainer
 	// that sent it knows it from another's.
 	who := fmt.Sprintf("cancel %s by the %s trainer", id, c.Role)
+	if err == nil && unknown {
+		// The role's own arrival, stored before this cancel on the same
+		// stream, may not be recorded yet (the trainer's messages are
+		// handled at once, up to Concurrency): the cancel waits for it
+		// rather than answer that the rollout is not known, and the
+		// rollout then run, uncancelled.
+		var pending string
+		if pending, err = s.pendingArrival(ctx, m, &c); err == nil && pending != "" {
+			err = fail.Transientf("rollout %d is not known yet: the %s arrival %s, stored before this cancel, is not recorded", c.Rollout, c.Role, pending)
+		}
+	}
 	if err != nil {
 		err = rolloutErr(c.Rollout, err)
 		// Not recorded: given up (it cannot pass, or this was the last
@@ -309,18 +321,51 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 		}
 		detail += "); nothing to abort"
 		zerolog.Ctx(ctx).Info().Str("status", sess.Status).Msg("cancel of a rollout that had already ended")
-		if err := s.settle(ctx, sess, rev); err != nil {
+		if err := s.status(ctx, c.Rollout, "rejected", -1, detail); err != nil {
 			return err
 		}
-		return s.status(ctx, c.Rollout, "rejected", -1, detail)
+		return s.settle(ctx, sess, rev)
 	}
 	if wrote {
 		zerolog.Ctx(ctx).Warn().Str("reason", reason).Msg("rollout aborted")
 	}
-	if err := s.settle(ctx, sess, rev); err != nil {
+	// The abort is recorded: the cancel is answered before the effects
+	// settle. Settled first, a settle that kept failing (results that
+	// cannot be assembled yet) left the cancel unanswered after the last
+	// delivery, though the rollout was aborted and the sweep publishes its
+	// results; and its trainer waited for the whole assembly.
+	if err := s.status(ctx, c.Rollout, "cancelled", -1, fmt.Sprintf("%s: rollout %d aborted", who, c.Rollout)); err != nil {
 		return err
 	}
-	return s.status(ctx, c.Rollout, "cancelled", -1, fmt.Sprintf("%s: rollout %d aborted", who, c.Rollout))
+	return s.settle(ctx, sess, rev)
+}
+
+// pendingArrival returns the message id of the arrival of the cancel c's
+// role for its rollout that its trainer stored before the cancel m (on the
+// same stream) and that is neither recorded in a session nor refused; ""
+// when there is none. The caller found no session: such an arrival is
+// still being handled (or waits for a delivery).
+func (s *Service) pendingArrival(ctx context.Context, m bus.Msg, c *schema.Cancel) (string, error) {
+	if m.Seq == 0 || m.Subject != subject.Cancel(c.Rollout, c.Role) {
+		return "", nil // not from the role's stream: no order to go by
+	}
+	am, err := s.Bus.LastMsg(ctx, bus.StreamTrainer(c.Role), subject.Arrive(c.Rollout, c.Role))
+	if err != nil || am == nil || am.Seq > m.Seq {
+		return "", err
+	}
+	id := bus.Msg{Subject: am.Subject, Header: am.Header, Seq: am.Seq}.ID()
+	rm, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.Rejected(c.Rollout, c.Role))
+	if err != nil || rm == nil {
+		return id, err
+	}
+	var r schema.Result
+	if err := rm.Decode(&r); err != nil {
+		return "", err
+	}
+	if r.ArrivalID == id {
+		return "", nil // refused: no rollout will start from it
+	}
+	return id, nil
 }
 
 // end records in v that the rollout ended: its final state, the result

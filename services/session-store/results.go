@@ -79,16 +79,19 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session, unde
 			r.StreamedGroups = sess.Delivered()
 			r.Stats.StartedMs, r.Stats.FinishedMs = sess.StartedMs, sess.FinishedMs
 			if err := s.publishResult(ctx, b); err != nil {
-				if !giveUp {
+				if fail.IsRetryable(err) && !giveUp {
 					return nil, err
 				}
 				// The samples cannot be delivered (the object store refuses
-				// them, say): the trainer still learns that, and why.
+				// them, say; or never can: no store for the role): the
+				// trainer still learns that, and why, at once when no try
+				// can mend it.
 				zerolog.Ctx(ctx).Error().Err(err).Str("role", role).Msg("result could not be published; sending a failed one")
 				// It holds no sample, and its stats count none: only when
-				// the rollout ran.
+				// the rollout ran. It names the groups streamed, as every
+				// result does: a reader of the groups reads each.
 				r = &schema.Result{Rollout: n, Role: role, Status: schema.ResultFailed, Reason: "samples could not be delivered: " + err.Error(),
-					Stats: schema.Stats{StartedMs: sess.StartedMs, FinishedMs: sess.FinishedMs}, ArrivalID: r.ArrivalID}
+					Stats: schema.Stats{StartedMs: sess.StartedMs, FinishedMs: sess.FinishedMs}, ArrivalID: r.ArrivalID, StreamedGroups: r.StreamedGroups}
 				if err := s.publishAnswer(ctx, r, nil); err != nil {
 					return nil, err
 				}
