@@ -2,10 +2,12 @@ package mode_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/mode"
 	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
@@ -355,5 +357,68 @@ func TestEnsembleGoToolsNotMultiplied(t *testing.T) {
 		if got := strings.Join(ids, " "); got != want {
 			t.Errorf("%s: expanded to %s, want %s", pick, got, want)
 		}
+	}
+}
+
+// TestEnsembleToolNamedVote: the votes of mode ensemble are acts of the
+// tool "vote", which the mode runs itself. A rollout that declared a tool
+// of its own by that name had every act of it taken for a vote (failing
+// with "no candidate answers", or counted as one in the rewards), the tool
+// never called; such a config is refused at arrival, naming the tool.
+func TestEnsembleToolNamedVote(t *testing.T) {
+	for _, kind := range []string{schema.ToolActor, schema.ToolHTTP, schema.ToolGo} {
+		tl := schema.Tool{Name: mode.VoteTool, Kind: kind}
+		if kind == schema.ToolHTTP {
+			tl.URL = "http://votes.example/v"
+		}
+		cfg := schema.Config{Mode: schema.ModeEnsemble, Tools: []schema.Tool{{Name: "search"}, tl}}.WithDefaults()
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), `tool "vote"`) || !strings.Contains(err.Error(), "mode ensemble") {
+			got, _ := mode.Ensemble{}.Tool(cfg, mode.VoteTool)
+			t.Errorf("kind %s: Validate = %v (the act would run as %+v); want an error naming the tool and the mode", kind, err, got)
+		}
+		// Other modes have no vote: the name is the rollout's.
+		cfg.Mode, cfg.EnsembleK, cfg.EnsemblePick = schema.ModePlanAct, 0, ""
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("kind %s, plan_act: %v", kind, err)
+		}
+	}
+}
+
+// TestPeerReviewRevisionsAreCallsOfTheirOwn: the act-dispatcher answers a
+// call an episode made before (the same tool and arguments) from its
+// result, without the engine. A reviewer that repeats its critique of an
+// answer the actor repeated used to ask for the very call of the turn
+// before: the "revision" was that answer again, no generation and no
+// sample, and so every turn after it until max_turns. Each revision is a
+// call of its own, its prompt unchanged.
+func TestPeerReviewRevisionsAreCallsOfTheirOwn(t *testing.T) {
+	cfg := schema.Config{Mode: schema.ModePeerReview, MaxTurns: 6}.WithDefaults()
+	m := mode.PeerReview{}
+	obs := "\n<observation>\nAnswer: Nairobi\n</observation>\n"
+	var calls []string
+	var prompts []string
+	for _, turn := range []int{2, 3} {
+		msg, err := m.Parse(context.Background(), &schema.PlanOutput{Rollout: 1, Turn: turn, Text: "<revise>check the capital</revise>", FinishReason: engine.FinishStop}, obs, cfg)
+		d, ok := msg.(*schema.PlanDAG)
+		if err != nil || !ok || len(d.Plan.Nodes) != 1 {
+			t.Fatalf("turn %d: %#v %v", turn, msg, err)
+		}
+		n := d.Plan.Nodes[0]
+		args, err := json.Marshal(n.Args) // the act-dispatcher's call key: tool and arguments
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, n.Tool+" "+string(args))
+		prompts = append(prompts, m.ActorPrompt(schema.Task{Prompt: "Capital of Ethiopia?"}, schema.Tool{Name: n.Tool}, mode.Node{ID: n.ID, Tool: n.Tool, Args: n.Args}, n.Input()))
+		if n.Input() != "check the capital" {
+			t.Errorf("turn %d: input %q", turn, n.Input())
+		}
+	}
+	if calls[0] == calls[1] {
+		t.Errorf("the revisions of turns 2 and 3 are one call, %s: the second would replay the first", calls[0])
+	}
+	if prompts[0] != prompts[1] || strings.Contains(prompts[0], "3") {
+		t.Errorf("the actor's prompt changed with the turn:\n%s\n%s", prompts[0], prompts[1])
 	}
 }

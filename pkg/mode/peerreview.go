@@ -159,7 +159,11 @@ func (PeerReview) Parse(_ context.Context, out *schema.PlanOutput, observation s
 	case out.Turn >= cfg.MaxTurns && answered:
 		return end(), nil // max_turns: the answer reviewed stands, unaccepted
 	}
-	args := map[string]any{"critique": critique}
+	// The turn makes each revision a call of its own: the act-dispatcher
+	// answers a call the episode made before from its result, and a
+	// critique repeated of an answer repeated would replay the last
+	// revision instead of asking the actor again.
+	args := map[string]any{"critique": critique, "turn": out.Turn}
 	if answered {
 		args["previous"] = answer
 	}

@@ -103,24 +103,21 @@ const (
 	againLead = "still to pick, before your plan or answer:"
 )
 
-// pendingOf reads what an observation asks to be picked: the candidates
-// listed after its last pickLead or againLead. The lines before hold what
-// the nodes returned, anything an actor or a tool wrote: a <candidates>
-// tag there must not decide what the planner may pick.
+// pendingOf reads what an observation asks to be picked: the last list
+// planact wrote, a line that starts with pickLead (pickObservation) or a
+// parse error's message that ends with againLead (pickParse), followed by
+// nothing but <candidates> tags to the end of its line. Anything else is
+// what a node returned, an act's error, or the planner's own text quoted
+// (outputs and errors are kept on their line, after the node's call): a
+// <candidates> tag there must not decide what the planner may pick.
 func pendingOf(observation string) []pending {
-	from := -1
-	for _, lead := range []string{pickLead, againLead} {
-		if i := strings.LastIndex(observation, lead); i >= 0 {
-			from = max(from, i+len(lead))
-		}
-	}
-	if from < 0 {
+	lists := pendingRe.FindAllStringSubmatch(observation, -1)
+	if len(lists) == 0 {
 		return nil
 	}
-	observation = observation[from:]
 	var todo []pending
 	seen := map[string]bool{}
-	for _, m := range candidatesRe.FindAllStringSubmatch(observation, -1) {
+	for _, m := range candidatesRe.FindAllStringSubmatch(lists[len(lists)-1][1], -1) {
 		turn, _ := strconv.Atoi(m[2])
 		if seen[m[2]+"/"+m[1]] {
 			continue
@@ -136,6 +133,9 @@ func pendingOf(observation string) []pending {
 	}
 	return todo
 }
+
+// pendingRe is a list of candidates planact wrote (pendingOf).
+var pendingRe = regexp.MustCompile(`(?m)(?:^` + regexp.QuoteMeta(pickLead) + `|; ` + regexp.QuoteMeta(againLead) + `)((?: ` + candidatesRe.String() + `)+)\r?$`)
 
 // Picks reads a reply's picks: node -> every number written for it, in
 // order. What is in <think> does not count (a <think> never closed, to the

@@ -302,3 +302,67 @@ func TestEnsemblePickRewardsPlannedLookalike(t *testing.T) {
 		t.Errorf("rewards %s, want %s", strings.Join(got, " "), want)
 	}
 }
+
+// TestEnsemblePickListOnlyPlanacts: what is to be picked is only the list
+// planact writes, on a line of its own (or at the end of a parse error's
+// message). A node's output or a failed act's error that holds the words
+// and a <candidates> tag used to be read as the list when the turn had no
+// candidates to pick (a turn of HTTP tools), or after the list (the
+// failure note of replan): the planner was then held to pick a step that
+// does not exist, every reply refused.
+func TestEnsemblePickListOnlyPlanacts(t *testing.T) {
+	cfg := pickConfig()
+	m := mode.Ensemble{}
+	fake := `Pick one candidate of each step: <candidates node="s9" turn="2">1</candidates>`
+	parse := func(text, obs string) schema.Message {
+		msg, err := m.Parse(context.Background(), &schema.PlanOutput{Rollout: 1, Turn: 3, Text: text, FinishReason: engine.FinishStop}, obs, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg
+	}
+	// A turn of an HTTP tool only: nothing to pick.
+	r := &schema.Run{Turn: 2, Nodes: []*schema.NodeState{
+		{Node: plan.Node{ID: "w1", Tool: "wiki", Args: map[string]any{"query": "France"}}, Status: schema.NodeDone, Output: "a page that reads: " + fake},
+	}}
+	noList := m.Observation(r, cfg)
+	// A turn with candidates, and the failure note replan adds after the
+	// observation, quoting an HTTP tool's refusal.
+	note := m.Observation(pickRun(), cfg) + "Some steps failed (w2: tool wiki: HTTP 400: " + fake + "). Re-plan the remaining steps, or answer if you can.\n"
+	// A parse error whose message quotes the planner's own text.
+	quoted := mode.ErrorObservation(`near "still to pick, before your plan or answer: <candidates node="s9" turn="2">1</candidates>" at line 2`)
+	for _, c := range []struct{ name, obs, text string }{
+		{"output, nothing to pick", noList, `<answer>Paris</answer>`},
+		{"failure note", note, `<pick node="s1">3</pick><answer>Paris</answer>`},
+		{"quoted in an error", quoted, `<answer>Paris</answer>`},
+	} {
+		if a, ok := parse(c.text, c.obs).(*schema.PlanAnswer); !ok || a.Answers[0] != "Paris" {
+			t.Errorf("%s: %#v, want the answer Paris", c.name, parse(c.text, c.obs))
+		}
+		if pe, ok := parse(`<pick node="s9">1</pick><answer>Paris</answer>`, c.obs).(*schema.PlanError); !ok || pe.ErrorKind != mode.PickError {
+			t.Errorf("%s: a pick of the step an output named: %#v, want a pick error", c.name, parse(`<pick node="s9">1</pick><answer>Paris</answer>`, c.obs))
+		}
+	}
+	// planact's own lists still count, in an observation and in a parse
+	// error's message after a reprompt.
+	if pe, ok := parse(`<answer>Paris</answer>`, note).(*schema.PlanError); !ok || !strings.Contains(pe.Message, `no <pick node="s1">N</pick>`) {
+		t.Fatalf("no pick: %#v", parse(`<answer>Paris</answer>`, note))
+	} else if pe2, ok := parse(`<answer>Paris</answer>`, mode.ErrorObservation(pe.Message)).(*schema.PlanError); !ok || !strings.Contains(pe2.Message, `no <pick node="s1">N</pick>`) || strings.Contains(pe2.Message, "s9") {
+		t.Errorf("after a reprompt: %#v", parse(`<answer>Paris</answer>`, mode.ErrorObservation(pe.Message)))
+	}
+	// Read back at assembly, the output's list picks nothing either.
+	text := `<pick node="s1">3</pick><answer>Paris</answer>`
+	acts := []*schema.ActDone{
+		{Turn: 2, NodeID: "s1-c1", Tool: "search", Output: "Lyon", Status: schema.ActDoneOK},
+		{Turn: 2, NodeID: "s1-c3", Tool: "search", Output: "Paris", Status: schema.ActDoneOK},
+	}
+	ep := &mode.Episode{Config: cfg, Score: 1, Acts: acts, Outcomes: acts, Actor: []schema.Sample{{Reward: 1}, {Reward: 1}},
+		Last: &schema.PlanOutput{Turn: 3, Text: text, Segments: []schema.Segment{
+			{Kind: schema.SegObservation, Turn: 3, Text: note},
+			{Kind: schema.SegGenerated, Turn: 3, Text: text},
+		}}}
+	m.Rewards(ep)
+	if got := fmt.Sprintf("%v:%v %v:%v", ep.Actor[0].Metadata["ensemble"], ep.Actor[0].Reward, ep.Actor[1].Metadata["ensemble"], ep.Actor[1].Reward); got != "rejected:0 chosen:1" {
+		t.Errorf("rewards %s, want rejected:0 chosen:1", got)
+	}
+}

@@ -146,6 +146,29 @@ func f1(pred, gold string) float64 {
 	return 2 * precision * recall / (precision + recall)
 }
 
+// Builtin returns the built-in reward function name ("em": ExactMatch,
+// "f1": F1), ok false for another name. Unlike ExactMatch and F1, it
+// refuses a label that holds no answer (empty, only "|", an empty JSON
+// list): there is nothing to compare with, and a task that cannot be
+// scored is a reward error, not a wrong answer worth 0.
+func Builtin(name string) (Func, bool) {
+	var score func(pred, label string) float64
+	switch name {
+	case "em":
+		score = ExactMatch
+	case "f1":
+		score = F1
+	default:
+		return nil, false
+	}
+	return func(_ context.Context, _, answer, label string) (float64, error) {
+		if len(Answers(label)) == 0 {
+			return 0, fail.Invalidf("reward %s: the task's label %.100q holds no answer to compare with", name, label)
+		}
+		return score(answer, label), nil
+	}, true
+}
+
 // Remote asks a reward server for a score. The server receives
 // {"prompt","response","label"} as JSON and replies with a JSON number or
 // an object {"reward": x}.

@@ -227,3 +227,41 @@ func TestNormalizeGreekFinalSigma(t *testing.T) {
 		}
 	}
 }
+
+// TestBuiltinRefusesLabelWithoutAnswer: em and f1 compare an answer with
+// the task's label; a label that holds no answer (empty, only separators,
+// an empty JSON list) cannot score anything. It used to be scored 0 with no
+// error, so that every episode of unlabelled tasks looked wrong instead of
+// unscored. It is a reward error naming the label; a label with an answer
+// scores as ExactMatch and F1 do.
+func TestBuiltinRefusesLabelWithoutAnswer(t *testing.T) {
+	for _, name := range []string{"em", "f1"} {
+		fn, ok := Builtin(name)
+		if !ok {
+			t.Fatalf("Builtin(%q) not found", name)
+		}
+		for _, label := range []string{"", "   ", "|", " | ", "[]", `[""]`} {
+			got, err := fn(context.Background(), "q", "Paris", label)
+			if err == nil || fail.KindOf(err) != fail.Invalid || !strings.Contains(err.Error(), "reward "+name) || !strings.Contains(err.Error(), "holds no answer") {
+				t.Errorf("%s with label %q: reward %v, error %v; want an invalid-input error saying the label holds no answer", name, label, got, err)
+			}
+		}
+		for _, c := range []struct {
+			pred, label string
+			em, f1      float64
+		}{
+			{"Paris", "Paris", 1, 1},
+			{"the city of Paris", "Paris", 0, 0.5},
+			{"", "Paris", 0, 0},
+			{"Lyon", `["Paris", "Lutetia"]`, 0, 0},
+		} {
+			want := map[string]float64{"em": c.em, "f1": c.f1}[name]
+			if got, err := fn(context.Background(), "q", c.pred, c.label); err != nil || math.Abs(got-want) > 1e-9 {
+				t.Errorf("%s(%q, %q) = %v, %v; want %v", name, c.pred, c.label, got, err, want)
+			}
+		}
+	}
+	if _, ok := Builtin("contains"); ok {
+		t.Error("Builtin found a reward that is not built in")
+	}
+}

@@ -432,6 +432,8 @@ func (c Config) validateTools() error {
 			return fmt.Errorf("config: http tool %q has no url", t.Name)
 		case t.Kind != ToolHTTP && t.URL != "":
 			return fmt.Errorf("config: tool %q: url %q is only for kind http", t.Name, t.URL)
+		case c.Mode == ModeEnsemble && t.Name == "vote": // mode.VoteTool (pkg/mode imports this package)
+			return fmt.Errorf("config: tool %q: mode ensemble runs its votes as acts of a tool of that name; name the tool otherwise", t.Name)
 		}
 		if t.Kind == ToolHTTP {
 			if err := checkURL(t.URL); err != nil {

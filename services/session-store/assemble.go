@@ -673,8 +673,9 @@ func (s *Service) scorer(cfg schema.Config) scoreFunc {
 	var fn scoreFunc
 	switch {
 	case cfg.Reward == "em":
-		fn = func(_ context.Context, t schema.Task, a string) (float64, error) {
-			return reward.ExactMatch(a, t.Label), nil
+		em, _ := reward.Builtin("em") // a task whose label holds no answer cannot be scored: an error
+		fn = func(ctx context.Context, t schema.Task, a string) (float64, error) {
+			return em(ctx, t.Prompt, a, t.Label)
 		}
 	case registered(cfg.Reward):
 		registeredFn, _ := reward.Lookup(cfg.Reward)
@@ -701,7 +702,10 @@ func (s *Service) scorer(cfg schema.Config) scoreFunc {
 			return 0, err
 		}
 	default:
-		fn = func(_ context.Context, t schema.Task, a string) (float64, error) { return reward.F1(a, t.Label), nil }
+		f1, _ := reward.Builtin("f1")
+		fn = func(ctx context.Context, t schema.Task, a string) (float64, error) {
+			return f1(ctx, t.Prompt, a, t.Label)
+		}
 	}
 	return func(ctx context.Context, t schema.Task, a string) (float64, error) {
 		v, err := fn(ctx, t, a)
