@@ -243,6 +243,22 @@ func (Ensemble) Rewards(ep *Episode) {
 				first[key] = number
 			}
 		}
+	} else {
+		// The vote took the earliest candidate agreeing with it among all
+		// that answered: one answered from the cache (no sample) too, so
+		// that a later one with a sample is not called chosen.
+		for _, d := range ep.Outcomes {
+			pick, number, ok := candidateOf(d.NodeID)
+			if !ok || d.Tool == VoteTool || d.Status != schema.ActDoneOK && d.Status != schema.ActCached {
+				continue
+			}
+			key := strconv.Itoa(d.Turn) + "/" + pick
+			if p := picks[key]; p != nil && reward.Normalize(d.Output) == reward.Normalize(p.Output) {
+				if f, seen := first[key]; !seen || number < f {
+					first[key] = number
+				}
+			}
+		}
 	}
 	verdicts := make([]string, len(ep.Actor))
 	for i := range ep.Actor {
@@ -260,7 +276,7 @@ func (Ensemble) Rewards(ep *Episode) {
 		case reward.Normalize(d.Output) == reward.Normalize(p.Output):
 			verdicts[i] = "agreed"
 			if f, seen := first[key]; !byPlanner && (!seen || number < f) {
-				first[key] = number
+				first[key] = number // Outcomes left it out (a caller that gave none)
 			}
 		default:
 			s.Reward, verdicts[i] = 0, "rejected"

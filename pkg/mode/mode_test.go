@@ -422,3 +422,26 @@ func TestPeerReviewRevisionsAreCallsOfTheirOwn(t *testing.T) {
 		t.Errorf("the actor's prompt changed with the turn:\n%s\n%s", prompts[0], prompts[1])
 	}
 }
+
+// TestEnsembleChosenCountsCachedCandidates: the vote takes the earliest
+// candidate agreeing with it among all that answered. One answered from
+// the cache has no sample, and the label "chosen" went to the next agreeing
+// candidate with a sample, which the vote did not take.
+func TestEnsembleChosenCountsCachedCandidates(t *testing.T) {
+	cached := &schema.ActDone{Turn: 1, NodeID: "s1-c1", Output: "Paris", Status: schema.ActCached}
+	acts := []*schema.ActDone{
+		{Turn: 1, NodeID: "s1-c2", Output: "paris", Status: schema.ActDoneOK},
+		{Turn: 1, NodeID: "s1-c3", Output: "Lyon", Status: schema.ActDoneOK},
+	}
+	vote := &schema.ActDone{Turn: 1, NodeID: "s1", Tool: mode.VoteTool, Output: "Paris", Status: schema.ActDoneOK}
+	ep := &mode.Episode{Score: 1, Acts: acts, Outcomes: []*schema.ActDone{cached, acts[0], acts[1], vote},
+		Actor: []schema.Sample{{Reward: 1}, {Reward: 1}}}
+	mode.Ensemble{}.Rewards(ep)
+	var got []string
+	for _, s := range ep.Actor {
+		got = append(got, fmt.Sprintf("%s:%v", s.Metadata["ensemble"], s.Reward))
+	}
+	if want := "agreed:1 rejected:0"; strings.Join(got, " ") != want {
+		t.Errorf("rewards %s, want %s (c1, from the cache, is the one the vote took)", strings.Join(got, " "), want)
+	}
+}
