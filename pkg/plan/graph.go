@@ -16,9 +16,10 @@ import (
 //	<node id="s2" depends="s1">search("population of {s1}")</node>
 //	</graph>
 //
-// The <graph> wrapper is optional, a missing </graph> or </node> is
-// forgiven when the next tag makes the intent clear, and a node cut off by
-// the end of the output is dropped and reported in parsed.cut. A second
+// The <graph> wrapper is optional (an empty <graph></graph> is a mention
+// of it), a missing </graph> or </node> is forgiven when the next tag
+// makes the intent clear, and a node cut off by the end of the output is
+// dropped and reported in parsed.cut. A second
 // <graph> with nodes is a second plan: an error naming both, unless it
 // holds the same nodes as the first; so is a node outside the <graph>.
 func parseGraph(d *doc, o *Options) (parsed, *Error) {
@@ -44,11 +45,15 @@ func parseGraph(d *doc, o *Options) (parsed, *Error) {
 		}
 		end, closed = c, true
 		// A closed <graph> without a node ("write it in `<graph>…</graph>`
-		// tags") is a mention: the plan is in the next one, if any.
+		// tags") is a mention: the plan is in the next one, if any, else
+		// its nodes are written without a <graph> (without any, the
+		// <graph> is an empty plan).
 		if n := nodes.next(start); n >= 0 && n < end {
 			break
 		}
-		g = tagIndex(d, "graph", c+len("</graph>"))
+		if g = tagIndex(d, "graph", c+len("</graph>")); g < 0 && nodes.next(0) >= 0 {
+			start, end, closed, p.from = 0, len(d.text), false, 0
+		}
 	}
 	err := graphNodes(d, o, &p, start, end, closed, nodes, closes)
 	switch {

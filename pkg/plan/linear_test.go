@@ -90,6 +90,18 @@ var adversarial = []struct{ name, prefix, unit, suffix string }{
 	{"dependency numbers in prose", "T1: x - Dependencies: T1, ", "the 3 results of 4 ", "\n"},
 	{"dependency ranges with leading zeros", "T01: x - Dependencies: ", "T01-T60, T02 to 63, ", "\n"},
 	{"numbered dependencies on one line", "<plan>", "T#: Find x - depends on 1 and 2 ", "</plan>"},
+	{"mentions before nodes without a graph", "", "<graph></graph> ", "\n<node id=\"s1\">search(\"a\")</node>"},
+	{"nodes without a graph after a mention", "<graph></graph>\n", "<node id=\"s#\">search(\"a\")</node>\n", ""},
+	{"mentions before tasks without a plan", "", "<plan></plan> ", "\nT1: search(\"a\") - Dependencies: none\n"},
+	{"tasks without a plan after a mention", "<plan></plan>\n", "T#: Find x - Dependencies: none\n", ""},
+	{"tasks before a plan", "", "T#: Find x - Dependencies: none\n", taskPlan},
+	{"task-like prose before a plan", "", "T#: the capital comes first\n", taskPlan},
+	{"prose dependency lists", "T1: x - Dependencies: ", "the previous task and all of the above ", "\n"},
+	{"prose dependency lines", "T1: x\n", "- Dependencies: the one before\n", ""},
+	{"colon keys in a task's text", "T1: find ", "what the law requires: a visa, deps: ", "\n- Dependencies: none\n"},
+	// Each "depends on" read the rest of its line for a list of numbers
+	// (numberList): 1.4 s for one line of 8,000 of them.
+	{"dependency words without a colon", "T1: search(x) ", "it depends on weather ", "\n"},
 }
 
 // steps parses text and returns the steps it took.

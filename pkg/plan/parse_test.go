@@ -684,7 +684,6 @@ func TestTaskDependencyNumbers(t *testing.T) {
 		// Numbers in prose are not tasks.
 		{"T5: e - Dependencies: T1 (its top 3 results)", []string{"T1"}},
 		{"T5: e - Dependencies: none (it needs 2 searches)", []string{}},
-		{"T5: e - Dependencies: 1.5", []string{}},
 		{"T5: how the price depends on 2 factors - Dependencies: T4", []string{"T4"}},
 		{"T5: search(\"what it depends on 2\") - Dependencies: none", []string{}},
 	} {
@@ -700,6 +699,8 @@ func TestTaskDependencyNumbers(t *testing.T) {
 	for _, c := range []struct{ deps, want string }{
 		{"the results of 1 and 2", "(T1, T2)"},
 		{"the 3 searches above", "(T3)"},
+		// A decimal is no task number: the list names no task.
+		{"1.5", `as in "Dependencies: T1, T2"`},
 	} {
 		_, err := Parse(tasks+"T5: e - Dependencies: "+c.deps+"\n", Options{})
 		var pe *Error

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -50,12 +51,16 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 			p.to = after
 			// A closed <plan> without a task ("write it in
 			// `<plan>…</plan>` tags") is a mention: the plan is in the
-			// next one, if any.
+			// next one, if any, else its tasks are written without a
+			// <plan> (without any, the <plan> is an empty plan).
 			if hasTaskLine(d, start, end) {
 				break
 			}
 			if i = tagIndex(d, "plan", after); i >= 0 {
 				continue
+			}
+			if hasTaskLine(d, 0, len(d.text)) {
+				start, end, after, p.from, p.to = 0, len(d.text), 0, 0, 0
 			}
 		} else {
 			// Cut off inside the plan: the last line may be incomplete.
@@ -73,9 +78,14 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 		}
 		break
 	}
-	inline, perr := readTasks(d, o, &p, start, end)
+	inline, _, perr := readTasks(d, o, &p, start, end)
 	if perr != nil {
 		return p, perr
+	}
+	if start > 0 {
+		if perr = tasksBefore(d, o, &p, inline); perr != nil {
+			return p, perr
+		}
 	}
 	if len(p.nodes) == 0 && p.cut == "" && start == 0 {
 		return p, errorf(ErrSyntax, "expected a task list such as \"T1: … - Dependencies: none\", but there is none")
@@ -106,15 +116,16 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 }
 
 // readTasks reads the task lines of d.text[start:end] into p, and says
-// which tasks name their own tool.
-func readTasks(d *doc, o *Options, p *parsed, start, end int) (map[int]bool, *Error) {
+// which tasks name their own tool, and whether a task gives its
+// dependencies (listed).
+func readTasks(d *doc, o *Options, p *parsed, start, end int) (inline map[int]bool, listed bool, perr *Error) {
 	var (
 		cur *rawNode
 		err error
 	)
 	sawDeps := map[int]bool{}
 	deps := map[int][]taskDep{} // as read; resolveDeps makes them ids
-	inline := map[int]bool{}    // tasks that name their own tool
+	inline = map[int]bool{}     // tasks that name their own tool
 	// more holds the lines that go on describing a task, joined at the end:
 	// appending them one by one would copy the description once per line.
 	more := map[int][]string{}
@@ -129,7 +140,7 @@ func readTasks(d *doc, o *Options, p *parsed, start, end int) (map[int]bool, *Er
 		lineEnd, next := eol, eol+1
 		// Several tasks may share a line ("T1: … - Dependencies: none
 		// T2: …"): the next one starts after the dependencies.
-		if q := nextTask(d.text[off:lineEnd]); q > 0 {
+		if q := nextTask(d.m, d.text[off:lineEnd]); q > 0 {
 			lineEnd, next = off+q, off+q
 		}
 		line := d.text[off:lineEnd]
@@ -146,10 +157,10 @@ func readTasks(d *doc, o *Options, p *parsed, start, end int) (map[int]bool, *Er
 			if start == 0 {
 				p.to = lineEnd
 			}
-			desc, list, hasDeps := splitDeps(rest)
+			desc, list, hasDeps := splitDeps(d.m, rest)
 			if hasDeps {
 				if deps[len(p.nodes)-1], err = taskDeps(d.m, list, o.MaxNodes); err != nil {
-					return nil, &Error{Kind: ErrSyntax, Line: lineNo, Node: id, Message: fmt.Sprintf("task %s: %v", id, err)}
+					return nil, false, &Error{Kind: ErrSyntax, Line: lineNo, Node: id, Message: fmt.Sprintf("task %s: %v", id, err)}
 				}
 				sawDeps[len(p.nodes)-1] = true
 			}
@@ -176,9 +187,9 @@ func readTasks(d *doc, o *Options, p *parsed, start, end int) (map[int]bool, *Er
 				p.to = lineEnd
 			}
 		}
-		if _, list, ok := splitDeps(field); ok {
+		if _, list, ok := splitDeps(d.m, field); ok {
 			if deps[len(p.nodes)-1], err = taskDeps(d.m, list, o.MaxNodes); err != nil {
-				return nil, &Error{Kind: ErrSyntax, Line: lineNo, Node: cur.ID, Message: fmt.Sprintf("task %s: %v", cur.ID, err)}
+				return nil, false, &Error{Kind: ErrSyntax, Line: lineNo, Node: cur.ID, Message: fmt.Sprintf("task %s: %v", cur.ID, err)}
 			}
 			sawDeps[len(p.nodes)-1] = true
 			planLine()
@@ -214,7 +225,44 @@ func readTasks(d *doc, o *Options, p *parsed, start, end int) (map[int]bool, *Er
 		p.nodes = p.nodes[:len(p.nodes)-1]
 	}
 	resolveDeps(d.m, p.nodes, deps)
-	return inline, nil
+	return inline, len(sawDeps) > 0, nil
+}
+
+// tasksBefore checks the text before p's <plan> for tasks written without
+// a <plan>: the same tasks as p's are the plan written twice, but others
+// (a draft, or a plan revised in the <plan>) are a second plan, and which
+// one the planner means is anyone's guess. Lines that look like tasks but
+// give neither dependencies nor a tool are prose ("T1: the capital comes
+// first"). When p is cut off, its tasks so far must begin the others.
+func tasksBefore(d *doc, o *Options, p *parsed, inline map[int]bool) *Error {
+	if !hasTaskLine(d, 0, p.from) {
+		return nil
+	}
+	q := parsed{}
+	qinline, listed, err := readTasks(d, o, &q, 0, p.from)
+	if err == nil && !listed && len(qinline) == 0 {
+		return nil
+	}
+	if err == nil && len(q.nodes) > 0 {
+		n := len(q.nodes)
+		if p.cut != "" {
+			n = min(n, len(p.nodes))
+		}
+		same := sameNodes(p.nodes, q.nodes[:n])
+		for i := range n {
+			same = same && inline[i] == qinline[i]
+		}
+		if same && (p.cut != "" || maps.Equal(inline, qinline)) {
+			return nil
+		}
+	}
+	first, line := d.line(p.from), d.line(p.from)
+	if len(q.nodes) > 0 {
+		first = q.nodes[0].line
+	}
+	return &Error{Kind: ErrSyntax, Line: line, Message: fmt.Sprintf(
+		"the output holds two different plans, the task list at line %d and the <plan> at line %d; write one <plan> with the whole plan",
+		first, line)}
 }
 
 // resolveDeps sets the dependencies of nodes, deps[i] those of nodes[i]
@@ -296,7 +344,7 @@ func samePlans(d *doc, o *Options, p *parsed, inline map[int]bool, calls []tagCa
 			"the output holds two different plans, the <plan> at line %d and the <plan> at line %d; write one <plan> with the whole plan",
 			first, line)}
 		q := parsed{from: b.at, cut: b.cut}
-		qinline, err := readTasks(d, o, &q, b.start, b.end)
+		qinline, _, err := readTasks(d, o, &q, b.start, b.end)
 		if err != nil || q.cut != "" || !sameNodes(p.nodes, q.nodes) || !maps.Equal(inline, qinline) {
 			return nil, "", twoPlans
 		}
@@ -515,7 +563,7 @@ func hasTaskLine(d *doc, start, end int) bool {
 // nextTask returns the offset in line of a task ("T2:", "Task 2:") that
 // follows the dependency list of the task before it on the line, or -1.
 // Each stretch of the line between two such ids is read once.
-func nextTask(line string) int {
+func nextTask(m *meter, line string) int {
 	from := 0
 	for i := 1; i < len(line); i++ {
 		if c := line[i]; c != 'T' && c != 't' || line[i-1] != ' ' && line[i-1] != '\t' {
@@ -528,7 +576,7 @@ func nextTask(line string) int {
 		if !ok || k >= len(line) || line[k] != ':' {
 			continue
 		}
-		if _, deps, ok := splitDeps(line[from:i]); ok && onlyTasks(deps) {
+		if _, deps, ok := splitDeps(m, line[from:i]); ok && onlyTasks(deps) {
 			return i
 		}
 		from = i
@@ -593,6 +641,8 @@ func taskLine(line string) (id, rest string, ok bool) {
 
 func firstRune(s string) (rune, int) { return utf8.DecodeRuneInString(s) }
 
+func isAlnum(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
+
 // taskDep is a task that a dependency list names: by its id as written
 // ("T2"; "Task 02" is T02), or by its number alone (byNumber: a bare "2",
 // the middle or the unnamed end of a range), for resolveDeps to find
@@ -610,8 +660,8 @@ type taskDep struct {
 // every task from the first to the last; one that runs backwards or spans
 // more tasks than a plan may hold (limit) is an error naming it. Tasks may
 // be named by their numbers ("1, 2", "1-3", "Task 1 and 2") in a list of
-// nothing else; a list that holds numbers among other words but names no
-// task ("the results of 1 and 2") is an error, not a list of no tasks.
+// nothing else. A list that names no task and is not "none" ("the results
+// of 1 and 2", "the previous task") is an error, not a list of no tasks.
 func taskDeps(m *meter, s string, limit int) ([]taskDep, error) {
 	m.add(2 * len(s))
 	bare := onlyTasks(s)
@@ -663,9 +713,16 @@ func taskDeps(m *meter, s string, limit int) ([]taskDep, error) {
 		}
 		i = k - 1
 	}
-	if len(out) == 0 && len(numbers) > 0 && !noDeps(asciiLower(s)) {
+	switch {
+	case len(out) > 0 || noDeps(asciiLower(strings.Trim(s, "`\"'"))) || !strings.ContainsFunc(s, isAlnum):
+		// A list of tasks, "none", or nothing ("Dependencies:", "-").
+	case len(numbers) > 0:
 		return nil, fmt.Errorf("the dependencies %q hold numbers but name no task; write the ids of the tasks it depends on (%s), or none",
 			s, strings.Join(numbers, ", "))
+	default:
+		// Prose ("the previous task", "all of the above") names no task
+		// for sure: guessing which would be worse than asking.
+		return nil, fmt.Errorf("the dependencies %q name no task; write the ids of the tasks it depends on, as in \"Dependencies: T1, T2\", or \"Dependencies: none\"", s)
 	}
 	return out, nil
 }
@@ -730,11 +787,14 @@ var (
 )
 
 // splitDeps splits "Find X - Dependencies: T1" into the description and
-// the dependency list. A key without a colon ("depends on") introduces one
-// only if a task follows it somewhere on the line, or a word such as
+// the dependency list. A key with a colon introduces one where it starts a
+// field (at the start, after a dash, a bracket or a stop) or before tasks
+// or "none": "Find what the law requires: a visa" and `search("deps:
+// numpy")` are task text. A key without a colon ("depends on") introduces
+// one only if a task follows it somewhere on the line, or a word such as
 // "none" right after it: "search(\"what the price depends on\")" and "List
 // the dependencies of numpy" are task text.
-func splitDeps(s string) (desc, deps string, ok bool) {
+func splitDeps(m *meter, s string) (desc, deps string, ok bool) {
 	ls := asciiLower(s)
 	split := func(i, n int) (string, string, bool) {
 		desc = strings.TrimRight(s[:i], " \t-–—,;([*_")
@@ -743,33 +803,58 @@ func splitDeps(s string) (desc, deps string, ok bool) {
 		deps = strings.TrimRight(deps, ")]*_. ")
 		return desc, deps, true
 	}
-	for _, k := range depKeys {
-		if i := strings.Index(ls, k); i >= 0 {
-			return split(i, len(k))
-		}
-	}
 	last := lastTaskRef(s)
-	for _, k := range weakDepKeys {
-		for from := 0; ; {
-			i := strings.Index(ls[from:], k)
-			if i < 0 {
-				break
-			}
-			i += from
-			if last >= i+len(k) || noDeps(ls[i+len(k):]) || numberList(s[i+len(k):]) {
+	for _, k := range depKeys {
+		for i := strings.Index(ls, k); i >= 0; {
+			end := i + len(k)
+			next := strings.Index(ls[end:], k)
+			// Only the last key can be followed by nothing but numbers:
+			// the words of a later key are not numbers.
+			if fieldAt(s, i) || last >= end || noDeps(ls[end:]) || next < 0 && numberList(m, s[end:]) {
 				return split(i, len(k))
 			}
-			from = i + len(k)
+			if next < 0 {
+				break
+			}
+			i = end + next
+		}
+	}
+	for _, k := range weakDepKeys {
+		for i := strings.Index(ls, k); i >= 0; {
+			end := i + len(k)
+			next := strings.Index(ls[end:], k)
+			// As above, only the last key can be followed by nothing but
+			// numbers: numberList reads to the end of the line, once.
+			if last >= end || noDeps(ls[end:]) || next < 0 && numberList(m, s[end:]) {
+				return split(i, len(k))
+			}
+			if next < 0 {
+				break
+			}
+			i = end + next
 		}
 	}
 	return s, "", false
+}
+
+// fieldAt reports whether a key at s[i] starts a field of a task: at the
+// start of s, or after a dash, a bracket or a punctuation mark ("Find X -
+// Dependencies: T1", "Find X (deps: T1)", "Find X. Requires: none").
+func fieldAt(s string, i int) bool {
+	j := i
+	for j > 0 && strings.IndexByte(" \t*_", s[j-1]) >= 0 {
+		j--
+	}
+	return j == 0 || strings.IndexByte("-([|;,.:", s[j-1]) >= 0 ||
+		strings.HasSuffix(s[:j], "–") || strings.HasSuffix(s[:j], "—")
 }
 
 // numberList reports whether s names tasks by their numbers and holds
 // nothing else (" 1 and 2.", ": 1-3"), as what follows "depends on"
 // without a colon must be to be a dependency list: "how the price depends on
 // 2 factors" and `search("what depends on 2")` are a task's text.
-func numberList(s string) bool {
+func numberList(m *meter, s string) bool {
+	m.add(len(s)) // read to the end: callers call it once a line (splitDeps)
 	s = strings.Trim(s, " \t:*_.([])")
 	return strings.IndexFunc(s, func(r rune) bool { return '0' <= r && r <= '9' }) >= 0 &&
 		!strings.ContainsAny(s, "\"'`()") && onlyTasks(s)
