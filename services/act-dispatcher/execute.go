@@ -68,6 +68,14 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			telemetry.KeyReplica.String(s.replicaName()), telemetry.KeyService.String(Name))
 	}
 	var unavailableSince time.Time
+	// held is the time the act spent held rather than tried: waiting for
+	// the actor role's resume, sent again after a pause stopped or refused
+	// it, waiting for an actor-gateway to run at all. None of it is an
+	// attempt or a back-off, so none of it is spent of the act's budget
+	// (waitFits): before, an act held by a weight swap's pause for longer
+	// than its budget failed at once when the engine asked for a short
+	// wait after the resume, "past the act's deadline".
+	var held time.Duration
 	md, err := mode.For(cfg)
 	if err != nil {
 		return nil, fail.E(fail.Invalid, err)
@@ -79,7 +87,10 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 		if tool.Kind == schema.ToolActor {
 			// No generation while the actor role is paused: the act waits,
 			// and the wait is no attempt and no part of its time-out.
-			if err := gate.Wait(ctx); err != nil {
+			from := time.Now()
+			err := gate.Wait(ctx)
+			held += time.Since(from)
+			if err != nil {
 				if ctx.Err() == nil {
 					done.Status, done.Error, done.ErrorKind = schema.ActFailed, err.Error(), schema.ActErrPaused
 					break
@@ -90,6 +101,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 				return nil, ctx.Err()
 			}
 		}
+		tried := time.Now()
 		actx, cancel := context.WithTimeout(ctx, schema.Seconds(cfg.ActTimeoutS))
 		actx, attemptSpan := telemetry.StartSpan(actx, "act attempt")
 		out, gen, err := s.try(actx, info, run)
@@ -120,6 +132,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			case <-time.After(50 * time.Millisecond):
 			case <-ctx.Done():
 			}
+			held += time.Since(tried)
 			continue
 		}
 		if err == nil {
@@ -142,6 +155,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 		}
 		wait := backoff(s.RetryBase, attempt)
 		retryKind := kind // what the next attempt, if any, tries again after
+		waiting := false  // for a gateway: this try and its wait are held
 		switch {
 		case errors.Is(err, errNoActorGateway):
 			// Not the act's failure (planact is starting, say): it waits
@@ -153,7 +167,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 				log.Warn().Msg("no actor-gateway is running; act postponed")
 				postponed(run.Key, now)
 				wait = min(wait, time.Second)
-				retryKind = schema.ActErrUnavailable
+				retryKind, waiting = schema.ActErrUnavailable, true
 				break
 			}
 			done.Status, done.Error, done.ErrorKind = schema.ActFailed, err.Error(), schema.ActErrUnavailable
@@ -167,9 +181,10 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 		if d, ok := fail.RetryAfter(err); ok {
 			// The engine said when it may be asked again: not before. A
 			// wait that leaves no time for the attempts the act has left
-			// (past the act's deadline, as the watchdog counts it) fails
-			// the act now, in the engine's words.
-			if !s.waitFits(cfg, time.Since(began), attempt, d) {
+			// (past the act's deadline, as the watchdog counts it: its
+			// attempts and back-offs, not the time it was held) fails the
+			// act now, in the engine's words.
+			if !s.waitFits(cfg, time.Since(began)-held, attempt, d) {
 				done.Error = fmt.Sprintf("%s (the engine asked to be tried again in %v: past the act's deadline, act_timeout_s %g for each attempt left)", done.Error, d, cfg.ActTimeoutS)
 				break
 			}
@@ -185,6 +200,9 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 				return nil, nil
 			}
 			return nil, ctx.Err()
+		}
+		if waiting {
+			held += time.Since(tried)
 		}
 		if fresh, _ := s.sessions.Get(ctx, run.Rollout); fresh != nil && !fresh.Active() {
 			log.Info().Msg("rollout over; act not retried")
@@ -444,7 +462,7 @@ func (s *Service) callHTTP(ctx context.Context, tool schema.Tool, input string) 
 		return "", fail.Transientf("tool %s: %w", tool.Name, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxToolAnswer+1))
 	if err != nil {
 		return "", fail.Transientf("tool %s: %w", tool.Name, err)
 	}
@@ -453,9 +471,20 @@ func (s *Service) callHTTP(ctx context.Context, tool schema.Tool, input string) 
 		return "", fail.Transientf("tool %s: HTTP %d: %s", tool.Name, resp.StatusCode, strings.TrimSpace(string(data)))
 	case resp.StatusCode >= 400:
 		return "", fail.Permanentf("tool %s: HTTP %d: %s", tool.Name, resp.StatusCode, strings.TrimSpace(string(data)))
+	case resp.StatusCode < 200 || resp.StatusCode >= 300:
+		// A redirect the client did not follow (304, 300): no answer.
+		return "", fail.Permanentf("tool %s: HTTP %d %s from %s: want a 2xx answer", tool.Name, resp.StatusCode, http.StatusText(resp.StatusCode), tool.URL)
+	case len(data) > MaxToolAnswer:
+		// Cut, it would be taken for the whole answer: the observation,
+		// and the input of the acts that depend on it.
+		return "", fail.Permanentf("tool %s: its answer is longer than %d bytes, the most an HTTP tool may answer: have it answer less (fewer or shorter passages)", tool.Name, MaxToolAnswer)
 	}
 	return strings.TrimSpace(string(data)), nil
 }
+
+// MaxToolAnswer bounds the answer of an HTTP tool, in bytes; a longer one
+// fails its act (invalid) rather than being cut.
+const MaxToolAnswer = 1 << 20
 
 func nowMs() int64 { return time.Now().UnixMilli() }
 

@@ -259,11 +259,34 @@ func (s *Service) endEpisode(ctx context.Context, info *session.Info, n int64, e
 			}
 		}
 	}
+	if drift := abandonedDrift(runs, outcomes); drift != "" && status != schema.EpisodeQuarantined {
+		// An act of a turn that ended without finishing (its final output
+		// an answer or a parse error) drifted: the episode is quarantined,
+		// as it is when an act of a finished turn drifts (finishTurn).
+		// Before, the answer's status stood, and the episode was trained on.
+		status, reason = schema.EpisodeQuarantined, "token_drift: "+drift+" (then: "+reason+")"
+	}
 	zerolog.Ctx(ctx).Info().Str("status", status).Strs("answers", answers).Str("reason", reason).Msg("episode ended")
 	telemetry.EpisodesEnded.WithLabelValues(status).Inc()
 	return s.Bus.Publish(ctx, &schema.EpisodeEnd{
 		Rollout: n, Episode: e, Turns: turns, Status: status, Answers: answers, Reason: reason, Acts: acts, AtMs: nowMs(),
 	})
+}
+
+// abandonedDrift says where the first act of the runs that did not finish
+// drifted (their outcomes by node key), or "" when none did.
+func abandonedDrift(runs []*schema.Run, outcomes map[string]*schema.ActDone) string {
+	for _, r := range runs {
+		if r.Finished {
+			continue // finishTurn decided on its drift
+		}
+		for _, node := range r.Nodes {
+			if d := outcomes[node.Key]; d != nil && d.Status == schema.ActFailed && d.ErrorKind == schema.ActErrTokenDrift {
+				return fmt.Sprintf("act %s (turn %d): %s", node.Node.ID, r.Turn, d.Error)
+			}
+		}
+	}
+	return ""
 }
 
 // published reads the outcomes of the nodes of run r from the ACT stream,

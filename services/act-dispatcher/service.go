@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/mode"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
@@ -231,9 +232,16 @@ func (s *Service) replica() string {
 }
 
 // slotsFor is the bound on acts in flight that act a runs under: its actor
-// engine's when the engine states its capacity, else the replica's.
+// engine's when the act is the actor model's and the engine states its
+// capacity, else the replica's. A Go or HTTP tool, or the mode's own (a
+// vote), is no work of the actor engine: before, a Go tool's acts took the
+// actor engine's slots, and slow ones held the actor's acts back.
 func (s *Service) slotsFor(info *session.Info, a *act) chan struct{} {
-	if tool, _ := info.Session.Config.Tool(a.Node.Tool); tool.Kind == schema.ToolHTTP {
+	md, err := mode.For(info.Session.Config)
+	if err != nil {
+		return s.slots
+	}
+	if tool, ok := md.Tool(info.Session.Config, a.Node.Tool); !ok || tool.Kind != schema.ToolActor {
 		return s.slots
 	}
 	eng, _, err := info.Engine(schema.RoleActor)
