@@ -21,12 +21,17 @@ func runDecode(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 		fmt.Fprintln(stderr, "usage: planact decode [--compact] [file]   (reads stdin without a file)")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	// A flag after the file (decode body.bin --compact) counts too.
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
+	if len(pos) > 1 {
+		return fmt.Errorf("decode: unexpected arguments %q: decode reads one file", pos[1:])
+	}
 	in := stdin
-	if fs.NArg() > 0 {
-		f, err := os.Open(fs.Arg(0))
+	if len(pos) == 1 {
+		f, err := os.Open(pos[0])
 		if err != nil {
 			return err
 		}

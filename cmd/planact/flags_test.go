@@ -128,6 +128,10 @@ func TestBadTimesAndPortsAreRefused(t *testing.T) {
 		{append(sim, "--per-token", "-1us"), "sim: --per-token -1µs: want 0 or more"},
 		{append(sim, "--concurrency", "-1"), "sim: --concurrency -1"},
 		{append(sim, "--drift-from", "-3"), "--drift-from -3: want 0 (none) or more"},
+		// Flags that only change what another flag does, without it:
+		// ignored before, the engines served, watch drew its board.
+		{append(sim, "--samples-per-prompt", "4"), "sim: --samples-per-prompt 4: only with --tasks"},
+		{[]string{"watch", "--nats", "nats://127.0.0.1:1", "--acts=false"}, "watch: --acts=false: only with -v"},
 	} {
 		// Ended already: a command that took its flags returns at once.
 		ctx, cancel := context.WithCancel(context.Background())

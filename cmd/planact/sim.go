@@ -69,6 +69,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *tasks < 0 || *group < 1 {
 		return fmt.Errorf("sim: --tasks %d --samples-per-prompt %d: want 0 or more tasks and at least one sample", *tasks, *group)
 	}
+	if *tasks == 0 && flagSet(fs, "samples-per-prompt") {
+		// The engines serve whatever copies they are sent.
+		return fmt.Errorf("sim: --samples-per-prompt %d: only with --tasks (it makes the copies of the tasks printed)", *group)
+	}
 	if *tasks > 0 {
 		enc := json.NewEncoder(stdout)
 		for _, t := range demo.Tasks(sim.DefaultWorld(), *tasks, *group, *seed, "") {

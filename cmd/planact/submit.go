@@ -38,16 +38,28 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 	plannerURL := fs.String("planner-engine", "", "planner engine URL (for --role planner or both)")
 	actorURL := fs.String("actor-engine", "", "actor engine URL (for --role actor or both)")
 	protocol := fs.String("protocol", "sglang", "engine protocol: "+strings.Join(engine.Protocols, ", "))
-	tasksFile := fs.String("tasks", "", "JSON Lines file of tasks ({\"prompt\":…,\"label\":…,\"group_index\":…,\"index\":…}); '-' for stdin")
+	tasksFile := fs.String("tasks", "", "JSON Lines file of tasks ({\"prompt\":…,\"label\":…,\"group_index\":…,\"index\":…}); '-' for stdin; the planner brings them (with --role actor, the actor)")
 	simTasks := fs.Int("sim-tasks", 0, "instead of --tasks: this many questions of the simulated world")
 	configFile := fs.String("config", "", "JSON file with the rollout configuration (see README)")
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up waiting after this long")
 	asJSON := fs.Bool("json", false, "print the results as JSON (samples included) instead of a summary")
-	if err := fs.Parse(args); err != nil {
+	// Flags after a stray word are parsed too: the flag package alone
+	// stops there, and left them unread (--planner-engine "required").
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
+	if len(pos) > 0 {
+		return fmt.Errorf("submit: unexpected arguments %q: every input is a flag (--tasks FILE, --rollout N, …)", pos)
+	}
 	if *rollout < 0 {
+		if flagSet(fs, "rollout") {
+			return fmt.Errorf("submit: --rollout %d: want a rollout id (a number ≥ 0)", *rollout)
+		}
 		return fmt.Errorf("submit: --rollout is required")
+	}
+	if *timeout <= 0 {
+		return fmt.Errorf("submit: --timeout %v: want a positive duration", *timeout)
 	}
 	roles := map[string]bool{}
 	switch *role {
@@ -59,8 +71,11 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("submit: --role %q: want planner, actor or both", *role)
 	}
 	var tasks []schema.Task
-	var err error
 	switch {
+	case *simTasks < 0 || flagSet(fs, "sim-tasks") && *simTasks == 0:
+		return fmt.Errorf("submit: --sim-tasks %d: want 1 or more", *simTasks)
+	case *tasksFile != "" && *simTasks > 0:
+		return fmt.Errorf("submit: --tasks %s and --sim-tasks %d: give one of them", *tasksFile, *simTasks)
 	case *tasksFile != "":
 		tasks, err = readTasks(*tasksFile, os.Stdin)
 	case *simTasks > 0:
@@ -79,9 +94,7 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 			return err
 		}
 		cfg = &schema.Config{}
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields() // "max_turn" is a mistake, not a default
-		if err := dec.Decode(cfg); err != nil {
+		if err := decodeOne(data, cfg); err != nil {
 			return fmt.Errorf("submit: %s: %w", *configFile, err)
 		}
 	}
@@ -106,6 +119,10 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		arrivals[schema.RoleActor] = &schema.Arrive{Rollout: *rollout, Role: schema.RoleActor,
 			Engine: schema.Engine{URL: *actorURL, Protocol: *protocol}, Config: cfg}
+		if !roles[schema.RolePlanner] {
+			// Either role may bring the batch: tasks given are sent.
+			arrivals[schema.RoleActor].Tasks = tasks
+		}
 	}
 	// Every connection is made and checked before anything is sent: a
 	// role that cannot connect must not leave the other's arrival waiting.
@@ -158,10 +175,19 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 		}()
 	}
 	wg.Wait()
+	// What answers this submit's arrivals: not the result of a rollout of
+	// the number that ended before them, which Result returns with its
+	// refusal (shown as this submit's, it said "ok — N samples").
+	shown := map[string]*schema.Result{}
+	for r, res := range results {
+		if res != nil && (res.Rejected || !errors.Is(errs[r], client.ErrRejected)) {
+			shown[r] = res
+		}
+	}
 	if ctx.Err() == nil {
 		// planact says "finished" after the results: the results say it first.
 		for _, r := range []string{schema.RolePlanner, schema.RoleActor} {
-			if res := results[r]; res != nil && !res.Rejected {
+			if res := shown[r]; res != nil && !res.Rejected {
 				progress.finish(res.Status)
 				break
 			}
@@ -175,7 +201,7 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(results); err != nil {
+		if err := enc.Encode(shown); err != nil {
 			return err
 		}
 	}
@@ -187,7 +213,7 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 		if errs[r] != nil && first == nil {
 			first = fmt.Errorf("%s: %w", r, errs[r])
 		}
-		if res := results[r]; res != nil && !*asJSON {
+		if res := shown[r]; res != nil && !*asJSON {
 			st := res.Stats
 			reason := ""
 			if res.Reason != "" {
@@ -219,9 +245,7 @@ func readTasks(path string, stdin io.Reader) ([]schema.Task, error) {
 			continue
 		}
 		t := schema.Task{Index: len(tasks), GroupIndex: len(tasks)}
-		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
-		dec.DisallowUnknownFields() // a misspelt "lable" is a mistake, not an empty label
-		if err := dec.Decode(&t); err != nil {
+		if err := decodeOne(sc.Bytes(), &t); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
 		}
 		if t.Prompt == "" {
@@ -230,6 +254,23 @@ func readTasks(path string, stdin io.Reader) ([]schema.Task, error) {
 		tasks = append(tasks, t)
 	}
 	return tasks, sc.Err()
+}
+
+// decodeOne reads data, one JSON value, into v: a field v does not have
+// (a misspelt "lable", "max_turn") is a mistake, not a default, and so is
+// anything after the value (a second task on one line, a second config),
+// which would be dropped without a word.
+func decodeOne(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	end := dec.InputOffset()
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("more after the JSON value that ends at byte %d: want one value", end)
+	}
+	return nil
 }
 
 // planactThere checks at once that the server has planact's streams (a
@@ -362,8 +403,14 @@ func cancelInterrupted(n int64, clients map[string]*client.Client, sent map[stri
 	case <-ctx.Done():
 	}
 	c := clients[role]
-	if err := c.Cancel(ctx, n, role, "planact submit was interrupted"); err != nil {
-		fmt.Fprintf(w, "rollout %d: the cancel could not be sent (%v); its barrier or rollout time-out will end it\n", n, err)
+	// Most of Cancel's errors come after the cancel was sent: say what
+	// planact answered, not that nothing was sent.
+	switch err := c.Cancel(ctx, n, role, "planact submit was interrupted"); {
+	case errors.Is(err, client.ErrNothingToCancel):
+		fmt.Fprintf(w, "rollout %d: %v\n", n, err)
+		return
+	case err != nil:
+		fmt.Fprintf(w, "rollout %d: %v; its barrier or rollout time-out will end it\n", n, err)
 		return
 	}
 	res, err := c.Result(ctx, n, role)

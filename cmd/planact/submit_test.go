@@ -13,6 +13,7 @@ import (
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/internal/stack"
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/embedded"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
@@ -82,11 +83,37 @@ func TestSubmit(t *testing.T) {
 		t.Errorf("summary:\n%s", out.String())
 	}
 
-	// The same rollout again is refused, and says why.
-	err = run(ctx, []string{"submit", "--nats", url, "--rollout", "5", "--planner-engine", planner, "--actor-engine", actor,
-		"--tasks", tasks}, noenv, nil, &out, &errOut)
-	if err == nil || !strings.Contains(err.Error(), "already ended") {
-		t.Errorf("submitting rollout 5 again: %v, want it refused as already ended", err)
+	// The same rollout again is refused, and says why; the result of the
+	// rollout that ended before is not shown as this submit's ("planner:
+	// ok — 2 samples", "finished, ok"), nor printed as its JSON.
+	for _, asJSON := range []bool{false, true} {
+		out, errOut = syncBuffer{}, syncBuffer{}
+		args := []string{"submit", "--nats", url, "--rollout", "5", "--planner-engine", planner, "--actor-engine", actor, "--tasks", tasks}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		err = run(ctx, args, noenv, nil, &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), "already ended") {
+			t.Errorf("submitting rollout 5 again: %v, want it refused as already ended", err)
+		}
+		if strings.Contains(out.String(), "ok") || strings.Contains(errOut.String(), "finished") {
+			t.Errorf("submitting rollout 5 again (--json %v) shows the earlier rollout's result as its own:\n%s%s", asJSON, out.String(), errOut.String())
+		}
+	}
+
+	// Interrupted once the rollout had ended (its result not read yet),
+	// submit's cancel is answered that there is nothing to cancel: it was
+	// sent, not "could not be sent".
+	c, err := client.New(bustest.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := make(chan struct{})
+	close(known)
+	var said bytes.Buffer
+	cancelInterrupted(5, map[string]*client.Client{schema.RolePlanner: c}, map[string]bool{schema.RolePlanner: true}, map[string]*schema.Result{}, known, &said)
+	if got := said.String(); strings.Contains(got, "could not be sent") || !strings.Contains(got, "rollout 5: planact: nothing to cancel: ") || !strings.Contains(got, "already ended") {
+		t.Errorf("interrupted after rollout 5 ended, submit said:\n%s", got)
 	}
 
 	// Bad input is refused before anything is sent.

@@ -71,6 +71,20 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	if fs.NArg() > 0 {
 		return fmt.Errorf("up: unexpected arguments %q", fs.Args())
 	}
+	if !*runDemo {
+		// Without --demo nothing plays the trainers: up --rollouts 10
+		// served for ever and played none.
+		var demoOnly []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "json", "rollouts", "tasks", "samples-per-prompt", "plan-format", "mode", "ensemble-k", "ensemble-pick":
+				demoOnly = append(demoOnly, "--"+f.Name)
+			}
+		})
+		if len(demoOnly) > 0 {
+			return fmt.Errorf("up: %s: only with --demo (which plays the trainers); without it, trainers bring their own tasks and config", strings.Join(demoOnly, ", "))
+		}
+	}
 	// up provisions in process, as the user it connects as (on the
 	// embedded server, which has no users, anyone).
 	so := stack.Options{Provision: true}

@@ -146,6 +146,10 @@ func TestUpChecksFlagsFirst(t *testing.T) {
 		{[]string{"--services", "act-dispatchr"}, "unknown service"},
 		{[]string{"--history", "1h", "--result-retention", "2h"}, "--result-retention 2h"},
 		{[]string{"extra"}, "unexpected arguments"},
+		// Flags of the demo without --demo: nothing would play it.
+		{[]string{"--rollouts", "10"}, "up: --rollouts: only with --demo"},
+		{[]string{"--json", "--mode", "peer_review"}, "up: --json, --mode: only with --demo"},
+		{[]string{"--tasks", "8", "--samples-per-prompt", "4", "--plan-format", "json", "--ensemble-k", "3", "--ensemble-pick", "vote"}, "up: --ensemble-k, --ensemble-pick, --plan-format, --samples-per-prompt, --tasks: only with --demo"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		var out syncBuffer

@@ -41,6 +41,9 @@ func runWatch(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	if !*verbose && flagSet(fs, "acts") {
+		return fmt.Errorf("watch: --acts=%v: only with -v (the progress lines count acts whatever it says)", *acts)
+	}
 	rollout := "*"
 	switch len(pos) {
 	case 0:

@@ -98,9 +98,18 @@ func checkArrival(a *schema.Arrive) error {
 	}
 	switch {
 	case a.Rollout < 0:
-		return fmt.Errorf("%w: rollout %d: must not be negative", ErrRejected, a.Rollout)
+		return fmt.Errorf("%w: %v", ErrRejected, checkRollout(a.Rollout))
 	case a.Engine.URL == "":
 		return fmt.Errorf("%w: %s arrives without an engine url", ErrRejected, a.Role)
+	}
+	return nil
+}
+
+// checkRollout refuses a rollout id planact never runs: rollout ids start
+// at 0, and nothing would ever answer on a subject of another.
+func checkRollout(n int64) error {
+	if n < 0 {
+		return fmt.Errorf("rollout %d: must not be negative", n)
 	}
 	return nil
 }
@@ -302,6 +311,10 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string)
 	if err := schema.CheckRole(role); err != nil {
 		return fmt.Errorf("cancel rollout %d: %w", rollout, err)
 	}
+	if err := checkRollout(rollout); err != nil {
+		// Stored, it would be answered nowhere Cancel listens.
+		return fmt.Errorf("cancel: %w", err)
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, CancelPatience)
@@ -371,6 +384,9 @@ func (c *Client) Result(ctx context.Context, n int64, role string, opts ...Resul
 	if err := schema.CheckRole(role); err != nil {
 		// No result ever comes on a subject of no role: say so now.
 		return nil, fmt.Errorf("%w: result of rollout %d: %v", ErrRejected, n, err)
+	}
+	if err := checkRollout(n); err != nil {
+		return nil, fmt.Errorf("%w: result: %v", ErrRejected, err)
 	}
 	c.mu.Lock()
 	at := c.arrived[arrivalKey(n, role)]

@@ -43,6 +43,10 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 			yield(nil, fmt.Errorf("%w: groups of rollout %d: %v", ErrRejected, n, err))
 			return
 		}
+		if err := checkRollout(n); err != nil {
+			yield(nil, fmt.Errorf("%w: groups: %v", ErrRejected, err))
+			return
+		}
 		c.mu.Lock()
 		mine := c.arrived[arrivalKey(n, role)]
 		c.mu.Unlock()
