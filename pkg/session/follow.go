@@ -214,7 +214,8 @@ type Gate struct {
 	pause    *pauseWait    // the pause in force; nil when the role is not paused
 	waiting  int           // waits held by the pause in force
 	inflight map[*int]context.CancelCauseFunc
-	aborted  int // generations aborted by the current pause
+	aborted  int       // generations aborted by the current pause
+	ended    time.Time // when the last pause this gate held ended, as seen here
 }
 
 // pauseWait is one pause as the work waiting for it sees it: over is closed
@@ -253,6 +254,7 @@ func (g *Gate) set(st schema.RoleState, rev uint64) {
 		}
 		close(p.over)
 		g.pause = nil
+		g.ended = time.Now()
 	}
 	if st.Paused && g.pause == nil {
 		g.pause = &pauseWait{epoch: st.Epoch, over: make(chan struct{})}
@@ -309,6 +311,16 @@ func (g *Gate) Wait(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// Held says whether the role is paused now, and when the last pause this
+// gate held ended (zero when none did since it started): time the role's
+// work spent held, which is no stall of that work (the pause's time-out
+// bounds it).
+func (g *Gate) Held() (paused bool, ended time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.pause != nil, g.ended
 }
 
 // Waiting is how many waits the role's pause holds now.

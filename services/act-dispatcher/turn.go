@@ -709,8 +709,12 @@ func (t *runner) check(ctx context.Context) error {
 		t.awaiting = time.Time{}
 		return nil
 	}
-	if t.awaiting.IsZero() {
+	if held, since := t.s.heldSince(); held || t.awaiting.IsZero() {
+		// Counted from now while a role is paused: the other runner's acts
+		// wait for the resume, no sign it is gone.
 		t.awaiting = time.Now()
+	} else {
+		t.awaiting = later(t.awaiting, since)
 	}
 	var quiet []*schema.NodeState
 	for _, n := range others {

@@ -152,6 +152,14 @@ func (s *Service) probe(ctx context.Context, sess *schema.Session, e int) error 
 	if lastAct != nil {
 		progress, actSeq = later(progress, lastAct.Time), lastAct.Seq
 	}
+	// A paused role holds its work (a weight swap may take longer than a
+	// stall): no stall while it is paused, and none counted from before
+	// the pause ended. The pause's time-out bounds the wait.
+	held, since := s.heldSince()
+	if held {
+		return nil
+	}
+	progress = later(progress, since)
 	if time.Since(progress) < s.stallFor(sess.Config, last) {
 		return nil
 	}
@@ -330,6 +338,22 @@ func (s *Service) stallFor(cfg schema.Config, last *bus.StoredMsg) time.Duration
 		}
 	}
 	return s.Stall
+}
+
+// heldSince says whether a role is paused now, and else when the last
+// pause of either role ended, as this replica saw it: the work of an
+// episode waits for one role or the other, and a wait for a resume is no
+// stall.
+func (s *Service) heldSince() (bool, time.Time) {
+	var since time.Time
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		paused, ended := s.follow.Gate(role).Held()
+		if paused {
+			return true, time.Time{}
+		}
+		since = later(since, ended)
+	}
+	return false, since
 }
 
 func later(a, b time.Time) time.Time {
