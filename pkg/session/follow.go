@@ -64,14 +64,43 @@ func (f *Follower) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		// A watch begins with the last value of every key. A session gone
+		// while no watch ran (purged, or its delete marker expired) is not
+		// among them, and no update will ever say it is gone: it is
+		// forgotten once they are all read.
+		replayed := map[string]bool{}
 		for e := range w.Updates() {
-			if e != nil {
-				f.update(e)
+			if e == nil {
+				if replayed != nil {
+					f.keepOnly(replayed)
+					replayed = nil
+				}
+				continue
 			}
+			if replayed != nil {
+				replayed[e.Key()] = true
+			}
+			f.update(e)
 		}
 		_ = w.Stop()
 	}
 	return nil
+}
+
+// keepOnly forgets the rollouts whose session keys are not in keys.
+func (f *Follower) keepOnly(keys map[string]bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for n := range f.running {
+		if !keys[schema.SessionKey(n)] {
+			delete(f.running, n)
+		}
+	}
+	for n := range f.over {
+		if !keys[schema.SessionKey(n)] {
+			delete(f.over, n)
+		}
+	}
 }
 
 func (f *Follower) update(e jetstream.KeyValueEntry) {

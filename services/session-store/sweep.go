@@ -45,6 +45,12 @@ func (x *index) putRole(st *schema.RoleState) {
 	x.roles[st.Role] = *st
 }
 
+func (x *index) dropRole(role string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.roles, role)
+}
+
 func (x *index) roleStates() []schema.RoleState {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -108,32 +114,73 @@ func (s *Service) follow(ctx context.Context) {
 			}
 			continue
 		}
+		// A watch begins with the last value of every key. A key gone
+		// while no watch ran (purged, or its delete marker expired) is not
+		// among them, and no update will ever say it is gone: what the
+		// index holds of it goes once they are all read. A key written
+		// during the restart is among them, or comes after them.
+		replayed := map[string]bool{}
 		for e := range w.Updates() {
-			if e != nil && strings.HasPrefix(e.Key(), "role.") {
-				var st schema.RoleState
-				if e.Operation() == jetstream.KeyValuePut && schema.Unmarshal(e.Value(), &st) == nil {
-					s.index.putRole(&st)
+			if e == nil {
+				if replayed != nil {
+					s.index.keepOnly(replayed)
+					replayed = nil
 				}
 				continue
 			}
-			if e == nil || strings.Contains(e.Key(), ".") {
-				continue // end of the initial values, or a task list
+			if replayed != nil {
+				replayed[e.Key()] = true
 			}
-			n, err := strconv.ParseInt(e.Key(), 10, 64)
-			if err != nil {
-				continue
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				s.index.put(n, nil, e.Created())
-				continue
-			}
-			var sess schema.Session
-			if err := schema.Unmarshal(e.Value(), &sess); err != nil {
-				continue
-			}
-			s.index.put(n, &sess, e.Created())
+			s.index.update(e)
 		}
 		_ = w.Stop()
+	}
+}
+
+// update applies one entry of the sessions watch.
+func (x *index) update(e jetstream.KeyValueEntry) {
+	if role, ok := strings.CutPrefix(e.Key(), "role."); ok {
+		if e.Operation() != jetstream.KeyValuePut {
+			x.dropRole(role)
+			return
+		}
+		var st schema.RoleState
+		if schema.Unmarshal(e.Value(), &st) == nil {
+			x.putRole(&st)
+		}
+		return
+	}
+	if strings.Contains(e.Key(), ".") {
+		return // a task list
+	}
+	n, err := strconv.ParseInt(e.Key(), 10, 64)
+	if err != nil {
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		x.put(n, nil, e.Created())
+		return
+	}
+	var sess schema.Session
+	if err := schema.Unmarshal(e.Value(), &sess); err != nil {
+		return
+	}
+	x.put(n, &sess, e.Created())
+}
+
+// keepOnly drops the sessions and roles whose keys are not in keys.
+func (x *index) keepOnly(keys map[string]bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for n := range x.entries {
+		if !keys[schema.SessionKey(n)] {
+			delete(x.entries, n)
+		}
+	}
+	for role := range x.roles {
+		if !keys[schema.RoleKey(role)] {
+			delete(x.roles, role)
+		}
 	}
 }
 
