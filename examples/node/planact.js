@@ -188,9 +188,10 @@ export async function cancel(nc, rollout, role, reason = "", { timeoutMs = 60_00
   const deadline = Date.now() + timeoutMs;
   const atMs = Date.now();
   const body = omitZero({ schema: CANCEL_SCHEMA, rollout, role, reason, at_ms: atMs });
-  // One id per cancel (a retried publish is stored once, a later cancel is
-  // new); planact's answer on rollout.<N>.status names it.
-  const msgID = `cancel.${rollout}.${role}.${atMs}`;
+  // One id per cancel call (a retried publish is stored once; another
+  // cancel, even in the same millisecond, is new and gets its own answer);
+  // planact's answer on rollout.<N>.status names it.
+  const msgID = `cancel.${rollout}.${role}.${atMs}.${randomBytes(8).toString("hex")}`;
   const mine = `cancel ${msgID} by the ${role} trainer: `;
   // The answer is read nowhere else: listen before publishing.
   let answered;

@@ -532,6 +532,58 @@ test("cancel waits for planact's answer to it, and surfaces a refusal", async ()
   );
 });
 
+// Two cancels of a rollout by one role made in the same millisecond (two
+// processes of one trainer, a retry loop) are two messages, each answered:
+// with one Nats-Msg-Id, JetStream stores the first only, and the second
+// waited its whole timeoutMs for an answer naming it. A publish tried
+// again (planact's streams not up yet) keeps its id. The stand-in is
+// JetStream and the session-store: it drops a copy of an id it stored,
+// and answers each stored cancel (the first aborts, a later one finds the
+// rollout ended).
+test("two cancels in one millisecond each have an id of their own, kept when a publish is tried again", async () => {
+  const conn = { ...standIn({}), options: {} };
+  const subs = new Map();
+  const stored = [];
+  conn.published = [];
+  conn.subscribe = (subject, { callback }) => {
+    subs.set(subject, callback);
+    return { unsubscribe: () => subs.delete(subject) };
+  };
+  conn.request = async (subject, _data, opts) => {
+    assert.equal(subject, "rollout.5.cancel.actor");
+    const id = opts.headers.get("Nats-Msg-Id");
+    conn.published.push(id);
+    if (conn.published.length % 2 === 1) {
+      throw new errors.TimeoutError(); // each cancel's first publish
+    }
+    if (stored.includes(id)) {
+      return { data: new TextEncoder().encode(JSON.stringify({ stream: "TRAINER_ACTOR", seq: stored.indexOf(id) + 1, duplicate: true })) };
+    }
+    stored.push(id);
+    const who = `cancel ${id} by the actor trainer`;
+    const answer = stored.length === 1
+      ? { event: "cancelled", detail: `${who}: rollout 5 aborted` }
+      : { event: "rejected", detail: `${who}: rollout 5 had already ended (aborted at 2026-01-01T00:00:00Z); nothing to abort` };
+    queueMicrotask(() => subs.get("rollout.5.status")?.(null, { data: encode({ schema: "rollout.status/1", rollout: 5, ...answer, at_ms: 2 }) }));
+    return { data: new TextEncoder().encode(JSON.stringify({ stream: "TRAINER_ACTOR", seq: stored.length })) };
+  };
+  const realNow = Date.now;
+  Date.now = () => 1767225600000;
+  try {
+    await cancel(conn, 5, "actor", "enough", { timeoutMs: 5000 });
+    await assert.rejects(cancel(conn, 5, "actor", "enough", { timeoutMs: 5000 }),
+      refused(/^cancel rollout 5: nothing to cancel: rollout 5 had already ended/));
+  } finally {
+    Date.now = realNow;
+  }
+  const [a, aRetry, b, bRetry] = conn.published;
+  assert.match(a, /^cancel\.5\.actor\.1767225600000\.[0-9a-f]{16}$/);
+  assert.equal(aRetry, a, "a publish tried again keeps its id");
+  assert.equal(bRetry, b, "a publish tried again keeps its id");
+  assert.notEqual(a, b, "two cancels in one millisecond share an id");
+  assert.equal(stored.length, 2);
+});
+
 // controlStandIn takes pauses and resumes as JetStream publishes (each
 // recorded in published: subject, id, headers, body; the first failFirst
 // time out, as when planact's streams are not up yet), and answers each as

@@ -320,7 +320,9 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string)
 		ctx, cancel = context.WithTimeout(ctx, CancelPatience)
 		defer cancel()
 	}
-	msg, err := bus.NewMsg(ctx, &schema.Cancel{Rollout: rollout, Role: role, Reason: reason, AtMs: time.Now().UnixMilli()})
+	// Built once: a publish tried again (untilUp) keeps the cancel's id,
+	// and JetStream stores it once.
+	msg, err := bus.NewMsg(ctx, &schema.Cancel{Rollout: rollout, Role: role, Reason: reason, AtMs: now().UnixMilli(), Nonce: nonce()})
 	if err != nil {
 		return err
 	}
@@ -811,13 +813,13 @@ func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schem
 	return ans, nil
 }
 
-// now stamps pauses and resumes (a variable for tests: two in one
-// millisecond).
+// now stamps cancels, pauses and resumes (a variable for tests: two in
+// one millisecond).
 var now = time.Now
 
-// nonce tells a pause or resume from another of its role stamped in the
-// same millisecond, in its message id: 8 random bytes in hex, as the Python
-// and Node clients make it.
+// nonce tells a cancel, pause or resume from another of its role (and a
+// cancel's rollout) stamped in the same millisecond, in its message id: 8
+// random bytes in hex, as the Python and Node clients make it.
 func nonce() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails: it crashes the program first

@@ -64,7 +64,7 @@ func SetResumeAnswerWait(d time.Duration) func() {
 	return func() { resumeAnswerWait = was }
 }
 
-// SetNow sets the clock that stamps pauses and resumes, and returns a func
+// SetNow sets the clock that stamps pauses, resumes and cancels, and returns a func
 // that sets it back.
 func SetNow(f func() time.Time) func() {
 	was := now

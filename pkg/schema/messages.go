@@ -830,14 +830,25 @@ type Cancel struct {
 	Role    string `json:"role"` // the trainer that cancels
 	Reason  string `json:"reason,omitempty"`
 	AtMs    int64  `json:"at_ms"`
+	// Nonce tells this cancel from another of the rollout by the role sent
+	// in the same millisecond (two trainer processes, a retry loop), as a
+	// Pause's does: part of the message id only, not of the body.
+	Nonce string `json:"-"`
 }
 
 func (m *Cancel) Kind() string    { return "rollout.cancel/1" }
 func (m *Cancel) Subject() string { return subject.Cancel(m.Rollout, m.Role) }
+
+// MsgID is cancel.<rollout>.<role>.<at_ms> and, when it has one, its
+// nonce: one id per cancel call, so a publish retried by the client is
+// stored once and another cancel, even in the same millisecond, is a new
+// message with its own answer. Planact answers a cancel by whatever id it
+// came with, the old form without a nonce included.
 func (m *Cancel) MsgID() string {
-	// One id per cancel call: a publish retried by the client is stored
-	// once, a later cancel is a new message and gets its own answer.
-	return fmt.Sprintf("cancel.%d.%s.%d", m.Rollout, m.Role, m.AtMs)
+	if m.Nonce == "" {
+		return fmt.Sprintf("cancel.%d.%s.%d", m.Rollout, m.Role, m.AtMs)
+	}
+	return fmt.Sprintf("cancel.%d.%s.%d.%s", m.Rollout, m.Role, m.AtMs, m.Nonce)
 }
 func (m *Cancel) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }
 
