@@ -192,10 +192,21 @@ func (r *boardRow) line(width int) string {
 	fmt.Fprintf(&sb, "rollout %-6d ", r.n)
 	switch {
 	case r.started.IsZero() && r.status == "":
-		if len(r.arrived) == 0 {
+		// An arrival refused (and none of its role since) waits for
+		// nothing: the roles whose arrival was taken wait at the barrier.
+		var waiting []string
+		for _, role := range r.arrived {
+			if _, refused := r.refused[role]; !refused {
+				waiting = append(waiting, role)
+			}
+		}
+		switch {
+		case len(r.arrived) == 0:
 			sb.WriteString("seen")
-		} else {
-			fmt.Fprintf(&sb, "waiting at the barrier (%s arrived)", strings.Join(r.arrived, ", "))
+		case len(waiting) == 0:
+			sb.WriteString("no arrival taken")
+		default:
+			fmt.Fprintf(&sb, "waiting at the barrier (%s arrived)", strings.Join(waiting, ", "))
 		}
 		for _, role := range slices.Sorted(maps.Keys(r.refused)) {
 			fmt.Fprintf(&sb, "; %s arrival refused: %s", role, r.refused[role].reason)

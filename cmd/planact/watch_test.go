@@ -324,7 +324,7 @@ func TestBoardSkipsRefusedArrivals(t *testing.T) {
 	// An arrival refused, then a corrected one that runs.
 	b.apply("rollout.4.arrive.planner", nil, at(0))
 	b.apply("rollout.4.result.planner.rejected", refused(4), at(1))
-	if got, want := b.rows[4].line(10), "rollout 4      waiting at the barrier (planner arrived); planner arrival refused: config.max_turns -2"; got != want {
+	if got, want := b.rows[4].line(10), "rollout 4      no arrival taken; planner arrival refused: config.max_turns -2"; got != want {
 		t.Errorf("refused: %q, want %q", got, want)
 	}
 	b.apply("rollout.4.arrive.planner", nil, at(2))
@@ -346,6 +346,13 @@ func TestBoardSkipsRefusedArrivals(t *testing.T) {
 	b.apply("rollout.5.arrive.planner", nil, at(0))
 	if got := b.rows[5].line(10); !strings.Contains(got, "planner arrival refused") {
 		t.Errorf("a refusal read before the arrival it refused: %q", got)
+	}
+	// Of two arrivals, one refused: the other waits at the barrier.
+	b.apply("rollout.6.arrive.actor", nil, at(0))
+	b.apply("rollout.6.arrive.planner", nil, at(0))
+	b.apply("rollout.6.result.planner.rejected", refused(6), at(1))
+	if got, want := b.rows[6].line(10), "rollout 6      waiting at the barrier (actor arrived); planner arrival refused: config.max_turns -2"; got != want {
+		t.Errorf("one of two refused: %q, want %q", got, want)
 	}
 	// A group's samples are not the result.
 	if b.apply("rollout.4.result.planner.group.0", ok, at(6)) {
