@@ -1253,6 +1253,14 @@ func TestPythonSlimeTrainingSampling(t *testing.T) {
 		{name: "actor agrees", role: schema.RoleActor, config: `{"planner_sampling": {"temperature": 0.3, "top_p": 0.5}, "actor_sampling": {"temperature": 0.7}}`,
 			args: `{"rollout_temperature": 0.7}`},
 		{name: "defaults", role: schema.RoleActor, config: ``, args: `{}`},
+		// slime's own group normalization goes by sample count, not by
+		// planact's groups: refused, for both roles.
+		{name: "actor without the reward hook", role: schema.RoleActor, config: ``, args: `{"custom_reward_post_process_path": null}`,
+			wants: "ValueError: --advantage-estimator grpo normalizes rewards within groups, and without --custom-reward-post-process-path"},
+		{name: "planner without the reward hook", role: schema.RolePlanner, config: ``, args: `{"custom_reward_post_process_path": null, "advantage_estimator": "reinforce_plus_plus_baseline"}`,
+			wants: "ValueError: --advantage-estimator reinforce_plus_plus_baseline normalizes rewards within groups"},
+		{name: "no normalization", role: schema.RoleActor, config: ``, args: `{"custom_reward_post_process_path": null, "rewards_normalization": false}`},
+		{name: "ppo", role: schema.RoleActor, config: ``, args: `{"custom_reward_post_process_path": null, "advantage_estimator": "ppo"}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -1262,10 +1270,13 @@ func TestPythonSlimeTrainingSampling(t *testing.T) {
 			}
 			out, err := slimeRun(t, `
 from slime.ray.rollout import RolloutManager
-args = rollout_args(sys.argv[1], batch=1, global_batch_size=1, advantage_estimator="grpo", rewards_normalization=True,
+args = rollout_args(sys.argv[1], batch=1, **{**dict(global_batch_size=1, advantage_estimator="grpo", rewards_normalization=True,
                     grpo_std_normalization=True, reward_key=None, use_dynamic_batch_size=False, micro_batch_size=1,
-                    max_tokens_per_gpu=None, balance_data=False, balance_by_flops=False, **json.loads(sys.argv[2]))
-manager = RolloutManager(args, slime_planact.generate_rollout, slime_planact.reward_post_process)
+                    max_tokens_per_gpu=None, balance_data=False, balance_by_flops=False,
+                    rollout_function_path="slime_planact.generate_rollout",
+                    custom_reward_post_process_path="slime_planact.reward_post_process",
+                    custom_convert_samples_to_train_data_path=None), **json.loads(sys.argv[2])})
+manager = RolloutManager(args)
 manager.data_source = ds = DataSource(prompt_groups(1))
 error, samples = None, 0
 try:

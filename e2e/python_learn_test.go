@@ -38,12 +38,14 @@ def train_args(engine, gbs):
     return rollout_args(engine, batch=int(sys.argv[3]), global_batch_size=gbs, advantage_estimator="grpo",
                         rewards_normalization=True, grpo_std_normalization=True, reward_key=None,
                         n_samples_per_prompt=int(sys.argv[4]), use_dynamic_batch_size=False, micro_batch_size=1,
-                        max_tokens_per_gpu=None, balance_data=False, balance_by_flops=False)
+                        max_tokens_per_gpu=None, balance_data=False, balance_by_flops=False,
+                        rollout_function_path="slime_planact.generate_rollout", custom_reward_post_process_path=custom,
+                        custom_convert_samples_to_train_data_path=None)
 
-custom = None if sys.argv[2] == "default" else slime_planact.reward_post_process
+custom = None if sys.argv[2] == "default" else "slime_planact.reward_post_process"
 report = {}
 for gbs in json.loads(sys.argv[1]):
-    manager = RolloutManager(train_args("http://slime-router:30000", gbs), slime_planact.generate_rollout, custom)
+    manager = RolloutManager(train_args("http://slime-router:30000", gbs))
     try:
         samples, metrics, data, split = manager.generate(int(sys.argv[5]))
     except Exception as e:
@@ -53,6 +55,10 @@ for gbs in json.loads(sys.argv[1]):
     # samples as Sample.to_dict and read them back with Sample.from_dict.
     from slime.utils.types import Sample as SlimeSample
     assert [SlimeSample.from_dict(s.to_dict()) for s in samples] == samples, "samples changed by to_dict/from_dict"
+    # What slime's own post-processing would make of the same samples.
+    own, manager.custom_reward_post_process_func = manager.custom_reward_post_process_func, None
+    slime_own = manager._post_process_rewards(samples)[1]
+    manager.custom_reward_post_process_func = own
     episodes = {}
     for s in samples:
         episodes.setdefault(s.metadata["planact_rollout_id"], len(episodes))
@@ -66,8 +72,8 @@ for gbs in json.loads(sys.argv[1]):
         unfitted = {"placed": 0, "error": str(e)}
     report[gbs] = {
         "samples": [{"episode": s.metadata["planact_rollout_id"], "group_index": s.group_index, "key": s.metadata.get("key"),
-                     "rollout_id": rid, "raw": raw, "advantage": adv}
-                    for s, rid, raw, adv in zip(samples, data["rollout_ids"], data["raw_reward"], data["rewards"])],
+                     "rollout_id": rid, "raw": raw, "advantage": adv, "slime_own": own}
+                    for s, rid, raw, adv, own in zip(samples, data["rollout_ids"], data["raw_reward"], data["rewards"], slime_own)],
         "partitions": split["partitions"], "steps": split["global_batch_sizes"], "metrics": metrics, "unfitted": unfitted}
 print(json.dumps(report))
 `
@@ -81,6 +87,7 @@ type trainSide struct {
 		RolloutID  int     `json:"rollout_id"`
 		Raw        float64 `json:"raw"`
 		Advantage  float64 `json:"advantage"`
+		SlimeOwn   float64 `json:"slime_own"` // slime's own post-processing's advantage
 	} `json:"samples"`
 	Partitions [][]int            `json:"partitions"`
 	Steps      []int              `json:"steps"`
@@ -107,7 +114,8 @@ type trainSide struct {
 // batch size larger than the samples is refused, saying so. slime's own
 // post-processing normalizes the actor's batch as one group (its sample
 // count is not rollout_batch_size × n_samples_per_prompt), which gives
-// groups of equal outcomes non-zero advantages: why the hook is shipped.
+// groups of equal outcomes non-zero advantages: why the hook is shipped,
+// and why a job without it is refused, naming the flag.
 func TestPythonSlimeActorAdvantages(t *testing.T) {
 	t.Parallel()
 	python(t)
@@ -238,7 +246,19 @@ func TestPythonSlimeActorAdvantages(t *testing.T) {
 			r.Unfitted.Placed, samples, r.Unfitted.Error)
 	}
 
-	// slime's own post-processing, on the same batch.
+	// slime's own post-processing, on the same batch, normalizes it as
+	// one group: groups of equal outcomes get non-zero advantages.
+	wrong := 0
+	for _, s := range report[episodes].Samples {
+		if rs := byGroup[s.GroupIndex]; rs[0] == rs[len(rs)-1] && s.SlimeOwn != 0 {
+			wrong++
+		}
+	}
+	if wrong == 0 {
+		t.Errorf("slime's default post-processing gave every sample of a group of equal outcomes 0: the batch shows nothing")
+	}
+	t.Logf("slime's default post-processing: %d samples of groups whose outcomes are all equal get a non-zero advantage", wrong)
+	// So a job without the hook is refused, before it trains so.
 	out, err = slimeRun(t, slimeTrainSide, env, feed, jsonOf(t, []int{episodes}), "default", "6", "4", "41")
 	if err != nil {
 		t.Fatal(err)
@@ -247,16 +267,10 @@ func TestPythonSlimeActorAdvantages(t *testing.T) {
 	if err := json.Unmarshal(out, &report); err != nil {
 		t.Fatalf("python printed %q: %v", out, err)
 	}
-	wrong := 0
-	for _, s := range report[episodes].Samples {
-		if rs := byGroup[s.GroupIndex]; rs[0] == rs[len(rs)-1] && s.Advantage != 0 {
-			wrong++
-		}
+	if e := report[episodes].Error; !strings.HasPrefix(e, "ValueError: --advantage-estimator grpo normalizes rewards within groups") ||
+		!strings.Contains(e, "--custom-reward-post-process-path slime_planact.reward_post_process") {
+		t.Errorf("no --custom-reward-post-process-path: error %q, want a ValueError naming the flag and the hook", e)
 	}
-	if wrong == 0 {
-		t.Errorf("slime's default post-processing gave every sample of a group of equal outcomes 0: the batch shows nothing")
-	}
-	t.Logf("slime's default post-processing: %d samples of groups whose outcomes are all equal get a non-zero advantage", wrong)
 }
 
 func seed(v int64) *int64 { return &v }

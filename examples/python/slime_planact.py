@@ -139,6 +139,9 @@ Decisions:
   members episodes (each counted once, whatever its number of samples),
   and every sample of an episode gets the episode's advantage (see its
   docstring and docs/python_trainer.md, "Group-relative advantages").
+  Without the flag, slime would normalize by sample count, not by group:
+  under a group-normalizing estimator that is an error
+  (check_reward_post_process).
 - Training steps: slime makes num_rollouts // --global-batch-size steps,
   counting rollouts by Sample.rollout_id, and leaves the rest out; the
   number of episodes that give a role samples varies, so the rollout ids
@@ -384,6 +387,7 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
                          f"is among the evaluations' planact rollout ids, from PLANACT_EVAL_ROLLOUT_OFFSET="
                          f"{settings.eval_rollout_offset} on: give the evaluations a larger offset")
     check_training_sampling(args, settings.config, settings.role)
+    check_reward_post_process(args)
     _generated.add(rollout_id)
     engine = settings.engine_url or router_url(args)
     groups, config = [], None
@@ -851,6 +855,29 @@ def check_training_sampling(args, config, role):
                          f"--rollout-temperature {slime_temperature:g} (slime's default 1), at which slime's trainer "
                          f"computes the {role}'s log-probs: give this job --rollout-temperature {temperature:g}, or the "
                          f"config's {role}_sampling.temperature {slime_temperature:g}")
+
+
+def check_reward_post_process(args):
+    """Raises ValueError when slime would normalize this job's rewards by
+    itself. Its own group normalization (RolloutManager._post_process_rewards,
+    with no --custom-reward-post-process-path) reshapes the flattened batch
+    into rows of --n-samples-per-prompt only when it holds exactly
+    rollout_batch_size * n_samples_per_prompt samples, else normalizes the
+    whole batch as one group: the actor's samples (one per act), and the
+    planner's whenever a group is left out, dropped or over-sampled, would
+    be compared with other tasks' episodes, each act counted as an episode.
+    Checked before anything is taken from the data source or sent."""
+    estimator = getattr(args, "advantage_estimator", None)
+    if estimator not in GROUP_ESTIMATORS or not getattr(args, "rewards_normalization", True):
+        return
+    if getattr(args, "custom_reward_post_process_path", None) or getattr(args, "custom_convert_samples_to_train_data_path", None):
+        return
+    raise ValueError(f"--advantage-estimator {estimator} normalizes rewards within groups, and without "
+                     "--custom-reward-post-process-path slime does it by its sample count (rows of --n-samples-per-prompt "
+                     "only when the batch holds exactly --rollout-batch-size x --n-samples-per-prompt samples, else the "
+                     "whole batch as one group), not by planact's groups and episodes: give this job "
+                     "--custom-reward-post-process-path slime_planact.reward_post_process "
+                     "(or --disable-rewards-normalization)")
 
 
 def batch_plan(args, config):

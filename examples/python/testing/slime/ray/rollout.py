@@ -10,7 +10,15 @@ loss read (rollout ids, loss masks with remove_sample, rollout_mask_sums,
 metadata raw_reward, rollout_log_probs from samples[0], and the top-p
 replay assertions under --rollout-top-p below 1) and
 _split_train_data_by_dp's call of build_dp_schedule, whose per-rank
-partitions it returns instead of Ray object refs."""
+partitions it returns instead of Ray object refs. As slime's __init__, it
+loads the rollout function and the custom reward post-processing and
+train-data conversion from args (rollout_function_path,
+custom_reward_post_process_path, custom_convert_samples_to_train_data_path:
+every one must be there, as in slime's args), and as
+tensorize_rollout_data_for_training
+(slime/observability/rollout_data_utils.py) it refuses a per-sample value
+torch.as_tensor could not make a tensor of (a None among rollout_log_probs:
+slime takes the key from samples[0] alone)."""
 
 import itertools
 import math
@@ -18,15 +26,22 @@ import math
 from slime.observability.rollout_data_utils import validate_rollout_id_annotated
 from slime.rollout.base_types import call_rollout_fn
 from slime.utils.dp_schedule import build_dp_schedule
+from slime.utils.misc import load_function
 from slime.utils.types import Sample
 
 
 class RolloutManager:
-    def __init__(self, args, generate_rollout, custom_reward_post_process_func=None, train_parallel_config=None):
+    def __init__(self, args, train_parallel_config=None):
         self.args = args
-        self.generate_rollout = generate_rollout
-        self.custom_reward_post_process_func = custom_reward_post_process_func
+        self.generate_rollout = load_function(self.args.rollout_function_path)
+        self.custom_reward_post_process_func = None
+        if self.args.custom_reward_post_process_path is not None:
+            self.custom_reward_post_process_func = load_function(self.args.custom_reward_post_process_path)
         self.custom_convert_samples_to_train_data_func = None
+        if self.args.custom_convert_samples_to_train_data_path is not None:
+            self.custom_convert_samples_to_train_data_func = load_function(
+                self.args.custom_convert_samples_to_train_data_path
+            )
         self.train_parallel_config = train_parallel_config or {
             "dp_size": 1, "cp_size": 1, "vpp_size": 1, "microbatch_group_size_per_vp_stage": 1}
         self.data_source = None
@@ -69,6 +84,9 @@ class RolloutManager:
         return raw_rewards, raw_rewards
 
     def _convert_samples_to_train_data(self, samples):
+        if self.custom_convert_samples_to_train_data_func is not None:
+            return self.custom_convert_samples_to_train_data_func(self.args, samples)
+
         raw_rewards, rewards = self._post_process_rewards(samples)
 
         assert len(raw_rewards) == len(samples)
@@ -146,6 +164,9 @@ class RolloutManager:
             global_batch_size=self.args.global_batch_size,
             rollout_indices=data["rollout_ids"],
         )
+        for r in range(len(partitions)):
+            tensorize_rollout_data_for_training({key: [data[key][j] for j in partitions[r]]
+                                                 for key in TENSOR_KEYS if key in data})
         return {"partitions": partitions, "micro_batch_indices": micro_batch_indices,
                 "num_microbatches": num_microbatches, "global_batch_sizes": global_batch_sizes}
 
@@ -155,3 +176,19 @@ class RolloutManager:
         samples, metrics = self._get_rollout_data(rollout_id=rollout_id)
         data = self._convert_samples_to_train_data(samples)
         return samples, metrics, data, self._split_train_data_by_dp(data)
+
+
+# The per-sample keys tensorize_rollout_data_for_training makes tensors of
+# (_ROLLOUT_DATA_TENSOR_DTYPES, less rollout_routed_experts).
+TENSOR_KEYS = ("tokens", "loss_masks", "rollout_log_probs", "rollout_top_p_token_ids", "rollout_top_p_token_offsets",
+               "teacher_log_probs")
+
+
+def tensorize_rollout_data_for_training(rollout_data):
+    """What torch.as_tensor(value, dtype=...) asks of each sample's value in
+    slime's tensorize_rollout_data_for_training: a flat list of numbers (it
+    raises on None, or on a list holding anything else)."""
+    for key, values in rollout_data.items():
+        for i, value in enumerate(values):
+            if not isinstance(value, (list, tuple)) or not all(isinstance(x, (int, float)) for x in value):
+                raise TypeError(f"{key}[{i}] = {value!r:.80}: torch.as_tensor needs a flat list of numbers")

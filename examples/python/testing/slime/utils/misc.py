@@ -1,6 +1,20 @@
-"""Stand-in of should_run_periodic_action from slime/utils/misc.py
-(THUDM/slime 624b824a898ab0ec1fcb4d373004c7f3852bf515), copied as it is:
-when slime's train.py and train_async.py evaluate (and save)."""
+"""Stand-in of should_run_periodic_action and load_function from
+slime/utils/misc.py (THUDM/slime 624b824a898ab0ec1fcb4d373004c7f3852bf515),
+copied as they are: when slime's train.py and train_async.py evaluate (and
+save), and how slime loads the functions its *_path flags name."""
+
+import importlib
+
+
+def load_function(path):
+    """
+    Load a function from a module.
+    :param path: The path to the function, e.g. "module.submodule.function".
+    :return: The function object.
+    """
+    module_path, _, attr = path.rpartition(".")
+    module = importlib.import_module(module_path)
+    return getattr(module, attr)
 
 
 def should_run_periodic_action(
