@@ -224,6 +224,9 @@ func (c *Chat) Generate(ctx context.Context, r Request) (Generation, error) {
 	var acc oaiAccumulator
 	acc.addChat(&out)
 	g, err := c.generation(&acc, prefix, newest)
+	if err == nil {
+		err = checkFinished(g)
+	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("openai chat: %w", err)
 	}

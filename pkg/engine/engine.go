@@ -272,6 +272,19 @@ func errSaysNothing(count string) error {
 		"not even that it generated nothing", count)
 }
 
+// checkFinished refuses a generation whose reply names no finish reason
+// although it carries output ids: whether the engine stopped, was cut at
+// max_new_tokens or aborted the request is what marks a sample complete,
+// truncated or aborted, and nothing says which. A stream's last event
+// names it; a reply that does not is cut short, or not the engine's.
+func checkFinished(g Generation) error {
+	if g.FinishReason == "" && len(g.OutputIDs) > 0 {
+		return fail.Transientf("the reply has %d output ids but no finish reason: whether the engine stopped, "+
+			"reached max_new_tokens or aborted the request is not known", len(g.OutputIDs))
+	}
+	return nil
+}
+
 // normalizeFinish maps engine-specific finish reasons to stop, length or abort.
 func normalizeFinish(s string) string {
 	switch s {

@@ -137,6 +137,9 @@ func (c *OpenAI) Generate(ctx context.Context, r Request) (Generation, error) {
 		err = acc.requireIDs(g)
 	}
 	if err == nil {
+		err = checkFinished(g)
+	}
+	if err == nil {
 		err = checkConsumed(r, g)
 	}
 	if err != nil {

@@ -123,10 +123,7 @@ func (p *reader) metaInfo(r *sglReply) bool {
 				return true
 			}
 			if m.FinishReason == nil {
-				m.FinishReason = &struct {
-					Type    string `json:"type"`
-					Message string `json:"message"`
-				}{}
+				m.FinishReason = &sglFinish{}
 			}
 			fr := m.FinishReason
 			return p.object(func(key string) bool {
@@ -135,8 +132,16 @@ func (p *reader) metaInfo(r *sglReply) bool {
 					return p.setString(&fr.Type)
 				case "message":
 					return p.setString(&fr.Message)
+				case "status_code":
+					if p.null() {
+						fr.StatusCode = nil
+						return true
+					}
+					n, ok := p.int()
+					fr.StatusCode = &n
+					return ok
 				}
-				return p.unknown(key, "type", "message")
+				return p.unknown(key, "type", "message", "status_code")
 			})
 		case "prompt_tokens":
 			if p.null() {

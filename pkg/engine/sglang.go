@@ -19,7 +19,8 @@ import (
 //	POST /generate  {"input_ids":[…] | "text":"…", "sampling_params":{"temperature",
 //	                 "top_p","max_new_tokens","stop","sampling_seed"?}, "return_logprob":true,
 //	                 "stream"?:true}
-//	  reply         {"text", "output_ids"?, "meta_info":{"finish_reason":{"type":"stop"|"length"|"abort",…},
+//	  reply         {"text", "output_ids"?, "meta_info":{"finish_reason":{"type":"stop"|"length"|"abort",
+//	                 "status_code"?,"message"?,…},
 //	                 "prompt_tokens","completion_tokens","weight_version"?,
 //	                 "output_token_logprobs":[[logprob, token_id, text|null], …]}}
 //	  streaming     "data: {same object}\n\n" … "data: [DONE]\n\n"; text, output_ids and
@@ -65,16 +66,23 @@ type sglReply struct {
 	Text      string    `json:"text"`
 	OutputIDs outputIDs `json:"output_ids"`
 	MetaInfo  struct {
-		FinishReason *struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"finish_reason"`
+		FinishReason        *sglFinish      `json:"finish_reason"`
 		PromptTokens        int             `json:"prompt_tokens"`
 		CompletionTokens    *int            `json:"completion_tokens"`
 		WeightVersion       json.RawMessage `json:"weight_version"`
 		OutputTokenLogprobs logprobList     `json:"output_token_logprobs"`
 	} `json:"meta_info"`
 	Error json.RawMessage `json:"error"`
+}
+
+// sglFinish is meta_info.finish_reason (schedule_batch.py FINISH_*.to_json):
+// {"type": "stop"|"length"|"abort", "matched"?, "length"?, "message"?,
+// "status_code"?}. An abort with a status code is a request the engine
+// refused or failed (tokenizer_manager.py _handle_abort_finish_reason).
+type sglFinish struct {
+	Type       string `json:"type"`
+	Message    string `json:"message"`
+	StatusCode *int   `json:"status_code"`
 }
 
 func (c *SGLang) request(r Request, stream bool) sglRequest {
@@ -114,13 +122,23 @@ func (c *SGLang) Generate(ctx context.Context, r Request) (Generation, error) {
 	var out sglReply
 	err := c.doRead(ctx, http.MethodPost, "/generate", in, routingHeader(r.RoutingKey), func(b []byte) error { return decodeGenerate(b, &out) })
 	if err != nil {
-		c.abortIfGivenUp(ctx, in.RID)
+		if ctx.Err() == nil && mayRunOn(err) {
+			// No answer came from the engine (the connection broke, a
+			// proxy gave up on it): it may be generating the request for
+			// nobody, beside the retry that follows, so it is told to stop.
+			_ = c.sglangAbort(ctx, in.RID)
+		} else {
+			c.abortIfGivenUp(ctx, in.RID)
+		}
 		return Generation{}, fmt.Errorf("sglang generate: %w", err)
 	}
 	if err := replyError(out.Error); err != nil {
 		return Generation{}, fmt.Errorf("sglang generate: %w", err)
 	}
 	g, err := out.generation(out.OutputIDs)
+	if err == nil {
+		err = checkFinished(g)
+	}
 	if err == nil {
 		err = checkConsumed(r, g)
 	}
@@ -326,6 +344,15 @@ func hasPrefix(a, p []int) bool {
 func (out *sglReply) generation(ids []int) (Generation, error) {
 	g := Generation{Text: out.Text, PromptTokens: out.MetaInfo.PromptTokens}
 	if fr := out.MetaInfo.FinishReason; fr != nil {
+		if fr.Type == FinishAbort && fr.StatusCode != nil && *fr.StatusCode >= 400 {
+			// A request SGLang refused or failed (a prompt longer than its
+			// context: 400; its queue full, a time-out: 503; an internal
+			// error: 500) ends as an abort that carries the status. Not
+			// streamed, it is answered with that status; streamed, this
+			// event is all the client hears. Either way an error, in the
+			// engine's words, never an aborted generation.
+			return Generation{}, statusError("the engine ended the request (meta_info.finish_reason abort)", *fr.StatusCode, []byte(fr.Message))
+		}
 		g.FinishReason = normalizeFinish(fr.Type)
 	}
 	g.WeightVersion = rawString(out.MetaInfo.WeightVersion)
@@ -412,6 +439,19 @@ func (c *SGLang) WeightVersion(ctx context.Context) (string, error) {
 // Abort tells the engine to abort the request named rid (Request.ID).
 func (c *SGLang) Abort(ctx context.Context, rid string) error {
 	return c.sglangAbort(ctx, rid)
+}
+
+// mayRunOn reports whether a request that failed with err, its caller
+// still waiting, may be running on the engine all the same: no reply came
+// from it (the connection broke, or was cut in the reply), or what replied
+// was a proxy in between that gave up waiting on it (502, 504). The engine
+// ignores an abort of a request it does not have.
+func mayRunOn(err error) bool {
+	switch statusOf(err) {
+	case 0, http.StatusBadGateway, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }
 
 // abortIfGivenUp aborts request rid on the engine when the caller's context
