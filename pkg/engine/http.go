@@ -326,7 +326,8 @@ func (c *conn) health(ctx context.Context) error {
 //
 //	POST /pause_generation    {"mode": "abort"|"retract"|"in_place"} (io_struct.py PauseGenerationReqInput; default abort)
 //	POST /continue_generation {}
-//	GET  /get_weight_version  -> {"weight_version"}; older servers: GET /get_model_info -> {…, "weight_version"}
+//	GET  /get_weight_version  -> {"weight_version"}; older servers: GET /get_model_info -> {…, "weight_version"};
+//	                             newer ones may answer only GET /model_info (the same)
 //	POST /abort_request       {"rid", "abort_all"?} (io_struct.py AbortReq)
 //
 // SGLang's OpenAI-compatible server is the same HTTP server, so the OpenAI
@@ -367,13 +368,20 @@ func (c *conn) weightVersion(ctx context.Context, op string) (string, error) {
 	}
 	err := c.doJSON(ctx, http.MethodGet, "/get_weight_version", nil, &out, nil)
 	if statusOf(err) == http.StatusNotFound {
-		err = c.doJSON(ctx, http.MethodGet, "/get_model_info", nil, &out, nil)
+		// Older servers say it in their model info; newer ones may have
+		// retired both /get_ names for /model_info.
+		info := "/get_model_info"
+		err = c.doJSON(ctx, http.MethodGet, info, nil, &out, nil)
+		if statusOf(err) == http.StatusNotFound {
+			info = "/model_info"
+			err = c.doJSON(ctx, http.MethodGet, info, nil, &out, nil)
+		}
 		if statusOf(err) == http.StatusNotFound {
 			return "", notSupported(op, err)
 		}
 		if err == nil && out.WeightVersion == nil {
 			// A server from before weight versions: it cannot say.
-			return "", notSupported(op, errors.New("GET /get_weight_version: 404, and GET /get_model_info names no weight_version"))
+			return "", notSupported(op, fmt.Errorf("GET /get_weight_version: 404, and GET %s names no weight_version", info))
 		}
 	}
 	if err != nil {

@@ -245,6 +245,19 @@ func TestWeightVersionFromModelInfo(t *testing.T) {
 	if v, err := c.WeightVersion(context.Background()); v != "step-3" || err != nil {
 		t.Errorf("WeightVersion = %q, %v", v, err)
 	}
+	// A newer server that answers only /model_info.
+	newer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/model_info" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, `{"model_path":"m","weight_version":"step-4"}`)
+	}))
+	defer newer.Close()
+	c, _ = New(ProtocolSGLang, newer.URL, "", nil)
+	if v, err := c.WeightVersion(context.Background()); v != "step-4" || err != nil {
+		t.Errorf("WeightVersion from /model_info = %q, %v", v, err)
+	}
 	// A server older still names none: it cannot say.
 	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/get_model_info" {
