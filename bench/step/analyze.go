@@ -339,6 +339,17 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 		if p.Status != schema.ResultOK {
 			r.fail("rollout %d ended %s: %s", p.Rollout, p.Status, p.Reason)
 		}
+		// The bound counts every scripted generation of the groups that
+		// end a rollout; a task that failed or was left unfinished ran
+		// less than its script, and its group may have ended sooner.
+		for j, l := range []RolloutLog{p, a} {
+			for _, state := range []string{schema.TaskFailed, schema.TaskUnfinished} {
+				if n := l.Stats.TaskStates[state]; n > 0 {
+					r.fail("rollout %d (%s's result): %d tasks %s: they did not run their scripts, which the bound counts",
+						l.Rollout, []string{rolePlanner, roleActor}[j], n, state)
+				}
+			}
+		}
 		acts += p.Stats.Acts
 		r.Rollouts = append(r.Rollouts, f)
 		r.Series.RolloutEndS = append(r.Series.RolloutEndS, f.ResultS)
@@ -363,6 +374,9 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 	var lastDone, firstArr int64
 	mismatch := 0
 	for i, cs := range calls {
+		if cs.Limit != limits[i] {
+			r.fail("the %s engine served %d at once, the bound assumes %d", cs.Role, cs.Limit, limits[i])
+		}
 		ef := EngFigs{Limit: cs.Limit, Calls: len(cs.Calls), Outcomes: map[string]int{}, Tokenizes: cs.Tokenizes}
 		var late []float64
 		var drawn time.Duration
@@ -379,6 +393,11 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 				firstArr = call.ArrivedNs
 			}
 			lastDone = max(lastDone, call.DoneNs)
+			if call.Outcome == "cut" {
+				// Shorter than drawn: the engine did less than the bound
+				// counts.
+				mismatch++
+			}
 			if call.Outcome == "ok" {
 				ok++
 				drawn += time.Duration(call.ServiceNs)
@@ -410,15 +429,15 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 		}
 	}
 	if mismatch > 0 {
-		r.fail("%d calls' service times differ from the script's: the bound does not describe this run", mismatch)
+		r.fail("%d calls' service times differ from the script's, or were cut at max_new_tokens: the bound does not describe this run", mismatch)
 	} else {
-		r.Checks = append(r.Checks, "every call that ended ok drew the service time the script (and so the bound) has")
+		r.Checks = append(r.Checks, "every call that ended ok drew the service time the script (and so the bound) has; none was cut")
 	}
 	r.Run.FirstCallS, r.Run.EngineEndS = rel(firstArr), rel(lastDone)
 	r.Run.AfterEngineS = float64(end-lastDone) / 1e9
 	r.Run.EngineCalls = r.Planner.Calls + r.Actor.Calls
 	r.Dups = duplicates(seen)
-	r.Run.PlannerTurns, r.Run.Acts = r.Dups.PlannerTurns, r.Dups.Acts
+	r.Run.PlannerTurns, r.Run.Acts = generatedToTheEnd(seen)
 	for k := range seen {
 		if k.role == rolePlanner {
 			r.Planner.Generations++
@@ -426,22 +445,32 @@ func (r *Report) analyse(o options, calls [2]Calls, logs []TrainerLog, stored []
 			r.Actor.Generations++
 		}
 	}
-	if r.Run.ActsPlanact != r.Dups.Acts {
-		r.Checks = append(r.Checks, fmt.Sprintf("planact's results count %d acts, the actor engine %d distinct acts (episodes stopped by target_groups and acts whose engine call was aborted count on one side only)",
-			r.Run.ActsPlanact, r.Dups.Acts))
+	if r.Run.ActsPlanact != r.Run.Acts {
+		r.Checks = append(r.Checks, fmt.Sprintf("planact's results count %d acts, the actor engine %d distinct acts generated to the end (episodes stopped by target_groups count on one side only)",
+			r.Run.ActsPlanact, r.Run.Acts))
 	}
 	r.series(calls, t0, end)
 
 	// Processes: CPU during the step, peak memory.
-	actsN, callsN := float64(r.Dups.Acts), float64(r.Run.EngineCalls)
+	actsN, callsN := float64(r.Run.Acts), float64(r.Run.EngineCalls)
 	if actsN == 0 || callsN == 0 {
 		return errNoActs
 	}
 	r.Groups = map[string]GroupFigs{}
 	for _, p := range c.all() {
-		b, a := before.Procs[p.Name], after.Procs[p.Name]
+		b, okB := before.Procs[p.Name]
+		a, okA := after.Procs[p.Name]
 		seen := maxSample(samples, p.Name)
 		cpu := a.CPU - b.CPU
+		switch {
+		case p.Group == groupTrainer:
+		case !okB || !okA:
+			// A process gone at either end (exited, or not yet started):
+			// its CPU is not measured, and 0 - before would count less.
+			r.fail("%s was not running at the step's %s: its CPU is not measured", p.Name, map[bool]string{true: "end", false: "start"}[okB])
+		case cpu < 0:
+			r.fail("%s's CPU went from %v to %v: another process (a restart) at the step's end", p.Name, b.CPU, a.CPU)
+		}
 		if p.Group == groupTrainer {
 			// Started after the first snapshot, gone before the last: what
 			// the samples saw (an exited trainer's last sample, as a
@@ -570,6 +599,24 @@ func maxSample(samples []sample, name string) procStat {
 		}
 	}
 	return m
+}
+
+// generatedToTheEnd counts the planner turns and acts with a call that
+// ended ok (or cut): what the per-act figures divide by. A generation
+// whose every call was aborted or left (its episode stopped) was not
+// generated.
+func generatedToTheEnd(seen map[genKey][]Call) (turns, acts int) {
+	for k, cs := range seen {
+		if !slices.ContainsFunc(cs, func(c Call) bool { return c.Outcome == "ok" || c.Outcome == "cut" }) {
+			continue
+		}
+		if k.role == rolePlanner {
+			turns++
+		} else {
+			acts++
+		}
+	}
+	return turns, acts
 }
 
 // duplicates counts engine calls beyond one per generation, by what the

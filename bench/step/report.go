@@ -17,19 +17,28 @@ import (
 )
 
 // write prints the report and, with -out, writes <name>.txt, .json, .png.
+// A run whose checks failed is not a result: its files are named
+// <name>-failed (a result quoted from <name> is not overwritten), and
+// write returns an error naming the failures once it has written them.
 func (r *Report) write(o options, stdout io.Writer) error {
 	var b bytes.Buffer
 	r.text(&b, o)
 	if _, err := stdout.Write(b.Bytes()); err != nil {
 		return err
 	}
+	var failed error
+	name := o.Name
+	if len(r.Failures) > 0 {
+		failed = fmt.Errorf("%d checks failed, the run is not a result: %s", len(r.Failures), strings.Join(r.Failures, "; "))
+		name += "-failed"
+	}
 	if o.Out == "" {
-		return nil
+		return failed
 	}
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return err
 	}
-	base := filepath.Join(o.Out, o.Name)
+	base := filepath.Join(o.Out, name)
 	if err := os.WriteFile(base+".txt", b.Bytes(), 0o644); err != nil {
 		return err
 	}
@@ -44,7 +53,7 @@ func (r *Report) write(o options, stdout io.Writer) error {
 		return fmt.Errorf("plot: %w", err)
 	}
 	fmt.Fprintf(stdout, "wrote %s.txt, %s.json, %s.png\n", base, base, base)
-	return nil
+	return failed
 }
 
 func engineLine(role string, em EngineModel) string {
@@ -56,6 +65,9 @@ func engineLine(role string, em EngineModel) string {
 func (r *Report) text(w io.Writer, o options) {
 	m := o.Model
 	mc := r.Machine
+	if len(r.Failures) > 0 {
+		fmt.Fprintf(w, "NOT A RESULT: %d checks failed (see checks at the end); the figures below describe a run unlike its script\n", len(r.Failures))
+	}
 	fmt.Fprintf(w, "machine: %d CPUs, %s; %s; loadavg before %q, after %q\n", mc.CPUs, mc.Go, mc.Date, mc.LoadBefore, mc.LoadAfter)
 	fmt.Fprintf(w, "run: %d rollouts × %d prompts × %d copies = %d episodes; target_groups %s; async (rollout N+1 arrives before N is consumed); stream_groups, result_samples %s; between rollouts each trainer pauses its role (%s), swaps weights (%v) and resumes\n",
 		o.Rollouts, o.Prompts, m.Copies, r.Run.Episodes, targetLine(o), cmp.Or(o.ResultSamples, schema.ResultSamplesAll), map[bool]string{true: "abort", false: "wait"}[o.PauseAbort], o.Swap)
@@ -139,7 +151,7 @@ func (r *Report) text(w io.Writer, o options) {
 		fmt.Fprintf(w, "  e.g. %s\n", e)
 	}
 
-	fmt.Fprintf(w, "\nCPU during the step (/proc/PID/stat utime+stime), per act (%d acts) and per engine call (%d calls); peak RSS (VmHWM)\n", r.Dups.Acts, r.Run.EngineCalls)
+	fmt.Fprintf(w, "\nCPU during the step (/proc/PID/stat utime+stime), per act (%d acts) and per engine call (%d calls); peak RSS (VmHWM)\n", r.Run.Acts, r.Run.EngineCalls)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "  process\tgroup\tCPU s\tcores mean/peak\tms per act\tms per engine call\tpeak RSS MB\tRSS at start MB\tgrowth KB per episode in flight\t")
 	for _, p := range r.Processes {

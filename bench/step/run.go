@@ -222,7 +222,7 @@ func runHarness(ctx context.Context, o options, stdout io.Writer) error {
 		return err
 	}
 	if tallied != nil {
-		rep.Messages.Tally = tallyRows(tallied, talliedBytes, float64(rep.Dups.Acts))
+		rep.Messages.Tally = tallyRows(tallied, talliedBytes, float64(rep.Run.Acts))
 	}
 	if prof != nil {
 		if err := writeProfileSummaries(ctx, prof, o.Profile); err != nil {
