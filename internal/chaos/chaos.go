@@ -237,6 +237,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Planner: planner, Actor: actor,
 		PlannerEngine: schema.Engine{URL: top.PlannerURL, Protocol: "sglang"},
 		ActorEngine:   schema.Engine{URL: top.ActorURL, Protocol: "sglang"},
+		EngineSeeds:   top.EngineSeeds,
 		FirstRollout:  o.FirstRollout, Rollouts: o.Rollouts, Concurrency: o.Concurrency,
 		Tasks: o.Tasks, PerPrompt: o.PerPrompt, Seed: o.Seed, Config: o.rolloutConfig(),
 		Wait: o.wait(), Until: settled,
@@ -272,6 +273,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			rep.Problems = append(rep.Problems, c)
 		}
 	}
+	rep.Unsolicited = Unsolicited(recs, obs.AllResults(), executed)
+	rep.Unread = obs.Unread()
 	rep.Pickup = PickupOf(recs, obs.ResultAt)
 	for i := range rep.Faults {
 		f := &rep.Faults[i]

@@ -20,8 +20,11 @@ type DriverOptions struct {
 	Planner, Actor *nats.Conn // one connection per training job
 	PlannerEngine  schema.Engine
 	ActorEngine    schema.Engine
-	FirstRollout   int64
-	Rollouts       int // at least this many; more while Until is open
+	// EngineSeeds are the simulated engines' seeds per role: each sample
+	// is held against what its engine generates (SampleProblems).
+	EngineSeeds  map[string]int64
+	FirstRollout int64
+	Rollouts     int // at least this many; more while Until is open
 	// Concurrency is how many rollouts are in flight at once, not counting
 	// those that have run longer than StuckAfter (default 90s): a hung
 	// rollout must not stop the load that the next faults need. All in
@@ -64,12 +67,20 @@ type RoleOutcome struct {
 	// "episode/turn/node" for the actor, in the order they came (a
 	// duplicate shows up twice).
 	Samples []string `json:"-"`
+	// BadSamples say what is wrong with each sample that is not token-exact
+	// or not what its engine generated (SampleProblems).
+	BadSamples []string `json:"bad_samples,omitempty"`
 }
 
 // Drive plays both trainers until Rollouts have been started (and Until is
 // closed, when set), then waits for the rollouts in flight. It returns the
 // number of rollouts started.
 func Drive(ctx context.Context, o DriverOptions) (int, error) {
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		if _, ok := o.EngineSeeds[role]; !ok {
+			return 0, fmt.Errorf("drive: no engine seed of the %s: its samples could not be checked", role)
+		}
+	}
 	pc, err := client.New(o.Planner)
 	if err != nil {
 		return 0, err
@@ -165,13 +176,13 @@ func playRollout(ctx context.Context, pc, ac *client.Client, n int64, tasks []sc
 		rec.Planner = play(ctx, pc, &schema.Arrive{
 			Rollout: n, Role: schema.RolePlanner, Engine: o.PlannerEngine, WeightVersion: "planner-chaos",
 			Tasks: tasks, Config: &cfg,
-		})
+		}, o.EngineSeeds[schema.RolePlanner])
 	}()
 	go func() {
 		defer wg.Done()
 		rec.Actor = play(ctx, ac, &schema.Arrive{
 			Rollout: n, Role: schema.RoleActor, Engine: o.ActorEngine, WeightVersion: "actor-chaos",
-		})
+		}, o.EngineSeeds[schema.RoleActor])
 	}()
 	wg.Wait()
 	rec.Ended = time.Now()
@@ -183,7 +194,7 @@ func playRollout(ctx context.Context, pc, ac *client.Client, n int64, tasks []sc
 // no result and no time-out), it is noted and the trainer tries again, as
 // a careful training job would: the ledger judges planact's services, and
 // the client's errors are reported on their own.
-func play(ctx context.Context, c *client.Client, a *schema.Arrive) RoleOutcome {
+func play(ctx context.Context, c *client.Client, a *schema.Arrive, seed int64) RoleOutcome {
 	var clientErrs []string
 	again := func(err error) bool {
 		clientErrs = append(clientErrs, err.Error())
@@ -200,7 +211,7 @@ func play(ctx context.Context, c *client.Client, a *schema.Arrive) RoleOutcome {
 			break
 		}
 		if errors.Is(err, client.ErrRejected) || !again(err) {
-			o := outcome(nil, err, a.Role)
+			o := outcome(nil, err, a.Role, 0)
 			o.ClientErrors = clientErrs
 			return o
 		}
@@ -208,14 +219,16 @@ func play(ctx context.Context, c *client.Client, a *schema.Arrive) RoleOutcome {
 	for {
 		res, err := c.Result(ctx, a.Rollout, a.Role)
 		if res != nil || err == nil || errors.Is(err, client.ErrTimeout) || !again(err) {
-			o := outcome(res, err, a.Role)
+			o := outcome(res, err, a.Role, seed)
 			o.ClientErrors = clientErrs
 			return o
 		}
 	}
 }
 
-func outcome(res *schema.Result, err error, role string) RoleOutcome {
+// outcome reduces a result to what the ledger checks; seed is the seed of
+// the role's simulated engine.
+func outcome(res *schema.Result, err error, role string, seed int64) RoleOutcome {
 	var o RoleOutcome
 	if err != nil {
 		o.Err = err.Error()
@@ -226,6 +239,7 @@ func outcome(res *schema.Result, err error, role string) RoleOutcome {
 	}
 	o.Status, o.Reason = res.Status, res.Reason
 	for _, s := range res.Samples {
+		o.BadSamples = append(o.BadSamples, SampleProblems(s, seed)...)
 		if role == schema.RolePlanner {
 			o.Samples = append(o.Samples, fmt.Sprint(metaInt(s.Metadata["episode"])))
 			continue

@@ -76,6 +76,23 @@ func TestCheck(t *testing.T) {
 			results: both, executed: executed, verdict: chaos.VerdictMismatch, missing: 1,
 		},
 		{
+			// Two planner results and none of the actor's on the bus: two
+			// messages in all, as many as a sound rollout has.
+			name:    "a role's result twice, the other's not on the bus",
+			planner: okPlanner, actor: okActor,
+			results: map[string]int{schema.RolePlanner: 2}, executed: executed, verdict: chaos.VerdictDuplicate,
+		},
+		{
+			name:    "an ok result the bus does not hold",
+			planner: okPlanner, actor: okActor,
+			results: map[string]int{schema.RolePlanner: 1}, executed: executed, verdict: chaos.VerdictMismatch,
+		},
+		{
+			name:    "a sample the engine did not generate",
+			planner: okPlanner, actor: chaos.RoleOutcome{Status: schema.ResultOK, Samples: okActor.Samples, BadSamples: []string{"sample 7-1: generated token 3 has log-prob -1"}},
+			results: both, executed: executed, verdict: chaos.VerdictMismatch,
+		},
+		{
 			name:    "client gave up and asked again",
 			planner: chaos.RoleOutcome{Status: schema.ResultOK, Samples: []string{"0", "1"}, ClientErrors: []string{"no heartbeat"}}, actor: okActor,
 			results: both, executed: executed, verdict: chaos.VerdictClient,
@@ -104,5 +121,64 @@ func TestCheck(t *testing.T) {
 func TestTallyOfNothingIsNotClean(t *testing.T) {
 	if (chaos.Tally{}).Clean() {
 		t.Error("a run without rollouts passes")
+	}
+}
+
+func TestUnsolicited(t *testing.T) {
+	recs := []chaos.RolloutRecord{{Rollout: 7}, {Rollout: 8}}
+	both := map[string]int{schema.RolePlanner: 1, schema.RoleActor: 1}
+	tests := []struct {
+		name     string
+		results  map[int64]map[string]int
+		executed map[int64]map[string]bool
+		want     int
+	}{
+		{"every result played", map[int64]map[string]int{7: both, 8: both}, map[int64]map[string]bool{7: {"0/1/s1": true}}, 0},
+		{"a result of a rollout no trainer played", map[int64]map[string]int{7: both, 8: both, 9: {schema.RoleActor: 1}}, nil, 1},
+		{"a result of no role", map[int64]map[string]int{7: {schema.RolePlanner: 1, schema.RoleActor: 1, "critic": 1}}, nil, 1},
+		{"an act of a rollout no trainer played", map[int64]map[string]int{7: both}, map[int64]map[string]bool{12: {"0/1/s1": true}}, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := chaos.Unsolicited(recs, tc.results, tc.executed); len(got) != tc.want {
+				t.Errorf("%q, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestVerdict(t *testing.T) {
+	clean := func() *chaos.Report {
+		r := &chaos.Report{Tally: chaos.Tally{Rollouts: 3, OK: 3}}
+		r.Settings.Faults = []chaos.Fault{{Kind: chaos.FaultKill(chaos.ActDispatcher)}, {Kind: chaos.FaultKillNATS}}
+		r.Faults = []chaos.FaultRecord{{Kind: chaos.FaultKill(chaos.ActDispatcher)}, {Kind: chaos.FaultKillNATS}}
+		return r
+	}
+	r := clean()
+	if r.Verdict(); !r.Pass || len(r.Failures()) > 0 {
+		t.Fatalf("a clean run: pass %v, failures %q", r.Pass, r.Failures())
+	}
+	tests := []struct {
+		name   string
+		doctor func(r *chaos.Report)
+	}{
+		{"a planned fault not carried out", func(r *chaos.Report) { r.Faults = r.Faults[:1] }},
+		{"a process exited on its own", func(r *chaos.Report) {
+			r.Exits = []chaos.Exit{{Proc: "session-store-1", Err: "exit status 2"}}
+		}},
+		{"a result of a rollout no trainer played", func(r *chaos.Report) { r.Unsolicited = []string{"rollout 9: 1 actor result messages"} }},
+		{"a message the harness could not read", func(r *chaos.Report) { r.Unread = []string{"ACT: act.7.done.0.s1: bad msgpack"} }},
+		{"a fault failed", func(r *chaos.Report) { r.Faults[1].Err = "no running nats" }},
+		{"keys left", func(r *chaos.Report) { r.Leftovers.Keys = map[string]int{"sessions": 1} }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := clean()
+			tc.doctor(r)
+			r.Verdict()
+			if r.Pass || len(r.Failures()) == 0 {
+				t.Errorf("pass %v, failures %q", r.Pass, r.Failures())
+			}
+		})
 	}
 }

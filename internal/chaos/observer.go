@@ -33,6 +33,7 @@ type Observer struct {
 	keep     bool                          // keep events (for recovery times)
 	last     time.Time                     // stored time of the newest event
 	errs     []string
+	unread   []string // messages that could not be read: the ledger misses them
 	stops    []jetstream.ConsumeContext
 }
 
@@ -120,15 +121,24 @@ func (o *Observer) noteErr(stream string, err error) {
 	}
 }
 
+// noteUnread records a message the observer could not read.
+func (o *Observer) noteUnread(stream string, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.unread) < 100 {
+		o.unread = append(o.unread, fmt.Sprintf("%s %s: %v", time.Now().Format("15:04:05.000"), stream, err))
+	}
+}
+
 func (o *Observer) handle(stream string, m jetstream.Msg) {
 	md, err := m.Metadata()
 	if err != nil {
-		o.noteErr(stream, err)
+		o.noteUnread(stream, err)
 		return
 	}
 	p, err := subject.Parse(m.Subject())
 	if err != nil {
-		o.noteErr(stream, err)
+		o.noteUnread(stream, err)
 		return
 	}
 	ev := Event{At: md.Timestamp, Episode: p.Episode}
@@ -137,7 +147,7 @@ func (o *Observer) handle(stream string, m jetstream.Msg) {
 	case "done":
 		var d schema.ActDone
 		if err := schema.Unmarshal(m.Data(), &d); err != nil {
-			o.noteErr(stream, fmt.Errorf("%s: %w", m.Subject(), err))
+			o.noteUnread(stream, fmt.Errorf("%s: %w", m.Subject(), err))
 			return
 		}
 		ev.What = "act"
@@ -247,6 +257,21 @@ func (o *Observer) Results(n int64) map[string]int {
 	return out
 }
 
+// AllResults returns, per rollout the bus holds results of, how many
+// result messages each role got.
+func (o *Observer) AllResults() map[int64]map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[int64]map[string]int{}
+	for n, roles := range o.results {
+		out[n] = map[string]int{}
+		for role, evs := range roles {
+			out[n][role] = len(evs)
+		}
+	}
+	return out
+}
+
 // ResultAt returns when the last of rollout n's two results was stored, and
 // whether both were.
 func (o *Observer) ResultAt(n int64) (time.Time, bool) {
@@ -279,6 +304,14 @@ func (o *Observer) Last() time.Time {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.last
+}
+
+// Unread returns the messages the observer could not read (at most 100):
+// what they said is missing from the ledger.
+func (o *Observer) Unread() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.unread...)
 }
 
 // Errors returns the consumer errors seen (resets after restarts show here).

@@ -87,6 +87,11 @@ type Report struct {
 	// Violations are the permission violations the nodes logged (Auth).
 	Violations []string       `json:"permission_violations,omitempty"`
 	Problems   []RolloutCheck `json:"problems,omitempty"` // rollouts that are not ok
+	// Unsolicited is what the bus shows of rollouts no trainer played
+	// (results, executed acts) or of roles that are none.
+	Unsolicited []string `json:"unsolicited,omitempty"`
+	// Unread are messages the harness could not read: the ledger lacks them.
+	Unread []string `json:"unread,omitempty"`
 	// ObserverErrors are what the harness's own consumers went through
 	// (resets after restarts); they are not planact's failures.
 	ObserverErrors []string `json:"observer_errors,omitempty"`
@@ -129,7 +134,9 @@ func (r *Report) FaultsByKind() map[string]int {
 	return out
 }
 
-// Verdict decides Pass: every rollout ok, every fault injected, nothing left.
+// Verdict decides Pass: every rollout ok, every fault planned injected, no
+// process exited on its own, nothing on the bus that no trainer asked for
+// or that the harness could not read, nothing left.
 func (r *Report) Verdict() {
 	failed := 0
 	for _, f := range r.Faults {
@@ -137,7 +144,9 @@ func (r *Report) Verdict() {
 			failed++
 		}
 	}
-	r.Pass = r.Err == "" && r.Tally.Clean() && failed == 0 && r.Leftovers.Total() == 0 && r.Leftovers.Err == "" && len(r.Violations) == 0
+	r.Pass = r.Err == "" && r.Tally.Clean() && failed == 0 && len(r.Faults) == len(r.Settings.Faults) &&
+		len(r.Exits) == 0 && len(r.Unsolicited) == 0 && len(r.Unread) == 0 &&
+		r.Leftovers.Total() == 0 && r.Leftovers.Err == "" && len(r.Violations) == 0
 }
 
 // Failures lists why the run did not pass, one line each.
@@ -158,7 +167,7 @@ func (r *Report) Failures() []string {
 		{t.Hung, "rollouts hung (no result by their deadline)"},
 		{t.WrongStatus, "rollouts ended with a wrong status"},
 		{t.Duplicated, "rollouts with duplicated samples or results"},
-		{t.Mismatched, "rollouts whose samples do not match the acts executed"},
+		{t.Mismatched, "rollouts whose samples do not match what ran (acts executed, the engines' tokens)"},
 		{t.ClientGaveUp, "rollouts where pkg/client gave up waiting before the deadline (the trainer asked again)"},
 	} {
 		if c.n > 0 {
@@ -169,6 +178,19 @@ func (r *Report) Failures() []string {
 		if f.Err != "" {
 			out = append(out, fmt.Sprintf("fault %s on %s could not be carried out: %s", f.Kind, f.Target, f.Err))
 		}
+	}
+	if len(r.Faults) != len(r.Settings.Faults) {
+		out = append(out, fmt.Sprintf("%d of %d faults planned were carried out", len(r.Faults), len(r.Settings.Faults)))
+	}
+	if len(r.Exits) > 0 {
+		e := r.Exits[0]
+		out = append(out, fmt.Sprintf("%d processes exited on their own, first %s at %s: %s", len(r.Exits), e.Proc, e.At.Format("15:04:05"), e.Err))
+	}
+	if len(r.Unsolicited) > 0 {
+		out = append(out, fmt.Sprintf("%d on the bus that no trainer asked for, first: %s", len(r.Unsolicited), r.Unsolicited[0]))
+	}
+	if len(r.Unread) > 0 {
+		out = append(out, fmt.Sprintf("%d messages the harness could not read, first: %s", len(r.Unread), r.Unread[0]))
 	}
 	if len(r.Violations) > 0 {
 		out = append(out, fmt.Sprintf("%d permission violations, first: %s", len(r.Violations), r.Violations[0]))
@@ -201,8 +223,8 @@ func Markdown(reports []*Report) string {
 			s.Seed, r.Seconds, r.Tally.Rollouts, s.Concurrency, s.Tasks, s.PerPrompt, s.BarrierTimeout, s.RolloutTimeout, s.ActTimeout,
 			formatCounts(s.AckWaits), strings.Join(s.ServeArgs, " "))
 		t := r.Tally
-		fmt.Fprintf(&b, "episodes %d, planner samples %d; executed acts (ACT stream) %d, actor samples %d; duplicate samples %d, missing %d, extra %d\n\n",
-			t.Episodes, t.PlannerSamples, t.ExecutedActs, t.ActorSamples, t.DuplicateSamples, t.MissingSamples, t.ExtraSamples)
+		fmt.Fprintf(&b, "episodes %d, planner samples %d; executed acts (ACT stream) %d, actor samples %d; duplicate samples %d, missing %d, extra %d, not what the engines generated %d\n\n",
+			t.Episodes, t.PlannerSamples, t.ExecutedActs, t.ActorSamples, t.DuplicateSamples, t.MissingSamples, t.ExtraSamples, t.BadSamples)
 		fmt.Fprintf(&b, "trainers got their results after the bus stored them: median %s, p99 %s, max %s\n\n",
 			secs(r.Pickup.Median), secs(r.Pickup.P99), secs(r.Pickup.Max))
 		if len(r.Faults) > 0 {

@@ -254,6 +254,7 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 		Planner: planner, Actor: actor,
 		PlannerEngine: schema.Engine{URL: top.PlannerURL, Protocol: "sglang"},
 		ActorEngine:   schema.Engine{URL: top.ActorURL, Protocol: "sglang"},
+		EngineSeeds:   top.EngineSeeds,
 		FirstRollout:  co.FirstRollout, Concurrency: co.Concurrency,
 		Tasks: co.Tasks, PerPrompt: co.PerPrompt, Seed: o.Seed, Config: co.rolloutConfig(),
 		Wait: co.wait(), Until: until,

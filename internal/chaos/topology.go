@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/planact/planact/internal/freeport"
 	"github.com/planact/planact/pkg/bus"
+	"github.com/planact/planact/pkg/schema"
 )
 
 // Topology kinds.
@@ -87,6 +89,9 @@ type Topology struct {
 	Sim        *Proc
 	PlannerURL string
 	ActorURL   string
+	// EngineSeeds are the simulated engines' seeds per role (`planact
+	// sim --seed`, the actor's one more), against which samples are held.
+	EngineSeeds map[string]int64
 
 	knownUsers map[string]string // from accounts.conf, when Auth is on
 
@@ -252,6 +257,11 @@ func (t *Topology) waitHealthy(ctx context.Context, nd *Node) error {
 }
 
 func (t *Topology) startSim(ctx context.Context) error {
+	seed, err := simSeed(t.Opts.SimFlags)
+	if err != nil {
+		return err
+	}
+	t.EngineSeeds = map[string]int64{schema.RolePlanner: seed, schema.RoleActor: seed + 1}
 	ports, err := freePorts(2)
 	if err != nil {
 		return err
@@ -274,6 +284,31 @@ func (t *Topology) startSim(ctx context.Context) error {
 	t.PlannerURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	t.ActorURL = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	return nil
+}
+
+// simSeed reads the planner engine's seed from `planact sim` flags, as
+// its flag set does (the last --seed wins; 1 without one).
+func simSeed(flags []string) (int64, error) {
+	seed := int64(1)
+	for i := 0; i < len(flags); i++ {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(flags[i], "-"), "=")
+		if !strings.HasPrefix(flags[i], "-") || name != "seed" {
+			continue
+		}
+		if !hasValue {
+			if i+1 == len(flags) {
+				return 0, fmt.Errorf("sim flags %q: --seed without a value", flags)
+			}
+			i++
+			value = flags[i]
+		}
+		n, err := strconv.ParseInt(value, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("sim flags: --seed %q: want an integer", value)
+		}
+		seed = n
+	}
+	return seed, nil
 }
 
 // ProvisionArgs are the arguments of `planact provision`, run once as the

@@ -97,6 +97,13 @@ func roll(p float64, seed int64, parts ...string) bool {
 	return unit(hash64(seed, parts...)) < p
 }
 
+// LogProb is the log-probability the engine of seed gives output token i
+// (id) of a generation from prompt: a reader of samples can tell a
+// generated token from one the engine never returned (the chaos ledger).
+func LogProb(seed int64, prompt string, i, id int) float64 {
+	return logProb(seed, hash64(seed, prompt), i, id)
+}
+
 // logProb is the deterministic log-probability of output token i.
 func logProb(seed int64, promptHash uint64, i, id int) float64 {
 	u := unit(splitmix(promptHash ^ splitmix(uint64(seed)+uint64(i)*0x100000001b3+uint64(id))))
