@@ -3,67 +3,14 @@ package session_test
 import (
 	"context"
 	"slices"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
 )
-
-// restartable is the sessions bucket with watches the test can end, as a
-// NATS restart ends them, and hold down before they start again.
-type restartable struct {
-	jetstream.KeyValue
-
-	mu      sync.Mutex
-	current jetstream.KeyWatcher
-	down    chan struct{} // while open, a new watch waits for it to close
-	started chan struct{} // gets a value for every watch started
-}
-
-func (r *restartable) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
-	r.mu.Lock()
-	down := r.down
-	r.mu.Unlock()
-	if down != nil {
-		select {
-		case <-down:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	w, err := r.KeyValue.WatchAll(ctx, opts...)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	r.current = w
-	r.mu.Unlock()
-	r.started <- struct{}{}
-	return w, nil
-}
-
-// stop ends the watch that runs and holds the next one until the
-// returned function is called.
-func (r *restartable) stop() (up func()) {
-	r.mu.Lock()
-	down := make(chan struct{})
-	r.down = down
-	w := r.current
-	r.mu.Unlock()
-	_ = w.Stop()
-	return func() {
-		r.mu.Lock()
-		r.down = nil
-		r.mu.Unlock()
-		close(down)
-	}
-}
 
 // TestFollowerForgetsRolloutsGoneWhileTheWatchWasDown: a running rollout
 // whose session went while the sessions watch was down (its delete marker
@@ -75,7 +22,7 @@ func TestFollowerForgetsRolloutsGoneWhileTheWatchWasDown(t *testing.T) {
 	_, url := bustest.Server(t)
 	b := bustest.Bus(t, url, "t")
 	orig := b.Sessions
-	kv := &restartable{KeyValue: orig.KeyValue, started: make(chan struct{}, 4)}
+	kv := bustest.Restartable(orig.KeyValue)
 	watched := *orig
 	watched.KeyValue = kv
 	b.Sessions = &watched
@@ -118,17 +65,17 @@ func TestFollowerForgetsRolloutsGoneWhileTheWatchWasDown(t *testing.T) {
 	const gone, kept, born, after = 1, 2, 3, 4
 	run(gone)
 	run(kept)
-	<-kv.started
+	<-kv.Started
 	waitFor("before the restart", gone)
 	waitFor("before the restart", kept)
 
-	up := kv.stop()
+	up := kv.Stop()
 	if err := b.Purge(ctx, "KV_"+bus.BucketSession, "$KV."+bus.BucketSession+"."+schema.SessionKey(gone)); err != nil {
 		t.Fatal(err)
 	}
 	run(born)
 	up()
-	<-kv.started
+	<-kv.Started
 	// Written once the watch is up again: it comes after the replay.
 	run(after)
 	waitFor("after the restart", after)

@@ -8,63 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/telemetry"
 )
-
-// restartable is the sessions bucket with watches the test can end, as a
-// NATS restart ends them, and hold down before they start again.
-type restartable struct {
-	jetstream.KeyValue
-
-	mu      sync.Mutex
-	current jetstream.KeyWatcher
-	down    chan struct{} // while open, a new watch waits for it to close
-	started chan struct{} // gets a value for every watch started
-}
-
-func (r *restartable) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
-	r.mu.Lock()
-	down := r.down
-	r.mu.Unlock()
-	if down != nil {
-		select {
-		case <-down:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	w, err := r.KeyValue.WatchAll(ctx, opts...)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	r.current = w
-	r.mu.Unlock()
-	r.started <- struct{}{}
-	return w, nil
-}
-
-// stop ends the watch that runs and holds the next one until the
-// returned function is called.
-func (r *restartable) stop() (up func()) {
-	r.mu.Lock()
-	down := make(chan struct{})
-	r.down = down
-	w := r.current
-	r.mu.Unlock()
-	_ = w.Stop()
-	return func() {
-		r.mu.Lock()
-		r.down = nil
-		r.mu.Unlock()
-		close(down)
-	}
-}
 
 // TestSweepForgetsSessionsGoneWhileTheWatchWasDown: a session whose key
 // went while the sessions watch was down (its delete marker expired, or
@@ -80,7 +28,7 @@ func TestSweepForgetsSessionsGoneWhileTheWatchWasDown(t *testing.T) {
 	var logs lockedLog
 	s.Log = telemetry.NewLogger(&logs, telemetry.LogOptions{Level: "debug"})
 	orig := s.Bus.Sessions
-	kv := &restartable{KeyValue: orig.KeyValue, started: make(chan struct{}, 4)}
+	kv := bustest.Restartable(orig.KeyValue)
 	watched := *orig
 	watched.KeyValue = kv
 	s.Bus.Sessions = &watched
@@ -119,12 +67,12 @@ func TestSweepForgetsSessionsGoneWhileTheWatchWasDown(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	<-kv.started
+	<-kv.Started
 	waitIndex(t, s, "both sessions and both roles", func(e map[int64]indexed, roles map[string]schema.RoleState) bool {
 		return len(e) == 2 && len(roles) == 2
 	})
 
-	up := kv.stop()
+	up := kv.Stop()
 	// While no watch runs: one session and one role go without a trace,
 	// one session is written again, one is created.
 	for _, key := range []string{schema.SessionKey(gone), schema.RoleKey(schema.RoleActor)} {
@@ -135,7 +83,7 @@ func TestSweepForgetsSessionsGoneWhileTheWatchWasDown(t *testing.T) {
 	write(kept, long)
 	write(born, long)
 	up()
-	<-kv.started
+	<-kv.Started
 	// Written once the watch is up again: followed, and it comes after
 	// the replay ended.
 	write(after, s.Now().UnixMilli())
