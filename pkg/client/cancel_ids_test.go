@@ -35,32 +35,15 @@ func TestCancelsInOneMillisecondAreEachAnswered(t *testing.T) {
 	// The stand-in answers what the trainer's stream stored, as the
 	// session-store does: the first cancel aborts the rollout, a later
 	// one finds it ended; each answer names the cancel's Nats-Msg-Id.
-	cons, err := b.JS.OrderedConsumer(ctx, bus.StreamTrainer(role), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject.Cancel(n, role)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make(chan error, 16)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		md, err := m.Metadata()
-		if err != nil {
-			errs <- err
-			return
-		}
+	errs := standIn(t, b, role, []string{subject.Cancel(n, role)}, func(m jetstream.Msg, seq uint64) schema.Message {
 		who := fmt.Sprintf("cancel %s by the %s trainer", m.Headers().Get(jetstream.MsgIDHeader), role)
 		st := &schema.Status{Rollout: n, Event: "cancelled", Episode: -1, Detail: fmt.Sprintf("%s: rollout %d aborted", who, n)}
-		if md.Sequence.Stream > 1 {
+		if seq > 1 {
 			st.Event = "rejected"
 			st.Detail = fmt.Sprintf("%s: rollout %d had already ended (aborted at %s); nothing to abort", who, n, at.UTC().Format(time.RFC3339))
 		}
-		if err := b.Publish(context.Background(), st); err != nil {
-			errs <- err
-		}
+		return st
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Stop()
 
 	c1, err := client.New(bustest.Conn(t, url))
 	if err != nil {

@@ -31,31 +31,13 @@ func TestPausesInOneMillisecondAreEachAnswered(t *testing.T) {
 	// The stand-in answers what the trainer's stream stored, as the
 	// session-store does: each pause and resume by its Nats-Msg-Id, a
 	// pause's epoch the stream sequence.
-	cons, err := b.JS.OrderedConsumer(ctx, bus.StreamTrainer(role), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject.Control(role, "pause"), subject.Control(role, "resume")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make(chan error, 16)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		md, err := m.Metadata()
-		if err != nil {
-			errs <- err
-			return
-		}
+	errs := standIn(t, b, role, []string{subject.Control(role, "pause"), subject.Control(role, "resume")}, func(m jetstream.Msg, seq uint64) schema.Message {
 		id := m.Headers().Get(jetstream.MsgIDHeader)
-		var a schema.Message = &schema.Resumed{Role: role, ResumeID: id, AtMs: at.UnixMilli()}
 		if _, verb, _ := subject.ParseControl(m.Subject()); verb == "pause" {
-			a = &schema.Paused{Role: role, Epoch: int64(md.Sequence.Stream), PauseID: id, Mode: schema.PauseWait, AtMs: at.UnixMilli()}
+			return &schema.Paused{Role: role, Epoch: int64(seq), PauseID: id, Mode: schema.PauseWait, AtMs: at.UnixMilli()}
 		}
-		if err := b.Publish(context.Background(), a); err != nil {
-			errs <- err
-		}
+		return &schema.Resumed{Role: role, ResumeID: id, AtMs: at.UnixMilli()}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Stop()
 
 	c1, err := client.New(bustest.Conn(t, url))
 	if err != nil {
@@ -137,4 +119,31 @@ func TestARetriedPauseIsStoredOnce(t *testing.T) {
 	if err != nil || last != 3 {
 		t.Errorf("the trainer's stream holds %d pauses and resumes (%v); want 3", last, err)
 	}
+}
+
+// standIn stands in for the session-store: it answers each message the
+// role's trainer stream stores on subjects with answer(message, stream
+// sequence), until the test ends; what goes wrong comes on the channel.
+func standIn(t *testing.T, b *bus.Bus, role string, subjects []string, answer func(m jetstream.Msg, seq uint64) schema.Message) <-chan error {
+	t.Helper()
+	cons, err := b.JS.OrderedConsumer(t.Context(), bus.StreamTrainer(role), jetstream.OrderedConsumerConfig{FilterSubjects: subjects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 16)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			errs <- err
+			return
+		}
+		if err := b.Publish(context.Background(), answer(m, md.Sequence.Stream)); err != nil {
+			errs <- err
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	return errs
 }
