@@ -93,7 +93,7 @@ func cancelOf(t *testing.T, b *bus.Bus, n int64, role string) bus.Msg {
 	if err != nil || m == nil {
 		t.Fatalf("the cancel is not stored: %v", err)
 	}
-	return bus.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data, Seq: m.Seq, Delivered: 1}
+	return bus.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data, Seq: m.Seq, Time: m.Time, Delivered: 1}
 }
 
 // lastStatus is the last event on rollout n's status subject that answers
@@ -169,6 +169,25 @@ func TestACancelWaitsForItsRolesArrival(t *testing.T) {
 	sess, _, _, err := bus.GetFresh[schema.Session](ctx, b.Sessions, schema.SessionKey(n))
 	if err != nil || sess.State != schema.SessionAborted {
 		t.Fatalf("the rollout after the cancel: %s, %v; want aborted", sess.State, err)
+	}
+
+	// So too the other role's arrival, stored before the cancel on its own
+	// stream: the planner cancels the rollout the actor's arrival starts.
+	const o = 145
+	other := delivered(t, b, &schema.Arrive{Rollout: o, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://actor:30000"}})
+	c = cancelOf(t, b, o, schema.RolePlanner)
+	if err := s.handle(ctx, c); err == nil || !fail.IsRetryable(err) {
+		t.Fatalf("a planner's cancel handled before the actor's arrival: %v; want an error that may pass", err)
+	}
+	if err := s.handle(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	c.Delivered = 2
+	if err := s.handle(ctx, c); err != nil {
+		t.Fatalf("the planner's cancel, once the actor's arrival is recorded: %v", err)
+	}
+	if said := lastStatus(t, b, o); said.Event != "cancelled" {
+		t.Fatalf("answer to the planner's cancel: %+v; want cancelled", said)
 	}
 
 	// An arrival that was refused starts nothing: its cancel is told so at once.

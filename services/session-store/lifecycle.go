@@ -280,14 +280,14 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 	// that sent it knows it from another's.
 	who := fmt.Sprintf("cancel %s by the %s trainer", id, c.Role)
 	if err == nil && unknown {
-		// The role's own arrival, stored before this cancel on the same
-		// stream, may not be recorded yet (the trainer's messages are
-		// handled at once, up to Concurrency): the cancel waits for it
-		// rather than answer that the rollout is not known, and the
-		// rollout then run, uncancelled.
+		// An arrival stored before this cancel (its own role's, on the
+		// same stream, or the other's) may not be recorded yet (the
+		// trainers' messages are handled at once, up to Concurrency): the
+		// cancel waits for it rather than answer that the rollout is not
+		// known, and the rollout then run, uncancelled.
 		var pending string
 		if pending, err = s.pendingArrival(ctx, m, &c); err == nil && pending != "" {
-			err = fail.Transientf("rollout %d is not known yet: the %s arrival %s, stored before this cancel, is not recorded", c.Rollout, c.Role, pending)
+			err = fail.Transientf("rollout %d is not known yet: the arrival %s, stored before this cancel, is not recorded", c.Rollout, pending)
 		}
 	}
 	if err != nil {
@@ -340,32 +340,42 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 	return s.settle(ctx, sess, rev)
 }
 
-// pendingArrival returns the message id of the arrival of the cancel c's
-// role for its rollout that its trainer stored before the cancel m (on the
-// same stream) and that is neither recorded in a session nor refused; ""
-// when there is none. The caller found no session: such an arrival is
-// still being handled (or waits for a delivery).
+// pendingArrival returns the message id of an arrival for the cancel c's
+// rollout that is neither recorded in a session nor refused, and was
+// stored before the cancel m: its own role's (on the same stream, in
+// order) or the other role's (on its own stream, stored earlier by the
+// server's clock); "" when there is none. The caller found no session:
+// such an arrival is still being handled (or waits for a delivery), and
+// the rollout it starts is the one cancelled.
 func (s *Service) pendingArrival(ctx context.Context, m bus.Msg, c *schema.Cancel) (string, error) {
 	if m.Seq == 0 || m.Subject != subject.Cancel(c.Rollout, c.Role) {
 		return "", nil // not from the role's stream: no order to go by
 	}
-	am, err := s.Bus.LastMsg(ctx, bus.StreamTrainer(c.Role), subject.Arrive(c.Rollout, c.Role))
-	if err != nil || am == nil || am.Seq > m.Seq {
-		return "", err
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		am, err := s.Bus.LastMsg(ctx, bus.StreamTrainer(role), subject.Arrive(c.Rollout, role))
+		if err != nil {
+			return "", err
+		}
+		if am == nil || role == c.Role && am.Seq > m.Seq || role != c.Role && (m.Time.IsZero() || am.Time.After(m.Time)) {
+			continue
+		}
+		id := bus.Msg{Subject: am.Subject, Header: am.Header, Seq: am.Seq}.ID()
+		rm, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.Rejected(c.Rollout, role))
+		if err != nil {
+			return "", err
+		}
+		if rm != nil {
+			var r schema.Result
+			if err := rm.Decode(&r); err != nil {
+				return "", err
+			}
+			if r.ArrivalID == id {
+				continue // refused: no rollout will start from it
+			}
+		}
+		return id, nil
 	}
-	id := bus.Msg{Subject: am.Subject, Header: am.Header, Seq: am.Seq}.ID()
-	rm, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.Rejected(c.Rollout, c.Role))
-	if err != nil || rm == nil {
-		return id, err
-	}
-	var r schema.Result
-	if err := rm.Decode(&r); err != nil {
-		return "", err
-	}
-	if r.ArrivalID == id {
-		return "", nil // refused: no rollout will start from it
-	}
-	return id, nil
+	return "", nil
 }
 
 // end records in v that the rollout ended: its final state, the result
