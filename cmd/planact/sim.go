@@ -34,12 +34,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	versionEndpoint := fs.String("version-endpoint", "", "what GET /get_weight_version answers: empty for the engine's version, 404 for none (as vLLM: max_staleness cannot be checked), or a fixed version")
 	contextLength := fs.Int("context-length", 0, "report prompts longer than this many tokens as cut to it (prompt_tokens), as a server that truncates long prompts does: planact refuses such generations (0 = no limit)")
 	chatStripThink := fs.Bool("chat-strip-think", false, "the chat template drops <think> blocks from earlier assistant turns (as Qwen3's does), so openai-chat trajectories cannot stay token-exact")
-	driftFrom := fs.Int("drift-from", 0, "from the N-th request of an episode on, take another input than sent (another tokenizer revision: chat turns end in \n, token ids get a BOS), and say so in prompt_token_ids / prompt_tokens: planact quarantines the episode (0: never)")
+	driftFrom := fs.Int("drift-from", 0, "from the N-th request of an episode on, take another input than sent (another tokenizer revision: chat turns end in a newline, token ids get a BOS), and say so in prompt_token_ids / prompt_tokens: planact quarantines the episode (0: never)")
 	malformedRate := fs.Float64("malformed-rate", 0, "probability that the planner writes a malformed plan")
 	cyclicRate := fs.Float64("cyclic-rate", 0, "probability that the planner writes a cyclic plan")
 	actorErrorRate := fs.Float64("actor-error-rate", sim.Defaults.ActorErrorRate, "probability that the actor answers a lookup wrongly")
 	stepwise := fs.Float64("stepwise", sim.Defaults.PlannerStepwise, "fraction of questions the planner plans one hop per turn")
-	tasks := fs.Int("tasks", 0, "instead of serving: print this many questions of the built-in world with their labels, as JSON Lines of tasks that `planact submit --tasks` reads")
+	tasks := fs.Int("tasks", 0, "instead of serving: print this many questions of the built-in world with their labels, as JSON Lines of tasks that planact submit --tasks reads")
 	group := fs.Int("samples-per-prompt", 1, "with --tasks: copies of each question (a group, sharing a group_index)")
 	if err := fs.Parse(args); err != nil {
 		return err
