@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
@@ -277,4 +278,40 @@ func isConflict(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) ||
 		errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// Follow watches every key of kv until ctx ends, watching again (a second
+// later) when a watch cannot start or ends, as a NATS restart ends it. Each
+// entry goes to update, in order. A watch begins with the last value of
+// every key; once those are read, replayed gets the keys they held: a key
+// gone while no watch ran (purged, or its delete marker expired) is among
+// none of them, and no update will ever say it is gone. A key written
+// during the restart is among them, or comes after them.
+func (kv *Bucket) Follow(ctx context.Context, log zerolog.Logger, update func(jetstream.KeyValueEntry), replayed func(keys map[string]bool)) {
+	for ctx.Err() == nil {
+		w, err := kv.WatchAll(ctx)
+		if err != nil {
+			log.Warn().Err(err).Str("bucket", kv.Bucket()).Msg("watch; trying again")
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		keys := map[string]bool{}
+		for e := range w.Updates() {
+			if e == nil {
+				if keys != nil {
+					replayed(keys)
+					keys = nil
+				}
+				continue
+			}
+			if keys != nil {
+				keys[e.Key()] = true
+			}
+			update(e)
+		}
+		_ = w.Stop()
+	}
 }

@@ -52,38 +52,10 @@ func NewFollower(b *bus.Bus, log zerolog.Logger) *Follower {
 	return &Follower{bus: b, log: log, running: map[int64]schema.Session{}, over: map[int64]bool{}, work: map[int64]map[*int]context.CancelCauseFunc{}, gates: map[string]*Gate{}}
 }
 
-// Run follows the bucket until ctx ends.
+// Run follows the bucket until ctx ends. A session gone while the watch
+// was down is forgotten once the watch has replayed what the bucket holds.
 func (f *Follower) Run(ctx context.Context) error {
-	for ctx.Err() == nil {
-		w, err := f.bus.Sessions.WatchAll(ctx)
-		if err != nil {
-			f.log.Warn().Err(err).Msg("sessions watch; trying again")
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		// A watch begins with the last value of every key. A session gone
-		// while no watch ran (purged, or its delete marker expired) is not
-		// among them, and no update will ever say it is gone: it is
-		// forgotten once they are all read.
-		replayed := map[string]bool{}
-		for e := range w.Updates() {
-			if e == nil {
-				if replayed != nil {
-					f.keepOnly(replayed)
-					replayed = nil
-				}
-				continue
-			}
-			if replayed != nil {
-				replayed[e.Key()] = true
-			}
-			f.update(e)
-		}
-		_ = w.Stop()
-	}
+	f.bus.Sessions.Follow(ctx, f.log, f.update, f.keepOnly)
 	return nil
 }
 

@@ -103,38 +103,9 @@ func (s *Service) sweep(ctx context.Context) error {
 // follow keeps the index up to date from a watch of the sessions bucket,
 // starting again whenever the watch ends (a NATS restart, say).
 func (s *Service) follow(ctx context.Context) {
-	for ctx.Err() == nil {
-		w, err := s.Bus.Sessions.WatchAll(ctx)
-		if err != nil {
-			s.Log.Warn().Err(err).Msg("sessions watch; trying again")
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		// A watch begins with the last value of every key. A key gone
-		// while no watch ran (purged, or its delete marker expired) is not
-		// among them, and no update will ever say it is gone: what the
-		// index holds of it goes once they are all read. A key written
-		// during the restart is among them, or comes after them.
-		replayed := map[string]bool{}
-		for e := range w.Updates() {
-			if e == nil {
-				if replayed != nil {
-					s.index.keepOnly(replayed)
-					replayed = nil
-				}
-				continue
-			}
-			if replayed != nil {
-				replayed[e.Key()] = true
-			}
-			s.index.update(e)
-		}
-		_ = w.Stop()
-	}
+	// What the index holds of a key gone while the watch was down goes
+	// once the watch has replayed what the bucket holds.
+	s.Bus.Sessions.Follow(ctx, s.Log, s.index.update, s.index.keepOnly)
 }
 
 // update applies one entry of the sessions watch.
