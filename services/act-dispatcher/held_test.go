@@ -39,9 +39,7 @@ func TestAnActHeldAsideKeepsItsBudget(t *testing.T) {
 	}{
 		{"paused", func(s *Service, gateway func()) {
 			gateway()
-			for s.follow.Gate(schema.RoleActor).Waiting() == 0 {
-				time.Sleep(5 * time.Millisecond) // until the act waits at the gate
-			}
+			waitFor(t, "the act to wait at the gate", func() bool { return s.follow.Gate(schema.RoleActor).Waiting() > 0 })
 			time.Sleep(held)
 			setRole(t, s, schema.RoleState{Role: schema.RoleActor, Epoch: 2}) // resumed
 		}},
@@ -59,9 +57,7 @@ func TestAnActHeldAsideKeepsItsBudget(t *testing.T) {
 			go func() { _ = s.follow.Run(ctx) }()
 			if tc.name == "paused" {
 				setRole(t, s, schema.RoleState{Role: schema.RoleActor, Paused: true, Epoch: 1, Mode: schema.PauseWait})
-				for !s.follow.Gate(schema.RoleActor).State().Paused {
-					time.Sleep(5 * time.Millisecond) // until the replica sees the pause
-				}
+				waitFor(t, "the replica to see the pause", func() bool { return s.follow.Gate(schema.RoleActor).State().Paused })
 			}
 			a := &act{Rollout: 1, Episode: 0, Turn: 1, Key: "t1-a", Node: search("a", "x")}
 			result := make(chan *schema.ActDone, 1)

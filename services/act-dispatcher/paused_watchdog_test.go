@@ -37,9 +37,7 @@ func TestTheWatchdogWaitsOutAPause(t *testing.T) {
 		if _, err := s.Bus.Sessions.Put(ctx, schema.RoleKey(st.Role), data); err != nil {
 			t.Fatal(err)
 		}
-		for s.follow.Gate(st.Role).State().Epoch != st.Epoch {
-			time.Sleep(5 * time.Millisecond) // until this replica sees it
-		}
+		waitFor(t, "the replica to see the role's state", func() bool { return s.follow.Gate(st.Role).State().Epoch == st.Epoch })
 	}
 	setRole(schema.RoleState{Role: schema.RolePlanner, Paused: true, Epoch: 1, Mode: schema.PauseWait})
 	if err := s.Bus.Publish(ctx, &schema.PlanRequest{Rollout: 1, Episode: 0, Turn: 1}); err != nil {
@@ -74,5 +72,16 @@ func TestTheWatchdogWaitsOutAPause(t *testing.T) {
 	}
 	if asked() == first {
 		t.Error("a turn stalled after the resume was not driven on")
+	}
+}
+
+// waitFor polls cond until it holds, failing the test when it has not
+// within a minute (a hang detector: it holds within milliseconds).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s", what)
+		}
 	}
 }
