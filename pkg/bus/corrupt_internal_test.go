@@ -27,8 +27,8 @@ func TestAValueThatCannotBeReadIsAnError(t *testing.T) {
 		body []byte
 		says string
 	}{
-		{"nil", []byte{0xc0}, "the value is nil"},
-		{"an empty array", []byte{0x90}, "the value is an array"},
+		{"nil", []byte{0xc0}, "the body is nil: want a map of fields"},
+		{"an empty array", []byte{0x90}, "the body is an array: want a map of fields"},
 		{"no msgpack", []byte("garbage"), "not a msgpack body"},
 		{"a string", []byte{0xa1, 'x'}, `the body is the string "x"`},
 		{"empty", nil, "the body is empty"},

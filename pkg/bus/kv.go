@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"reflect"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -69,20 +68,11 @@ func GetFresh[T any](ctx context.Context, kv *Bucket, key string) (v T, rev uint
 }
 
 // decodeValue decodes the value of key at revision rev of bucket into v. A
-// value that is there but cannot be read is an error naming the key, its
-// revision and what is wrong, never a key absent or holding nothing: a
-// caller would create, skip or redo work as if it were. Planact writes
-// every value as a map of fields; a msgpack nil or an array, which the
-// decoder would take for an empty value, is refused too.
+// value that is there but cannot be read (schema.Unmarshal refuses a nil or
+// an array where a map of fields is wanted, too) is an error naming the key,
+// its revision and what is wrong, never a key absent or holding nothing: a
+// caller would create, skip or redo work as if it were.
 func decodeValue[T any](bucket, key string, rev uint64, data []byte, v *T) error {
-	if len(data) > 0 && reflect.TypeFor[T]().Kind() == reflect.Struct {
-		switch c := data[0]; {
-		case c == 0xc0:
-			return fail.Permanentf("kv %s/%s revision %d: decode %T: the value is nil: want a map of fields", bucket, key, rev, v)
-		case c >= 0x90 && c <= 0x9f || c == 0xdc || c == 0xdd:
-			return fail.Permanentf("kv %s/%s revision %d: decode %T: the value is an array: want a map of fields", bucket, key, rev, v)
-		}
-	}
 	if err := schema.Unmarshal(data, v); err != nil {
 		return fail.E(fail.Permanent, fmt.Errorf("kv %s/%s revision %d: %w", bucket, key, rev, err))
 	}

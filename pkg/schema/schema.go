@@ -5,7 +5,9 @@ package schema
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 
@@ -135,10 +137,33 @@ func Unmarshal(data []byte, v any) error {
 			return fail.Invalidf("decode %s: %w", nameOf(v), explainMsgpack(data, v, err, false))
 		}
 	}
+	if err := wantFields(data, v); err != nil {
+		return fail.Invalidf("decode %s: %w", nameOf(v), err)
+	}
 	if err := decode(data, v); err != nil {
 		return fail.Invalidf("decode %s: %w", nameOf(v), explainMsgpack(data, v, err, false))
 	}
 	return checkSchema(v)
+}
+
+// wantFields refuses a msgpack nil or array where v, a pointer to a
+// struct, wants a map of fields: planact writes every struct as a map, and
+// the decoder would take a nil for an empty value (a session, a role's
+// state, a run holding nothing) and an array for fields in order.
+func wantFields(data []byte, v any) error {
+	if len(data) == 0 {
+		return nil
+	}
+	if t := reflect.TypeOf(v); t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	switch c := data[0]; {
+	case c == 0xc0:
+		return errors.New("the body is nil: want a map of fields")
+	case c >= 0x90 && c <= 0x9f || c == 0xdc || c == 0xdd:
+		return errors.New("the body is an array: want a map of fields")
+	}
+	return nil
 }
 
 // nameOf names what is decoded into v in errors: its kind for a message.

@@ -624,3 +624,19 @@ func TestSchemasBoundWhatGoBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestNoFieldsIsNoValue: a msgpack nil or array decoded into a struct
+// (a session, a role's state, a run) was taken for the zero value, or
+// for its fields in order: what holds no map of fields is an error.
+func TestNoFieldsIsNoValue(t *testing.T) {
+	for _, data := range [][]byte{{0xc0}, {0x90}, {0x92, 0x01, 0x02}} {
+		var st schema.RoleState
+		if err := schema.Unmarshal(data, &st); err == nil || !strings.Contains(err.Error(), "want a map of fields") {
+			t.Errorf("% x into a RoleState: %v (%+v); want an error", data, err, st)
+		}
+	}
+	var ids []int
+	if err := schema.Unmarshal([]byte{0x92, 0x01, 0x02}, &ids); err != nil || len(ids) != 2 {
+		t.Errorf("an array into a slice: %v, %v", ids, err)
+	}
+}
