@@ -45,6 +45,9 @@ type Follower struct {
 	over  map[int64]bool
 	work  map[int64]map[*int]context.CancelCauseFunc
 	gates map[string]*Gate
+	// seen is the highest bucket revision the watch delivered: every key
+	// a replay leaves out was gone at it.
+	seen uint64
 }
 
 // NewFollower returns a follower of b's sessions bucket; Run follows it.
@@ -59,10 +62,11 @@ func (f *Follower) Run(ctx context.Context) error {
 	return nil
 }
 
-// keepOnly forgets the rollouts whose session keys are not in keys.
+// keepOnly forgets the rollouts whose session keys are not in keys, and
+// opens the gates of the roles whose keys are not: their state went while
+// the watch was down, and no update will say so.
 func (f *Follower) keepOnly(keys map[string]bool) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	for n := range f.running {
 		if !keys[schema.SessionKey(n)] {
 			delete(f.running, n)
@@ -73,15 +77,37 @@ func (f *Follower) keepOnly(keys map[string]bool) {
 			delete(f.over, n)
 		}
 	}
+	var gone []*Gate
+	for role, g := range f.gates {
+		if !keys[schema.RoleKey(role)] {
+			gone = append(gone, g)
+		}
+	}
+	rev := f.seen
+	f.mu.Unlock()
+	for _, g := range gone {
+		g.gone(rev)
+	}
 }
 
 func (f *Follower) update(e jetstream.KeyValueEntry) {
+	f.mu.Lock()
+	f.seen = max(f.seen, e.Revision())
+	f.mu.Unlock()
 	key := e.Key()
 	if role, ok := strings.CutPrefix(key, "role."); ok {
-		var st schema.RoleState
-		if e.Operation() == jetstream.KeyValuePut && schema.Unmarshal(e.Value(), &st) == nil {
-			f.Gate(role).set(st, e.Revision())
+		if e.Operation() != jetstream.KeyValuePut {
+			// Deleted or purged (by hand, or at the bucket's TTL): no
+			// pause is in force any more.
+			f.Gate(role).gone(e.Revision())
+			return
 		}
+		var st schema.RoleState
+		if err := schema.Unmarshal(e.Value(), &st); err != nil {
+			f.log.Warn().Err(err).Str("role", role).Uint64("revision", e.Revision()).Msg("the role's state cannot be read; the gate keeps the last it could")
+			return
+		}
+		f.Gate(role).set(st, e.Revision())
 		return
 	}
 	if strings.Contains(key, ".") {
@@ -166,17 +192,20 @@ func (f *Follower) Rollout(ctx context.Context, n int64) (context.Context, func(
 }
 
 // SyncRole reads role's state from the bucket's leader and gives it to the
-// role's gate, unless the watch gave it a newer one already. A gateway
-// calls it after it recorded its presence and before it serves: a pause
-// answered without waiting for it was recorded before its presence, so
-// this read sees that pause however late the watch delivers it, and no
-// generation starts under it. It tries again until ctx ends.
+// role's gate (a key deleted or purged: not paused), unless the watch gave
+// it a newer one already. A gateway calls it after it recorded its
+// presence and before it serves: a pause answered without waiting for it
+// was recorded before its presence, so this read sees that pause however
+// late the watch delivers it, and no generation starts under it. It tries
+// again until ctx ends.
 func (f *Follower) SyncRole(ctx context.Context, role string) error {
 	for {
-		st, rev, found, err := bus.GetFresh[schema.RoleState](ctx, f.bus.Sessions, schema.RoleKey(role))
+		st, rev, found, err := f.readRole(ctx, role)
 		if err == nil {
 			if found {
 				f.Gate(role).set(st, rev)
+			} else {
+				f.Gate(role).gone(rev)
 			}
 			return nil
 		}
@@ -187,6 +216,35 @@ func (f *Follower) SyncRole(ctx context.Context, role string) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// readRole reads role's state from the bucket's leader with its revision.
+// When the key is gone (deleted, purged, expired, or never written), rev is
+// one at which it was gone: no put of it at or below rev is the role's
+// state any more, so a put the watch delivers late does not bring it back.
+func (f *Follower) readRole(ctx context.Context, role string) (st schema.RoleState, rev uint64, found bool, err error) {
+	bucket, key := f.bus.Sessions.Bucket(), schema.RoleKey(role)
+	stream := "KV_" + bucket
+	// The bucket's last revision, read before the key: every put at or
+	// below it came before the read that finds the key gone.
+	info, err := f.bus.JS.Stream(ctx, stream)
+	if err != nil {
+		return st, 0, false, fail.Transientf("read the %s bucket's last revision: %w", bucket, err)
+	}
+	rev = info.CachedInfo().State.LastSeq
+	m, err := f.bus.LastMsg(ctx, stream, "$KV."+bucket+"."+key)
+	switch {
+	case err != nil:
+		return st, 0, false, err
+	case m == nil:
+		return st, rev, false, nil
+	case bus.KVDeleted(m.Header):
+		return st, max(rev, m.Seq), false, nil
+	}
+	if err := schema.Unmarshal(m.Data, &st); err != nil {
+		return st, 0, false, fail.E(fail.Permanent, fmt.Errorf("kv %s/%s revision %d: %w", bucket, key, m.Seq, err))
+	}
+	return st, m.Seq, true, nil
 }
 
 // Gate returns the gate of role.
@@ -245,6 +303,26 @@ func (g *Gate) set(st schema.RoleState, rev uint64) {
 		}
 		g.rev = rev
 	}
+	g.apply(st)
+}
+
+// gone gives the gate the absence of the role's key at bucket revision rev
+// (deleted, purged, or expired at the bucket's TTL): no pause is in force,
+// the role runs, and the work a pause held goes on. A put at rev itself
+// came before the absence; rev 0 says nothing (the bucket held nothing, or
+// the watch delivered nothing), and what the gate holds is no older.
+func (g *Gate) gone(rev uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if rev == 0 || rev < g.rev {
+		return
+	}
+	g.rev = rev
+	g.apply(schema.RoleState{Role: g.role})
+}
+
+// apply makes st the gate's state; g.mu is held.
+func (g *Gate) apply(st schema.RoleState) {
 	newPause := st.Paused && (!g.state.Paused || st.Epoch != g.state.Epoch)
 	if p := g.pause; p != nil && (!st.Paused || st.Epoch != p.epoch) {
 		// The pause in force ended. If at its time-out, the work that
