@@ -97,7 +97,7 @@ func TestPeerReviewParse(t *testing.T) {
 			t.Errorf("%s: %#v, want an error saying %q", c.name, parse(2, c.text, c.obs), c.want)
 		}
 	}
-	if pe, ok := parse(3, "", obs).(*schema.PlanError); !ok || pe.ErrorKind != "syntax" {
+	if pe, ok := parse(3, "", obs).(*schema.PlanError); !ok || pe.ErrorKind != string(plan.ErrEmpty) {
 		t.Errorf("empty review: %#v", parse(3, "", obs))
 	}
 	open, ok := m.Open(7, 1, schema.Task{Prompt: "Q?"}, cfg, "v1").(*schema.PlanDAG)

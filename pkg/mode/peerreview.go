@@ -16,7 +16,9 @@ import (
 // critiques it (<revise>critique</revise>: the actor revises in the same
 // turn, and the revision is the next turn's observation). A review that
 // asks for a revision at max_turns ends the episode with the answer it
-// reviewed, unaccepted.
+// reviewed, unaccepted. An attempt whose answer is empty is shown as such
+// and is no answer, as a failed one is none: there is nothing to accept or
+// to end with. An empty review is a parse error naming its turn.
 //
 // Every attempt is an actor sample, rewarded with the final answer's score;
 // the planner's sample holds every review and is rewarded with the
@@ -65,8 +67,13 @@ var (
 	thinkRe   = regexp.MustCompile(`(?i)<think>`)
 	unthinkRe = regexp.MustCompile(`(?i)</think>`)
 	answerRe  = regexp.MustCompile(`(?m)^Answer: (.*)$`)
-	attemptRe = regexp.MustCompile(`(?m)^The attempt failed`)
+	attemptRe = regexp.MustCompile(`(?m)^The attempt (failed|is empty)`)
 )
+
+// emptyAttempt is how Observation shows an attempt whose answer is empty
+// (the actor generated nothing, or only white space): no answer, as a
+// failed attempt is none.
+const emptyAttempt = "The attempt is empty: the solver gave no answer"
 
 // outsideThink is text without what the model thought, as pkg/plan reads
 // an output: closed <think> blocks, everything before a lone </think> (the
@@ -141,15 +148,20 @@ func (PeerReview) Parse(_ context.Context, out *schema.PlanOutput, observation s
 		}
 		return perr(schema.PlanErrContextFull, msg), nil
 	}
+	if strings.TrimSpace(outsideThink(out.Text)) == "" {
+		return perr(string(plan.ErrEmpty), fmt.Sprintf("turn %d: the review is empty; reply with <accept/> or <revise>what is wrong</revise>", out.Turn)), nil
+	}
 	accept, critique, ok := Verdict(out.Text)
 	if !ok {
 		return perr("syntax", "a review is <accept/> or <revise>what is wrong</revise>; found neither"), nil
 	}
-	answer, answered := observedAnswer(observation)
+	answer, answered, empty := observedAnswer(observation)
 	end := func() schema.Message {
 		return &schema.PlanAnswer{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, Answers: []string{answer}, FinishReason: out.FinishReason}
 	}
 	switch {
+	case accept && empty:
+		return perr("syntax", fmt.Sprintf("turn %d: there is no answer to accept: the attempt reviewed is empty; ask for a revision", out.Turn)), nil
 	case accept && !answered:
 		return perr("syntax", "there is no answer to accept: the last attempt failed; ask for a revision"), nil
 	case accept:
@@ -177,16 +189,20 @@ func (PeerReview) reads(observation string) bool {
 	return answerRe.MatchString(observation) || attemptRe.MatchString(observation)
 }
 
-// observedAnswer reads the answer an observation (Observation's) shows.
-func observedAnswer(observation string) (string, bool) {
-	if attemptRe.MatchString(observation) {
-		return "", false
+// observedAnswer reads the answer an observation (Observation's) shows;
+// answered is false when it shows none, and empty says why: the attempt's
+// answer was empty (an "Answer: " with nothing after it, as Observation
+// showed one before it said so, is empty too), not failed.
+func observedAnswer(observation string) (answer string, answered, empty bool) {
+	if m := attemptRe.FindStringSubmatch(observation); m != nil {
+		return "", false, m[1] == "is empty"
 	}
 	m := answerRe.FindAllStringSubmatch(observation, -1)
 	if len(m) == 0 {
-		return "", false
+		return "", false, false
 	}
-	return strings.TrimSpace(m[len(m)-1][1]), true
+	answer = strings.TrimSpace(m[len(m)-1][1])
+	return answer, answer != "", answer == ""
 }
 
 // Tool adds the attempts' tool, the actor model, to the rollout's.
@@ -223,7 +239,11 @@ func (PeerReview) Observation(r *schema.Run, _ schema.Config) string {
 	for _, n := range r.Nodes {
 		switch n.Status {
 		case schema.NodeDone, schema.NodeCached:
-			b.WriteString("Answer: " + oneLine(n.Output))
+			if a := oneLine(n.Output); a != "" {
+				b.WriteString("Answer: " + a)
+			} else {
+				b.WriteString(emptyAttempt)
+			}
 		case schema.NodeFailed:
 			b.WriteString("The attempt failed: " + oneLine(n.Error))
 		default:
