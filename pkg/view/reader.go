@@ -82,6 +82,13 @@ type Options struct {
 	// DefaultMaxRollouts); beyond it the oldest finished ones are let go
 	// of first. Rollouts the streams no longer hold are let go of anyway.
 	MaxRollouts int
+
+	// patience bounds one of Open's requests (0: the bus's own time-out of
+	// a request); a test shortens it to wait out a silent server quickly.
+	patience time.Duration
+	// unanswered, if set, is told of each of Open's requests that went
+	// unanswered within its time-out and is asked again (tests).
+	unanswered func(error)
 }
 
 // Open starts reading planact's history and live traffic over nc, from the
@@ -128,20 +135,32 @@ func OpenWith(ctx context.Context, nc *nats.Conn, o Options) (*Reader, error) {
 	// What "read up to now" means: the last message each stream holds on
 	// what the view reads.
 	for name, f := range followed {
-		last, err := bus.LastSeqUntil(ctx, nc, name, f.filter)
+		var last uint64
+		err := o.untilAnswered(ctx, func(ctx context.Context) (err error) {
+			last, err = bus.LastSeq(ctx, nc, name, f.filter)
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("view: stream %s: %w", name, hint(err))
 		}
 		r.until[name] = last
 		r.st.marks[name] = time.Time{} // nothing read of it yet
 	}
-	runsLast, err := bus.LastSeqUntil(ctx, nc, "KV_"+bus.BucketRuns, "$KV."+bus.BucketRuns+".>")
+	var runsLast uint64
+	err := o.untilAnswered(ctx, func(ctx context.Context) (err error) {
+		runsLast, err = bus.LastSeq(ctx, nc, "KV_"+bus.BucketRuns, "$KV."+bus.BucketRuns+".>")
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("view: KV bucket %s: %w", bus.BucketRuns, hint(err))
 	}
 	// Rollouts older than the streams' history are let go of: the view
 	// learns how long that is as watch does.
-	if r.st.maxAge, err = historyKept(ctx, nc); err != nil {
+	err = o.untilAnswered(ctx, func(ctx context.Context) (err error) {
+		r.st.maxAge, err = historyKept(ctx, nc)
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("view: stream %s: how long the history is kept: %w", bus.StreamRollout, hint(err))
 	}
 	fctx, cancel := context.WithCancel(context.Background())
@@ -245,24 +264,42 @@ func loadTasks(ctx context.Context, nc *nats.Conn, role, object, sha string) ([]
 	return session.ReadTaskList(ctx, nc, schema.TaskList{Object: object, From: role, Digest: schema.DigestSHA256 + sha})
 }
 
+// untilAnswered asks again while the server does not answer ask within
+// one request's time-out (a loaded cluster), until ctx ends: the caller's
+// deadline (inspect's --timeout), not one request's, bounds Open's wait.
+// Open gave up after one unanswered request once (a flake hunt: inspect
+// failed with 25 s of its 30 left). Any other answer, an error too (no
+// responders: no such stream), is returned at once.
+func (o Options) untilAnswered(ctx context.Context, ask func(context.Context) error) error {
+	for {
+		rctx, cancel := ctx, context.CancelFunc(func() {})
+		if o.patience > 0 {
+			rctx, cancel = context.WithTimeout(ctx, o.patience)
+		}
+		err := ask(rctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) {
+			return err
+		}
+		if o.unanswered != nil {
+			o.unanswered(err)
+		}
+	}
+}
+
 // historyKept is how long the streams keep planact's history (the ROLLOUT
-// stream's max age; 0: for ever), asked again while the server does not
-// answer in time, as LastSeqUntil does.
+// stream's max age; 0: for ever).
 func historyKept(ctx context.Context, nc *nats.Conn) (time.Duration, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return 0, err
 	}
-	for {
-		// (STREAM.INFO of ROLLOUT: the viewer may read it.)
-		s, err := js.Stream(ctx, bus.StreamRollout)
-		if err == nil {
-			return s.CachedInfo().Config.MaxAge, nil
-		}
-		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-			return 0, err
-		}
+	// (STREAM.INFO of ROLLOUT: the viewer may read it.)
+	s, err := js.Stream(ctx, bus.StreamRollout)
+	if err != nil {
+		return 0, err
 	}
+	return s.CachedInfo().Config.MaxAge, nil
 }
 
 // Close stops reading; the view keeps what it has read.
