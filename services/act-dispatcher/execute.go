@@ -51,7 +51,7 @@ func (s *Service) outcome(ctx context.Context, n int64, e int, key string) (*sch
 func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*schema.ActDone, error) {
 	log := zerolog.Ctx(ctx)
 	cfg := info.Session.Config
-	began := time.Now()
+	began := s.clock()
 	done := &schema.ActDone{
 		Rollout: run.Rollout, Episode: run.Episode, Turn: run.Turn, Key: run.Key,
 		NodeID: run.Node.ID, Tool: run.Node.Tool, Input: run.Node.Input(), ReleasedMs: run.ReleasedMs, StartedMs: began.UnixMilli(),
@@ -87,9 +87,9 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 		if tool.Kind == schema.ToolActor {
 			// No generation while the actor role is paused: the act waits,
 			// and the wait is no attempt and no part of its time-out.
-			from := time.Now()
+			from := s.clock()
 			err := gate.Wait(ctx)
-			held += time.Since(from)
+			held += s.clock().Sub(from)
 			if err != nil {
 				if ctx.Err() == nil {
 					done.Status, done.Error, done.ErrorKind = schema.ActFailed, err.Error(), schema.ActErrPaused
@@ -101,7 +101,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 				return nil, ctx.Err()
 			}
 		}
-		tried := time.Now()
+		tried := s.clock()
 		actx, cancel := context.WithTimeout(ctx, schema.Seconds(cfg.ActTimeoutS))
 		actx, attemptSpan := telemetry.StartSpan(actx, "act attempt")
 		out, gen, err := s.try(actx, info, run)
@@ -132,7 +132,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			case <-time.After(50 * time.Millisecond):
 			case <-ctx.Done():
 			}
-			held += time.Since(tried)
+			held += s.clock().Sub(tried)
 			continue
 		}
 		if err == nil {
@@ -184,7 +184,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			// (past the act's deadline, as the watchdog counts it: its
 			// attempts and back-offs, not the time it was held) fails the
 			// act now, in the engine's words.
-			if !s.waitFits(cfg, time.Since(began)-held, attempt, d) {
+			if !s.waitFits(cfg, s.clock().Sub(began)-held, attempt, d) {
 				done.Error = fmt.Sprintf("%s (the engine asked to be tried again in %v: past the act's deadline, act_timeout_s %g for each attempt left)", done.Error, d, cfg.ActTimeoutS)
 				break
 			}
@@ -202,7 +202,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 			return nil, ctx.Err()
 		}
 		if waiting {
-			held += time.Since(tried)
+			held += s.clock().Sub(tried)
 		}
 		if fresh, _ := s.sessions.Get(ctx, run.Rollout); fresh != nil && !fresh.Active() {
 			log.Info().Msg("rollout over; act not retried")
@@ -211,7 +211,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 	}
 	done.EndedMs, done.Retries = nowMs(), run.retries
 	telemetry.Acts.WithLabelValues(done.Status).Inc()
-	telemetry.ActSeconds.WithLabelValues(done.Status).Observe(time.Since(began).Seconds())
+	telemetry.ActSeconds.WithLabelValues(done.Status).Observe(s.clock().Sub(began).Seconds())
 	if done.Status == schema.ActFailed {
 		telemetry.ActFailures.WithLabelValues(done.ErrorKind).Inc()
 		log.Warn().Str("error", done.Error).Int("attempts", done.Attempts).Msg("act failed")

@@ -2,6 +2,7 @@ package actdispatcher
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,14 +17,18 @@ import (
 // again (or handing the turn to another runner, which recorded that its
 // runner "is gone") while the pause held both. It counts no stall while a
 // role is paused, nor from before the pause ended; after that it drives
-// stalled work on as before.
+// stalled work on as before. The watchdog's clock is the test's: the
+// episode's progress is its rollout's start, an hour ago, and the clock is
+// moved past the stall rather than slept through.
 func TestTheWatchdogWaitsOutAPause(t *testing.T) {
 	t.Parallel()
 	s, _ := testService(t)
-	s.Stall, s.PlannerSlack = 100*time.Millisecond, 0
+	const stall = time.Minute
+	s.Stall = stall
+	clock := &testClock{at: time.Now()}
+	s.now = clock.now
 	info := testInfo()
-	info.Session.Config.PlannerTimeoutS = 1 // the turn's stall: 1 s
-	info.Session.StartedMs = time.Now().Add(-time.Minute).UnixMilli()
+	info.Session.StartedMs = clock.now().Add(-time.Hour).UnixMilli()
 	storeSession(t, s, info)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -39,40 +44,64 @@ func TestTheWatchdogWaitsOutAPause(t *testing.T) {
 		}
 		waitFor(t, "the replica to see the role's state", func() bool { return s.follow.Gate(st.Role).State().Epoch == st.Epoch })
 	}
-	setRole(schema.RoleState{Role: schema.RolePlanner, Paused: true, Epoch: 1, Mode: schema.PauseWait})
-	if err := s.Bus.Publish(ctx, &schema.PlanRequest{Rollout: 1, Episode: 0, Turn: 1}); err != nil {
-		t.Fatal(err)
-	}
-	asked := func() uint64 {
+	// The planner was never asked (its first request lost, say): the
+	// watchdog's stall counts from the rollout's start.
+	asked := func() bool {
 		t.Helper()
 		m, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanReq(1, 0))
-		if err != nil || m == nil {
-			t.Fatalf("the plan request: %v, %v", m, err)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return m.Seq
+		return m != nil
 	}
-	first := asked()
-	time.Sleep(1100 * time.Millisecond) // past the turn's stall
+	setRole(schema.RoleState{Role: schema.RolePlanner, Paused: true, Epoch: 1, Mode: schema.PauseWait})
+	clock.add(2 * stall) // the pause holds past another stall
 	if err := s.probe(ctx, &info.Session, 0); err != nil {
 		t.Fatal(err)
 	}
-	if asked() != first {
-		t.Fatal("the planner was asked again while the planner role was paused")
+	if asked() {
+		t.Fatal("the planner was asked while the planner role was paused")
 	}
 	setRole(schema.RoleState{Role: schema.RolePlanner, Epoch: 2}) // resumed
+	_, resumed := s.follow.Gate(schema.RolePlanner).Held()
+	clock.set(resumed) // the replica's clock at the resume
 	if err := s.probe(ctx, &info.Session, 0); err != nil {
 		t.Fatal(err)
 	}
-	if asked() != first {
-		t.Fatal("the planner was asked again at once after the resume: the time paused counted as a stall")
+	if asked() {
+		t.Fatal("the planner was asked at once after the resume: the time paused counted as a stall")
 	}
-	time.Sleep(1100 * time.Millisecond) // a stall after the resume
+	clock.add(stall) // a stall after the resume
 	if err := s.probe(ctx, &info.Session, 0); err != nil {
 		t.Fatal(err)
 	}
-	if asked() == first {
-		t.Error("a turn stalled after the resume was not driven on")
+	if !asked() {
+		t.Error("an episode stalled after the resume was not driven on")
 	}
+}
+
+// testClock is a clock that a test moves (Service.now).
+type testClock struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (c *testClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at
+}
+
+func (c *testClock) set(at time.Time) {
+	c.mu.Lock()
+	c.at = at
+	c.mu.Unlock()
+}
+
+func (c *testClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.at = c.at.Add(d)
+	c.mu.Unlock()
 }
 
 // waitFor polls cond until it holds, failing the test when it has not

@@ -130,10 +130,53 @@ func (s *Service) handleParseError(ctx context.Context, info *session.Info, pe *
 	case pe.Turn >= cfg.MaxTurns:
 		return s.endEpisode(ctx, info, pe.Rollout, pe.Episode, pe.Turn, schema.EpisodeTruncated, nil, "max_turns after "+reason)
 	}
+	if status, why, err := s.abandonedEnds(ctx, info, pe, reason); err != nil || status != "" {
+		if err != nil {
+			return err
+		}
+		return s.endEpisode(ctx, info, pe.Rollout, pe.Episode, pe.Turn, status, nil, why)
+	}
 	return s.Bus.Publish(ctx, &schema.PlanRequest{
 		Rollout: pe.Rollout, Episode: pe.Episode, Turn: pe.Turn + 1,
 		Observation: ErrorObservation(pe.Message), WeightVersion: plannerVersion(info),
 	})
+}
+
+// abandonedEnds says how the episode of the parse error pe (reason) ends,
+// when the partial run of its streamed turn has an act that drifted or was
+// refused as stale, as finishTurn ends it when a finished turn has one:
+// else "" (the planner is asked for the next turn). Only outcomes already
+// published are seen (the turn's acts may still run: the episode's end
+// decides on the others'), and the decision stands: once the next turn was
+// asked for, a redelivery of pe asks again, rather than end an episode
+// whose next turn runs.
+func (s *Service) abandonedEnds(ctx context.Context, info *session.Info, pe *schema.PlanError, reason string) (string, string, error) {
+	if !info.Session.Config.StreamPlans {
+		return "", "", nil
+	}
+	m, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanReq(pe.Rollout, pe.Episode))
+	if err != nil {
+		return "", "", err
+	}
+	if m != nil {
+		var req schema.PlanRequest
+		if err := schema.Unmarshal(m.Data, &req); err != nil {
+			return "", "", fmt.Errorf("%s: %w", m.Subject, err)
+		}
+		if req.Turn > pe.Turn {
+			return "", "", nil
+		}
+	}
+	r, _, found, err := bus.GetFresh[schema.Run](ctx, s.Bus.Runs, schema.RunKey(pe.Rollout, pe.Episode, pe.Turn))
+	if err != nil || !found || r.Finished {
+		return "", "", err
+	}
+	outcomes, err := s.published(ctx, &r)
+	if err != nil {
+		return "", "", err
+	}
+	status, why := abandonedVerdict([]*schema.Run{&r}, outcomes, "", reason)
+	return status, why, nil
 }
 
 // finishTurn decides what follows a turn whose nodes have all finished:
@@ -259,13 +302,7 @@ func (s *Service) endEpisode(ctx context.Context, info *session.Info, n int64, e
 			}
 		}
 	}
-	if drift := abandonedDrift(runs, outcomes); drift != "" && status != schema.EpisodeQuarantined {
-		// An act of a turn that ended without finishing (its final output
-		// an answer or a parse error) drifted: the episode is quarantined,
-		// as it is when an act of a finished turn drifts (finishTurn).
-		// Before, the answer's status stood, and the episode was trained on.
-		status, reason = schema.EpisodeQuarantined, "token_drift: "+drift+" (then: "+reason+")"
-	}
+	status, reason = abandonedVerdict(runs, outcomes, status, reason)
 	zerolog.Ctx(ctx).Info().Str("status", status).Strs("answers", answers).Str("reason", reason).Msg("episode ended")
 	telemetry.EpisodesEnded.WithLabelValues(status).Inc()
 	return s.Bus.Publish(ctx, &schema.EpisodeEnd{
@@ -273,20 +310,42 @@ func (s *Service) endEpisode(ctx context.Context, info *session.Info, n int64, e
 	})
 }
 
-// abandonedDrift says where the first act of the runs that did not finish
-// drifted (their outcomes by node key), or "" when none did.
-func abandonedDrift(runs []*schema.Run, outcomes map[string]*schema.ActDone) string {
+// abandonedVerdict is how an episode ends (status, reason) given the
+// outcomes, by node key, of the acts of its runs that did not finish (a
+// streamed turn whose final output was an answer or a parse error):
+// finishTurn, which ends the episode of a finished turn as its acts say,
+// never sees theirs. As there, an act that drifted quarantines the
+// episode, and else one refused as stale aborts it; else the status and
+// reason it was to end with stand. Before, they stood whatever those acts
+// said: the episode was trained on though an engine had generated from
+// another input, or ended completed though an act's weights were too old
+// to start it.
+func abandonedVerdict(runs []*schema.Run, outcomes map[string]*schema.ActDone, status, reason string) (string, string) {
+	var drift, stale string
 	for _, r := range runs {
 		if r.Finished {
-			continue // finishTurn decided on its drift
+			continue // finishTurn decided on its acts
 		}
 		for _, node := range r.Nodes {
-			if d := outcomes[node.Key]; d != nil && d.Status == schema.ActFailed && d.ErrorKind == schema.ActErrTokenDrift {
-				return fmt.Sprintf("act %s (turn %d): %s", node.Node.ID, r.Turn, d.Error)
+			d := outcomes[node.Key]
+			if d == nil || d.Status != schema.ActFailed {
+				continue
+			}
+			switch {
+			case d.ErrorKind == schema.ActErrTokenDrift && drift == "":
+				drift = fmt.Sprintf("act %s (turn %d): %s", node.Node.ID, r.Turn, d.Error)
+			case d.ErrorKind == schema.ActErrStale && stale == "":
+				stale = d.Error
 			}
 		}
 	}
-	return ""
+	switch {
+	case drift != "" && status != schema.EpisodeQuarantined:
+		return schema.EpisodeQuarantined, "token_drift: " + drift + " (then: " + reason + ")"
+	case drift == "" && stale != "" && status != schema.EpisodeQuarantined && status != schema.EpisodeAborted:
+		return schema.EpisodeAborted, "stale: " + stale + " (then: " + reason + ")"
+	}
+	return status, reason
 }
 
 // published reads the outcomes of the nodes of run r from the ACT stream,

@@ -86,6 +86,18 @@ type Service struct {
 	// deadline of their attempt (they ignored their context): each left
 	// behind, and logged with the count, so that a leak shows.
 	overdueTools atomic.Int64
+	// now is the clock the watchdog counts stalls on and an act its
+	// budget (the time it was held, the time it took); nil is time.Now.
+	// A test moves it rather than sleep.
+	now func() time.Time
+}
+
+// clock reads the replica's clock (now).
+func (s *Service) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
 }
 
 // Run serves until ctx ends.

@@ -41,7 +41,7 @@ func (s *Service) watchdog(ctx context.Context) error {
 		running := s.follow.Running()
 		s.moved.keep(running)
 		for _, sess := range running {
-			for _, e := range s.mayHaveStalled(&sess, time.Now()) {
+			for _, e := range s.mayHaveStalled(&sess, s.clock()) {
 				if ctx.Err() != nil {
 					break
 				}
@@ -160,7 +160,8 @@ func (s *Service) probe(ctx context.Context, sess *schema.Session, e int) error 
 		return nil
 	}
 	progress = later(progress, since)
-	if time.Since(progress) < s.stallFor(sess.Config, last) {
+	stalled := s.clock().Sub(progress)
+	if stalled < s.stallFor(sess.Config, last) {
 		return nil
 	}
 	// What is published again is named after what was seen: replicas that
@@ -185,7 +186,7 @@ func (s *Service) probe(ctx context.Context, sess *schema.Session, e int) error 
 	action, err := s.driveOn(ctx, info, e, last, end, tag)
 	if action != "" {
 		telemetry.Recoveries.WithLabelValues(Name, action).Inc()
-		log.Warn().Str("action", action).Dur("stalled", time.Since(progress).Round(time.Second)).Err(err).Msg("watchdog: episode made no progress; driven on")
+		log.Warn().Str("action", action).Dur("stalled", stalled.Round(time.Second)).Err(err).Msg("watchdog: episode made no progress; driven on")
 	}
 	return err
 }
