@@ -175,6 +175,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer top.Close()
 	rep.Settings.ServeArgs = top.ServeArgs("<service>")
+	calls := NewEngineCalls(top.PlannerURL, top.ActorURL)
+	callsCtx, stopCalls := context.WithCancel(ctx)
+	callsDone := make(chan struct{})
+	go func() { defer close(callsDone); calls.Run(callsCtx, time.Second) }()
+	defer func() { stopCalls(); <-callsDone }()
 
 	admin, err := top.Connect("", "planact-chaos-admin")
 	if err != nil {
@@ -264,16 +269,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return fail(err)
 	}
+	stopCalls()
+	<-callsDone
+	calls.Take(ctx) // the calls since the last take
+	rep.EngineCalls = calls.Summary()
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Rollout < recs[j].Rollout })
-	executed := obs.Executed()
+	executed, outcomes, actCalls := obs.Executed(), obs.Outcomes(), calls.Acts()
 	for _, rec := range recs {
-		c := Check(rec, obs.Results(rec.Rollout), executed[rec.Rollout])
+		c := Check(rec, obs.Results(rec.Rollout), executed[rec.Rollout], JoinCalls(outcomes[rec.Rollout], actCalls[rec.Rollout]))
 		rep.Tally.Add(c)
 		if c.Verdict != VerdictOK {
 			rep.Problems = append(rep.Problems, c)
 		}
 	}
-	rep.Unsolicited = Unsolicited(recs, obs.AllResults(), executed)
+	rep.Unsolicited = append(Unsolicited(recs, obs.AllResults(), executed), UnplayedCalls(recs, actCalls)...)
 	rep.Unread = obs.Unread()
 	rep.Pickup = PickupOf(recs, obs.ResultAt)
 	for i := range rep.Faults {

@@ -101,7 +101,7 @@ func TestCheck(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := chaos.RolloutRecord{Rollout: 7, Episodes: 2, Planner: tc.planner, Actor: tc.actor}
-			c := chaos.Check(rec, tc.results, tc.executed)
+			c := chaos.Check(rec, tc.results, tc.executed, nil)
 			if c.Verdict != tc.verdict || c.DuplicateSamples != tc.dups || c.MissingSamples != tc.missing || c.ExtraSamples != tc.extra {
 				t.Errorf("verdict %s, duplicates %d, missing %d, extra %d; want %s, %d, %d, %d\nproblems: %q",
 					c.Verdict, c.DuplicateSamples, c.MissingSamples, c.ExtraSamples, tc.verdict, tc.dups, tc.missing, tc.extra, c.Problems)

@@ -43,8 +43,11 @@ type ActOutcome struct {
 	Episode    int
 	Turn       int
 	Node       string
+	Key        string // the node's key, as its subject and engine.ActGeneration name it
 	Status     string
 	Generation bool // the actor model ran: it yields an actor sample when Status is done
+	Attempts   int
+	Retries    int // generations sent again beyond the attempts, each recorded with why
 }
 
 // Executed reports whether the act yields an actor sample.
@@ -151,7 +154,8 @@ func (o *Observer) handle(stream string, m jetstream.Msg) {
 			return
 		}
 		ev.What = "act"
-		act = &ActOutcome{Rollout: d.Rollout, Episode: d.Episode, Turn: d.Turn, Node: d.NodeID, Status: d.Status, Generation: d.Generation != nil}
+		act = &ActOutcome{Rollout: d.Rollout, Episode: d.Episode, Turn: d.Turn, Node: d.NodeID, Key: d.Key, Status: d.Status,
+			Generation: d.Generation != nil, Attempts: d.Attempts, Retries: len(d.Retries)}
 	case "out":
 		ev.What = "plan"
 	case "end":
@@ -240,6 +244,25 @@ func (o *Observer) Executed() map[int64]map[string]bool {
 	}
 	return out
 }
+
+// Outcomes returns, per rollout, the last outcome of each act, by
+// episode and node key (ActKey).
+func (o *Observer) Outcomes() map[int64]map[string]ActOutcome {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[int64]map[string]ActOutcome{}
+	for _, a := range o.acts {
+		if out[a.Rollout] == nil {
+			out[a.Rollout] = map[string]ActOutcome{}
+		}
+		out[a.Rollout][ActKey(a.Episode, a.Key)] = a
+	}
+	return out
+}
+
+// ActKey names one act of a rollout by its episode and node key, as its
+// engine calls do.
+func ActKey(episode int, key string) string { return fmt.Sprintf("%d/%s", episode, key) }
 
 // ActID names one act of a rollout.
 func ActID(episode, turn int, node string) string {

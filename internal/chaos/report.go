@@ -92,6 +92,9 @@ type Report struct {
 	Unsolicited []string `json:"unsolicited,omitempty"`
 	// Unread are messages the harness could not read: the ledger lacks them.
 	Unread []string `json:"unread,omitempty"`
+	// EngineCalls sums the generation calls the simulated engines took,
+	// which the ledger holds against the acts' outcomes.
+	EngineCalls CallsSummary `json:"engine_calls"`
 	// ObserverErrors are what the harness's own consumers went through
 	// (resets after restarts); they are not planact's failures.
 	ObserverErrors []string `json:"observer_errors,omitempty"`
@@ -136,7 +139,8 @@ func (r *Report) FaultsByKind() map[string]int {
 
 // Verdict decides Pass: every rollout ok, every fault planned injected, no
 // process exited on its own, nothing on the bus that no trainer asked for
-// or that the harness could not read, nothing left.
+// or that the harness could not read, every engine call counted, nothing
+// left.
 func (r *Report) Verdict() {
 	failed := 0
 	for _, f := range r.Faults {
@@ -145,7 +149,7 @@ func (r *Report) Verdict() {
 		}
 	}
 	r.Pass = r.Err == "" && r.Tally.Clean() && failed == 0 && len(r.Faults) == len(r.Settings.Faults) &&
-		len(r.Exits) == 0 && len(r.Unsolicited) == 0 && len(r.Unread) == 0 &&
+		len(r.Exits) == 0 && len(r.Unsolicited) == 0 && len(r.Unread) == 0 && len(r.EngineCalls.Incomplete) == 0 &&
 		r.Leftovers.Total() == 0 && r.Leftovers.Err == "" && len(r.Violations) == 0
 }
 
@@ -166,7 +170,7 @@ func (r *Report) Failures() []string {
 		{t.Lost, "rollouts lost (no result on the bus)"},
 		{t.Hung, "rollouts hung (no result by their deadline)"},
 		{t.WrongStatus, "rollouts ended with a wrong status"},
-		{t.Duplicated, "rollouts with duplicated samples or results"},
+		{t.Duplicated, "rollouts with duplicated samples or results, or acts generated more often than recorded"},
 		{t.Mismatched, "rollouts whose samples do not match what ran (acts executed, the engines' tokens)"},
 		{t.ClientGaveUp, "rollouts where pkg/client gave up waiting before the deadline (the trainer asked again)"},
 	} {
@@ -191,6 +195,9 @@ func (r *Report) Failures() []string {
 	}
 	if len(r.Unread) > 0 {
 		out = append(out, fmt.Sprintf("%d messages the harness could not read, first: %s", len(r.Unread), r.Unread[0]))
+	}
+	if n := len(r.EngineCalls.Incomplete); n > 0 {
+		out = append(out, fmt.Sprintf("the engines' generation calls are not all counted (%d notes), first: %s", n, r.EngineCalls.Incomplete[0]))
 	}
 	if len(r.Violations) > 0 {
 		out = append(out, fmt.Sprintf("%d permission violations, first: %s", len(r.Violations), r.Violations[0]))
@@ -225,6 +232,8 @@ func Markdown(reports []*Report) string {
 		t := r.Tally
 		fmt.Fprintf(&b, "episodes %d, planner samples %d; executed acts (ACT stream) %d, actor samples %d; duplicate samples %d, missing %d, extra %d, not what the engines generated %d\n\n",
 			t.Episodes, t.PlannerSamples, t.ExecutedActs, t.ActorSamples, t.DuplicateSamples, t.MissingSamples, t.ExtraSamples, t.BadSamples)
+		fmt.Fprintf(&b, "engine calls: %d for %d acts, %d beyond what the acts' outcomes record (attempts, retries, pause aborts); %d for planner turns\n\n",
+			r.EngineCalls.ActCalls, r.EngineCalls.Acts, t.UnexplainedCalls, r.EngineCalls.TurnCalls)
 		fmt.Fprintf(&b, "trainers got their results after the bus stored them: median %s, p99 %s, max %s\n\n",
 			secs(r.Pickup.Median), secs(r.Pickup.P99), secs(r.Pickup.Max))
 		if len(r.Faults) > 0 {

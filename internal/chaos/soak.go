@@ -98,7 +98,8 @@ type SoakReport struct {
 	Leftovers      Leftovers       `json:"leftovers"`
 	Exits          []Exit          `json:"unexpected_exits,omitempty"`
 	Problems       []RolloutCheck  `json:"problems,omitempty"`
-	Samples        []SoakSample    `json:"-"` // in the CSV
+	EngineCalls    CallsSummary    `json:"engine_calls"` // taken as the load goes, so the engines keep little
+	Samples        []SoakSample    `json:"-"`            // in the CSV
 	Err            string          `json:"err,omitempty"`
 }
 
@@ -166,6 +167,11 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 	}
 	defer top.Close()
 	rep.Settings.ServeArgs = top.ServeArgs("<service>")
+	calls := NewEngineCalls(top.PlannerURL, top.ActorURL)
+	callsCtx, stopCalls := context.WithCancel(ctx)
+	callsDone := make(chan struct{})
+	go func() { defer close(callsDone); calls.Run(callsCtx, time.Second) }()
+	defer func() { stopCalls(); <-callsDone }()
 	admin, err := top.Connect("", "planact-soak-admin")
 	if err != nil {
 		return fail(err)
@@ -281,10 +287,14 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 	if err != nil {
 		return fail(err)
 	}
-	executed := obs.Executed()
+	stopCalls()
+	<-callsDone
+	calls.Take(ctx) // the calls since the last take
+	rep.EngineCalls = calls.Summary()
+	executed, outcomes, actCalls := obs.Executed(), obs.Outcomes(), calls.Acts()
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Rollout < recs[j].Rollout })
 	for _, rec := range recs {
-		c := Check(rec, obs.Results(rec.Rollout), executed[rec.Rollout])
+		c := Check(rec, obs.Results(rec.Rollout), executed[rec.Rollout], JoinCalls(outcomes[rec.Rollout], actCalls[rec.Rollout]))
 		rep.Tally.Add(c)
 		if c.Verdict != VerdictOK {
 			rep.Problems = append(rep.Problems, c)

@@ -236,6 +236,9 @@ func SoakMarkdown(reports []*SoakReport) string {
 				fmt.Fprintf(&b, "- %s %s: %s\n", e.At.Format("15:04:05"), e.Proc, e.Err)
 			}
 		}
+		if n := len(r.EngineCalls.Incomplete); n > 0 {
+			fmt.Fprintf(&b, "\nthe engines' generation calls are not all counted (%d notes), first: %s\n", n, r.EngineCalls.Incomplete[0])
+		}
 		if len(r.Problems) > 0 {
 			b.WriteString("\nrollouts that are not ok (first 10):\n")
 			for i, c := range r.Problems {

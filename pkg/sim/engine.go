@@ -135,11 +135,13 @@ type Engine struct {
 	mu            sync.Mutex
 	weightVersion string
 	modelPath     string
-	seen          map[uint64]int // request content -> times seen, for fault rolls
-	fired         map[string]int // counted marker + key -> times fired
-	runs          map[*run]bool  // generations in the engine, admitted or waiting
-	routing       map[string]int // routing key -> requests
-	driftSeen     map[string]int // routing key -> requests, as DriftFrom counts them
+	seen          map[uint64]int             // request content -> times seen, for fault rolls
+	fired         map[string]int             // counted marker + key -> times fired
+	runs          map[*run]bool              // generations in the engine, admitted or waiting
+	routing       map[string]int             // routing key -> requests
+	generations   map[string]GenerationCalls // GenerationHeader -> calls, until taken
+	dropped       int                        // calls not counted: generations was full
+	driftSeen     map[string]int             // routing key -> requests, as DriftFrom counts them
 	aborts        []Abort
 	// The gate: paused (a pause, until continue) and draining (a weight
 	// update or vLLM's pause in mode wait, until what runs has finished)
@@ -160,6 +162,8 @@ type Engine struct {
 // went away.
 type Abort struct {
 	RID string `json:"rid"`
+	// Generation is the request's GenerationHeader, when it had one.
+	Generation string `json:"generation,omitempty"`
 	// By is how: "abort_request" (SGLang's POST /abort_request), "pause"
 	// (a pause in mode abort), "update" (a weight update with
 	// abort_all_requests) or "disconnect" (the client closed the connection
@@ -171,18 +175,19 @@ type Abort struct {
 
 // run is one generation in the engine.
 type run struct {
-	rid     string
-	abort   chan struct{} // closed to abort the generation
-	done    chan struct{} // closed when it has left the engine
-	started bool          // past the gate; e.mu
-	aborted bool          // e.mu
-	by      string        // e.mu
+	rid        string
+	generation string        // GenerationHeader
+	abort      chan struct{} // closed to abort the generation
+	done       chan struct{} // closed when it has left the engine
+	started    bool          // past the gate; e.mu
+	aborted    bool          // e.mu
+	by         string        // e.mu
 }
 
 // New returns a simulated engine.
 func New(cfg Config) *Engine {
 	e := &Engine{cfg: cfg, world: cfg.World, weightVersion: cfg.WeightVersion,
-		seen: map[uint64]int{}, fired: map[string]int{}, runs: map[*run]bool{}, routing: map[string]int{}, driftSeen: map[string]int{},
+		seen: map[uint64]int{}, fired: map[string]int{}, runs: map[*run]bool{}, routing: map[string]int{}, generations: map[string]GenerationCalls{}, driftSeen: map[string]int{},
 		gateCh: make(chan struct{})}
 	if e.world == nil {
 		e.world = DefaultWorld()
@@ -268,6 +273,7 @@ type genInput struct {
 	seed       int64  // the request's sampling seed; 0: none
 	rid        string // the request's id (SGLang's rid), for /abort_request
 	routingKey string // X-SMG-Routing-Key, else SGLang's routing_key
+	generation string // GenerationHeader: the turn or act it is for
 }
 
 // genOutput is a finished generation.
@@ -326,6 +332,7 @@ func (e *Engine) generate(ctx context.Context, in genInput, progress func(out *g
 	case fires("unavailable"):
 		return nil, errBusy{status: http.StatusServiceUnavailable}
 	}
+	e.countCall(in.generation) // taken: no busy reply, which the caller's client sends again
 	errKind, hangKind := "error", "hang"
 	if role == RoleActor {
 		errKind, hangKind = "actor-error", "actor-hang"
@@ -421,7 +428,7 @@ func (e *Engine) drifts(key string) bool {
 
 // enter registers a generation and counts its routing key.
 func (e *Engine) enter(in genInput) *run {
-	r := &run{rid: in.rid, abort: make(chan struct{}), done: make(chan struct{})}
+	r := &run{rid: in.rid, generation: in.generation, abort: make(chan struct{}), done: make(chan struct{})}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if in.routingKey != "" {
@@ -442,7 +449,7 @@ func (e *Engine) leave(r *run, ctx context.Context, err error) {
 	delete(e.runs, r)
 	close(r.done)
 	if err != nil && ctx.Err() != nil && !r.aborted {
-		e.record(Abort{RID: r.rid, By: "disconnect", Running: true})
+		e.record(Abort{RID: r.rid, Generation: r.generation, By: "disconnect", Running: true})
 	}
 }
 
@@ -488,7 +495,8 @@ func (e *Engine) abortStarted(by string) int {
 	for r := range e.runs {
 		if r.started {
 			e.abortRun(r, by)
-			e.record(Abort{RID: r.rid, By: by, Running: true})
+			e.record(Abort{RID: r.rid, Generation: r.generation, By: by, Running: true})
+			e.countAbort(r.generation)
 			n++
 		}
 	}
@@ -623,6 +631,74 @@ func (e *Engine) admit(ctx context.Context, r *run) error {
 			return errAborted
 		}
 	}
+}
+
+// GenerationHeader names, on planact's engine requests, the planner turn
+// or act they are for (pkg/engine's GenerationHeader).
+const GenerationHeader = "X-Planact-Generation"
+
+// MaxGenerations is how many generations an engine counts calls of between
+// two TakeGenerations; the calls of more are only counted as dropped.
+const MaxGenerations = 1 << 16
+
+// GenerationCalls are the generation requests an engine took for one
+// generation (GenerationHeader).
+type GenerationCalls struct {
+	Calls int `json:"calls"` // taken: every request but one refused busy (429, 503)
+	// Aborted counts those the engine itself aborted while they ran: a
+	// pause in mode abort, or a weight update with abort_all_requests.
+	Aborted int `json:"aborted,omitempty"`
+}
+
+// GenerationLog is what an engine counted of each generation's calls
+// since the last TakeGenerations.
+type GenerationLog struct {
+	Generations map[string]GenerationCalls `json:"generations"`
+	// Dropped counts the calls not counted: of a generation beyond
+	// MaxGenerations. Calls are missing from Generations then.
+	Dropped int `json:"dropped"`
+}
+
+// countCall counts a generation request the engine took.
+func (e *Engine) countCall(generation string) {
+	if generation == "" {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, ok := e.generations[generation]
+	if !ok && len(e.generations) >= MaxGenerations {
+		e.dropped++
+		return
+	}
+	c.Calls++
+	e.generations[generation] = c
+}
+
+// countAbort counts a generation request the engine aborted itself; e.mu
+// is held.
+func (e *Engine) countAbort(generation string) {
+	if generation == "" {
+		return
+	}
+	c, ok := e.generations[generation]
+	if !ok && len(e.generations) >= MaxGenerations {
+		e.dropped++
+		return
+	}
+	c.Aborted++
+	e.generations[generation] = c
+}
+
+// TakeGenerations returns the calls counted per generation since the last
+// take and starts counting afresh: a harness that takes them as it goes
+// misses none, and the engine keeps no more than it must.
+func (e *Engine) TakeGenerations() GenerationLog {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l := GenerationLog{Generations: e.generations, Dropped: e.dropped}
+	e.generations, e.dropped = map[string]GenerationCalls{}, 0
+	return l
 }
 
 // RoutingKeys returns how many requests came with each routing key.

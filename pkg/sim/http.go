@@ -48,6 +48,10 @@ func (e *Engine) routes() *http.ServeMux {
 	m.HandleFunc("POST /reward", e.handleReward)
 	// What the simulator saw, for tests and curious people.
 	m.HandleFunc("GET /sim/stats", e.handleStats)
+	// Calls per generation, taken (a harness's ledger counts them).
+	m.HandleFunc("POST /sim/take_generations", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, e.TakeGenerations())
+	})
 	return m
 }
 
@@ -185,7 +189,7 @@ func (e *Engine) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	if rid == "" {
 		rid = fmt.Sprintf("sim-%x", hash64(time.Now().UnixNano(), in.prompt))
 	}
-	in.rid, in.routingKey = rid, routingKey(r, req.RoutingKey)
+	in.rid, in.routingKey, in.generation = rid, routingKey(r, req.RoutingKey), r.Header.Get(GenerationHeader)
 	if !req.Stream {
 		out, err := e.generate(r.Context(), in, nil)
 		if err != nil {
@@ -496,7 +500,7 @@ type oaiCommon struct {
 
 func (c *oaiCommon) apply(in *genInput, r *http.Request, id string) {
 	in.rid = cmpOr(c.RequestID, id)
-	in.routingKey = routingKey(r, "")
+	in.routingKey, in.generation = routingKey(r, ""), r.Header.Get(GenerationHeader)
 	switch {
 	case c.MaxCompletionTokens != nil:
 		in.maxNew = *c.MaxCompletionTokens
