@@ -590,6 +590,12 @@ type RoleInfo struct {
 	// Sampling is the arrival's own sampling (Arrive.Sampling), which the
 	// rollout's config takes for the role at the start.
 	Sampling *Sampling `json:"sampling,omitempty"`
+	// ResultStatus is the status of the role's result once it is out, and
+	// ResultReason why: each role's result has its own (the actor's can be
+	// failed where the planner's is ok). Empty before the results go out,
+	// and in a session recorded before roles had them.
+	ResultStatus string `json:"result_status,omitempty"`
+	ResultReason string `json:"result_reason,omitempty"`
 }
 
 // Group filters.
@@ -693,7 +699,9 @@ type Session struct {
 	StartedMs  int64               `json:"started_ms,omitempty"`
 	FinishedMs int64               `json:"finished_ms,omitempty"`
 	// Status is the result status decided when the rollout ended, and
-	// Reason why.
+	// Reason why; once the results are out, the first arrived role's result
+	// status (the planner's when it arrived), and each role's own is in
+	// Roles (RoleInfo.ResultStatus).
 	Status string `json:"status,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	// CancelledBy is the Nats-Msg-Id of the cancel that ended the rollout

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -186,8 +185,8 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		// A rollout id names one rollout: a trainer that submits a finished
 		// one again (a training run restarted from rollout 0, say) is told,
 		// not handed the old result as if it were new.
-		err := fail.Invalidf("rollout %d already ended (%s at %s): its result stays on %s; a rollout id names one rollout for as long as planact keeps its history (%v)",
-			a.Rollout, sess.Status, time.UnixMilli(sess.FinishedMs).UTC().Format(time.RFC3339), subject.Result(a.Rollout, a.Role), s.Bus.Provisioning.History)
+		err := fail.Invalidf("rollout %d already ended (%s): its result stays on %s; a rollout id names one rollout for as long as planact keeps its history (%v)",
+			a.Rollout, endedAs(&sess, a.Role), subject.Result(a.Rollout, a.Role), s.Bus.Provisioning.History)
 		log.Warn().Err(err).Msg("arrival rejected")
 		return s.reject(ctx, p, &a, id, err)
 	case again && len(diffs) > 0:

@@ -314,12 +314,7 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 	if !wrote && sess.CancelledBy != id {
 		// It ended before (or by another cancel): nothing to abort. Its
 		// results stay where they are; the trainer is told how it ended.
-		detail := fmt.Sprintf("%s: rollout %d had already ended (%s at %s", who, c.Rollout, sess.Status,
-			time.UnixMilli(sess.FinishedMs).UTC().Format(time.RFC3339))
-		if sess.Reason != "" {
-			detail += ": " + sess.Reason
-		}
-		detail += "); nothing to abort"
+		detail := fmt.Sprintf("%s: rollout %d had already ended (%s); nothing to abort", who, c.Rollout, endedAs(&sess, c.Role))
 		zerolog.Ctx(ctx).Info().Str("status", sess.Status).Msg("cancel of a rollout that had already ended")
 		if err := s.status(ctx, c.Rollout, "rejected", -1, detail); err != nil {
 			return err
@@ -384,6 +379,52 @@ func (s *Service) end(v *schema.Session, state, status, reason string) {
 	v.State, v.Status, v.Reason, v.FinishedMs = state, status, reason, s.nowMs()
 	v.Settle(schema.EffectBarrier, schema.EffectStart) // nothing to start any more
 	v.Outbox = append(v.Outbox, schema.EffectResults, schema.EffectCleanup)
+}
+
+// endedAs says how the finished rollout sess ended, for the role asking
+// (asker) first and then the other: when, and each role's result status
+// and why. Each role's result has its own status (the actor's can be
+// failed where the planner's is ok), so none is given for the whole
+// rollout. Before the results are out it says so, with the status decided
+// when the rollout ended. Of a session recorded before each role's was,
+// it gives the first arrived role's (the session's status then) and
+// sends to the other's result subject.
+func endedAs(sess *schema.Session, asker string) string {
+	at := time.UnixMilli(sess.FinishedMs).UTC().Format(time.RFC3339)
+	if _, out := resultsOut(sess); !out {
+		s := fmt.Sprintf("%s at %s", sess.Status, at)
+		if sess.Reason != "" {
+			s += ": " + sess.Reason
+		}
+		return s + "; its results are not out yet, and each role's has a status of its own"
+	}
+	roles := []string{schema.RolePlanner, schema.RoleActor}
+	if asker == schema.RoleActor {
+		roles = []string{schema.RoleActor, schema.RolePlanner}
+	}
+	first := schema.RoleActor // the role whose result the session's status is
+	if _, ok := sess.Roles[schema.RolePlanner]; ok {
+		first = schema.RolePlanner
+	}
+	parts := []string{"at " + at}
+	for _, role := range roles {
+		ri, arrived := sess.Roles[role]
+		status, reason := ri.ResultStatus, ri.ResultReason
+		if arrived && status == "" && role == first {
+			status, reason = sess.Status, sess.Reason
+		}
+		switch {
+		case !arrived:
+			parts = append(parts, fmt.Sprintf("the %s had not arrived", role))
+		case status == "":
+			parts = append(parts, fmt.Sprintf("the %s's result: not recorded in the session (%s has it)", role, subject.Result(sess.Rollout, role)))
+		case reason == "":
+			parts = append(parts, fmt.Sprintf("the %s's result: %s", role, status))
+		default:
+			parts = append(parts, fmt.Sprintf("the %s's result: %s (%s)", role, status, reason))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // settle publishes the effects in sess's outbox, in order, and then
@@ -512,6 +553,16 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 		if res != nil && v.Final() && (v.Status != res.status || v.Reason != res.reason) {
 			// The session tells what the trainers were told.
 			v.Status, v.Reason, changed = res.status, res.reason, true
+		}
+		if res != nil && v.Final() {
+			// Each role's own: the answers to a cancel or an arrival after
+			// the end name each, never one role's for the whole rollout.
+			for role, rr := range res.roles {
+				if ri, ok := v.Roles[role]; ok && (ri.ResultStatus != rr.status || ri.ResultReason != rr.reason) {
+					ri.ResultStatus, ri.ResultReason = rr.status, rr.reason
+					v.Roles[role], changed = ri, true
+				}
+			}
 		}
 		return changed, nil
 	})

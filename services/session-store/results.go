@@ -18,11 +18,15 @@ import (
 
 // published is what the results of a rollout turned out to be.
 type published struct {
-	status, reason string
-	objects        []string // result objects, "bucket/name"
-	first          bool     // some result was published now, not found published before
-	atMs           int64    // when they were all out (published now, or found)
+	status, reason string                // the first role's (what the session's Status says)
+	roles          map[string]roleResult // each role's
+	objects        []string              // result objects, "bucket/name"
+	first          bool                  // some result was published now, not found published before
+	atMs           int64                 // when they were all out (published now, or found)
 }
+
+// roleResult is the status of one role's result, and why.
+type roleResult struct{ status, reason string }
 
 // publishResults publishes the result of every role that arrived, unless
 // it is already on its subject (this is the redo of an interrupted
@@ -35,7 +39,7 @@ type published struct {
 // trainers get a failed result that says why instead of none.
 func (s *Service) publishResults(ctx context.Context, sess *schema.Session, undelivered []string) (*published, error) {
 	n := sess.Rollout
-	res := &published{status: sess.Status, reason: sess.Reason}
+	res := &published{status: sess.Status, reason: sess.Reason, roles: map[string]roleResult{}}
 	giveUp := s.givingUp(sess)
 	var built map[string]result
 	var roles []string
@@ -87,12 +91,11 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session, unde
 				// trainer still learns that, and why, at once when no try
 				// can mend it.
 				zerolog.Ctx(ctx).Error().Err(err).Str("role", role).Msg("result could not be published; sending a failed one")
-				// It holds no sample, and its stats count none: only when
-				// the rollout ran. It names the groups streamed, as every
-				// result does: a reader of the groups reads each.
-				r = &schema.Result{Rollout: n, Role: role, Status: schema.ResultFailed, Reason: "samples could not be delivered: " + err.Error(),
-					Stats: schema.Stats{StartedMs: sess.StartedMs, FinishedMs: sess.FinishedMs}, ArrivalID: r.ArrivalID, StreamedGroups: r.StreamedGroups}
-				if err := s.publishAnswer(ctx, r, nil); err != nil {
+				var body []byte
+				if r, body, err = s.undeliverable(b, err); err != nil {
+					return nil, err
+				}
+				if err := s.publishAnswer(ctx, r, body); err != nil {
 					return nil, err
 				}
 			}
@@ -101,6 +104,7 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session, unde
 		if i == 0 {
 			res.status, res.reason = r.Status, r.Reason
 		}
+		res.roles[role] = roleResult{r.Status, r.Reason}
 		if r.SamplesObject != "" {
 			res.objects = append(res.objects, bus.ObjectResults(role)+"/"+r.SamplesObject)
 		}
@@ -109,6 +113,78 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session, unde
 	res.atMs = s.nowMs()
 	return res, nil
 }
+
+// undeliverable is the result of b, whose samples could not be delivered
+// (why), as it goes out instead: failed, holding no sample, and saying
+// how every task ended for its role, as b does, but for the tasks whose
+// samples b was to hold: those failed. Every count in it is of what it
+// holds (its tokens are those of the groups it leaves out, if any). When
+// even the list of tasks is too large for a message, it lists none, and
+// its reason says so. It names the groups streamed, as every result does:
+// a reader of the groups reads each. body is r encoded.
+func (s *Service) undeliverable(b result, why error) (r *schema.Result, body []byte, err error) {
+	reason := "samples could not be delivered: " + why.Error()
+	lost, tokens := map[string]bool{}, 0
+	for _, smp := range b.samples {
+		lost[smp.sample.RolloutID] = true
+		tokens += smp.tokens
+	}
+	full := *b.Result
+	full.Status, full.Reason = schema.ResultFailed, reason
+	full.Samples, full.SamplesObject, full.SampleCount = nil, "", 0
+	full.Tasks = make([]schema.TaskOutcome, len(b.Tasks))
+	full.Stats.TaskStates = map[string]int{}
+	for i, out := range b.Tasks {
+		if out.State == schema.TaskTrained && lost[episodeID(b.Rollout, out.Episode)] {
+			out.State, out.Reason = schema.TaskFailed, "its samples could not be delivered"
+			if slices.Contains(b.StreamedGroups, out.GroupIndex) {
+				out.Reason = "its samples could not be delivered in the result (its group's message has them)"
+			}
+		}
+		full.Tasks[i] = out
+		full.Stats.TaskStates[out.State]++
+	}
+	if len(full.Stats.TaskStates) == 0 {
+		full.Stats.TaskStates = nil
+	}
+	// The roles' results share what assembly counted: the tokens are
+	// counted afresh.
+	left := b.Stats.Tokens[b.Role] - tokens
+	full.Stats.Tokens = nil
+	if left > 0 {
+		full.Stats.Tokens = map[string]int{b.Role: left}
+	}
+	if body, err = schema.Marshal(&full); err != nil {
+		return nil, nil, fail.E(fail.Permanent, err)
+	}
+	limit := s.maxBody()
+	if len(body) <= limit {
+		return &full, body, nil
+	}
+	bare := &schema.Result{Rollout: full.Rollout, Role: full.Role, Status: schema.ResultFailed,
+		Reason: fmt.Sprintf("%s; the list of its %d tasks does not fit in a message either (%d bytes, over the %d a result can have), so this result lists none",
+			reason, len(full.Tasks), len(body), limit),
+		Stats:     schema.Stats{StartedMs: full.Stats.StartedMs, FinishedMs: full.Stats.FinishedMs, WallMs: full.Stats.WallMs, Tokens: full.Stats.Tokens},
+		ArrivalID: full.ArrivalID, StreamedGroups: full.StreamedGroups, DeliveredGroups: full.DeliveredGroups, GroupSamples: full.GroupSamples,
+		Evaluation: full.Evaluation}
+	if body, err = schema.Marshal(bare); err != nil {
+		return nil, nil, fail.E(fail.Permanent, err)
+	}
+	return bare, body, nil
+}
+
+// maxBody is the largest body a result message can have: the server's
+// max_payload, less room for the headers.
+func (s *Service) maxBody() int {
+	if s.maxResultBody > 0 {
+		return s.maxResultBody
+	}
+	return int(s.Bus.NC.MaxPayload()) - headerRoom
+}
+
+// headerRoom is what maxBody leaves for a message's headers (its id, which
+// names the arrival, the schema, the trace): far more than they take.
+const headerRoom = 8 << 10
 
 // publishAnswer publishes the result r (as body, when it is encoded
 // already) under a message id that names the arrival it answers

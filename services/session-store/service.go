@@ -62,6 +62,10 @@ type Service struct {
 	locks     rolloutLocks
 	arrivals  rolloutLocks // one arrival of a rollout at a time (see handleArrive)
 	ends      endQueue
+	// maxResultBody, when set, is the largest body a result message can
+	// have, instead of the server's max_payload less room for headers
+	// (maxBody): a test's.
+	maxResultBody int
 }
 
 func (d Deps) withDefaults() Deps {
