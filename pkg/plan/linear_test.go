@@ -102,6 +102,13 @@ var adversarial = []struct{ name, prefix, unit, suffix string }{
 	// Each "depends on" read the rest of its line for a list of numbers
 	// (numberList): 1.4 s for one line of 8,000 of them.
 	{"dependency words without a colon", "T1: search(x) ", "it depends on weather ", "\n"},
+	{"dependency statements", "T1: x\nT2: y\nDependencies:\n", "- T2 depends on T1 and T1\n", ""},
+	{"dependency statements on one line", "T1: x\nT2: y\nDependencies:\n- T2 depends on ", "T1 and ", "T1\n"},
+	{"dependency arrows", "T1: x\nT2: y\nDependencies:\n", "T1 -> T2 -> ", "T2\n"},
+	{"dependency headings", "T1: x\n", "Dependencies:\n- T1\n", ""},
+	{"task lists after a plan", taskPlan, "<search>q</search>\nT1: Find the capital of France\n- Dependencies: none\n", ""},
+	{"calls between tasks and a plan", "", "T1: Find the capital of France\n- Dependencies: none\n<search>q</search>\n", taskPlan},
+	{"plans and tasks after them", "", taskPlan + "T1: Find the capital of France\n- Dependencies: none\n", ""},
 }
 
 // steps parses text and returns the steps it took.

@@ -33,7 +33,9 @@ var notToolTags = map[string]bool{
 // Tool calls go, in order, to the tasks that do not name their own tool; a
 // task left without a call runs DefaultTool on its description. A second
 // <plan> with tasks is a second plan: an error naming both, unless it and
-// its calls are the same as the first (see samePlans).
+// its calls are the same as the first (see samePlans). So are tasks
+// written without a <plan> before it (tasksBefore) or after it (nextPlan),
+// when they give dependencies or a tool.
 func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 	p := parsed{format: FormatTaskList}
 	start, end, after := 0, len(d.text), 0
@@ -78,22 +80,28 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 		}
 		break
 	}
-	inline, _, perr := readTasks(d, o, &p, start, end)
+	inline, _, perr := readTasks(d, o, &p, start, end, start == 0)
 	if perr != nil {
 		return p, perr
 	}
+	var (
+		before     []tagCall // calls between tasks written before the <plan> and it
+		beforeLine int       // the line of those tasks
+		ok         bool
+	)
 	if start > 0 {
-		if perr = tasksBefore(d, o, &p, inline); perr != nil {
+		if before, beforeLine, perr = tasksBefore(d, o, &p, inline); perr != nil {
 			return p, perr
 		}
 	}
 	if len(p.nodes) == 0 && p.cut == "" && start == 0 {
 		return p, errorf(ErrSyntax, "expected a task list such as \"T1: … - Dependencies: none\", but there is none")
 	}
-	// The calls after the plan run up to the next plan, if any.
+	// The calls after the plan run up to the next plan, if any: a <plan>,
+	// or tasks written again without one.
 	next, limit := planBlock{at: -1}, len(d.text)
 	if start > 0 && p.cut == "" {
-		if next = nextPlan(d, after); next.at >= 0 {
+		if next = nextPlan(d, o, after); next.at >= 0 {
 			limit = next.at
 		}
 	}
@@ -109,19 +117,54 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 			return p, terr
 		}
 	}
+	if len(before) > 0 {
+		if p.cut != "" {
+			// The <plan> was cut off, and its calls with it: the calls
+			// before it are those of its tasks, the ones cut off included.
+			n := 0
+			for i := range p.nodes {
+				if !inline[i] {
+					n++
+				}
+			}
+			calls = before[:min(n, len(before))]
+		} else if calls, cut, ok = sameCalls(calls, cut, before, ""); !ok {
+			line := d.line(p.from)
+			return p, &Error{Kind: ErrSyntax, Line: line, Message: fmt.Sprintf(
+				"the output holds two different plans, the task list at line %d and the <plan> at line %d; write one <plan> with the whole plan",
+				beforeLine, line)}
+		}
+	}
 	if cut != "" && p.cut == "" {
 		p.cut = cut
 	}
 	return p, assignCalls(&p, inline, calls, cut, o)
 }
 
+// sameCalls puts together the calls after a plan and those after the same
+// plan written again: the same calls, or the calls of the one that has
+// any (the plan repeated before or after its calls). ok is false when both
+// have calls and they differ.
+func sameCalls(calls []tagCall, cut string, more []tagCall, moreCut string) (_ []tagCall, _ string, ok bool) {
+	switch {
+	case len(more) == 0 && moreCut == "":
+	case len(calls) == 0 && cut == "":
+		calls, cut = more, moreCut
+	case moreCut != cut || !slices.EqualFunc(calls, more, func(a, b tagCall) bool { return a.tool == b.tool && a.input == b.input }):
+		return nil, "", false
+	}
+	return calls, cut, true
+}
+
 // readTasks reads the task lines of d.text[start:end] into p, and says
 // which tasks name their own tool, and whether a task gives its
-// dependencies (listed).
-func readTasks(d *doc, o *Options, p *parsed, start, end int) (inline map[int]bool, listed bool, perr *Error) {
+// dependencies (listed). bare: the tasks are not in a <plan>, and p.from
+// and p.to are set to the text they take.
+func readTasks(d *doc, o *Options, p *parsed, start, end int, bare bool) (inline map[int]bool, listed bool, perr *Error) {
 	var (
 		cur *rawNode
 		err error
+		x   taskIndex
 	)
 	sawDeps := map[int]bool{}
 	deps := map[int][]taskDep{} // as read; resolveDeps makes them ids
@@ -129,6 +172,21 @@ func readTasks(d *doc, o *Options, p *parsed, start, end int) (inline map[int]bo
 	// more holds the lines that go on describing a task, joined at the end:
 	// appending them one by one would copy the description once per line.
 	more := map[int][]string{}
+	// An empty dependency list (head, the task it is of) may head the
+	// lines below it: the task's dependencies, one a line, or statements
+	// of which task depends on which (a section), which it then does not
+	// give for its task: the task's dependencies go back to what they were.
+	var (
+		head      = -1
+		headDeps  []taskDep
+		headSaw   bool
+		headItems bool
+		section   bool
+		edges     []depEdge
+	)
+	heading := func(i int, prevDeps []taskDep, prevSaw bool) {
+		head, headDeps, headSaw, headItems, section = i, prevDeps, prevSaw, false, false
+	}
 	eol := -1 // the end of the line off is in, once found
 	for off := start; off < end; {
 		if off > eol {
@@ -148,21 +206,55 @@ func readTasks(d *doc, o *Options, p *parsed, start, end int) (inline map[int]bo
 		d.m.add(16 * (len(line) + 1))
 		lineNo := d.line(off)
 		off = next
-		if id, rest, ok := taskLine(line); ok {
-			p.nodes = append(p.nodes, rawNode{line: lineNo, Node: Node{ID: id, Args: map[string]any{}}})
-			cur = &p.nodes[len(p.nodes)-1]
-			if start == 0 && len(p.nodes) == 1 {
-				p.from = lineEnd - len(line)
-			}
-			if start == 0 {
+		// Without a <plan> wrapper, the plan's text ends with its last
+		// task, dependency or tool line: prose after it is not plan.
+		planLine := func() {
+			if bare {
 				p.to = lineEnd
 			}
+		}
+		if head >= 0 || section {
+			if item, _ := listItem(line); item != "" {
+				es, colon, ok, err := depStatement(d.m, item, o.MaxNodes, false)
+				if err != nil {
+					return nil, false, &Error{Kind: ErrSyntax, Line: lineNo, Message: fmt.Sprintf("the dependency line %q (line %d): %v", item, lineNo, err)}
+				}
+				// "T2: T1" is a statement about a task of the plan, else a task.
+				if ok && (!colon || len(es) == 1 && len(es[0].tasks) == 1 && x.find(es[0].tasks[0]) >= 0) {
+					if !section && head >= 0 && !headItems {
+						deps[head], sawDeps[head] = headDeps, headSaw
+						if !headSaw {
+							delete(sawDeps, head)
+						}
+					}
+					section = true
+					for _, e := range es {
+						e.line, e.text = lineNo, item
+						edges = append(edges, e)
+					}
+					planLine()
+					continue
+				}
+			}
+		}
+		if id, rest, ok := taskLine(line); ok {
+			head, section = -1, false
+			p.nodes = append(p.nodes, rawNode{line: lineNo, Node: Node{ID: id, Args: map[string]any{}}})
+			x.add(id, len(p.nodes)-1)
+			cur = &p.nodes[len(p.nodes)-1]
+			if bare && len(p.nodes) == 1 {
+				p.from = lineEnd - len(line)
+			}
+			planLine()
 			desc, list, hasDeps := splitDeps(d.m, rest)
 			if hasDeps {
 				if deps[len(p.nodes)-1], err = taskDeps(d.m, list, o.MaxNodes); err != nil {
 					return nil, false, &Error{Kind: ErrSyntax, Line: lineNo, Node: id, Message: fmt.Sprintf("task %s: %v", id, err)}
 				}
 				sawDeps[len(p.nodes)-1] = true
+				if !strings.ContainsFunc(list, isAlnum) {
+					heading(len(p.nodes)-1, nil, false)
+				}
 			}
 			desc = strings.TrimSpace(strings.Trim(desc, "*_ "))
 			if c, note, ok, _ := callRegion(d.m, desc); ok {
@@ -180,18 +272,61 @@ func readTasks(d *doc, o *Options, p *parsed, start, end int) (inline map[int]bo
 		if field == "" {
 			continue
 		}
-		// Without a <plan> wrapper, the plan's text ends with its last
-		// task, dependency or tool line: prose after it is not plan.
-		planLine := func() {
-			if start == 0 {
-				p.to = lineEnd
+		if section {
+			// A bullet under the heading that says nothing readable is a
+			// dependency lost; prose ends the dependencies, and the tasks.
+			if item, bullet := listItem(line); bullet {
+				return nil, false, &Error{Kind: ErrSyntax, Line: lineNo, Message: fmt.Sprintf(
+					"the line %q (line %d) under the dependencies does not say which task depends on which; write one on each line, as in \"T3 depends on T1, T2\" or \"T1: none\"",
+					item, lineNo)}
 			}
+			head, section, cur = -1, false, nil
+			continue
+		}
+		if head >= 0 {
+			// The heading's own task's dependencies, one a line ("- T1").
+			if item, bullet := listItem(line); onlyTasks(item) || bullet && startsWithTask(d.m, item) {
+				ds, err := taskDeps(d.m, item, o.MaxNodes)
+				if err != nil {
+					return nil, false, &Error{Kind: ErrSyntax, Line: lineNo, Node: p.nodes[head].ID, Message: fmt.Sprintf("task %s: %v", p.nodes[head].ID, err)}
+				}
+				deps[head] = append(deps[head], ds...)
+				headItems = true
+				planLine()
+				continue
+			}
+			head = -1
 		}
 		if _, list, ok := splitDeps(d.m, field); ok {
-			if deps[len(p.nodes)-1], err = taskDeps(d.m, list, o.MaxNodes); err != nil {
+			// "T2 depends on T1" under T3 is about T2.
+			es, _, ok, err := depStatement(d.m, field, o.MaxNodes, true)
+			if err != nil {
+				return nil, false, &Error{Kind: ErrSyntax, Line: lineNo, Node: cur.ID, Message: fmt.Sprintf("the dependency line %q (line %d): %v", field, lineNo, err)}
+			}
+			if ok && !(len(es) == 1 && len(es[0].tasks) == 1 && x.find(es[0].tasks[0]) == len(p.nodes)-1) {
+				for _, e := range es {
+					e.line, e.text = lineNo, field
+					edges = append(edges, e)
+				}
+				planLine()
+				continue
+			}
+			i := len(p.nodes) - 1
+			prevDeps, prevSaw := deps[i], sawDeps[i]
+			if deps[i], err = taskDeps(d.m, list, o.MaxNodes); err != nil {
 				return nil, false, &Error{Kind: ErrSyntax, Line: lineNo, Node: cur.ID, Message: fmt.Sprintf("task %s: %v", cur.ID, err)}
 			}
-			sawDeps[len(p.nodes)-1] = true
+			sawDeps[i] = true
+			if !strings.ContainsFunc(list, isAlnum) {
+				heading(i, prevDeps, prevSaw)
+			}
+			planLine()
+			continue
+		}
+		if depHeading(field) {
+			i := len(p.nodes) - 1
+			heading(i, deps[i], sawDeps[i])
+			deps[i], sawDeps[i] = nil, true
 			planLine()
 			continue
 		}
@@ -220,6 +355,9 @@ func readTasks(d *doc, o *Options, p *parsed, start, end int) (inline map[int]bo
 		n := &p.nodes[i]
 		n.Description = strings.TrimSpace(n.Description + " " + strings.Join(lines, " "))
 	}
+	if perr := applyEdges(d.m, &x, p.nodes, edges, deps, sawDeps); perr != nil {
+		return nil, false, perr
+	}
 	if p.cut != "" && len(p.nodes) > 0 && !sawDeps[len(p.nodes)-1] {
 		// The last task's dependency line never came: it is incomplete.
 		p.nodes = p.nodes[:len(p.nodes)-1]
@@ -228,20 +366,28 @@ func readTasks(d *doc, o *Options, p *parsed, start, end int) (inline map[int]bo
 	return inline, len(sawDeps) > 0, nil
 }
 
+// startsWithTask reports whether s starts with a task ("T1 (the capital)").
+func startsWithTask(m *meter, s string) bool {
+	_, n := taskList(m, s, 0)
+	return n > 0
+}
+
 // tasksBefore checks the text before p's <plan> for tasks written without
 // a <plan>: the same tasks as p's are the plan written twice, but others
 // (a draft, or a plan revised in the <plan>) are a second plan, and which
 // one the planner means is anyone's guess. Lines that look like tasks but
 // give neither dependencies nor a tool are prose ("T1: the capital comes
 // first"). When p is cut off, its tasks so far must begin the others.
-func tasksBefore(d *doc, o *Options, p *parsed, inline map[int]bool) *Error {
+// When the tasks are p's, it returns the calls written between them and
+// the <plan> (calls) and the line they start on.
+func tasksBefore(d *doc, o *Options, p *parsed, inline map[int]bool) (calls []tagCall, listLine int, perr *Error) {
 	if !hasTaskLine(d, 0, p.from) {
-		return nil
+		return nil, 0, nil
 	}
 	q := parsed{}
-	qinline, listed, err := readTasks(d, o, &q, 0, p.from)
+	qinline, listed, err := readTasks(d, o, &q, 0, p.from, true)
 	if err == nil && !listed && len(qinline) == 0 {
-		return nil
+		return nil, 0, nil
 	}
 	if err == nil && len(q.nodes) > 0 {
 		n := len(q.nodes)
@@ -253,14 +399,15 @@ func tasksBefore(d *doc, o *Options, p *parsed, inline map[int]bool) *Error {
 			same = same && inline[i] == qinline[i]
 		}
 		if same && (p.cut != "" || maps.Equal(inline, qinline)) {
-			return nil
+			calls, _, _, perr = toolTags(d, q.from, p.from, o)
+			return calls, q.nodes[0].line, perr
 		}
 	}
 	first, line := d.line(p.from), d.line(p.from)
 	if len(q.nodes) > 0 {
 		first = q.nodes[0].line
 	}
-	return &Error{Kind: ErrSyntax, Line: line, Message: fmt.Sprintf(
+	return nil, 0, &Error{Kind: ErrSyntax, Line: line, Message: fmt.Sprintf(
 		"the output holds two different plans, the task list at line %d and the <plan> at line %d; write one <plan> with the whole plan",
 		first, line)}
 }
@@ -297,16 +444,38 @@ func resolveDeps(m *meter, nodes []rawNode, deps map[int][]taskDep) {
 
 // planBlock is a <plan> element that holds tasks: its tag is at at, its
 // tasks in d.text[start:end], and what follows it starts at after (the
-// end of the output if the plan is never closed, as cut says).
+// end of the output if the plan is never closed, as cut says). A bare
+// block is tasks written without a <plan>, from at to after.
 type planBlock struct {
 	at, start, end, after int
 	cut                   string
+	bare                  bool
 }
 
-// nextPlan finds the first <plan> at or after from that holds a task
-// line; at is -1 if there is none. Closed ones without a task are
-// mentions, and one never closed that holds none runs to the end.
-func nextPlan(d *doc, from int) planBlock {
+// nextPlan finds the first plan at or after from: tasks written without a
+// <plan> that give their dependencies or a tool (lines that give neither
+// are prose), else the first <plan> that holds a task line; at is -1 if
+// there is none. Closed <plan>s without a task are mentions, and one never
+// closed that holds none runs to the end.
+func nextPlan(d *doc, o *Options, from int) planBlock {
+	g := nextPlanTag(d, from)
+	limit := len(d.text)
+	if g.at >= 0 {
+		limit = g.at
+	}
+	if hasTaskLine(d, from, limit) {
+		q := parsed{}
+		qinline, listed, err := readTasks(d, o, &q, from, limit, true)
+		if err != nil || listed || len(qinline) > 0 {
+			return planBlock{at: q.from, start: q.from, end: limit, after: max(q.to, q.from), bare: true}
+		}
+	}
+	return g
+}
+
+// nextPlanTag finds the first <plan> at or after from that holds a task
+// line; at is -1 if there is none.
+func nextPlanTag(d *doc, from int) planBlock {
 	for g := tagIndex(d, "plan", from); g >= 0; {
 		gt := strings.IndexByte(d.text[g:], '>')
 		if gt < 0 {
@@ -340,15 +509,19 @@ func samePlans(d *doc, o *Options, p *parsed, inline map[int]bool, calls []tagCa
 	first := d.line(p.from)
 	for b := next; b.at >= 0; {
 		line := d.line(b.at)
+		second := "the <plan>"
+		if b.bare {
+			second = "the task list"
+		}
 		twoPlans := &Error{Kind: ErrSyntax, Line: line, Message: fmt.Sprintf(
-			"the output holds two different plans, the <plan> at line %d and the <plan> at line %d; write one <plan> with the whole plan",
-			first, line)}
+			"the output holds two different plans, the <plan> at line %d and %s at line %d; write one <plan> with the whole plan",
+			first, second, line)}
 		q := parsed{from: b.at, cut: b.cut}
-		qinline, _, err := readTasks(d, o, &q, b.start, b.end)
+		qinline, _, err := readTasks(d, o, &q, b.start, b.end, b.bare)
 		if err != nil || q.cut != "" || !sameNodes(p.nodes, q.nodes) || !maps.Equal(inline, qinline) {
 			return nil, "", twoPlans
 		}
-		later, limit := nextPlan(d, b.after), len(d.text)
+		later, limit := nextPlan(d, o, b.after), len(d.text)
 		if later.at >= 0 {
 			limit = later.at
 		}
@@ -356,11 +529,8 @@ func samePlans(d *doc, o *Options, p *parsed, inline map[int]bool, calls []tagCa
 		if terr != nil {
 			return nil, "", terr
 		}
-		switch {
-		case len(qcalls) == 0 && qcut == "":
-		case len(calls) == 0 && cut == "":
-			calls, cut = qcalls, qcut
-		case qcut != cut || !slices.EqualFunc(calls, qcalls, func(a, b tagCall) bool { return a.tool == b.tool && a.input == b.input }):
+		var ok bool
+		if calls, cut, ok = sameCalls(calls, cut, qcalls, qcut); !ok {
 			return nil, "", twoPlans
 		}
 		b = later
