@@ -16,14 +16,17 @@ import (
 // is asked ensemble_k times. The plan's node X becomes K candidate nodes
 // X-c1…X-cK (the same call, each its own generation) and a pick node X
 // that depends on them: a vote (the most frequent answer, normalised; a
-// tie goes to the earliest candidate), run by the act-dispatcher without an
-// engine. Nodes that depend on X get the answer picked; the planner sees
-// one line per planned node, as in plan_act.
+// tie goes to the earliest candidate; an empty answer has no vote, and a
+// vote among empty answers only fails, as the step fails when every
+// candidate did), run by the act-dispatcher without an engine. Nodes that
+// depend on X get the answer picked; the planner sees one line per planned
+// node, as in plan_act.
 //
 // With ensemble_pick planner there is no vote: the planner picks. A turn's
 // candidates finish; the planner's next observation shows each of them
 // (X-c1 … like any node) and, per planned node, the candidates it may pick
-// (<candidates node="X" turn="t">1 2 3</candidates>: those that answered);
+// (<candidates node="X" turn="t">1 2 3</candidates>: those that answered,
+// an empty answer being none);
 // its next reply starts with one <pick node="X">N</pick> per such node,
 // then its plan or answer (pick.go). A node of the actor model
 // cannot feed another in the same plan then (its answer is picked only in
@@ -32,8 +35,9 @@ import (
 // Every candidate is an actor sample. A candidate whose answer is the one
 // picked gets the final answer's score (metadata ensemble: chosen for the
 // candidate the vote or the planner took, agreed for the others with the
-// same answer); a rejected one gets 0. The planner's sample is rewarded as
-// in plan_act (with ensemble_pick planner it holds its picks).
+// same answer); a rejected one (an empty one too) gets 0, as does every
+// candidate of a step nothing was picked for. The planner's sample is
+// rewarded as in plan_act (with ensemble_pick planner it holds its picks).
 type Ensemble struct{ PlanAct }
 
 // VoteTool is the pick nodes' tool: run by the act-dispatcher, no engine.
@@ -167,7 +171,8 @@ func (m Ensemble) Tool(cfg schema.Config, name string) (schema.Tool, bool) {
 }
 
 // RunLocal runs a vote: the most frequent candidate answer (normalised), a
-// tie to the earliest.
+// tie to the earliest. An empty answer is none: when every candidate's is
+// empty the vote fails, as the step does when every candidate failed.
 func (Ensemble) RunLocal(_ schema.Tool, node Node) (string, error) {
 	cands, _ := node.Args["candidates"].([]any)
 	var answers []string
@@ -179,24 +184,40 @@ func (Ensemble) RunLocal(_ schema.Tool, node Node) (string, error) {
 	if len(answers) == 0 {
 		return "", fmt.Errorf("vote %s: no candidate answers", node.ID)
 	}
-	return answers[Vote(answers)], nil
+	best := Vote(answers)
+	if best < 0 {
+		return "", fmt.Errorf("vote %s: the candidates' answers were empty (all %d): there is no answer to pick", node.ID, len(answers))
+	}
+	return answers[best], nil
 }
 
 // Vote returns the index of the answer the vote picks: the most frequent
-// (normalised), the earliest of a tie.
+// (normalised), the earliest of a tie. An empty (or white space) answer is
+// no answer: it has no vote and is never picked; Vote returns -1 when
+// every answer is empty.
 func Vote(answers []string) int {
 	count := map[string]int{}
 	for _, a := range answers {
-		count[reward.Normalize(a)]++
+		if !noAnswer(a) {
+			count[reward.Normalize(a)]++
+		}
 	}
-	best := 0
+	best := -1
 	for i, a := range answers {
-		if count[reward.Normalize(a)] > count[reward.Normalize(answers[best])] {
+		if noAnswer(a) {
+			continue
+		}
+		if best < 0 || count[reward.Normalize(a)] > count[reward.Normalize(answers[best])] {
 			best = i
 		}
 	}
 	return best
 }
+
+// noAnswer says whether a candidate's answer is empty: nothing, or only
+// white space. Normalised, a real answer may be empty too ("."), so an
+// empty one must never be taken to agree with it.
+func noAnswer(s string) bool { return strings.TrimSpace(s) == "" }
 
 // Observation shows each planned node once: the votes, as the call
 // planned, with the answer picked; candidates are not shown. With
@@ -249,7 +270,7 @@ func (Ensemble) Rewards(ep *Episode) {
 		// that a later one with a sample is not called chosen.
 		for _, d := range ep.Outcomes {
 			pick, number, ok := candidateOf(d.NodeID)
-			if !ok || d.Tool == VoteTool || d.Status != schema.ActDoneOK && d.Status != schema.ActCached {
+			if !ok || d.Tool == VoteTool || d.Status != schema.ActDoneOK && d.Status != schema.ActCached || noAnswer(d.Output) {
 				continue
 			}
 			key := strconv.Itoa(d.Turn) + "/" + pick
@@ -271,8 +292,13 @@ func (Ensemble) Rewards(ep *Episode) {
 		p := picks[key]
 		s := &ep.Actor[i]
 		switch {
-		case p == nil || p.Status != schema.ActDoneOK && p.Status != schema.ActCached:
+		case p == nil || p.Status != schema.ActDoneOK && p.Status != schema.ActCached || noAnswer(p.Output):
+			// Nothing was picked: every candidate failed or answered
+			// nothing (a vote recorded before an empty answer was none
+			// may have "picked" ""), or the planner never judged.
 			s.Reward, verdicts[i] = 0, "unpicked"
+		case noAnswer(d.Output):
+			s.Reward, verdicts[i] = 0, "rejected" // no answer agrees with the one picked
 		case reward.Normalize(d.Output) == reward.Normalize(p.Output):
 			verdicts[i] = "agreed"
 			if f, seen := first[key]; !byPlanner && (!seen || number < f) {

@@ -18,13 +18,13 @@ import (
 //
 //	Pick one candidate of each step: <candidates node="X" turn="2">1 3</candidates> …
 //
-// (the candidates that answered; a step none of whose candidates answered
-// is not listed). The planner's reply starts with one <pick node="X">N</pick>
-// per step listed (outside <think>), then its plan or answer. A reply that
-// picks nothing, picks twice, picks a candidate not offered, or picks for a
-// step not listed is a parse error (kind pick) under parse_error_policy; a
-// parse error's message repeats what is still to be picked, so a reprompt
-// shows it again. The picks are the planner's output, recorded in its
+// (the candidates that answered, an empty answer being none; a step none
+// of whose candidates answered is not listed). The planner's reply starts
+// with one <pick node="X">N</pick> per step listed (outside <think>), then
+// its plan or answer. A reply that picks nothing, picks twice, picks a
+// candidate not offered, or picks for a step not listed is a parse error
+// (kind pick) under parse_error_policy; a parse error's message repeats
+// what is still to be picked, so a reprompt shows it again. The picks are the planner's output, recorded in its
 // trajectory: Rewards reads them back from it (plannerPicks).
 
 // pickIntro tells the planner that it judges.
@@ -66,8 +66,8 @@ func (m Ensemble) pickObservation(r *schema.Run, cfg schema.Config) string {
 			continue
 		}
 		pick, number, _ := candidateOf(n.Node.ID)
-		if n.Status != schema.NodeDone && n.Status != schema.NodeCached {
-			continue
+		if n.Status != schema.NodeDone && n.Status != schema.NodeCached || noAnswer(n.Output) {
+			continue // failed, or answered nothing: no answer to pick
 		}
 		i, seen := at[pick]
 		if !seen {
@@ -292,7 +292,7 @@ func plannerPicks(ep *Episode) map[string]*schema.ActDone {
 		if t, ok := ep.Config.Tool(d.Tool); ok && t.Kind != schema.ToolActor {
 			continue // a planned node whose id reads as a candidate's (an HTTP tool's "X-c1" beside the candidates X-c1_, X-c2 …)
 		}
-		if pick, number, ok := candidateOf(d.NodeID); ok && (d.Status == schema.ActDoneOK || d.Status == schema.ActCached) {
+		if pick, number, ok := candidateOf(d.NodeID); ok && (d.Status == schema.ActDoneOK || d.Status == schema.ActCached) && !noAnswer(d.Output) {
 			cands[fmt.Sprintf("%d/%s/%d", d.Turn, pick, number)] = d
 		}
 	}

@@ -10,9 +10,10 @@ import (
 // The peer_review contract (pkg/mode.PeerReview). The reviewer's prompt
 // starts "You are the reviewer" and holds the "Question:" line; each
 // <observation> shows the solver's latest answer as "Answer: <answer>" (or
-// "The attempt failed: …"). The simulated reviewer knows the world: it
-// accepts a right answer (<accept/>) and asks for a revision of a wrong or
-// missing one (<revise>…</revise>), deterministically. The solver's prompt
+// "The attempt failed: …", or "The attempt is empty: the solver gave no
+// answer"). The simulated reviewer knows the world: it accepts a right
+// answer (<accept/>) and asks for a revision of a wrong or missing one
+// (<revise>…</revise>), deterministically. The solver's prompt
 // has "Input: <question>": the simulated actor answers a question of the
 // world whole, wrongly at the actor's error rate, rolled on the whole prompt
 // (a revision, with its critique, is a new roll).
