@@ -111,7 +111,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		stopped = append(stopped, done)
 		fmt.Fprintf(stdout, "%s engine: %s\n", e.role, url)
 	}
-	fmt.Fprintln(stdout, "simulated engines ready (SGLang /generate, OpenAI /v1/completions and /v1/chat/completions; GET /sim/stats shows routing keys and aborts); Ctrl-C stops")
+	fmt.Fprintln(stdout, "simulated engines ready (SGLang /generate, OpenAI /v1/completions and /v1/chat/completions; GET /sim/stats shows routing keys and aborts, POST /sim/take_generations the calls per generation); Ctrl-C stops")
 	<-ctx.Done()
 	for _, done := range stopped {
 		<-done
