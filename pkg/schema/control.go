@@ -280,7 +280,9 @@ type RoleState struct {
 	Role   string `json:"role"`
 	Paused bool   `json:"paused,omitempty"`
 	Mode   string `json:"mode,omitempty"`
-	// Epoch counts pauses and resumes; gateways answer a pause by its epoch.
+	// Epoch grows by one at each pause and resume (a key written anew
+	// after it was removed starts at the bucket's last revision, above
+	// every earlier one); gateways answer a pause by its epoch.
 	Epoch      int64  `json:"epoch"`
 	PauseID    string `json:"pause_id,omitempty"`
 	SinceMs    int64  `json:"since_ms,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/bus"
@@ -49,8 +50,15 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 	if err := schema.CheckControlID("pause", p.Role, id); err != nil {
 		return s.refuse(ctx, m, "pause", err)
 	}
+	bucket, err := s.sessionsBucket(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.pauseFits(p, bucket.Config.MaxAge); err != nil {
+		return s.refuse(ctx, m, "pause", err)
+	}
 	superseded := false
-	st, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(p.Role), func(v *schema.RoleState, _ bool) (bool, error) {
+	st, _, err := s.mutateRole(ctx, p.Role, func(v *schema.RoleState) (bool, error) {
 		v.Role = p.Role
 		superseded = false
 		if v.Paused && v.PauseID == id || v.Expiry != nil && v.Expiry.PauseID == id {
@@ -129,7 +137,7 @@ func (s *Service) handleResume(ctx context.Context, m bus.Msg) error {
 		return s.refuse(ctx, m, "resume", err)
 	}
 	var rollback *schema.RoleRollback
-	st, wrote, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(r.Role), func(v *schema.RoleState, _ bool) (bool, error) {
+	st, wrote, err := s.mutateRole(ctx, r.Role, func(v *schema.RoleState) (bool, error) {
 		v.Role = r.Role
 		changed := false
 		rollback = nil
@@ -178,6 +186,61 @@ func (s *Service) handleResume(ctx context.Context, m bus.Msg) error {
 		}
 	}
 	return s.Bus.Publish(ctx, &schema.Resumed{Role: r.Role, ResumeID: id, WeightVersion: st.WeightVersion, Paused: st.Paused, AtMs: s.nowMs()})
+}
+
+// pauseFits refuses a pause whose time-out the role's state would not
+// outlive. The sessions bucket keeps the state for its TTL, the history,
+// from the key's last write, and a pause writes it once: a pause longer
+// than that loses its key before the sweep ends it, and a role whose key is
+// gone is not paused, so the role would run again without a resume, with
+// no expiry said and the work the pause held going on, on weights nobody
+// vouched for. The sweep ends a pause up to SweepEvery after its deadline;
+// ttl 0 keeps the state for ever.
+func (s *Service) pauseFits(p schema.Pause, ttl time.Duration) error {
+	if ttl <= 0 {
+		return nil
+	}
+	if timeout := schema.Seconds(p.TimeoutS); timeout+s.SweepEvery >= ttl {
+		return fmt.Errorf("pause of %s: timeout_s %g (%v) outlasts the role's state, which planact keeps for the history (--history %v, the %s bucket's TTL) from its last write: want timeout_s under %g (the history less the %v the sweep may take to end a pause at its time-out), or a longer history",
+			p.Role, p.TimeoutS, timeout, ttl, s.Bus.Sessions.Bucket(), (ttl - s.SweepEvery).Seconds(), s.SweepEvery)
+	}
+	return nil
+}
+
+// mutateRole is bus.Mutate of role's state, for every write that may
+// create its key. A role's pause epochs only grow: a gateway does not
+// answer a pause of the epoch it answered last, and the answers' message
+// ids (paused.<role>.<epoch>, drained.<role>.<epoch>.<gateway>) name the
+// epoch, so JetStream drops an answer to an epoch used before as a
+// duplicate, and that pause waits to its deadline. The key, and the count
+// with it, may go (deleted or purged by hand, expired at the bucket's
+// TTL), so a key created anew starts at the bucket's last revision, read
+// from the stream's leader, not at 0: a write adds at most one to the
+// epoch and its revision is above the one before, so no epoch is above
+// the revision of the write that holds it, and every pause after the key
+// went has an epoch above all before, on a cluster and across restarts.
+func (s *Service) mutateRole(ctx context.Context, role string, fn func(v *schema.RoleState) (bool, error)) (schema.RoleState, bool, error) {
+	return bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(role), func(v *schema.RoleState, exists bool) (bool, error) {
+		if !exists {
+			bucket, err := s.sessionsBucket(ctx)
+			if err != nil {
+				return false, err
+			}
+			v.Epoch = int64(bucket.State.LastSeq)
+		}
+		return fn(v)
+	})
+}
+
+// sessionsBucket reads the sessions bucket's stream from its leader: its
+// TTL and its last revision.
+func (s *Service) sessionsBucket(ctx context.Context) (*jetstream.StreamInfo, error) {
+	name := "KV_" + s.Bus.Sessions.Bucket()
+	st, err := s.Bus.JS.Stream(ctx, name)
+	if err != nil {
+		return nil, fail.Transientf("read the %s stream: %w", name, err)
+	}
+	return st.CachedInfo(), nil
 }
 
 // refuse answers a pause or resume (verb) that planact will not apply,
@@ -317,7 +380,7 @@ func (s *Service) noteVersion(ctx context.Context, role, version string) error {
 	if version == "" {
 		return nil
 	}
-	_, _, err := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(role), func(v *schema.RoleState, _ bool) (bool, error) {
+	_, _, err := s.mutateRole(ctx, role, func(v *schema.RoleState) (bool, error) {
 		if v.WeightVersion == version || !schema.Newer(version, v.WeightVersion) {
 			return false, nil
 		}
