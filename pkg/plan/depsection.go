@@ -292,3 +292,172 @@ func applyEdges(m *meter, x *taskIndex, nodes []rawNode, edges []depEdge, deps m
 	}
 	return nil
 }
+
+// A <plan> may also be followed by its dependencies, between </plan> and
+// the first tag after it (its calls, usually):
+//
+//	</plan>
+//	Dependencies:
+//	- T2 depends on T1
+//	<search>…</search>
+//
+// Below that tag a dependency line may only say what the plan says: one
+// that would add a dependency is an error (strayDeps). So once the tag is
+// written, no later text can add a dependency to a task, and a streamed
+// plan may release its tasks.
+
+// planTail is what the text after a </plan> adds to its plan.
+type planTail struct {
+	edges []depEdge
+	end   int // the end of its last dependency line, else the </plan>'s
+	tag   int // the first tag after the </plan>, or -1
+}
+
+// readTail reads the dependency lines between the </plan> that ends at
+// after and the first tag after it.
+func readTail(d *doc, o *Options, after int) (planTail, *Error) {
+	t := planTail{tag: nextTag(d, after)}
+	to := t.tag
+	if to < 0 {
+		to = len(d.text)
+	}
+	var err *Error
+	t.edges, t.end, err = depLines(d, o, after, to, true)
+	return t, err
+}
+
+// nextTag returns the offset of the first tag (<name or </name) at or
+// after from, or -1.
+func nextTag(d *doc, from int) int {
+	for i := from; i < len(d.text); {
+		k := strings.IndexByte(d.text[i:], '<')
+		if k < 0 {
+			d.m.add(len(d.text) - i)
+			return -1
+		}
+		d.m.add(k + 1)
+		i += k + 1
+		if i < len(d.text) && (d.text[i] == '/' || isIdentStart(d.text[i])) {
+			return i - 1
+		}
+	}
+	return -1
+}
+
+// depLines reads the dependency lines of d.text[from:to], text outside a
+// plan: a heading (an empty "Dependencies:", "## Dependencies") and the
+// statements under it, "Dependencies: T2 depends on T1", and statements in
+// strict wording on their own line ("T2 depends on T1"). Other lines are
+// prose, and end a heading's statements; with tasks, a task line ends
+// them all: the tasks written again, for nextPlan to read. end is the end
+// of the last dependency line read, else from.
+func depLines(d *doc, o *Options, from, to int, tasks bool) (edges []depEdge, end int, perr *Error) {
+	end = from
+	section := false
+	for off := from; off < to; {
+		lineEnd := to
+		if nl := strings.IndexByte(d.text[off:to], '\n'); nl >= 0 {
+			lineEnd = off + nl
+		}
+		line := d.text[off:lineEnd]
+		d.m.add(16 * (len(line) + 1))
+		lineNo := d.line(off)
+		off = lineEnd + 1
+		item, bullet := listItem(line)
+		if item == "" {
+			continue
+		}
+		if depHeading(item) {
+			section, end = true, lineEnd
+			continue
+		}
+		stmt, strict := item, !section
+		desc, list, keyed := splitDeps(d.m, item)
+		if keyed = keyed && strings.Trim(desc, "#*_ \t") == ""; keyed {
+			switch {
+			case !strings.ContainsFunc(list, isAlnum):
+				section, end = true, lineEnd
+				continue
+			case noDeps(asciiLower(list)):
+				end = lineEnd // names no task: adds nothing
+				continue
+			}
+			stmt, strict = list, false
+		}
+		es, _, ok, err := depStatement(d.m, stmt, o.MaxNodes, strict)
+		if err != nil {
+			return nil, 0, &Error{Kind: ErrSyntax, Line: lineNo, Message: fmt.Sprintf("the dependency line %q (line %d): %v", item, lineNo, err)}
+		}
+		switch {
+		case ok:
+			for _, e := range es {
+				e.line, e.text = lineNo, item
+				edges = append(edges, e)
+			}
+			end = lineEnd
+			continue
+		case keyed:
+			return nil, 0, &Error{Kind: ErrSyntax, Line: lineNo, Message: fmt.Sprintf(
+				"the dependency line %q (line %d) after the </plan> does not say which task depends on which; write one on each line, as in \"T3 depends on T1, T2\", or write the dependencies in the <plan>",
+				item, lineNo)}
+		case tasks && isTaskLine(line):
+			return edges, end, nil
+		case section && bullet:
+			return nil, 0, &Error{Kind: ErrSyntax, Line: lineNo, Message: fmt.Sprintf(
+				"the line %q (line %d) under the dependencies does not say which task depends on which; write one on each line, as in \"T3 depends on T1, T2\" or \"T1: none\"",
+				item, lineNo)}
+		}
+		section = false
+	}
+	return edges, end, nil
+}
+
+// strayDeps checks the dependency lines of d.text[from:to], below the
+// first tag after a </plan> (from; -1: none): each may only say what the
+// plan's nodes say, since the plan's tasks may already be running.
+func strayDeps(d *doc, o *Options, nodes []rawNode, from, to int) *Error {
+	if from < 0 || from >= to {
+		return nil
+	}
+	edges, _, err := depLines(d, o, from, to, false)
+	if err != nil || len(edges) == 0 {
+		return err
+	}
+	var x taskIndex
+	has := map[[2]string]bool{} // task, dependency
+	for i, n := range nodes {
+		x.add(n.ID, i)
+		d.m.add(1 + len(n.Deps))
+		for _, dep := range n.Deps {
+			has[[2]string{n.ID, dep}] = true
+		}
+	}
+	for _, e := range edges {
+		d.m.add(len(e.tasks) * (1 + len(e.deps)))
+		for _, t := range e.tasks {
+			i := x.find(t)
+			if i < 0 {
+				return &Error{Kind: ErrSyntax, Line: e.line, Node: t.id, Message: fmt.Sprintf(
+					"the dependency line %q (line %d) is about %s, which is not a task of the plan; name the tasks by their ids, as in \"T3 depends on T2\"",
+					e.text, e.line, t.id)}
+			}
+			for _, dep := range e.deps {
+				id := dep.id
+				if j := x.find(dep); j >= 0 {
+					id = nodes[j].ID
+				}
+				if !has[[2]string{nodes[i].ID, id}] {
+					return &Error{Kind: ErrSyntax, Line: e.line, Node: nodes[i].ID, Message: fmt.Sprintf(
+						"the dependency line %q (line %d) comes after the plan's tool calls, and the plan does not say it; write the dependencies in the <plan>, or right after </plan>",
+						e.text, e.line)}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func isTaskLine(line string) bool {
+	_, _, ok := taskLine(line)
+	return ok
+}

@@ -109,6 +109,10 @@ var adversarial = []struct{ name, prefix, unit, suffix string }{
 	{"task lists after a plan", taskPlan, "<search>q</search>\nT1: Find the capital of France\n- Dependencies: none\n", ""},
 	{"calls between tasks and a plan", "", "T1: Find the capital of France\n- Dependencies: none\n<search>q</search>\n", taskPlan},
 	{"plans and tasks after them", "", taskPlan + "T1: Find the capital of France\n- Dependencies: none\n", ""},
+	{"dependency lines after a plan", "<plan>\nT1: x\nT2: y\n</plan>\nDependencies:\n", "- T2 depends on T1\n", "<search>a|b</search>"},
+	{"dependency lines after the calls", "<plan>\nT1: x\nT2: y - Dependencies: T1\n</plan>\n<search>a|b</search>\nDependencies:\n", "- T2 depends on T1\n", ""},
+	{"plans and dependency lines after them", "", "<plan>\nT1: x\nT2: y\n</plan>\nDependencies:\n- T2 depends on T1\n<search>a|b</search>\n", ""},
+	{"calls between task-like prose and a plan", "", "T#: the capital comes first\n<search>q</search>\n", taskPlan},
 }
 
 // steps parses text and returns the steps it took.

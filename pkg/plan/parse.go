@@ -23,7 +23,8 @@ type Options struct {
 	Stop []string
 	// Partial says that the text is the beginning of an output still
 	// being written (a streamed plan): nodes with the default tool (a task
-	// list's tasks still waiting for their tool calls) are not checked
+	// list's tasks still waiting for their tool calls, or for the point
+	// after which no dependency can be added to them) are not checked
 	// against Tools, for the caller to leave out (schema.Config.PartialNodes).
 	// Otherwise the default tool is held to Tools like any other.
 	Partial bool

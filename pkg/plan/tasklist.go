@@ -80,17 +80,28 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 		}
 		break
 	}
-	inline, _, perr := readTasks(d, o, &p, start, end, start == 0)
+	// A closed <plan> may be followed by its dependencies.
+	closed := start > 0 && p.cut == ""
+	tail := planTail{end: after, tag: -1}
+	if closed {
+		var perr *Error
+		if tail, perr = readTail(d, o, after); perr != nil {
+			return p, perr
+		}
+		p.to = max(p.to, tail.end)
+	}
+	inline, _, perr := readTasks(d, o, &p, start, end, start == 0, tail.edges)
 	if perr != nil {
 		return p, perr
 	}
 	var (
 		before     []tagCall // calls between tasks written before the <plan> and it
 		beforeLine int       // the line of those tasks
+		prose      bool      // those tasks are prose: the calls alone are the plan's
 		ok         bool
 	)
 	if start > 0 {
-		if before, beforeLine, perr = tasksBefore(d, o, &p, inline); perr != nil {
+		if before, beforeLine, prose, perr = tasksBefore(d, o, &p, inline); perr != nil {
 			return p, perr
 		}
 	}
@@ -100,10 +111,13 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 	// The calls after the plan run up to the next plan, if any: a <plan>,
 	// or tasks written again without one.
 	next, limit := planBlock{at: -1}, len(d.text)
-	if start > 0 && p.cut == "" {
-		if next = nextPlan(d, o, after); next.at >= 0 {
+	if closed {
+		if next = nextPlan(d, o, tail.end); next.at >= 0 {
 			limit = next.at
 		}
+	}
+	if perr := strayDeps(d, o, p.nodes, tail.tag, limit); perr != nil {
+		return p, perr
 	}
 	calls, cut, to, terr := toolTags(d, after, limit, o)
 	if terr != nil {
@@ -112,12 +126,16 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 	if to > 0 {
 		p.to = to
 	}
+	where := "after the plan"
 	if next.at >= 0 {
 		if calls, cut, terr = samePlans(d, o, &p, inline, calls, cut, next); terr != nil {
 			return p, terr
 		}
 	}
 	if len(before) > 0 {
+		if len(calls) == 0 && cut == "" || p.cut != "" {
+			where = "before the plan"
+		}
 		if p.cut != "" {
 			// The <plan> was cut off, and its calls with it: the calls
 			// before it are those of its tasks, the ones cut off included.
@@ -130,6 +148,11 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 			calls = before[:min(n, len(before))]
 		} else if calls, cut, ok = sameCalls(calls, cut, before, ""); !ok {
 			line := d.line(p.from)
+			if prose {
+				return p, &Error{Kind: ErrSyntax, Line: line, Message: fmt.Sprintf(
+					"the tool calls before the <plan> at line %d (from line %d) differ from those after it; write the calls once, after the plan",
+					line, before[0].line)}
+			}
 			return p, &Error{Kind: ErrSyntax, Line: line, Message: fmt.Sprintf(
 				"the output holds two different plans, the task list at line %d and the <plan> at line %d; write one <plan> with the whole plan",
 				beforeLine, line)}
@@ -138,7 +161,18 @@ func parseTaskList(d *doc, o *Options) (parsed, *Error) {
 	if cut != "" && p.cut == "" {
 		p.cut = cut
 	}
-	return p, assignCalls(&p, inline, calls, cut, o)
+	if perr := assignCalls(&p, inline, calls, cut, where, o); perr != nil {
+		return p, perr
+	}
+	if o.Partial && !(closed && tail.tag >= 0) {
+		// Streamed, the plan may still gain a dependency (a line below a
+		// task, a section under a later one or after </plan>): its tasks
+		// wait, as those waiting for their calls do, until it cannot.
+		for i := range p.nodes {
+			p.nodes[i].Tool = o.DefaultTool
+		}
+	}
+	return p, nil
 }
 
 // sameCalls puts together the calls after a plan and those after the same
@@ -159,8 +193,9 @@ func sameCalls(calls []tagCall, cut string, more []tagCall, moreCut string) (_ [
 // readTasks reads the task lines of d.text[start:end] into p, and says
 // which tasks name their own tool, and whether a task gives its
 // dependencies (listed). bare: the tasks are not in a <plan>, and p.from
-// and p.to are set to the text they take.
-func readTasks(d *doc, o *Options, p *parsed, start, end int, bare bool) (inline map[int]bool, listed bool, perr *Error) {
+// and p.to are set to the text they take. tail holds the dependencies
+// written after the </plan> (readTail).
+func readTasks(d *doc, o *Options, p *parsed, start, end int, bare bool, tail []depEdge) (inline map[int]bool, listed bool, perr *Error) {
 	var (
 		cur *rawNode
 		err error
@@ -355,7 +390,7 @@ func readTasks(d *doc, o *Options, p *parsed, start, end int, bare bool) (inline
 		n := &p.nodes[i]
 		n.Description = strings.TrimSpace(n.Description + " " + strings.Join(lines, " "))
 	}
-	if perr := applyEdges(d.m, &x, p.nodes, edges, deps, sawDeps); perr != nil {
+	if perr := applyEdges(d.m, &x, p.nodes, append(edges, tail...), deps, sawDeps); perr != nil {
 		return nil, false, perr
 	}
 	if p.cut != "" && len(p.nodes) > 0 && !sawDeps[len(p.nodes)-1] {
@@ -378,16 +413,21 @@ func startsWithTask(m *meter, s string) bool {
 // one the planner means is anyone's guess. Lines that look like tasks but
 // give neither dependencies nor a tool are prose ("T1: the capital comes
 // first"). When p is cut off, its tasks so far must begin the others.
-// When the tasks are p's, it returns the calls written between them and
-// the <plan> (calls) and the line they start on.
-func tasksBefore(d *doc, o *Options, p *parsed, inline map[int]bool) (calls []tagCall, listLine int, perr *Error) {
+// When the tasks are p's, or prose, it returns the calls written between
+// them and the <plan> (calls), the line they start on, and whether they
+// are prose: the calls are the plan's either way, never dropped.
+func tasksBefore(d *doc, o *Options, p *parsed, inline map[int]bool) (calls []tagCall, listLine int, prose bool, perr *Error) {
 	if !hasTaskLine(d, 0, p.from) {
-		return nil, 0, nil
+		return nil, 0, false, nil
 	}
 	q := parsed{}
-	qinline, listed, err := readTasks(d, o, &q, 0, p.from, true)
+	qinline, listed, err := readTasks(d, o, &q, 0, p.from, true, nil)
 	if err == nil && !listed && len(qinline) == 0 {
-		return nil, 0, nil
+		if len(q.nodes) == 0 {
+			return nil, 0, false, nil
+		}
+		calls, _, _, perr = toolTags(d, q.from, p.from, o)
+		return calls, q.nodes[0].line, true, perr
 	}
 	if err == nil && len(q.nodes) > 0 {
 		n := len(q.nodes)
@@ -400,14 +440,14 @@ func tasksBefore(d *doc, o *Options, p *parsed, inline map[int]bool) (calls []ta
 		}
 		if same && (p.cut != "" || maps.Equal(inline, qinline)) {
 			calls, _, _, perr = toolTags(d, q.from, p.from, o)
-			return calls, q.nodes[0].line, perr
+			return calls, q.nodes[0].line, false, perr
 		}
 	}
 	first, line := d.line(p.from), d.line(p.from)
 	if len(q.nodes) > 0 {
 		first = q.nodes[0].line
 	}
-	return nil, 0, &Error{Kind: ErrSyntax, Line: line, Message: fmt.Sprintf(
+	return nil, 0, false, &Error{Kind: ErrSyntax, Line: line, Message: fmt.Sprintf(
 		"the output holds two different plans, the task list at line %d and the <plan> at line %d; write one <plan> with the whole plan",
 		first, line)}
 }
@@ -465,7 +505,7 @@ func nextPlan(d *doc, o *Options, from int) planBlock {
 	}
 	if hasTaskLine(d, from, limit) {
 		q := parsed{}
-		qinline, listed, err := readTasks(d, o, &q, from, limit, true)
+		qinline, listed, err := readTasks(d, o, &q, from, limit, true, nil)
 		if err != nil || listed || len(qinline) > 0 {
 			return planBlock{at: q.from, start: q.from, end: limit, after: max(q.to, q.from), bare: true}
 		}
@@ -517,13 +557,23 @@ func samePlans(d *doc, o *Options, p *parsed, inline map[int]bool, calls []tagCa
 			"the output holds two different plans, the <plan> at line %d and %s at line %d; write one <plan> with the whole plan",
 			first, second, line)}
 		q := parsed{from: b.at, cut: b.cut}
-		qinline, _, err := readTasks(d, o, &q, b.start, b.end, b.bare)
+		tail := planTail{end: b.after, tag: -1}
+		var err *Error
+		if !b.bare && b.cut == "" {
+			if tail, err = readTail(d, o, b.after); err != nil {
+				return nil, "", err
+			}
+		}
+		qinline, _, err := readTasks(d, o, &q, b.start, b.end, b.bare, tail.edges)
 		if err != nil || q.cut != "" || !sameNodes(p.nodes, q.nodes) || !maps.Equal(inline, qinline) {
 			return nil, "", twoPlans
 		}
-		later, limit := nextPlan(d, o, b.after), len(d.text)
+		later, limit := nextPlan(d, o, tail.end), len(d.text)
 		if later.at >= 0 {
 			limit = later.at
+		}
+		if err := strayDeps(d, o, q.nodes, tail.tag, limit); err != nil {
+			return nil, "", err
 		}
 		qcalls, qcut, _, terr := toolTags(d, b.after, limit, o)
 		if terr != nil {
@@ -540,7 +590,8 @@ func samePlans(d *doc, o *Options, p *parsed, inline map[int]bool, calls []tagCa
 
 // assignCalls is the end of parseTaskList: it gives the calls, cut off
 // where cut says, to the tasks that do not name their own tool (inline).
-func assignCalls(p *parsed, inline map[int]bool, calls []tagCall, cut string, o *Options) *Error {
+// where says where the calls were written ("after the plan").
+func assignCalls(p *parsed, inline map[int]bool, calls []tagCall, cut, where string, o *Options) *Error {
 	k := 0
 	kept := p.nodes[:0]
 	for i := range p.nodes {
@@ -569,8 +620,8 @@ func assignCalls(p *parsed, inline map[int]bool, calls []tagCall, cut string, o 
 	p.nodes = kept
 	if k < len(calls) && cut == "" {
 		return &Error{Kind: ErrSyntax, Line: calls[k].line, Message: fmt.Sprintf(
-			"there are %d tool calls after the plan but only %d tasks without their own tool; the extra call is <%s>%s</%s>",
-			len(calls), k, calls[k].tool, calls[k].input, calls[k].tool)}
+			"there are %d tool calls %s but only %d tasks without their own tool; the extra call is <%s>%s</%s>",
+			len(calls), where, k, calls[k].tool, calls[k].input, calls[k].tool)}
 	}
 	return nil
 }
