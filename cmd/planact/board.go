@@ -33,11 +33,17 @@ type boardRow struct {
 	started time.Time
 	progressCounts
 	byStatus map[string]int // episodes ended, by status
-	status   string         // the result's status once it came (the first role's)
+	status   string         // the first result's status, once one came: the rollout has ended
+	// results are each role's result, as it came: each has its own status
+	// (the actor's can be failed where the planner's is ok).
+	results  map[string]roleResult
 	accuracy float64
-	reason   string
+	scored   bool // accuracy and the counts are a result's (one that holds its episodes' figures)
 	finished time.Time
 }
+
+// roleResult is a role's result as the board shows it.
+type roleResult struct{ status, reason string }
 
 // refusal is a role's arrival refused: why, and when it was stored.
 type refusal struct {
@@ -127,8 +133,8 @@ func (b *board) apply(subj string, data []byte, at time.Time) bool {
 		case len(t) != 4:
 			return false // a group's samples, not the rollout's result
 		}
-		if r.status != "" {
-			return false
+		if _, seen := r.results[p.Role]; seen || !slices.Contains(bus.Roles, p.Role) {
+			return false // the role's first result is its result
 		}
 		var v schema.Result
 		var head struct {
@@ -140,14 +146,22 @@ func (b *board) apply(subj string, data []byte, at time.Time) bool {
 		if schema.UnmarshalPart(data, &v, &head) != nil {
 			return false
 		}
-		r.status, r.reason, r.accuracy, r.finished = head.Status, head.Reason, head.Stats.Accuracy, at
-		if head.Stats.Episodes > 0 {
-			r.episodes = head.Stats.Episodes
-			r.ended = 0
-			for _, c := range head.Stats.EpisodeStatus {
+		if r.results == nil {
+			r.results = map[string]roleResult{}
+		}
+		r.results[p.Role] = roleResult{head.Status, head.Reason}
+		if r.status == "" {
+			r.status, r.finished = head.Status, at
+		}
+		// The roles' results count the same episodes; one that holds none
+		// of its samples (they could not be delivered) counts no episode
+		// figure, and the other's are taken.
+		if st := head.Stats; !r.scored && st.Episodes > 0 && len(st.EpisodeStatus) > 0 {
+			r.scored, r.accuracy, r.episodes, r.ended = true, st.Accuracy, st.Episodes, 0
+			for _, c := range st.EpisodeStatus {
 				r.ended += c
 			}
-			r.acts = max(r.acts, head.Stats.Acts+head.Stats.CachedActs)
+			r.acts = max(r.acts, st.Acts+st.CachedActs)
 		}
 	default:
 		return false
@@ -227,14 +241,47 @@ func (r *boardRow) line(width int) string {
 		}
 		return sb.String()
 	}
-	fmt.Fprintf(&sb, "  %s, accuracy %.2f", r.status, r.accuracy)
+	statuses, reasons := r.ends()
+	fmt.Fprintf(&sb, "  %s", statuses)
+	if r.scored {
+		fmt.Fprintf(&sb, ", accuracy %.2f", r.accuracy)
+	}
 	if !r.started.IsZero() && !r.finished.IsZero() {
 		fmt.Fprintf(&sb, ", %s", r.finished.Sub(r.started).Round(time.Millisecond))
 	}
-	if r.reason != "" {
-		fmt.Fprintf(&sb, " (%s)", r.reason)
+	if reasons != "" {
+		fmt.Fprintf(&sb, " (%s)", reasons)
 	}
 	return sb.String()
+}
+
+// ends says how the rollout ended for each role whose result came: its
+// status and why, once when every result says the same ("ok"), else role
+// by role ("planner ok, actor failed", with "actor: why").
+func (r *boardRow) ends() (statuses, reasons string) {
+	var roles []string
+	for _, role := range bus.Roles {
+		if _, ok := r.results[role]; ok {
+			roles = append(roles, role)
+		}
+	}
+	first := r.results[roles[0]]
+	same := true
+	for _, role := range roles[1:] {
+		same = same && r.results[role] == first
+	}
+	if same {
+		return first.status, first.reason
+	}
+	var st, why []string
+	for _, role := range roles {
+		rr := r.results[role]
+		st = append(st, role+" "+rr.status)
+		if rr.reason != "" {
+			why = append(why, role+": "+rr.reason)
+		}
+	}
+	return strings.Join(st, ", "), strings.Join(why, "; ")
 }
 
 // bar draws done of all in width cells.

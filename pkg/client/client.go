@@ -301,9 +301,10 @@ const CancelPatience = time.Minute
 // Cancel aborts a rollout, as the trainer of role: both roles get an
 // aborted result. It returns once planact answered: nil when the rollout
 // was aborted, ErrNothingToCancel when there was nothing to abort (it had
-// already ended: the error says with which status; or it is not known),
-// or an error saying so when planact could not record the cancel (cancel
-// again).
+// already ended: the error says when, and each role's result status and
+// why, role's own first, never one status for both: the actor's can be
+// failed where the planner's is ok; or it is not known), or an error
+// saying so when planact could not record the cancel (cancel again).
 // Without an answer by the end of ctx (at most CancelPatience when ctx has
 // no deadline) it says so; the cancel stays published and is acted on when
 // planact's session-store runs.

@@ -45,7 +45,9 @@ func (r *rolloutState) summary(now time.Time) RolloutSummary {
 	end := now
 	if res := r.result; res != nil {
 		s.Status, s.Reason, s.FinishedAt, end = res.Status, res.Reason, r.resultAt, r.resultAt
-		if st := res.Stats; st.Episodes > 0 {
+		if st := res.Stats; st.Episodes > 0 && len(st.EpisodeStatus) > 0 {
+			// (A failed result that holds none of its samples counts no
+			// episode figure: the episodes' own counts stand.)
 			acc, mean := st.Accuracy, st.MeanReward
 			s.Accuracy, s.MeanReward = &acc, &mean
 		}

@@ -274,6 +274,10 @@ func (s *Service) recordScores(ctx context.Context, sess *schema.Session, eps ma
 type result struct {
 	*schema.Result
 	samples []heldSample
+	// tasksOnly marks a failed result that holds no sample by its making
+	// (the samples could not be delivered or assembled: tasksOnly): it is
+	// published as it is, naming the groups streamed it found.
+	tasksOnly bool
 }
 
 // buildResults makes both roles' results from what assembly gathered: eps

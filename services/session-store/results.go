@@ -67,7 +67,10 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session, unde
 		}
 		if r == nil {
 			if built == nil && len(undelivered) > 0 {
-				built = bareResults(n, schema.ResultFailed, "samples could not be delivered: "+strings.Join(undelivered, "; "))
+				why := "samples could not be delivered: " + strings.Join(undelivered, "; ")
+				if built, err = s.tasksOnly(ctx, sess, why, "its samples could not be delivered", giveUp); err != nil {
+					return nil, err
+				}
 			}
 			if built == nil {
 				if built, err = s.results(ctx, sess, giveUp); err != nil {
@@ -77,12 +80,25 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session, unde
 			b := built[role]
 			r = b.Result
 			r.ArrivalID = sess.Roles[role].ArrivalID
-			// The groups streamed are named in every result, whatever
-			// became of the rest (a failed one too): a reader of the
-			// groups reads each.
-			r.StreamedGroups = sess.Delivered()
+			if !b.tasksOnly {
+				// The groups streamed are named in every result, whatever
+				// became of the rest (a failed one too): a reader of the
+				// groups reads each. (A result of tasks only names those
+				// whose messages it found out.)
+				r.StreamedGroups = sess.Delivered()
+			}
 			r.Stats.StartedMs, r.Stats.FinishedMs = sess.StartedMs, sess.FinishedMs
-			if err := s.publishResult(ctx, b); err != nil {
+			if b.tasksOnly {
+				// It holds no sample: it goes out as it is, never to the
+				// object store.
+				var body []byte
+				if r, body, err = s.fit(r); err != nil {
+					return nil, err
+				}
+				if err := s.publishAnswer(ctx, r, body); err != nil {
+					return nil, err
+				}
+			} else if err := s.publishResult(ctx, b); err != nil {
 				if fail.IsRetryable(err) && !giveUp {
 					return nil, err
 				}
@@ -117,11 +133,11 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session, unde
 // undeliverable is the result of b, whose samples could not be delivered
 // (why), as it goes out instead: failed, holding no sample, and saying
 // how every task ended for its role, as b does, but for the tasks whose
-// samples b was to hold: those failed. Every count in it is of what it
-// holds (its tokens are those of the groups it leaves out, if any). When
-// even the list of tasks is too large for a message, it lists none, and
-// its reason says so. It names the groups streamed, as every result does:
-// a reader of the groups reads each. body is r encoded.
+// samples b was to hold: those failed. Its stats count what it holds
+// (heldStats): its tasks, and the samples of the groups it leaves out, if
+// any. When even the list of tasks is too large for a message, it lists
+// none, and its reason says so (fit). It names the groups streamed, as
+// every result does: a reader of the groups reads each. body is r encoded.
 func (s *Service) undeliverable(b result, why error) (r *schema.Result, body []byte, err error) {
 	reason := "samples could not be delivered: " + why.Error()
 	lost, tokens := map[string]bool{}, 0
@@ -133,7 +149,6 @@ func (s *Service) undeliverable(b result, why error) (r *schema.Result, body []b
 	full.Status, full.Reason = schema.ResultFailed, reason
 	full.Samples, full.SamplesObject, full.SampleCount = nil, "", 0
 	full.Tasks = make([]schema.TaskOutcome, len(b.Tasks))
-	full.Stats.TaskStates = map[string]int{}
 	for i, out := range b.Tasks {
 		if out.State == schema.TaskTrained && lost[episodeID(b.Rollout, out.Episode)] {
 			out.State, out.Reason = schema.TaskFailed, "its samples could not be delivered"
@@ -142,31 +157,32 @@ func (s *Service) undeliverable(b result, why error) (r *schema.Result, body []b
 			}
 		}
 		full.Tasks[i] = out
-		full.Stats.TaskStates[out.State]++
-	}
-	if len(full.Stats.TaskStates) == 0 {
-		full.Stats.TaskStates = nil
 	}
 	// The roles' results share what assembly counted: the tokens are
-	// counted afresh.
-	left := b.Stats.Tokens[b.Role] - tokens
-	full.Stats.Tokens = nil
-	if left > 0 {
-		full.Stats.Tokens = map[string]int{b.Role: left}
-	}
-	if body, err = schema.Marshal(&full); err != nil {
+	// counted afresh, those of the groups it leaves out.
+	full.Stats = heldStats(&full, b.Stats, b.Stats.Tokens[b.Role]-tokens)
+	return s.fit(&full)
+}
+
+// fit encodes r, a failed result that holds no sample, as it goes out:
+// whole when it fits in a message; otherwise (its list of tasks is too
+// large) listing no task, its reason saying so, its stats counting what
+// it still holds. body is the result encoded.
+func (s *Service) fit(r *schema.Result) (*schema.Result, []byte, error) {
+	body, err := schema.Marshal(r)
+	if err != nil {
 		return nil, nil, fail.E(fail.Permanent, err)
 	}
 	limit := s.maxBody()
 	if len(body) <= limit {
-		return &full, body, nil
+		return r, body, nil
 	}
-	bare := &schema.Result{Rollout: full.Rollout, Role: full.Role, Status: schema.ResultFailed,
+	bare := &schema.Result{Rollout: r.Rollout, Role: r.Role, Status: schema.ResultFailed,
 		Reason: fmt.Sprintf("%s; the list of its %d tasks does not fit in a message either (%d bytes, over the %d a result can have), so this result lists none",
-			reason, len(full.Tasks), len(body), limit),
-		Stats:     schema.Stats{StartedMs: full.Stats.StartedMs, FinishedMs: full.Stats.FinishedMs, WallMs: full.Stats.WallMs, Tokens: full.Stats.Tokens},
-		ArrivalID: full.ArrivalID, StreamedGroups: full.StreamedGroups, DeliveredGroups: full.DeliveredGroups, GroupSamples: full.GroupSamples,
-		Evaluation: full.Evaluation}
+			r.Reason, len(r.Tasks), len(body), limit),
+		ArrivalID: r.ArrivalID, StreamedGroups: r.StreamedGroups, DeliveredGroups: r.DeliveredGroups, GroupSamples: r.GroupSamples,
+		Evaluation: r.Evaluation}
+	bare.Stats = heldStats(bare, r.Stats, r.Stats.Tokens[r.Role])
 	if body, err = schema.Marshal(bare); err != nil {
 		return nil, nil, fail.E(fail.Permanent, err)
 	}
@@ -224,9 +240,140 @@ func (s *Service) results(ctx context.Context, sess *schema.Session, giveUp bool
 	}
 	if err != nil {
 		zerolog.Ctx(ctx).Error().Err(err).Msg("samples could not be assembled; the rollout fails")
-		return bare(schema.ResultFailed, "samples could not be assembled: "+err.Error()), nil
+		return s.tasksOnly(ctx, sess, "samples could not be assembled: "+err.Error(), "its samples could not be assembled", giveUp)
 	}
 	return map[string]result{schema.RolePlanner: planner, schema.RoleActor: actor}, nil
+}
+
+// tasksOnly are both roles' results of the finished rollout sess when its
+// samples could not be delivered or assembled (why): failed, holding no
+// sample, and listing how every task ended for each role, from what is at
+// hand without the samples: the session, the task list, the episodes'
+// ends, and the group messages that went out (each says how its tasks
+// ended for its role). A task that would have been trained (or
+// evaluated) is failed: its samples are not in the result (lost says why;
+// those of a group whose message went out are there). Their stats count
+// what they hold (heldStats): tasks, no episode figures. When the tasks
+// cannot be read either, the results list none and their reason says why;
+// a read that may pass is tried again, unless giveUp.
+func (s *Service) tasksOnly(ctx context.Context, sess *schema.Session, why, lost string, giveUp bool) (map[string]result, error) {
+	n := sess.Rollout
+	tl, err := s.tasksOf(ctx, sess)
+	var eps map[int]*episode
+	if err == nil {
+		eps, err = s.episodeEnds(ctx, sess, tl.Tasks)
+	}
+	var sent map[string]map[int]schema.TaskOutcome
+	var streamed map[string][]int
+	if err == nil {
+		sent, streamed, err = s.groupsSent(ctx, sess)
+	}
+	if err != nil {
+		if fail.IsRetryable(err) && !giveUp {
+			return nil, err
+		}
+		out := bareResults(n, schema.ResultFailed, fmt.Sprintf("%s; this result lists no task: the rollout's tasks could not be read either: %v", why, err))
+		for role, b := range out {
+			b.StreamedGroups, b.tasksOnly = sess.Delivered(), true
+			out[role] = b
+		}
+		return out, nil
+	}
+	times := schema.Stats{StartedMs: sess.StartedMs, FinishedMs: sess.FinishedMs}
+	if sess.FinishedMs > 0 && sess.StartedMs > 0 {
+		times.WallMs = sess.FinishedMs - sess.StartedMs
+	}
+	filtering := sess.Config.Filtering()
+	out := map[string]result{}
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		r := &schema.Result{Rollout: n, Role: role, Status: schema.ResultFailed, Reason: why,
+			Evaluation: sess.Config.Evaluation, StreamedGroups: streamed[role]}
+		for e := range tl.Tasks {
+			o, inGroup := sent[role][e]
+			if !inGroup {
+				o = taskOutcome(sess, e, eps[e], filtering)
+			}
+			if o.State == schema.TaskTrained || o.State == schema.TaskEvaluated {
+				o.State, o.Reason = schema.TaskFailed, lost
+				if inGroup {
+					o.Reason = lost + " in the result (its group's message has them)"
+				}
+			}
+			r.Tasks = append(r.Tasks, o)
+		}
+		r.Stats = heldStats(r, times, 0)
+		out[role] = result{Result: r, tasksOnly: true}
+	}
+	return out, nil
+}
+
+// episodeEnds reads the end of every episode the session records ended,
+// and nothing else of it (its acts' outcomes and its trajectory may be
+// what cannot be read).
+func (s *Service) episodeEnds(ctx context.Context, sess *schema.Session, tasks []schema.Task) (map[int]*episode, error) {
+	eps := make(map[int]*episode, len(tasks))
+	for e, t := range tasks {
+		eps[e] = &episode{task: t}
+	}
+	err := forEach(ctx, len(tasks), readers, func(ctx context.Context, e int) error {
+		if _, ended := slices.BinarySearch(sess.Ended, e); !ended {
+			return nil
+		}
+		m, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.EpisodeEnd(sess.Rollout, e))
+		if err != nil || m == nil {
+			return err
+		}
+		var end schema.EpisodeEnd
+		if err := schema.Unmarshal(m.Data, &end); err != nil {
+			return fmt.Errorf("%s: %w", m.Subject, err)
+		}
+		eps[e].end = &end
+		return nil
+	})
+	return eps, err
+}
+
+// groupsSent reads, of every group the session records delivered, each
+// role's message if it went out: how its tasks ended for the role, by
+// episode, and the groups whose messages are out, in the order delivered.
+func (s *Service) groupsSent(ctx context.Context, sess *schema.Session) (map[string]map[int]schema.TaskOutcome, map[string][]int, error) {
+	roles, groups := []string{schema.RolePlanner, schema.RoleActor}, sess.Delivered()
+	read := make([][]schema.TaskOutcome, len(roles)*len(groups))
+	out := make([]bool, len(read))
+	err := forEach(ctx, len(read), readers, func(ctx context.Context, i int) error {
+		role, g := roles[i/len(groups)], groups[i%len(groups)]
+		m, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.Group(sess.Rollout, role, g))
+		if err != nil || m == nil {
+			return err
+		}
+		var head struct {
+			schema.Envelope
+			Tasks []schema.TaskOutcome `json:"tasks"`
+		}
+		if err := schema.UnmarshalPart(m.Data, &schema.Group{}, &head); err != nil {
+			return fmt.Errorf("%s: %w", m.Subject, err)
+		}
+		read[i], out[i] = head.Tasks, true
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	sent, streamed := map[string]map[int]schema.TaskOutcome{}, map[string][]int{}
+	for i, tasks := range read {
+		role, g := roles[i/len(groups)], groups[i%len(groups)]
+		if !out[i] {
+			continue
+		}
+		streamed[role] = append(streamed[role], g)
+		if sent[role] == nil {
+			sent[role] = map[int]schema.TaskOutcome{}
+		}
+		for _, o := range tasks {
+			sent[role][o.Episode] = o
+		}
+	}
+	return sent, streamed, nil
 }
 
 // bareResults are both roles' results of rollout n without samples.

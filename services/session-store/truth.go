@@ -186,3 +186,30 @@ func statesText(states map[string]int) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// heldStats are the stats of r, a failed result that holds none of its
+// samples (they could not be delivered or assembled), counted from what it
+// holds: its tasks (episodes, task_states), the samples of the groups it
+// leaves out (their tokens: groupTokens), and the rollout's times, as was
+// has them. An evaluation's episodes, scored, are its own (r.Episodes):
+// their figures stay. Of a training result's episodes it holds neither
+// samples nor scores: no ended, completed, acts, failures, accuracy or
+// means, which would claim what is not in it (acts, one actor sample
+// each, among them).
+func heldStats(r *schema.Result, was schema.Stats, groupTokens int) schema.Stats {
+	st := schema.Stats{StartedMs: was.StartedMs, FinishedMs: was.FinishedMs, WallMs: was.WallMs}
+	if r.Evaluation && len(r.Episodes) > 0 {
+		st = was
+	}
+	st.Episodes, st.TaskStates, st.Tokens = len(r.Tasks), nil, nil
+	for _, out := range r.Tasks {
+		if st.TaskStates == nil {
+			st.TaskStates = map[string]int{}
+		}
+		st.TaskStates[out.State]++
+	}
+	if groupTokens > 0 {
+		st.Tokens = map[string]int{r.Role: groupTokens}
+	}
+	return st
+}
