@@ -172,9 +172,10 @@ func heldRollouts(rs []view.RolloutSummary) string {
 // printRollout writes ro with its episodes (eps: those of ro.EpisodeList,
 // in full, in its order).
 func printRollout(w io.Writer, ro *view.Rollout, eps []*view.Episode) {
-	fmt.Fprintf(w, "rollout %d: %s", ro.Rollout, ro.Status)
-	if ro.Reason != "" {
-		fmt.Fprintf(w, " (%s)", ro.Reason)
+	status, reason := ro.Ending() // each role's result when they differ, as watch says it
+	fmt.Fprintf(w, "rollout %d: %s", ro.Rollout, status)
+	if reason != "" {
+		fmt.Fprintf(w, " (%s)", reason)
 	}
 	fmt.Fprintf(w, ", %d/%d episodes ended, wall %s\n", ro.Ended, ro.Episodes, ms(ro.WallMs))
 	fmt.Fprintf(w, "acts: %d done, %d failed, %d cached, %d skipped, %d running\n", ro.Acts.Done, ro.Acts.Failed, ro.Acts.Cached, ro.Acts.Skipped, ro.Acts.Running)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/reward"
 	"github.com/planact/planact/pkg/schema"
 )
@@ -45,14 +46,24 @@ func (r *rolloutState) summary(now time.Time) RolloutSummary {
 	end := now
 	if res := r.result; res != nil {
 		s.Status, s.Reason, s.FinishedAt, end = res.Status, res.Reason, r.resultAt, r.resultAt
-		if st := res.Stats; st.Episodes > 0 && len(st.EpisodeStatus) > 0 {
-			// (A failed result that holds none of its samples counts no
-			// episode figure: the episodes' own counts stand.)
-			acc, mean := st.Accuracy, st.MeanReward
-			s.Accuracy, s.MeanReward = &acc, &mean
-		}
 		if s.Episodes == 0 {
 			s.Episodes = res.Stats.Episodes
+		}
+	}
+	// The roles' results count the same episodes; one that holds none of
+	// its samples (a failed one: they could not be delivered) counts no
+	// episode figure, and the other's are taken, else the episodes' own
+	// counts stand.
+	scored := false
+	for _, role := range bus.Roles {
+		res := r.results[role]
+		if res == nil {
+			continue
+		}
+		s.Results = append(s.Results, RoleResult{Role: role, Status: res.Status, Reason: res.Reason})
+		if st := res.Stats; !scored && st.Episodes > 0 && len(st.EpisodeStatus) > 0 {
+			acc, mean := st.Accuracy, st.MeanReward
+			s.Accuracy, s.MeanReward, scored = &acc, &mean, true
 		}
 	}
 	if !r.startedAt.IsZero() {

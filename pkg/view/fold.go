@@ -3,6 +3,7 @@ package view
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,8 +40,11 @@ type rolloutState struct {
 	startedAt  time.Time
 	result     *schema.Result // the planner's (else the actor's), without samples
 	resultAt   time.Time
-	episodes   map[int]*episodeState
-	versions   map[string]map[string]bool // role -> weight versions seen
+	// results are each role's result, without samples: each has its own
+	// status (the actor's can be failed where the planner's is ok).
+	results  map[string]*schema.Result
+	episodes map[int]*episodeState
+	versions map[string]map[string]bool // role -> weight versions seen
 	// rejected holds, by role, why its last arrival was refused.
 	rejected map[string]string
 	// rejectedAt and arrivalAt say when, by role, the last refusal and the
@@ -388,11 +392,23 @@ func (s *state) fold(msg bus.StoredMsg) (int64, bool) {
 			r.rejected[m.Role], r.rejectedAt[m.Role] = m.Reason, at
 			return m.Rollout, true
 		}
-		if r.result != nil && m.Role != schema.RolePlanner {
+		if _, seen := r.results[m.Role]; seen {
+			// The role's first result is its result: a later one answers an
+			// arrival that came after the rollout ended.
 			return 0, false
 		}
 		// The view shows neither the samples nor every task's outcome.
 		m.Samples, m.Tasks, m.Episodes = nil, nil, nil
+		known := slices.Contains(bus.Roles, m.Role)
+		if known {
+			if r.results == nil {
+				r.results = map[string]*schema.Result{}
+			}
+			r.results[m.Role] = &m
+		}
+		if r.result != nil && m.Role != schema.RolePlanner {
+			return m.Rollout, known // the rollout's status stays the planner's
+		}
 		if r.result == nil && !r.compacted && s.keepFull > 0 {
 			s.finished = append(s.finished, r)
 		}

@@ -6,11 +6,14 @@
 // started are there too. The web view and `planact inspect` are built on it.
 package view
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Rollout statuses besides the result statuses of schema (ok, partial,
 // aborted, timeout, failed, invalid), which a finished rollout takes from
-// its planner's result.
+// its planner's result (each role's is in RolloutSummary.Results).
 const (
 	StatusWaiting = "waiting" // one trainer has arrived
 	StatusRunning = "running" // the barrier released it; no result yet
@@ -37,11 +40,18 @@ type ActCounts struct {
 
 // RolloutSummary is one line of the list of rollouts.
 type RolloutSummary struct {
-	Rollout  int64  `json:"rollout"`
-	Status   string `json:"status"`
-	Reason   string `json:"reason,omitempty"`
-	Ended    int    `json:"ended"`    // episodes ended
-	Episodes int    `json:"episodes"` // episodes of the rollout (0 until it starts)
+	Rollout int64 `json:"rollout"`
+	// Status and Reason are the rollout's: a finished one's are its
+	// planner's result's (else its actor's); Ending says how each role's
+	// result ended.
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+	// Results are the roles' results that came, in role order (planner,
+	// actor): each has its own status (the actor's can be failed where the
+	// planner's is ok).
+	Results  []RoleResult `json:"results,omitempty"`
+	Ended    int          `json:"ended"`    // episodes ended
+	Episodes int          `json:"episodes"` // episodes of the rollout (0 until it starts)
 	// Quarantined counts the episodes that ended quarantined: an engine's
 	// input drifted from their trajectory (token_drift), and no role trains
 	// on them.
@@ -60,6 +70,38 @@ type RolloutSummary struct {
 	FinishedAt     time.Time           `json:"finished_at,omitzero"`
 	// WallMs is from the start to the end, or to now while it runs.
 	WallMs int64 `json:"wall_ms"`
+}
+
+// RoleResult is how one role's result ended.
+type RoleResult struct {
+	Role   string `json:"role"`
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Ending says how the rollout ended, as `planact watch` says it: its status
+// and reason once when every role's result says the same ("ok"), else role
+// by role ("planner ok, actor failed", with "actor: why"). Before a result
+// comes it is the rollout's status and reason.
+func (s RolloutSummary) Ending() (status, reason string) {
+	if len(s.Results) == 0 {
+		return s.Status, s.Reason
+	}
+	first, same := s.Results[0], true
+	for _, rr := range s.Results[1:] {
+		same = same && rr.Status == first.Status && rr.Reason == first.Reason
+	}
+	if same {
+		return first.Status, first.Reason
+	}
+	var st, why []string
+	for _, rr := range s.Results {
+		st = append(st, rr.Role+" "+rr.Status)
+		if rr.Reason != "" {
+			why = append(why, rr.Role+": "+rr.Reason)
+		}
+	}
+	return strings.Join(st, ", "), strings.Join(why, "; ")
 }
 
 // Rollout is one rollout with its episodes (those that pass the filter).

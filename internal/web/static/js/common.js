@@ -21,6 +21,22 @@ function el(tag, attrs, ...children) {
 }
 
 function badge(status) { return el("span", {class: "badge " + status}, status); }
+// ending is how rollout r ended, as `planact watch` says it: its status
+// and why once when every role's result says the same, else each role's
+// ("planner ok, actor failed", with "actor: why"). Before a result comes it
+// is the rollout's status.
+function ending(r) {
+  const rs = r.results || [];
+  const same = rs.every((x) => x.status === rs[0].status && (x.reason || "") === (rs[0].reason || ""));
+  if (same) {
+    const first = rs[0] || r;
+    return {status: badge(first.status), reason: first.reason || ""};
+  }
+  return {
+    status: el("span", {class: "results"}, rs.flatMap((x, i) => [i ? ", " : "", el("span", {"data-role": x.role}, x.role + " ", badge(x.status))])),
+    reason: rs.filter((x) => x.reason).map((x) => `${x.role}: ${x.reason}`).join("; "),
+  };
+}
 function pct(v) { return v === null || v === undefined ? "—" : (100 * v).toFixed(1) + "%"; }
 function num(v, digits = 3) { return v === null || v === undefined ? "—" : v.toFixed(digits); }
 function secs(ms) { return ms > 0 ? (ms / 1000).toFixed(1) + " s" : "—"; }

@@ -27,14 +27,15 @@ const body = el("div", {});
 document.getElementById("main").replaceChildren(el("h1", {}, `Rollout ${n}`), head, filters(), body);
 
 function render(r) {
+  const end = ending(r);
   head.replaceChildren(el("div", {class: "facts"},
-    fact("status", badge(r.status)), fact("episodes ended", progress(r.ended, r.episodes)),
+    fact("status", el("span", {id: "status-of-rollout"}, end.status)), fact("episodes ended", progress(r.ended, r.episodes)),
     r.quarantined ? fact("quarantined (token drift)", el("span", {id: "quarantined", class: "error"}, String(r.quarantined))) : "",
     fact("acts running / done / failed", `${r.acts.running} / ${r.acts.done} / ${r.acts.failed}`),
     fact("accuracy", pct(r.accuracy)), fact("mean reward", num(r.mean_reward)),
     fact("weight versions", versions(r.weight_versions)), fact("wall time", secs(r.wall_ms)),
     fact("plan format", r.plan_format || "—"), fact("reward", r.reward || "—")),
-    r.reason ? el("p", {class: "muted"}, r.reason) : "");
+    end.reason ? el("p", {class: "muted", id: "reason-of-rollout"}, end.reason) : "");
   body.replaceChildren(el("table", {id: "episodes"},
     el("thead", {}, el("tr", {}, ["episode", "status", "reward", "turns", "acts done / failed", "answer", "label", "question"].map((h) => el("th", {}, h)))),
     el("tbody", {}, r.episode_list.map((e) => el("tr", {"data-episode": e.episode},
