@@ -304,6 +304,30 @@ func (b *Bus) PublishOnce(ctx context.Context, m schema.Message) (stored bool, e
 	return !ack.Duplicate, nil
 }
 
+// PublishAfter publishes m only if the last message of its stream on
+// filter (a subject, or a wildcard over several, m's own among them) is
+// the one at seq (0: there is none): a compare-and-set over every subject
+// filter matches, checked by the stream's leader, so that two writers of
+// filter, each publishing after what it read, never both succeed. stored
+// is false when the last message was another (the caller reads it again
+// and decides anew); dup, with stored, when the stream held m's id
+// already (m was stored by an earlier publish of it).
+func (b *Bus) PublishAfter(ctx context.Context, m schema.Message, filter string, seq uint64) (stored, dup bool, err error) {
+	msg, err := NewMsg(ctx, m)
+	if err != nil {
+		return false, false, fail.E(fail.Permanent, err)
+	}
+	ack, err := b.publishAck(ctx, msg, jetstream.WithExpectLastSequenceForSubject(seq, filter))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, err
+	}
+	return true, ack.Duplicate, nil
+}
+
 // PublishAll publishes ms without waiting for each ack before the next
 // publish, then waits for every ack: a fan-out costs one round trip per
 // publishWindow messages, not one per message. It returns the first error.

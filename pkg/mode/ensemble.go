@@ -15,10 +15,11 @@ import (
 // Ensemble is the ensemble mode: Plan/Act, but every act of the actor model
 // is asked ensemble_k times. The plan's node X becomes K candidate nodes
 // X-c1…X-cK (the same call, each its own generation) and a pick node X
-// that depends on them: a vote (the most frequent answer, normalised; a
-// tie goes to the earliest candidate; an empty answer has no vote, and a
-// vote among empty answers only fails, as the step fails when every
-// candidate did), run by the act-dispatcher without an engine. Nodes that
+// that depends on them: a vote among the candidates that answered (the
+// most frequent answer, normalised; a tie goes to the earliest candidate;
+// an empty answer has no vote, and a vote among empty answers only fails,
+// as the step fails when every candidate did), run by the act-dispatcher
+// without an engine once every candidate has ended. Nodes that
 // depend on X get the answer picked; the planner sees one line per planned
 // node, as in plan_act.
 //
@@ -171,8 +172,9 @@ func (m Ensemble) Tool(cfg schema.Config, name string) (schema.Tool, bool) {
 }
 
 // RunLocal runs a vote: the most frequent candidate answer (normalised), a
-// tie to the earliest. An empty answer is none: when every candidate's is
-// empty the vote fails, as the step does when every candidate failed.
+// tie to the earliest. A candidate that failed has no vote (VoteAmong), nor
+// has an empty answer: when every answer is empty the vote fails, as the
+// step does when every candidate failed.
 func (Ensemble) RunLocal(_ schema.Tool, node Node) (string, error) {
 	cands, _ := node.Args["candidates"].([]any)
 	var answers []string
@@ -186,9 +188,60 @@ func (Ensemble) RunLocal(_ schema.Tool, node Node) (string, error) {
 	}
 	best := Vote(answers)
 	if best < 0 {
-		return "", fmt.Errorf("vote %s: the candidates' answers were empty (all %d): there is no answer to pick", node.ID, len(answers))
+		all := fmt.Sprintf("all %d", len(answers))
+		if failed := len(cands) - len(answers); failed > 0 {
+			all = fmt.Sprintf("all %d that answered; %d failed", len(answers), failed)
+		}
+		return "", fmt.Errorf("vote %s: the candidates' answers were empty (%s): there is no answer to pick", node.ID, all)
 	}
 	return answers[best], nil
+}
+
+// IsVote says whether n is a vote as Expand writes it: tool vote, its
+// candidates' placeholders its dependencies, one each, in order (before
+// they are replaced by the candidates' answers).
+func IsVote(n plan.Node) bool {
+	cands, ok := n.Args["candidates"].([]any)
+	if n.Tool != VoteTool || !ok || len(cands) != len(n.Deps) || len(cands) == 0 {
+		return false
+	}
+	for i, c := range cands {
+		if c != "${"+n.Deps[i]+"}" {
+			return false
+		}
+	}
+	return true
+}
+
+// VoteAmong is the vote n (IsVote) among the candidates answered says
+// answered: the others' places in its arguments are nil, no answer, where
+// their placeholders would otherwise be left as they read (a candidate
+// that failed has no output to put there).
+func VoteAmong(n plan.Node, answered func(id string) bool) plan.Node {
+	cands, _ := n.Args["candidates"].([]any)
+	kept := make([]any, len(cands))
+	for i, c := range cands {
+		if i < len(n.Deps) && answered(n.Deps[i]) {
+			kept[i] = c
+		}
+	}
+	out := n
+	out.Args = make(map[string]any, len(n.Args))
+	for a, v := range n.Args {
+		out.Args[a] = v
+	}
+	out.Args["candidates"] = kept
+	return out
+}
+
+// StepOf says whether n is a candidate (Expand's X-cN) and of which
+// planned step (X).
+func StepOf(n plan.Node) (step string, ok bool) {
+	if !isCandidate(n) {
+		return "", false
+	}
+	step, _, _ = candidateOf(n.ID)
+	return step, true
 }
 
 // Vote returns the index of the answer the vote picks: the most frequent
@@ -198,13 +251,13 @@ func (Ensemble) RunLocal(_ schema.Tool, node Node) (string, error) {
 func Vote(answers []string) int {
 	count := map[string]int{}
 	for _, a := range answers {
-		if !noAnswer(a) {
+		if !NoAnswer(a) {
 			count[reward.Normalize(a)]++
 		}
 	}
 	best := -1
 	for i, a := range answers {
-		if noAnswer(a) {
+		if NoAnswer(a) {
 			continue
 		}
 		if best < 0 || count[reward.Normalize(a)] > count[reward.Normalize(answers[best])] {
@@ -214,10 +267,10 @@ func Vote(answers []string) int {
 	return best
 }
 
-// noAnswer says whether a candidate's answer is empty: nothing, or only
+// NoAnswer says whether a candidate's answer is empty: nothing, or only
 // white space. Normalised, a real answer may be empty too ("."), so an
 // empty one must never be taken to agree with it.
-func noAnswer(s string) bool { return strings.TrimSpace(s) == "" }
+func NoAnswer(s string) bool { return strings.TrimSpace(s) == "" }
 
 // Observation shows each planned node once: the votes, as the call
 // planned, with the answer picked; candidates are not shown. With
@@ -270,7 +323,7 @@ func (Ensemble) Rewards(ep *Episode) {
 		// that a later one with a sample is not called chosen.
 		for _, d := range ep.Outcomes {
 			pick, number, ok := candidateOf(d.NodeID)
-			if !ok || d.Tool == VoteTool || d.Status != schema.ActDoneOK && d.Status != schema.ActCached || noAnswer(d.Output) {
+			if !ok || d.Tool == VoteTool || d.Status != schema.ActDoneOK && d.Status != schema.ActCached || NoAnswer(d.Output) {
 				continue
 			}
 			key := strconv.Itoa(d.Turn) + "/" + pick
@@ -292,12 +345,12 @@ func (Ensemble) Rewards(ep *Episode) {
 		p := picks[key]
 		s := &ep.Actor[i]
 		switch {
-		case p == nil || p.Status != schema.ActDoneOK && p.Status != schema.ActCached || noAnswer(p.Output):
+		case p == nil || p.Status != schema.ActDoneOK && p.Status != schema.ActCached || NoAnswer(p.Output):
 			// Nothing was picked: every candidate failed or answered
 			// nothing (a vote recorded before an empty answer was none
 			// may have "picked" ""), or the planner never judged.
 			s.Reward, verdicts[i] = 0, "unpicked"
-		case noAnswer(d.Output):
+		case NoAnswer(d.Output):
 			s.Reward, verdicts[i] = 0, "rejected" // no answer agrees with the one picked
 		case reward.Normalize(d.Output) == reward.Normalize(p.Output):
 			verdicts[i] = "agreed"

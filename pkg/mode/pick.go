@@ -66,7 +66,7 @@ func (m Ensemble) pickObservation(r *schema.Run, cfg schema.Config) string {
 			continue
 		}
 		pick, number, _ := candidateOf(n.Node.ID)
-		if n.Status != schema.NodeDone && n.Status != schema.NodeCached || noAnswer(n.Output) {
+		if n.Status != schema.NodeDone && n.Status != schema.NodeCached || NoAnswer(n.Output) {
 			continue // failed, or answered nothing: no answer to pick
 		}
 		i, seen := at[pick]
@@ -292,7 +292,7 @@ func plannerPicks(ep *Episode) map[string]*schema.ActDone {
 		if t, ok := ep.Config.Tool(d.Tool); ok && t.Kind != schema.ToolActor {
 			continue // a planned node whose id reads as a candidate's (an HTTP tool's "X-c1" beside the candidates X-c1_, X-c2 …)
 		}
-		if pick, number, ok := candidateOf(d.NodeID); ok && (d.Status == schema.ActDoneOK || d.Status == schema.ActCached) && !noAnswer(d.Output) {
+		if pick, number, ok := candidateOf(d.NodeID); ok && (d.Status == schema.ActDoneOK || d.Status == schema.ActCached) && !NoAnswer(d.Output) {
 			cands[fmt.Sprintf("%d/%s/%d", d.Turn, pick, number)] = d
 		}
 	}

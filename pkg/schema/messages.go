@@ -455,6 +455,8 @@ type ActDone struct {
 	// again beyond its attempts, oldest first: the gateway that had it was
 	// gone (it answered nothing), no gateway acknowledged the request, the
 	// gateway no longer kept its answer, or a pause aborted it while it ran.
+	// Those the gateways recorded (ActRetries) are in the act's first
+	// outcome, whichever runner of the act published it.
 	Retries []Retry `json:"retries,omitempty"`
 }
 
@@ -465,6 +467,39 @@ func (m *ActDone) MsgID() string {
 }
 func (m *ActDone) Meta() Meta {
 	return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn, Node: m.Key, Role: RoleActor}
+}
+
+// ActRetries records the retries of one act, oldest first: each message on
+// its subject holds every retry of the one before it and one more. An
+// actor-gateway publishes it before it calls the engine for a generation
+// that is a retry, only while the act has no outcome (compare-and-set on
+// the act's last message), and the outcome published first carries them
+// (its publisher merges them, compare-and-set alike): every generation of
+// the act that reached an engine is in the outcome that counts, whichever
+// runner of the act published it.
+type ActRetries struct {
+	Envelope
+	Rollout int64   `json:"rollout"`
+	Episode int     `json:"episode"`
+	Key     string  `json:"key"`
+	Retries []Retry `json:"retries"`
+	// Gateway is the actor-gateway that recorded the last retry, for the
+	// generation of Try it starts.
+	Gateway string `json:"gateway"`
+	Try     int    `json:"try,omitempty"`
+	// After is the sequence of the act's message this one follows (0:
+	// none): with Gateway and Try, it names this message for the stream's
+	// de-duplication.
+	After uint64 `json:"after,omitempty"`
+}
+
+func (m *ActRetries) Kind() string    { return "act.retries/1" }
+func (m *ActRetries) Subject() string { return subject.ActRetries(m.Rollout, m.Episode, m.Key) }
+func (m *ActRetries) MsgID() string {
+	return fmt.Sprintf("act.retries.%d.%d.%s.%d.%s.%d", m.Rollout, m.Episode, m.Key, m.After, m.Gateway, m.Try)
+}
+func (m *ActRetries) Meta() Meta {
+	return Meta{Rollout: m.Rollout, Episode: m.Episode, Node: m.Key, Role: RoleActor}
 }
 
 // Episode end states, which are also sample statuses.
@@ -763,6 +798,7 @@ const (
 	ActorCodeBusy        = "429" // the engine asked to be tried again (Retry-After) past the caller's deadline
 	ActorCodeTokenDrift  = "422" // the engine took another input than the act's prompt (the description says where)
 	ActorCodeGone        = "410" // the gateway ran this try, and keeps its answer no longer
+	ActorCodeDone        = "412" // a retry of an act that has an outcome already: not generated again
 )
 
 // ActorRetryAfterHeader, on an actor-gateway error, is how long the engine
@@ -789,6 +825,11 @@ const (
 	// send it started from: a generation started from the first send is
 	// not a retry, however late its acknowledgement comes.
 	HdrActorSend = "Planact-Send"
+	// HdrActorRetry, on a request, is the Retry (JSON) a new generation
+	// of it would be: a gateway that starts one records it on the ACT
+	// stream (ActRetries) before its engine is called; one that attaches
+	// the request to a generation running records nothing.
+	HdrActorRetry = "Planact-Retry"
 )
 
 // Values of HdrActorProgress.

@@ -132,6 +132,16 @@ func PlanError(n int64, e int) string { return fmt.Sprintf("plan.%d.error.%d", n
 // ActDone carries the outcome of node key k.
 func ActDone(n int64, e int, k string) string { return fmt.Sprintf("act.%d.done.%d.%s", n, e, k) }
 
+// ActRetries carries the retries recorded of node key k (actor-gateways
+// record each before the engine is called), all of them in its last
+// message.
+func ActRetries(n int64, e int, k string) string {
+	return fmt.Sprintf("act.%d.retries.%d.%s", n, e, k)
+}
+
+// ActOf matches every message of node key k: its outcome and its retries.
+func ActOf(n int64, e int, k string) string { return fmt.Sprintf("act.%d.*.%d.%s", n, e, k) }
+
 // ActDoneFilter matches every act outcome of rollout n.
 func ActDoneFilter(n int64) string { return fmt.Sprintf("act.%d.done.>", n) }
 

@@ -198,7 +198,9 @@ func (s *Service) recordUnfinished(ctx context.Context, r *schema.Run, node *sch
 			time.UnixMilli(r.Abandoned.UntilMs).UTC().Format(time.RFC3339), r.Abandoned.Why),
 		ReleasedMs: node.ReleasedMs, EndedMs: nowMs(), Replica: s.replica(),
 	}
-	stored, err := s.Bus.PublishOnce(ctx, d)
+	// With the retries recorded of it: its runner's generations may have
+	// reached an engine.
+	stored, err := publishActOutcome(ctx, s.Bus, d)
 	if err != nil {
 		return nil, fmt.Errorf("outcome of unfinished act %s: %w", node.Key, err)
 	}

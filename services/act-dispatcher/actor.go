@@ -2,6 +2,7 @@ package actdispatcher
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -27,6 +28,12 @@ import (
 // request go to the queue group again; a gateway that starts a new
 // generation for it (not one that attaches it to the generation it runs)
 // makes it a retry, recorded in the act's outcome (schema.ActDone.Retries).
+// The request carries the retry it would be (schema.HdrActorRetry), and
+// that gateway records it on the ACT stream before the engine is called
+// (schema.ActRetries), or generates nothing if the act has an outcome: the
+// outcome published first, by whichever runner of the act (one that took
+// the turn over attaches to a generation and knows of no retry), carries
+// every retry recorded (publishActOutcome).
 
 // silence is how long an act's request may go without a word from the
 // gateway before it is sent again.
@@ -73,11 +80,54 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 	defer end()
 	msg.Reply = reply
 	msg.Header.Set(schema.HdrActorProgress, "1") // acknowledgements and progress, please
+	// pending is the retry this request is, if a gateway starts a new
+	// generation for it from send pendingFrom or a later one: a generation
+	// started from an earlier send (a gateway that took the first copy
+	// late) is the one the try began with, not a second. Each send from
+	// pendingFrom on carries it (HdrActorRetry), as it stands then
+	// (carried): the gateway that starts a generation from it records it on
+	// the ACT stream before the engine is called, so that the act's
+	// outcome carries it whichever runner of the act publishes first.
+	var pending *schema.Retry
+	pendingReason, pendingFrom := "", 1
+	if run.rerun != "" {
+		// Outstanding until a gateway acknowledges a generation: a try the
+		// other runner ran is answered from the record a gateway keeps of
+		// it (no acknowledgement, no generation), and the next try may be
+		// one the other runner still generates elsewhere.
+		pending, pendingReason = &schema.Retry{By: s.replica(), Why: run.rerun}, "rerun"
+	}
+	if run.resend != nil {
+		// Outstanding since before this exchange (a send that found no
+		// gateway, a try a pause aborted, an answer no longer kept): it
+		// stays so, for the act's next exchange, until a gateway starts
+		// or attaches one (a refusal while paused starts nothing).
+		pending, pendingReason = run.resend, run.resendReason
+		run.resend = nil
+		defer func() {
+			if pending != nil && run.resend == nil {
+				run.resend, run.resendReason = pending, pendingReason
+			}
+		}()
+	}
+	carried := map[int]schema.Retry{}
 	sends := 0
 	send := func(subj string) error {
 		msg.Subject = subj
 		sends++
 		msg.Header.Set(schema.HdrActorSend, strconv.Itoa(sends))
+		msg.Header.Del(schema.HdrActorRetry)
+		if pending != nil {
+			if pending.AtMs == 0 {
+				pending.AtMs = nowMs()
+			}
+			h, err := json.Marshal(pending)
+			if err != nil {
+				return fail.E(fail.Permanent, err)
+			}
+			msg.Header.Set(schema.HdrActorRetry, string(h))
+			carried[sends] = *pending
+		}
 		if err := s.Bus.NC.PublishMsg(msg); err != nil {
 			return fail.Transientf("actor-gateway: %w", err)
 		}
@@ -89,23 +139,6 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 	log := zerolog.Ctx(ctx)
 	holder, heard, sent := "", time.Now(), time.Now()
 	everHeard := false
-	// pending is the retry this request is, if a gateway starts a new
-	// generation for it from send pendingFrom or a later one: a generation
-	// started from an earlier send (a gateway that took the first copy
-	// late) is the one the try began with, not a second.
-	var pending *schema.Retry
-	pendingReason, pendingFrom := "", 1
-	if run.rerun != "" {
-		// Outstanding until a gateway acknowledges a generation: a try the
-		// other runner ran is answered from the record a gateway keeps of
-		// it (no acknowledgement, no generation), and the next try may be
-		// one the other runner still generates elsewhere.
-		pending, pendingReason = &schema.Retry{By: s.replica(), Why: run.rerun}, "rerun"
-	}
-	if run.resend != nil {
-		pending, pendingReason = run.resend, run.resendReason
-		run.resend = nil
-	}
 	tick := time.NewTicker(silence / 6)
 	defer tick.Stop()
 	for {
@@ -132,9 +165,17 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 				acked = true
 				switch {
 				case p == schema.ActorStarted && pending != nil && startedFrom(m) >= pendingFrom:
-					pending.AtMs = nowMs()
-					run.retries = append(run.retries, *pending)
-					telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, pendingReason).Inc()
+					// As the send it started from carried it: what the
+					// gateway recorded (a gateway that does not say which
+					// send: as it stands).
+					r, ok := carried[startedFrom(m)]
+					if !ok {
+						r = *pending
+					}
+					run.retries = append(run.retries, r)
+					if pendingReason != "" {
+						telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, pendingReason).Inc()
+					}
 					log.Warn().Str("gateway", holder).Str("why", pending.Why).Msg("act generated again")
 					pending, run.rerun = nil, ""
 				case p == schema.ActorAttached:

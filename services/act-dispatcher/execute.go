@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -229,6 +230,62 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 	return done, nil
 }
 
+// publishActOutcome publishes done as its act's outcome unless the act has
+// one: stored is false when another runner's came first. The retries the
+// actor-gateways recorded of the act (schema.ActRetries: each before its
+// engine was called, by whichever runner's request) are merged into done
+// first, by compare-and-set on the act's last message, so that the
+// outcome that counts carries every generation of the act that reached an
+// engine: one runner's retries were lost once with its outcome, refused
+// as a second, while the first said none (the chaos ledger's count of
+// engine calls found it).
+func publishActOutcome(ctx context.Context, b *bus.Bus, done *schema.ActDone) (stored bool, err error) {
+	filter := subject.ActOf(done.Rollout, done.Episode, done.Key)
+	own := done.Retries
+	var after uint64
+	for {
+		stored, dup, err := b.PublishAfter(ctx, done, filter, after)
+		if err != nil || stored {
+			return stored && !dup, err
+		}
+		last, err := b.LastMsg(ctx, bus.StreamAct, filter)
+		if err != nil {
+			return false, err
+		}
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		if last == nil {
+			after = 0 // refused while another write was under way: again
+			continue
+		}
+		if last.Subject == done.Subject() {
+			return false, nil
+		}
+		var rec schema.ActRetries
+		if err := last.Decode(&rec); err != nil {
+			return false, fmt.Errorf("outcome of act %s: the retries recorded of it: %w", done.Key, err)
+		}
+		done.Retries, after = mergeRetries(rec.Retries, own), last.Seq
+	}
+}
+
+// mergeRetries returns the retries recorded of an act with those of own
+// (the runner's) that are not among them, oldest first.
+func mergeRetries(recorded, own []schema.Retry) []schema.Retry {
+	out := slices.Clone(recorded)
+	left := slices.Clone(recorded)
+	for _, r := range own {
+		if i := slices.Index(left, r); i >= 0 {
+			left = slices.Delete(left, i, i+1)
+			continue
+		}
+		out = append(out, r)
+	}
+	slices.SortStableFunc(out, func(a, b schema.Retry) int { return cmp.Compare(a.AtMs, b.AtMs) })
+	return out
+}
+
 // endAttempt ends the span of one attempt of an act with how it went.
 func endAttempt(span trace.Span, attempt int, gen *schema.Generation, err error) {
 	if span.IsRecording() {
@@ -251,6 +308,10 @@ var errActorTimedOut = fail.Transientf("the generation reached the act's deadlin
 // errActorPaused: the actor-gateway did not run the generation (or stopped
 // it) because the actor role is paused.
 var errActorPaused = fail.Transientf("the actor role is paused")
+
+// errActHasOutcome: an actor-gateway did not generate a retry of the act,
+// whose outcome another runner published first.
+var errActHasOutcome = errors.New("the act has an outcome already")
 
 // errNoActorGateway: nothing answers on the actor-gateway's endpoint.
 var errNoActorGateway = fail.Transientf("no actor-gateway is running")
@@ -361,9 +422,9 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 	}
 	if run.aborted != "" {
 		// The last try was aborted by a pause while it ran: this one is
-		// its generation again, said first.
-		run.retries = append(run.retries, schema.Retry{By: s.replica(), From: run.aborted, Why: "aborted by a pause of the actor role; generated again after the resume", AtMs: nowMs()})
-		telemetry.GenerationRetries.WithLabelValues(schema.RoleActor, "paused").Inc()
+		// its generation again, a retry once a gateway starts it (the
+		// gateway records it, and so does the exchange).
+		run.resend, run.resendReason = &schema.Retry{By: s.replica(), From: run.aborted, Why: "aborted by a pause of the actor role; generated again after the resume"}, "paused"
 		run.aborted = ""
 	}
 	// A new try only after one a gateway took: the tries of an act are
@@ -423,8 +484,13 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 		// keeps it: the next attempt is a new generation, and says why.
 		g := reply.Header.Get(schema.HdrActorGateway)
 		why := fmt.Sprintf("actor-gateway %s no longer keeps the answer of try %d: %s", g, req.Try, reply.Header.Get(micro.ErrorHeader))
-		run.retries = append(run.retries, schema.Retry{By: s.replica(), From: g, Why: why, AtMs: nowMs()})
+		run.resend, run.resendReason = &schema.Retry{By: s.replica(), From: g, Why: why}, "" // no reason of the metric's
 		return nil, fail.Transientf("%s", why)
+	} else if code == schema.ActorCodeDone {
+		// A retry asked of an act whose outcome another runner published
+		// meanwhile: not generated again. That outcome counts (runAct reads
+		// it when this one is refused).
+		return nil, fail.E(fail.Permanent, fmt.Errorf("%w: %s", errActHasOutcome, reply.Header.Get(micro.ErrorHeader)))
 	} else if code != "" {
 		kind := fail.Transient
 		if strings.HasPrefix(code, "4") {

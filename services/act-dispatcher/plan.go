@@ -180,14 +180,17 @@ func (s *Service) abandonedEnds(ctx context.Context, info *session.Info, pe *sch
 }
 
 // finishTurn decides what follows a turn whose nodes have all finished:
-// the next planner turn, or the episode's end.
+// the next planner turn, or the episode's end. failure_policy acts on the
+// steps that failed (stepFailures): an ensemble step whose candidates all
+// failed or answered nothing is one, a step some of whose candidates
+// answered is not. An act refused as stale or that drifted ends the
+// episode, a candidate's too.
 func (s *Service) finishTurn(ctx context.Context, info *session.Info, r *schema.Run) error {
 	cfg := info.Session.Config
-	var failed []string
+	failed := stepFailures(r)
 	stale, drift := "", ""
 	for _, n := range r.Nodes {
 		if n.Status == schema.NodeFailed {
-			failed = append(failed, n.Node.ID+": "+n.Error)
 			if n.ErrorKind == schema.ActErrStale {
 				stale = n.Error
 			}

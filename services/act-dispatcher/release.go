@@ -3,6 +3,7 @@ package actdispatcher
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/planact/planact/pkg/dag"
 	"github.com/planact/planact/pkg/mode"
@@ -61,9 +62,13 @@ func advance(r *schema.Run, prior map[string]priorAct) (run, cached []*schema.No
 				outputs[n.Node.ID] = n.Output
 			}
 		}
+		ids := byID(r)
 		progress := false
 		for _, n := range ready {
 			n.Status = schema.NodeReleased
+			if isVote(n, ids) {
+				n.Node = mode.VoteAmong(n.Node, func(id string) bool { return answered(ids[id]) })
+			}
 			n.Node = plan.Substitute(n.Node, outputs)
 			n.Input = n.Node.Input()
 			call := callKey(n.Node)
@@ -90,13 +95,20 @@ func advance(r *schema.Run, prior map[string]priorAct) (run, cached []*schema.No
 }
 
 // skipCascade skips every pending node whose dependencies failed or were
-// skipped, transitively.
+// skipped, transitively. An ensemble vote is skipped only when none of its
+// candidates answered: it runs among those that did.
 func skipCascade(r *schema.Run) {
 	ids := byID(r)
 	for changed := true; changed; {
 		changed = false
 		for _, n := range r.Nodes {
 			if n.Status != schema.NodePending {
+				continue
+			}
+			if isVote(n, ids) {
+				if why, none := noCandidate(n, ids); none {
+					n.Status, n.Error, changed = schema.NodeSkipped, why, true
+				}
 				continue
 			}
 			for _, dep := range n.Node.Deps {
@@ -114,7 +126,10 @@ func readyNodes(r *schema.Run) []*schema.NodeState {
 	ids := byID(r)
 	var ready []*schema.NodeState
 	for _, n := range r.Nodes {
-		if n.Status == schema.NodePending && depsDone(n, ids) {
+		if n.Status != schema.NodePending {
+			continue
+		}
+		if vote := isVote(n, ids); vote && candidatesEnded(n, ids) || !vote && depsDone(n, ids) {
 			ready = append(ready, n)
 		}
 	}
@@ -191,6 +206,128 @@ func depsDone(n *schema.NodeState, ids map[string]*schema.NodeState) bool {
 		}
 	}
 	return true
+}
+
+// isVote says whether n is an ensemble vote: of tool vote, every
+// dependency a candidate of its step, and while pending Expand's
+// (mode.IsVote: its arguments still the placeholders VoteAmong reads;
+// released, they hold the answers). A vote waits for every candidate to
+// end and runs among those that answered; it is skipped only when none did.
+func isVote(n *schema.NodeState, ids map[string]*schema.NodeState) bool {
+	if n.Node.Tool != mode.VoteTool || len(n.Node.Deps) == 0 || n.Status == schema.NodePending && !mode.IsVote(n.Node) {
+		return false
+	}
+	for _, dep := range n.Node.Deps {
+		d := ids[dep]
+		if d == nil {
+			return false
+		}
+		if step, ok := mode.StepOf(d.Node); !ok || step != n.Node.ID {
+			return false
+		}
+	}
+	return true
+}
+
+// answered says whether node d succeeded: it has an output, empty or not.
+func answered(d *schema.NodeState) bool {
+	return d != nil && (d.Status == schema.NodeDone || d.Status == schema.NodeCached)
+}
+
+// candidatesEnded says whether every candidate of the vote n has ended and
+// one at least answered: the vote may run.
+func candidatesEnded(n *schema.NodeState, ids map[string]*schema.NodeState) bool {
+	some := false
+	for _, dep := range n.Node.Deps {
+		d := ids[dep]
+		if d == nil || !d.Terminal() {
+			return false
+		}
+		some = some || answered(d)
+	}
+	return some
+}
+
+// noCandidate says whether every candidate of the vote n failed or was
+// skipped, and so: the vote has nothing to count.
+func noCandidate(n *schema.NodeState, ids map[string]*schema.NodeState) (string, bool) {
+	var how []string
+	for _, dep := range n.Node.Deps {
+		d := ids[dep]
+		if d == nil || (d.Status != schema.NodeFailed && d.Status != schema.NodeSkipped) {
+			return "", false
+		}
+		how = append(how, dep+" "+d.Status)
+	}
+	return "no candidate answered (" + strings.Join(how, ", ") + ")", true
+}
+
+// stepUnanswered says whether the ensemble step of run r (the candidates
+// of planned node step) is left without an answer: every candidate has
+// ended, and none answered. With a vote, a candidate that succeeded is an
+// answer (the vote then decides, failing when every answer is empty);
+// without one (ensemble_pick planner) an empty answer is none, as the
+// planner is not offered it.
+func stepUnanswered(r *schema.Run, step string) bool {
+	ids := byID(r)
+	voted := ids[step] != nil && isVote(ids[step], ids)
+	for _, n := range r.Nodes {
+		if s, ok := mode.StepOf(n.Node); !ok || s != step {
+			continue
+		}
+		if !n.Terminal() || answered(n) && (voted || !mode.NoAnswer(n.Output)) {
+			return false
+		}
+	}
+	return true
+}
+
+// stopsTurn says whether the outcome just recorded for node n stops the
+// turn under a failure policy that stops at the first failure, and after
+// what. A node that failed does; a candidate of an ensemble step does only
+// once its step is left without an answer (stepUnanswered), or when it was
+// refused as stale or drifted (the episode ends at the turn's end): until
+// then its siblings may still answer, and the step with them. What waits on n
+// (its duplicates, which take its outcome) counts with it.
+func stopsTurn(r *schema.Run, n *schema.NodeState) (string, bool) {
+	for _, m := range r.Nodes {
+		if m != n && (n.Key == "" || m.CachedFrom != n.Key || !m.Terminal()) {
+			continue
+		}
+		step, candidate := mode.StepOf(m.Node)
+		switch {
+		case m == n && m.Status == schema.NodeFailed && (!candidate || m.ErrorKind == schema.ActErrStale || m.ErrorKind == schema.ActErrTokenDrift):
+			return m.Node.ID + " failed", true // a stale or drifted act ends the episode (finishTurn), a candidate's too
+		case !candidate:
+			// Not a candidate: n's own failure decides (above); a
+			// duplicate that took it adds nothing.
+		case stepUnanswered(r, step):
+			if m.Status == schema.NodeFailed {
+				return m.Node.ID + " failed", true
+			}
+			return "the candidates of " + step + " gave no answer", true
+		}
+	}
+	return "", false
+}
+
+// stepFailures lists the failures failure_policy acts on in a finished
+// run, as "node: why": every node that failed, but a candidate of an
+// ensemble step only when its step was left without an answer (then its
+// empty answers too); a step whose candidates answered is answered,
+// however many of them failed.
+func stepFailures(r *schema.Run) []string {
+	var failed []string
+	for _, n := range r.Nodes {
+		step, candidate := mode.StepOf(n.Node)
+		switch {
+		case n.Status == schema.NodeFailed && (!candidate || stepUnanswered(r, step)):
+			failed = append(failed, n.Node.ID+": "+n.Error)
+		case candidate && answered(n) && mode.NoAnswer(n.Output) && stepUnanswered(r, step):
+			failed = append(failed, n.Node.ID+": answered nothing")
+		}
+	}
+	return failed
 }
 
 // openLevel keeps the ready nodes of the lowest topological level that is

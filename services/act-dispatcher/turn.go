@@ -549,7 +549,8 @@ func (t *runner) step(ctx context.Context) (bool, error) {
 // apply gives the nodes of r the outcomes the runner knows, as recording
 // them in the run would: waiters on a call get its result (their outcomes
 // are then to be published), a failure stops the pending nodes unless the
-// policy skips. It reports whether it changed r.
+// policy skips (stopsTurn: a candidate's only once its step has no
+// answer). It reports whether it changed r.
 func (t *runner) apply(r *schema.Run) (changed bool) {
 	policy := t.info.Session.Config.FailurePolicy
 	for _, n := range r.Nodes {
@@ -562,8 +563,8 @@ func (t *runner) apply(r *schema.Run) (changed bool) {
 			n.Status = schema.NodeCached
 		}
 		resolveWaiters(r, n)
-		if n.Status == schema.NodeFailed && policy != schema.PolicySkip {
-			skipPending(r, "not run: the turn stopped after "+n.Node.ID+" failed")
+		if after, stop := stopsTurn(r, n); stop && policy != schema.PolicySkip {
+			skipPending(r, "not run: the turn stopped after "+after)
 		}
 		changed = true
 	}
@@ -829,11 +830,10 @@ func (t *runner) start(ctx context.Context, nodes []*schema.NodeState, rerun str
 	}
 }
 
-// publishOutcome publishes an act's outcome once (a variable, so that a
-// test can make it fail as a server that goes away does).
-var publishOutcome = func(ctx context.Context, b *bus.Bus, done *schema.ActDone) (bool, error) {
-	return b.PublishOnce(ctx, done)
-}
+// publishOutcome publishes an act's outcome once, with the retries the
+// gateways recorded of it (publishActOutcome; a variable, so that a test
+// can make it fail as a server that goes away does).
+var publishOutcome = publishActOutcome
 
 // runAct executes an act within the replica's bound on acts in flight and
 // publishes its outcome; it returns the outcome the stream holds (another

@@ -7,6 +7,7 @@ package actorgateway
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -26,6 +27,7 @@ import (
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
+	"github.com/planact/planact/pkg/subject"
 	"github.com/planact/planact/pkg/telemetry"
 )
 
@@ -49,6 +51,7 @@ const (
 	CodeBusy        = schema.ActorCodeBusy
 	CodeTokenDrift  = schema.ActorCodeTokenDrift
 	CodeGone        = schema.ActorCodeGone
+	CodeDone        = schema.ActorCodeDone
 )
 
 // Deps are what the actor-gateway needs.
@@ -252,15 +255,21 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 	}
 	g.gens[id] = gen
 	g.mu.Unlock()
-	if progress {
+	// A new generation of a request that says it is a retry is recorded as
+	// one before it is acknowledged and its engine called; an act that has
+	// an outcome already is not generated again.
+	answer, err := g.recordRetry(gctx, m, req)
+	if progress && answer == nil {
 		ack := g.progress(schema.ActorStarted)
 		if n := m.Header.Get(schema.HdrActorSend); n != "" {
 			ack.Header.Set(schema.HdrActorSend, n) // the send this generation started from
 		}
 		_ = g.send(m.Reply, ack)
 	}
-	stop := g.beat(gen, progress)
-	answer, err := g.generateInSlot(gctx, req)
+	stop := g.beat(gen, progress && answer == nil)
+	if answer == nil {
+		answer, err = g.generateInSlot(gctx, req)
+	}
 	stop()
 	left()
 	g.mu.Lock()
@@ -276,6 +285,57 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 		}
 	}
 	return err
+}
+
+// recordRetry records the retry m says a new generation of it is (its
+// HdrActorRetry header) on the ACT stream, as the act's retries (ActRetries)
+// with this one added, by compare-and-set on the act's last message: the
+// outcome of the act, whichever runner publishes it first, carries every
+// retry recorded before it (act-dispatcher's outcome publishing merges
+// them alike), and one recorded after it cannot be, so none is: an act
+// that has an outcome is answered CodeDone and not generated again. It
+// returns nil, nil when the generation may run (recorded, or no retry),
+// else the answer for its callers.
+func (g *gateway) recordRetry(ctx context.Context, m *nats.Msg, req *schema.ActorRequest) (*nats.Msg, error) {
+	h := m.Header.Get(schema.HdrActorRetry)
+	if h == "" {
+		return nil, nil
+	}
+	var r schema.Retry
+	if err := json.Unmarshal([]byte(h), &r); err != nil || r.Why == "" {
+		if err == nil {
+			err = errors.New("it says no why")
+		}
+		return errorAnswer(CodeInvalid, fmt.Sprintf("header %s: want a retry as JSON (by, from, why, at_ms): %v", schema.HdrActorRetry, err))
+	}
+	filter := subject.ActOf(req.Rollout, req.Episode, req.Key)
+	for {
+		last, err := g.Bus.LastMsg(ctx, bus.StreamAct, filter)
+		if err != nil {
+			return failureAnswer(CodeUnavailable, fmt.Errorf("the retry of act %s could not be recorded before its generation: %w", req.Key, err))
+		}
+		rec := &schema.ActRetries{Rollout: req.Rollout, Episode: req.Episode, Key: req.Key}
+		var after uint64
+		if last != nil {
+			if last.Subject != rec.Subject() {
+				return errorAnswer(CodeDone, fmt.Sprintf("act %s has an outcome already (%s): its retry is not generated", req.Key, last.Subject))
+			}
+			if err := last.Decode(rec); err != nil {
+				return failureAnswer(CodeUnavailable, fmt.Errorf("the retries of act %s could not be read: %w", req.Key, err))
+			}
+			after = last.Seq
+		}
+		rec.Retries = append(rec.Retries, r)
+		rec.Gateway, rec.Try, rec.After = g.id, req.Try, after
+		stored, _, err := g.Bus.PublishAfter(ctx, rec, filter, after)
+		if err != nil {
+			return failureAnswer(CodeUnavailable, fmt.Errorf("the retry of act %s could not be recorded before its generation: %w", req.Key, err))
+		}
+		if stored {
+			return nil, nil
+		}
+		// Another retry or the outcome came first: read again.
+	}
 }
 
 // generateInSlot runs req once one of the replica's slots is free.
