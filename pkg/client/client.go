@@ -47,11 +47,12 @@ var ErrFailed = errors.New("planact: rollout failed")
 
 // Client talks to planact over an existing NATS connection.
 type Client struct {
-	// InlineTasksLimit overrides DefaultInlineTasksLimit.
+	// InlineTasksLimit overrides DefaultInlineTasksLimit (0); a negative
+	// one is an error.
 	InlineTasksLimit int
 	// Recheck is how often a wait for a result reads the result subject
 	// again, in case the result was published while the connection was
-	// down (a NATS restart); default 2s.
+	// down (a NATS restart); 0: 2s; a negative one is an error.
 	Recheck time.Duration
 
 	nc *nats.Conn
@@ -128,6 +129,11 @@ type arrival struct {
 func (c *Client) arrive(ctx context.Context, a *schema.Arrive) (arrival, error) {
 	if err := checkArrival(a); err != nil {
 		return arrival{}, err
+	}
+	if err := c.settings(); err != nil {
+		// Rollout waits after it arrives: an arrival that cannot be waited
+		// for is not sent.
+		return arrival{}, fmt.Errorf("arrive rollout %d as %s: %w", a.Rollout, a.Role, err)
 	}
 	cp := *a // the caller's arrival keeps its tasks
 	a = &cp
@@ -377,7 +383,9 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string)
 // DeliveredGroups, GroupSamples) is returned whole, its groups' samples
 // read from their messages, unless WithoutGroups names them. The samples
 // must be what the result and each group read count (sample_count,
-// group_samples); otherwise the error names both counts.
+// group_samples); otherwise the error names both counts. Samples not read
+// by the end of ctx (a group behind a follower, a server away) are
+// ErrTimeout too, naming what was not read.
 //
 // Call it after this client's Arrive for n and role has returned: the
 // arrival tells this rollout's result from an earlier one of the number
@@ -442,7 +450,13 @@ func WithoutGroups(groups ...int) ResultOption {
 // before the wait, or while the connection was down, is found too. It
 // rides out server restarts and leader changes until ctx ends.
 func (c *Client) result(ctx context.Context, n int64, role string, mine arrival, o resultOptions) (*schema.Result, error) {
-	subjects := []string{subject.Result(n, role), subject.Rejected(n, role)}
+	// The rejection first: a refusal of mine wins over a result that names
+	// another arrival (the first of the role, whose rollout goes on).
+	subjects := []string{subject.Rejected(n, role), subject.Result(n, role)}
+	recheck, err := c.recheck()
+	if err != nil {
+		return nil, fmt.Errorf("wait for rollout %d: %w", n, err)
+	}
 	msgs := make(chan *nats.Msg, 16)
 	for _, subj := range subjects {
 		sub, err := c.nc.ChanSubscribe(subj, msgs)
@@ -451,7 +465,7 @@ func (c *Client) result(ctx context.Context, n int64, role string, mine arrival,
 		}
 		defer func() { _ = sub.Unsubscribe() }()
 	}
-	t := time.NewTicker(c.recheck())
+	t := time.NewTicker(recheck)
 	defer t.Stop()
 	for {
 		for _, subj := range subjects {
@@ -541,7 +555,7 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 	read := r.SamplesObject == "" || o.needs(r) // its own samples are here: inline, or fetched now
 	if r.SamplesObject != "" && read {
 		if err := c.fetchSamples(ctx, r.Role, r.SamplesObject, &r.Samples); err != nil {
-			return r, err
+			return r, stopped(ctx, n, err)
 		}
 	}
 	if read && len(r.Samples) != r.SampleCount {
@@ -562,7 +576,7 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 		}
 		samples, err := c.groupSamples(ctx, n, r.Role, g)
 		if err != nil {
-			return r, err
+			return r, stopped(ctx, n, err)
 		}
 		r.Samples, inGroups = append(r.Samples, samples...), inGroups+len(samples)
 	}
@@ -586,6 +600,16 @@ func (c *Client) deliver(ctx context.Context, n int64, r *schema.Result, err err
 		return r, fmt.Errorf("%w: rollout %d: %s", ErrFailed, n, r.Reason)
 	}
 	return r, nil
+}
+
+// stopped is err, from reading samples that a message of rollout n names
+// (they are there, so the read went on until ctx ended), with ErrTimeout
+// too when ctx ended: the caller stopped waiting, and falls back.
+func stopped(ctx context.Context, n int64, err error) error {
+	if expired(ctx) != nil && !errors.Is(err, ErrTimeout) {
+		return fmt.Errorf("%w: rollout %d: %w", ErrTimeout, n, err)
+	}
+	return err
 }
 
 // needs says whether r's own samples may hold some the caller does not
@@ -681,10 +705,20 @@ func (c *Client) lastGroup(ctx context.Context, n int64, role string, g int) (*s
 	}
 	var grp schema.Group
 	if err := schema.Unmarshal(data, &grp); err != nil {
-		return nil, err
+		return nil, &badMessage{data: data, err: err}
 	}
 	return &grp, nil
 }
+
+// badMessage is a message that does not decode, with its data: a reader
+// of the groups tells each once, however often it reads it.
+type badMessage struct {
+	data []byte
+	err  error
+}
+
+func (e *badMessage) Error() string { return e.err.Error() }
+func (e *badMessage) Unwrap() error { return e.err }
 
 // Rollout arrives and waits for the result, at most timeout (0 = until ctx
 // ends). A negative timeout (a deadline already past, say) is an error
@@ -867,6 +901,10 @@ var resumeAnswerWait = 2 * time.Minute
 // found too. ctx bounds the wait.
 func (c *Client) control(ctx context.Context, m schema.Message, answer string, mine func([]byte) bool) error {
 	role, verb, _ := subject.ParseControl(m.Subject())
+	recheck, err := c.recheck()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", verb, role, err)
+	}
 	id := m.MsgID()
 	answered, refused := subject.Control(role, answer), subject.Control(role, "refused")
 	msgs := make(chan *nats.Msg, 8)
@@ -895,7 +933,7 @@ func (c *Client) control(ctx context.Context, m schema.Message, answer string, m
 		}
 		return true, fmt.Errorf("%w: %s %s (%s): %s", ErrRefused, verb, role, id, r.Reason)
 	}
-	t := time.NewTicker(c.recheck())
+	t := time.NewTicker(recheck)
 	defer t.Stop()
 	for {
 		for _, subj := range []string{refused, answered} {
@@ -917,9 +955,23 @@ func (c *Client) control(ctx context.Context, m schema.Message, answer string, m
 	}
 }
 
-func (c *Client) recheck() time.Duration {
-	if c.Recheck > 0 {
-		return c.Recheck
+// recheck is c.Recheck, or its default.
+func (c *Client) recheck() (time.Duration, error) {
+	switch {
+	case c.Recheck < 0:
+		return 0, fmt.Errorf("Recheck %v: want a positive interval, or 0 for the default (2s)", c.Recheck)
+	case c.Recheck > 0:
+		return c.Recheck, nil
 	}
-	return 2 * time.Second
+	return 2 * time.Second, nil
+}
+
+// settings refuses a setting of c's that nothing can go by: a negative
+// InlineTasksLimit or Recheck (0 takes the default).
+func (c *Client) settings() error {
+	if c.InlineTasksLimit < 0 {
+		return fmt.Errorf("InlineTasksLimit %d: want a size in bytes, or 0 for the default (%d)", c.InlineTasksLimit, DefaultInlineTasksLimit)
+	}
+	_, err := c.recheck()
+	return err
 }

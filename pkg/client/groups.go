@@ -27,9 +27,11 @@ import (
 // yielded; without an arrival of this client's, every rejection and result
 // counts. A group the result or a group message names delivered is read
 // until it is (a follower behind, a server restarting): the stream does
-// not end without it but with ErrTimeout naming it, when ctx ends first. A
+// not end without it but with ErrTimeout naming it, when ctx ends first
+// (as it does when a group's samples object is not read by then). A
 // group whose samples are other than its sample_count is an error naming
-// both counts, in its place.
+// both counts, in its place; so is a group message that does not decode,
+// said once: the stream goes on with the other groups.
 //
 //	for g, err := range c.Groups(ctx, n, schema.RolePlanner) {
 //		if err != nil { … }
@@ -45,6 +47,11 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 		}
 		if err := checkRollout(n); err != nil {
 			yield(nil, fmt.Errorf("%w: groups: %v", ErrRejected, err))
+			return
+		}
+		recheck, err := c.recheck()
+		if err != nil {
+			yield(nil, fmt.Errorf("groups of rollout %d: %w", n, err))
 			return
 		}
 		c.mu.Lock()
@@ -81,42 +88,68 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 			}
 			seen[g.GroupIndex] = true
 			if err := c.groupFetched(ctx, n, role, g); err != nil {
-				return yield(nil, err)
+				return yield(nil, groupsEnded(ctx, n, role, err))
 			}
 			return yield(g, nil)
+		}
+		// tell yields, once per message however often it is read, that
+		// data on subj does not decode: an error in the place of its
+		// group, and the stream goes on; false: the caller stopped.
+		told := map[string]bool{}
+		tell := func(subj string, data []byte, err error) bool {
+			if told[string(data)] {
+				return true
+			}
+			told[string(data)] = true
+			return yield(nil, fmt.Errorf("%s: %w", subj, err))
+		}
+		// badGroup tells that group g's message does not decode, when err
+		// (a read of it) says so; isBad: it did.
+		badGroup := func(g int, err error) (isBad, more bool) {
+			var bad *badMessage
+			if !errors.As(err, &bad) {
+				return false, true
+			}
+			seen[g] = true
+			return true, tell(subject.Group(n, role, g), bad.data, bad.err)
 		}
 		// catchUp yields, from the stream, the delivered groups not yet
 		// seen that the last group message names. While the rollout runs,
 		// a group not read now (the server away, a follower behind) is
-		// read on a later pass, or by finish.
-		catchUp := func() (bool, error) {
+		// read on a later pass, or by finish. A last message that does
+		// not decode names nothing: its group is told when read by its
+		// own subject (named, or by finish). false: the caller stopped.
+		catchUp := func() bool {
 			data, err := c.lastResult(ctx, subject.Groups(n, role))
 			if err != nil || data == nil {
-				return true, nil // none yet, or the server is away: later
+				return true // none yet, or the server is away: later
 			}
 			var last schema.Group
-			if err := schema.Unmarshal(data, &last); err != nil {
-				return true, err
+			if schema.Unmarshal(data, &last) == nil {
+				name(fmt.Sprintf("group %d's message", last.GroupIndex), last.Delivered...)
 			}
-			name(fmt.Sprintf("group %d's message", last.GroupIndex), last.Delivered...)
 			for i := 0; i < len(named); i++ {
 				if seen[named[i]] {
 					continue
 				}
 				g, err := c.lastGroup(ctx, n, role, named[i])
+				if bad, more := badGroup(named[i], err); bad {
+					if !more {
+						return false
+					}
+					continue
+				}
 				switch {
-				case errors.Is(err, errUnread):
-					return true, nil // the server is away: later
 				case err != nil:
-					return true, err
+					return true // the server is away: later
 				case g == nil:
 					continue // a follower behind: later
 				}
 				if !give(g) {
-					return false, nil
+					return false
 				}
 			}
-			return true, nil
+			return true
 		}
 		// finish yields, once the result is out, every delivered group not
 		// seen. Those a message names delivered are there: each is read
@@ -136,16 +169,24 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 			if last != nil {
 				var g schema.Group
 				if err := schema.Unmarshal(last, &g); err != nil {
-					yield(nil, fmt.Errorf("%s: %w", subject.Groups(n, role), err))
-					return
+					if !tell(subject.Groups(n, role), last, err) {
+						return
+					}
+				} else {
+					name(fmt.Sprintf("group %d's message", g.GroupIndex), g.Delivered...)
 				}
-				name(fmt.Sprintf("group %d's message", g.GroupIndex), g.Delivered...)
 			}
 			for i := 0; i < len(named); i++ {
 				if seen[named[i]] {
 					continue
 				}
 				g, err := c.namedGroup(ctx, n, role, named[i], namedBy[named[i]])
+				if bad, more := badGroup(named[i], err); bad {
+					if !more {
+						return
+					}
+					continue
+				}
 				if err != nil {
 					yield(nil, groupsEnded(ctx, n, role, err))
 					return
@@ -176,10 +217,13 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 					}
 					return err
 				})
+				if isBad, more := badGroup(gi, bad); isBad {
+					if !more {
+						return
+					}
+					continue
+				}
 				switch {
-				case bad != nil:
-					yield(nil, fmt.Errorf("%s: %w", subject.Group(n, role, gi), bad))
-					return
 				case err != nil:
 					yield(nil, groupsEnded(ctx, n, role, err))
 					return
@@ -209,7 +253,7 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 			}
 			return true
 		}
-		t := time.NewTicker(c.recheck())
+		t := time.NewTicker(recheck)
 		defer t.Stop()
 		for {
 			for _, subj := range answers {
@@ -217,9 +261,7 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 					return
 				}
 			}
-			if more, err := catchUp(); !more {
-				return
-			} else if err != nil && !yield(nil, err) {
+			if !catchUp() {
 				return
 			}
 			for waiting := true; waiting; {
@@ -233,7 +275,7 @@ func (c *Client) Groups(ctx context.Context, n int64, role string) iter.Seq2[*sc
 					}
 					var g schema.Group
 					if err := schema.Unmarshal(m.Data, &g); err != nil {
-						if !yield(nil, fmt.Errorf("%s: %w", m.Subject, err)) {
+						if !tell(m.Subject, m.Data, err) {
 							return
 						}
 						continue
