@@ -182,6 +182,13 @@ func (c *Chat) generation(a *oaiAccumulator, prefix, newest []int) (Generation, 
 		return Generation{}, fail.Permanentf("the server returned no prompt_token_ids (vLLM's return_token_ids): " +
 			"the tokens its chat template rendered are unknown, so the sample would not be token-exact")
 	}
+	if len(g.PromptIDs) == 0 {
+		// The template wrote the messages at least: an empty rendering is
+		// not what the model generated from, and the sample would hold no
+		// prompt.
+		return Generation{}, fail.Permanentf("the server's prompt_token_ids are empty: it rendered the conversation into no tokens, " +
+			"so what the model generated from is unknown")
+	}
 	if err := checkPrefix(prefix, g.PromptIDs, "the chat template's prompt_token_ids"); err != nil {
 		return Generation{}, reRendered(err)
 	}
@@ -328,6 +335,11 @@ func (c *Chat) TokenizeChat(ctx context.Context, msgs []Message) ([]int, error) 
 	}
 	if tokens == nil {
 		return nil, fail.Permanentf(`openai chat: tokenize the conversation: the reply has no "tokens"`)
+	}
+	if len(*tokens) == 0 {
+		// Counted as no tokens, the conversation would pass any context
+		// limit, and its prompt would be no ids.
+		return nil, fail.Permanentf("openai chat: tokenize the conversation: the engine rendered %d messages into no tokens", len(msgs))
 	}
 	if err := checkPrefix(prefix, *tokens, "the chat template's tokens from /tokenize"); err != nil {
 		return nil, fmt.Errorf("openai chat: tokenize the conversation: %w", reRendered(err))

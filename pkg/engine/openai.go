@@ -215,6 +215,9 @@ type oaiAccumulator struct {
 	promptTokens  int
 	completion    int  // completion_tokens, as the usage says
 	completionSet bool // the usage said completion_tokens
+	// idless counts the choices (a stream's chunks) that came with text
+	// but without its ids: neither token_ids nor "token_id:<id>" tokens.
+	idless        int
 	promptIDs     []int
 	weightVersion string
 }
@@ -255,6 +258,11 @@ func (a *oaiAccumulator) envelope(usage *oaiUsage, meta *oaiMetadata) {
 // streaming).
 func (a *oaiAccumulator) choice(text string, tokens []string, lps []*float64, ids []int, finish string) {
 	a.text.WriteString(text)
+	if text != "" && len(ids) == 0 {
+		if named, _ := logprobTokenIDs(tokens); len(named) == 0 {
+			a.idless++
+		}
+	}
 	a.tokens = append(a.tokens, tokens...)
 	for _, lp := range lps {
 		v := 0.0
@@ -305,6 +313,13 @@ func (a *oaiAccumulator) generation() (Generation, error) {
 		// the generation, and nothing says which tokens are missing.
 		return Generation{}, fail.Transientf("%d output ids but usage.completion_tokens %d: the server did not return the ids of every generated token",
 			len(g.OutputIDs), a.completion)
+	}
+	if len(g.OutputIDs) > 0 && a.idless > 0 {
+		// Text the model wrote came without its ids: the ids returned
+		// are not the generation, though no usage says how many tokens
+		// it had.
+		return Generation{}, fail.Transientf("%d chunks of the reply came with text but no token ids (neither token_ids nor \"token_id:<id>\" log-prob tokens): "+
+			"the %d output ids returned are not the generation", a.idless, len(g.OutputIDs))
 	}
 	if g.OutputIDs != nil && len(g.LogProbs) > len(g.OutputIDs) {
 		return Generation{}, fail.Transientf("%d output ids but %d log-probs", len(g.OutputIDs), len(g.LogProbs))

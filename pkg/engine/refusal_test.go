@@ -75,12 +75,15 @@ func TestAbortWithAStatusIsAnError(t *testing.T) {
 	}
 }
 
-// TestALostReplyIsAborted: a /generate not streamed whose reply never
-// comes (the connection breaks, a proxy in between answers 502 or 504)
-// fails the generation, which is then tried again; the engine, which may
-// still be generating it for nobody, used to be told nothing, as a broken
-// stream once was. It is now told to abort the request, by its rid. A
-// refusal the engine itself answered (503, 400) is not: it runs nothing.
+// TestALostReplyIsAborted: a /generate whose reply never comes (the
+// connection breaks, a proxy in between answers 502 or 504) fails the
+// generation, which is then tried again; the engine, which may still be
+// generating it for nobody, used to be told nothing, as a broken stream
+// once was. It is now told to abort the request, by its rid, streamed or
+// not: a stream whose first byte never came (a proxy that gave up on the
+// engine before it answered) was not aborted while the same request not
+// streamed was. A refusal the engine itself answered (503, 400) is not: it
+// runs nothing.
 func TestALostReplyIsAborted(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -96,39 +99,47 @@ func TestALostReplyIsAborted(t *testing.T) {
 		{"502 from a proxy", func(w http.ResponseWriter) { http.Error(w, "bad gateway", http.StatusBadGateway) }, true},
 		{"400 from the engine", func(w http.ResponseWriter) { http.Error(w, `{"error": {"message": "bad"}}`, http.StatusBadRequest) }, false},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			aborted := make(chan string, 4)
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				var body struct {
-					RID string `json:"rid"`
-				}
-				_ = json.NewDecoder(r.Body).Decode(&body)
-				switch r.URL.Path {
-				case "/abort_request":
-					aborted <- body.RID
-				case "/generate":
-					tc.reply(w)
-				}
-			}))
-			t.Cleanup(srv.Close)
-			c, _ := New(ProtocolSGLang, srv.URL, "m", nil)
-			_, err := c.Generate(context.Background(), Request{InputIDs: []int{1, 2}, RoutingKey: "9-2"})
-			if err == nil {
-				t.Fatal("a generation without a reply returned no error")
-			}
-			select {
-			case rid := <-aborted:
-				if !tc.abort {
-					t.Errorf("the engine refused the request (%v) and was told to abort %q", err, rid)
-				} else if !strings.HasPrefix(rid, "planact-9-2-") {
-					t.Errorf("abort_request for rid %q, want the generation's (planact-9-2-…)", rid)
-				}
-			default:
-				if tc.abort {
-					t.Errorf("the reply was lost (%v) and the engine was not told to abort the request", err)
-				}
-			}
-		})
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/stream=%v", tc.name, stream), func(t *testing.T) {
+				lostReplyAborted(t, tc.reply, tc.abort, stream)
+			})
+		}
+	}
+}
+
+// lostReplyAborted runs one generation whose /generate is answered by
+// reply, and checks whether the engine was told to abort it.
+func lostReplyAborted(t *testing.T, reply func(w http.ResponseWriter), abort, stream bool) {
+	aborted := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			RID string `json:"rid"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		switch r.URL.Path {
+		case "/abort_request":
+			aborted <- body.RID
+		case "/generate":
+			reply(w)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c, _ := New(ProtocolSGLang, srv.URL, "m", nil)
+	_, err := generate(c, Request{InputIDs: []int{1, 2}, RoutingKey: "9-2"}, stream)
+	if err == nil {
+		t.Fatal("a generation without a reply returned no error")
+	}
+	select {
+	case rid := <-aborted:
+		if !abort {
+			t.Errorf("the engine refused the request (%v) and was told to abort %q", err, rid)
+		} else if !strings.HasPrefix(rid, "planact-9-2-") {
+			t.Errorf("abort_request for rid %q, want the generation's (planact-9-2-…)", rid)
+		}
+	default:
+		if abort {
+			t.Errorf("the reply was lost (%v) and the engine was not told to abort the request", err)
+		}
 	}
 }
 

@@ -161,10 +161,12 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	streaming := false
 	defer func() {
 		switch {
-		case err != nil && streaming && ctx.Err() == nil:
+		case err != nil && ctx.Err() == nil && (streaming || mayRunOn(err)):
 			// The stream broke (a proxy cut it, an event planact cannot
-			// read): the engine may generate on for nobody, beside the
-			// retry that follows, so it is told to stop.
+			// read), or never began (the connection broke, a proxy gave
+			// up on the engine before it answered): the engine may
+			// generate on for nobody, beside the retry that follows, so it
+			// is told to stop.
 			_ = c.sglangAbort(ctx, in.RID)
 		case err != nil:
 			c.abortIfGivenUp(ctx, in.RID)

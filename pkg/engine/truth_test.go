@@ -255,6 +255,51 @@ func TestIDsFewerThanGenerated(t *testing.T) {
 	}
 }
 
+// TestIDsMissingFromAChunk: a stream a chunk of which came with text but
+// without its ids (neither token_ids nor "token_id:<id>" log-prob tokens)
+// is refused even where no usage says how many tokens were generated (a
+// server or proxy that drops stream_options): the chunk itself says that
+// the ids returned are not the generation. It used to be taken with the
+// ids of the other chunks only, a trajectory that silently lacked tokens
+// the model wrote.
+func TestIDsMissingFromAChunk(t *testing.T) {
+	for _, tc := range []struct {
+		name, proto string
+		events      []string
+	}{
+		{"completions", ProtocolOpenAI, []string{
+			`{"choices":[{"index":0,"text":"Pa","logprobs":{"tokens":["token_id:83","token_id:100"],"token_logprobs":[-0.5,-0.25]},"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"text":"ris","logprobs":null,"finish_reason":"stop"}]}`,
+		}},
+		{"completions token_ids", ProtocolOpenAI, []string{
+			`{"choices":[{"index":0,"text":"Pa","token_ids":[83,100],"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"text":"ris","finish_reason":"stop"}]}`,
+		}},
+		{"chat", ProtocolOpenAIChat, []string{
+			`{"prompt_token_ids":[7],"choices":[{"index":0,"delta":{"content":"Pa"},"token_ids":[83,100],"finish_reason":null}]}`,
+			`{"choices":[{"index":0,"delta":{"content":"ris"},"finish_reason":"stop"}]}`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := New(tc.proto, replyServer(t, tc.events, true), "m", nil)
+			g, err := generate(c, Request{Text: "q"}, true)
+			if err == nil || fail.KindOf(err) != fail.Transient || !strings.Contains(err.Error(), "no token ids") {
+				t.Errorf("%+v, %v; want a transient error: a chunk with text and no token ids", g, err)
+			}
+		})
+	}
+	// A chunk with no text and no ids (a chat stream's first, naming the
+	// role; a last one with only the finish reason) lacks nothing.
+	c, _ := New(ProtocolOpenAIChat, replyServer(t, []string{
+		`{"prompt_token_ids":[7],"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`,
+		`{"choices":[{"index":0,"delta":{"content":"Pa"},"token_ids":[83,100],"finish_reason":null}]}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+	}, true), "m", nil)
+	if g, err := generate(c, Request{Text: "q"}, true); err != nil || !slices.Equal(g.OutputIDs, []int{83, 100}) {
+		t.Errorf("%+v, %v; want the ids [83 100]", g, err)
+	}
+}
+
 // TestIDsDisagreeWithLogProbs: a reply that names its tokens twice (the
 // output ids, and the ids its log-probs are of) and whose two lists
 // disagree is refused, saying where: before, SGLang's was read from its
@@ -319,6 +364,38 @@ func TestTokenizeToNothingIsAnError(t *testing.T) {
 				t.Errorf("whitespace: %v, %v; want no tokens, no error", ids, err)
 			}
 		})
+	}
+}
+
+// TestChatRenderedToNothingIsAnError: a chat engine whose rendering of a
+// conversation is no tokens (its /tokenize with messages, or the
+// prompt_token_ids of a generation) is refused for good, as a /tokenize of
+// a text with words is: its chat template wrote at least the messages, so
+// an empty rendering is not what the model generated from. It used to be
+// taken as the prompt's ids: a planner turn counted no context and its
+// sample, as an act's, held no prompt at all.
+func TestChatRenderedToNothingIsAnError(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"tokens":[],"count":0}`) }))
+	defer srv.Close()
+	c, _ := NewClient(ProtocolOpenAIChat, srv.URL, Options{Model: "m", Backoff: Backoff{Attempts: 1}})
+	ids, err := c.(ChatTokenizer).TokenizeChat(context.Background(), []Message{{Role: RoleUser, Text: "What is the capital of France?"}})
+	if err == nil || fail.KindOf(err) != fail.Permanent || !strings.Contains(err.Error(), "into no tokens") {
+		t.Errorf("rendered a conversation into %v, %v; want a permanent error saying it came to no tokens", ids, err)
+	}
+	for _, stream := range []bool{false, true} {
+		events := []string{`{"prompt_token_ids":[],"choices":[{"index":0,"message":{"content":"Paris"},"token_ids":[83,100],"finish_reason":"stop"}],` +
+			`"usage":{"prompt_tokens":0,"completion_tokens":2}}`}
+		if stream {
+			events = []string{
+				`{"prompt_token_ids":[],"choices":[{"index":0,"delta":{"content":"Paris"},"token_ids":[83,100],"finish_reason":"stop"}]}`,
+				`{"choices":[],"usage":{"prompt_tokens":0,"completion_tokens":2}}`,
+			}
+		}
+		c, _ := New(ProtocolOpenAIChat, replyServer(t, events, stream), "m", nil)
+		g, err := generate(c, Request{Text: "What is the capital of France?"}, stream)
+		if err == nil || fail.KindOf(err) != fail.Permanent || !strings.Contains(err.Error(), "no tokens") {
+			t.Errorf("stream %v: %+v, %v; want a permanent error: the prompt rendered as no tokens", stream, g, err)
+		}
 	}
 }
 
