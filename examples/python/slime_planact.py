@@ -31,7 +31,9 @@ the variable):
                           PLANACT_CONFIG; the actor's job sends neither
                           (planact takes the planner's) and leaves its data
                           source alone.
-  PLANACT_NATS_URL        planact's NATS, default nats://127.0.0.1:4222.
+  PLANACT_NATS_URL        planact's NATS, default nats://127.0.0.1:4222;
+                          several servers (a cluster) comma-separated, as
+                          planact's NATS_URL.
   PLANACT_NATS_USER       with PLANACT_NATS_PASSWORD: the role's NATS user
   PLANACT_NATS_PASSWORD   (trainer-planner or trainer-actor in compose/).
   PLANACT_NATS_CREDS      or a .creds file.
@@ -65,7 +67,9 @@ the variable):
                           remove_sample=True, so slime zeroes its loss mask;
                           drop: leave it out of the batch. Counted in the
                           metrics (planact/stale_samples, .../stale_dropped).
-  PLANACT_TIMEOUT_S       how long to wait for planact's answer; default
+  PLANACT_TIMEOUT_S       how long to send the arrival (again, while no
+                          stream takes it: planact not up yet) and wait for
+                          planact's answer; default
                           the config's barrier_timeout_s + rollout_timeout_s
                           (planact's defaults 1800 + 3600) + 300 (for an
                           evaluation, its config's: PLANACT_EVAL_CONFIG's
@@ -246,10 +250,11 @@ STOPPED_STATES = ("aborted", "unfinished")
 
 class PlanactError(RuntimeError):
     """planact did not give this role's samples: status is planact's
-    (timeout, invalid, failed, ...) or the module's (unreachable,
-    unsupported: a nats-server older than planact needs, empty,
-    unreadable: a group or samples object planact named could not be read
-    in time, miscounted: a group holds other than its sample_count,
+    (timeout, invalid, failed, ...) or the module's (unreachable: NATS,
+    or planact's streams, not up in time, unsupported: a nats-server
+    older than planact needs, empty, unreadable: a group or samples
+    object planact named could not be read in time, miscounted: a group
+    holds other than its sample_count,
     log_probs_missing: samples without rollout_log_probs where slime's args
     train with them)."""
 
@@ -288,7 +293,7 @@ def delivers_groups(config):
 def connect_options(env=os.environ):
     """nats.connect() options from PLANACT_NATS_URL, _USER, _PASSWORD, _CREDS,
     _INBOX_PREFIX."""
-    options = {"servers": [env.get("PLANACT_NATS_URL") or "nats://127.0.0.1:4222"]}
+    options = {"servers": trainer.server_list(env.get("PLANACT_NATS_URL") or "nats://127.0.0.1:4222", "PLANACT_NATS_URL")}
     user, password = env.get("PLANACT_NATS_USER", ""), env.get("PLANACT_NATS_PASSWORD", "")
     if bool(user) != bool(password):
         raise ValueError("PLANACT_NATS_USER and PLANACT_NATS_PASSWORD go together: set both or neither")
@@ -364,6 +369,10 @@ def parse_config(text, name="PLANACT_CONFIG"):
         "group_filter": lambda v: isinstance(v, str),
         "barrier_timeout_s": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 1 <= v <= 604800,
         "rollout_timeout_s": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 1 <= v <= 604800,
+        # An evaluation sends neither in its config (eval_role_sampling reads
+        # the job's own): planact would never see one that is not an object.
+        "planner_sampling": lambda v: v is None or isinstance(v, dict),
+        "actor_sampling": lambda v: v is None or isinstance(v, dict),
     }
     for key, ok in checks.items():
         if key in config and not ok(config[key]):
@@ -834,7 +843,7 @@ def check_training_sampling(args, config, role):
     (or slime stops after the rollout ran). Checked before anything is
     taken from the data source or sent."""
     sampling = config.get(f"{role}_sampling")
-    sampling = sampling if isinstance(sampling, dict) else {}  # planact rejects what is not a sampling object
+    sampling = sampling if isinstance(sampling, dict) else {}  # None: not set (parse_config refuses the rest)
     temperature = sampling.get("temperature", DEFAULT_TEMPERATURE)
     top_p = sampling.get("top_p", DEFAULT_TOP_P)
     slime_temperature = getattr(args, "rollout_temperature", None)
@@ -1001,12 +1010,19 @@ async def run_rollout(settings, fields):
     nc = await connect(settings.connect)
     try:
         js = nc.jetstream()
-        arrival_id = await trainer.arrive(js, **fields)
+        # One bound for both: sending the arrival until a stream takes it
+        # (planact still starting), and waiting for the answer.
+        deadline = time.monotonic() + settings.timeout_s
+        try:
+            arrival_id = await trainer.arrive(js, **fields, deadline=deadline)
+        except trainer.NotUp as e:
+            raise PlanactError("unreachable", f"rollout {n} ({role}): {e} (PLANACT_TIMEOUT_S={settings.timeout_s:g}s)") from None
+        left = max(0.0, deadline - time.monotonic())
         try:
             if settings.streams_groups:
-                result, delivered = await wait_groups(nc, js, n, role, arrival_id, settings.timeout_s)
+                result, delivered = await wait_groups(nc, js, n, role, arrival_id, left)
             else:
-                result, delivered = await trainer.wait_result(nc, js, n, role, arrival_id, settings.timeout_s), {}
+                result, delivered = await trainer.wait_result(nc, js, n, role, arrival_id, left), {}
         except nats.errors.TimeoutError:
             raise PlanactError("timeout", f"no {role} result for rollout {n} within PLANACT_TIMEOUT_S="
                                           f"{settings.timeout_s:g}s: is planact up, and did the other job arrive?") from None
@@ -1598,8 +1614,11 @@ async def run_control(options, role, verb, subject, headers, body, wait_s):
     try:
         subs = [await nc.subscribe(s, cb=on_msg) for s in (answer_subject, refused_subject)]
         try:
-            await nc.jetstream().publish(subject, body, headers=headers)
             deadline = time.monotonic() + wait_s
+            try:
+                await trainer.publish_until_up(nc.jetstream(), subject, body, headers, deadline)
+            except trainer.NotUp as e:
+                raise PlanactError("unreachable", f"{verb} {msg_id}: {e} (within {wait_s:g}s)") from None
             while True:
                 answer = None
                 for s in (refused_subject, answer_subject):

@@ -27,6 +27,16 @@ INLINE_TASKS_LIMIT = 256 << 10
 NOT_FOUND = 10037  # the JetStream API's "message not found"
 
 
+def server_list(urls, name="the NATS URL"):
+    """The servers of a comma-separated list of URLs (a cluster's, as
+    planact's NATS_URL takes them), for nats.connect(servers=...), which
+    takes a list and would read the whole text as one URL."""
+    servers = [u.strip() for u in urls.split(",")]
+    if not all(servers):
+        raise ValueError(f"{name} {urls!r}: want one or more URLs, comma-separated, such as nats://nats-1:4222,nats://nats-2:4222")
+    return servers
+
+
 def inbox_prefix(user):
     """The inbox prefix of a NATS user: planact's accounts let each user
     read its own inboxes only (_INBOX_<user>.>), so a trainer connects with
@@ -50,6 +60,11 @@ class Unreadable(RuntimeError):
 class Miscounted(ValueError):
     """A message of planact's holds other than the samples it counts: a
     count that differs means samples lost or doubled on the way."""
+
+
+class NotUp(RuntimeError):
+    """No stream took a publish before the deadline: planact is not up (its
+    streams are not there yet), or no acknowledgement came back."""
 
 
 class ServerTooOld(RuntimeError):
@@ -144,16 +159,41 @@ def object_digest(data):
     return "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
 
 
-async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=None, sampling=None):
-    """Publish the arrival with JetStream. Returns its Nats-Msg-Id, which a
+async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=None, sampling=None, deadline=None):
+    """Publish the arrival with JetStream, until a stream takes it
+    (publish_until_up; deadline as there). Returns its Nats-Msg-Id, which a
     rejection of it carries as arrival_id."""
     tasks_object, tasks_sha256 = await offload_tasks(js, rollout, role, tasks) if tasks else (None, None)
     if tasks_object:
         tasks = None
     subject, headers, body = arrival_message(rollout, role, engine, weight_version, tasks, config,
                                              tasks_object=tasks_object, tasks_sha256=tasks_sha256, sampling=sampling)
-    await js.publish(subject, body, headers=headers)
+    await publish_until_up(js, subject, body, headers, deadline)
     return headers["Nats-Msg-Id"]
+
+
+async def publish_until_up(js, subject, body, headers, deadline=None):
+    """Publishes with JetStream until a stream takes the message: one that
+    no stream takes (planact not up yet) or whose acknowledgement is lost is
+    sent again, with back-off, until deadline (time.monotonic(); None:
+    READ_S from now), as the Go client does; its Nats-Msg-Id makes a copy
+    that was taken a duplicate. Then NotUp says why."""
+    from nats.js.errors import NoStreamResponseError  # what nats-py's js.publish raises for a 503
+
+    deadline = deadline if deadline is not None else time.monotonic() + READ_S
+    wait = 0.05
+    while True:
+        try:
+            return await js.publish(subject, body, headers=headers)
+        except (NoStreamResponseError, nats.errors.NoRespondersError) as e:
+            why = f"no stream took {subject} ({type(e).__name__})"
+        except nats.errors.TimeoutError as e:
+            why = f"no acknowledgement of {subject} ({type(e).__name__})"
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise NotUp(f"planact is not up: {why}, sent again until the deadline")
+        await asyncio.sleep(min(wait, left))
+        wait = min(2 * wait, 1.0)
 
 
 def arrival_ms(arrival_id):
@@ -300,7 +340,7 @@ async def read_group(nc, role, rollout, g, deadline=None):
     return group
 
 
-READ_S = 60.0  # how long a read of what planact says is there is tried, when the caller sets no deadline
+READ_S = 60.0  # how long a read of what planact says is there (or a publish no stream takes) is tried, when the caller sets no deadline
 
 
 async def until_read(what, read, deadline=None):
@@ -373,16 +413,23 @@ async def read_object(nc, bucket, name):
 async def rollout(nats_url, rollout_id, role, engine, weight_version, tasks=None, config=None, timeout_s=3600,
                   inbox=None):
     """Returns this role's samples, or None when the trainer should run its
-    standard rollout instead (planact timed out or rejected the rollout).
-    inbox is the connection's inbox prefix (inbox_prefix(user) for a user
-    of planact's accounts)."""
-    nc = await nats.connect(nats_url, **({"inbox_prefix": inbox} if inbox else {}))
+    standard rollout instead (planact is not up, timed out or rejected the
+    rollout).
+    nats_url may name several servers, comma-separated. inbox is the
+    connection's inbox prefix (inbox_prefix(user) for a user of planact's
+    accounts)."""
+    nc = await nats.connect(servers=server_list(nats_url), **({"inbox_prefix": inbox} if inbox else {}))
     try:
         check_server(nc, nats_url)
         js = nc.jetstream()
-        arrival_id = await arrive(js, rollout_id, role, engine, weight_version, tasks, config)
+        deadline = time.monotonic() + timeout_s
         try:
-            result = await wait_result(nc, js, rollout_id, role, arrival_id, timeout_s)
+            arrival_id = await arrive(js, rollout_id, role, engine, weight_version, tasks, config, deadline=deadline)
+        except NotUp as e:
+            print(f"rollout {rollout_id}: {e}; falling back")
+            return None
+        try:
+            result = await wait_result(nc, js, rollout_id, role, arrival_id, max(0.0, deadline - time.monotonic()))
         except nats.errors.TimeoutError:
             return None  # planact never answered: fall back
         status = result.get("status")
@@ -398,7 +445,8 @@ async def rollout(nats_url, rollout_id, role, engine, weight_version, tasks=None
 def main():
     p = argparse.ArgumentParser()
     # In compose/, each role has its own user (trainer-planner, trainer-actor).
-    p.add_argument("--nats", default="nats://127.0.0.1:4222", help="servers; user:password@ in the URL authenticates")
+    p.add_argument("--nats", default="nats://127.0.0.1:4222",
+                   help="servers, comma-separated; user:password@ in the URL authenticates")
     p.add_argument("--inbox-prefix", default=os.environ.get("NATS_INBOX_PREFIX", ""),
                    help="this user's inbox prefix, _INBOX_<user> with planact's accounts (default $NATS_INBOX_PREFIX)")
     p.add_argument("--rollout", type=int, required=True)

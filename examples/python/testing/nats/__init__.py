@@ -7,12 +7,14 @@ store() (what a test puts there as planact would). A direct get
 the last matching message, or a 404 as the server does; a stream it does
 not know has no responders. A test plays a follower behind, or a server
 away, with behind and away: a subject's next direct gets answer 404, or
-time out, that many times. An object store's stream answers the
-leader's reads ($JS.API.STREAM.MSG.GET.OBJ_<bucket>) of an object's
-metadata and of its one chunk. Subscriptions get what is stored after they
-were made. Every JetStream publish is kept in `published`, and each
-function in `on_publish` is called with it (a test answers a pause that
-way)."""
+time out, that many times; and planact's streams not up yet with
+no_stream: a subject's next JetStream publishes raise nats-py's
+NoStreamResponseError (no stream took them), that many times. An object
+store's stream answers the leader's reads
+($JS.API.STREAM.MSG.GET.OBJ_<bucket>) of an object's metadata and of its
+one chunk. Subscriptions get what is stored after they were made. Every
+JetStream publish is kept in `published`, and each function in
+`on_publish` is called with it (a test answers a pause that way)."""
 
 import asyncio
 import base64
@@ -22,6 +24,7 @@ import os
 from types import SimpleNamespace
 
 from . import errors
+from .js import errors as js_errors
 
 STREAMS = {"ROLLOUT": "rollout.", "CONTROL": "control."}  # name -> subject prefix
 
@@ -37,6 +40,7 @@ _subscriptions = []
 behind = {}  # subject -> how many more direct gets of it answer 404 (a follower behind)
 away = {}  # subject -> how many more direct gets of it time out (a server away)
 asked = {}  # subject -> direct gets of it so far
+no_stream = {}  # subject -> how many more JetStream publishes to it find no stream (planact not up)
 
 
 def matches(pattern, subject):
@@ -121,6 +125,9 @@ class Client:
 
 class JetStream:
     async def publish(self, subject, payload=b"", headers=None):
+        if no_stream.get(subject, 0) > 0:
+            no_stream[subject] -= 1
+            raise js_errors.NoStreamResponseError
         msg = SimpleNamespace(subject=subject, data=payload, headers=dict(headers or {}))
         published.append(msg)
         store(subject, payload)
