@@ -171,8 +171,8 @@ func (c *Chat) generation(a *oaiAccumulator, prefix, newest []int) (Generation, 
 	if err != nil {
 		return Generation{}, err
 	}
-	if g.OutputIDs == nil && !a.generated(g) && !a.saysEmpty(g) {
-		return Generation{}, errSaysNothing("usage.completion_tokens")
+	if g.OutputIDs == nil && !a.generated(g) && g.FinishReason == "" {
+		return Generation{}, errSaysNothing()
 	}
 	if g.OutputIDs == nil && a.generated(g) {
 		return Generation{}, fail.Permanentf("the server returned no output token ids (vLLM's return_token_ids, or return_tokens_as_token_ids with logprobs): " +
@@ -188,6 +188,9 @@ func (c *Chat) generation(a *oaiAccumulator, prefix, newest []int) (Generation, 
 		// prompt.
 		return Generation{}, fail.Permanentf("the server's prompt_token_ids are empty: it rendered the conversation into no tokens, " +
 			"so what the model generated from is unknown")
+	}
+	if err := checkCut(prefix, newest, g.PromptIDs); err != nil {
+		return Generation{}, err
 	}
 	if err := checkPrefix(prefix, g.PromptIDs, "the chat template's prompt_token_ids"); err != nil {
 		return Generation{}, reRendered(err)
@@ -206,6 +209,26 @@ func (c *Chat) generation(a *oaiAccumulator, prefix, newest []int) (Generation, 
 		g.PromptTokens = len(g.PromptIDs)
 	}
 	return g, nil
+}
+
+// checkCut refuses a prompt the server cut (to its context length): its
+// rendering (prompt_token_ids) a strict prefix of the conversation's ids as
+// planact holds them, the trajectory so far and the newest message's ids
+// where they are known. It did not render the conversation otherwise (no
+// drift); it generated from less of it.
+func checkCut(prefix, newest, rendered []int) error {
+	want := prefix
+	if newest != nil {
+		want = append(slices.Clip(prefix), newest...)
+	}
+	if at := firstDiff(want, rendered); at < len(rendered) || at == len(want) {
+		return nil
+	}
+	if newest == nil {
+		return cutPrompt(fmt.Sprintf("its chat template's prompt_token_ids are the first %d of the %d tokens of the conversation so far, before the newest message",
+			len(rendered), len(want)))
+	}
+	return cutPrompt(fmt.Sprintf("its chat template's prompt_token_ids are the first %d of the %d tokens of the conversation", len(rendered), len(want)))
 }
 
 // Generate runs one generation with POST /v1/chat/completions.

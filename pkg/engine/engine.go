@@ -178,13 +178,14 @@ func NewClient(protocol, url string, o Options) (Client, error) {
 	if base == "" {
 		return nil, fail.Invalidf("engine: empty url")
 	}
+	c := conn{base: base, hc: hc, backoff: o.Backoff.withDefaults(), absent: &absentPaths{}}
 	switch protocol {
 	case ProtocolSGLang:
-		return &SGLang{conn: conn{base: base, hc: hc, backoff: o.Backoff.withDefaults()}}, nil
+		return &SGLang{conn: c}, nil
 	case ProtocolOpenAI:
-		return &OpenAI{conn: conn{base: base, hc: hc, backoff: o.Backoff.withDefaults()}, model: o.Model}, nil
+		return &OpenAI{conn: c, model: o.Model}, nil
 	case ProtocolOpenAIChat:
-		return &Chat{conn: conn{base: base, hc: hc, backoff: o.Backoff.withDefaults()}, model: o.Model}, nil
+		return &Chat{conn: c, model: o.Model}, nil
 	default:
 		return nil, fail.Invalidf("engine: unknown protocol %q (want %s)", protocol, strings.Join(Protocols, ", "))
 	}
@@ -213,9 +214,15 @@ var ErrPromptCut = errors.New("the engine cut the prompt")
 // promptCut refuses, for good, a generation whose engine took only took of
 // the sent prompt tokens.
 func promptCut(took, sent int) error {
-	return fail.E(fail.Permanent, fmt.Errorf("%w: it took %d of the %d prompt tokens it was sent (it cuts prompts longer than its context length, "+
+	return cutPrompt(fmt.Sprintf("it took %d of the %d prompt tokens it was sent", took, sent))
+}
+
+// cutPrompt refuses, for good, a generation whose engine cut its prompt,
+// as took says.
+func cutPrompt(took string) error {
+	return fail.E(fail.Permanent, fmt.Errorf("%w: %s (it cuts prompts longer than its context length, "+
 		"as SGLang's --allow-auto-truncate does): what it generated from is not the trajectory; raise the engine's context length, or lower max_context_tokens",
-		ErrPromptCut, took, sent))
+		ErrPromptCut, took))
 }
 
 func checkRequest(r Request) error {
@@ -264,35 +271,60 @@ func replyError(raw json.RawMessage) error {
 	return fail.Transientf("engine error: %s", raw)
 }
 
-// errSaysNothing refuses a reply with no output ids that does not say the
-// engine generated none (a finish reason, or count, its count of generated
-// tokens, at 0): an empty reply is no evidence of an empty generation.
-func errSaysNothing(count string) error {
-	return fail.Transientf("the reply has no output ids, no finish reason and no %s of 0: nothing says what the engine generated, "+
-		"not even that it generated nothing", count)
+// errSaysNothing refuses a reply with no output ids that names no finish
+// reason: an empty reply is no evidence of an empty generation, and a
+// count of 0 generated tokens says how many, not that the engine finished,
+// nor whether it stopped, reached max_new_tokens or aborted the request.
+func errSaysNothing() error {
+	return fail.Transientf("the reply has no output ids and no finish reason: nothing says that the engine finished the generation, " +
+		"nor whether it stopped, reached max_new_tokens or aborted the request (a count of 0 generated tokens does not)")
 }
 
-// checkFinished refuses a generation whose reply names no finish reason
-// although it carries output ids: whether the engine stopped, was cut at
-// max_new_tokens or aborted the request is what marks a sample complete,
-// truncated or aborted, and nothing says which. A stream's last event
-// names it; a reply that does not is cut short, or not the engine's.
+// checkFinished refuses a generation whose reply names no finish reason:
+// whether the engine stopped, was cut at max_new_tokens or aborted the
+// request is what marks a sample complete, truncated or aborted, and
+// nothing says which. A stream's last event names it; a reply that does
+// not is cut short, or not the engine's.
 func checkFinished(g Generation) error {
-	if g.FinishReason == "" && len(g.OutputIDs) > 0 {
-		return fail.Transientf("the reply has %d output ids but no finish reason: whether the engine stopped, "+
-			"reached max_new_tokens or aborted the request is not known", len(g.OutputIDs))
+	switch {
+	case g.FinishReason != "":
+		return nil
+	case len(g.OutputIDs) == 0:
+		return errSaysNothing()
 	}
-	return nil
+	return fail.Transientf("the reply has %d output ids but no finish reason: whether the engine stopped, "+
+		"reached max_new_tokens or aborted the request is not known", len(g.OutputIDs))
 }
 
-// normalizeFinish maps engine-specific finish reasons to stop, length or abort.
-func normalizeFinish(s string) string {
+// finishReason is the finish reason an engine reports (s) as stop, length
+// or abort, as the engine means it; "" where it names none, which the
+// caller refuses. The engines' words: SGLang's finish_reason type (stop,
+// length, abort: schedule_batch.py FINISH_*.to_json), vLLM's (stop,
+// length, abort, error, repetition: vllm/v1/engine FINISH_REASON_STRINGS),
+// OpenAI's (stop, length, tool_calls, function_call, content_filter) and
+// TGI's (eos_token, stop_sequence). The reason marks the sample complete,
+// truncated or aborted, so a reason that means none of the three is
+// refused, naming it, never taken for one.
+func finishReason(s string) (string, error) {
 	switch s {
-	case "":
-		return ""
-	case FinishStop, FinishLength, FinishAbort:
-		return s
-	default: // content_filter, error, cancelled, ...
-		return FinishAbort
+	case "", FinishStop, FinishLength, FinishAbort:
+		return s, nil
+	case "eos_token", "stop_sequence":
+		// TGI's stop: the model wrote EOS, or a stop string.
+		return FinishStop, nil
+	case "error":
+		// vLLM's request-level internal error (a KV load failure), which
+		// it means to be tried again.
+		return "", fail.Transientf("the engine failed the generation (finish reason %q)", s)
+	case "tool_calls", "function_call":
+		return "", fail.Permanentf("finish reason %q: the server parsed a tool call out of the generation, which planact never asks for (it sends no tools): "+
+			"the text it returns is not what the model wrote; run the server without a tool-call parser", s)
+	case "repetition":
+		return "", fail.Permanentf("finish reason %q: the engine ended the generation on its repetition detection (vLLM's repetition_detection), "+
+			"a limit planact never asks for, so the sample would be cut where nothing it knows says; turn the detection off", s)
+	case "content_filter":
+		return "", fail.Permanentf("finish reason %q: the server's content filter withheld or cut the generation: what it returns is not what the model generated", s)
 	}
+	return "", fail.Permanentf("unknown finish reason %q (want stop, length or abort): "+
+		"whether the engine stopped, reached max_new_tokens or aborted the request is not known", s)
 }

@@ -98,6 +98,7 @@ type conn struct {
 	base    string
 	hc      *http.Client
 	backoff Backoff
+	absent  *absentPaths // the engine's endpoints that answered 404; nil: none remembered
 }
 
 // statusErr is an engine's reply with a status other than 200.
@@ -362,32 +363,86 @@ func (c *conn) sglangResume(ctx context.Context, op string) error {
 	return nil
 }
 
+// weightVersionPaths are where an engine may say which weights it serves,
+// asked in turn: SGLang's GET /get_weight_version, an older SGLang's GET
+// /get_model_info, a newer one's GET /model_info.
+var weightVersionPaths = []string{"/get_weight_version", "/get_model_info", "/model_info"}
+
 func (c *conn) weightVersion(ctx context.Context, op string) (string, error) {
 	var out struct {
 		WeightVersion json.RawMessage `json:"weight_version"`
 	}
-	err := c.doJSON(ctx, http.MethodGet, "/get_weight_version", nil, &out, nil)
-	if statusOf(err) == http.StatusNotFound {
-		// Older servers say it in their model info; newer ones may have
-		// retired both /get_ names for /model_info.
-		info := "/get_model_info"
-		err = c.doJSON(ctx, http.MethodGet, info, nil, &out, nil)
-		if statusOf(err) == http.StatusNotFound {
-			info = "/model_info"
-			err = c.doJSON(ctx, http.MethodGet, info, nil, &out, nil)
+	var absent error // the last 404 asked now
+	for _, path := range weightVersionPaths {
+		if c.absent.known(path) {
+			continue
 		}
+		err := c.doJSON(ctx, http.MethodGet, path, nil, &out, nil)
 		if statusOf(err) == http.StatusNotFound {
-			return "", notSupported(op, err)
+			c.absent.add(path)
+			absent = err
+			continue
 		}
-		if err == nil && out.WeightVersion == nil {
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", op, err)
+		}
+		if path != weightVersionPaths[0] && out.WeightVersion == nil {
 			// A server from before weight versions: it cannot say.
-			return "", notSupported(op, fmt.Errorf("GET /get_weight_version: 404, and GET %s names no weight_version", info))
+			return "", notSupported(op, fmt.Errorf("GET /get_weight_version: 404, and GET %s names no weight_version", path))
 		}
+		return rawString(out.WeightVersion), nil
 	}
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", op, err)
+	if absent == nil {
+		absent = fmt.Errorf("GET %s: each answered 404 within the last %v", strings.Join(weightVersionPaths, ", "), absentRecheck)
 	}
-	return rawString(out.WeightVersion), nil
+	return "", notSupported(op, absent)
+}
+
+// absentRecheck is how long a client takes an engine's 404 at one of its
+// endpoints as its answer, asking only the others meanwhile: an engine
+// without weight versions (vLLM) costs no request per check, and one
+// upgraded or replaced behind its URL is heard again within it. What an
+// engine serves (a version) is never remembered: it is asked every time.
+const absentRecheck = time.Minute
+
+// absentPaths remembers the paths an engine answered 404 at, and until
+// when they are not asked again.
+type absentPaths struct {
+	now   func() time.Time // nil: time.Now
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+func (a *absentPaths) clock() time.Time {
+	if a.now != nil {
+		return a.now()
+	}
+	return time.Now()
+}
+
+// known reports whether path answered 404 less than absentRecheck ago
+// (never, for a nil a).
+func (a *absentPaths) known(path string) bool {
+	if a == nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	until, ok := a.until[path]
+	return ok && a.clock().Before(until)
+}
+
+// add remembers that path answered 404 now.
+func (a *absentPaths) add(path string) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.until == nil {
+		a.until = make(map[string]time.Time)
+	}
+	a.until[path] = a.clock().Add(absentRecheck)
 }
 
 // abortTimeout bounds telling an engine to abort a request the caller gave up on.

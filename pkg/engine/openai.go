@@ -280,10 +280,14 @@ func (a *oaiAccumulator) choice(text string, tokens []string, lps []*float64, id
 }
 
 func (a *oaiAccumulator) generation() (Generation, error) {
+	finish, err := finishReason(a.finish)
+	if err != nil {
+		return Generation{}, err
+	}
 	g := Generation{
 		Text:          a.text.String(),
 		LogProbs:      a.logprobs,
-		FinishReason:  normalizeFinish(a.finish),
+		FinishReason:  finish,
 		PromptTokens:  a.promptTokens,
 		WeightVersion: a.weightVersion,
 		PromptIDs:     a.promptIDs,
@@ -364,23 +368,17 @@ func (a *oaiAccumulator) generated(g Generation) bool {
 	return g.Text != "" || len(a.tokens) > 0 || a.completion > 0
 }
 
-// saysEmpty reports whether a reply without output ids says that the
-// engine generated nothing: a finish reason, or completion_tokens 0.
-func (a *oaiAccumulator) saysEmpty(g Generation) bool {
-	return g.FinishReason != "" || (a.completionSet && a.completion == 0)
-}
-
 // requireIDs refuses a completion whose output ids the server did not
 // return: its text cannot be turned back into the tokens the model
-// generated. Without ids and without text, the reply must say that the
-// engine generated nothing.
+// generated. Without ids and without text, the reply must name a finish
+// reason: only then did the engine generate nothing.
 func (a *oaiAccumulator) requireIDs(g Generation) error {
 	switch {
 	case g.OutputIDs != nil:
 		return nil
 	case !a.generated(g):
-		if !a.saysEmpty(g) {
-			return errSaysNothing("usage.completion_tokens")
+		if g.FinishReason == "" {
+			return errSaysNothing()
 		}
 		return nil
 	}

@@ -341,8 +341,7 @@ func hasPrefix(a, p []int) bool {
 // generation is the reply as a Generation, output ids from ids when
 // output_token_logprobs has none. What the engine did not return is absent
 // (log-probs, with the reason) or an error (ids), never a zero: a reply
-// without ids is an empty generation only when it says so (a finish
-// reason, or completion_tokens 0).
+// without ids is an empty generation only when it names a finish reason.
 func (out *sglReply) generation(ids []int) (Generation, error) {
 	g := Generation{Text: out.Text, PromptTokens: out.MetaInfo.PromptTokens}
 	if fr := out.MetaInfo.FinishReason; fr != nil {
@@ -355,7 +354,11 @@ func (out *sglReply) generation(ids []int) (Generation, error) {
 			// engine's words, never an aborted generation.
 			return Generation{}, statusError("the engine ended the request (meta_info.finish_reason abort)", *fr.StatusCode, []byte(fr.Message))
 		}
-		g.FinishReason = normalizeFinish(fr.Type)
+		finish, err := finishReason(fr.Type)
+		if err != nil {
+			return Generation{}, fmt.Errorf("meta_info.finish_reason: %w", err)
+		}
+		g.FinishReason = finish
 	}
 	g.WeightVersion = rawString(out.MetaInfo.WeightVersion)
 	lps := out.MetaInfo.OutputTokenLogprobs
@@ -384,8 +387,8 @@ func (out *sglReply) generation(ids []int) (Generation, error) {
 	case g.Text != "" || (out.MetaInfo.CompletionTokens != nil && *out.MetaInfo.CompletionTokens > 0):
 		return Generation{}, fail.Permanentf("the engine returned text but no output ids (neither output_ids nor meta_info.output_token_logprobs): " +
 			"text cannot be turned back into the tokens the model generated, so the sample would not be token-exact")
-	case g.FinishReason == "" && (out.MetaInfo.CompletionTokens == nil || *out.MetaInfo.CompletionTokens != 0):
-		return Generation{}, errSaysNothing("meta_info.completion_tokens")
+	case g.FinishReason == "":
+		return Generation{}, errSaysNothing()
 	}
 	if n := out.MetaInfo.CompletionTokens; n != nil && len(g.OutputIDs) > 0 && len(g.OutputIDs) != *n {
 		// The ids returned are not the generation: which tokens are

@@ -125,10 +125,12 @@ func TestPromptCut(t *testing.T) {
 	}
 }
 
-// TestReplyThatSaysNothing: a reply that carries neither output ids nor
-// anything that says the engine generated nothing (a finish reason, or
-// completion_tokens 0) is refused, and so is one that carries an error;
-// an engine that stopped at once (EOS first) gives an empty generation.
+// TestReplyThatSaysNothing: a reply that carries neither output ids nor a
+// finish reason is refused, even with a completion_tokens of 0 (a count,
+// not a finish: the sample would be "completed" with no reason), and so is
+// one that carries an error; a reply without ids that names a finish
+// reason (max_new_tokens 0, an abort before the first token) is an empty
+// generation.
 func TestReplyThatSaysNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name, proto, reply string
@@ -143,14 +145,22 @@ func TestReplyThatSaysNothing(t *testing.T) {
 		{"sglang stopped at once", ProtocolSGLang, `{"text":"","output_ids":[],"meta_info":{"finish_reason":{"type":"stop","matched":2},` +
 			`"prompt_tokens":2,"completion_tokens":0,"output_token_logprobs":[]}}`, fail.Unknown, ""},
 		{"sglang finish only", ProtocolSGLang, `{"text":"","meta_info":{"finish_reason":{"type":"stop"},"prompt_tokens":2}}`, fail.Unknown, ""},
-		{"sglang completion_tokens 0", ProtocolSGLang, `{"text":"","meta_info":{"prompt_tokens":2,"completion_tokens":0}}`, fail.Unknown, ""},
+		{"sglang completion_tokens 0", ProtocolSGLang, `{"text":"","meta_info":{"prompt_tokens":2,"completion_tokens":0}}`, fail.Transient, "no finish reason"},
+		{"sglang completion_tokens 0 and ids", ProtocolSGLang, `{"text":"","output_ids":[],"meta_info":{"finish_reason":null,"prompt_tokens":2,"completion_tokens":0,` +
+			`"output_token_logprobs":[]}}`, fail.Transient, "no finish reason"},
+		{"sglang length 0", ProtocolSGLang, `{"text":"","output_ids":[],"meta_info":{"finish_reason":{"type":"length","length":0},"prompt_tokens":2,"completion_tokens":0}}`,
+			fail.Unknown, ""},
 		{"openai null finish", ProtocolOpenAI, `{"choices":[{"text":"","finish_reason":null}]}`, fail.Transient, "no finish reason"},
 		{"openai error", ProtocolOpenAI, `{"choices":[{"text":"","finish_reason":"stop"}],"error":{"message":"upstream worker failed"}}`, fail.Transient, "upstream worker failed"},
 		{"openai error without choices", ProtocolOpenAI, `{"error":{"message":"upstream worker failed"}}`, fail.Transient, "upstream worker failed"},
 		{"openai stopped at once", ProtocolOpenAI, `{"choices":[{"text":"","finish_reason":"stop","token_ids":[]}],"usage":{"prompt_tokens":2,"completion_tokens":0}}`, fail.Unknown, ""},
-		{"openai completion_tokens 0", ProtocolOpenAI, `{"choices":[{"text":"","finish_reason":null}],"usage":{"prompt_tokens":2,"completion_tokens":0}}`, fail.Unknown, ""},
+		{"openai completion_tokens 0", ProtocolOpenAI, `{"choices":[{"text":"","finish_reason":null}],"usage":{"prompt_tokens":2,"completion_tokens":0}}`, fail.Transient, "no finish reason"},
+		{"openai completion_tokens 0 and ids", ProtocolOpenAI, `{"choices":[{"text":"","finish_reason":null,"token_ids":[]}],"usage":{"prompt_tokens":2,"completion_tokens":0}}`,
+			fail.Transient, "no finish reason"},
 		{"chat null finish", ProtocolOpenAIChat, `{"choices":[{"message":{"content":""},"finish_reason":null}],"prompt_token_ids":[1,2]}`, fail.Transient, "no finish reason"},
 		{"chat error", ProtocolOpenAIChat, `{"choices":[{"message":{"content":""},"finish_reason":"stop"}],"prompt_token_ids":[1,2],"error":"boom"}`, fail.Transient, "boom"},
+		{"chat completion_tokens 0", ProtocolOpenAIChat, `{"choices":[{"message":{"content":""},"finish_reason":null,"token_ids":[]}],"prompt_token_ids":[1,2],` +
+			`"usage":{"prompt_tokens":2,"completion_tokens":0}}`, fail.Transient, "no finish reason"},
 		{"chat stopped at once", ProtocolOpenAIChat, `{"choices":[{"message":{"content":""},"finish_reason":"stop","token_ids":[]}],"prompt_token_ids":[1,2]}`, fail.Unknown, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

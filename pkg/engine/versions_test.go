@@ -2,12 +2,17 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/planact/planact/pkg/fail"
 )
 
 // TestLeaseWeightVersionIsFresh: a caller is answered by a request sent
@@ -96,4 +101,92 @@ func TestLeaseWeightVersionIsFresh(t *testing.T) {
 		t.Errorf("a cancelled caller: %v after %d requests, want its context's error and no request", err, requests.Load())
 	}
 	close(release)
+}
+
+// versionServer is an engine that answers its weight version at path
+// alone (404 elsewhere; "" answers nowhere, as vLLM), a newer one at each
+// request, and counts the requests per path.
+func versionServer(t *testing.T, path string) (url string, asked func() map[string]int) {
+	t.Helper()
+	var (
+		mu    sync.Mutex
+		count = map[string]int{}
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		count[r.URL.Path]++
+		n := count[r.URL.Path]
+		mu.Unlock()
+		if r.URL.Path != path {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, `{"weight_version":"step-%d"}`, n)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(count)
+	}
+}
+
+// TestWeightVersionRemembersAbsentEndpoints: a client remembers which of
+// an engine's weight-version endpoints answered 404 and asks only the
+// others, so that an engine without weight versions (vLLM) costs no
+// request per check once it said so (it cost three, every check, under
+// max_staleness); what it serves is asked every time, never remembered;
+// and an endpoint that answered 404 is asked again absentRecheck later.
+func TestWeightVersionRemembersAbsentEndpoints(t *testing.T) {
+	ctx := context.Background()
+	const checks = 5
+	for _, proto := range Protocols {
+		t.Run(proto+"/none", func(t *testing.T) {
+			url, asked := versionServer(t, "")
+			c, _ := New(proto, url, "m", nil)
+			for i := range checks {
+				if v, err := c.WeightVersion(ctx); !errors.Is(err, ErrNotSupported) || fail.KindOf(err) != fail.Permanent {
+					t.Fatalf("check %d: %q, %v; want ErrNotSupported", i, v, err)
+				}
+			}
+			want := map[string]int{"/get_weight_version": 1, "/get_model_info": 1, "/model_info": 1}
+			if got := asked(); !maps.Equal(got, want) {
+				t.Errorf("requests %v over %d checks, want %v", got, checks, want)
+			}
+		})
+		t.Run(proto+"/model_info", func(t *testing.T) {
+			url, asked := versionServer(t, "/model_info")
+			c, _ := New(proto, url, "m", nil)
+			for i := range checks {
+				// Each check's answer is the engine's to a request of its own.
+				if v, err := c.WeightVersion(ctx); v != fmt.Sprintf("step-%d", i+1) || err != nil {
+					t.Fatalf("check %d: %q, %v; want step-%d", i, v, err, i+1)
+				}
+			}
+			want := map[string]int{"/get_weight_version": 1, "/get_model_info": 1, "/model_info": checks}
+			if got := asked(); !maps.Equal(got, want) {
+				t.Errorf("requests %v over %d checks, want %v", got, checks, want)
+			}
+		})
+	}
+	t.Run("asked again later", func(t *testing.T) {
+		url, asked := versionServer(t, "")
+		c, _ := New(ProtocolOpenAI, url, "m", nil)
+		now := time.Unix(1000, 0)
+		c.(*OpenAI).absent.now = func() time.Time { return now }
+		check := func(what string, want int) {
+			t.Helper()
+			if _, err := c.WeightVersion(ctx); !errors.Is(err, ErrNotSupported) {
+				t.Fatalf("%s: %v; want ErrNotSupported", what, err)
+			}
+			if got := asked()["/get_weight_version"]; got != want {
+				t.Errorf("%s: /get_weight_version asked %d times, want %d", what, got, want)
+			}
+		}
+		check("first check", 1)
+		now = now.Add(absentRecheck - time.Nanosecond)
+		check("just before absentRecheck", 1)
+		now = now.Add(time.Nanosecond)
+		check("at absentRecheck", 2)
+	})
 }
