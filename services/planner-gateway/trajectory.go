@@ -103,6 +103,7 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest, t *turn) er
 		if err != nil {
 			return s.over(ctx, err)
 		}
+		calls := t.calls
 		out, err := s.onEngine(gctx, lease, req, t, task, eng, cfg, prev, mayStream, gate)
 		engineReturned(gctx)
 		// A pause aborts only what it stopped: a turn that had its output
@@ -111,9 +112,14 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest, t *turn) er
 		left()
 		if paused && ctx.Err() == nil {
 			// Aborted by a pause: sent again, to the new weights, once the
-			// role is resumed (and not streamed: partials went out).
+			// role is resumed (and not streamed: partials went out). A
+			// pause that came before the generation was sent (while the
+			// turn tokenized) aborted none: the next one is sent for the
+			// reason it would have been.
 			log.Info().Msg("planner turn aborted by a pause; sent to the engine again after the resume")
-			t.retry, t.retryWhy = "paused", "aborted by a pause of the planner role; generated again after the resume"
+			if t.calls > calls {
+				t.retry, t.retryWhy = "paused", "aborted by a pause of the planner role; generated again after the resume"
+			}
 			mayStream = false
 			continue
 		}
@@ -299,7 +305,14 @@ func (s *Service) onEngine(ctx context.Context, lease *engine.Lease, req *schema
 		// Cut short: the reason names the limit it reached.
 		limit := "max_new_tokens"
 		out.Truncated = fmt.Sprintf("planner_sampling.max_new_tokens %d: turn %d was cut there", maxNew, req.Turn)
-		if sampling.MaxNewTokens < maxNew {
+		switch {
+		case len(gen.OutputIDs) < sampling.MaxNewTokens:
+			// Short of what it was asked for: a limit of the engine's own
+			// (SGLang's --allow-auto-truncate fits max_new_tokens to its
+			// context), not planact's.
+			limit = "engine_context"
+			out.Truncated = fmt.Sprintf("the planner engine's own limit: turn %d was cut after %d tokens, of the %d it was asked for", req.Turn, len(gen.OutputIDs), sampling.MaxNewTokens)
+		case sampling.MaxNewTokens < maxNew:
 			limit = "max_context_tokens"
 			out.Truncated = fmt.Sprintf("max_context_tokens %d: turn %d had room for %d tokens (planner_sampling.max_new_tokens %d) and was cut there",
 				cfg.MaxContextTokens, req.Turn, sampling.MaxNewTokens, maxNew)
@@ -324,11 +337,20 @@ func contextFull(max, turn int, segs []schema.Segment) string {
 		n += len(seg.IDs)
 	}
 	last := segs[len(segs)-1]
+	// The planner's first turn (later than 1 when the actor went first)
+	// holds no trajectory before it: its prompt is this turn's.
+	first := len(segs) == 2 && segs[0].Kind == schema.SegPrompt && segs[0].Turn == turn && last.Kind == schema.SegObservation
 	switch {
 	case len(segs) == 1 && n > max:
 		return fmt.Sprintf("the prompt is %d tokens, more than max_context_tokens %d: nothing was generated", n, max)
 	case len(segs) == 1:
 		return fmt.Sprintf("the prompt is %d tokens, all of max_context_tokens %d: nothing was generated", n, max)
+	case first && len(segs[0].IDs) > max:
+		return fmt.Sprintf("the prompt is %d tokens, more than max_context_tokens %d: its observation (%d tokens) is left out, and nothing was generated",
+			len(segs[0].IDs), max, len(last.IDs))
+	case first && n > max:
+		return fmt.Sprintf("max_context_tokens %d: the prompt is %d tokens, and its observation (%d tokens) does not fit: it is left out, and nothing was generated",
+			max, len(segs[0].IDs), len(last.IDs))
 	case n > max && last.Kind == schema.SegObservation:
 		return fmt.Sprintf("max_context_tokens %d: the trajectory holds %d tokens before turn %d, and its observation (%d tokens) does not fit: it is left out, and nothing more was generated",
 			max, n-len(last.IDs), turn, len(last.IDs))

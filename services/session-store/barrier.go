@@ -144,6 +144,9 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		if invalid == nil {
 			invalid = chatPlannerFirst(v)
 		}
+		if invalid == nil {
+			invalid = chatPlannerStops(v)
+		}
 		v.StartedMs = s.nowMs()
 		// A config an arrival carried was checked with it (validateArrival):
 		// this finds the defaults' time-outs, when neither carried one,
@@ -405,6 +408,22 @@ func chatPlannerFirst(v *schema.Session) error {
 	}
 	return fmt.Errorf("config: mode %s with a planner on protocol %s: the planner's first turn sends the task and the actor's answer as two new messages, and a chat template's ids of the first cannot be had (every episode would end as token drift): give the planner protocol %s or %s",
 		v.Config.Mode, engine.ProtocolOpenAIChat, engine.ProtocolOpenAI, engine.ProtocolSGLang)
+}
+
+// chatPlannerStops refuses a rollout whose planner, on openai-chat, has
+// stop strings and more than one turn: a chat reply's text leaves out the
+// stop string that its token ids hold, the next turn sends that text back
+// as the assistant's message, and the chat template renders it without
+// those tokens, so every episode would end as token drift at its second
+// planner turn. Said at the start, not per episode.
+func chatPlannerStops(v *schema.Session) error {
+	m, err := mode.For(v.Config)
+	stop := v.Config.PlannerSampling.Stop
+	if err != nil || len(stop) == 0 || v.Config.MaxTurns <= m.FirstPlannerTurn() || v.Roles[schema.RolePlanner].Engine.Protocol != engine.ProtocolOpenAIChat {
+		return nil
+	}
+	return fmt.Errorf("config: planner_sampling.stop %q with a planner on protocol %s and max_turns %d: a chat reply's text leaves out the stop string its token ids hold, so the chat template renders the turn otherwise on the next one (every episode would end as token drift at its second planner turn): leave stop out, give the planner protocol %s or %s, or one planner turn",
+		stop, engine.ProtocolOpenAIChat, v.Config.MaxTurns, engine.ProtocolOpenAI, engine.ProtocolSGLang)
 }
 
 // unrecorded answers the arrival a (as id), which could not be recorded
