@@ -235,6 +235,9 @@ func (s *Service) publishSamples(ctx context.Context, m *schema.Group, name stri
 			return "", fail.E(fail.Permanent, err)
 		}
 		store := s.Bus.Results[m.Role]
+		if store == nil {
+			return "", fail.Permanentf("no result store for role %q", m.Role)
+		}
 		if _, err := store.PutBytes(ctx, name, data); err != nil {
 			return "", fail.Transientf("store %s: %w", name, err)
 		}
@@ -390,18 +393,26 @@ func (s *Service) remoteFilter(ctx context.Context, url string, sess *schema.Ses
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	// What the server wrote is quoted in part, and its reason cut: either
+	// is the group's reason, recorded in the session (one value, under
+	// the server's max_payload, for every group of the rollout) and, of a
+	// group dropped, in each of its tasks in both results; an error page
+	// or a judge's reasoning may be large.
 	if resp.StatusCode != http.StatusOK {
-		return false, "", fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))
+		return false, "", fmt.Errorf("HTTP %d: %.200q", resp.StatusCode, bytes.TrimSpace(data))
 	}
 	var v struct {
 		Keep   *bool  `json:"keep"`
 		Reason string `json:"reason"`
 	}
 	if err := json.Unmarshal(data, &v); err != nil || v.Keep == nil {
-		return false, "", fmt.Errorf("want {\"keep\": bool, \"reason\": string}, got %q", strings.TrimSpace(string(data)))
+		return false, "", fmt.Errorf("want {\"keep\": bool, \"reason\": string}, got %.200q", bytes.TrimSpace(data))
 	}
-	return *v.Keep, v.Reason, nil
+	return *v.Keep, clipTo(v.Reason, maxFilterReason), nil
 }
+
+// maxFilterReason bounds the reason a filter server gives for a group.
+const maxFilterReason = 512
 
 func arrivedRoles(sess *schema.Session) []string {
 	var roles []string

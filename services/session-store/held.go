@@ -42,7 +42,9 @@ func splitSamples(data []byte) ([]heldSample, error) {
 	if err != nil {
 		return nil, fmt.Errorf("samples: %w", err)
 	}
-	held := make([]heldSample, 0, max(n, 0))
+	// Each sample takes a byte at least: a length the data cannot hold
+	// (corrupt, or written by another than planact) is not allocated.
+	held := make([]heldSample, 0, min(max(n, 0), r.Len()))
 	for i := range n {
 		start := len(data) - r.Len()
 		h, err := readHead(d)
