@@ -159,9 +159,11 @@ export async function arrive(nc, arrival, { inlineTasksLimit = DEFAULT_INLINE_TA
       body.tasks_sha256 = sha;
     }
   }
-  // One id per arrival: a retried publish of it is stored once, a
-  // corrected arrival after a rejection is a new message.
-  const id = `arrive.${rollout}.${role}.${arrival.attempt ?? ""}.${atMs}`;
+  // One id per arrival call: a retried publish of it is stored once; a
+  // corrected arrival after a rejection, even in the same millisecond, is
+  // a new message with its own answer (planact answers any id, the older
+  // clients' arrive.<N>.<role>.<attempt>.<at_ms> too).
+  const id = `arrive.${rollout}.${role}.${arrival.attempt ?? ""}.${atMs}.${randomBytes(8).toString("hex")}`;
   const h = planactHeaders(ARRIVE_SCHEMA, rollout, role);
   h.set("traceparent", traceparent(rollout, id));
   const js = jetstream(nc, { timeout: REQUEST_TIMEOUT_MS });
@@ -171,47 +173,76 @@ export async function arrive(nc, arrival, { inlineTasksLimit = DEFAULT_INLINE_TA
   return { id, atMs, tasksObject };
 }
 
+/** What became of a cancel, in its answer's cancel_outcome (schema.Cancel* in Go). */
+export const CANCEL_OUTCOMES = ["aborted", "nothing-to-abort", "not-recorded", "refused"];
+
+/**
+ * cancelAnswerSubject is where planact stores its answer to the cancel
+ * msgID of rollout by role, besides rollout.<N>.status (as the Go
+ * subject.CancelAnswer): the token is the first 32 hex digits of the id's
+ * SHA-256.
+ */
+export const cancelAnswerSubject = (rollout, role, msgID) =>
+  `rollout.${rollout}.result.${role}.cancel.${createHash("sha256").update(msgID).digest("hex").slice(0, 32)}`;
+
 /**
  * cancel aborts rollout as the trainer of role: both roles get an aborted
  * result with the samples of the episodes that ended. As the Go client's
  * Cancel, it returns once planact answered (on rollout.<N>.status, naming
- * this cancel), within timeoutMs: it throws a PlanactError "rejected" when
- * there was nothing to abort (the rollout had already ended, or is not
- * known: the message says which), "failed" when planact could not record
- * the cancel (cancel again), and "timeout" when no answer came (the cancel
+ * this cancel in cancel_id), within timeoutMs: it throws a PlanactError
+ * "rejected" when there was nothing to abort (the rollout had already
+ * ended, or is not known: the message says which), "refused" when planact
+ * could not read the cancel, "failed" when planact could not record the
+ * cancel (cancel again), and "timeout" when no answer came (the cancel
  * stays published, and is acted on once planact's session-store runs).
+ * The answer is read from the stream too (its own subject,
+ * cancelAnswerSubject) now and every recheckMs, so one published while the
+ * connection was down is found.
  */
-export async function cancel(nc, rollout, role, reason = "", { timeoutMs = 60_000 } = {}) {
+export async function cancel(nc, rollout, role, reason = "", { timeoutMs = 60_000, recheckMs = DEFAULT_RECHECK_MS } = {}) {
   checkServer(nc);
   checkTarget(rollout, role);
   checkMs("timeoutMs", timeoutMs);
+  checkMs("recheckMs", recheckMs, { positive: true });
   const deadline = Date.now() + timeoutMs;
   const atMs = Date.now();
   const body = omitZero({ schema: CANCEL_SCHEMA, rollout, role, reason, at_ms: atMs });
   // One id per cancel call (a retried publish is stored once; another
   // cancel, even in the same millisecond, is new and gets its own answer);
-  // planact's answer on rollout.<N>.status names it.
+  // planact's answer names it.
   const msgID = `cancel.${rollout}.${role}.${atMs}.${randomBytes(8).toString("hex")}`;
+  // A planact before cancel_id names the cancel at the head of the detail.
   const mine = `cancel ${msgID} by the ${role} trainer: `;
-  // The answer is read nowhere else: listen before publishing.
+  const stored = cancelAnswerSubject(rollout, role, msgID);
+  // answer returns the status in data if it answers this cancel, else null.
+  const answer = (data) => {
+    let st;
+    try {
+      st = data && data.length > 0 ? decode(data) : null;
+    } catch {
+      return null;
+    }
+    if (st?.event !== "cancelled" && st?.event !== "rejected") {
+      return null;
+    }
+    if (st.cancel_id !== undefined) {
+      return st.cancel_id === msgID ? st : null;
+    }
+    return typeof st.detail === "string" && st.detail.startsWith(mine) ? st : null;
+  };
+  // The answer may come before the publish is acknowledged: listen first.
   let answered;
-  const answer = new Promise((resolve) => (answered = resolve));
-  const sub = nc.subscribe(`rollout.${rollout}.status`, {
-    callback: (err, msg) => {
-      if (err) {
-        return;
-      }
-      let st;
-      try {
-        st = decode(msg.data);
-      } catch {
-        return;
-      }
-      if (typeof st?.detail === "string" && st.detail.startsWith(mine) && (st.event === "cancelled" || st.event === "rejected")) {
-        answered(st);
-      }
-    },
-  });
+  const got = new Promise((resolve) => (answered = resolve));
+  const subs = [`rollout.${rollout}.status`, stored].map((s) =>
+    nc.subscribe(s, {
+      callback: (err, msg) => {
+        const st = err ? null : answer(msg.data);
+        if (st) {
+          answered(st);
+        }
+      },
+    }),
+  );
   let timer;
   try {
     const js = jetstream(nc, { timeout: REQUEST_TIMEOUT_MS });
@@ -221,30 +252,53 @@ export async function cancel(nc, rollout, role, reason = "", { timeoutMs = 60_00
         headers: planactHeaders(CANCEL_SCHEMA, rollout, role),
       }),
     );
-    const st = await Promise.race([
-      answer,
-      new Promise((resolve) => {
-        timer = setTimeout(resolve, Math.max(0, deadline - Date.now()), null);
-      }),
-    ]);
-    if (st === null) {
-      throw new PlanactError(
-        "timeout",
-        `cancel rollout ${rollout}: sent, but no answer from planact within ${timeoutMs} ms (is its session-store running?)`,
-      );
+    let st = null;
+    while (st === null) {
+      st = answer(await lastOn(nc, stored));
+      if (st !== null) {
+        break;
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        throw new PlanactError(
+          "timeout",
+          `cancel rollout ${rollout}: sent, but no answer from planact within ${timeoutMs} ms (is its session-store running?)`,
+        );
+      }
+      if (nc.isClosed?.()) {
+        throw new PlanactError("timeout", `cancel rollout ${rollout}: sent, but the connection closed before planact answered`);
+      }
+      st = await Promise.race([
+        got,
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, Math.min(left, recheckMs), null);
+        }),
+      ]);
+      clearTimeout(timer);
     }
-    const why = st.detail.slice(mine.length);
-    if (st.event === "cancelled") {
-      return;
+    const why = st.detail?.startsWith(mine) ? st.detail.slice(mine.length) : (st.detail ?? "");
+    let outcome = st.cancel_outcome;
+    if (outcome === undefined) {
+      // A planact before cancel_outcome: its words say.
+      outcome = st.event === "cancelled" ? "aborted" : why.startsWith("could not be recorded") ? "not-recorded" : "nothing-to-abort";
     }
-    if (why.startsWith("could not be recorded")) {
-      // Given up, not done: the rollout may still run.
-      throw new PlanactError("failed", `cancel rollout ${rollout}: not done: planact ${why}`);
+    switch (outcome) {
+      case "aborted":
+        return;
+      case "not-recorded":
+        // Given up, not done: the rollout may still run.
+        throw new PlanactError("failed", `cancel rollout ${rollout}: not done: planact ${why}`);
+      case "refused":
+        throw new PlanactError("refused", `cancel rollout ${rollout} (${msgID}): refused by planact: ${why}`);
+      case "nothing-to-abort":
+        throw new PlanactError("rejected", `cancel rollout ${rollout}: nothing to cancel: ${why}`);
     }
-    throw new PlanactError("rejected", `cancel rollout ${rollout}: nothing to cancel: ${why}`);
+    throw new PlanactError("failed", `cancel rollout ${rollout}: planact's answer says ${st.event} ${show(outcome)}, which this client does not know: ${why}`);
   } finally {
     clearTimeout(timer);
-    sub.unsubscribe();
+    for (const sub of subs) {
+      sub.unsubscribe();
+    }
   }
 }
 

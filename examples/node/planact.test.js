@@ -12,7 +12,9 @@ import { decode, encode } from "@msgpack/msgpack";
 import { connect, errors } from "@nats-io/transport-node";
 
 import {
+  arrive,
   cancel,
+  cancelAnswerSubject,
   checkEvaluation,
   checkSamples,
   checkServer,
@@ -505,6 +507,9 @@ function cancelStandIn(answer) {
     return { unsubscribe: () => subs.delete(subject) };
   };
   conn.request = async (subject, _data, opts) => {
+    if (subject.startsWith("$JS.API.DIRECT.GET.ROLLOUT.")) {
+      return { data: new Uint8Array(), headers: { hasError: true } }; // nothing stored
+    }
     assert.equal(subject, "rollout.5.cancel.actor");
     const who = `cancel ${opts.headers.get("Nats-Msg-Id")} by the actor trainer`;
     queueMicrotask(() => {
@@ -532,6 +537,69 @@ test("cancel waits for planact's answer to it, and surfaces a refusal", async ()
   );
 });
 
+// planact names the cancel it answers in cancel_id and says what became
+// of it in cancel_outcome: cancel goes by those, not by the detail's
+// words (an answer to another cancel whose detail reads as this one's is
+// passed over), and a cancel planact could not read is "refused".
+test("cancel knows its answer by cancel_id and cancel_outcome", async () => {
+  const answerWith = (outcome) => (who) => ({
+    event: outcome === "aborted" ? "cancelled" : "rejected",
+    cancel_id: who.split(" ")[1],
+    cancel_outcome: outcome,
+    detail: "a reason",
+  });
+  const conn = (outcome) => {
+    const c = cancelStandIn(answerWith(outcome));
+    const request = c.request;
+    c.request = async (subject, data, opts) => {
+      if (subject === "rollout.5.cancel.actor") {
+        // Another cancel's answer, whose words would do for this one.
+        const id = opts.headers.get("Nats-Msg-Id");
+        queueMicrotask(() => c.statusSub?.(null, { data: encode({ schema: "rollout.status/1", rollout: 5, event: "cancelled",
+          cancel_id: `${id}-other`, cancel_outcome: "aborted", detail: `cancel ${id} by the actor trainer: rollout 5 aborted`, at_ms: 1 }) }));
+      }
+      return request(subject, data, opts);
+    };
+    const subscribe = c.subscribe;
+    c.subscribe = (subject, o) => {
+      if (subject === "rollout.5.status") {
+        c.statusSub = o.callback;
+      }
+      return subscribe(subject, o);
+    };
+    return c;
+  };
+  await cancel(conn("aborted"), 5, "actor", "enough", { timeoutMs: 5000 });
+  await assert.rejects(cancel(conn("refused"), 5, "actor", "enough", { timeoutMs: 5000 }),
+    (err) => err instanceof PlanactError && err.code === "refused" && /refused by planact: a reason$/.test(err.message));
+  await assert.rejects(cancel(conn("not-recorded"), 5, "actor", "enough", { timeoutMs: 5000 }),
+    (err) => err instanceof PlanactError && err.code === "failed" && /not done: planact a reason$/.test(err.message));
+  await assert.rejects(cancel(conn("nothing-to-abort"), 5, "actor", "enough", { timeoutMs: 5000 }), refused(/nothing to cancel: a reason$/));
+});
+
+// An answer published while the connection was down never comes on the
+// subscription: cancel reads it from the stream (the last message on the
+// cancel's answer subject), as waitResult and pause do, instead of
+// waiting its whole timeoutMs.
+test("a cancel's answer missed on the subscription is read from the stream", async () => {
+  const conn = { ...standIn({}), options: {} };
+  const stored = {};
+  conn.request = async (subject, _data, opts) => {
+    const direct = "$JS.API.DIRECT.GET.ROLLOUT.";
+    if (subject.startsWith(direct)) {
+      const body = stored[subject.slice(direct.length)];
+      return body ? { data: encode(body), headers: undefined } : { data: new Uint8Array(), headers: { hasError: true } };
+    }
+    const id = opts.headers.get("Nats-Msg-Id");
+    stored[cancelAnswerSubject(5, "actor", id)] = { schema: "rollout.status/1", rollout: 5, event: "cancelled", cancel_id: id,
+      cancel_outcome: "aborted", detail: `cancel ${id} by the actor trainer: rollout 5 aborted`, at_ms: 2 };
+    return { data: new TextEncoder().encode(JSON.stringify({ stream: "TRAINER_ACTOR", seq: 1 })) };
+  };
+  await cancel(conn, 5, "actor", "enough", { timeoutMs: 10_000 });
+  // The subject the Go session-store stores it on (subject.CancelAnswer).
+  assert.equal(cancelAnswerSubject(5, "actor", "cancel.5.actor.1"), "rollout.5.result.actor.cancel.ff55fd3d8e12ce392dbad1acff06967d");
+});
+
 // Two cancels of a rollout by one role made in the same millisecond (two
 // processes of one trainer, a retry loop) are two messages, each answered:
 // with one Nats-Msg-Id, JetStream stores the first only, and the second
@@ -550,6 +618,9 @@ test("two cancels in one millisecond each have an id of their own, kept when a p
     return { unsubscribe: () => subs.delete(subject) };
   };
   conn.request = async (subject, _data, opts) => {
+    if (subject.startsWith("$JS.API.DIRECT.GET.ROLLOUT.")) {
+      return { data: new Uint8Array(), headers: { hasError: true } }; // nothing stored
+    }
     assert.equal(subject, "rollout.5.cancel.actor");
     const id = opts.headers.get("Nats-Msg-Id");
     conn.published.push(id);
@@ -582,6 +653,39 @@ test("two cancels in one millisecond each have an id of their own, kept when a p
   assert.equal(bRetry, b, "a publish tried again keeps its id");
   assert.notEqual(a, b, "two cancels in one millisecond share an id");
   assert.equal(stored.length, 2);
+});
+
+// Two arrivals of a role made in the same millisecond (a corrected
+// arrival sent at once after a rejection) are two messages: with one
+// Nats-Msg-Id, JetStream stored the first only, arrive returned as if the
+// correction were sent, and the wait got the old rejection. A publish tried
+// again (planact's streams not up yet) keeps its id.
+test("two arrivals in one millisecond each have an id of their own, kept when a publish is tried again", async () => {
+  const conn = { ...standIn({}), options: {} };
+  conn.published = [];
+  conn.request = async (subject, _data, opts) => {
+    assert.equal(subject, "rollout.5.arrive.actor");
+    conn.published.push(opts.headers.get("Nats-Msg-Id"));
+    if (conn.published.length % 2 === 1) {
+      throw new errors.TimeoutError(); // each arrival's first publish
+    }
+    return { data: new TextEncoder().encode(JSON.stringify({ stream: "TRAINER_ACTOR", seq: conn.published.length / 2 })) };
+  };
+  const realNow = Date.now;
+  Date.now = () => 1767225600000;
+  let first, second;
+  try {
+    first = await arrive(conn, { rollout: 5, role: "actor", engine: { url: "http://e" }, sampling: { temperature: 170 } });
+    second = await arrive(conn, { rollout: 5, role: "actor", engine: { url: "http://e" } });
+  } finally {
+    Date.now = realNow;
+  }
+  const [a, aRetry, b, bRetry] = conn.published;
+  assert.match(a, /^arrive\.5\.actor\.\.1767225600000\.[0-9a-f]{16}$/);
+  assert.equal(aRetry, a, "a publish tried again keeps its id");
+  assert.equal(bRetry, b, "a publish tried again keeps its id");
+  assert.notEqual(a, b, "two arrivals in one millisecond share an id");
+  assert.deepEqual([first.id, second.id], [a, b], "arrive returns the id it sent");
 });
 
 // controlStandIn takes pauses and resumes as JetStream publishes (each

@@ -23,7 +23,8 @@ import (
 func TestResultTakesTheRejectionOfItsArrival(t *testing.T) {
 	_, b, c, ctx := planactClient(t)
 	const n = 150
-	a := &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://e"}, AtMs: time.Now().UnixMilli()}
+	a := &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://e"}, AtMs: time.Now().UnixMilli(),
+		Nonce: "0f0f0f0f0f0f0f0f"} // set, so that a.MsgID() is the id sent
 	if err := c.Arrive(ctx, a); err != nil {
 		t.Fatal(err)
 	}

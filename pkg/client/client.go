@@ -37,8 +37,8 @@ var ErrTimeout = errors.New("planact: rollout timed out")
 var ErrRejected = errors.New("planact: rollout rejected")
 
 // ErrRefused is returned (wrapped) when planact refused a pause or a
-// resume (control.<role>.refused); the error says why, naming the field.
-// Nothing of the role changed.
+// resume (control.<role>.refused), or could not read a cancel; the error
+// says why, naming the field. Nothing of the role or rollout changed.
 var ErrRefused = errors.New("planact: refused")
 
 // ErrFailed is returned (wrapped) when planact could not produce the
@@ -84,7 +84,10 @@ func New(nc *nats.Conn) (*Client, error) {
 }
 
 // Arrive announces a as its role for its rollout. Arriving twice is
-// harmless: the barrier counts each role once.
+// harmless: the barrier counts each role once. Each call is a message of
+// its own (its id ends in a random nonce, unless a.Nonce is set), so a
+// corrected arrival sent in the millisecond of the one it replaces is not
+// dropped as its copy; a publish tried again keeps the call's id.
 func (c *Client) Arrive(ctx context.Context, a *schema.Arrive) error {
 	_, err := c.arrive(ctx, a)
 	return err
@@ -138,7 +141,13 @@ func (c *Client) arrive(ctx context.Context, a *schema.Arrive) (arrival, error) 
 	cp := *a // the caller's arrival keeps its tasks
 	a = &cp
 	if a.AtMs == 0 {
-		a.AtMs = time.Now().UnixMilli()
+		a.AtMs = now().UnixMilli()
+	}
+	if a.Nonce == "" {
+		// Its own id even in the millisecond of another arrival (the one
+		// it corrects): JetStream would drop it as a copy. Built once, so a
+		// publish tried again (untilUp) keeps it.
+		a.Nonce = nonce()
 	}
 	if err := c.offloadTasks(ctx, a); err != nil {
 		return arrival{}, err
@@ -309,10 +318,12 @@ const CancelPatience = time.Minute
 // was aborted, ErrNothingToCancel when there was nothing to abort (it had
 // already ended: the error says when, and each role's result status and
 // why, role's own first, never one status for both: the actor's can be
-// failed where the planner's is ok; or it is not known), or an error
-// saying so when planact could not record the cancel (cancel again).
-// Without an answer by the end of ctx (at most CancelPatience when ctx has
-// no deadline) it says so; the cancel stays published and is acted on when
+// failed where the planner's is ok; or it is not known), ErrRefused when
+// planact could not read the cancel, or an error saying so when planact
+// could not record the cancel (cancel again). An answer published while
+// the connection was down is read from the stream (every Recheck). Without
+// an answer by the end of ctx (at most CancelPatience when ctx has no
+// deadline) it says so; the cancel stays published and is acted on when
 // planact's session-store runs.
 func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string) error {
 	if err := schema.CheckRole(role); err != nil {
@@ -321,6 +332,10 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string)
 	if err := checkRollout(rollout); err != nil {
 		// Stored, it would be answered nowhere Cancel listens.
 		return fmt.Errorf("cancel: %w", err)
+	}
+	recheck, err := c.recheck()
+	if err != nil {
+		return fmt.Errorf("cancel rollout %d: %w", rollout, err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -333,44 +348,103 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string)
 	if err != nil {
 		return err
 	}
+	id := msg.Header.Get(jetstream.MsgIDHeader)
 	// The answer comes on the rollout's status subject, among its episodes'
-	// events, and is read nowhere else: listen first, and keep only the
-	// answers to this cancel, which names them (a channel of every event
-	// drops what comes while the publish waits, the answer too).
-	mine := fmt.Sprintf("cancel %s by the %s trainer: ", msg.Header.Get(jetstream.MsgIDHeader), role)
+	// events, and on a subject of its own (the last message there), which
+	// is read from the stream too: listen first, and keep only the answers
+	// to this cancel (a channel of every event drops what comes while the
+	// publish waits, the answer too).
+	stored := subject.CancelAnswer(rollout, role, id)
 	answers := make(chan schema.Status, 1)
-	sub, err := c.nc.Subscribe(subject.Status(rollout), func(m *nats.Msg) {
+	take := func(m *nats.Msg) {
 		var st schema.Status
-		if schema.Unmarshal(m.Data, &st) != nil || !strings.HasPrefix(st.Detail, mine) || (st.Event != "cancelled" && st.Event != "rejected") {
+		if schema.Unmarshal(m.Data, &st) != nil || !answersCancel(&st, id, role) {
 			return
 		}
 		select {
 		case answers <- st:
 		default: // answered already
 		}
-	})
-	if err != nil {
-		return fmt.Errorf("cancel rollout %d: %w", rollout, err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	for _, subj := range []string{subject.Status(rollout), stored} {
+		sub, err := c.nc.Subscribe(subj, take)
+		if err != nil {
+			return fmt.Errorf("cancel rollout %d: %w", rollout, err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+	}
 	err = untilUp(ctx, trainerStream(role), func(ctx context.Context) error { return c.publish(ctx, msg) })
 	if err != nil {
 		return fmt.Errorf("cancel rollout %d: %w", rollout, err)
 	}
-	select {
-	case st := <-answers:
-		why := strings.TrimPrefix(st.Detail, mine)
+	t := time.NewTicker(recheck)
+	defer t.Stop()
+	for {
+		if data, err := c.lastResult(ctx, stored); err == nil && data != nil {
+			take(&nats.Msg{Data: data})
+		}
+		select {
+		case st := <-answers:
+			return cancelled(rollout, id, role, &st)
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		if cause := expired(ctx); cause != nil {
+			return fmt.Errorf("cancel rollout %d: sent, but no answer from planact (is its session-store running?): %w", rollout, cause)
+		}
+		if c.nc.IsClosed() {
+			return fmt.Errorf("cancel rollout %d: sent, but the connection closed before planact answered: %w", rollout, nats.ErrConnectionClosed)
+		}
+	}
+}
+
+// answersCancel says whether st is planact's answer to the cancel id of
+// role: by its cancel_id, or, from a session-store before that field, by
+// the head of its detail.
+func answersCancel(st *schema.Status, id, role string) bool {
+	if st.Event != "cancelled" && st.Event != "rejected" {
+		return false
+	}
+	if st.CancelID != "" {
+		return st.CancelID == id
+	}
+	return strings.HasPrefix(st.Detail, cancelHead(id, role))
+}
+
+// cancelHead is how the detail of an answer to the cancel id of role
+// starts.
+func cancelHead(id, role string) string {
+	return fmt.Sprintf("cancel %s by the %s trainer: ", id, role)
+}
+
+// cancelled turns st, planact's answer to the cancel id of role, into
+// Cancel's error.
+func cancelled(rollout int64, id, role string, st *schema.Status) error {
+	why := strings.TrimPrefix(st.Detail, cancelHead(id, role))
+	outcome := st.CancelOutcome
+	if outcome == "" {
+		// A session-store before cancel_outcome: its words say.
 		switch {
 		case st.Event == "cancelled":
-			return nil
+			outcome = schema.CancelAborted
 		case strings.HasPrefix(why, "could not be recorded"):
-			// Given up, not done: the rollout may still run.
-			return fmt.Errorf("cancel rollout %d: not done: planact %s", rollout, why)
+			outcome = schema.CancelNotRecorded
+		default:
+			outcome = schema.CancelNothingToAbort
 		}
-		return fmt.Errorf("%w: %s", ErrNothingToCancel, why)
-	case <-ctx.Done():
-		return fmt.Errorf("cancel rollout %d: sent, but no answer from planact (is its session-store running?): %w", rollout, ctx.Err())
 	}
+	switch outcome {
+	case schema.CancelAborted:
+		return nil
+	case schema.CancelNotRecorded:
+		// Given up, not done: the rollout may still run.
+		return fmt.Errorf("cancel rollout %d: not done: planact %s", rollout, why)
+	case schema.CancelRefused:
+		return fmt.Errorf("%w: cancel rollout %d (%s): %s", ErrRefused, rollout, id, why)
+	case schema.CancelNothingToAbort:
+		return fmt.Errorf("%w: %s", ErrNothingToCancel, why)
+	}
+	return fmt.Errorf("cancel rollout %d: planact's answer says %s %q, which this client does not know: %s", rollout, st.Event, outcome, why)
 }
 
 // Result waits for role's result of rollout n until ctx ends. It finds a
@@ -848,13 +922,14 @@ func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schem
 	return ans, nil
 }
 
-// now stamps cancels, pauses and resumes (a variable for tests: two in
-// one millisecond).
+// now stamps arrivals, cancels, pauses and resumes (a variable for tests:
+// two in one millisecond).
 var now = time.Now
 
-// nonce tells a cancel, pause or resume from another of its role (and a
-// cancel's rollout) stamped in the same millisecond, in its message id: 8
-// random bytes in hex, as the Python and Node clients make it.
+// nonce tells an arrival, cancel, pause or resume from another of its role
+// (and an arrival's or cancel's rollout) stamped in the same millisecond,
+// in its message id: 8 random bytes in hex, as the Python and Node clients
+// make it.
 func nonce() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails: it crashes the program first

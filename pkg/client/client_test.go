@@ -103,7 +103,8 @@ func TestOldServerRefused(t *testing.T) {
 func TestArrivalsAreForgotten(t *testing.T) {
 	_, b, c, ctx := planactClient(t)
 	arrival := func(n int64) *schema.Arrive {
-		return &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://e"}, AtMs: time.Now().UnixMilli()}
+		return &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://e"}, AtMs: time.Now().UnixMilli(),
+			Nonce: "0f0f0f0f0f0f0f0f"} // set, so that a.MsgID() is the id sent
 	}
 	for i := range 20 {
 		n := int64(200 + i)

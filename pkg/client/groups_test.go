@@ -368,7 +368,8 @@ func TestGroupsGoByTheArrival(t *testing.T) {
 	}
 	arrive := func(n int64) *schema.Arrive {
 		t.Helper()
-		a := &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://e"}, AtMs: time.Now().UnixMilli()}
+		a := &schema.Arrive{Rollout: n, Role: schema.RoleActor, Engine: schema.Engine{URL: "http://e"}, AtMs: time.Now().UnixMilli(),
+			Nonce: "0f0f0f0f0f0f0f0f"} // set, so that a.MsgID() is the id sent
 		if err := c.Arrive(ctx, a); err != nil {
 			t.Fatal(err)
 		}

@@ -164,14 +164,26 @@ type Arrive struct {
 	Sampling *Sampling `json:"sampling,omitempty"`
 	Attempt  string    `json:"attempt,omitempty"` // distinguishes deliberate re-arrivals; "" for the first
 	AtMs     int64     `json:"at_ms"`
+	// Nonce tells this arrival from another of the rollout by the role
+	// stamped in the same millisecond (a corrected arrival sent at once
+	// after a rejection, two trainer processes), as a Cancel's does: part
+	// of the message id only, not of the body.
+	Nonce string `json:"-"`
 }
 
 func (m *Arrive) Kind() string    { return "rollout.arrive/1" }
 func (m *Arrive) Subject() string { return subject.Arrive(m.Rollout, m.Role) }
+
+// MsgID is arrive.<rollout>.<role>.<attempt>.<at_ms> and, when it has one,
+// its nonce: one id per arrival call, so a publish retried by the client
+// is stored once and a corrected arrival, even in the same millisecond, is
+// a new message with its own answer. Planact answers an arrival by
+// whatever id it came with, the old form without a nonce included.
 func (m *Arrive) MsgID() string {
-	// One id per arrival call: a publish retried by the client is stored
-	// once, a corrected arrival after a rejection is a new message.
-	return fmt.Sprintf("arrive.%d.%s.%s.%d", m.Rollout, m.Role, m.Attempt, m.AtMs)
+	if m.Nonce == "" {
+		return fmt.Sprintf("arrive.%d.%s.%s.%d", m.Rollout, m.Role, m.Attempt, m.AtMs)
+	}
+	return fmt.Sprintf("arrive.%d.%s.%s.%d.%s", m.Rollout, m.Role, m.Attempt, m.AtMs, m.Nonce)
 }
 func (m *Arrive) Meta() Meta { return Meta{Rollout: m.Rollout, Episode: -1, Role: m.Role} }
 
@@ -198,11 +210,32 @@ type Status struct {
 	Detail  string `json:"detail,omitempty"`
 	// Progress of a running rollout, on its episode events: episodes
 	// ended of all, and the acts of the ended episodes.
-	Ended    int   `json:"ended,omitempty"`
-	Episodes int   `json:"episodes,omitempty"`
-	Acts     int   `json:"acts,omitempty"`
-	AtMs     int64 `json:"at_ms"`
+	Ended    int `json:"ended,omitempty"`
+	Episodes int `json:"episodes,omitempty"`
+	Acts     int `json:"acts,omitempty"`
+	// CancelID, on the answer to a cancel (event cancelled or rejected),
+	// is the cancel's Nats-Msg-Id, and CancelOutcome what became of it
+	// (CancelAborted, CancelNothingToAbort, CancelNotRecorded,
+	// CancelRefused): a trainer knows its answer by these, not by the
+	// detail's words, which say why for people.
+	CancelID      string `json:"cancel_id,omitempty"`
+	CancelOutcome string `json:"cancel_outcome,omitempty"`
+	AtMs          int64  `json:"at_ms"`
 }
+
+// What became of a cancel, in its answer's CancelOutcome.
+const (
+	// CancelAborted: the rollout is aborted; its results follow.
+	CancelAborted = "aborted"
+	// CancelNothingToAbort: the rollout had already ended, or is not known.
+	CancelNothingToAbort = "nothing-to-abort"
+	// CancelNotRecorded: planact gave up recording the cancel; the rollout
+	// may still run (cancel again).
+	CancelNotRecorded = "not-recorded"
+	// CancelRefused: planact could not read the cancel, or its subject,
+	// headers and body disagree; nothing was done.
+	CancelRefused = "refused"
+)
 
 func (m *Status) Kind() string    { return "rollout.status/1" }
 func (m *Status) Subject() string { return subject.Status(m.Rollout) }

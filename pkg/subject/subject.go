@@ -4,6 +4,8 @@
 package subject
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -94,6 +96,16 @@ func ParseControl(s string) (role, verb string, ok bool) {
 // from Result so that a rejection never hides the rollout's real result.
 func Rejected(n int64, role string) string {
 	return fmt.Sprintf("rollout.%d.result.%s.rejected", n, role)
+}
+
+// CancelAnswer holds planact's answer to the cancel of rollout n by role
+// whose Nats-Msg-Id is id (as rollout.<n>.status does, among the
+// rollout's events): the last message there is the answer, which the
+// trainer reads from the stream when it may have missed it. The token is
+// the first 32 hex digits of the id's SHA-256, for an id may hold dots.
+func CancelAnswer(n int64, role, id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return fmt.Sprintf("rollout.%d.result.%s.cancel.%s", n, role, hex.EncodeToString(sum[:16]))
 }
 
 // EpisodeEnd says that episode e of rollout n has ended.

@@ -28,7 +28,7 @@ var ErrNotFound = errors.New("not found")
 // stream it does not read).
 var followed = func() map[string]follow {
 	m := map[string]follow{
-		bus.StreamRollout: {filter: "rollout.>", skip: []string{"rollout.*.status", "rollout.*.result.*.group.*", "rollout.*.arrive", "rollout.*.cancel"}},
+		bus.StreamRollout: {filter: "rollout.>", skip: []string{"rollout.*.status", "rollout.*.result.*.group.*", "rollout.*.result.*.cancel.*", "rollout.*.arrive", "rollout.*.cancel"}},
 		bus.StreamPlan:    {filter: "plan.>", skip: []string{"plan.*.partial.*"}},
 		bus.StreamAct:     {filter: "act.*.done.>"},
 	}

@@ -245,23 +245,24 @@ func (s *Service) timeOut(ctx context.Context, n int64, kind string) error {
 }
 
 // handleCancel aborts a waiting or running rollout. Every cancel is
-// answered on the rollout's status subject: "cancelled" once the rollout is
-// aborted (its results follow on the result subjects, if they are not out
-// yet), "rejected" (saying why) when there is nothing to abort: the rollout
-// had already ended, or is not known (and no arrival of the cancel's role
-// stored before it waits to be recorded).
+// answered (answerCancel), naming it by its message id: "cancelled" once
+// the rollout is aborted (its results follow on the result subjects, if
+// they are not out yet), "rejected" (saying why) when there is nothing to
+// abort (the rollout had already ended, or is not known, and no arrival of
+// the cancel's role stored before it waits to be recorded), when the
+// cancel could not be recorded, or when it cannot be read.
 func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed) error {
+	id := m.ID()
 	var c schema.Cancel
 	if err := schema.UnmarshalTrainer(m.Data, m.Header, &c); err != nil {
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
-		return s.status(ctx, p.Rollout, "rejected", -1, err.Error())
+		return s.answerCancel(ctx, p.Rollout, cancelRole(p, &c), id, schema.CancelRefused, err.Error())
 	}
 	if err := schema.CheckRouting(m.Subject, m.Header, &c); err != nil {
 		err = fmt.Errorf("cancel refused: %w", err)
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
-		return s.status(ctx, p.Rollout, "rejected", -1, err.Error())
+		return s.answerCancel(ctx, p.Rollout, cancelRole(p, &c), id, schema.CancelRefused, err.Error())
 	}
-	id := m.ID()
 	reason := "aborted by the " + c.Role + " trainer"
 	if c.Reason != "" {
 		reason += ": " + c.Reason
@@ -276,9 +277,6 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 		v.CancelledBy = id
 		return true, nil
 	})
-	// The answer names the cancel (its message id), so that the trainer
-	// that sent it knows it from another's.
-	who := fmt.Sprintf("cancel %s by the %s trainer", id, c.Role)
 	if err == nil && unknown {
 		// An arrival stored before this cancel (its own role's, on the
 		// same stream, or the other's) may not be recorded yet (the
@@ -300,23 +298,25 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 			return err
 		}
 		zerolog.Ctx(ctx).Error().Err(err).Uint64("delivered", m.Delivered).Msg("cancel given up; the trainer is told")
-		if serr := s.status(ctx, c.Rollout, "rejected", -1, fmt.Sprintf("%s: could not be recorded (%d tries): %v; cancel again", who, m.Delivered, err)); serr != nil {
+		if serr := s.answerCancel(ctx, c.Rollout, c.Role, id, schema.CancelNotRecorded,
+			fmt.Sprintf("could not be recorded (%d tries): %v; cancel again", m.Delivered, err)); serr != nil {
 			return errors.Join(err, serr)
 		}
 		return err
 	}
 	if unknown {
-		// Nothing to abort: whoever cancelled is told, on the status subject.
+		// Nothing to abort: whoever cancelled is told.
 		zerolog.Ctx(ctx).Warn().Msg("cancel of a rollout planact does not know")
-		return s.status(ctx, c.Rollout, "rejected", -1, fmt.Sprintf("%s: rollout %d is not known (never arrived, or past the history)", who, c.Rollout))
+		return s.answerCancel(ctx, c.Rollout, c.Role, id, schema.CancelNothingToAbort,
+			fmt.Sprintf("rollout %d is not known (never arrived, or past the history)", c.Rollout))
 	}
 	ctx = bus.WithTrace(ctx, sess.Trace)
 	if !wrote && sess.CancelledBy != id {
 		// It ended before (or by another cancel): nothing to abort. Its
 		// results stay where they are; the trainer is told how it ended.
-		detail := fmt.Sprintf("%s: rollout %d had already ended (%s); nothing to abort", who, c.Rollout, endedAs(&sess, c.Role))
 		zerolog.Ctx(ctx).Info().Str("status", sess.Status).Msg("cancel of a rollout that had already ended")
-		if err := s.status(ctx, c.Rollout, "rejected", -1, detail); err != nil {
+		if err := s.answerCancel(ctx, c.Rollout, c.Role, id, schema.CancelNothingToAbort,
+			fmt.Sprintf("rollout %d had already ended (%s); nothing to abort", c.Rollout, endedAs(&sess, c.Role))); err != nil {
 			return err
 		}
 		return s.settle(ctx, sess, rev)
@@ -329,11 +329,66 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 	// cannot be assembled yet) left the cancel unanswered after the last
 	// delivery, though the rollout was aborted and the sweep publishes its
 	// results; and its trainer waited for the whole assembly.
-	if err := s.status(ctx, c.Rollout, "cancelled", -1, fmt.Sprintf("%s: rollout %d aborted", who, c.Rollout)); err != nil {
+	if err := s.answerCancel(ctx, c.Rollout, c.Role, id, schema.CancelAborted, fmt.Sprintf("rollout %d aborted", c.Rollout)); err != nil {
 		return err
 	}
 	return s.settle(ctx, sess, rev)
 }
+
+// cancelRole is the role of the trainer that sent a cancel that cannot be
+// taken: the one its subject names (only that role's trainer may publish
+// there), else the one its body names; "" when neither does.
+func cancelRole(p subject.Parsed, c *schema.Cancel) string {
+	if schema.CheckRole(p.Role) == nil {
+		return p.Role
+	}
+	if schema.CheckRole(c.Role) == nil {
+		return c.Role
+	}
+	return ""
+}
+
+// answerCancel answers the cancel id of rollout n by role (outcome, and
+// why): on the rollout's status subject, naming the cancel in cancel_id
+// and at the head of the detail ("cancel <id> by the <role> trainer: ",
+// which clients before cancel_id go by), and, as the last message of a
+// subject of its own that the role's trainer may read from the stream
+// (subject.CancelAnswer), for a trainer that missed the first: the
+// status subject holds the rollout's later events too.
+func (s *Service) answerCancel(ctx context.Context, n int64, role, id, outcome, why string) error {
+	who := "cancel " + id
+	if role != "" {
+		who += " by the " + role + " trainer"
+	}
+	event := "rejected"
+	if outcome == schema.CancelAborted {
+		event = "cancelled"
+	}
+	st := &schema.Status{Rollout: n, Event: event, Episode: -1, Detail: who + ": " + why,
+		CancelID: id, CancelOutcome: outcome, AtMs: s.nowMs()}
+	if err := s.Bus.Publish(ctx, st); err != nil {
+		return err
+	}
+	if role == "" || n < 0 {
+		return nil // no trainer's subject to hold it
+	}
+	body, err := schema.Marshal(st)
+	if err != nil {
+		return fail.E(fail.Permanent, err)
+	}
+	return s.Bus.Publish(ctx, bus.Encoded{Message: storedAnswer{Status: st, subject: subject.CancelAnswer(n, role, id)}, Body: body})
+}
+
+// storedAnswer is a cancel's answer on its own subject: the status event,
+// under an id of its own (the status subject's is in the same stream, and
+// a copy under its id would be dropped as a duplicate).
+type storedAnswer struct {
+	*schema.Status
+	subject string
+}
+
+func (a storedAnswer) Subject() string { return a.subject }
+func (a storedAnswer) MsgID() string   { return "answer." + a.Status.MsgID() }
 
 // pendingArrival returns the message id of an arrival for the cancel c's
 // rollout that is neither recorded in a session nor refused, and was
