@@ -257,6 +257,9 @@ func (c *Chat) Generate(ctx context.Context, r Request) (Generation, error) {
 	if err == nil {
 		err = checkFinished(g)
 	}
+	if err == nil {
+		err = checkLength(r, g)
+	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("openai chat: %w", err)
 	}
@@ -309,6 +312,9 @@ func (c *Chat) GenerateStream(ctx context.Context, r Request, onChunk func(strin
 		return Generation{}, fail.Transientf("openai chat stream: stream ended without a finish reason")
 	}
 	g, err := c.generation(&acc, prefix, newest)
+	if err == nil {
+		err = checkLength(r, g)
+	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("openai chat stream: %w", err)
 	}

@@ -296,6 +296,19 @@ func checkFinished(g Generation) error {
 		"reached max_new_tokens or aborted the request is not known", len(g.OutputIDs))
 }
 
+// checkLength refuses a generation of more tokens than r asked for at
+// most (its max_new_tokens; 0 asks for no limit): the engine did not do
+// what it was asked, and the sample would hold more than the trajectory
+// had room for (a gateway fits max_new_tokens to max_context_tokens).
+func checkLength(r Request, g Generation) error {
+	if most := r.Sampling.MaxNewTokens; most > 0 && len(g.OutputIDs) > most {
+		return fail.Permanentf("the engine generated %d tokens, more than the %d of max_new_tokens it was asked for: "+
+			"the sample would not fit the context it was promised; see that the server (or a proxy before it) keeps the request's max_tokens",
+			len(g.OutputIDs), most)
+	}
+	return nil
+}
+
 // finishReason is the finish reason an engine reports (s) as stop, length
 // or abort, as the engine means it; "" where it names none, which the
 // caller refuses. The engines' words: SGLang's finish_reason type (stop,

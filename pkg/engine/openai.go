@@ -142,6 +142,9 @@ func (c *OpenAI) Generate(ctx context.Context, r Request) (Generation, error) {
 	if err == nil {
 		err = checkConsumed(r, g)
 	}
+	if err == nil {
+		err = checkLength(r, g)
+	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("openai completions: %w", err)
 	}
@@ -192,6 +195,9 @@ func (c *OpenAI) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	}
 	if err == nil {
 		err = checkConsumed(r, g)
+	}
+	if err == nil {
+		err = checkLength(r, g)
 	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("openai completions stream: %w", err)

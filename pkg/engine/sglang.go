@@ -142,6 +142,9 @@ func (c *SGLang) Generate(ctx context.Context, r Request) (Generation, error) {
 	if err == nil {
 		err = checkConsumed(r, g)
 	}
+	if err == nil {
+		err = checkLength(r, g)
+	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("sglang generate: %w", err)
 	}
@@ -269,6 +272,9 @@ func (c *SGLang) GenerateStream(ctx context.Context, r Request, onChunk func(str
 	g, err = last.generation(ids)
 	if err == nil {
 		err = checkConsumed(r, g)
+	}
+	if err == nil {
+		err = checkLength(r, g)
 	}
 	if err != nil {
 		return Generation{}, fmt.Errorf("sglang generate stream: %w", err)

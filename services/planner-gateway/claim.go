@@ -30,6 +30,12 @@ import (
 // who, from whom and why. Every later engine call of the holder itself (an
 // attempt after an engine failure, a generation a pause aborted) is
 // recorded there too. Nothing is inferred from a delivery count.
+//
+// A request that finds the claim its own instance wrote, with no handler of
+// the instance holding the turn (the write's ack was lost and the request
+// handed back, or the handler that held it handed it back), takes the turn
+// on as it stands, without a retry: what that handler left of the turn (an
+// output it could not publish, the generations it sent) goes on with it.
 
 // holderPatience is how long a holder may answer nothing before it is
 // taken for gone: a process that died answers "no responders" at once; a
@@ -47,14 +53,27 @@ func holdsSubject(id string) string { return "planact." + Name + "." + id + ".ho
 // turn is one handler's hold on a planner turn.
 type turn struct {
 	key     string
+	rollout int64
 	holding bool // this handler holds the claim
 	calls   int  // engine generations it sent
 	// retry says why the next generation is sent again: set when an
 	// attempt failed or a pause aborted the generation.
 	retry, retryWhy string
 	// out is the turn's output once generated: an attempt after its
-	// publish failed publishes it again, and generates nothing.
-	out *schema.PlanOutput
+	// publish failed publishes it again, and generates nothing, until
+	// until (the rollout's deadline).
+	out   *schema.PlanOutput
+	until time.Time
+}
+
+// leftTurn is what a handler that handed its turn back had of it, kept for
+// the next handler of this instance that takes the turn on.
+type leftTurn struct {
+	rollout         int64
+	calls           int
+	retry, retryWhy string
+	out             *schema.PlanOutput
+	until           time.Time
 }
 
 // answerHolds answers a holds request.
@@ -95,13 +114,71 @@ func (s *Service) unmark(key string) {
 // between the write and what follows it.
 var claimWritten = func() {}
 
-// release ends a handler's hold on its turn.
-func (s *Service) release(t *turn) {
+// release ends a handler's hold on its turn. A handler that did not
+// finish the turn (done false: it hands the request back) leaves what it
+// had of it to the next handler of this instance that takes the turn on:
+// the output it could not publish is published then, not generated again,
+// and a generation sent again is recorded as the retry it is.
+func (s *Service) release(t *turn, done bool) {
 	if !t.holding {
 		return
 	}
+	s.mu.Lock()
+	if !done && (t.calls > 0 || t.out != nil) {
+		if s.left == nil {
+			s.left = map[string]leftTurn{}
+		}
+		s.left[t.key] = leftTurn{rollout: t.rollout, calls: t.calls, retry: t.retry, retryWhy: t.retryWhy, out: t.out, until: t.until}
+	}
+	s.mu.Unlock()
 	s.unmark(t.key)
 	t.holding = false
+}
+
+// markIdle marks key held, as mark does, only when no handler of this
+// instance holds it: true when this handler may take on the claim its
+// instance wrote.
+func (s *Service) markIdle(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[key] > 0 {
+		return false
+	}
+	s.held[key]++
+	return true
+}
+
+// takeLeft gives t what an earlier handler of this instance left of its turn.
+func (s *Service) takeLeft(t *turn) {
+	s.mu.Lock()
+	l, ok := s.left[t.key]
+	delete(s.left, t.key)
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	t.calls, t.retry, t.retryWhy, t.out, t.until = l.calls, l.retry, l.retryWhy, l.out, l.until
+	if t.calls > 0 && t.retry == "" {
+		// Its generation ended with its handler's context, which said no
+		// more of why.
+		t.retry, t.retryWhy = "failed", "a generation sent by an earlier delivery of this instance did not return"
+	}
+}
+
+// forgetLeft drops what handlers left of rollout n's turns: it ended.
+func (s *Service) forgetLeft(n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, l := range s.left {
+		if l.rollout == n {
+			delete(s.left, key)
+		}
+	}
+}
+
+// createClaim creates a turn's claim; a test loses its ack.
+var createClaim = func(ctx context.Context, kv *bus.Bucket, key string, c *schema.Claim) (bool, error) {
+	return bus.Create(ctx, kv, key, c)
 }
 
 // claim makes this instance the holder of req's turn, waiting while a live
@@ -116,7 +193,7 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 	for {
 		mine.SinceMs = time.Now().UnixMilli()
 		s.mark(t.key)
-		created, err := bus.Create(ctx, s.Bus.Runs, t.key, &mine)
+		created, err := createClaim(ctx, s.Bus.Runs, t.key, &mine)
 		claimWritten()
 		if err != nil || !created {
 			s.unmark(t.key)
@@ -135,9 +212,34 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 		if !found {
 			continue // removed meanwhile (the rollout's run state went): claimed anew
 		}
+		if cur.Holder == s.id && s.markIdle(t.key) {
+			// This instance's claim, which none of its handlers holds: taken
+			// on as it stands, by compare-and-set (another instance told
+			// that this one does not hold the turn may be taking it over).
+			next := cur
+			next.SinceMs = time.Now().UnixMilli()
+			_, conflict, err := bus.Update(ctx, s.Bus.Runs, t.key, &next, rev)
+			claimWritten()
+			if err != nil || conflict {
+				s.unmark(t.key)
+			}
+			if err != nil {
+				return false, handBack(t, err)
+			}
+			if conflict {
+				continue
+			}
+			t.holding = true
+			s.takeLeft(t)
+			log.Info().Int("calls", t.calls).Bool("generated", t.out != nil).Msg("planner turn claimed before by this instance; taken on again")
+			return false, nil
+		}
 		served, reason, why, err := s.await(ctx, req, t, &cur)
 		if err != nil || served {
 			return served, err
+		}
+		if cur.Holder == s.id {
+			continue // this instance's handler let go of it: taken on above, no retry
 		}
 		next := cur
 		next.Holder, next.Replica, next.SinceMs = s.id, s.replica, time.Now().UnixMilli()

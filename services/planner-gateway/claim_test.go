@@ -38,7 +38,7 @@ func TestAClaimIsHeldWhileItIsWritten(t *testing.T) {
 	if len(heldThen) != 1 || !heldThen[0] {
 		t.Errorf("held as the claim's write returned: %v; want true (a holds request then is answered yes)", heldThen)
 	}
-	s.release(tn)
+	s.release(tn, true)
 	if s.held[tn.key] > 0 {
 		t.Error("still held after its release")
 	}
@@ -110,7 +110,7 @@ func TestATakeOverKeepsItsMarkWhenAnotherHandlerLetsGo(t *testing.T) {
 				defer close(bDone)
 				tb := &turn{key: key}
 				_, _ = s.claim(bctx, req, tb)
-				s.release(tb)
+				s.release(tb, true)
 			}()
 		})
 		<-bIn
@@ -135,7 +135,7 @@ func TestATakeOverKeepsItsMarkWhenAnotherHandlerLetsGo(t *testing.T) {
 	}
 	stopB()
 	<-bDone
-	s.release(ta)
+	s.release(ta, true)
 	if len(s.held) != 0 {
 		t.Errorf("marks left after every handler let go: %v", s.held)
 	}

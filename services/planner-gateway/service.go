@@ -62,6 +62,10 @@ type Service struct {
 	id, replica string
 	mu          sync.Mutex
 	held        map[string]int // claim keys of the turns this instance generates now: its handlers' marks of each (claim.go)
+	// left holds what handlers that handed their turn back had of it (an
+	// output not published, the generations sent), by claim key, for the
+	// next handler of this instance that takes the turn on (claim.go).
+	left map[string]leftTurn
 }
 
 // Run serves until ctx ends.
@@ -78,12 +82,15 @@ func Run(ctx context.Context, d Deps) error {
 	if d.RetryBase == 0 {
 		d.RetryBase = 500 * time.Millisecond
 	}
-	s := &Service{Deps: d, sessions: session.NewCache(d.Bus), follow: session.NewFollower(d.Bus, d.Log), held: map[string]int{},
+	s := &Service{Deps: d, sessions: session.NewCache(d.Bus), follow: session.NewFollower(d.Bus, d.Log), held: map[string]int{}, left: map[string]leftTurn{},
 		id: d.Bus.Service().ID(), replica: d.Bus.Service().Replica()}
 	if s.id == "" {
 		s.id = nuid.Next() // not registered as a service: still named in its claims
 	}
-	s.follow.OnEnd = s.sessions.Forget
+	s.follow.OnEnd = func(n int64) {
+		s.sessions.Forget(n)
+		s.forgetLeft(n)
+	}
 	go func() { _ = s.follow.Run(ctx) }()
 	if id := d.Bus.Service().ID(); id != "" {
 		go s.follow.AnswerPauses(ctx, schema.RolePlanner, id)
@@ -138,7 +145,7 @@ func Consumers(d Deps) []bus.Consumer {
 // for good: a 4xx from the engine, a missing trajectory) the episode must
 // not hang, so the failure goes on as a plan error that the act-dispatcher
 // turns into its end.
-func (s *Service) handle(ctx context.Context, m bus.Msg) error {
+func (s *Service) handle(ctx context.Context, m bus.Msg) (rerr error) {
 	var req schema.PlanRequest
 	if err := m.Decode(&req); err != nil {
 		return err
@@ -153,25 +160,42 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 			telemetry.KeyRole.String(schema.RolePlanner), telemetry.KeyReplica.String(s.Bus.Service().Replica()), telemetry.KeyService.String(Name))
 	}
 	defer span.End()
-	t := &turn{key: schema.ClaimKey(req.Rollout, req.Episode, req.Turn)}
-	defer s.release(t)
+	t := &turn{key: schema.ClaimKey(req.Rollout, req.Episode, req.Turn), rollout: req.Rollout}
+	defer func() { s.release(t, rerr == nil) }()
+	// The rollout's end ends a wait between attempts: nothing of the turn
+	// is wanted any more.
+	rctx, stop := s.follow.Rollout(ctx, req.Rollout)
+	defer stop()
 	var err error
 	attempts := 0
-	for attempt := 1; attempt <= s.MaxAttempts; attempt++ {
+	for attempt := 1; ; attempt++ {
 		var stale *session.StaleError
 		attempts = attempt
-		if err = s.plan(gctx, &req, t); err == nil || !fail.IsRetryable(err) || errors.As(err, &stale) || errors.Is(err, session.ErrNoSession) ||
-			errors.Is(err, bus.ErrNotAnswered) || ctx.Err() != nil {
+		if err = s.plan(gctx, &req, t); err == nil || !fail.IsRetryable(err) || errors.As(err, &stale) || errors.Is(err, session.ErrNoSession) || ctx.Err() != nil {
 			break
 		}
-		wait := min(s.RetryBase<<(attempt-1), 30*time.Second)
+		// A handler that holds the turn's output keeps it, and tries to
+		// publish it, with the request in progress, until the rollout ends
+		// (by its deadline at the latest), whatever did not answer and
+		// however many attempts it takes: a request handed back may be
+		// delivered to another instance, which would generate the turn
+		// again.
+		if (t.out == nil && (attempt >= s.MaxAttempts || errors.Is(err, bus.ErrNotAnswered))) || (t.out != nil && !time.Now().Before(t.until)) {
+			break
+		}
+		wait := min(s.RetryBase<<min(attempt-1, 16), 30*time.Second)
 		if d, ok := fail.RetryAfter(err); ok {
 			wait = max(wait, d) // the engine said when: not before
 		}
-		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("planner turn failed; trying again")
+		log.Warn().Err(err).Int("attempt", attempt).Bool("generated", t.out != nil).Dur("retry_in", wait).Msg("planner turn failed; trying again")
 		select {
 		case <-time.After(wait):
-		case <-ctx.Done():
+		case <-rctx.Done():
+		}
+		if context.Cause(rctx) == session.ErrRolloutOver {
+			log.Debug().Msg("rollout over; planner turn abandoned")
+			err = nil
+			break
 		}
 	}
 	if span.IsRecording() {
@@ -183,10 +207,12 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) error {
 	if err == nil || errors.Is(err, session.ErrNoSession) || ctx.Err() != nil {
 		return err
 	}
-	if errors.Is(err, bus.ErrNotAnswered) {
-		// planact's own streams did not answer (a NATS leader moving): no
-		// fault of the planner, so the turn does not fail; the request is
-		// handed back and delivered again once they answer.
+	if errors.Is(err, bus.ErrNotAnswered) || (t.out != nil && fail.IsRetryable(err)) {
+		// planact's own streams did not answer (a NATS leader moving), or
+		// took no output until the rollout's deadline: no fault of the
+		// planner, so the turn does not fail; the request is handed back and
+		// delivered again once they answer (to this instance, it publishes
+		// the output it keeps: release).
 		return err
 	}
 	kind := schema.PlanErrPlannerRejected

@@ -129,9 +129,19 @@ func (s *Service) plan(ctx context.Context, req *schema.PlanRequest, t *turn) er
 		if err != nil {
 			return err
 		}
-		t.out = out
+		t.out, t.until = out, keepUntil(info.Session)
 		return s.publish(ctx, t)
 	}
+}
+
+// keepUntil is how long a handler that holds a turn's output of rollout
+// sess tries to publish it: until the rollout's deadline, or for a
+// planner_timeout_s where the rollout's start is not known.
+func keepUntil(sess schema.Session) time.Time {
+	if sess.StartedMs > 0 {
+		return time.UnixMilli(sess.DeadlineMs())
+	}
+	return time.Now().Add(schema.Seconds(sess.Config.WithDefaults().PlannerTimeoutS))
 }
 
 // engineReturned runs when a turn's engine work has returned, still inside
@@ -145,6 +155,9 @@ var publishOutput = func(ctx context.Context, b *bus.Bus, out *schema.PlanOutput
 // until it is out.
 func (s *Service) publish(ctx context.Context, t *turn) error {
 	if err := publishOutput(ctx, s.Bus, t.out); err != nil {
+		if ctx.Err() != nil {
+			return s.over(ctx, err)
+		}
 		return fmt.Errorf("publish the output: %w", err)
 	}
 	return nil
@@ -425,7 +438,7 @@ func (p *partials) chunk(text string) {
 // turn before req's (none for the mode's first planner turn). served is true when req's turn is
 // already answered: a request asked again (redelivered, re-issued).
 func (s *Service) lastOutput(ctx context.Context, req *schema.PlanRequest) (prev *schema.PlanOutput, served bool, err error) {
-	m, err := s.Bus.LastMsg(ctx, bus.StreamPlan, subject.PlanOut(req.Rollout, req.Episode))
+	m, err := lastPlanMsg(ctx, s.Bus, subject.PlanOut(req.Rollout, req.Episode))
 	if err != nil {
 		return nil, false, err
 	}
@@ -451,6 +464,12 @@ func (s *Service) lastOutput(ctx context.Context, req *schema.PlanRequest) (prev
 		return nil, false, fail.Permanentf("turn %d: last planner output is of turn %d", req.Turn, prev.Turn)
 	}
 	return prev, false, nil
+}
+
+// lastPlanMsg reads the last message of a subject of the PLAN stream; a
+// test leaves it unanswered.
+var lastPlanMsg = func(ctx context.Context, b *bus.Bus, subj string) (*bus.StoredMsg, error) {
+	return b.LastMsg(ctx, bus.StreamPlan, subj)
 }
 
 // firstTurn is the turn of the planner's first request in rollout n's
