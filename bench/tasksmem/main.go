@@ -359,6 +359,9 @@ func makeTasks(size, taskBytes, metadata int) []schema.Task {
 		}
 		i := len(tasks)
 		t := schema.Task{GroupIndex: i / 8, Index: i, Prompt: sb.String(), Label: strconv.Itoa(rng.IntN(1000))}
+		if i%8 != 0 {
+			t.Prompt, t.Label = tasks[i-i%8].Prompt, tasks[i-i%8].Label // a copy: a group is one task's copies
+		}
 		total += sb.Len() + 16
 		if metadata > 0 {
 			t.Metadata = map[string]any{}

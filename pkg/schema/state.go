@@ -617,7 +617,7 @@ func (c Config) LeavesOutGroups() bool { return c.ResultSamples == ResultSamples
 // GroupState is how a complete group of a rollout ended.
 type GroupState struct {
 	Index  int    `json:"index"`
-	State  string `json:"state"` // delivered, filtered or surplus
+	State  string `json:"state"` // delivered, filtered, surplus or failed
 	Reason string `json:"reason,omitempty"`
 	// Scores are the rewards of the group's ended episodes, recorded with
 	// the verdict when the reward is a remote server's (reward: URL): the
@@ -663,6 +663,9 @@ const (
 	// GroupSurplus: complete and passed, but target_groups were already
 	// delivered (groups that completed together); not delivered.
 	GroupSurplus = "surplus"
+	// GroupFailed: complete, but it could not be decided or delivered and
+	// never will be (a permanent error, in Reason); not delivered.
+	GroupFailed = "failed"
 )
 
 // EffectGroup is the outbox effect that delivers group g: "group:<g>".

@@ -85,11 +85,12 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 	if err != nil {
 		return nil, fail.E(fail.Invalid, err)
 	}
-	// The completed episodes no group verdict scored are scored together,
-	// several at once, under one budget (scoreAll).
+	// The answered episodes (completed or truncated) no group verdict
+	// scored are scored together, several at once, under one budget
+	// (scoreAll).
 	var unscored []*episode
 	for _, e := range which {
-		if ep := eps[e]; ep.end != nil && ep.end.Status == schema.EpisodeCompleted {
+		if ep := eps[e]; scoresAnswers(ep.end) {
 			if _, ok := recorded[e]; !ok {
 				unscored = append(unscored, ep)
 			}
@@ -112,7 +113,7 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 			// Scored when its group was decided: the same reward again,
 			// without asking the reward server twice.
 			ep.reward, ep.correct, ep.rewardErr = sc.Reward, sc.Correct, sc.Error
-		} else if ep.end.Status == schema.EpisodeCompleted {
+		} else if scoresAnswers(ep.end) {
 			// A reward that cannot be computed (the reward server is down)
 			// costs that episode its reward, not the rollout its samples.
 			if ep.rewardErr != "" {
@@ -152,6 +153,15 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 		md.Rewards(&rw)
 	}
 	return eps, nil
+}
+
+// scoresAnswers says whether an episode that ended as end has its answers
+// scored: one that completed, or was truncated (an answer cut at the token
+// limit, or max_turns reached) and is trained on with what it answered;
+// one with no answer scores as the reward function scores an empty one.
+// A failed, aborted or quarantined episode's reward is not computed (0).
+func scoresAnswers(end *schema.EpisodeEnd) bool {
+	return end != nil && (end.Status == schema.EpisodeCompleted || end.Status == schema.EpisodeTruncated)
 }
 
 // sampledActs are the outcomes ep's actor samples came from, in their order.
@@ -236,7 +246,7 @@ func (s *Service) recordScores(ctx context.Context, sess *schema.Session, eps ma
 	recorded := sess.Scores()
 	var got []schema.EpisodeScore
 	for e, ep := range eps {
-		if _, ok := recorded[e]; !ok && ep.end != nil && ep.end.Status == schema.EpisodeCompleted {
+		if _, ok := recorded[e]; !ok && scoresAnswers(ep.end) {
 			got = append(got, schema.EpisodeScore{Episode: e, Reward: ep.reward, Correct: ep.correct, Error: ep.rewardErr})
 		}
 	}
@@ -538,6 +548,9 @@ func taskOutcome(sess *schema.Session, e int, ep *episode, filtering bool) schem
 		out.State, out.Reason = schema.TaskFiltered, gs.Reason
 	case complete && gs.State == schema.GroupSurplus:
 		out.State, out.Reason = schema.TaskAborted, gs.Reason
+	case complete && gs.State == schema.GroupFailed && filtering:
+		// Its samples come only as a delivered group's, and it was not one.
+		out.State, out.Reason = schema.TaskFailed, "its group could not be delivered: "+gs.Reason
 	case complete || !filtering:
 		out.State = schema.TaskTrained
 	default:
@@ -583,10 +596,18 @@ func roleOutcome(out schema.TaskOutcome, role string, has bool, ep *episode, cfg
 const readers = 32
 
 // readEpisode reads episode e's end, last planner output and act outcomes.
+// It is called for an episode the session records as ended, so its end is
+// in the stream (read from the leader, never a stale replica): one that is
+// not is an error, never an episode that did not end, on which a group
+// would be decided for good.
 func (s *Service) readEpisode(ctx context.Context, n int64, e int, ep *episode, trajectory bool) error {
 	m, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.EpisodeEnd(n, e))
-	if err != nil || m == nil {
-		return err // nil: the episode did not end
+	if err != nil {
+		return err
+	}
+	if m == nil {
+		return fail.Permanentf("rollout %d: the session records episode %d as ended, but its end is not in the %s stream (%s): it cannot be read, and is not taken as not ended",
+			n, e, bus.StreamRollout, subject.EpisodeEnd(n, e))
 	}
 	var end schema.EpisodeEnd
 	if err := schema.Unmarshal(m.Data, &end); err != nil {
@@ -790,7 +811,7 @@ func (c *silentScorers) forget(n int64) {
 	c.mu.Unlock()
 }
 
-// scoreAll scores eps (ended, completed, not scored before) with score,
+// scoreAll scores eps (ended completed or truncated, not scored before) with score,
 // setting each one's reward, or its rewardErr (and a reward of 0), until
 // the server has answered nothing for budget (short says why it is
 // short, if it is). It reports whether the budget was spent, and whether

@@ -160,6 +160,9 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 				tl.From, tl.From, describeTasks(v.Roles[tl.From].Tasks, -1)))
 		case len(tasks) == 0:
 			s.end(v, schema.SessionDone, schema.ResultInvalid, "no tasks: neither arrival carried any")
+		case groupsOfOneTask(tasks) != nil:
+			// A list in the object store, read only now.
+			s.end(v, schema.SessionDone, schema.ResultInvalid, "tasks unusable: "+groupsOfOneTask(tasks).Error())
 		case invalid != nil:
 			s.end(v, schema.SessionDone, schema.ResultInvalid, invalid.Error())
 		case tooLong != nil:
@@ -347,6 +350,9 @@ func (s *Service) validateArrival(a *schema.Arrive) error {
 			return fail.Invalidf("task %d has an empty prompt", i)
 		}
 	}
+	if err := groupsOfOneTask(a.Tasks); err != nil {
+		return err
+	}
 	if a.Sampling != nil {
 		if err := schema.CheckSampling(a.Role, *a.Sampling); err != nil {
 			return fail.E(fail.Invalid, err)
@@ -364,6 +370,29 @@ func (s *Service) validateArrival(a *schema.Arrive) error {
 		}
 		if err := s.outlives(cfg, a.Role); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// groupsOfOneTask refuses a task list with a group (the tasks sharing a
+// group_index) of different labels: a group is the copies of one task
+// (n_samples_per_prompt), whose rewards are compared with each other (the
+// spread filter, group-relative advantages), and a filter server is sent
+// one prompt and label for it. The copies' prompts may differ (a
+// paraphrase, or the simulated engines' fault markers in the tests); their
+// answer may not. The error names the group and two of its tasks.
+func groupsOfOneTask(tasks []schema.Task) error {
+	first := map[int]int{} // by group_index: its first task
+	for i, t := range tasks {
+		j, ok := first[t.GroupIndex]
+		if !ok {
+			first[t.GroupIndex] = i
+			continue
+		}
+		if tasks[j].Label != t.Label {
+			return fail.Invalidf("group_index %d: tasks %d and %d have different labels (%.80q, %.80q; prompts %.80q, %.80q): a group is the copies of one task, their rewards compared with each other; give each task a group_index of its own",
+				t.GroupIndex, j, i, tasks[j].Label, t.Label, tasks[j].Prompt, t.Prompt)
 		}
 	}
 	return nil

@@ -304,8 +304,11 @@ func (s *Service) filter(ctx context.Context, sess *schema.Session, g int, membe
 		gs.State, gs.Reason = schema.GroupFiltered, "nothing to train on: no task of the group left a sample trained on ("+untrained(members, eps)+")"
 		return gs
 	}
-	switch f := sess.Config.GroupFilter; {
+	switch f, k := sess.Config.GroupFilter, sess.Config.TargetGroups; {
 	case f == "" || f == schema.FilterNone:
+	case k > 0 && len(sess.Delivered()) >= k:
+		// The groups asked for were delivered: this one is surplus
+		// whatever a filter says (decideGroup), so none is asked.
 	case f == schema.FilterSpread:
 		if len(rewards) < 2 {
 			gs.State, gs.Reason = schema.GroupFiltered, fmt.Sprintf("spread: %d reward(s), no spread to learn from", len(rewards))

@@ -566,6 +566,17 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 			}
 			if err == nil {
 				groups = append(groups, gs)
+			} else if !sess.Final() && !fail.IsRetryable(err) {
+				// Never to be delivered, while the rollout runs: recorded
+				// failed, so that the groups behind it in the outbox are
+				// still delivered (and target_groups reached).
+				zerolog.Ctx(ctx).Error().Err(err).Int("group", g).Msg("group could not be delivered; recorded failed")
+				var ferr error
+				if gs, sess, rev, ferr = s.failGroup(ctx, sess, rev, g, err); ferr != nil {
+					err = ferr
+				} else {
+					groups, err = append(groups, gs), nil
+				}
 			} else if sess.Final() && (!fail.IsRetryable(err) || s.givingUp(&sess)) {
 				// Never to be delivered (or not within the patience): the
 				// results behind it are not held back for ever.
@@ -587,13 +598,19 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 		}
 		done = append(done, effect)
 	}
-	var ended bool // this write settles the results: the rollout is over
+	var ended bool                    // this write settles the results: the rollout is over
+	var announced []schema.GroupState // the groups whose effects this write settles
 	final, finalRev, _, err := bus.MutateFrom(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), sess, rev, func(v *schema.Session, exists bool) (bool, error) {
-		ended = false
+		ended, announced = false, nil
 		if !exists {
 			return false, nil
 		}
 		ended = v.Owes(schema.EffectResults) && slices.Contains(done, schema.EffectResults)
+		for _, gs := range groups {
+			if v.Owes(schema.EffectGroup(gs.Index)) {
+				announced = append(announced, gs)
+			}
+		}
 		changed := v.Settle(done...)
 		if ended && v.ResultsMs == 0 {
 			// Their retention runs from now, however late they went out
@@ -624,7 +641,10 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 	if err != nil {
 		return sess, rev, err
 	}
-	for _, gs := range groups {
+	// Said once: a settle run again (another replica's, a redelivery)
+	// finds the effect settled and says nothing, whatever the duplicate
+	// window; the status's id is the group's verdict.
+	for _, gs := range announced {
 		_ = s.Bus.Publish(ctx, &schema.Status{Rollout: sess.Rollout, Event: "group-" + gs.State, Episode: -1,
 			Detail: fmt.Sprintf("group %d %s", gs.Index, gs.Reason), AtMs: s.nowMs()})
 	}
@@ -637,6 +657,38 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 		_ = s.status(ctx, sess.Rollout, "finished", -1, final.Status)
 	}
 	return final, finalRev, nil
+}
+
+// failGroup records group g of the running rollout sess as failed, for
+// cause (an error no try mends): it is not delivered and does not count
+// toward target_groups. A verdict of delivered recorded before the
+// delivery failed is replaced (the group was not delivered); any other is
+// kept. It returns the group's state and the session as written.
+func (s *Service) failGroup(ctx context.Context, sess schema.Session, rev uint64, g int, cause error) (schema.GroupState, schema.Session, uint64, error) {
+	failed := schema.GroupState{Index: g, State: schema.GroupFailed, Reason: clipTo(cause.Error(), maxFilterReason)}
+	var gs schema.GroupState
+	written, writtenRev, _, err := bus.MutateFrom(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), sess, rev, func(v *schema.Session, exists bool) (bool, error) {
+		if !exists {
+			return false, fail.Permanentf("group %d of rollout %d, which has no session", g, sess.Rollout)
+		}
+		gs = failed
+		i := slices.IndexFunc(v.Groups, func(x schema.GroupState) bool { return x.Index == g })
+		switch {
+		case i < 0:
+			v.Groups = append(v.Groups, gs)
+		case v.Groups[i].State == schema.GroupDelivered:
+			gs.Scores = v.Groups[i].Scores // the rewards it was decided on
+			v.Groups[i] = gs
+		default:
+			gs = v.Groups[i]
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return schema.GroupState{}, sess, rev, err
+	}
+	return gs, written, writtenRev, nil
 }
 
 // cleanup removes what a finished rollout no longer needs: its run state

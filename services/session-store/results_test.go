@@ -34,6 +34,10 @@ func unpublishable(t *testing.T, s *Service, n int64) schema.Session {
 	if _, err := bus.Create(ctx, s.Bus.Sessions, schema.TasksKey(n), tl); err != nil {
 		t.Fatal(err)
 	}
+	// The end of the episode the session records as ended.
+	if err := s.Bus.Publish(ctx, &schema.EpisodeEnd{Rollout: n, Episode: 0, Turns: 1, Status: schema.EpisodeCompleted, Answers: []string{"a"}}); err != nil {
+		t.Fatal(err)
+	}
 	return sess
 }
 
