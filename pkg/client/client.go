@@ -525,8 +525,13 @@ func WithoutGroups(groups ...int) ResultOption {
 // rides out server restarts and leader changes until ctx ends.
 func (c *Client) result(ctx context.Context, n int64, role string, mine arrival, o resultOptions) (*schema.Result, error) {
 	// The rejection first: a refusal of mine wins over a result that names
-	// another arrival (the first of the role, whose rollout goes on).
+	// another arrival (the first of the role, whose rollout goes on). A
+	// caller that did not arrive reads the result first: a rejection there
+	// is of another's arrival, the answer only while no result is out.
 	subjects := []string{subject.Rejected(n, role), subject.Result(n, role)}
+	if mine.id == "" {
+		subjects[0], subjects[1] = subjects[1], subjects[0]
+	}
 	recheck, err := c.recheck()
 	if err != nil {
 		return nil, fmt.Errorf("wait for rollout %d: %w", n, err)
