@@ -96,6 +96,7 @@ print(json.dumps({"subject": subject, "headers": headers, "body": base64.b64enco
 		t.Errorf("subject %q, want %q", msg.Subject, subject.Arrive(7, schema.RolePlanner))
 	}
 	h := msg.Headers
+	takeNonce(t, &a, h["Nats-Msg-Id"])
 	if h[schema.HdrSchema] != a.Kind() || h[schema.HdrRollout] != "7" || h[schema.HdrRole] != schema.RolePlanner ||
 		h[schema.HdrContentType] != schema.ContentType || h["Nats-Msg-Id"] != a.MsgID() {
 		t.Errorf("headers %v (the Go client would send id %q)", h, a.MsgID())
@@ -103,6 +104,20 @@ print(json.dumps({"subject": subject, "headers": headers, "body": base64.b64enco
 	if bus.TraceIDOf(h[schema.HdrTraceparent]) != bus.RolloutTraceID(7) {
 		t.Errorf("traceparent %q does not carry the rollout's trace id %s", h[schema.HdrTraceparent], bus.RolloutTraceID(7))
 	}
+}
+
+// nonceRE is an arrival id's nonce: 16 lower-case hex digits.
+var nonceRE = regexp.MustCompile(`^[0-9a-f]{16}$`)
+
+// takeNonce sets a's Nonce (in the id only, not in the body) to the last
+// token of id, the Nats-Msg-Id it came with, checking it is a nonce.
+func takeNonce(t *testing.T, a *schema.Arrive, id string) {
+	t.Helper()
+	nonce := id[strings.LastIndexByte(id, '.')+1:]
+	if !nonceRE.MatchString(nonce) {
+		t.Errorf("arrival id %q ends in %q: want a nonce of 16 hex digits, as the Go client's", id, nonce)
+	}
+	a.Nonce = nonce
 }
 
 // TestPythonExamplesCompile: every Python file under examples/python (its
@@ -147,6 +162,7 @@ func TestPythonExamplesCompile(t *testing.T) {
 // Samples and what the module published as JSON.
 const slimeHarness = `
 import base64, json, sys, types
+import msgpack
 import nats
 import slime_planact
 from slime.utils.types import Sample
@@ -154,6 +170,21 @@ from slime.utils.types import Sample
 feed = json.load(sys.stdin)
 for subject, data in feed.get("store") or []:
     nats.store(subject, base64.b64decode(data))
+answers = [(subject, base64.b64decode(data)) for subject, data in feed.get("answers") or []]
+
+def answer_arrival(m):
+    """planact's answers to the role's arrival, stored when it comes, naming
+    it (arrival_id) unless they name another."""
+    arrival = m.subject.split(".")
+    if len(arrival) != 4 or arrival[0] != "rollout" or arrival[2] != "arrive":
+        return
+    for subject, data in answers:
+        if subject.split(".")[:4] == ["rollout", arrival[1], "result", arrival[3]]:
+            r = msgpack.unpackb(data, raw=False)
+            r["arrival_id"] = r.get("arrival_id") or m.headers["Nats-Msg-Id"]
+            nats.store(subject, msgpack.packb(r, use_bin_type=True))
+
+nats.on_publish.append(answer_arrival)
 for bucket, name, data in feed.get("objects") or []:
     nats.objects.setdefault(bucket, {})[name] = base64.b64decode(data)
 nats.behind.update(feed.get("behind") or {})
@@ -200,9 +231,15 @@ def print_rollout(out, ds):
                       "objects": {b: {n: base64.b64encode(d).decode() for n, d in o.items()} for b, o in nats.objects.items()}}))
 `
 
-// slimeFeed is what the fake NATS holds when the script starts.
+// slimeFeed is what the fake NATS holds when the script starts, and what
+// it answers an arrival with.
 type slimeFeed struct {
-	Store   [][2]string `json:"store"`   // subject, base64 msgpack
+	Store [][2]string `json:"store"` // subject, base64 msgpack
+	// Answers are planact's results and rejections (subject, base64
+	// msgpack), stored when the role's arrival comes, naming it in
+	// arrival_id unless they name another: a result that names no arrival
+	// is not known to answer it, and is passed over, as the Go client does.
+	Answers [][2]string `json:"answers,omitempty"`
 	Objects [][3]string `json:"objects"` // bucket, name, base64 msgpack
 	// Behind and Away: a subject's next direct gets answer 404 (a
 	// follower behind), or time out (a server away), that many times.
@@ -213,6 +250,22 @@ type slimeFeed struct {
 func (f *slimeFeed) store(t *testing.T, subject string, v any) {
 	t.Helper()
 	f.Store = append(f.Store, [2]string{subject, base64.StdEncoding.EncodeToString(marshal(t, v))})
+}
+
+// answer adds v, a result or rejection on subject, to what answers the
+// arrival of its rollout and role.
+func (f *slimeFeed) answer(t *testing.T, subject string, v *schema.Result) {
+	t.Helper()
+	f.Answers = append(f.Answers, [2]string{subject, base64.StdEncoding.EncodeToString(marshal(t, v))})
+}
+
+// stored is f with its answers stored from the start as they are: for a
+// script that reads them without arriving (trainer.accept with no arrival
+// id takes an answer that names none).
+func (f slimeFeed) stored() slimeFeed {
+	f.Store = append(slices.Clone(f.Store), f.Answers...)
+	f.Answers = nil
+	return f
 }
 
 func (f *slimeFeed) object(t *testing.T, bucket, name string, v any) {
@@ -478,7 +531,7 @@ func TestPythonSlimePlannerRollout(t *testing.T) {
 	const n = 107 // PLANACT_ROLLOUT_OFFSET 100 + slime's rollout 7
 	samples := plannerSamples(n)
 	var feed slimeFeed
-	feed.store(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
+	feed.answer(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
 		Samples: samples, SampleCount: len(samples), Tasks: trained(10, 11),
 		Stats: schema.Stats{Episodes: 4, Completed: 4, Accuracy: 0.5, MeanReward: 0.375, MeanTurns: 1.5, WallMs: 1500}})
 	engine := engineServer(t, "4")
@@ -531,6 +584,7 @@ print_rollout(slime_planact.generate_rollout(rollout_args(sys.argv[1]), 7, ds), 
 		t.Errorf("its config: %v", err)
 	}
 	h := arrival.Headers
+	takeNonce(t, &a, h["Nats-Msg-Id"])
 	if h[schema.HdrSchema] != a.Kind() || h[schema.HdrRollout] != "107" || h["Nats-Msg-Id"] != a.MsgID() ||
 		bus.TraceIDOf(h[schema.HdrTraceparent]) != bus.RolloutTraceID(n) {
 		t.Errorf("headers %v (the Go client would send id %q)", h, a.MsgID())
@@ -615,7 +669,7 @@ func TestPythonSlimeActorGroups(t *testing.T) {
 	// of the groups' samples twice.
 	resultObject := fmt.Sprintf("rollout-%d-actor.samples", n)
 	feed.object(t, bus.ObjectResults(schema.RoleActor), resultObject, samples)
-	feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
+	feed.answer(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
 		SamplesObject: resultObject, SampleCount: len(samples), Tasks: tasks, Stats: schema.Stats{Episodes: 8, Completed: 6, Acts: 5}})
 	engine := engineServer(t, "step-6")
 	out, err := slimeRun(t, `
@@ -670,7 +724,7 @@ func TestPythonSlimeReadsNoSampleTwice(t *testing.T) {
 			Samples: groupSamples[g], SampleCount: len(groupSamples[g]), Tasks: tasks[2*i : 2*i+2], Delivered: []int{0, 2}[:i+1], Groups: 2})
 		all = append(all, groupSamples[g]...)
 	}
-	feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
+	feed.answer(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
 		SamplesObject: fmt.Sprintf("rollout-%d-actor.samples", n), SampleCount: len(all), Tasks: tasks, Stats: schema.Stats{Episodes: 4, Completed: 4}})
 	out, err := slimeRun(t, `
 ds = DataSource(prompt_groups(2))
@@ -701,7 +755,7 @@ func TestPythonReadsGroupsBehind(t *testing.T) {
 			f.store(t, subject.Group(n, schema.RoleActor, g), &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: g,
 				Samples: groupSamples[g], SampleCount: len(groupSamples[g]), Tasks: tasks[2*i : 2*i+2], Delivered: []int{0, 2}[:i+1], Groups: 2})
 		}
-		f.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
+		f.answer(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
 			Tasks: tasks, DeliveredGroups: []int{0, 2}, GroupSamples: counted, Stats: schema.Stats{Episodes: 4, Completed: 4}})
 		// The follower has none of the groups yet: the stream's last group
 		// is not found, group 0 twice more, and group 2 times out twice.
@@ -733,7 +787,7 @@ async def main():
     print(json.dumps({"samples": [[s.get("group_index", 0), s.get("index", 0)] for s in r["samples"]], "asked": nats.asked}))
 import time
 asyncio.run(main())
-`, nil, feed(len(samples)), subject.Result(n, schema.RoleActor))
+`, nil, feed(len(samples)).stored(), subject.Result(n, schema.RoleActor))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -782,7 +836,9 @@ asyncio.run(main())
 // with --partial-rollout the group planact stopped goes back to the data
 // source, unchanged. PLANACT_STALE=mask keeps the stale sample in its group
 // with remove_sample set. It asks for results without the delivered
-// groups' samples, and reads them from the groups.
+// groups' samples, and reads them from the groups; and since the config it
+// sent streams the groups (target_groups), though PLANACT_CONFIG does not,
+// it reads them as they come and counts them (planact/groups_delivered).
 func TestPythonSlimeOverSampling(t *testing.T) {
 	t.Parallel()
 	const n = 9
@@ -797,7 +853,7 @@ func TestPythonSlimeOverSampling(t *testing.T) {
 	// The module asks for results without the groups' samples
 	// (result_samples undelivered): the result names the groups, and the
 	// module reads their samples from their messages.
-	feed.store(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
+	feed.answer(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
 		Tasks: tasks, DeliveredGroups: []int{10, 11}, GroupSamples: len(samples)})
 	prompt := strings.Repeat("a long question ", 4000) // 64 KB: six of them are more than a message takes
 	out, err := slimeRun(t, `
@@ -848,6 +904,10 @@ print_rollout(slime_planact.generate_rollout(rollout_args(sys.argv[1], batch=2, 
 		r.Added[0][0].Status != "PENDING" || len(r.Added[0][0].Tokens) != 0 {
 		t.Errorf("given back to the data source %+v: want group 12 as it was read", r.Added)
 	}
+	if got, ok := r.Metrics["planact/groups_delivered"]; !ok || got != 2 {
+		t.Errorf("metric planact/groups_delivered = %v (there: %v), want 2: the config sent has target_groups, so the groups "+
+			"are read as planact delivers them", got, ok)
+	}
 }
 
 // TestPythonSlimeErrors: what the module refuses, and what planact's
@@ -858,25 +918,25 @@ func TestPythonSlimeErrors(t *testing.T) {
 	const n = 9
 	result := func(status, reason string, samples ...schema.Sample) slimeFeed {
 		var feed slimeFeed
-		feed.store(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: status, Reason: reason,
+		feed.answer(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: status, Reason: reason,
 			Samples: samples, SampleCount: len(samples), Tasks: trained(10)})
 		return feed
 	}
 	miscounted := func() slimeFeed { // a result that holds fewer samples than it counts
 		var feed slimeFeed
-		feed.store(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
+		feed.answer(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
 			Samples: plannerSamples(n)[1:2], SampleCount: 2, Tasks: trained(10)})
 		return feed
 	}
 	rejected := func(arrivalID string) slimeFeed {
 		var feed slimeFeed
-		feed.store(t, subject.Rejected(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultInvalid,
+		feed.answer(t, subject.Rejected(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultInvalid,
 			Reason: `unknown field "config.max_turn"`, Rejected: true, ArrivalID: arrivalID})
 		return feed
 	}
 	actorResult := func(n int64) slimeFeed {
 		var feed slimeFeed
-		feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
+		feed.answer(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
 			Samples: actorSamples(n)[:1], SampleCount: 1, Tasks: trained(0)})
 		return feed
 	}
@@ -1139,7 +1199,7 @@ func TestPythonSlimeOlderSlime(t *testing.T) {
 	const n = 9
 	samples := plannerSamples(n)
 	var feed slimeFeed
-	feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK, Samples: samples, SampleCount: len(samples)})
+	feed.answer(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK, Samples: samples, SampleCount: len(samples)})
 	out, err := slimeRun(t, `
 import os
 from dataclasses import dataclass, field
@@ -1219,7 +1279,8 @@ print(json.dumps({"type": type(out).__name__, "mask": mask,
 // rollout-time log-probs") and, with --rollout-top-p below 1, over the
 // nucleus the engine replays (Sample.rollout_top_p_token_ids, which
 // RolloutManager asserts and planact does not return). A training rollout
-// whose role samples at another temperature, or with top_p below 1, or a
+// whose role samples at another temperature (a null one is planact's
+// default 1), or with top_p below 1, or a
 // job with --rollout-top-p below 1, is refused before the data source is
 // read or anything is sent, naming both values; where they agree, the
 // rollout goes through slime's RolloutManager (the stand-in). The other
@@ -1229,9 +1290,9 @@ func TestPythonSlimeTrainingSampling(t *testing.T) {
 	const n = 9
 	ps := plannerSamples(n)
 	var planner, actor slimeFeed
-	planner.store(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
+	planner.answer(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
 		Samples: []schema.Sample{ps[1], ps[3]}, SampleCount: 2, Tasks: trained(10)})
-	actor.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
+	actor.answer(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
 		Samples: actorSamples(n)[:3], SampleCount: 3, Tasks: trained(0)})
 	engine := engineServer(t, "4")
 	for _, c := range []struct {
@@ -1244,6 +1305,10 @@ func TestPythonSlimeTrainingSampling(t *testing.T) {
 			wants: "ValueError: PLANACT_CONFIG actor_sampling.temperature 0.7 (planact's default 1) differs from --rollout-temperature 1"},
 		{name: "slime hotter than planact's default", role: schema.RoleActor, config: `{"planner_sampling": {"temperature": 1.2}}`, args: `{"rollout_temperature": 1.2}`,
 			wants: "ValueError: PLANACT_CONFIG actor_sampling.temperature 1 (planact's default 1) differs from --rollout-temperature 1.2"},
+		// null is planact's default, 1: checked as 1 is.
+		{name: "planner temperature null", role: schema.RolePlanner, config: `{"planner_sampling": {"temperature": null}}`, args: `{"rollout_temperature": 0.7}`,
+			wants: "ValueError: PLANACT_CONFIG planner_sampling.temperature 1 (planact's default 1) differs from --rollout-temperature 0.7"},
+		{name: "nulls agree", role: schema.RoleActor, config: `{"actor_sampling": {"temperature": null, "top_p": null}}`, args: `{}`},
 		{name: "slime top-p", role: schema.RolePlanner, config: `{}`, args: `{"rollout_top_p": 0.9}`,
 			wants: "ValueError: --rollout-top-p 0.9: slime then trains on the top-p nucleus the engine replays"},
 		{name: "planact top-p", role: schema.RolePlanner, config: `{"planner_sampling": {"top_p": 0.95}}`, args: `{}`,

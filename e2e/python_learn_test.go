@@ -170,10 +170,10 @@ func TestPythonSlimeActorAdvantages(t *testing.T) {
 
 	var feed slimeFeed
 	stored := *res
-	// Handed to the module's own arrival: the result names none (the Go
-	// trainer's arrival made it), and its samples are inline.
+	// The answer to the module's own arrival, which it names (the Go
+	// trainer's arrival made it), its samples inline.
 	stored.SamplesObject, stored.ArrivalID = "", ""
-	feed.store(t, subject.Result(n, schema.RoleActor), &stored)
+	feed.answer(t, subject.Result(n, schema.RoleActor), &stored)
 	engine := engineServer(t, "actor-v3")
 	env := map[string]string{"PLANACT_ROLE": "actor", "PLANACT_ENGINE_URL": engine, "PLANACT_TIMEOUT_S": "60"}
 	sizes := []int{episodes, 4, 5, episodes + 3, samples + 1}
@@ -468,7 +468,7 @@ print(json.dumps([{"rollout": a.fields["rollout"], "datasets": a.datasets, "task
 		for _, r := range results[role] {
 			stored := *r
 			stored.ArrivalID = ""
-			feed.store(t, subject.Result(r.Rollout, role), &stored)
+			feed.answer(t, subject.Result(r.Rollout, role), &stored)
 		}
 		env["PLANACT_ROLE"] = role
 		out, err := slimeRun(t, slimeEval+`

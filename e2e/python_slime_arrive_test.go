@@ -21,7 +21,7 @@ func TestPythonArrivesOncePlanactIsUp(t *testing.T) {
 	const n = 9
 	samples := plannerSamples(n)[1:2]
 	var feed slimeFeed
-	feed.store(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
+	feed.answer(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
 		Samples: samples, SampleCount: len(samples), Tasks: trained(10)})
 	engine := engineServer(t, "4")
 	out, err := slimeRun(t, `

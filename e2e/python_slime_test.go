@@ -41,7 +41,7 @@ func TestPythonSlimeLogProbsAllOrNone(t *testing.T) {
 	missing.Metadata = map[string]any{"rollout": n, "episode": 1, "log_probs_missing": "turn 1: the reply had no output_token_logprobs"}
 	feed := func(samples ...schema.Sample) slimeFeed {
 		var f slimeFeed
-		f.store(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
+		f.answer(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
 			Samples: samples, SampleCount: len(samples), Tasks: trained(10)})
 		return f
 	}
@@ -162,7 +162,7 @@ func TestPythonSlimeAbortedGroups(t *testing.T) {
 			tasks[i].State, tasks[i].Reason = schema.TaskAborted, "stale: planner weights 4 versions behind"
 		}
 		var feed slimeFeed
-		feed.store(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
+		feed.answer(t, subject.Result(n, schema.RolePlanner), &schema.Result{Rollout: n, Role: schema.RolePlanner, Status: schema.ResultOK,
 			Samples: samples, SampleCount: len(samples), Tasks: tasks})
 		out, err := slimeRun(t, `
 ds = DataSource(prompt_groups(3))
@@ -198,7 +198,7 @@ print_rollout(slime_planact.generate_rollout(rollout_args(sys.argv[1], batch=3, 
 		tasks := trained(0, 2)
 		tasks[3].State, tasks[3].Reason = schema.TaskAborted, "stale: actor weights 3 versions behind" // episode 5
 		var feed slimeFeed
-		feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
+		feed.answer(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
 			Samples: samples, SampleCount: len(samples), Tasks: tasks})
 		out, err := slimeRun(t, `
 ds = DataSource([])
@@ -236,7 +236,7 @@ func TestPythonGroupSampleCount(t *testing.T) {
 		feed.store(t, subject.Group(n, schema.RoleActor, g), &schema.Group{Rollout: n, Role: schema.RoleActor, GroupIndex: g,
 			Samples: groupSamples[g], SampleCount: count, Tasks: tasks[2*i : 2*i+2], Delivered: []int{0, 2}[:i+1], Groups: 2})
 	}
-	feed.store(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
+	feed.answer(t, subject.Result(n, schema.RoleActor), &schema.Result{Rollout: n, Role: schema.RoleActor, Status: schema.ResultOK,
 		Tasks: tasks, DeliveredGroups: []int{0, 2}, GroupSamples: len(groupSamples[0]) + len(groupSamples[2])})
 	want := fmt.Sprintf("group 2 of rollout %d (actor) holds %d samples and counts %d (sample_count)", n, len(groupSamples[2]), len(groupSamples[2])+1)
 	t.Run("slime", func(t *testing.T) {
@@ -266,7 +266,7 @@ async def main():
     except trainer.Miscounted as e:
         print(f"Miscounted: {e}")
 asyncio.run(main())
-`, nil, feed, subject.Result(n, schema.RoleActor))
+`, nil, feed.stored(), subject.Result(n, schema.RoleActor))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,7 +36,7 @@ the variable):
                           planact's NATS_URL.
   PLANACT_NATS_USER       with PLANACT_NATS_PASSWORD: the role's NATS user
   PLANACT_NATS_PASSWORD   (trainer-planner or trainer-actor in compose/).
-  PLANACT_NATS_CREDS      or a .creds file.
+  PLANACT_NATS_CREDS      or a .creds file (not both: an error).
   PLANACT_NATS_INBOX_PREFIX  where replies and deliveries to this job come:
                           default _INBOX_<PLANACT_NATS_USER> (planact's accounts
                           let each user read its own inboxes only), else
@@ -251,7 +251,7 @@ STOPPED_STATES = ("aborted", "unfinished")
 class PlanactError(RuntimeError):
     """planact did not give this role's samples: status is planact's
     (timeout, invalid, failed, ...) or the module's (unreachable: NATS,
-    or planact's streams, not up in time, unsupported: a nats-server
+    or planact's streams or buckets, not up in time, unsupported: a nats-server
     older than planact needs, empty, unreadable: a group or samples
     object planact named could not be read in time, miscounted: a group
     holds other than its sample_count,
@@ -297,6 +297,9 @@ def connect_options(env=os.environ):
     user, password = env.get("PLANACT_NATS_USER", ""), env.get("PLANACT_NATS_PASSWORD", "")
     if bool(user) != bool(password):
         raise ValueError("PLANACT_NATS_USER and PLANACT_NATS_PASSWORD go together: set both or neither")
+    if user and env.get("PLANACT_NATS_CREDS"):
+        raise ValueError("PLANACT_NATS_USER/PLANACT_NATS_PASSWORD and PLANACT_NATS_CREDS are both set: "
+                         "the job authenticates one way, a user and password or a .creds file; unset one")
     if user:
         options.update(user=user, password=password)
     if env.get("PLANACT_NATS_CREDS"):
@@ -402,6 +405,9 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
     groups, config = [], None
     if settings.role == "planner":  # checked before the batch is taken from the data source
         count, config = batch_plan(args, settings.config)
+        # The rollout runs with the config sent (batch_plan may add
+        # target_groups, which streams the groups): wait and count with it.
+        settings = dataclasses.replace(settings, config=config)
         groups = data_source.get_samples(count)
     fields = arrival_fields(n, settings.role, engine, engine_weight_version(engine), groups, config)
     logger.info("rollout %d: arriving as the %s with engine %s (weights %r), %d tasks; waiting up to %gs",
@@ -844,8 +850,9 @@ def check_training_sampling(args, config, role):
     taken from the data source or sent."""
     sampling = config.get(f"{role}_sampling")
     sampling = sampling if isinstance(sampling, dict) else {}  # None: not set (parse_config refuses the rest)
-    temperature = sampling.get("temperature", DEFAULT_TEMPERATURE)
-    top_p = sampling.get("top_p", DEFAULT_TOP_P)
+    # What planact samples with: a field absent or null takes its default.
+    temperature = DEFAULT_TEMPERATURE if sampling.get("temperature") is None else sampling["temperature"]
+    top_p = DEFAULT_TOP_P if sampling.get("top_p") is None else sampling["top_p"]
     slime_temperature = getattr(args, "rollout_temperature", None)
     slime_temperature = 1.0 if slime_temperature is None else slime_temperature
     slime_top_p = getattr(args, "rollout_top_p", None)
@@ -1057,9 +1064,19 @@ def check_status(result, n, role):
         logger.warning("evaluation %d: %s: %s; the %s scores the episodes that ended", n, status, reason, role)
     elif status in ("partial", "aborted"):
         logger.warning("rollout %d: %s: %s; training the %s on the %d samples that finished",
-                       n, status, reason, role, result.get("sample_count", len(result["samples"])))
+                       n, status, reason, role, finished_samples(result))
     elif status != "ok":
         raise PlanactError(status, f"rollout {n} ({role}): {reason}")
+
+
+def finished_samples(result):
+    """How many samples the result gives: its own (sample_count) and, when
+    it leaves the delivered groups out (result_samples undelivered), theirs
+    (group_samples)."""
+    count = result.get("sample_count", len(result["samples"]))
+    if result.get("delivered_groups"):
+        count += result.get("group_samples", 0)
+    return count
 
 
 async def wait_groups(nc, js, rollout, role, arrival_id, timeout_s):

@@ -13,6 +13,8 @@ import base64
 import hashlib
 import json
 import os
+import re
+import secrets
 import time
 
 import msgpack
@@ -92,12 +94,14 @@ def traceparent(rollout: int) -> str:
 
 
 def arrival_message(rollout, role, engine, weight_version, tasks=None, config=None, at_ms=None, tasks_object=None,
-                    tasks_sha256=None, sampling=None):
+                    tasks_sha256=None, sampling=None, attempt=None):
     """The subject, headers and msgpack body of an arrival (schema
     rollout.arrive/1) on rollout.<N>.arrive.<role>. tasks_object names tasks
     put in the object store instead, tasks_sha256 their digest (see
     offload_tasks); sampling is the role's own model's sampling, which
-    becomes the rollout's <role>_sampling."""
+    becomes the rollout's <role>_sampling; attempt tells a deliberate
+    re-arrival from the first. Each call makes a new arrival: its
+    Nats-Msg-Id ends in a random nonce of its own."""
     at_ms = at_ms or int(time.time() * 1000)
     body = {
         "schema": "rollout.arrive/1",
@@ -116,26 +120,32 @@ def arrival_message(rollout, role, engine, weight_version, tasks=None, config=No
         body["config"] = config
     if sampling:
         body["sampling"] = sampling
+    if attempt:
+        body["attempt"] = attempt
     headers = {
         "Planact-Schema": "rollout.arrive/1",
         "Planact-Rollout": str(rollout),
         "Planact-Role": role,
         "Content-Type": "application/msgpack",
         # One id per arrival: a retried publish of it is dropped as a
-        # duplicate, a corrected arrival after a rejection is not; a
-        # rejection names the arrival it answers by this id (arrival_id).
-        "Nats-Msg-Id": f"arrive.{rollout}.{role}..{at_ms}",
+        # duplicate, a corrected arrival after a rejection is not, even in
+        # the same millisecond (the nonce, as the Go and Node clients'); an
+        # answer names the arrival it answers by this id (arrival_id).
+        "Nats-Msg-Id": f"arrive.{rollout}.{role}.{attempt or ''}.{at_ms}.{secrets.token_hex(8)}",
         "traceparent": traceparent(rollout),
     }
     return f"rollout.{rollout}.arrive.{role}", headers, msgpack.packb(body, use_bin_type=True)
 
 
-async def offload_tasks(js, rollout, role, tasks):
+async def offload_tasks(js, rollout, role, tasks, deadline=None):
     """Puts tasks too large for a message in the role's object store
     tasks_<role> (a msgpack TaskList, schema kv.tasklist) and returns the
     object's name and the SHA-256 of its bytes, or (None, None) when they
     fit in the arrival. planact runs the rollout on that list only: an
-    object changed after the arrival is refused."""
+    object changed after the arrival is refused. A store not there yet
+    (planact not up: its buckets are made as it starts) or a server that
+    does not answer is tried again until deadline, as publish_until_up
+    does; then NotUp says why."""
     data = msgpack.packb({"tasks": tasks}, use_bin_type=True)
     if len(data) <= INLINE_TASKS_LIMIT:
         return None, None
@@ -143,14 +153,41 @@ async def offload_tasks(js, rollout, role, tasks):
     # A list is written once, under a name of its own: a trainer may not
     # purge its store, which replacing an object would need.
     name = f"rollout-{rollout}-{role}-{sha[:16]}.tasks"
-    store = await js.object_store(f"tasks_{role}")
-    try:
-        info = await store.get_info(name)
-    except Exception:  # not there (nats-py raises its ObjectNotFoundError)
-        info = None
-    if info is None or getattr(info, "digest", None) != object_digest(data):
-        await store.put(name, data)
+
+    async def put():
+        store = await js.object_store(f"tasks_{role}")
+        try:
+            info = await store.get_info(name)
+        except Exception:  # not there (nats-py raises its ObjectNotFoundError)
+            info = None
+        if info is None or getattr(info, "digest", None) != object_digest(data):
+            await store.put(name, data)
+
+    await until_up(f"the object store tasks_{role}", put, deadline)
     return name, sha
+
+
+async def until_up(what, call, deadline=None):
+    """call()'s answer, tried again with back-off while what it reaches is
+    not there yet (planact's streams or buckets: planact not up) or does not
+    answer, until deadline (time.monotonic(); None: READ_S from now). Then
+    NotUp says what and why."""
+    from nats.js import errors as js_errors  # nats-py's JetStream API errors
+
+    not_up = (js_errors.NotFoundError, js_errors.ServiceUnavailableError, js_errors.NoStreamResponseError,
+              nats.errors.NoRespondersError, nats.errors.TimeoutError)
+    deadline = deadline if deadline is not None else time.monotonic() + READ_S
+    wait = 0.05
+    while True:
+        try:
+            return await call()
+        except not_up as e:
+            why = f"{what}: {type(e).__name__}" + (f" ({e})" if str(e) else "")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise NotUp(f"planact is not up: {why}, tried again until the deadline")
+        await asyncio.sleep(min(wait, left))
+        wait = min(2 * wait, 1.0)
 
 
 def object_digest(data):
@@ -163,7 +200,8 @@ async def arrive(js, rollout, role, engine, weight_version, tasks=None, config=N
     """Publish the arrival with JetStream, until a stream takes it
     (publish_until_up; deadline as there). Returns its Nats-Msg-Id, which a
     rejection of it carries as arrival_id."""
-    tasks_object, tasks_sha256 = await offload_tasks(js, rollout, role, tasks) if tasks else (None, None)
+    deadline = deadline if deadline is not None else time.monotonic() + READ_S  # one bound for the tasks and the arrival
+    tasks_object, tasks_sha256 = await offload_tasks(js, rollout, role, tasks, deadline) if tasks else (None, None)
     if tasks_object:
         tasks = None
     subject, headers, body = arrival_message(rollout, role, engine, weight_version, tasks, config,
@@ -196,11 +234,18 @@ async def publish_until_up(js, subject, body, headers, deadline=None):
         wait = min(2 * wait, 1.0)
 
 
+NONCE = re.compile(r"[0-9a-f]{16}")
+
+
 def arrival_ms(arrival_id):
-    """The at_ms at the end of an arrival id arrive.<N>.<role>.<attempt>.<at_ms>."""
+    """The at_ms of an arrival id arrive.<N>.<role>.<attempt>.<at_ms>.<nonce>
+    (or of the older form without a nonce); 0 for another id."""
+    tokens = arrival_id.split(".")
+    if len(tokens) >= 6 and NONCE.fullmatch(tokens[-1]):
+        tokens = tokens[:-1]
     try:
-        return int(arrival_id.rsplit(".", 1)[1])
-    except (IndexError, ValueError):
+        return int(tokens[-1]) if len(tokens) >= 5 else 0
+    except ValueError:
         return 0
 
 
@@ -254,9 +299,10 @@ async def wait_result(nc, js, rollout, role, arrival_id, timeout_s):
 
 
 async def accept(nc, role, data, arrival_id, fetch=True, deadline=None):
-    """The result in data, with its samples, or None when data is nothing or
-    the rejection of another arrival (rejections name the arrival they
-    answer by its Nats-Msg-Id, in arrival_id). With fetch=False, samples
+    """The result in data, with its samples, or None when data is nothing,
+    names no arrival, or is the rejection of another arrival (planact's
+    answers name the arrival they answer by its Nats-Msg-Id, in
+    arrival_id). With fetch=False, samples
     kept in the object store (samples_object) are left there: a trainer
     that took the groups as they came reads them only if it needs them.
     What the result says is there is read until deadline (time.monotonic();
@@ -267,7 +313,9 @@ async def accept(nc, role, data, arrival_id, fetch=True, deadline=None):
     if result.get("schema") != "rollout.result/1":
         raise ValueError(f"unexpected result schema {result.get('schema')!r}")
     answers = result.get("arrival_id")
-    if result.get("rejected") and answers not in (None, "", arrival_id):
+    if arrival_id and not answers:
+        return None  # it names no arrival: not known to answer this one (as the Go client reads it)
+    if result.get("rejected") and answers != arrival_id:
         return None
     finished = result.get("stats", {}).get("finished_ms", 0)
     if not result.get("rejected") and answers not in (None, "", arrival_id) and 0 < finished <= arrival_ms(arrival_id):

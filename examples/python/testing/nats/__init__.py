@@ -9,7 +9,10 @@ not know has no responders. A test plays a follower behind, or a server
 away, with behind and away: a subject's next direct gets answer 404, or
 time out, that many times; and planact's streams not up yet with
 no_stream: a subject's next JetStream publishes raise nats-py's
-NoStreamResponseError (no stream took them), that many times. An object
+NoStreamResponseError (no stream took them), that many times; and
+planact's buckets not made yet with no_bucket: a bucket's next
+js.object_store() calls raise nats-py's BucketNotFoundError, that many
+times. An object
 store's stream answers the leader's reads
 ($JS.API.STREAM.MSG.GET.OBJ_<bucket>) of an object's metadata and of its
 one chunk. Subscriptions get what is stored after they were made. Every
@@ -41,6 +44,7 @@ behind = {}  # subject -> how many more direct gets of it answer 404 (a follower
 away = {}  # subject -> how many more direct gets of it time out (a server away)
 asked = {}  # subject -> direct gets of it so far
 no_stream = {}  # subject -> how many more JetStream publishes to it find no stream (planact not up)
+no_bucket = {}  # bucket -> how many more js.object_store() calls of it find no bucket (planact not up)
 
 
 def matches(pattern, subject):
@@ -136,6 +140,9 @@ class JetStream:
         return SimpleNamespace(stream=next(n for n, p in STREAMS.items() if subject.startswith(p)), seq=len(published))
 
     async def object_store(self, bucket):
+        if no_bucket.get(bucket, 0) > 0:
+            no_bucket[bucket] -= 1
+            raise js_errors.BucketNotFoundError
         return ObjectStore(objects.setdefault(bucket, {}))
 
 

@@ -13,3 +13,20 @@ class NoStreamResponseError(Error):
 
     def __str__(self):
         return "nats: no response from stream"
+
+
+class APIError(Error):
+    """An error the JetStream API answered with."""
+
+
+class ServiceUnavailableError(APIError):
+    """The JetStream API answered 503 (JetStream not there)."""
+
+
+class NotFoundError(APIError):
+    """The JetStream API answered 404."""
+
+
+class BucketNotFoundError(NotFoundError):
+    """js.object_store() of a bucket whose stream is not there, as nats-py
+    raises it."""
