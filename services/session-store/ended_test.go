@@ -135,8 +135,8 @@ func TestEndedAsTellsEachRole(t *testing.T) {
 			"at 2026-01-01T00:00:00Z; the actor's result: failed (no act ran); the planner's result: ok"},
 		{"the actor never arrived", base(map[string]schema.RoleInfo{schema.RolePlanner: {ResultStatus: schema.ResultTimeout, ResultReason: "barrier time-out"}}), schema.RoleActor,
 			"at 2026-01-01T00:00:00Z; the actor had not arrived; the planner's result: timeout (barrier time-out)"},
-		{"results not out yet", notOut, schema.RolePlanner,
-			"ok at 2026-01-01T00:00:00Z: planner's reason; its results are not out yet, and each role's has a status of its own"},
+		{"results not recorded as out yet", notOut, schema.RolePlanner,
+			"ok at 2026-01-01T00:00:00Z: planner's reason; each role's result has a status of its own: rollout.7.result.planner, rollout.7.result.actor"},
 		{"a session recorded before each role's result was", base(old), schema.RoleActor,
 			"at 2026-01-01T00:00:00Z; the actor's result: not recorded in the session (rollout.7.result.actor has it); the planner's result: ok (planner's reason)"},
 	} {

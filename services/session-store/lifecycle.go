@@ -440,8 +440,9 @@ func (s *Service) end(v *schema.Session, state, status, reason string) {
 // (asker) first and then the other: when, and each role's result status
 // and why. Each role's result has its own status (the actor's can be
 // failed where the planner's is ok), so none is given for the whole
-// rollout. Before the results are out it says so, with the status decided
-// when the rollout ended. Of a session recorded before each role's was,
+// rollout. Before their publishing is recorded (they may be out already)
+// it gives the status decided when the rollout ended, and where each
+// role's result is. Of a session recorded before each role's was,
 // it gives the first arrived role's (the session's status then) and
 // sends to the other's result subject.
 func endedAs(sess *schema.Session, asker string) string {
@@ -451,7 +452,7 @@ func endedAs(sess *schema.Session, asker string) string {
 		if sess.Reason != "" {
 			s += ": " + sess.Reason
 		}
-		return s + "; its results are not out yet, and each role's has a status of its own"
+		return s + fmt.Sprintf("; each role's result has a status of its own: %s, %s", subject.Result(sess.Rollout, schema.RolePlanner), subject.Result(sess.Rollout, schema.RoleActor))
 	}
 	roles := []string{schema.RolePlanner, schema.RoleActor}
 	if asker == schema.RoleActor {
