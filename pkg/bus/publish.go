@@ -311,7 +311,11 @@ func (b *Bus) PublishOnce(ctx context.Context, m schema.Message) (stored bool, e
 // filter, each publishing after what it read, never both succeed. stored
 // is false when the last message was another (the caller reads it again
 // and decides anew); dup, with stored, when the stream held m's id
-// already (m was stored by an earlier publish of it).
+// already (m was stored by an earlier publish of it). Which check comes
+// first differs: a cluster's leader checks the id first (dup), a single
+// server the sequence first, so that m sent again after its ack was lost
+// (publishAck) is refused there, stored false, the last message m itself
+// (its Nats-Msg-Id): a caller that reads it again must know it as its own.
 func (b *Bus) PublishAfter(ctx context.Context, m schema.Message, filter string, seq uint64) (stored, dup bool, err error) {
 	msg, err := NewMsg(ctx, m)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/fail"
@@ -97,19 +98,26 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 		// one the other runner still generates elsewhere.
 		pending, pendingReason = &schema.Retry{By: s.replica(), Why: run.rerun}, "rerun"
 	}
-	if run.resend != nil {
+	resent := run.resend != nil
+	if resent {
 		// Outstanding since before this exchange (a send that found no
 		// gateway, a try a pause aborted, an answer no longer kept): it
 		// stays so, for the act's next exchange, until a gateway starts
 		// or attaches one (a refusal while paused starts nothing).
 		pending, pendingReason = run.resend, run.resendReason
 		run.resend = nil
-		defer func() {
-			if pending != nil && run.resend == nil {
-				run.resend, run.resendReason = pending, pendingReason
-			}
-		}()
 	}
+	defer func() {
+		// One made here stays outstanding too when the same try is sent
+		// again, no attempt counted: a refusal while paused that no
+		// gateway acknowledged (the gateway that took the first copy may
+		// be generating it). It was dropped, and a generation of the try
+		// after the resume went unrecorded.
+		refused := err == nil && !acked && answer != nil && answer.Header.Get(micro.ErrorCodeHeader) == schema.ActorCodePaused
+		if pending != nil && run.resend == nil && (resent || refused) {
+			run.resend, run.resendReason = pending, pendingReason
+		}
+	}()
 	carried := map[int]schema.Retry{}
 	sends := 0
 	send := func(subj string) error {

@@ -264,7 +264,12 @@ func publishActOutcome(ctx context.Context, b *bus.Bus, done *schema.ActDone) (s
 		}
 		var rec schema.ActRetries
 		if err := last.Decode(&rec); err != nil {
-			return false, fmt.Errorf("outcome of act %s: the retries recorded of it: %w", done.Key, err)
+			// A record that cannot be read (another version wrote it, or
+			// something that may write there should not have) still says
+			// a retry was recorded: the outcome says so, and is published
+			// after it, rather than never.
+			zerolog.Ctx(ctx).Error().Err(err).Str("subject", last.Subject).Uint64("seq", last.Seq).Msg("the retries recorded of an act cannot be read")
+			rec.Retries = []schema.Retry{{By: "unknown", Why: fmt.Sprintf("a retry was recorded (%s, sequence %d), but its record cannot be read: %v", last.Subject, last.Seq, err), AtMs: last.Time.UnixMilli()}}
 		}
 		done.Retries, after = mergeRetries(rec.Retries, own), last.Seq
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -243,5 +244,36 @@ func TestMergeRetries(t *testing.T) {
 		if got := mergeRetries(tc.recorded, tc.own); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestAnUnreadableRetryRecordDoesNotBlockTheOutcome: a retries record that
+// cannot be decoded (another version wrote it) still says a retry was
+// recorded; the act's outcome is published after it, saying so, rather
+// than refused for ever.
+func TestAnUnreadableRetryRecordDoesNotBlockTheOutcome(t *testing.T) {
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "dispatcher")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec := &schema.ActRetries{Rollout: 3, Episode: 1, Key: "t1-s1"}
+	if _, err := b.JS.Publish(ctx, rec.Subject(), []byte{0xc1}); err != nil { // 0xc1: never valid msgpack
+		t.Fatal(err)
+	}
+	done := &schema.ActDone{Rollout: 3, Episode: 1, Turn: 1, Key: "t1-s1", NodeID: "s1", Status: schema.ActDoneOK, Output: "x", Attempts: 1}
+	stored, err := publishActOutcome(ctx, b, done)
+	if err != nil || !stored {
+		t.Fatalf("outcome after an unreadable retries record: stored %v, %v", stored, err)
+	}
+	m, err := b.LastMsg(ctx, bus.StreamAct, done.Subject())
+	if err != nil || m == nil {
+		t.Fatalf("the outcome on the stream: %v %v", m, err)
+	}
+	var got schema.ActDone
+	if err := m.Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Retries) != 1 || !strings.Contains(got.Retries[0].Why, "cannot be read") {
+		t.Errorf("the outcome's retries: %+v, want one saying a retry was recorded whose record cannot be read", got.Retries)
 	}
 }
