@@ -53,7 +53,7 @@ func planDAG(turn int, partial bool, seq int, nodes ...plan.Node) *schema.PlanDA
 
 // msg is plan message seq as the consumer hands it to the handler.
 func msg(seq uint64) bus.Msg {
-	return bus.Msg{Subject: "plan.1.dag.0", Header: nats.Header{}, Seq: seq, Delivered: 2}
+	return bus.Msg{Subject: "plan.1.dag.0", Header: nats.Header{}, Seq: seq, Delivered: 2, Time: time.Now()}
 }
 
 // record writes a run as its runner (plan message runner) would have, the

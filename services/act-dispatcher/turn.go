@@ -227,6 +227,30 @@ func (r *runner) take() ([]*schema.ActDone, []string, *schema.PlanDAG) {
 // runner was this very message (redelivered: the replica that ran it
 // stopped) or one the watchdog hands over, or merges the plan into a turn
 // another replica runs.
+// oldPlan is how old a plan message may be before its rollout's state is
+// read again from the leader (overSince): the session cache may be up to
+// a second old.
+const oldPlan = time.Second
+
+// overSince says whether the rollout of info, which the session cache
+// shows running, has ended since (or is another rollout of its number), on
+// a read from the leader. A plan message stored a while ago (delivered
+// again after its ack was lost in a NATS restart) may be for a turn that
+// ran, whose rollout then ended and had its run states removed: run
+// again, its acts would call an engine a second time (make chaos found
+// one), while the cached session still showed the rollout running.
+func (s *Service) overSince(ctx context.Context, info *session.Info) (bool, error) {
+	sess, _, found, err := bus.GetFresh[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(info.Session.Rollout))
+	if err != nil {
+		return false, err
+	}
+	if found && sess.State == schema.SessionRunning && sess.CreatedMs == info.Session.CreatedMs {
+		return false, nil
+	}
+	zerolog.Ctx(ctx).Info().Str("state", sess.State).Msg("an old plan message of a rollout that is over since; dropped")
+	return true, nil
+}
+
 func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, d *schema.PlanDAG) error {
 	key := schema.RunKey(d.Rollout, d.Episode, d.Turn)
 	takeover, handed := parseSeq(m.Header.Get(HdrTakeover))
@@ -279,6 +303,11 @@ func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, 
 		}
 		if errors.Is(t.halted(), errHandedOver) {
 			return nil // the watchdog gave the turn to another message
+		}
+	}
+	if s.runners.get(key) == nil && !handed && s.clock().Sub(m.Time) > oldPlan {
+		if over, err := s.overSince(ctx, info); err != nil || over {
+			return err
 		}
 	}
 	prior, err := s.priorActs(ctx, info, d.Episode, d.Turn)
