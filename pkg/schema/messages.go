@@ -514,6 +514,7 @@ type ActRetries struct {
 	Envelope
 	Rollout int64   `json:"rollout"`
 	Episode int     `json:"episode"`
+	Turn    int     `json:"turn"` // the act's turn, as its key says
 	Key     string  `json:"key"`
 	Retries []Retry `json:"retries"`
 	// Gateway is the actor-gateway that recorded the last retry, for the
@@ -532,7 +533,7 @@ func (m *ActRetries) MsgID() string {
 	return fmt.Sprintf("act.retries.%d.%d.%s.%d.%s.%d", m.Rollout, m.Episode, m.Key, m.After, m.Gateway, m.Try)
 }
 func (m *ActRetries) Meta() Meta {
-	return Meta{Rollout: m.Rollout, Episode: m.Episode, Node: m.Key, Role: RoleActor}
+	return Meta{Rollout: m.Rollout, Episode: m.Episode, Turn: m.Turn, Node: m.Key, Role: RoleActor}
 }
 
 // Episode end states, which are also sample statuses.

@@ -90,6 +90,8 @@ func cases() []wireCase {
 			Rollout: 42, Episode: 1, Turn: 1, Key: "t1-s2", NodeID: "s2", Tool: "search", Input: "capital of France",
 			Status: schema.ActDoneOK, Output: "Paris", Attempts: 1, Generation: gen, StartedMs: 1767225601000, EndedMs: 1767225601041,
 		}),
+		msgCase(&schema.ActRetries{Rollout: 42, Episode: 1, Turn: 1, Key: "t1-s2", Gateway: "gw-1", Try: 2, After: 17,
+			Retries: []schema.Retry{{By: "vm:1/0", From: "gw-2", Why: "no actor-gateway acknowledged the request for 3s", AtMs: 1767225601000}}}),
 		msgCase(&schema.EpisodeEnd{Rollout: 42, Episode: 1, Turns: 2, Status: schema.EpisodeCompleted, Answers: []string{"Seine"}, Reason: "answer", Acts: []string{"t1-s1", "t1-s2"}, AtMs: 1767225603000}),
 		msgCase(&schema.Result{
 			Rollout: 42, Role: schema.RolePlanner, Status: schema.ResultOK, Samples: []schema.Sample{sample}, SampleCount: 1,

@@ -164,6 +164,18 @@ func ActDones(n int64, e int) string { return fmt.Sprintf("act.%d.done.%d.*", n,
 // subject token and as part of a KV key: "t1-T3".
 func NodeKey(turn int, id string) string { return fmt.Sprintf("t%d-%s", turn, Token(id)) }
 
+// TurnOfKey is the turn a node key (NodeKey) names; ok is false for a key
+// that is not one.
+func TurnOfKey(key string) (turn int, ok bool) {
+	rest, found := strings.CutPrefix(key, "t")
+	n, _, found2 := strings.Cut(rest, "-")
+	if !found || !found2 {
+		return 0, false
+	}
+	turn, err := strconv.Atoi(n)
+	return turn, err == nil && turn > 0
+}
+
 // Token makes s safe as a single subject token and KV key part: anything
 // but letters, digits, '-' and '_' becomes '_'.
 func Token(s string) string {

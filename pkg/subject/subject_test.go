@@ -43,3 +43,12 @@ func TestToken(t *testing.T) {
 		}
 	}
 }
+
+func TestTurnOfKey(t *testing.T) {
+	for key, want := range map[string]int{"t1-s1": 1, "t12-x-c2": 12, NodeKey(3, "a_b"): 3, "s1": 0, "t-s1": 0, "tx-s1": 0, "t0-s1": 0, "t2": 0} {
+		got, ok := TurnOfKey(key)
+		if got != want || ok != (want > 0) {
+			t.Errorf("TurnOfKey(%q) = %d, %v; want %d", key, got, ok, want)
+		}
+	}
+}

@@ -116,6 +116,11 @@ func TestARetryIsRecordedBeforeItsGeneration(t *testing.T) {
 	if len(rec.Retries) != 2 || rec.Retries[0] != first || rec.Retries[1] != r || rec.Try != 1 || rec.Gateway == "" {
 		t.Errorf("recorded %+v, want the first retry and this one, by this gateway for try 1", rec)
 	}
+	if rec.Turn != 1 || m.Header.Get(schema.HdrTurn) != "1" {
+		// Every message of the ACT stream says its turn (the contract's
+		// headers: TestHeadersAndDecode).
+		t.Errorf("the record's turn %d, header %s %q: want turn 1 of key t1-s1", rec.Turn, schema.HdrTurn, m.Header.Get(schema.HdrTurn))
+	}
 	for deadline := time.Now().Add(30 * time.Second); eng.Counts().Held < 1; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the retry did not reach the engine")

@@ -310,6 +310,10 @@ func (g *gateway) recordRetry(ctx context.Context, m *nats.Msg, req *schema.Acto
 		return errorAnswer(CodeInvalid, fmt.Sprintf("header %s: want a retry as JSON (by, from, why, at_ms): %v", schema.HdrActorRetry, err))
 	}
 	filter := subject.ActOf(req.Rollout, req.Episode, req.Key)
+	if tid := bus.TraceIDOf(m.Header.Get(schema.HdrTraceparent)); tid != "" {
+		ctx = bus.WithTrace(ctx, tid) // in the rollout's trace, as the act's other messages
+	}
+	turn, _ := subject.TurnOfKey(req.Key)
 	tried := "" // the id of the record last refused
 	for {
 		last, err := g.Bus.LastMsg(ctx, bus.StreamAct, filter)
@@ -334,7 +338,7 @@ func (g *gateway) recordRetry(ctx context.Context, m *nats.Msg, req *schema.Acto
 			after = last.Seq
 		}
 		rec.Retries = append(rec.Retries, r)
-		rec.Gateway, rec.Try, rec.After = g.id, req.Try, after
+		rec.Turn, rec.Gateway, rec.Try, rec.After = turn, g.id, req.Try, after
 		stored, err := publishRetries(ctx, g.Bus, rec, filter, after)
 		if err != nil {
 			return failureAnswer(CodeUnavailable, fmt.Errorf("the retry of act %s could not be recorded before its generation: %w", req.Key, err))
