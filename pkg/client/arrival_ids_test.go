@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
@@ -69,27 +68,9 @@ func TestARetriedArrivalIsStoredOnce(t *testing.T) {
 	_, b, _, ctx := planactClient(t)
 	const n, role = 172, schema.RoleActor
 	at := time.Now().UnixMilli()
-	for _, m := range []*schema.Arrive{
-		{Rollout: n, Role: role, AtMs: at, Nonce: "0f0f0f0f0f0f0f0f"},
-		{Rollout: n, Role: role, AtMs: at, Nonce: "1e1e1e1e1e1e1e1e"},
-		{Rollout: n, Role: role, AtMs: at}, // a client before nonces
-	} {
-		for try := 1; try <= 2; try++ {
-			msg, err := bus.NewMsg(ctx, m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ack, err := b.JS.PublishMsg(ctx, msg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ack.Duplicate != (try == 2) {
-				t.Errorf("%s, try %d: duplicate %v", m.MsgID(), try, ack.Duplicate)
-			}
-		}
-	}
-	last, err := bus.LastSeq(ctx, b.NC, bus.StreamTrainer(role), subject.Arrive(n, role))
-	if err != nil || last != 3 {
-		t.Errorf("the trainer's stream holds %d arrivals (%v); want 3", last, err)
-	}
+	storedOnceEach(t, ctx, b, subject.Arrive(n, role), role,
+		&schema.Arrive{Rollout: n, Role: role, AtMs: at, Nonce: "0f0f0f0f0f0f0f0f"},
+		&schema.Arrive{Rollout: n, Role: role, AtMs: at, Nonce: "1e1e1e1e1e1e1e1e"},
+		&schema.Arrive{Rollout: n, Role: role, AtMs: at}, // a client before nonces
+	)
 }

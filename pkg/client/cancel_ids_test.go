@@ -86,11 +86,19 @@ func TestARetriedCancelIsStoredOnce(t *testing.T) {
 	ctx := t.Context()
 	const n, role = 151, schema.RoleActor
 	at := time.Now().UnixMilli()
-	for _, m := range []*schema.Cancel{
-		{Rollout: n, Role: role, AtMs: at, Nonce: "0f0f0f0f0f0f0f0f"},
-		{Rollout: n, Role: role, AtMs: at, Nonce: "1e1e1e1e1e1e1e1e"},
-		{Rollout: n, Role: role, AtMs: at}, // a client before nonces
-	} {
+	storedOnceEach(t, ctx, b, subject.Cancel(n, role), role,
+		&schema.Cancel{Rollout: n, Role: role, AtMs: at, Nonce: "0f0f0f0f0f0f0f0f"},
+		&schema.Cancel{Rollout: n, Role: role, AtMs: at, Nonce: "1e1e1e1e1e1e1e1e"},
+		&schema.Cancel{Rollout: n, Role: role, AtMs: at}, // a client before nonces
+	)
+}
+
+// storedOnceEach publishes each of msgs twice, as a publish whose ack was
+// lost is sent again, and checks that the trainer's stream of role stores
+// each once: the second of each is a duplicate, and subj holds one each.
+func storedOnceEach(t *testing.T, ctx context.Context, b *bus.Bus, subj, role string, msgs ...schema.Message) {
+	t.Helper()
+	for _, m := range msgs {
 		for try := 1; try <= 2; try++ {
 			msg, err := bus.NewMsg(ctx, m)
 			if err != nil {
@@ -105,8 +113,8 @@ func TestARetriedCancelIsStoredOnce(t *testing.T) {
 			}
 		}
 	}
-	last, err := bus.LastSeq(ctx, b.NC, bus.StreamTrainer(role), subject.Cancel(n, role))
-	if err != nil || last != 3 {
-		t.Errorf("the trainer's stream holds %d cancels (%v); want 3", last, err)
+	last, err := bus.LastSeq(ctx, b.NC, bus.StreamTrainer(role), subj)
+	if err != nil || last != uint64(len(msgs)) {
+		t.Errorf("the trainer's stream holds %d messages on %s (%v); want %d", last, subj, err, len(msgs))
 	}
 }
