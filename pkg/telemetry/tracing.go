@@ -71,32 +71,18 @@ func StartSpan(ctx context.Context, name string) (context.Context, trace.Span) {
 	if st == nil {
 		return ctx, noopSpan
 	}
-	return st.tracer.Start(ctx, name, trace.WithTimestamp(spanNow()))
+	ctx, span := st.tracer.Start(ctx, name, trace.WithTimestamp(spanNow()))
+	return ctx, liveSpan{span}
 }
 
-// spanNow stamps the start of a live span: the wall time read once at
-// start-up plus the monotonic time since. time.Now reads the wall clock and
-// then the monotonic clock, and the SDK exports a span's start as that wall
-// reading and its end as the start plus monotonic time; a thread preempted
-// between the two reads (on a loaded machine, for milliseconds), or a step
-// of the wall clock, shifts a whole span against the spans around it, and a
-// child then seems to end after its parent. On this one timeline, a
-// process's spans nest exactly.
-func spanNow() time.Time { return clockBase.Add(time.Since(clockBase)) }
+// liveSpan ends on the clock it started on (spanNow) unless End is given
+// a time: the SDK would end it at its start plus the monotonic time since,
+// which leaves it on the timeline before a step of the wall clock while
+// its children, started after, are on the one after.
+type liveSpan struct{ trace.Span }
 
-var clockBase = anchor()
-
-// anchor is the reading, of a few, whose wall part is least behind its
-// monotonic part: a reading preempted between its two reads is only ever
-// behind.
-func anchor() time.Time {
-	best := time.Now()
-	for range 8 {
-		if t := time.Now(); t.Round(0).Sub(best.Round(0)) > t.Sub(best) {
-			best = t
-		}
-	}
-	return best
+func (s liveSpan) End(opts ...trace.SpanEndOption) {
+	s.Span.End(append([]trace.SpanEndOption{trace.WithTimestamp(spanNow())}, opts...)...)
 }
 
 // TracingConfig is what the OTEL_* environment asks of tracing.
