@@ -33,14 +33,19 @@ var batchTimeout = apiTimeout
 // messages gets them a few at a time.
 const batchBytes = 1 << 20
 
-// ReadBatch reads up to n messages of stream on subjects matching filter
-// (wildcards allowed), from sequence from on, with one direct get: no
-// consumer is needed, so a reader (the web view, `planact watch`) needs
-// the right to read the stream and nothing else. Any replica may answer; one
-// behind the leader answers fewer messages (never a gap), and the next read
-// from after the last one gets the rest. An empty batch says there is
-// nothing from from on yet.
+// ReadBatch reads up to n (at least 1) messages of stream on subjects
+// matching filter (wildcards allowed), from sequence from on, with one
+// direct get: no consumer is needed, so a reader (the web view, `planact
+// watch`) needs the right to read the stream and nothing else. Any replica
+// may answer; one behind the leader answers fewer messages (never a gap),
+// and the next read from after the last one gets the rest. An empty batch
+// says there is nothing from from on yet.
 func ReadBatch(ctx context.Context, nc *nats.Conn, stream, filter string, from uint64, n int) (Batch, error) {
+	if n < 1 {
+		// 0 is no batch at all to the server: one message, and no end of
+		// batch to say what is left.
+		return Batch{}, fail.Permanentf("read %s from %d: a batch of %d messages: want at least 1", stream, from, n)
+	}
 	req, _ := json.Marshal(map[string]any{"seq": max(from, 1), "next_by_subj": filter, "batch": n, "max_bytes": batchBytes})
 	inbox := nc.NewInbox()
 	msgs := make(chan *nats.Msg, n+1)
@@ -69,8 +74,15 @@ func ReadBatch(ctx context.Context, nc *nats.Conn, stream, filter string, from u
 				b.Ended = true
 				return b, nil // nothing from there on
 			case "204": // the end of the batch
-				b.Pending, _ = strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-				b.Ended = true
+				pending, err := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				if err != nil {
+					// What is left is not said: not taken for nothing.
+					if len(b.Msgs) > 0 {
+						return b, nil
+					}
+					return b, fail.Transientf("read %s from %d: end of batch with a bad Nats-Num-Pending %q", stream, from, m.Header.Get("Nats-Num-Pending"))
+				}
+				b.Pending, b.Ended = pending, true
 				return b, nil
 			case "503": // no responders: no replica answers direct gets now
 				return b, fail.Transientf("read %s: no replica answers direct gets (%w)", stream, ErrNotAnswered)

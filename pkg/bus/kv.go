@@ -88,7 +88,7 @@ func Create(ctx context.Context, kv *Bucket, key string, v any) (created bool, e
 	}
 	kv.count("create")
 	if _, err := kv.Create(ctx, key, data); err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if isConflict(err) {
 			return false, nil
 		}
 		return false, fail.Transientf("kv create %s: %w", key, err)

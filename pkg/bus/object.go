@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
@@ -28,9 +29,17 @@ import (
 // once, at the object's size.
 func ReadObject(ctx context.Context, nc *nats.Conn, bucket, name string, limit uint64) ([]byte, error) {
 	stream := "OBJ_" + bucket
+	// A store that is gone holds no object: said so, not a read to try
+	// again (the stream's "not found" is no leader's passing absence).
+	gone := func(err error) error {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("object %s/%s: the store is gone (%v): %w", bucket, name, err, jetstream.ErrObjectNotFound)
+		}
+		return err
+	}
 	meta, err := getMsg(ctx, nc, stream, map[string]any{"last_by_subj": fmt.Sprintf("$O.%s.M.%s", bucket, base64.URLEncoding.EncodeToString([]byte(name)))}, false)
 	if err != nil {
-		return nil, err
+		return nil, gone(err)
 	}
 	if meta == nil {
 		return nil, fmt.Errorf("object %s/%s: %w", bucket, name, jetstream.ErrObjectNotFound)
@@ -51,7 +60,7 @@ func ReadObject(ctx context.Context, nc *nats.Conn, bucket, name string, limit u
 	for i := uint32(0); i < info.Chunks; i++ {
 		m, err := getMsg(ctx, nc, stream, map[string]any{"seq": seq + 1, "next_by_subj": chunks}, false)
 		if err != nil {
-			return nil, err
+			return nil, gone(err)
 		}
 		if m == nil {
 			return nil, fail.Transientf("object %s/%s: chunk %d of %d is missing", bucket, name, i+1, info.Chunks)

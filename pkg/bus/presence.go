@@ -34,8 +34,23 @@ func (b *Bus) Present(ctx context.Context, role, gateway string) (gone func(), e
 	notice := func(g bool) *schema.Presence {
 		return &schema.Presence{Role: role, Gateway: gateway, Gone: g, AtMs: time.Now().UnixMilli()}
 	}
-	if err := b.Publish(ctx, notice(false)); err != nil {
-		return nil, fmt.Errorf("record %s gateway %s as present: %w", role, gateway, err)
+	// A publish gives up after publishPatience; a gateway that starts while
+	// PRESENCE has no leader (an election can outlast it) waits instead of
+	// stopping: only ctx, or an error no retry mends, ends the wait.
+	for wait := leaderPoll; ; wait = min(2*wait, PresenceBeat) {
+		err := b.Publish(ctx, notice(false))
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || !fail.IsRetryable(err) {
+			return nil, fmt.Errorf("record %s gateway %s as present: %w", role, gateway, err)
+		}
+		b.Log.Warn().Err(err).Str("role", role).Str("gateway", gateway).Msg("presence not recorded yet; trying again")
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("record %s gateway %s as present: %w (%w)", role, gateway, err, ctx.Err())
+		case <-time.After(wait):
+		}
 	}
 	stop := make(chan struct{})
 	done := make(chan struct{})

@@ -192,13 +192,13 @@ func storedOf(stream string, reply *nats.Msg) (*StoredMsg, error) {
 // LastMsgsOnce returns the message stored on each of subjects in stream,
 // keyed by subject (absent where none is), for subjects that are written
 // once (PublishOnce: a message there is the only one it will ever hold).
-// Every subject must match filter, a subject filter of the stream. They are
-// read in one request, a direct get of the last message of every subject
-// matching filter (a batch: the messages, then an end of batch), not one
-// request each. On a stream with replicas that answer may come from a
-// follower a moment behind; a message it holds is still the one (the
-// subject is written once), and a subject it lacks is read again from the
-// leader, as is every subject the batch did not cover (more than one
+// Every subject (no wildcards) must match filter, a subject filter of the
+// stream. They are read in one request, a direct get of the last message of
+// every subject matching filter (a batch: the messages, then an end of
+// batch), not one request each. On a stream with replicas that answer may
+// come from a follower a moment behind; a message it holds is still the one
+// (the subject is written once), and a subject it lacks is read again from
+// the leader, as is every subject the batch did not cover (more than one
 // answer holds), so an absence is never a follower's.
 func (b *Bus) LastMsgsOnce(ctx context.Context, stream, filter string, subjects []string) (map[string]*StoredMsg, error) {
 	got := make(map[string]*StoredMsg, len(subjects))
@@ -206,6 +206,11 @@ func (b *Bus) LastMsgsOnce(ctx context.Context, stream, filter string, subjects 
 		return got, nil
 	}
 	for _, subj := range subjects {
+		if strings.ContainsAny(subj, "*>") {
+			// Read by subject it would name one message of many, under
+			// a key no message is stored on.
+			return nil, fail.Permanentf("read %s: %s is a filter, not a subject", stream, subj)
+		}
 		if !subject.Matches(filter, subj) {
 			return nil, fail.Permanentf("read %s: subject %s does not match the filter %s", stream, subj, filter)
 		}
