@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -327,6 +328,11 @@ func (s *Service) validateArrival(a *schema.Arrive) error {
 	if a.Engine.URL == "" {
 		return fail.Invalidf("%s arrived without an engine url", a.Role)
 	}
+	if err := checkEngineURL(a.Engine.URL); err != nil {
+		// Taken, it failed every generation of the rollout (the engine
+		// "down"), minutes later and far from the field at fault.
+		return fail.Invalidf("engine.url %.200q: %v", a.Engine.URL, err)
+	}
 	if a.Engine.Protocol != "" && !slices.Contains(engine.Protocols, a.Engine.Protocol) {
 		return fail.Invalidf("engine protocol %q: want one of %s", a.Engine.Protocol, strings.Join(engine.Protocols, ", "))
 	}
@@ -371,6 +377,24 @@ func (s *Service) validateArrival(a *schema.Arrive) error {
 		if err := s.outlives(cfg, a.Role); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkEngineURL accepts what a gateway can send requests to: an absolute
+// http or https URL with a host. One without its scheme
+// ("planner-router:30000") is told what it lacks.
+func checkEngineURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case (err != nil || u.Scheme != "http" && u.Scheme != "https") && !strings.Contains(raw, "://"):
+		return fmt.Errorf("want an http or https URL: %q, say", "http://"+raw)
+	case err != nil:
+		return errors.Unwrap(err) // the *url.Error repeats the URL
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("scheme %q: want http or https", u.Scheme)
+	case u.Host == "":
+		return fmt.Errorf("the URL names no host")
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package sessionstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -50,9 +51,16 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 	if err := schema.CheckControlID("pause", p.Role, id); err != nil {
 		return s.refuse(ctx, m, "pause", err)
 	}
+	if len(p.Reason) > maxPauseReason {
+		// It is repeated on CONTROL, in control.<role>.expired, and the
+		// held work fails with it: there, one too long kept the expiry
+		// from ever being said.
+		return s.refuse(ctx, m, "pause", fmt.Errorf("pause of %s: reason of %d bytes: want at most %d (planact repeats it when the pause expires)",
+			p.Role, len(p.Reason), maxPauseReason))
+	}
 	bucket, err := s.sessionsBucket(ctx)
 	if err != nil {
-		return err
+		return s.unrecordedControl(ctx, m, "pause", err)
 	}
 	if err := s.pauseFits(p, bucket.Config.MaxAge); err != nil {
 		return s.refuse(ctx, m, "pause", err)
@@ -78,7 +86,7 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 		return true, nil
 	})
 	if err != nil {
-		return err
+		return s.unrecordedControl(ctx, m, "pause", err)
 	}
 	if superseded {
 		zerolog.Ctx(ctx).Info().Str("role", p.Role).Str("pause_id", id).Uint64("seq", m.Seq).Uint64("state_seq", st.StateSeq).
@@ -173,7 +181,7 @@ func (s *Service) handleResume(ctx context.Context, m bus.Msg) error {
 		return changed, nil
 	})
 	if err != nil {
-		return err
+		return s.unrecordedControl(ctx, m, "resume", err)
 	}
 	log := zerolog.Ctx(ctx)
 	if wrote {
@@ -257,6 +265,29 @@ func (s *Service) refuse(ctx context.Context, m bus.Msg, verb string, cause erro
 	}
 	zerolog.Ctx(ctx).Warn().Err(cause).Str("role", role).Str("id", clipTo(m.ID(), schema.MaxControlID)).Msg(verb + " refused")
 	return s.Bus.Publish(ctx, &schema.Refused{Role: role, Verb: verb, ID: clipTo(m.ID(), schema.MaxControlID), Reason: clip(cause.Error()), AtMs: s.nowMs()})
+}
+
+// maxPauseReason is the longest reason a pause may give.
+const maxPauseReason = 1 << 10
+
+// unrecordedControl answers the pause or resume m (verb), which could not
+// be recorded because of err, when its message is given up: err cannot
+// pass, or this was the last delivery the consumer makes. Given up in
+// silence, its trainer waited for an answer that never came. Delivered
+// decides only to answer, never what happened: the error says it was not
+// recorded. It returns err, for the consumer to give the message up (or,
+// before the last delivery, to deliver it again).
+func (s *Service) unrecordedControl(ctx context.Context, m bus.Msg, verb string, err error) error {
+	if fail.IsRetryable(err) && m.Delivered < maxDeliveries {
+		return err
+	}
+	zerolog.Ctx(ctx).Error().Err(err).Uint64("delivered", m.Delivered).Msg(verb + " given up; the trainer is told")
+	role, _, _ := subject.ParseControl(m.Subject)
+	cause := fmt.Errorf("%s of %s could not be recorded (%d tries): %w; send it again", verb, role, m.Delivered, err)
+	if rerr := s.refuse(ctx, m, verb, cause); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return err
 }
 
 // clip cuts s to what a refusal's reason carries (a hand-written message
