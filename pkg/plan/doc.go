@@ -25,7 +25,12 @@ type doc struct {
 // one is echoing, not planning or answering, so nothing inside counts.
 var echoTags = []string{"observation", "observations", "tool_response", "tool_result", "result"}
 
-func newDoc(s string, m *meter) *doc {
+// newDoc prepares s. partial says that s is the beginning of an output
+// still being written (Options.Partial): an echo block opened in it may
+// still be closed, and what it holds blanked, so everything after an echo
+// tag not yet closed is blanked now, lest a streamed plan release the
+// nodes of an echo.
+func newDoc(s string, m *meter, partial bool) *doc {
 	m.add(len(s))
 	lower := asciiLower(s)
 	b := []byte(s)
@@ -62,7 +67,7 @@ func newDoc(s string, m *meter) *doc {
 		blank(o, c)
 		from = c
 	}
-	blankEcho(string(b), blank, m)
+	blankEcho(string(b), blank, m, partial)
 	d.text = string(b)
 	m.add(2 * len(s))
 	d.lower = asciiLower(d.text)
@@ -78,9 +83,21 @@ func newDoc(s string, m *meter) *doc {
 // blanked). An echo tag pairs with the nearest opening tag of its name
 // before it: prose that mentions "<observation>" before a real block does
 // not swallow the plan in between, and an opening tag that is never closed
-// is a mention, not a block, so it blanks nothing.
-func blankEcho(text string, blank func(from, to int), m *meter) {
-	open := map[string]int{}
+// is a mention, not a block, so it blanks nothing; unless open, when the
+// text is only the beginning of the output and any tag still open may be
+// closed later: then everything from the first of them is blanked.
+func blankEcho(text string, blank func(from, to int), m *meter, open bool) {
+	unclosed := map[string]int{}
+	defer func() {
+		if !open || len(unclosed) == 0 {
+			return
+		}
+		first := len(text)
+		for _, o := range unclosed {
+			first = min(first, o)
+		}
+		blank(first, len(text))
+	}()
 	for i := 0; i < len(text); {
 		k := strings.IndexByte(text[i:], '<')
 		if k < 0 {
@@ -105,15 +122,15 @@ func blankEcho(text string, blank func(from, to int), m *meter) {
 			i = j
 			continue
 		}
-		switch o, ok := open[name]; {
+		switch o, ok := unclosed[name]; {
 		case !closing:
-			open[name] = i
+			unclosed[name] = i
 		case ok:
 			blank(o, j+1)
 			// A block ends every block opened inside it.
-			for n, p := range open {
+			for n, p := range unclosed {
 				if p >= o {
-					delete(open, n)
+					delete(unclosed, n)
 				}
 			}
 		}

@@ -221,6 +221,16 @@ func graphNodes(d *doc, o *Options, p *parsed, start, end int, closed bool, node
 				next = -1
 			}
 			switch {
+			case next >= 0 && (c < 0 || next < c) && o.Partial && start == 0:
+				// Without a <graph>, a node whose </node> is forgotten is
+				// a node only while no <graph> follows (outside one it is
+				// prose): in a streamed plan, that is not known yet.
+				p.cut = "inside <node>"
+				if n.ID != "" {
+					p.cut = fmt.Sprintf("inside <node id=%q>", n.ID)
+				}
+				p.to = len(d.text)
+				return nil
 			case next >= 0 && (c < 0 || next < c): // </node> forgotten
 				content, pos = d.text[tagEnd:next], next
 			case c >= 0:

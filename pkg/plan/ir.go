@@ -30,7 +30,9 @@
 // their own like the ones planact appends after each turn (also
 // <observations>, <tool_response>, <tool_result>, <result>). Everything in
 // a closed echo block is ignored by every format, as is everything in
-// <think>. An echo tag that is never closed is a mention and hides nothing.
+// <think>. An echo tag that is never closed is a mention and hides nothing;
+// but one in a streamed plan (Options.Partial) may be closed yet, so what
+// follows it is held until it is.
 //
 // # Placeholders
 //

@@ -35,6 +35,7 @@ func parseJSON(d *doc, o *Options) (parsed, *Error) {
 	tries := 0
 	budget := jsonBudgetPerByte*len(d.text) + jsonBudgetBase
 	keys := &planKeyIndex{text: d.lower, m: d.m, last: -2}
+	cutOff := false // a candidate that is not a plan runs to the end of a partial output
 	// try walks the JSON value at off; skip is how far a complete value
 	// that is not a plan extends, so that its inner brackets are not tried.
 	try := func(off int) (p parsed, err *Error, ok bool, skip int) {
@@ -48,6 +49,12 @@ func parseJSON(d *doc, o *Options) (parsed, *Error) {
 			return p, nil, false, 0
 		}
 		if !w.found {
+			if o.Partial && w.cutOff {
+				// The rest of the output may close this value, and the
+				// whole output then skips what it holds: nothing in it
+				// (or after it) is a plan yet.
+				cutOff = true
+			}
 			return p, nil, false, w.skip
 		}
 		if w.err != nil {
@@ -84,6 +91,9 @@ func parseJSON(d *doc, o *Options) (parsed, *Error) {
 		if p, err, ok, _ := try(off); ok {
 			return p, err
 		}
+		if cutOff {
+			return parsed{}, errorf(ErrSyntax, "no complete JSON plan yet")
+		}
 	}
 	for i := 0; i < len(d.text) && tries < maxJSONCandidates && budget > 0; i++ {
 		k := strings.IndexAny(d.text[i:], "{[")
@@ -96,6 +106,9 @@ func parseJSON(d *doc, o *Options) (parsed, *Error) {
 		p, err, ok, skip := try(i)
 		if ok {
 			return p, err
+		}
+		if cutOff {
+			return parsed{}, errorf(ErrSyntax, "no complete JSON plan yet")
 		}
 		if skip > 1 {
 			i += skip - 1
@@ -192,6 +205,7 @@ type jsonWalk struct {
 	err       error // a syntax error inside the plan
 	errOff    int   // where, if known; else see errAt
 	exhausted bool  // the walk stopped at the end of the JSON budget
+	cutOff    bool  // the walk stopped at the end of the text, inside the value
 	open      int   // containers open when the walk stopped
 	skip      int   // the length of a complete value that is not a plan, or 0
 }
@@ -264,13 +278,13 @@ func (w *jsonWalk) object(depth int) {
 	for w.dec.More() {
 		tok, err := w.dec.Token()
 		if err != nil {
-			w.open = -1
+			w.stopped(err)
 			return
 		}
 		key, _ := tok.(string)
 		f, isPlan := planKeys[asciiLower(key)]
 		if tok, err = w.dec.Token(); err != nil {
-			w.open = -1
+			w.stopped(err)
 			return
 		}
 		switch {
@@ -286,16 +300,23 @@ func (w *jsonWalk) object(depth int) {
 			}
 		case tok == json.Delim('['), tok == json.Delim('{'):
 			if !w.skipRest() {
-				w.open = -1
+				w.open = -1 // skipRest said why
 				return
 			}
 		}
 	}
 	if _, err := w.dec.Token(); err != nil { // '}'
-		w.open = -1
+		w.stopped(err)
 		return
 	}
 	w.open--
+}
+
+// stopped records why the walk stopped before the end of the value: -1
+// open containers, and whether the text ended inside it.
+func (w *jsonWalk) stopped(err error) {
+	w.open = -1
+	w.cutOff = w.cutOff || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // skipRest skips the rest of a container whose opening token was read.
@@ -303,6 +324,7 @@ func (w *jsonWalk) skipRest() bool {
 	for depth := 1; depth > 0; {
 		tok, err := w.dec.Token()
 		if err != nil {
+			w.stopped(err)
 			return false
 		}
 		switch tok {
@@ -369,7 +391,7 @@ func (k *planKeyIndex) after(at int) bool {
 
 // fail records an error near offset at.
 func (w *jsonWalk) fail(err error, at int, bare bool) {
-	w.open = -1
+	w.stopped(err)
 	if errors.Is(err, errJSONBudget) || w.m.err != nil {
 		w.exhausted = true // not a verdict on the text
 		return
@@ -486,6 +508,9 @@ func jsonNode(v any, i int, o *Options) (rawNode, *Error) {
 	if s, ok := id.(string); ok {
 		n.ID = strings.TrimSpace(s)
 	}
+	if _, isString := id.(string); isString && n.ID == "" {
+		return n, errorf(ErrSyntax, "step %d of the JSON plan has an empty id; give every step an id", i+1)
+	}
 	if id != nil && n.ID == "" {
 		return n, errorf(ErrSyntax, "step %d of the JSON plan has an id that is not a string or number", i+1)
 	}
@@ -518,21 +543,38 @@ func jsonNode(v any, i int, o *Options) (rawNode, *Error) {
 	if a, _ := get(argKeys); a != nil {
 		n.Args = argMap(a)
 	}
-	if dv, _ := get(depKeysJ); dv != nil {
+	if dv, key := get(depKeysJ); dv != nil {
+		// A dependency that is not an id (an object, a list, true) is a
+		// mistake to say, not one to drop: the node would run without
+		// waiting for what it needs.
+		notID := func(x any) *Error {
+			b, _ := json.Marshal(x)
+			e := errorf(ErrSyntax, "node %s: the dependency %s in %q is not a node id; write the ids of the nodes it depends on, as in \"%s\": [\"T1\", \"T2\"]",
+				orUnnamed(n.ID), shorten(string(b), 60), key, key)
+			e.Node = n.ID
+			return e
+		}
 		switch dv := dv.(type) {
 		case []any:
 			for _, x := range dv {
-				if s := scalar(x); s != "" {
-					n.Deps = append(n.Deps, strings.TrimSpace(s))
+				s := scalar(x)
+				switch x.(type) {
+				case nil:
+				case string, float64:
+					if s = strings.TrimSpace(s); s != "" {
+						n.Deps = append(n.Deps, s)
+					}
+				default:
+					return n, notID(x)
 				}
 			}
 			n.Deps = dedupe(n.Deps)
 		case string:
 			n.Deps = depList(dv)
+		case float64:
+			n.Deps = []string{scalar(dv)}
 		default:
-			if s := scalar(dv); s != "" {
-				n.Deps = []string{s}
-			}
+			return n, notID(dv)
 		}
 	}
 	if dv, _ := get(descKeys); dv != nil {

@@ -123,7 +123,7 @@ func ParseContext(ctx context.Context, text string, opts Options) (Result, error
 func parseCounted(ctx context.Context, text string, opts Options) (r Result, perr *Error, steps int, err error) {
 	steps, err = run(ctx, func(m *meter) {
 		o := opts.withDefaults()
-		r, perr = parseDoc(newDoc(text, m), &o)
+		r, perr = parseDoc(newDoc(text, m, o.Partial), &o)
 	})
 	return r, perr, steps, err
 }
@@ -272,7 +272,7 @@ func Detect(text string) Format {
 	f := FormatAuto
 	_, _ = run(context.Background(), func(m *meter) {
 		o := Options{}.withDefaults()
-		d := newDoc(text, m)
+		d := newDoc(text, m, false)
 		if len(d.findAnswers(&o).elems) > 0 {
 			if r, _ := parseDoc(d, &o); r.Format == FormatAnswer {
 				f = FormatAnswer
