@@ -287,9 +287,7 @@ func (t *runner) abandonedNow(ctx context.Context) (bool, error) {
 // to their generations where those still run; and every act runs to its
 // end, until the turn's deadline at the latest.
 func (t *runner) finishAbandoned(ctx context.Context, newly []*schema.NodeState) error {
-	t.mu.Lock()
-	t.closed = true // no plan is merged any more
-	t.mu.Unlock()
+	t.closeOffers() // no plan is merged any more
 	ab := t.run.Abandoned
 	until := time.UnixMilli(ab.UntilMs)
 	if err := t.publishCached(ctx); err != nil {

@@ -40,7 +40,10 @@ import (
 // instead, so that one delivery owns the turn. A plan message of the same
 // turn handled elsewhere (a streamed plan grows on several replicas) is
 // merged into the run by compare-and-set, and the runner, which follows
-// the turn's plan subject while its plan is incomplete, merges it too.
+// the turn's plan subject while its plan is incomplete (and reads the run
+// again once it follows), merges it too; one handled on the runner's own
+// replica is handed to the runner, and acknowledged once the run records
+// it (or, the runner stopping first, merged by its handler).
 // Every write is a compare-and-set of the runner's view: a runner that
 // loses one (another runner took over, a plan was merged) reads the run
 // again and decides anew.
@@ -91,10 +94,16 @@ type runner struct {
 	// heard are the nodes whose outcome was heard published on the turn's
 	// subjects (follow): the outcome the stream holds is read, not the one
 	// heard, which may be a second outcome the stream refused.
-	heard  []string
-	dag    *schema.PlanDAG // the newest plan handed over, not merged yet
-	wake   chan struct{}
-	closed bool
+	heard []string
+	dag   *schema.PlanDAG // the newest plan handed over, not merged yet
+	// offered are the handlers of the plans handed over that wait until
+	// the run records them (true), or the runner stops first (false);
+	// taken, those of the plans a step took and has not recorded yet (the
+	// runner's own).
+	offered []chan bool
+	taken   []chan bool
+	wake    chan struct{}
+	closed  bool
 	// halt, once set, ends the runner: an act whose outcome could not be
 	// published (the turn is handed back, to be run again from what is
 	// recorded), or errHandedOver (the watchdog gave the turn to another
@@ -152,8 +161,10 @@ func (r *runner) wait(ctx context.Context) error {
 }
 
 // offer hands a plan of the turn to the runner; false when it has stopped
-// taking them (the turn is over or its runner stopping).
-func (r *runner) offer(d *schema.PlanDAG) bool {
+// taking them (the turn is over or its runner stopping). recorded, if not
+// nil, is told once whether the run records the plan (or a newer one
+// handed over with it), or the runner stopped first.
+func (r *runner) offer(d *schema.PlanDAG, recorded chan bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -162,8 +173,34 @@ func (r *runner) offer(d *schema.PlanDAG) bool {
 	if r.dag == nil || newer(d, r.dag) {
 		r.dag = d
 	}
+	if recorded != nil {
+		r.offered = append(r.offered, recorded)
+	}
 	r.notify()
 	return true
+}
+
+// recorded tells the handlers of the plans the last step took that the run
+// records them.
+func (r *runner) recorded() {
+	for _, c := range r.taken {
+		c <- true
+	}
+	r.taken = nil
+}
+
+// closeOffers stops the runner taking plans, and tells the handlers of
+// those it took and did not record that it did not: each then merges its
+// plan into the run itself.
+func (r *runner) closeOffers() {
+	r.mu.Lock()
+	r.closed = true
+	waiting := append(r.taken, r.offered...)
+	r.offered, r.taken = nil, nil
+	r.mu.Unlock()
+	for _, c := range waiting {
+		c <- false
+	}
 }
 
 // newer reports whether plan a supersedes plan b of the same turn.
@@ -213,12 +250,15 @@ func (r *runner) hear(key string) {
 	r.mu.Unlock()
 }
 
-// take returns what arrived since the last call.
+// take returns what arrived since the last call; the handlers of the plan
+// wait until the step that took it records it (recorded).
 func (r *runner) take() ([]*schema.ActDone, []string, *schema.PlanDAG) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	in, heard, d := r.inbox, r.heard, r.dag
 	r.inbox, r.heard, r.dag = nil, nil, nil
+	r.taken = append(r.taken, r.offered...)
+	r.offered = nil
 	return in, heard, d
 }
 
@@ -286,8 +326,24 @@ func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, 
 			break
 		}
 		if t.seq != m.Seq {
-			if t.offer(d) {
-				return nil
+			// The runner merges the plan at its next step. The message is
+			// acknowledged once the run records it: a runner that stops
+			// first (an outcome not published, the replica stopping)
+			// leaves it to this handler, which merges it below. Before,
+			// it was acknowledged as soon as the runner took it, and a
+			// final plan lost with the runner left the turn incomplete for
+			// good when a partial was the stream's last plan.
+			recorded := make(chan bool, 1)
+			if !t.offer(d, recorded) {
+				break
+			}
+			select {
+			case ok := <-recorded:
+				if ok {
+					return nil
+				}
+			case <-ctx.Done():
+				return context.Cause(ctx)
 			}
 			break
 		}
@@ -305,7 +361,9 @@ func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, 
 			return nil // the watchdog gave the turn to another message
 		}
 	}
-	if s.runners.get(key) == nil && !handed && s.clock().Sub(m.Time) > oldPlan {
+	// The watchdog's copy (handed) is no exception: delivered again after
+	// its ack was lost, it is as old as any other plan message.
+	if s.runners.get(key) == nil && s.clock().Sub(m.Time) > oldPlan {
 		if over, err := s.overSince(ctx, info); err != nil || over {
 			return err
 		}
@@ -425,9 +483,7 @@ func (t *runner) runTurn(ctx context.Context, newly []*schema.NodeState) (err er
 	defer cut(nil)
 	t.cut = cut
 	defer func() {
-		t.mu.Lock()
-		t.closed = true
-		t.mu.Unlock()
+		t.closeOffers()
 		// Acts still running stop with ctx; their outcomes, if any, are
 		// published by them and found by whoever runs the turn next.
 		stop()
@@ -487,11 +543,25 @@ func (t *runner) runTurn(ctx context.Context, newly []*schema.NodeState) (err er
 		// their subjects (no consumer), and takes over acts whose runner
 		// went quiet for longer than they may legitimately take.
 		if len(subs) == 0 && (!t.run.Complete || len(t.others()) > 0) {
-			if subs, err = t.follow(ctx); errors.Is(err, errSuperseded) {
+			if subs, err = t.follow(ctx); err != nil {
+				return err
+			}
+			// What another replica recorded before the subscriptions (a
+			// plan its handler merged) reaches none of them: the run is
+			// read from the leader once, then check reads what was
+			// published. Before, a final plan merged meanwhile was never
+			// seen when a partial was the stream's last plan.
+			if over, err := t.reread(ctx); errors.Is(err, errSuperseded) {
+				return t.finishAbandoned(ctx, nil)
+			} else if err != nil || over {
+				return err
+			}
+			if err := t.check(ctx); errors.Is(err, errSuperseded) {
 				return t.finishAbandoned(ctx, nil)
 			} else if err != nil {
 				return err
 			}
+			continue
 		}
 		select {
 		case <-t.wake:
@@ -546,10 +616,12 @@ func (t *runner) step(ctx context.Context) (bool, error) {
 		next.Finished = finished
 		if !changed && len(newly) == 0 && len(cached) == 0 && !finished {
 			// Nothing to record: outcomes are recorded by their messages,
-			// and so are the waiters they resolve (published now).
+			// and so are the waiters they resolve (published now); the
+			// plan taken, if any, is in the run already.
 			if applied {
 				t.run = next
 			}
+			t.recorded()
 			return false, t.publishCached(ctx)
 		}
 		rev, conflict, err := bus.Update(ctx, t.s.Bus.Runs, t.key, &next, t.rev)
@@ -563,6 +635,7 @@ func (t *runner) step(ctx context.Context) (bool, error) {
 			continue
 		}
 		t.run, t.rev = next, rev
+		t.recorded()
 		if err := t.publishCached(ctx); err != nil {
 			return false, err
 		}
@@ -670,8 +743,8 @@ func (t *runner) others() []*schema.NodeState {
 }
 
 // follow subscribes to the turn's plans and its act outcomes, so that what
-// other replicas do reaches this runner; check then reads what was published
-// before the subscriptions.
+// other replicas do reaches this runner; the run read again and check then
+// find what was recorded and published before the subscriptions.
 func (t *runner) follow(ctx context.Context) ([]*nats.Subscription, error) {
 	n, e, turn := t.run.Rollout, t.run.Episode, t.run.Turn
 	nc := t.s.Bus.NC
@@ -679,7 +752,7 @@ func (t *runner) follow(ctx context.Context) ([]*nats.Subscription, error) {
 	onDAG := func(m *nats.Msg) {
 		var d schema.PlanDAG
 		if schema.Unmarshal(m.Data, &d) == nil && d.Turn == turn {
-			t.offer(&d)
+			t.offer(&d, nil)
 		}
 	}
 	// An outcome heard is not taken as it is: a subscriber hears every
@@ -706,7 +779,7 @@ func (t *runner) follow(ctx context.Context) ([]*nats.Subscription, error) {
 		}
 		subs = append(subs, sub)
 	}
-	return subs, t.check(ctx)
+	return subs, nil
 }
 
 // check reads what the runner waits for from the streams (in case it was
@@ -721,7 +794,7 @@ func (t *runner) check(ctx context.Context) error {
 		}
 		var d schema.PlanDAG
 		if m != nil && schema.Unmarshal(m.Data, &d) == nil && d.Turn == t.run.Turn {
-			t.offer(&d)
+			t.offer(&d, nil)
 		}
 		// The planner's final output may not be a plan at all (it answered,
 		// or wrote something the parser refused): then no final plan comes,
@@ -789,7 +862,13 @@ func (s *Service) superseded(ctx context.Context, n int64, e, turn int) (bool, e
 		var v struct {
 			Turn int `json:"turn"`
 		}
-		if err := schema.Unmarshal(m.Data, &v); err == nil && v.Turn >= turn {
+		// One that cannot be read decides nothing: taken for absent, the
+		// turn would go on releasing acts though its final output may be
+		// an answer.
+		if err := schema.Unmarshal(m.Data, &v); err != nil {
+			return false, fail.Permanentf("%s sequence %d: %w", m.Subject, m.Seq, err)
+		}
+		if v.Turn >= turn {
 			return true, nil
 		}
 	}

@@ -270,7 +270,10 @@ func (s *Service) driveDecided(ctx context.Context, info *session.Info, d *schem
 		return "", err
 	} else if m != nil {
 		var a schema.PlanAnswer
-		if err := schema.Unmarshal(m.Data, &a); err == nil && a.Turn == d.Turn {
+		if err := schema.Unmarshal(m.Data, &a); err != nil {
+			return "", fail.Permanentf("%s sequence %d: %w", m.Subject, m.Seq, err)
+		}
+		if a.Turn == d.Turn {
 			return "answer", s.handleAnswer(ctx, info, &a)
 		}
 	}
@@ -278,7 +281,10 @@ func (s *Service) driveDecided(ctx context.Context, info *session.Info, d *schem
 		return "", err
 	} else if m != nil {
 		var pe schema.PlanError
-		if err := schema.Unmarshal(m.Data, &pe); err == nil && pe.Turn == d.Turn {
+		if err := schema.Unmarshal(m.Data, &pe); err != nil {
+			return "", fail.Permanentf("%s sequence %d: %w", m.Subject, m.Seq, err)
+		}
+		if pe.Turn == d.Turn {
 			return "parse-error", s.handleParseError(ctx, info, &pe)
 		}
 	}
@@ -330,6 +336,16 @@ func (s *Service) stallFor(cfg schema.Config, last *bus.StoredMsg) time.Duration
 	case "req", "partial", "out":
 		return max(s.Stall, schema.Seconds(cfg.PlannerTimeoutS)+s.PlannerSlack)
 	case "dag":
+		var d struct {
+			Partial bool `json:"partial"`
+		}
+		if schema.Unmarshal(last.Data, &d) == nil && d.Partial {
+			// The planner may still be writing the turn: a partial plan is
+			// published only when a node is complete, and the rest of the
+			// turn may take the planner's whole time-out, while the acts
+			// released run.
+			return max(s.Stall, s.actBudget(cfg), schema.Seconds(cfg.PlannerTimeoutS)+s.PlannerSlack)
+		}
 		return max(s.Stall, s.actBudget(cfg))
 	case "answer", "error":
 		if cfg.StreamPlans {
