@@ -68,7 +68,7 @@ func ReadBatch(ctx context.Context, nc *nats.Conn, stream, filter string, from u
 			}
 			return b, fail.Transientf("read %s from %d: %w (%w)", stream, from, rctx.Err(), ErrNotAnswered)
 		case m := <-msgs:
-			switch status := m.Header.Get("Status"); status {
+			switch status := replyStatus(m); status {
 			case "":
 			case "404":
 				b.Ended = true
@@ -89,14 +89,11 @@ func ReadBatch(ctx context.Context, nc *nats.Conn, stream, filter string, from u
 			default:
 				return b, fail.Transientf("read %s from %d: %s %s", stream, from, status, m.Header.Get("Description"))
 			}
-			sm := StoredMsg{Subject: m.Header.Get("Nats-Subject"), Header: m.Header, Data: m.Data}
-			if sm.Seq, err = strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64); err != nil {
-				return b, fail.Transientf("read %s: bad Nats-Sequence %q", stream, m.Header.Get("Nats-Sequence"))
+			sm, err := storedOf(stream, m)
+			if err != nil {
+				return b, err
 			}
-			if sm.Time, err = time.Parse(time.RFC3339Nano, m.Header.Get("Nats-Time-Stamp")); err != nil {
-				return b, fail.Transientf("read %s: bad Nats-Time-Stamp %q", stream, m.Header.Get("Nats-Time-Stamp"))
-			}
-			b.Msgs = append(b.Msgs, sm)
+			b.Msgs = append(b.Msgs, *sm)
 		}
 	}
 }

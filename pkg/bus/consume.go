@@ -218,17 +218,19 @@ func (b *Bus) Consume(ctx context.Context, c Consumer, h Handler) error {
 
 // openConsumer opens c's durable consumer and returns c as the consume
 // loop runs it. A service may start, or reach this point, while NATS
-// restarts or a leader is elected: the consumer is asked for again until
-// NATS answers (a missing one that this user may not create is an error
-// at once). A consumer used as provisioning made it, with a shorter ack
-// wait than c asks for, sets the pace of the signs of life and the pull
-// requests' expiry: paced by c's, a handler at work would lose its message
-// to another replica. Fewer deliveries than c asks for bound the
-// handler's tries likewise.
+// restarts or a leader is elected, or while JetStream is away for longer:
+// the consumer is asked for again, with a back-off up to 5 s and a warning
+// each time, until NATS answers or ctx ends, so that a service does not
+// stop for an outage it would outlive (a missing one that this user may
+// not create is an error at once). A consumer used as provisioning made
+// it, with a shorter ack wait than c asks for, sets the pace of the signs
+// of life and the pull requests' expiry: paced by c's, a handler at work
+// would lose its message to another replica. Fewer deliveries than c asks
+// for bound the handler's tries likewise.
 func (b *Bus) openConsumer(ctx context.Context, c Consumer) (Consumer, error) {
 	c = c.withDefaults()
 	var cons jetstream.Consumer
-	if err := b.retry(ctx, "opening consumer "+c.Durable, func() error {
+	if err := b.retryFor(ctx, "opening consumer "+c.Durable, 0, func() error {
 		var err error
 		cons, err = b.consumer(ctx, c)
 		return err

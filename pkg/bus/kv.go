@@ -100,7 +100,8 @@ func Create(ctx context.Context, kv *Bucket, key string, v any) (created bool, e
 // another writer won the race. fn sees the current value (zero and
 // exists=false if absent) and returns whether it changed it; returning an
 // error aborts without writing. Mutate returns the value as last seen or
-// written, and whether this call wrote it.
+// written, and whether this call wrote it; with an error, the zero value
+// (what fn left before its error was neither).
 //
 // A write is checked by the server against the revision read, so a stale
 // read only costs a retry. A decision not to write rests on a read: when
@@ -127,7 +128,7 @@ func MutateRev[T any](ctx context.Context, kv *Bucket, key string, fn func(v *T,
 		}
 		changed, err := fn(&v, found)
 		if err != nil {
-			return v, rev, false, err
+			return zero, 0, false, err // v is what fn made of it: neither seen nor written
 		}
 		if !changed {
 			if fresh || !kv.replicated {
@@ -187,7 +188,8 @@ func MutateFrom[T any](ctx context.Context, kv *Bucket, key string, v T, rev uin
 	}
 	changed, err := fn(&cur, true)
 	if err != nil {
-		return cur, rev, false, err
+		var zero T
+		return zero, 0, false, err
 	}
 	if !changed {
 		// A decision not to write rests on a read, not on what the
@@ -196,7 +198,8 @@ func MutateFrom[T any](ctx context.Context, kv *Bucket, key string, v T, rev uin
 	}
 	newRev, conflict, err := Update(ctx, kv, key, &cur, rev)
 	if err != nil {
-		return cur, 0, false, err
+		var zero T
+		return zero, 0, false, err
 	}
 	if conflict {
 		return MutateRev(ctx, kv, key, fn)
@@ -228,7 +231,8 @@ func MutateNew[T any](ctx context.Context, kv *Bucket, key string, fn func(v *T,
 	case isConflict(err):
 		return MutateRev(ctx, kv, key, fn) // a wrong guess, not a race: no conflict counted
 	default:
-		return v, 0, false, fail.Transientf("kv write %s: %w", key, err)
+		var zero T
+		return zero, 0, false, fail.Transientf("kv write %s: %w", key, err)
 	}
 }
 
@@ -270,38 +274,61 @@ func isConflict(err error) bool {
 			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// Follow watches every key of kv until ctx ends, watching again (a second
-// later) when a watch cannot start or ends, as a NATS restart ends it. Each
-// entry goes to update, in order. A watch begins with the last value of
-// every key; once those are read, replayed gets the keys they held: a key
-// gone while no watch ran (purged, or its delete marker expired) is among
-// none of them, and no update will ever say it is gone. A key written
-// during the restart is among them, or comes after them.
+// Follow watches every key of kv until ctx ends, watching again when a
+// watch cannot start or ends, as a NATS restart ends it: a second later,
+// twice as long each time up to 30 s while every watch fails or ends
+// within 30 s of its start (one that keeps ending at once does not spin),
+// and a second again after a watch that ran longer. Each entry goes to
+// update, in order. A watch begins with the last value of every key; once
+// those are read, replayed gets the keys they held: a key gone while no
+// watch ran (purged, or its delete marker expired) is among none of them,
+// and no update will ever say it is gone. A key written during the
+// restart is among them, or comes after them.
 func (kv *Bucket) Follow(ctx context.Context, log zerolog.Logger, update func(jetstream.KeyValueEntry), replayed func(keys map[string]bool)) {
-	for ctx.Err() == nil {
+	wait := followWait
+	for {
+		began := time.Now()
 		w, err := kv.WatchAll(ctx)
-		if err != nil {
-			log.Warn().Err(err).Str("bucket", kv.Bucket()).Msg("watch; trying again")
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		keys := map[string]bool{}
-		for e := range w.Updates() {
-			if e == nil {
-				if keys != nil {
-					replayed(keys)
-					keys = nil
+		if err == nil {
+			keys := map[string]bool{}
+			for e := range w.Updates() {
+				if e == nil {
+					if keys != nil {
+						replayed(keys)
+						keys = nil
+					}
+					continue
 				}
-				continue
+				if keys != nil {
+					keys[e.Key()] = true
+				}
+				update(e)
 			}
-			if keys != nil {
-				keys[e.Key()] = true
-			}
-			update(e)
+			_ = w.Stop()
 		}
-		_ = w.Stop()
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(began) >= maxFollowWait {
+			wait = followWait // the watch ran a good while: its end is news, not a habit
+		}
+		if err != nil {
+			log.Warn().Err(err).Str("bucket", kv.Bucket()).Dur("retry_in", wait).Msg("watch; trying again")
+		} else {
+			log.Debug().Str("bucket", kv.Bucket()).Dur("retry_in", wait).Msg("watch ended; watching again")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, maxFollowWait)
 	}
 }
+
+// followWait is Follow's first wait before watching again, and
+// maxFollowWait its longest.
+const (
+	followWait    = time.Second
+	maxFollowWait = 30 * time.Second
+)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/planact/planact/pkg/fail"
@@ -29,7 +30,8 @@ const (
 // returns once the first notice is stored (trying until ctx ends), so a
 // gateway that serves only after Present returned is seen by every pause
 // recorded after that. Call gone once nothing of the role runs on the
-// gateway any more: it says so, so that a pause does not wait out its lease.
+// gateway any more: it says so, so that a pause does not wait out its lease
+// (once: calling it again does nothing).
 func (b *Bus) Present(ctx context.Context, role, gateway string) (gone func(), err error) {
 	notice := func(g bool) *schema.Presence {
 		return &schema.Presence{Role: role, Gateway: gateway, Gone: g, AtMs: time.Now().UnixMilli()}
@@ -73,14 +75,17 @@ func (b *Bus) Present(ctx context.Context, role, gateway string) (gone func(), e
 			}
 		}
 	}()
+	var once sync.Once
 	return func() {
-		close(stop)
-		<-done
-		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PublishTimeout)
-		defer cancel()
-		if err := b.Publish(gctx, notice(true)); err != nil {
-			b.Log.Warn().Err(err).Str("role", role).Str("gateway", gateway).Msg("could not say this gateway stopped; pauses wait for it until its lease ends")
-		}
+		once.Do(func() {
+			close(stop)
+			<-done
+			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PublishTimeout)
+			defer cancel()
+			if err := b.Publish(gctx, notice(true)); err != nil {
+				b.Log.Warn().Err(err).Str("role", role).Str("gateway", gateway).Msg("could not say this gateway stopped; pauses wait for it until its lease ends")
+			}
+		})
 	}, nil
 }
 

@@ -313,14 +313,19 @@ func (b *Bus) provision(ctx context.Context, p Provisioning) error {
 // an error that waiting cannot mend (ErrOldLayout, a setting the server
 // does not support, a fail.Permanent one) ends it at once.
 func (b *Bus) retry(ctx context.Context, what string, op func() error) error {
-	deadline := time.Now().Add(provisionPatience)
+	return b.retryFor(ctx, what, provisionPatience, op)
+}
+
+// retryFor is retry with its own patience; 0 tries until ctx ends.
+func (b *Bus) retryFor(ctx context.Context, what string, patience time.Duration, op func() error) error {
+	deadline := time.Now().Add(patience)
 	wait := 100 * time.Millisecond
 	for {
 		err := op()
 		if unsupported(err) {
 			return fail.E(fail.Permanent, fmt.Errorf("%w (planact needs nats-server %s or later)", err, MinServerVersion))
 		}
-		if err == nil || ctx.Err() != nil || time.Now().After(deadline) || errors.Is(err, ErrOldLayout) || !fail.IsRetryable(err) {
+		if err == nil || ctx.Err() != nil || patience > 0 && time.Now().After(deadline) || errors.Is(err, ErrOldLayout) || !fail.IsRetryable(err) {
 			return err
 		}
 		b.Log.Warn().Err(err).Dur("retry_in", wait).Msg(what + " failed, retrying")

@@ -175,7 +175,10 @@ func (p *puller) forget() {
 }
 
 // listen subscribes a new inbox for the requests, and ends the old one's.
-// p.mu is held.
+// The old subscription is drained, not dropped: a message JetStream sent
+// it before the server took its end is still received (receive handles or
+// hands it back), not discarded by the client to wait out its ack wait
+// and count a delivery. p.mu is held.
 func (p *puller) listen() error {
 	inbox := p.b.NC.NewInbox()
 	sub, err := p.b.NC.Subscribe(inbox+".*", p.receive)
@@ -184,7 +187,7 @@ func (p *puller) listen() error {
 	}
 	_ = sub.SetPendingLimits(-1, -1) // every message here was asked for
 	if p.sub != nil {
-		_ = p.sub.Unsubscribe()
+		_ = p.sub.Drain()
 	}
 	p.inbox, p.sub = inbox, sub
 	return nil
@@ -292,10 +295,12 @@ func (p *puller) end(sub *nats.Subscription, id string, code string, h nats.Head
 }
 
 // receive takes what JetStream sends to the requests: a message, or the
-// end of a request. (A message comes on its own subject; an end on the
-// request's reply subject.)
+// end of a request. (A message comes on its own subject, with a reply
+// subject to ack it on; an end on the request's reply subject, with none.
+// A message's headers are its writer's: a Status among them with no body
+// does not make it an end.)
 func (p *puller) receive(m *nats.Msg) {
-	if code := m.Header.Get("Status"); code != "" && len(m.Data) == 0 {
+	if code := m.Header.Get("Status"); code != "" && len(m.Data) == 0 && m.Reply == "" {
 		if code != "100" { // a heartbeat; none is asked for
 			p.end(m.Sub, m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], code, m.Header)
 		}
@@ -313,9 +318,10 @@ func (p *puller) receive(m *nats.Msg) {
 		ours = true
 	default:
 		// A request forgotten (at a reconnect) delivered on its way out:
-		// handled only if a slot is free.
+		// handled only if a slot is free, one the open requests may not
+		// fill.
 		limit, _ := p.slots.get()
-		ours = limit-p.running > 0
+		ours = limit-p.running-p.asked > 0
 	}
 	if ours {
 		p.running++

@@ -60,6 +60,13 @@ func (b *Bus) MsgAt(ctx context.Context, stream string, seq uint64) (*StoredMsg,
 	return b.msgGet(ctx, stream, map[string]any{"seq": seq})
 }
 
+// NextMsg returns the first message stored on subject in stream at or
+// after sequence from, or nil when there is none, read as LastMsg reads:
+// a subject's messages one by one, in order.
+func (b *Bus) NextMsg(ctx context.Context, stream, subject string, from uint64) (*StoredMsg, error) {
+	return b.msgGet(ctx, stream, map[string]any{"seq": max(from, 1), "next_by_subj": subject})
+}
+
 // ErrNotAnswered is in the error of a read that JetStream did not answer
 // (no leader yet, a node restarting): planact's own state is out of reach
 // for a moment, which is no fault of an engine or of the work itself.
@@ -165,7 +172,7 @@ func directGet(ctx context.Context, nc *nats.Conn, stream string, body []byte, r
 		}
 		return nil, fail.Transientf("read %s %v: %w (%w)", stream, req, err, ErrNotAnswered)
 	}
-	switch status := reply.Header.Get("Status"); status {
+	switch status := replyStatus(reply); status {
 	case "":
 	case "404":
 		return nil, nil
@@ -176,17 +183,41 @@ func directGet(ctx context.Context, nc *nats.Conn, stream string, body []byte, r
 }
 
 // storedOf reads a direct get's answer: the message, its subject, sequence
-// and time in the headers.
+// and time in the headers the server appends to the message's own. Those
+// may hold lines of the same names (a trainer's message holds what the
+// trainer wrote): the server's are the last.
 func storedOf(stream string, reply *nats.Msg) (*StoredMsg, error) {
-	m := &StoredMsg{Subject: reply.Header.Get("Nats-Subject"), Header: reply.Header, Data: reply.Data}
+	m := &StoredMsg{Subject: lastHeader(reply.Header, "Nats-Subject"), Header: reply.Header, Data: reply.Data}
+	seq, stamp := lastHeader(reply.Header, "Nats-Sequence"), lastHeader(reply.Header, "Nats-Time-Stamp")
 	var err error
-	if m.Seq, err = strconv.ParseUint(reply.Header.Get("Nats-Sequence"), 10, 64); err != nil {
-		return nil, fail.Transientf("read %s: bad Nats-Sequence %q", stream, reply.Header.Get("Nats-Sequence"))
+	if m.Seq, err = strconv.ParseUint(seq, 10, 64); err != nil {
+		return nil, fail.Transientf("read %s: bad Nats-Sequence %q", stream, seq)
 	}
-	if m.Time, err = time.Parse(time.RFC3339Nano, reply.Header.Get("Nats-Time-Stamp")); err != nil {
-		return nil, fail.Transientf("read %s: bad Nats-Time-Stamp %q", stream, reply.Header.Get("Nats-Time-Stamp"))
+	if m.Time, err = time.Parse(time.RFC3339Nano, stamp); err != nil {
+		return nil, fail.Transientf("read %s: bad Nats-Time-Stamp %q", stream, stamp)
 	}
 	return m, nil
+}
+
+// replyStatus is the status of a direct get's answer, "" for a message.
+// The server's answer with a message carries its stream (Nats-Stream) and
+// no status of its own; a Status there is one of the message's headers,
+// which a writer may set to make its message read as missing, or as the
+// end of a batch.
+func replyStatus(reply *nats.Msg) string {
+	if reply.Header.Get("Nats-Stream") != "" {
+		return ""
+	}
+	return reply.Header.Get("Status")
+}
+
+// lastHeader is the last value of key in h, "" when it has none.
+func lastHeader(h nats.Header, key string) string {
+	v := h.Values(key)
+	if len(v) == 0 {
+		return ""
+	}
+	return v[len(v)-1]
 }
 
 // LastMsgsOnce returns the message stored on each of subjects in stream,
@@ -262,7 +293,7 @@ func (b *Bus) directBatch(ctx context.Context, stream string, req map[string]any
 			return nil, false, fail.Transientf("read %s %v: %w (%w)", stream, req, err, ErrNotAnswered)
 		}
 		for _, reply := range replies {
-			switch status := reply.Header.Get("Status"); status {
+			switch status := replyStatus(reply); status {
 			case "":
 				m, err := storedOf(stream, reply)
 				if err != nil {
