@@ -71,9 +71,8 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 	var again bool       // another arrival of a role that has arrived
 	var redelivered bool // this arrival, written before
 	var diffs []string   // what that other arrival asks for that the first did not
-	var refused error    // why this arrival cannot wait for the other role
 	sess, rev, wrote, err := bus.MutateRev(ctx, s.Bus.Sessions, schema.SessionKey(a.Rollout), func(v *schema.Session, exists bool) (bool, error) {
-		late, again, redelivered, diffs, refused = false, false, false, nil, nil
+		late, again, redelivered, diffs = false, false, false, nil
 		if !exists {
 			trace := bus.TraceFrom(ctx)
 			if trace == "" {
@@ -148,7 +147,6 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		if invalid == nil {
 			invalid = chatPlannerStops(v)
 		}
-		v.StartedMs = s.nowMs()
 		// A config an arrival carried was checked with it (validateArrival):
 		// this finds the defaults' time-outs, when neither carried one,
 		// outlasting the history.
@@ -172,7 +170,9 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 			s.end(v, schema.SessionDone, schema.ResultInvalid, fmt.Sprintf("config: target_groups %d: the batch has only %d groups (distinct group_index)",
 				v.Config.TargetGroups, groupCount(tasks)))
 		default:
-			v.State, v.Episodes = schema.SessionRunning, len(tasks)
+			// Started only here: a rollout that ends invalid at the
+			// barrier never started, and its results say no start.
+			v.State, v.Episodes, v.StartedMs = schema.SessionRunning, len(tasks), s.nowMs()
 			v.Settle(schema.EffectBarrier) // no need to schedule it any more
 			v.Outbox = append(v.Outbox, schema.EffectStart)
 		}
@@ -181,10 +181,6 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 	unlock()
 	if err != nil {
 		return unrecorded(rolloutErr(a.Rollout, err))
-	}
-	if refused != nil {
-		log.Warn().Err(refused).Msg("arrival rejected")
-		return s.reject(ctx, p, &a, id, refused)
 	}
 	ctx = bus.WithTrace(ctx, sess.Trace)
 	switch {

@@ -65,12 +65,16 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 	if err := s.pauseFits(p, bucket.Config.MaxAge); err != nil {
 		return s.refuse(ctx, m, "pause", err)
 	}
-	superseded := false
+	superseded, expired := false, false
 	st, _, err := s.mutateRole(ctx, p.Role, func(v *schema.RoleState) (bool, error) {
 		v.Role = p.Role
-		superseded = false
-		if v.Paused && v.PauseID == id || v.Expiry != nil && v.Expiry.PauseID == id {
-			return false, nil // this pause, delivered again (it may have expired since)
+		superseded, expired = false, false
+		if v.Paused && v.PauseID == id {
+			return false, nil // this pause, delivered again
+		}
+		if v.Expiry != nil && v.Expiry.PauseID == id {
+			expired = true // this pause, delivered again after it expired
+			return false, nil
 		}
 		if m.Seq != 0 && m.Seq <= v.StateSeq {
 			// A later pause or resume was applied: this one, delivered
@@ -88,6 +92,9 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 	if err != nil {
 		return s.unrecordedControl(ctx, m, "pause", err)
 	}
+	if expired {
+		return s.answerExpired(ctx, m, st)
+	}
 	if superseded {
 		zerolog.Ctx(ctx).Info().Str("role", p.Role).Str("pause_id", id).Uint64("seq", m.Seq).Uint64("state_seq", st.StateSeq).
 			Msg("pause older than the role's last pause or resume: not applied")
@@ -97,29 +104,100 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 		// the pauses answered; the last answer on control.<role>.paused
 		// covers one published but not yet recorded. What was written
 		// says so, not a delivery count.
-		if slices.Contains(st.AnsweredPauses, id) {
-			return nil
-		}
-		pm, err := s.Bus.LastMsg(ctx, bus.StreamControl, subject.Control(p.Role, "paused"))
-		if err != nil {
+		if answered, err := s.pauseAnswered(ctx, p.Role, st, id); err != nil || answered {
 			return err
-		}
-		if pm != nil {
-			// An answer that cannot be read says nothing of whether this
-			// pause was answered: an error, not a refusal.
-			var last schema.Paused
-			if err := pm.Decode(&last); err != nil {
-				return fmt.Errorf("pause of %s: the last answer: %w", p.Role, err)
-			}
-			if last.PauseID == id {
-				return nil
-			}
 		}
 		return s.refuse(ctx, m, "pause", fmt.Errorf("pause of %s: a later pause or resume of %s (stream sequence %d, this one's %d) was applied first; this one changes nothing",
 			p.Role, p.Role, st.StateSeq, m.Seq))
 	}
 	zerolog.Ctx(ctx).Info().Str("role", p.Role).Str("mode", st.Mode).Int64("epoch", st.Epoch).Msg("role paused")
-	return s.answerPause(ctx, st)
+	if err := s.answerPause(ctx, st); err != nil {
+		return s.unansweredPause(ctx, m, st, err)
+	}
+	return nil
+}
+
+// pauseAnswered says whether the pause id of role was answered: the role's
+// state st records it, or the last answer on control.<role>.paused names it
+// (published, not yet recorded). An answer that cannot be read says
+// nothing of whether this pause was answered: an error, not a no.
+func (s *Service) pauseAnswered(ctx context.Context, role string, st schema.RoleState, id string) (bool, error) {
+	if slices.Contains(st.AnsweredPauses, id) {
+		return true, nil
+	}
+	pm, err := s.Bus.LastMsg(ctx, bus.StreamControl, subject.Control(role, "paused"))
+	if err != nil || pm == nil {
+		return false, err
+	}
+	var last schema.Paused
+	if err := pm.Decode(&last); err != nil {
+		return false, fmt.Errorf("pause of %s: the last answer: %w", role, err)
+	}
+	return last.PauseID == id, nil
+}
+
+// answerExpired answers the pause m, delivered again after it ended at its
+// time-out (st.Expiry) without an answer: its handler stopped (a crash near
+// its deadline) before it answered. The expiry is said on
+// control.<role>.expired, where its trainer does not wait; the role works
+// again, so the pause is refused, saying so. One answered before is left
+// as it is.
+func (s *Service) answerExpired(ctx context.Context, m bus.Msg, st schema.RoleState) error {
+	x := st.Expiry
+	if st.Answered == x.Epoch {
+		return nil
+	}
+	if answered, err := s.pauseAnswered(ctx, st.Role, st, x.PauseID); err != nil || answered {
+		return err
+	}
+	return s.refuse(ctx, m, "pause", fmt.Errorf("pause of %s (epoch %d) ended at its time-out at %s before it was answered: %s; the role works again: pause again",
+		st.Role, x.Epoch, time.UnixMilli(x.AtMs).UTC().Format(time.RFC3339), x.Reason))
+}
+
+// errAnswered: the pause's answer went out; only its record failed.
+var errAnswered = errors.New("the pause was answered")
+
+// unansweredPause handles the pause m, recorded (st holds it), whose answer
+// failed with err (its role's gateways or their drained notices could not
+// be read). Given up (err cannot pass, or this was the last delivery), it
+// was left without a word: its trainer waited for an answer until its
+// time-out, and the role stayed paused to the pause's deadline. Now the
+// pause is lifted, as a resume would lift it (a new epoch, the role not
+// paused), and refused, saying why. One whose answer went out (errAnswered)
+// or was answered meanwhile is not refused. It returns err, for the
+// consumer to give the message up (or to deliver it again).
+func (s *Service) unansweredPause(ctx context.Context, m bus.Msg, st schema.RoleState, err error) error {
+	if errors.Is(err, errAnswered) || fail.IsRetryable(err) && m.Delivered < maxDeliveries {
+		return err
+	}
+	zerolog.Ctx(ctx).Error().Err(err).Uint64("delivered", m.Delivered).Msg("pause could not be answered; lifted, and the trainer is told")
+	lifted, answered := false, false
+	_, _, lerr := bus.Mutate(ctx, s.Bus.Sessions, schema.RoleKey(st.Role), func(v *schema.RoleState, exists bool) (bool, error) {
+		lifted, answered = false, v.Answered == st.Epoch
+		if !exists || !v.Paused || v.Epoch != st.Epoch || answered {
+			return false, nil
+		}
+		v.Epoch++
+		v.Paused, v.Mode, v.PauseID, v.SinceMs, v.DeadlineMs, v.Reason = false, "", "", 0, 0, ""
+		lifted = true
+		return true, nil
+	})
+	if lerr == nil && answered {
+		return err
+	}
+	now := "it holds the role no more (resumed, paused anew or expired meanwhile)"
+	switch {
+	case lerr != nil:
+		now = fmt.Sprintf("it could not be lifted either (%v): it holds the role until a resume, or its time-out at %s",
+			lerr, time.UnixMilli(st.DeadlineMs).UTC().Format(time.RFC3339))
+	case lifted:
+		now = "it is lifted: the role works again"
+	}
+	cause := fmt.Errorf("pause of %s was recorded, but could not be answered (%d tries): %w; %s; pause again", st.Role, m.Delivered, err, now)
+	if rerr := s.refuse(ctx, m, "pause", cause); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return err
 }
 
 // handleResume lets a role's generations go again, from its new weights.
@@ -337,7 +415,10 @@ func (s *Service) answerPause(ctx context.Context, st schema.RoleState) error {
 	if len(missing) > 0 {
 		zerolog.Ctx(ctx).Warn().Str("role", st.Role).Strs("missing", missing).Msg("paused; some gateways did not say they drained")
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("%w; recording it: %w", errAnswered, err)
+	}
+	return nil
 }
 
 // waitDrained waits until each gateway of the role that runs (its presence

@@ -250,7 +250,8 @@ func (s *Service) timeOut(ctx context.Context, n int64, kind string) error {
 // they are not out yet), "rejected" (saying why) when there is nothing to
 // abort (the rollout had already ended, or is not known, and no arrival of
 // the cancel's role stored before it waits to be recorded), when the
-// cancel could not be recorded, or when it cannot be read.
+// cancel could not be recorded, when it cannot be read, or when its reason
+// is over maxCancelReason.
 func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed) error {
 	id := m.ID()
 	var c schema.Cancel
@@ -262,6 +263,15 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 		err = fmt.Errorf("cancel refused: %w", err)
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
 		return s.answerCancel(ctx, p.Rollout, cancelRole(p, &c), id, schema.CancelRefused, err.Error())
+	}
+	if len(c.Reason) > maxCancelReason {
+		// It is repeated in the session, in each role's result and in
+		// every answer that the rollout had ended (whose message id holds
+		// it): refused as a pause's is, never cut short in silence.
+		err := fmt.Errorf("cancel of rollout %d: reason of %d bytes: want at most %d (planact repeats it in the rollout's results and answers)",
+			c.Rollout, len(c.Reason), maxCancelReason)
+		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
+		return s.answerCancel(ctx, c.Rollout, c.Role, id, schema.CancelRefused, err.Error())
 	}
 	reason := "aborted by the " + c.Role + " trainer"
 	if c.Reason != "" {
@@ -335,6 +345,10 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 	return s.settle(ctx, sess, rev)
 }
 
+// maxCancelReason is the longest reason a cancel may give, as a pause's
+// (maxPauseReason).
+const maxCancelReason = 1 << 10
+
 // cancelRole is the role of the trainer that sent a cancel that cannot be
 // taken: the one its subject names (only that role's trainer may publish
 // there), else the one its body names; "" when neither does.
@@ -396,36 +410,55 @@ func (a storedAnswer) MsgID() string   { return "answer." + a.Status.MsgID() }
 // order) or the other role's (on its own stream, stored earlier by the
 // server's clock); "" when there is none. The caller found no session:
 // such an arrival is still being handled (or waits for a delivery), and
-// the rollout it starts is the one cancelled.
+// the rollout it starts is the one cancelled. Every arrival stored before
+// the cancel counts, not only the last of its subject: one sent again
+// after the cancel (by either role) hid the one before it, still pending.
 func (s *Service) pendingArrival(ctx context.Context, m bus.Msg, c *schema.Cancel) (string, error) {
 	if m.Seq == 0 || m.Subject != subject.Cancel(c.Rollout, c.Role) {
 		return "", nil // not from the role's stream: no order to go by
 	}
 	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
-		am, err := s.Bus.LastMsg(ctx, bus.StreamTrainer(role), subject.Arrive(c.Rollout, role))
-		if err != nil {
-			return "", err
-		}
-		if am == nil || role == c.Role && am.Seq > m.Seq || role != c.Role && (m.Time.IsZero() || am.Time.After(m.Time)) {
-			continue
-		}
-		id := bus.Msg{Subject: am.Subject, Header: am.Header, Seq: am.Seq}.ID()
-		rm, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.Rejected(c.Rollout, role))
-		if err != nil {
-			return "", err
-		}
-		if rm != nil {
-			var r schema.Result
-			if err := rm.Decode(&r); err != nil {
+		stream, subj := bus.StreamTrainer(role), subject.Arrive(c.Rollout, role)
+		var refused map[string]bool // read once an arrival is found
+		for from := uint64(1); ; {
+			am, err := s.Bus.NextMsg(ctx, stream, subj, from)
+			if err != nil {
 				return "", err
 			}
-			if r.ArrivalID == id {
-				continue // refused: no rollout will start from it
+			if am == nil || role == c.Role && am.Seq > m.Seq || role != c.Role && (m.Time.IsZero() || am.Time.After(m.Time)) {
+				break // stored after the cancel, as every later one is
+			}
+			from = am.Seq + 1
+			id := bus.Msg{Subject: am.Subject, Header: am.Header, Seq: am.Seq}.ID()
+			if refused == nil {
+				if refused, err = s.refusedArrivals(ctx, c.Rollout, role); err != nil {
+					return "", err
+				}
+			}
+			if !refused[id] {
+				return id, nil
 			}
 		}
-		return id, nil
 	}
 	return "", nil
+}
+
+// refusedArrivals returns the ids of the arrivals of role for rollout n
+// that were refused: no rollout starts from them.
+func (s *Service) refusedArrivals(ctx context.Context, n int64, role string) (map[string]bool, error) {
+	refused := map[string]bool{}
+	for from := uint64(1); ; {
+		rm, err := s.Bus.NextMsg(ctx, bus.StreamRollout, subject.Rejected(n, role), from)
+		if err != nil || rm == nil {
+			return refused, err
+		}
+		from = rm.Seq + 1
+		var r schema.Result
+		if err := rm.Decode(&r); err != nil {
+			return nil, err
+		}
+		refused[r.ArrivalID] = true
+	}
 }
 
 // end records in v that the rollout ended: its final state, the result
@@ -541,7 +574,7 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 	var res *published
 	var groups []schema.GroupState
 	var objects []string
-	var undelivered []string // groups given up: the results go out failed, saying why
+	var undelivered []lostGroup // groups given up: the results go out failed, saying why
 	for _, effect := range sess.Outbox {
 		var err error
 		switch {
@@ -582,7 +615,7 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 				// Never to be delivered (or not within the patience): the
 				// results behind it are not held back for ever.
 				zerolog.Ctx(ctx).Error().Err(err).Int("group", g).Msg("group could not be delivered; the results go out failed")
-				undelivered, err = append(undelivered, fmt.Sprintf("group %d: %v", g, err)), nil
+				undelivered, err = append(undelivered, lostGroup{g, err}), nil
 			}
 		case effect == schema.EffectResults:
 			res, err = s.publishResults(ctx, &sess, undelivered)

@@ -37,7 +37,7 @@ type roleResult struct{ status, reason string }
 // cannot be assembled or delivered for longer than ResultPatience, or a
 // group could not be delivered (undelivered says which, and why), the
 // trainers get a failed result that says why instead of none.
-func (s *Service) publishResults(ctx context.Context, sess *schema.Session, undelivered []string) (*published, error) {
+func (s *Service) publishResults(ctx context.Context, sess *schema.Session, undelivered []lostGroup) (*published, error) {
 	n := sess.Rollout
 	res := &published{status: sess.Status, reason: sess.Reason, roles: map[string]roleResult{}}
 	giveUp := s.givingUp(sess)
@@ -67,8 +67,12 @@ func (s *Service) publishResults(ctx context.Context, sess *schema.Session, unde
 		}
 		if r == nil {
 			if built == nil && len(undelivered) > 0 {
-				why := "samples could not be delivered: " + strings.Join(undelivered, "; ")
-				if built, err = s.tasksOnly(ctx, sess, why, "its samples could not be delivered", giveUp); err != nil {
+				whys, unsent := make([]string, len(undelivered)), make([]int, len(undelivered))
+				for i, l := range undelivered {
+					whys[i], unsent[i] = fmt.Sprintf("group %d: %v", l.index, l.err), l.index
+				}
+				why := "samples could not be delivered: " + strings.Join(whys, "; ")
+				if built, err = s.tasksOnly(ctx, sess, why, "its samples could not be delivered", giveUp, unsent); err != nil {
 					return nil, err
 				}
 			}
@@ -240,7 +244,7 @@ func (s *Service) results(ctx context.Context, sess *schema.Session, giveUp bool
 	}
 	if err != nil {
 		zerolog.Ctx(ctx).Error().Err(err).Msg("samples could not be assembled; the rollout fails")
-		return s.tasksOnly(ctx, sess, "samples could not be assembled: "+err.Error(), "its samples could not be assembled", giveUp)
+		return s.tasksOnly(ctx, sess, "samples could not be assembled: "+err.Error(), "its samples could not be assembled", giveUp, nil)
 	}
 	return map[string]result{schema.RolePlanner: planner, schema.RoleActor: actor}, nil
 }
@@ -254,9 +258,11 @@ func (s *Service) results(ctx context.Context, sess *schema.Session, giveUp bool
 // evaluated) is failed: its samples are not in the result (lost says why;
 // those of a group whose message went out are there). Their stats count
 // what they hold (heldStats): tasks, no episode figures. When the tasks
-// cannot be read either, the results list none and their reason says why;
-// a read that may pass is tried again, unless giveUp.
-func (s *Service) tasksOnly(ctx context.Context, sess *schema.Session, why, lost string, giveUp bool) (map[string]result, error) {
+// cannot be read either, the results list none and their reason says why,
+// and they name the groups recorded delivered but those of unsent, whose
+// messages did not go out; a read that may pass is tried again, unless
+// giveUp.
+func (s *Service) tasksOnly(ctx context.Context, sess *schema.Session, why, lost string, giveUp bool, unsent []int) (map[string]result, error) {
 	n := sess.Rollout
 	tl, err := s.tasksOf(ctx, sess)
 	var eps map[int]*episode
@@ -273,8 +279,11 @@ func (s *Service) tasksOnly(ctx context.Context, sess *schema.Session, why, lost
 			return nil, err
 		}
 		out := bareResults(n, schema.ResultFailed, fmt.Sprintf("%s; this result lists no task: the rollout's tasks could not be read either: %v", why, err))
+		// A reader of the groups waits for each group named: never for one
+		// whose message did not go out.
+		streamed := slices.DeleteFunc(sess.Delivered(), func(g int) bool { return slices.Contains(unsent, g) })
 		for role, b := range out {
-			b.StreamedGroups, b.tasksOnly = sess.Delivered(), true
+			b.StreamedGroups, b.tasksOnly = streamed, true
 			out[role] = b
 		}
 		return out, nil
@@ -374,6 +383,12 @@ func (s *Service) groupsSent(ctx context.Context, sess *schema.Session) (map[str
 		}
 	}
 	return sent, streamed, nil
+}
+
+// lostGroup is a group given up: its message did not go out, because of err.
+type lostGroup struct {
+	index int
+	err   error
 }
 
 // bareResults are both roles' results of rollout n without samples.

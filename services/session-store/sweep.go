@@ -24,6 +24,10 @@ type index struct {
 	// roles whose state the sweep may have to finish: paused (the pause may
 	// expire), or with an expiry not yet announced.
 	roles map[string]schema.RoleState
+	// replayed is closed once the watch has read every key the bucket
+	// held when it began: the sweep's first pass waits for it.
+	replayed     chan struct{}
+	replayedOnce sync.Once
 }
 
 type indexed struct {
@@ -32,7 +36,7 @@ type indexed struct {
 }
 
 func newIndex() *index {
-	return &index{entries: map[int64]indexed{}, roles: map[string]schema.RoleState{}}
+	return &index{entries: map[int64]indexed{}, roles: map[string]schema.RoleState{}, replayed: make(chan struct{})}
 }
 
 func (x *index) putRole(st *schema.RoleState) {
@@ -85,15 +89,20 @@ func (x *index) snapshot() []indexed {
 // message finished: effects left in an outbox (a crash between a decision
 // and its publishing, a message given up), deadlines whose time-out did not
 // fire, results whose retention is over. It runs first as soon as the
-// sessions are read, so a start after a crash completes what was pending.
+// sessions are read, so a start after a crash completes what was pending
+// then, not a SweepEvery later.
 func (s *Service) sweep(ctx context.Context) error {
 	go s.follow(ctx)
 	t := time.NewTicker(s.SweepEvery)
 	defer t.Stop()
+	replayed := s.index.replayed
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-replayed:
+			replayed = nil // once
+			s.sweepOnce(ctx)
 		case <-t.C:
 			s.sweepOnce(ctx)
 		}
@@ -139,10 +148,12 @@ func (x *index) update(e jetstream.KeyValueEntry) {
 	x.put(n, &sess, e.Created())
 }
 
-// keepOnly drops the sessions and roles whose keys are not in keys.
+// keepOnly drops the sessions and roles whose keys are not in keys, once
+// the watch has replayed the bucket (and says the first replay is done).
 func (x *index) keepOnly(keys map[string]bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	defer x.replayedOnce.Do(func() { close(x.replayed) })
 	for n := range x.entries {
 		if !keys[schema.SessionKey(n)] {
 			delete(x.entries, n)
