@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -94,19 +95,15 @@ func startCounted(t *testing.T, o countedOptions) *countedEnv {
 	// Every replica answering before the test goes on: a replica still
 	// starting when generations begin leaves its peers sharing an engine
 	// among fewer than will be (TestEnginesKeptFull saw 94 of 96 once).
-	serviceReplies(t, bustest.Conn(t, url), "$SRV.PING", want, func(p micro.Ping) string { return p.Name })
+	answered := serviceReplies(t, bustest.Conn(t, url), "$SRV.PING", want, func(p micro.Ping) string { return p.Name })
 	// A replica that answers may not be counted by its peers yet: it
-	// counts them before it takes work, and they count it at their next
-	// round (bus.PeerEvery). Nothing outside the replicas says when that
-	// was, so the test lets a round pass; an act queued at a replica over
-	// its new share waits there until that share frees (the limit named
-	// in docs/engines.md).
-	for _, n := range want {
-		if n > 1 {
-			time.Sleep(bus.PeerEvery + 500*time.Millisecond)
-			break
-		}
-	}
+	// counts them before it takes work, and they count it when they hear
+	// its next peer round (bus.PeerEvery), which a loaded machine may
+	// hold up past any fixed wait; an act queued at a replica over its new
+	// share waits there until that share frees (the limit named in
+	// docs/engines.md). So the test waits until every replica of a gateway
+	// has been counted by every other.
+	peersCounted(t, bustest.Conn(t, url), answered, want)
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -566,4 +563,88 @@ func holdUntil(t *testing.T) (<-chan struct{}, func()) {
 	release := func() { once.Do(func() { close(hold) }) }
 	t.Cleanup(release)
 	return hold, release
+}
+
+// peersCounted waits until every replica of each engine-sharing gateway
+// (bus.Peers) that runs several has answered a peer round of every other
+// replica of its service. A replica counts the asker of such a round
+// before it answers (bus.HdrPeer), so an answer seen is a count made. The
+// services connect without a user: their rounds' replies come under
+// nats.go's _INBOX.
+func peersCounted(t *testing.T, nc *nats.Conn, answered map[string][]micro.Ping, want map[string]int) {
+	t.Helper()
+	var mu sync.Mutex
+	asker := map[string]string{}         // reply subject of a peer round -> the replica asking
+	answers := map[string][]micro.Ping{} // reply subject -> the answers heard on it
+	var subs []*nats.Subscription
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}()
+	subscribe := func(subj string, f nats.MsgHandler) {
+		s, err := nc.Subscribe(subj, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, s)
+	}
+	subscribe("_INBOX.>", func(m *nats.Msg) {
+		var p micro.Ping
+		if json.Unmarshal(m.Data, &p) == nil && p.Type == micro.PingResponseType {
+			mu.Lock()
+			answers[m.Subject] = append(answers[m.Subject], p)
+			mu.Unlock()
+		}
+	})
+	var shared []string
+	for _, name := range []string{plannergateway.Name, actorgateway.Name} {
+		if want[name] < 2 {
+			continue
+		}
+		shared = append(shared, name)
+		subscribe("$SRV.PING."+name, func(m *nats.Msg) {
+			if id := m.Header.Get(bus.HdrPeer); id != "" && m.Reply != "" {
+				mu.Lock()
+				asker[m.Reply] = id
+				mu.Unlock()
+			}
+		})
+	}
+	if len(shared) == 0 {
+		return
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	uncounted := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		counted := map[[2]string]bool{} // {asker, answerer}
+		for reply, id := range asker {
+			for _, p := range answers[reply] {
+				counted[[2]string{id, p.ID}] = true
+			}
+		}
+		var missing []string
+		for _, name := range shared {
+			for _, x := range answered[name] {
+				for _, y := range answered[name] {
+					if x.ID != y.ID && !counted[[2]string{x.ID, y.ID}] {
+						missing = append(missing, fmt.Sprintf("%s %s by %s", name, x.ID, y.ID))
+					}
+				}
+			}
+		}
+		return missing
+	}
+	for deadline := time.Now().Add(patience); ; time.Sleep(20 * time.Millisecond) {
+		missing := uncounted()
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replicas not counted by their peers: %v", missing)
+		}
+	}
 }

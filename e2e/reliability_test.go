@@ -241,15 +241,17 @@ func TestNothingLeftAfterRetention(t *testing.T) {
 	})
 	// The result objects stay until the retention has passed since the
 	// rollout ended (retire refuses earlier). Under load the cleanup above
-	// can itself take longer than the retention: the count is held only
-	// while the clock, read before it, says the retention is not over.
+	// can itself take longer than the retention, and so can the count: it
+	// is held only while the clock, read after it, says the retention is
+	// not over (read before it, the retention could pass while the stores
+	// were listed).
 	sess, _, found, err := bus.GetFresh[schema.Session](ctx, e.bus.Sessions, schema.SessionKey(n))
 	if err != nil || !found || sess.FinishedMs == 0 {
 		t.Fatalf("session %d: found %v, finished at %d ms: %v", n, found, sess.FinishedMs, err)
 	}
-	before := time.Now()
-	if got, ok := counts(e.bus.Results[schema.RolePlanner], e.bus.Results[schema.RoleActor]); ok && got != 2 && before.Before(time.UnixMilli(sess.FinishedMs).Add(keep.ResultRetention)) {
-		t.Errorf("%d result objects %v after the rollout ended, want 2 until the retention (%v) has passed", got, before.Sub(time.UnixMilli(sess.FinishedMs)), keep.ResultRetention)
+	got, ok := counts(e.bus.Results[schema.RolePlanner], e.bus.Results[schema.RoleActor])
+	if counted := time.Now(); ok && got != 2 && counted.Before(time.UnixMilli(sess.FinishedMs).Add(keep.ResultRetention)) {
+		t.Errorf("%d result objects %v after the rollout ended, want 2 until the retention (%v) has passed", got, counted.Sub(time.UnixMilli(sess.FinishedMs)), keep.ResultRetention)
 	}
 	// After the result retention, the result objects.
 	eventually(t, "the result objects removed", func() bool {

@@ -60,13 +60,16 @@ func TestSemanticsBarrierTimeout(t *testing.T) {
 				e.count(t, bus.StreamTimeout, subject.TimeoutSchedule(n, schema.TimeoutBarrier)) > 0
 		})
 		e.stop()
-		stopped := time.Now()
 		s, _ := e.session(t, n)
 		if s.State == schema.SessionWaiting {
 			break
 		}
-		if !stopped.After(time.UnixMilli(s.BarrierDeadlineMs())) || barrier >= 16 {
-			t.Fatalf("session %d %s when the services stopped, %v before its barrier deadline", n, s.State, time.UnixMilli(s.BarrierDeadlineMs()).Sub(stopped))
+		// Only the barrier time-out may have moved it on. Which it was is
+		// the session's word, not a comparison of this process's clock
+		// with the deadline the session-store stored: a clock stepped
+		// between the two would make that fail.
+		if s.State != schema.SessionTimeout || !strings.HasPrefix(s.Reason, "barrier time-out") || barrier >= 16 {
+			t.Fatalf("session %d %s (%q) when the services stopped; want it waiting, or timed out at its barrier", n, s.State, s.Reason)
 		}
 		t.Logf("rollout %d: the services stopped after its barrier deadline (%s); again with a %gs barrier", n, s.State, barrier*2)
 		e.serve(t)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/planact/planact/internal/bustest"
+	"github.com/planact/planact/internal/freeport"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/embedded"
 	"github.com/planact/planact/pkg/fail"
@@ -819,13 +819,19 @@ func TestALongHandlerKeepsItsMessage(t *testing.T) {
 func TestConsumeWaitsForNATS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	srv, err := embedded.Start(embedded.Options{Dir: dir, Port: -1, Name: "restarting"})
+	// The server comes back on its port seven seconds later: a port from
+	// the kernel's ephemeral range may meanwhile be any connection's local
+	// port, and the restart would fail with "address already in use".
+	port, err := freeport.Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := embedded.Start(embedded.Options{Dir: dir, Port: port, Name: "restarting"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Stop() })
 	url := srv.ClientURL()
-	port := srv.Addr().(*net.TCPAddr).Port
 	b := bustest.Bus(t, url, "t")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

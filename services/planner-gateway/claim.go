@@ -231,6 +231,14 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 			}
 			t.holding = true
 			s.takeLeft(t)
+			if t.calls == 0 && t.out == nil {
+				// Nothing left of it: the handler that held it may have
+				// finished the turn since this one looked for its output (a
+				// copy of the request that came while it ran).
+				if served, err := s.served(ctx, req); err != nil || served {
+					return served, err
+				}
+			}
 			log.Info().Int("calls", t.calls).Bool("generated", t.out != nil).Msg("planner turn claimed before by this instance; taken on again")
 			return false, nil
 		}
