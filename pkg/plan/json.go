@@ -29,95 +29,236 @@ const (
 //	[{"id":"step_1","action":"search","params":{"query":"…"},"dependencies":[]}]
 //
 // Field names vary between planners (args/params/arguments,
-// depends_on/dependencies/deps, tool/action); all map to one Node.
+// depends_on/dependencies/deps, tool/action); all map to one Node. The
+// output holds one plan: another node list, in the plan's own value or in
+// another one, is an error unless it holds the same nodes (see onePlan).
 func parseJSON(d *doc, o *Options) (parsed, *Error) {
-	var nearMiss *Error
-	tries := 0
-	budget := jsonBudgetPerByte*len(d.text) + jsonBudgetBase
-	keys := &planKeyIndex{text: d.lower, m: d.m, last: -2}
-	cutOff := false // a candidate that is not a plan runs to the end of a partial output
-	// try walks the JSON value at off; skip is how far a complete value
-	// that is not a plan extends, so that its inner brackets are not tried.
-	try := func(off int) (p parsed, err *Error, ok bool, skip int) {
-		tries++
-		r := &jsonReader{s: d.text[off:], m: d.m, budget: &budget}
-		w := &jsonWalk{s: d.text[off:], off: off, r: r, m: d.m, keys: keys}
-		w.walk()
-		d.m.halt()
-		if w.exhausted {
-			budget = 0
-			return p, nil, false, 0
-		}
-		if !w.found {
-			if o.Partial && w.cutOff {
-				// The rest of the output may close this value, and the
-				// whole output then skips what it holds: nothing in it
-				// (or after it) is a plan yet.
-				cutOff = true
-			}
-			return p, nil, false, w.skip
-		}
-		if w.err != nil {
-			if nearMiss == nil {
-				at, err := w.errAt()
-				nearMiss = &Error{Kind: ErrSyntax, Line: d.line(off + at),
-					Message: fmt.Sprintf("the JSON plan is not valid JSON at line %d: %s", d.line(off+at), err)}
-			}
-			return p, nil, false, 0
-		}
-		p.format = w.format
-		p.from, p.to = off, off+w.end()
-		for i, e := range w.elems {
-			n, err := jsonNode(e.v, i, o)
-			n.line = d.line(off + e.at)
-			if err != nil {
-				err.Line = n.line
-				return p, err, true, 0
-			}
-			p.nodes = append(p.nodes, n)
-		}
-		if !w.complete {
-			p.cut = "inside the JSON plan"
-			if len(p.nodes) > 0 {
-				p.cut = fmt.Sprintf("inside the JSON plan, after node %s", p.nodes[len(p.nodes)-1].ID)
-			}
-		}
-		return p, nil, true, 0
-	}
+	s := &jsonScan{d: d, o: o, budget: jsonBudgetPerByte*len(d.text) + jsonBudgetBase,
+		keys: &planKeyIndex{text: d.lower, m: d.m, last: -2}, invalidAt: -1}
+	var c jsonTry
+	fenced := false
 	for _, off := range fenceStarts(d) {
-		if budget <= 0 {
+		if s.budget <= 0 {
 			break
 		}
-		if p, err, ok, _ := try(off); ok {
-			return p, err
-		}
-		if cutOff {
-			return parsed{}, errorf(ErrSyntax, "no complete JSON plan yet")
+		if c = s.try(off); c.found || c.hold {
+			fenced = true
+			break
 		}
 	}
-	for i := 0; i < len(d.text) && tries < maxJSONCandidates && budget > 0; i++ {
+	if !c.found && !c.hold {
+		s.each(0, 0, 0, func(t jsonTry) bool {
+			c = t
+			return !t.found && !t.hold
+		})
+	}
+	switch {
+	case c.hold:
+		return parsed{}, errorf(ErrSyntax, "no complete JSON plan yet")
+	case !c.found && s.nearMiss != nil:
+		return parsed{}, s.nearMiss
+	case !c.found:
+		return parsed{}, errorf(ErrSyntax, `expected a JSON plan such as {"nodes": [...]} or a list of steps, but there is none`)
+	case c.err != nil:
+		return c.p, c.err
+	}
+	return c.p, s.onePlan(c, fenced)
+}
+
+// jsonScan tries the '{' and '[' of an output as the start of a JSON plan.
+type jsonScan struct {
+	d         *doc
+	o         *Options
+	budget    int // what the candidates may still read
+	tries     int
+	keys      *planKeyIndex
+	nearMiss  *Error // the first node list that is not valid JSON
+	invalidAt int    // where its value starts; -1: none
+}
+
+// jsonTry is what one candidate holds.
+type jsonTry struct {
+	p       parsed
+	err     *Error // a node of the plan is not a node
+	found   bool   // a node list, valid JSON as far as it goes
+	invalid bool   // a node list that is not valid JSON
+	hold    bool   // Partial: no node list yet, but the rest of the output may close the value, and the whole output skips what it holds
+	// ends says that the text ends inside the value: nothing follows it.
+	ends bool
+	next int // where to look for the next value: the end of this one, or where it broke off
+	skip int // the length of a value whose brackets are not to be tried on their own, or 0
+	key  string
+	at   int        // the plan's key ("" for a bare list) and where its '[' is
+	more []jsonList // node lists after the plan's in the same value
+}
+
+// try walks the JSON value at off.
+func (s *jsonScan) try(off int) (t jsonTry) {
+	d := s.d
+	s.tries++
+	r := &jsonReader{s: d.text[off:], m: d.m, budget: &s.budget}
+	w := &jsonWalk{s: d.text[off:], off: off, r: r, m: d.m, keys: s.keys}
+	w.walk()
+	d.m.halt()
+	if w.exhausted {
+		s.budget = 0
+		return t
+	}
+	if !w.found {
+		// A value the rest of the output may close is skipped whole then,
+		// and what it holds with it: nothing in it (or after it) is a
+		// plan yet.
+		t.hold = s.o.Partial && w.cutOff
+		t.skip = w.skip
+		return t
+	}
+	if w.err != nil {
+		if s.nearMiss == nil {
+			at, err := w.errAt()
+			s.nearMiss = &Error{Kind: ErrSyntax, Line: d.line(off + at),
+				Message: fmt.Sprintf("the JSON plan is not valid JSON at line %d: %s", d.line(off+at), err)}
+			s.invalidAt = off
+		}
+		t.invalid, t.p.from = true, off
+		return t
+	}
+	t.found, t.key, t.at, t.more = true, w.key, off+w.at, w.more
+	t.ends = !w.complete || w.open < 0 && w.cutOff
+	t.next = off + int(w.dec.InputOffset())
+	if !t.ends {
+		t.skip = t.next - off // a copy's own lists are not tried again
+	}
+	t.p.format = w.format
+	t.p.from, t.p.to = off, off+w.end()
+	t.p.nodes, t.err = s.nodes(w.elems, off)
+	if t.err != nil {
+		return t
+	}
+	if !w.complete {
+		t.p.cut = "inside the JSON plan"
+		if len(t.p.nodes) > 0 {
+			t.p.cut = fmt.Sprintf("inside the JSON plan, after node %s", t.p.nodes[len(t.p.nodes)-1].ID)
+		}
+	}
+	return t
+}
+
+// nodes converts the elements of a node list in the value at off.
+func (s *jsonScan) nodes(elems []jsonElem, off int) ([]rawNode, *Error) {
+	var out []rawNode
+	for i, e := range elems {
+		n, err := jsonNode(e.v, i, s.o)
+		n.line = s.d.line(off + e.at)
+		if err != nil {
+			err.Line = n.line
+			return out, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// each tries the candidates from offset from on, but none in
+// [skipFrom, skipTo), until fn returns false, or the candidates or the
+// budget run out.
+func (s *jsonScan) each(from, skipFrom, skipTo int, fn func(jsonTry) bool) {
+	d := s.d
+	for i := from; i < len(d.text) && s.tries < maxJSONCandidates && s.budget > 0; i++ {
+		if i >= skipFrom && i < skipTo {
+			i = skipTo
+		}
 		k := strings.IndexAny(d.text[i:], "{[")
 		if k < 0 {
 			d.m.add(len(d.text) - i)
-			break
+			return
 		}
 		d.m.add(k + 1)
 		i += k
-		p, err, ok, skip := try(i)
-		if ok {
-			return p, err
+		if i >= skipFrom && i < skipTo {
+			i = skipTo - 1
+			continue
 		}
-		if cutOff {
-			return parsed{}, errorf(ErrSyntax, "no complete JSON plan yet")
+		t := s.try(i)
+		if !fn(t) {
+			return
 		}
-		if skip > 1 {
-			i += skip - 1
+		if t.skip > 1 {
+			i += t.skip - 1
 		}
 	}
-	if nearMiss != nil {
-		return parsed{}, nearMiss
+}
+
+// onePlan checks that the output holds no plan but c's: another node list
+// in c's value ({"nodes": [...], "nodes": [...]}) or in another value,
+// before or after it, is a second plan, and which one the planner means is
+// a guess (a revision, or a draft after the plan), unless it holds the same
+// nodes. A list without nodes is a mention; a list that is not valid JSON,
+// or that the end of the output cuts off, is not the same plan (while a
+// plan streams, the nodes wait for the rest). fenced says that c was read
+// from a fence before the text before it was tried.
+func (s *jsonScan) onePlan(c jsonTry, fenced bool) *Error {
+	d, p := s.d, c.p
+	for _, l := range c.more {
+		if !s.same(p.nodes, l) {
+			second := ""
+			if asciiLower(l.key) == asciiLower(c.key) {
+				second = "second "
+			}
+			line := d.line(l.at)
+			return &Error{Kind: ErrSyntax, Line: line, Message: fmt.Sprintf(
+				"the output holds two different plans, the %q list at line %d and the %s%q list at line %d; write one JSON plan with the whole plan",
+				c.key, d.line(c.at), second, l.key, line)}
+		}
 	}
-	return parsed{}, errorf(ErrSyntax, `expected a JSON plan such as {"nodes": [...]} or a list of steps, but there is none`)
+	two := func(other int) *Error {
+		a, b := d.line(min(p.from, other)), d.line(max(p.from, other))
+		return &Error{Kind: ErrSyntax, Line: d.line(other), Message: fmt.Sprintf(
+			"the output holds two different plans, the JSON plan at line %d and the JSON plan at line %d; write one JSON plan with the whole plan",
+			a, b)}
+	}
+	if s.invalidAt >= 0 {
+		return two(s.invalidAt)
+	}
+	if c.ends {
+		return nil
+	}
+	from, skipTo := c.next, 0
+	if fenced {
+		from, skipTo = 0, c.next
+	}
+	var err *Error
+	s.tries = 0
+	s.each(from, p.from, skipTo, func(t jsonTry) bool {
+		switch {
+		case t.hold:
+			err = errorf(ErrSyntax, "no complete JSON plan yet")
+		case t.invalid:
+			err = two(t.p.from)
+		case !t.found:
+		case t.err != nil || t.p.cut != "" || len(t.p.nodes) > 0 && !sameNodes(p.nodes, t.p.nodes):
+			err = two(t.p.from)
+		default:
+			for _, l := range t.more {
+				if !s.same(p.nodes, l) {
+					err = two(t.p.from)
+				}
+			}
+		}
+		return err == nil
+	})
+	return err
+}
+
+// same reports whether the node list l holds the same nodes (or none).
+func (s *jsonScan) same(nodes []rawNode, l jsonList) bool {
+	if !l.complete || l.invalid {
+		return false
+	}
+	if len(l.elems) == 0 {
+		return true // a mention: {"nodes": []}
+	}
+	other, err := s.nodes(l.elems, 0)
+	return err == nil && sameNodes(nodes, other)
 }
 
 // jsonReader serves a candidate's text to encoding/json in chunks, charging
@@ -202,12 +343,25 @@ type jsonWalk struct {
 	complete  bool // the node list was closed
 	format    Format
 	elems     []jsonElem
-	err       error // a syntax error inside the plan
-	errOff    int   // where, if known; else see errAt
-	exhausted bool  // the walk stopped at the end of the JSON budget
-	cutOff    bool  // the walk stopped at the end of the text, inside the value
-	open      int   // containers open when the walk stopped
-	skip      int   // the length of a complete value that is not a plan, or 0
+	err       error      // a syntax error inside the plan
+	errOff    int        // where, if known; else see errAt
+	exhausted bool       // the walk stopped at the end of the JSON budget
+	cutOff    bool       // the walk stopped at the end of the text, inside the value
+	open      int        // containers open when the walk stopped
+	skip      int        // the length of a complete value that is not a plan, or 0
+	key       string     // the node list's key, "" in a bare list
+	at        int        // where its '[' is in s
+	more      []jsonList // node lists after it in the same value
+}
+
+// jsonList is a node list after the plan's in the same value: a second
+// plan, unless it holds the same nodes.
+type jsonList struct {
+	key      string
+	at       int // where its '[' is in the text
+	elems    []jsonElem
+	complete bool // closed with ']'
+	invalid  bool // not valid JSON
 }
 
 // planKeys hold the node list in an object.
@@ -240,15 +394,10 @@ func (w *jsonWalk) walk() {
 	}
 }
 
-// end is the length of the plan's JSON value: the rest of the containers
-// around the node list is read (but not beyond what the budget allows).
+// end is the length of the plan's JSON value, or of what was read of it
+// when the walk stopped before its end.
 func (w *jsonWalk) end() int {
-	if w.complete {
-		for ; w.open > 0; w.open-- {
-			if !w.skipRest() {
-				return w.r.i
-			}
-		}
+	if w.complete && w.open == 0 {
 		return int(w.dec.InputOffset())
 	}
 	return w.r.i
@@ -272,8 +421,9 @@ func (w *jsonWalk) errAt() (int, error) {
 }
 
 // object walks the members of an object whose '{' was read, looking into
-// nested objects ({"plan": {"nodes": …}}) two levels deep. w.open counts
-// the containers still open when it returns: -1 after an error.
+// nested objects ({"plan": {"nodes": …}}) two levels deep. After the node
+// list it reads the rest of the value for node lists that follow it. w.open
+// counts the containers still open when it returns: -1 after an error.
 func (w *jsonWalk) object(depth int) {
 	for w.dec.More() {
 		tok, err := w.dec.Token()
@@ -288,14 +438,22 @@ func (w *jsonWalk) object(depth int) {
 			return
 		}
 		switch {
+		case tok == json.Delim('[') && isPlan && w.found:
+			w.open++
+			if !w.another(key) {
+				return
+			}
 		case tok == json.Delim('[') && isPlan:
 			w.open++
+			w.key, w.at = key, int(w.dec.InputOffset())-1
 			w.list(f, false)
-			return
+			if w.open < 0 {
+				return
+			}
 		case tok == json.Delim('{') && depth < 2:
 			w.open++
 			w.object(depth + 1)
-			if w.found || w.open < 0 {
+			if w.open < 0 {
 				return
 			}
 		case tok == json.Delim('['), tok == json.Delim('{'):
@@ -334,6 +492,36 @@ func (w *jsonWalk) skipRest() bool {
 			depth--
 		}
 	}
+	return true
+}
+
+// another reads a node list after the plan's, whose '[' was read, into
+// w.more: false when the walk stops in it.
+func (w *jsonWalk) another(key string) bool {
+	l := jsonList{key: key, at: w.off + int(w.dec.InputOffset()) - 1}
+	stop := func(err error) bool {
+		w.stopped(err)
+		if errors.Is(err, errJSONBudget) || w.m.err != nil {
+			return false // not a verdict on the text
+		}
+		l.invalid = !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF)
+		w.more = append(w.more, l)
+		return false
+	}
+	for w.dec.More() {
+		start := int(w.dec.InputOffset())
+		var v any
+		if err := w.dec.Decode(&v); err != nil {
+			return stop(err)
+		}
+		l.elems = append(l.elems, jsonElem{v: v, at: start + leadingSpace(w.s[start:])})
+	}
+	if _, err := w.dec.Token(); err != nil { // ']'
+		return stop(err)
+	}
+	w.open--
+	l.complete = true
+	w.more = append(w.more, l)
 	return true
 }
 

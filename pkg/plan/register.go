@@ -11,9 +11,10 @@ import (
 // whole output in, the nodes it holds out (each with an id, a tool, its
 // arguments and the ids it depends on). planact validates them as it does
 // every plan's (unique ids, known tools, existing dependencies, no cycle,
-// placeholders, limits); an error is shown to the planner as a syntax error,
-// so say what is wrong precisely. An output with no plan of this format
-// returns an error: the answers (<answer>…</answer>) are found before.
+// placeholders, limits), a dependency named twice as one (an empty one is an
+// error); an error is shown to the planner as a syntax error, so say what is
+// wrong precisely. An output with no plan of this format returns an error:
+// the answers (<answer>…</answer>) are found before.
 type FormatFunc func(text string) ([]Node, error)
 
 // CustomFormat is a plan format registered by a program of your own.
@@ -87,6 +88,13 @@ func customParser(f Format) (formatParser, bool) {
 		}
 		p := parsed{format: f}
 		for _, n := range nodes {
+			// A dependency named twice is one dependency, as in the
+			// built-in formats (the format's own slice is left as it is);
+			// an empty one names no node, a mistake of the format's.
+			if slices.Contains(n.Deps, "") {
+				return parsed{}, errorf(ErrSyntax, "%s plan: node %s has an empty dependency", f, orUnnamed(n.ID))
+			}
+			n.Deps = dedupe(slices.Clone(n.Deps))
 			p.nodes = append(p.nodes, rawNode{Node: n})
 		}
 		if len(p.nodes) == 0 {

@@ -63,9 +63,12 @@ func validate(m *meter, nodes []rawNode, o *Options, format Format) *Error {
 		return e
 	}
 	if depth, _ := dag.Depth(ids, deps); depth > o.MaxDepth {
+		// The error names the first node of the chain past the limit: the
+		// one the planner has to move or drop.
 		path, _ := dag.CriticalPath(ids, deps, nil)
-		return errorf(ErrTooDeep, "the plan's longest chain of dependencies has %d nodes (%s); the limit is %d, so run more steps in parallel or plan fewer at a time",
-			depth, strings.Join(path, " -> "), o.MaxDepth)
+		past := path[o.MaxDepth]
+		return at(errorf(ErrTooDeep, "the plan's longest chain of dependencies has %d nodes (%s); the limit is %d, and node %s is past it, so run more steps in parallel or plan fewer at a time",
+			depth, strings.Join(path, " -> "), o.MaxDepth, past), nodes[seen[past]])
 	}
 	for i := range nodes {
 		n := &nodes[i]
