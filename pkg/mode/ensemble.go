@@ -323,7 +323,7 @@ func (Ensemble) Rewards(ep *Episode) {
 		// that a later one with a sample is not called chosen.
 		for _, d := range ep.Outcomes {
 			pick, number, ok := candidateOf(d.NodeID)
-			if !ok || d.Tool == VoteTool || d.Status != schema.ActDoneOK && d.Status != schema.ActCached || NoAnswer(d.Output) {
+			if !ok || !ofActor(ep.Config, d) || d.Status != schema.ActDoneOK && d.Status != schema.ActCached || NoAnswer(d.Output) {
 				continue
 			}
 			key := strconv.Itoa(d.Turn) + "/" + pick
@@ -376,6 +376,16 @@ func (Ensemble) Rewards(ep *Episode) {
 		}
 		s.Metadata["ensemble"] = verdicts[i]
 	}
+}
+
+// ofActor says whether outcome d may be a candidate's: an act of the
+// actor model. A planned node of another tool may have an id that reads as
+// a candidate's (an HTTP tool's "X-c1" beside the candidates X-c1_, X-c2
+// …), and so may a vote (of a planned node "X-c1"): outcomes carry no
+// arguments to tell them apart (isCandidate).
+func ofActor(cfg schema.Config, d *schema.ActDone) bool {
+	t, ok := cfg.Tool(d.Tool)
+	return d.Tool != VoteTool && (!ok || t.Kind == schema.ToolActor)
 }
 
 // candidateOf reads a candidate's node id (Expand's): its pick's id and its

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/plan"
 	"github.com/planact/planact/pkg/schema"
 )
@@ -151,7 +152,13 @@ func (PeerReview) Parse(_ context.Context, out *schema.PlanOutput, observation s
 	if strings.TrimSpace(outsideThink(out.Text)) == "" {
 		return perr(string(plan.ErrEmpty), fmt.Sprintf("turn %d: the review is empty; reply with <accept/> or <revise>what is wrong</revise>", out.Turn)), nil
 	}
-	accept, critique, ok := Verdict(out.Text)
+	text := out.Text
+	if out.FinishReason == engine.FinishStop && stopsOn(cfg.PlannerSampling.Stop, "</revise>") && unclosedRevise(text) {
+		// The engine stopped on "</revise>" and stripped it: the
+		// critique ends there.
+		text += "</revise>"
+	}
+	accept, critique, ok := Verdict(text)
 	if !ok {
 		return perr("syntax", "a review is <accept/> or <revise>what is wrong</revise>; found neither"), nil
 	}
@@ -181,6 +188,27 @@ func (PeerReview) Parse(_ context.Context, out *schema.PlanOutput, observation s
 	}
 	return &schema.PlanDAG{Rollout: out.Rollout, Episode: out.Episode, Turn: out.Turn, FinishReason: out.FinishReason,
 		Plan: plan.Plan{Format: FormatReview, Nodes: []plan.Node{{ID: "revision", Tool: ReviewTool, Args: args, Deps: []string{}, Description: "revise the answer"}}}}, nil
+}
+
+// stopsOn says whether tag is one of the stop strings stop.
+func stopsOn(stop []string, tag string) bool {
+	for _, s := range stop {
+		if strings.EqualFold(strings.TrimSpace(s), tag) {
+			return true
+		}
+	}
+	return false
+}
+
+// unclosedRevise says whether a review (outside <think>) ends inside a
+// <revise> never closed.
+func unclosedRevise(text string) bool {
+	text = outsideThink(text)
+	from := 0
+	if r := reviseRe.FindAllStringIndex(text, -1); len(r) > 0 {
+		from = r[len(r)-1][1]
+	}
+	return strings.Contains(text[from:], "<revise>")
 }
 
 // reads: a review is of the last attempt shown (Observation's), which a
@@ -261,12 +289,15 @@ func (PeerReview) Rewards(ep *Episode) {
 	if ep.Planner == nil {
 		return
 	}
+	// A verdict counts only in an episode that completed on it: an
+	// <accept/> refused (of a failed or empty attempt) accepted nothing.
+	completed := ep.End != nil && ep.End.Status == schema.EpisodeCompleted
 	accepted := false
-	if ep.Last != nil {
+	if ep.Last != nil && completed {
 		accepted, _, _ = Verdict(ep.Last.Text)
 	}
 	agree := 0.0
-	if ep.End != nil && ep.End.Status == schema.EpisodeCompleted && accepted == ep.Correct {
+	if completed && accepted == ep.Correct {
 		agree = 1
 	}
 	ep.Planner.Reward = agree

@@ -171,6 +171,34 @@ func badPicks(text string) []string {
 	return bad
 }
 
+// stripPicks takes a reply's <pick> tags out of what it wrote outside
+// <think>, leaving what it thought as it was: a tag the planner opened in
+// its thoughts must not run on to a pick after them and swallow the
+// </think> in between (the plan or answer would then be thought, not
+// written).
+func stripPicks(text string) string {
+	var b strings.Builder
+	if c, o := unthinkRe.FindStringIndex(text), thinkRe.FindStringIndex(text); c != nil && (o == nil || c[0] < o[0]) {
+		b.WriteString(text[:c[1]]) // thought in a block the chat template opened
+		text = text[c[1]:]
+	}
+	for {
+		o := thinkRe.FindStringIndex(text)
+		if o == nil {
+			b.WriteString(anyPickRe.ReplaceAllString(text, ""))
+			return b.String()
+		}
+		b.WriteString(anyPickRe.ReplaceAllString(text[:o[0]], ""))
+		c := unthinkRe.FindStringIndex(text[o[1]:])
+		if c == nil {
+			b.WriteString(text[o[0]:])
+			return b.String()
+		}
+		b.WriteString(text[o[0] : o[1]+c[1]])
+		text = text[o[1]+c[1]:]
+	}
+}
+
 // validPick is the one candidate a reply picks for p, if it picks one
 // that was offered and only that one.
 func validPick(p pending, written []int) (int, bool) {
@@ -241,7 +269,7 @@ func (m Ensemble) pickParse(ctx context.Context, out *schema.PlanOutput, observa
 		return perr(PickError, problem), nil
 	}
 	rest := *out
-	rest.Text = strings.TrimSpace(anyPickRe.ReplaceAllString(out.Text, ""))
+	rest.Text = strings.TrimSpace(stripPicks(out.Text))
 	msg, err := m.PlanAct.Parse(ctx, &rest, observation, cfg)
 	if err != nil {
 		return nil, err
@@ -289,8 +317,8 @@ func plannerPicks(ep *Episode) map[string]*schema.ActDone {
 	}
 	cands := map[string]*schema.ActDone{} // turn/step/number -> the candidate's outcome
 	for _, d := range ep.Outcomes {
-		if t, ok := ep.Config.Tool(d.Tool); ok && t.Kind != schema.ToolActor {
-			continue // a planned node whose id reads as a candidate's (an HTTP tool's "X-c1" beside the candidates X-c1_, X-c2 …)
+		if !ofActor(ep.Config, d) {
+			continue
 		}
 		if pick, number, ok := candidateOf(d.NodeID); ok && (d.Status == schema.ActDoneOK || d.Status == schema.ActCached) && !NoAnswer(d.Output) {
 			cands[fmt.Sprintf("%d/%s/%d", d.Turn, pick, number)] = d
