@@ -205,7 +205,7 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 		if waiting {
 			held += s.clock().Sub(tried)
 		}
-		if fresh, _ := s.sessions.Get(ctx, run.Rollout); fresh != nil && !fresh.Active() {
+		if s.overBetween(ctx, info) {
 			log.Info().Msg("rollout over; act not retried")
 			return nil, nil
 		}
@@ -228,6 +228,25 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 		}
 	}
 	return done, nil
+}
+
+// overBetween says whether the rollout of info is over, asked between two
+// attempts of one of its acts: the act is then abandoned, with no outcome.
+// The cached session only says when to ask the leader (rolloutOver): it
+// may be another rollout's of the number, ended, while this one runs (the
+// number used again). A cached running session of this rollout, or a read
+// that fails, abandons nothing; the rollout's end cancels the act anyway.
+func (s *Service) overBetween(ctx context.Context, info *session.Info) bool {
+	cached, err := s.sessions.Get(ctx, info.Session.Rollout)
+	if err != nil || cached.Active() && cached.Session.CreatedMs == info.Session.CreatedMs {
+		return false
+	}
+	over, _, err := s.rolloutOver(ctx, info)
+	if err != nil {
+		zerolog.Ctx(ctx).Warn().Err(err).Msg("the rollout's session cannot be read from the leader; the act is tried again")
+		return false
+	}
+	return over
 }
 
 // publishActOutcome publishes done as its act's outcome unless the act has

@@ -191,7 +191,7 @@ func (s *Service) finishTurn(ctx context.Context, info *session.Info, r *schema.
 	stale, drift := "", ""
 	for _, n := range r.Nodes {
 		if n.Status == schema.NodeFailed {
-			if n.ErrorKind == schema.ActErrStale {
+			if n.ErrorKind == schema.ActErrStale && stale == "" {
 				stale = n.Error
 			}
 			if n.ErrorKind == schema.ActErrTokenDrift && drift == "" {
@@ -306,11 +306,24 @@ func (s *Service) endEpisode(ctx context.Context, info *session.Info, n int64, e
 		}
 	}
 	status, reason = abandonedVerdict(runs, outcomes, status, reason)
-	zerolog.Ctx(ctx).Info().Str("status", status).Strs("answers", answers).Str("reason", reason).Msg("episode ended")
-	telemetry.EpisodesEnded.WithLabelValues(status).Inc()
-	return s.Bus.Publish(ctx, &schema.EpisodeEnd{
+	// An episode ends once: its end is stored only where its subject holds
+	// none, beyond the duplicate window too, and counted only then. Its
+	// answer, parse error or finished turn handled again (a redelivery,
+	// the watchdog) comes here again: before, each time was counted, and
+	// planact_episodes_ended_total ran ahead of the episodes.
+	stored, err := s.Bus.PublishOnce(ctx, &schema.EpisodeEnd{
 		Rollout: n, Episode: e, Turns: turns, Status: status, Answers: answers, Reason: reason, Acts: acts, AtMs: nowMs(),
 	})
+	if err != nil {
+		return err
+	}
+	if !stored {
+		zerolog.Ctx(ctx).Debug().Str("status", status).Msg("the episode's end is published already; the first counts")
+		return nil
+	}
+	zerolog.Ctx(ctx).Info().Str("status", status).Strs("answers", answers).Str("reason", reason).Msg("episode ended")
+	telemetry.EpisodesEnded.WithLabelValues(status).Inc()
+	return nil
 }
 
 // abandonedVerdict is how an episode ends (status, reason) given the

@@ -262,11 +262,6 @@ func (r *runner) take() ([]*schema.ActDone, []string, *schema.PlanDAG) {
 	return in, heard, d
 }
 
-// handleDAG takes a plan of a turn: it hands it to this replica's runner of
-// the turn, or creates the run and runs the turn, or takes over a turn whose
-// runner was this very message (redelivered: the replica that ran it
-// stopped) or one the watchdog hands over, or merges the plan into a turn
-// another replica runs.
 // oldPlan is how old a plan message may be before its rollout's state is
 // read again from the leader (overSince): the session cache may be up to
 // a second old.
@@ -280,17 +275,32 @@ const oldPlan = time.Second
 // again, its acts would call an engine a second time (make chaos found
 // one), while the cached session still showed the rollout running.
 func (s *Service) overSince(ctx context.Context, info *session.Info) (bool, error) {
-	sess, _, found, err := bus.GetFresh[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(info.Session.Rollout))
-	if err != nil {
+	over, state, err := s.rolloutOver(ctx, info)
+	if err != nil || !over {
 		return false, err
 	}
-	if found && sess.State == schema.SessionRunning && sess.CreatedMs == info.Session.CreatedMs {
-		return false, nil
-	}
-	zerolog.Ctx(ctx).Info().Str("state", sess.State).Msg("an old plan message of a rollout that is over since; dropped")
+	zerolog.Ctx(ctx).Info().Str("state", state).Msg("an old plan message of a rollout that is over since; dropped")
 	return true, nil
 }
 
+// rolloutOver says whether the rollout of info is over, on a read from the
+// leader: its session is not running, is gone, or is another rollout's of
+// the number (created at another time). state is the session's state as
+// read ("" when it is gone). A cached session decides no skip: it may be
+// up to a second old, and the rollout of its number another.
+func (s *Service) rolloutOver(ctx context.Context, info *session.Info) (over bool, state string, err error) {
+	sess, _, found, err := bus.GetFresh[schema.Session](ctx, s.Bus.Sessions, schema.SessionKey(info.Session.Rollout))
+	if err != nil {
+		return false, "", err
+	}
+	return !found || sess.State != schema.SessionRunning || sess.CreatedMs != info.Session.CreatedMs, sess.State, nil
+}
+
+// handleDAG takes a plan of a turn: it hands it to this replica's runner of
+// the turn, or creates the run and runs the turn, or takes over a turn whose
+// runner was this very message (redelivered: the replica that ran it
+// stopped) or one the watchdog hands over, or merges the plan into a turn
+// another replica runs.
 func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, d *schema.PlanDAG) error {
 	key := schema.RunKey(d.Rollout, d.Episode, d.Turn)
 	takeover, handed := parseSeq(m.Header.Get(HdrTakeover))
@@ -749,9 +759,22 @@ func (t *runner) follow(ctx context.Context) ([]*nats.Subscription, error) {
 	n, e, turn := t.run.Rollout, t.run.Episode, t.run.Turn
 	nc := t.s.Bus.NC
 	var subs []*nats.Subscription
+	// What is heard is a hint, never the only word: a message that cannot
+	// be read is logged and decides nothing here, for the stream decides
+	// on it. The consumer hands the same plan to a handler, where it is an
+	// error, and check, at the next tick, reads the stream's last plan (an
+	// error there too) and the outcomes of the acts it waits for
+	// (Service.outcome: likewise).
+	unreadable := func(m *nats.Msg, err error) {
+		t.log.Error().Err(err).Str("subject", m.Subject).Msg("a message heard on the turn's subjects cannot be read; the stream's copy decides")
+	}
 	onDAG := func(m *nats.Msg) {
 		var d schema.PlanDAG
-		if schema.Unmarshal(m.Data, &d) == nil && d.Turn == turn {
+		if err := schema.Unmarshal(m.Data, &d); err != nil {
+			unreadable(m, err)
+			return
+		}
+		if d.Turn == turn {
 			t.offer(&d, nil)
 		}
 	}
@@ -762,7 +785,11 @@ func (t *runner) follow(ctx context.Context) ([]*nats.Subscription, error) {
 	// which hands the runner the outcome the stream keeps (runAct).
 	onDone := func(m *nats.Msg) {
 		var d schema.ActDone
-		if schema.Unmarshal(m.Data, &d) == nil && d.Turn == turn && (d.Replica == "" || d.Replica != t.s.replica()) {
+		if err := schema.Unmarshal(m.Data, &d); err != nil {
+			unreadable(m, err)
+			return
+		}
+		if d.Turn == turn && (d.Replica == "" || d.Replica != t.s.replica()) {
 			t.hear(d.Key)
 		}
 	}
@@ -792,9 +819,17 @@ func (t *runner) check(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		var d schema.PlanDAG
-		if m != nil && schema.Unmarshal(m.Data, &d) == nil && d.Turn == t.run.Turn {
-			t.offer(&d, nil)
+		if m != nil {
+			// One that cannot be read decides nothing: taken for absent,
+			// the turn would wait for a plan the stream may hold.
+			var d schema.PlanDAG
+			if err := schema.Unmarshal(m.Data, &d); err != nil {
+				t.log.Error().Err(err).Str("subject", m.Subject).Uint64("seq", m.Seq).Msg("the turn's last plan cannot be read")
+				return fail.Permanentf("%s sequence %d: %w", m.Subject, m.Seq, err)
+			}
+			if d.Turn == t.run.Turn {
+				t.offer(&d, nil)
+			}
 		}
 		// The planner's final output may not be a plan at all (it answered,
 		// or wrote something the parser refused): then no final plan comes,
