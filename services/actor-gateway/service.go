@@ -114,6 +114,9 @@ type generation struct {
 	// after (a runner that took the act over and numbers its tries alike),
 	// which is told what a fresh request is (paused, or a new generation).
 	aborted bool
+	// sent: it had a slot and went on to its engine. A try a pause aborted
+	// after that and generated again may be a second engine call of the act.
+	sent bool
 }
 
 // Run serves until ctx ends.
@@ -250,6 +253,15 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 		return g.replyError(m.Reply, CodePaused, fmt.Sprintf("the actor role is paused (pause %d): send it again after the resume", st.Epoch))
 	}
 	defer left()
+	// A try a pause aborted here once it went on to its engine, asked for
+	// again by a request that says no retry (its caller never heard it
+	// start: the acknowledgement was lost), is a retry all the same: this
+	// gateway's own, recorded as any other.
+	var own *schema.Retry
+	if prev := g.gens[id]; prev != nil && prev.aborted && prev.sent {
+		own = &schema.Retry{By: g.id, From: g.id, AtMs: time.Now().UnixMilli(),
+			Why: fmt.Sprintf("a pause of the actor role aborted try %d on actor-gateway %s, where it may have reached its engine; generated again after the resume", req.Try, g.id)}
+	}
 	gen := &generation{callers: []string{m.Reply}, forget: time.Now().Add(5 * time.Minute)}
 	if req.DeadlineMs > 0 {
 		gen.forget = time.UnixMilli(req.DeadlineMs).Add(time.Minute)
@@ -259,7 +271,13 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 	// A new generation of a request that says it is a retry is recorded as
 	// one before it is acknowledged and its engine called; an act that has
 	// an outcome already is not generated again.
-	answer, err := g.recordRetry(gctx, m, req)
+	answer, err := g.recordRetry(gctx, m, req, own)
+	if answer != nil && answer.Header.Get(micro.ErrorCodeHeader) == CodeUnavailable && errors.Is(context.Cause(gctx), session.ErrPaused) {
+		// Not a failure to record: a pause in abort mode stopped it, as it
+		// stops one waiting for a slot, and the try is sent again after the
+		// resume (a 503 cost the act an attempt).
+		answer, err = errorAnswer(CodePaused, "aborted by a pause of the actor role while its retry was recorded: send it again after the resume")
+	}
 	if progress && answer == nil {
 		ack := g.progress(schema.ActorStarted)
 		if n := m.Header.Get(schema.HdrActorSend); n != "" {
@@ -269,10 +287,16 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 	}
 	stop := g.beat(gen, progress && answer == nil)
 	if answer == nil {
-		answer, err = g.generateInSlot(gctx, req)
+		answer, err = g.generateInSlot(gctx, req, gen)
 	}
 	stop()
 	left()
+	if n, most := int64(len(answer.Data)), g.Bus.NC.MaxPayload()-answerHeaderRoom; n > most {
+		// Sent as it is, it would reach no caller (the publish fails), and
+		// the act, heard of no more, would be generated again elsewhere.
+		answer, err = errorAnswer(CodeInvalid, fmt.Sprintf("the answer of act %s (try %d) is %d bytes, more than the %d the NATS server takes (max_payload %d, less %d for headers): "+
+			"raise max_payload, or ask for fewer tokens (actor_sampling.max_new_tokens)", req.Key, req.Try, n, most, g.Bus.NC.MaxPayload(), answerHeaderRoom))
+	}
 	g.mu.Lock()
 	gen.answer, gen.answered = answer, time.Now()
 	gen.aborted = answer.Header.Get(micro.ErrorCodeHeader) == CodePaused
@@ -288,26 +312,34 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 	return err
 }
 
+// answerHeaderRoom is what an answer leaves of the server's max_payload
+// for its headers (the gateway's id, an error's words): more than they take.
+const answerHeaderRoom = 4 << 10
+
 // recordRetry records the retry m says a new generation of it is (its
 // HdrActorRetry header) on the ACT stream, as the act's retries (ActRetries)
 // with this one added, by compare-and-set on the act's last message: the
 // outcome of the act, whichever runner publishes it first, carries every
 // retry recorded before it (act-dispatcher's outcome publishing merges
 // them alike), and one recorded after it cannot be, so none is: an act
-// that has an outcome is answered CodeDone and not generated again. It
-// returns nil, nil when the generation may run (recorded, or no retry),
-// else the answer for its callers.
-func (g *gateway) recordRetry(ctx context.Context, m *nats.Msg, req *schema.ActorRequest) (*nats.Msg, error) {
-	h := m.Header.Get(schema.HdrActorRetry)
-	if h == "" {
-		return nil, nil
-	}
+// that has an outcome is answered CodeDone and not generated again. A
+// request without the header records own, the retry this gateway knows the
+// generation is, when not nil. It returns nil, nil when the generation may
+// run (recorded, or no retry), else the answer for its callers.
+func (g *gateway) recordRetry(ctx context.Context, m *nats.Msg, req *schema.ActorRequest, own *schema.Retry) (*nats.Msg, error) {
 	var r schema.Retry
-	if err := json.Unmarshal([]byte(h), &r); err != nil || r.Why == "" {
-		if err == nil {
-			err = errors.New("it says no why")
+	switch h := m.Header.Get(schema.HdrActorRetry); {
+	case h != "":
+		if err := json.Unmarshal([]byte(h), &r); err != nil || r.Why == "" {
+			if err == nil {
+				err = errors.New("it says no why")
+			}
+			return errorAnswer(CodeInvalid, fmt.Sprintf("header %s: want a retry as JSON (by, from, why, at_ms): %v", schema.HdrActorRetry, err))
 		}
-		return errorAnswer(CodeInvalid, fmt.Sprintf("header %s: want a retry as JSON (by, from, why, at_ms): %v", schema.HdrActorRetry, err))
+	case own != nil:
+		r = *own
+	default:
+		return nil, nil
 	}
 	filter := subject.ActOf(req.Rollout, req.Episode, req.Key)
 	if tid := bus.TraceIDOf(m.Header.Get(schema.HdrTraceparent)); tid != "" {
@@ -358,8 +390,9 @@ var publishRetries = func(ctx context.Context, b *bus.Bus, rec *schema.ActRetrie
 	return stored, err
 }
 
-// generateInSlot runs req once one of the replica's slots is free.
-func (g *gateway) generateInSlot(ctx context.Context, req *schema.ActorRequest) (*nats.Msg, error) {
+// generateInSlot runs req, the request of gen, once one of the replica's
+// slots is free.
+func (g *gateway) generateInSlot(ctx context.Context, req *schema.ActorRequest, gen *generation) (*nats.Msg, error) {
 	wctx := ctx
 	if req.DeadlineMs > 0 {
 		var cancel context.CancelFunc
@@ -369,18 +402,23 @@ func (g *gateway) generateInSlot(ctx context.Context, req *schema.ActorRequest) 
 	select {
 	case g.slots <- struct{}{}:
 		defer func() { <-g.slots }()
-		return g.generate(ctx, req)
-	case <-wctx.Done():
-		switch {
-		case errors.Is(context.Cause(ctx), session.ErrPaused):
-			return errorAnswer(CodePaused, "aborted by a pause of the actor role while it waited for a slot: send it again after the resume")
-		case context.Cause(ctx) == session.ErrRolloutOver:
-			return errorAnswer(CodeUnavailable, "rollout is over")
-		case ctx.Err() != nil:
-			return errorAnswer(CodeUnavailable, "actor-gateway shutting down")
+		if wctx.Err() == nil { // a select takes either when both are ready
+			g.mu.Lock()
+			gen.sent = true
+			g.mu.Unlock()
+			return g.generate(ctx, req)
 		}
-		return errorAnswer(CodeTimeout, "the act's deadline passed while it waited for a slot")
+	case <-wctx.Done():
 	}
+	switch {
+	case errors.Is(context.Cause(ctx), session.ErrPaused):
+		return errorAnswer(CodePaused, "aborted by a pause of the actor role while it waited for a slot: send it again after the resume")
+	case context.Cause(ctx) == session.ErrRolloutOver:
+		return errorAnswer(CodeUnavailable, "rollout is over")
+	case ctx.Err() != nil:
+		return errorAnswer(CodeUnavailable, "actor-gateway shutting down")
+	}
+	return errorAnswer(CodeTimeout, "the act's deadline passed while it waited for a slot")
 }
 
 // beat tells the callers of gen that it runs, every Beat, until stop.
@@ -592,8 +630,21 @@ func Generate(ctx context.Context, pool *engine.Pool, req *schema.ActorRequest, 
 	}
 	truncated := ""
 	if g.FinishReason == engine.FinishLength {
+		limit := "max_new_tokens"
 		truncated = fmt.Sprintf("actor_sampling.max_new_tokens %d: the act's generation was cut there", s.MaxNewTokens)
-		telemetry.Truncations.WithLabelValues(schema.RoleActor, "max_new_tokens").Inc()
+		switch {
+		case s.MaxNewTokens <= 0:
+			// Nothing was asked for: the engine's own default cut it.
+			limit = "engine_context"
+			truncated = fmt.Sprintf("the actor engine's own limit: the act's generation was cut after %d tokens (no max_new_tokens was asked for)", len(g.OutputIDs))
+		case len(g.OutputIDs) < s.MaxNewTokens:
+			// Short of what it was asked for: a limit of the engine's own
+			// (SGLang's --allow-auto-truncate fits max_new_tokens to its
+			// context), not planact's, as a planner turn's.
+			limit = "engine_context"
+			truncated = fmt.Sprintf("the actor engine's own limit: the act's generation was cut after %d tokens, of the %d it was asked for", len(g.OutputIDs), s.MaxNewTokens)
+		}
+		telemetry.Truncations.WithLabelValues(schema.RoleActor, limit).Inc()
 	}
 	ids = engine.TrajectoryIDs(r, g, ids) // a chat engine's rendering of the prompt
 	telemetry.EngineSeconds.WithLabelValues(schema.RoleActor).Observe(time.Since(start).Seconds())
