@@ -24,6 +24,7 @@ import (
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/sim"
+	"github.com/planact/planact/pkg/view"
 )
 
 // The attacks of issue 17, each run as the user who would try it, with the
@@ -273,6 +274,7 @@ func TestAttacksOnData(t *testing.T) {
 	t.Run("3 tasks: trainer-planner changes its task list after arriving", func(t *testing.T) { a.t = t; a.poisonOwnTasks(32) })
 	t.Run("2 forge: trainer-actor rolls up the stream it arrives on", func(t *testing.T) { a.t = t; a.rollup(done) })
 	t.Run("2 forge: trainers and the viewer have the server answer onto planact's subjects", func(t *testing.T) { a.t = t; a.replySubjects(done) })
+	t.Run("2 forge: trainer-actor arrives, in its own stream, as the planner of another rollout", func(t *testing.T) { a.t = t; a.forgeArrival(33) })
 	a.t = t
 	a.stillRuns()
 }
@@ -864,6 +866,40 @@ func (a *attackers) rollup(n int64) {
 	}
 }
 
+// forgeArrival: a trainer writes only its own subjects, but what it writes
+// there is its own, body and headers. trainer-actor publishes on
+// rollout.<n>.arrive.actor an arrival whose body is the planner's at
+// rollout n+1, with a poisoned task list and a config. The session-store
+// refuses it, on the subject's rollout and role; the viewer (the web view,
+// planact inspect) must take nothing of it either. It showed rollout n+1
+// waiting on a planner that never arrived, with the actor's questions and
+// labels and the config it made up.
+func (a *attackers) forgeArrival(n int64) {
+	body := fmt.Sprintf(`{"schema": "rollout.arrive/1", "rollout": %d, "role": "planner", "at_ms": %d, "weight_version": "forged",
+		"engine": {"url": %q, "protocol": "sglang"}, "tasks": [{"prompt": "poisoned", "label": "x"}], "config": {"max_turns": 9}}`,
+		n+1, time.Now().UnixMilli(), a.planner.URL)
+	subj := fmt.Sprintf("rollout.%d.arrive.actor", n)
+	if out, err := a.cli("trainer-actor", 20*time.Second, nil, "pub", subj, body, "-H", schema.HdrContentType+":"+schema.ContentTypeJSON); err != nil {
+		a.t.Fatalf("trainer-actor publishes on its own subject %s: %v: %s", subj, err, out)
+	}
+	refusal := fmt.Sprintf("rollout.%d.result.actor.rejected", n)
+	eventually(a.t, "the session-store's refusal on "+refusal, func() bool { return a.last(refusal) != nil })
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	nc, _ := a.conn("viewer")
+	r, err := view.Open(ctx, nc)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Synced(ctx); err != nil {
+		a.t.Fatal(err)
+	}
+	if got, err := r.Rollout(n+1, view.Filter{}); err == nil {
+		a.t.Errorf("the viewer shows rollout %d from the actor's arrival on %s: %+v", n+1, subj, got.RolloutSummary)
+	}
+}
+
 // replySubjects: a client names the subject the server answers it on,
 // and NATS checks no right on a reply subject. Each attacker sends what it
 // may (an arrival of its own, a direct get of its own result or one of the
@@ -928,7 +964,14 @@ func (a *attackers) replySubjects(n int64) {
 // one; the session-store (reconnecting, or a new replica) and the other
 // trainer must still get in. An account's max_connections is shared by
 // all its users: the trainers' and the viewer's accounts are their own.
+// The server holds the limit in one of two ways: it refuses a connection
+// past it, or, when the other servers' counts of the account reach it
+// (trainer-actor holds connections there too) and put it over, it closes
+// the newest ones. CI once saw the 1,001st connection taken after one of
+// the first thousand was closed so: what is checked is that no more than
+// the limit stay open, and that the limit was reached.
 func (a *attackers) connections() {
+	const most = 1000 // max_connections of trainer-actor's account, compose/nats/accounts.conf
 	var held []*nats.Conn
 	defer func() {
 		for _, nc := range held {
@@ -936,7 +979,7 @@ func (a *attackers) connections() {
 		}
 	}()
 	refused := false
-	for range 1001 {
+	for range most + 100 {
 		nc, err := nats.Connect(withUser(a.urls[1], "trainer-actor"), nats.NoReconnect(), nats.CustomInboxPrefix(bus.InboxPrefix("trainer-actor")))
 		if err != nil {
 			a.t.Logf("trainer-actor's connection %d: %v", len(held)+1, err)
@@ -945,8 +988,20 @@ func (a *attackers) connections() {
 		}
 		held = append(held, nc)
 	}
-	if !refused {
-		a.t.Errorf("trainer-actor holds %d connections, none refused", len(held))
+	open := func() int {
+		n := 0
+		for _, nc := range held {
+			if !nc.IsClosed() {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(a.t, "trainer-actor's connections within its account's limit", func() bool { return open() <= most })
+	if n := open(); !refused && n == len(held) {
+		a.t.Errorf("trainer-actor holds %d connections, none refused or closed", n)
+	} else {
+		a.t.Logf("trainer-actor: %d connections made, %d open, refused: %v", len(held), n, refused)
 	}
 	for _, user := range []string{"session-store", "trainer-planner"} {
 		nc, err := nats.Connect(withUser(a.urls[1], user), nats.NoReconnect(), nats.CustomInboxPrefix(bus.InboxPrefix(user)))

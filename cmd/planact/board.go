@@ -310,7 +310,7 @@ func (bw *boardWriter) draw(b *board) {
 			bw.last = map[int64]string{}
 		}
 		for _, n := range b.order {
-			l := b.rows[n].line(20)
+			l := printable(b.rows[n].line(20), "")
 			// The running time changes every second; a plain log shows
 			// progress, not the clock.
 			key := l
@@ -329,7 +329,7 @@ func (bw *boardWriter) draw(b *board) {
 		fmt.Fprintf(bw.w, "\033[%dA", bw.drawn)
 	}
 	for _, r := range rows {
-		fmt.Fprintf(bw.w, "\r\033[K%s\n", r.line(30))
+		fmt.Fprintf(bw.w, "\r\033[K%s\n", printable(r.line(30), ""))
 	}
 	bw.drawn = len(rows)
 }

@@ -102,6 +102,8 @@ func runInspect(ctx context.Context, args []string, getenv func(string) string, 
 	}
 
 	inspectHistoryRead()
+	// What it prints holds what trainers and their engines wrote.
+	stdout = textWriter{stdout}
 
 	// rctx bounds what follows too: the episodes of a rollout that the view
 	// no longer holds in memory are read again from the streams.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
@@ -99,7 +100,7 @@ func runWatch(ctx context.Context, args []string, getenv func(string) string, st
 	lines := make(chan string, 256)
 	follow(ctx, nc, streams, func(m bus.StoredMsg) {
 		select {
-		case lines <- fmt.Sprintf("%s %-28s %s", m.Time.Format("15:04:05.000"), m.Subject, Describe(m.Data, m.Header)):
+		case lines <- watchLine(m):
 		case <-ctx.Done():
 		}
 	}, nil)
@@ -390,6 +391,54 @@ func Describe(data []byte, h nats.Header) string {
 		}
 	}
 	return kind
+}
+
+// watchLine is what watch -v prints of m: when it was stored, where, and
+// what it says.
+func watchLine(m bus.StoredMsg) string {
+	return printable(fmt.Sprintf("%s %-28s %s", m.Time.Format("15:04:05.000"), m.Subject, Describe(m.Data, m.Header)), "")
+}
+
+// printable is s with every control character (an escape sequence's
+// ESC, a carriage return, a line break) and bidirectional control but
+// those in keep, and every byte that is no UTF-8, written as its Go escape
+// (\x1b, \r, \u202e, \xff). What watch and inspect print holds what
+// trainers and their engines wrote (a cancel's reason, a weight version, a
+// planner's output, a subject's token): a terminal shows it, and obeys
+// none of it (erasing lines, moving the cursor, rewriting the board).
+func printable(s, keep string) string {
+	unsafe := func(r rune) bool {
+		return (unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)) && !strings.ContainsRune(keep, r)
+	}
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, unsafe) {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case unsafe(r):
+			q := strconv.QuoteRuneToASCII(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[:size])
+		}
+		s = s[size:]
+	}
+	return b.String()
+}
+
+// textWriter writes to w what is written to it, printable but for its
+// line breaks and tabs: a report of many lines (planact inspect's).
+type textWriter struct{ w io.Writer }
+
+func (t textWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(t.w, printable(string(p), "\n\t")); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // clip is s on one line, cut to at most n bytes at a character's start

@@ -31,8 +31,10 @@ type rolloutState struct {
 	// (see pick), as the session-store takes them.
 	brought []*arrival
 	// refusedIDs are the arrivals refused (Result.ArrivalID of a
-	// rejection), read before or after the arrival itself.
-	refusedIDs map[string]bool
+	// rejection, with its role), read before or after the arrival itself.
+	// An id is its trainer's to choose (its Nats-Msg-Id): one role's
+	// refusal never names the other's arrival.
+	refusedIDs map[refusedID]bool
 	tasks      []schema.Task
 	tasksFrom  *arrival       // the arrival the tasks came with
 	config     *schema.Config // from the arrivals not refused (the planner's wins)
@@ -63,6 +65,9 @@ type rolloutState struct {
 	// nothing the view shows.
 	dropped bool
 }
+
+// refusedID names a refused arrival: its role and its id.
+type refusedID struct{ role, id string }
 
 // arrival is what the view keeps of an arrival that brought tasks or a
 // config: enough to take them, and to read its task list again from the
@@ -192,7 +197,7 @@ func (r *rolloutState) version(role, v string) {
 func (s *state) pick(r *rolloutState) {
 	var tasks, planner, actor *arrival
 	for _, a := range r.brought {
-		if r.refusedIDs[a.id] {
+		if r.refusedIDs[refusedID{a.role, a.id}] {
 			a.tasks = nil // never the rollout's
 			continue
 		}
@@ -299,6 +304,13 @@ func (s *state) fold(msg bus.StoredMsg) (int64, bool) {
 		if decodeArrival(msg, &m) != nil {
 			return 0, false
 		}
+		if schema.CheckRouting(subj, msg.Header, &m) != nil {
+			// Its subject and body disagree (the actor's stream holding a
+			// planner's arrival for another rollout, say): the
+			// session-store refuses it, on the subject's rollout and role,
+			// and it is nothing of the rollout its body names.
+			return 0, false
+		}
 		r := s.rollout(m.Rollout, at)
 		if r == nil {
 			return 0, false
@@ -376,11 +388,11 @@ func (s *state) fold(msg bus.StoredMsg) (int64, bool) {
 		if m.Rejected {
 			// An arrival refused; its trainer may send a corrected one.
 			// Whatever it brought is not the rollout's.
-			if m.ArrivalID != "" && !r.refusedIDs[m.ArrivalID] {
+			if id := (refusedID{m.Role, m.ArrivalID}); m.ArrivalID != "" && !r.refusedIDs[id] {
 				if r.refusedIDs == nil {
-					r.refusedIDs = map[string]bool{}
+					r.refusedIDs = map[refusedID]bool{}
 				}
-				r.refusedIDs[m.ArrivalID] = true
+				r.refusedIDs[id] = true
 				s.pick(r)
 			}
 			if at.Before(r.arrivalAt[m.Role]) {
