@@ -194,7 +194,9 @@ export const cancelAnswerSubject = (rollout, role, msgID) =>
  * ended, or is not known: the message says which), "refused" when planact
  * could not read the cancel, "failed" when planact could not record the
  * cancel (cancel again), and "timeout" when no answer came (the cancel
- * stays published, and is acted on once planact's session-store runs).
+ * stays published, and is acted on once planact's session-store runs);
+ * "rejected" too, before sending anything, for a rollout, role or reason
+ * planact would refuse (a reason is a string of at most MAX_REASON bytes).
  * The answer is read from the stream too (its own subject,
  * cancelAnswerSubject) now and every recheckMs, so one published while the
  * connection was down is found.
@@ -202,6 +204,7 @@ export const cancelAnswerSubject = (rollout, role, msgID) =>
 export async function cancel(nc, rollout, role, reason = "", { timeoutMs = 60_000, recheckMs = DEFAULT_RECHECK_MS } = {}) {
   checkServer(nc);
   checkTarget(rollout, role);
+  checkReason(`cancel of rollout ${rollout}`, reason);
   checkMs("timeoutMs", timeoutMs);
   checkMs("recheckMs", recheckMs, { positive: true });
   const deadline = Date.now() + timeoutMs;
@@ -316,6 +319,8 @@ export const RESUME_ANSWER_WAIT_MS = 120_000;
 /** The longest Nats-Msg-Id of a pause or resume, and weight_version of a resume, planact takes (bytes). */
 export const MAX_CONTROL_ID = 256;
 export const MAX_WEIGHT_VERSION = 1024;
+/** The longest reason of a pause or cancel planact takes (bytes): it repeats it in its answers. */
+export const MAX_REASON = 1024;
 
 /**
  * pause stops planact sending new generations of role to its engine, so
@@ -330,7 +335,8 @@ export const MAX_WEIGHT_VERSION = 1024;
  * when planact refused the pause, "timeout" when no answer came within
  * waitMs (default timeoutS and 30 s more: planact answers by the pause's
  * time-out at the latest), and "rejected", before sending anything, for a
- * role, mode, timeoutS or option planact would refuse. Call resume after.
+ * role, mode, timeoutS, reason (over MAX_REASON bytes) or option planact
+ * would refuse. Call resume after.
  */
 export async function pause(nc, role, options = {}) {
   checkOptions("pause", options, ["mode", "timeoutS", "reason", "waitMs", "recheckMs"]);
@@ -380,9 +386,7 @@ export function pauseMessage(role, options = {}) {
       `pause of ${role}: timeoutS ${show(timeoutS)} (${typeof timeoutS}): want a number of seconds from ${MIN_PAUSE_TIMEOUT_S} to ${MAX_PAUSE_TIMEOUT_S}`,
     );
   }
-  if (typeof reason !== "string") {
-    throw new PlanactError("rejected", `pause of ${role}: reason ${show(reason)} (${typeof reason}): want a string`);
-  }
+  checkReason(`pause of ${role}`, reason);
   checkAtMs("pause", role, atMs);
   const body = omitZero({ schema: PAUSE_SCHEMA, role, mode, timeout_s: timeoutS, reason, at_ms: atMs });
   return { role, verb: "pause", subject: `control.${role}.pause`, id: controlID("pause", role, atMs), body };
@@ -876,6 +880,21 @@ function checkTarget(rollout, role) {
   checkRole(role);
   if (!Number.isSafeInteger(rollout) || rollout < 0) {
     throw new PlanactError("rejected", `rollout ${rollout}: want an integer >= 0`);
+  }
+}
+
+// checkReason refuses, at once, a pause's or cancel's (what's) reason
+// planact would refuse: not a string, or over MAX_REASON bytes.
+function checkReason(what, reason) {
+  if (typeof reason !== "string") {
+    throw new PlanactError("rejected", `${what}: reason ${show(reason)} (${typeof reason}): want a string`);
+  }
+  const bytes = Buffer.byteLength(reason);
+  if (bytes > MAX_REASON) {
+    throw new PlanactError(
+      "rejected",
+      `${what}: reason ${JSON.stringify(reason.slice(0, 32))}… (${bytes} bytes): want at most ${MAX_REASON} bytes (planact repeats it in its answers)`,
+    );
   }
 }
 

@@ -841,6 +841,7 @@ test("a pause or resume planact would refuse is an error before anything is sent
     ["a NaN time-out", () => pause(conn, "actor", { timeoutS: NaN }), /timeoutS NaN \(number\)/],
     ["the Go client's option names", () => pause(conn, "actor", { abort: true, timeout: 60 }), /^pause: unknown option "abort", "timeout": want mode, timeoutS, reason, waitMs, recheckMs$/],
     ["a reason that is not a string", () => pause(conn, "actor", { reason: 7 }), /^pause of actor: reason 7 \(number\): want a string$/],
+    ["a reason over 1 KiB", () => pause(conn, "actor", { reason: "é".repeat(513) }), /^pause of actor: reason "é+"… \(1026 bytes\): want at most 1024 bytes/],
     ["a negative wait", () => pause(conn, "actor", { waitMs: -1 }), /^waitMs -1 \(number\): want a number of milliseconds >= 0$/],
     ["a resume of an unknown role", () => resume(conn, "Actor", "v2"), /^role "Actor": want planner or actor$/],
     ["a version that is a number", () => resume(conn, "actor", 7), /^resume of actor: weight_version 7 \(number\): want a string \("" leaves the role's version as it was\)$/],
@@ -852,9 +853,31 @@ test("a pause or resume planact would refuse is an error before anything is sent
     await assert.rejects(call(), (err) => err instanceof PlanactError && err.code === "rejected" && want.test(err.message), name);
   }
   assert.deepEqual(conn.published, []);
-  // The longest version planact takes is sent.
+  // The longest version and reason planact takes are sent.
   await resume(conn, "actor", "é".repeat(512));
-  assert.equal(conn.published.length, 1);
+  await pause(conn, "actor", { reason: "é".repeat(512) });
+  assert.equal(conn.published.length, 2);
+});
+
+// As the Go client's Cancel: a reason planact would refuse (it repeats it
+// in the rollout's results and answers) is an error at once, naming it,
+// and nothing is sent; the longest it takes is sent.
+test("a cancel reason planact would refuse is an error before anything is sent", async () => {
+  const conn = cancelStandIn((who) => ({ event: "cancelled", detail: `${who}: rollout 5 aborted` }));
+  const request = conn.request;
+  const sent = [];
+  conn.request = async (subject, data, opts) => {
+    if (subject === "rollout.5.cancel.actor") {
+      sent.push(decode(data).reason);
+    }
+    return request(subject, data, opts);
+  };
+  await assert.rejects(cancel(conn, 5, "actor", "é".repeat(513), { timeoutMs: 5000 }),
+    refused(/^cancel of rollout 5: reason "é+"… \(1026 bytes\): want at most 1024 bytes/));
+  await assert.rejects(cancel(conn, 5, "actor", 7, { timeoutMs: 5000 }), refused(/^cancel of rollout 5: reason 7 \(number\): want a string$/));
+  assert.deepEqual(sent, []);
+  await cancel(conn, 5, "actor", "é".repeat(512), { timeoutMs: 5000 });
+  assert.deepEqual(sent, ["é".repeat(512)]);
 });
 
 // Against planact (e2e/node_trainer_test.go runs this with its URL): the

@@ -220,6 +220,7 @@ DEFAULT_PAUSE_TIMEOUT_S = 600
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_TOP_P = 1.0
 RESUME_WAIT_S = 120  # how long resume waits for planact's answer, as pkg/client's Resume
+MAX_REASON = 1024  # the longest pause reason planact takes, in UTF-8 bytes (schema.MaxReason)
 # Evaluations are planact rollouts from this on (eval_rollout_id): ids of
 # their own, apart from the training rollouts' (a planact rollout id names
 # one rollout).
@@ -1532,8 +1533,10 @@ def pause(role, mode="wait", timeout_s=DEFAULT_PAUSE_TIMEOUT_S, reason="", wait_
     drained, missing, aborted). mode "wait" lets the running generations
     finish, "abort" aborts them (planact sends them again after the resume).
     Not resumed within timeout_s, planact fails the work waiting for the
-    role. A pause planact refuses (control.refused/1: a rule of a newer
-    planact) raises PlanactError("refused", its reason). wait_s bounds the
+    role. A mode, timeout_s or reason (over MAX_REASON bytes) planact would
+    refuse raises ValueError before anything is sent; a pause planact
+    refuses all the same (control.refused/1: a rule of a newer planact)
+    raises PlanactError("refused", its reason). wait_s bounds the
     wait for the answer (default timeout_s + 30: planact answers by the
     pause's time-out at the latest). Connects with PLANACT_NATS_URL (and
     _USER, _PASSWORD, _CREDS)."""
@@ -1579,6 +1582,11 @@ def pause_message(role, mode="wait", timeout_s=DEFAULT_PAUSE_TIMEOUT_S, reason="
         raise ValueError(f"pause mode {mode!r}: want wait or abort")
     if not 1 <= timeout_s <= 604800:
         raise ValueError(f"pause timeout_s {timeout_s}: want 1 to 604800 seconds (a week)")
+    if reason is not None and not isinstance(reason, str):
+        raise ValueError(f"pause reason {reason!r}: want a string")
+    if reason and len(reason.encode()) > MAX_REASON:
+        raise ValueError(f"pause reason {reason[:32]!r}… ({len(reason.encode())} bytes): want at most {MAX_REASON} bytes "
+                         "(planact repeats it when the pause expires)")
     body = {"mode": mode, "timeout_s": timeout_s}
     if reason:
         body["reason"] = reason

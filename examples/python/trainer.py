@@ -256,7 +256,10 @@ async def last_on(nc, subject, stream=ROLLOUT_STREAM):
         msg = await nc.request(f"$JS.API.DIRECT.GET.{stream}.{subject}", b"", timeout=5)
     except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
         return None  # the server is away: read again later
-    if msg.headers and msg.headers.get("Status"):
+    # The server's answer with a message names its stream (Nats-Stream); a
+    # Status beside it is one of the message's own headers, which its
+    # writer may set: a message all the same.
+    if msg.headers and msg.headers.get("Status") and not msg.headers.get("Nats-Stream"):
         return None  # 404: nothing there yet
     return msg.data
 

@@ -583,21 +583,19 @@ func each(ctx context.Context, nc *nats.Conn, stream, filter string, fn func(sub
 		if err != nil {
 			return fmt.Errorf("read %s %s from %d: %w", stream, filter, seq, err)
 		}
-		switch status := m.Header.Get("Status"); status {
-		case "":
-		case "404":
-			return nil
-		default:
-			return fmt.Errorf("read %s %s from %d: %s %s", stream, filter, seq, status, m.Header.Get("Description"))
-		}
-		got, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+		// The server's answer, not what the message's own headers say: an
+		// arrival holds what its trainer wrote.
+		sm, err := bus.DirectMsg(stream, m)
 		if err != nil {
-			return fmt.Errorf("read %s: bad Nats-Sequence %q", stream, m.Header.Get("Nats-Sequence"))
+			return fmt.Errorf("read %s %s from %d: %w", stream, filter, seq, err)
 		}
-		if err := fn(m.Header.Get("Nats-Subject"), m.Header, m.Data); err != nil {
+		if sm == nil {
+			return nil
+		}
+		if err := fn(sm.Subject, sm.Header, sm.Data); err != nil {
 			return err
 		}
-		seq = got + 1
+		seq = sm.Seq + 1
 	}
 }
 

@@ -172,14 +172,23 @@ func directGet(ctx context.Context, nc *nats.Conn, stream string, body []byte, r
 		}
 		return nil, fail.Transientf("read %s %v: %w (%w)", stream, req, err, ErrNotAnswered)
 	}
+	return DirectMsg(stream, reply)
+}
+
+// DirectMsg reads reply, the answer to a direct get of one message of
+// stream: the message, or nil when the server says there is none (404).
+// What the stored message's own headers say (a trainer's message holds
+// what the trainer wrote) is never taken for the server's word: not a
+// Status, nor its subject, sequence or time.
+func DirectMsg(stream string, reply *nats.Msg) (*StoredMsg, error) {
 	switch status := replyStatus(reply); status {
 	case "":
+		return storedOf(stream, reply)
 	case "404":
 		return nil, nil
 	default:
-		return nil, fail.Transientf("read %s %v: %s %s", stream, req, status, reply.Header.Get("Description"))
+		return nil, fail.Transientf("read %s: %s %s", stream, status, reply.Header.Get("Description"))
 	}
-	return storedOf(stream, reply)
 }
 
 // storedOf reads a direct get's answer: the message, its subject, sequence

@@ -320,11 +320,12 @@ const CancelPatience = time.Minute
 // why, role's own first, never one status for both: the actor's can be
 // failed where the planner's is ok; or it is not known), ErrRefused when
 // planact could not read the cancel, or an error saying so when planact
-// could not record the cancel (cancel again). An answer published while
-// the connection was down is read from the stream (every Recheck). Without
-// an answer by the end of ctx (at most CancelPatience when ctx has no
-// deadline) it says so; the cancel stays published and is acted on when
-// planact's session-store runs.
+// could not record the cancel (cancel again). One planact would refuse (a
+// reason over schema.MaxReason bytes) is an error before anything is sent.
+// An answer published while the connection was down is read from the
+// stream (every Recheck). Without an answer by the end of ctx (at most
+// CancelPatience when ctx has no deadline) it says so; the cancel stays
+// published and is acted on when planact's session-store runs.
 func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string) error {
 	if err := schema.CheckRole(role); err != nil {
 		return fmt.Errorf("cancel rollout %d: %w", rollout, err)
@@ -332,6 +333,10 @@ func (c *Client) Cancel(ctx context.Context, rollout int64, role, reason string)
 	if err := checkRollout(rollout); err != nil {
 		// Stored, it would be answered nowhere Cancel listens.
 		return fmt.Errorf("cancel: %w", err)
+	}
+	if len(reason) > schema.MaxReason {
+		return fmt.Errorf("cancel rollout %d: reason of %d bytes: want at most %d (planact repeats it in the rollout's results and answers)",
+			rollout, len(reason), schema.MaxReason)
 	}
 	recheck, err := c.recheck()
 	if err != nil {
@@ -619,10 +624,16 @@ func (c *Client) lastOn(ctx context.Context, stream, subj string) ([]byte, error
 	if err != nil {
 		return nil, err
 	}
-	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
-		return nil, nil // 404: nothing on the subject yet
+	// The server's answer, not what the message's own headers say: a
+	// Status there does not make it nothing.
+	sm, err := bus.DirectMsg(stream, m)
+	if err != nil || sm == nil {
+		return nil, err // nil, nil: nothing on the subject yet
 	}
-	return m.Data, nil
+	if sm.Data == nil {
+		return []byte{}, nil // a message with no body, which reads as none of planact's
+	}
+	return sm.Data, nil
 }
 
 // deliver fetches r's samples from the object store when they are there,
@@ -892,9 +903,10 @@ type PauseOptions struct {
 // the answer's Missing). Call Resume with the new weight version after.
 // planact answers by the pause's time-out at the latest: Pause waits for
 // that and 30 s more (or less, as ctx says), then fails with ErrTimeout.
-// A pause planact would refuse (a time-out under a second) is an error
-// before anything is sent; one planact refuses all the same (a rule of a
-// newer planact) fails with ErrRefused and planact's reason.
+// A pause planact would refuse (a time-out under a second, a reason over
+// schema.MaxReason bytes) is an error before anything is sent; one planact
+// refuses all the same (a rule of a newer planact) fails with ErrRefused
+// and planact's reason.
 func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schema.Paused, error) {
 	if err := schema.CheckRole(role); err != nil {
 		return nil, fmt.Errorf("pause: %w", err)
@@ -909,6 +921,10 @@ func (c *Client) Pause(ctx context.Context, role string, o PauseOptions) (*schem
 	*p = p.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("pause: %w", err)
+	}
+	if len(p.Reason) > schema.MaxReason {
+		return nil, fmt.Errorf("pause of %s: reason of %d bytes: want at most %d (planact repeats it when the pause expires)",
+			role, len(p.Reason), schema.MaxReason)
 	}
 	ctx, cancel := context.WithTimeout(ctx, schema.Seconds(p.TimeoutS)+pauseAnswerMargin)
 	defer cancel()

@@ -110,6 +110,12 @@ const (
 	MaxWeightVersion = 1024
 )
 
+// MaxReason is the longest reason, in bytes, a pause or a cancel may give:
+// planact repeats it (when the pause expires; in a cancelled rollout's
+// session, results and answers), and refuses one longer rather than cut
+// it short.
+const MaxReason = 1 << 10
+
 // CheckControlID reports a pause's or resume's (verb's) message id that
 // planact will not take: one longer than MaxControlID.
 func CheckControlID(verb, role, id string) error {

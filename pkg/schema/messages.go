@@ -232,8 +232,9 @@ const (
 	// CancelNotRecorded: planact gave up recording the cancel; the rollout
 	// may still run (cancel again).
 	CancelNotRecorded = "not-recorded"
-	// CancelRefused: planact could not read the cancel, or its subject,
-	// headers and body disagree; nothing was done.
+	// CancelRefused: planact could not read the cancel, its subject,
+	// headers and body disagree, or its reason is over MaxReason bytes;
+	// nothing was done.
 	CancelRefused = "refused"
 )
 

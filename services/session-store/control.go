@@ -51,12 +51,12 @@ func (s *Service) handlePause(ctx context.Context, m bus.Msg) error {
 	if err := schema.CheckControlID("pause", p.Role, id); err != nil {
 		return s.refuse(ctx, m, "pause", err)
 	}
-	if len(p.Reason) > maxPauseReason {
+	if len(p.Reason) > schema.MaxReason {
 		// It is repeated on CONTROL, in control.<role>.expired, and the
 		// held work fails with it: there, one too long kept the expiry
 		// from ever being said.
 		return s.refuse(ctx, m, "pause", fmt.Errorf("pause of %s: reason of %d bytes: want at most %d (planact repeats it when the pause expires)",
-			p.Role, len(p.Reason), maxPauseReason))
+			p.Role, len(p.Reason), schema.MaxReason))
 	}
 	bucket, err := s.sessionsBucket(ctx)
 	if err != nil {
@@ -344,9 +344,6 @@ func (s *Service) refuse(ctx context.Context, m bus.Msg, verb string, cause erro
 	zerolog.Ctx(ctx).Warn().Err(cause).Str("role", role).Str("id", clipTo(m.ID(), schema.MaxControlID)).Msg(verb + " refused")
 	return s.Bus.Publish(ctx, &schema.Refused{Role: role, Verb: verb, ID: clipTo(m.ID(), schema.MaxControlID), Reason: clip(cause.Error()), AtMs: s.nowMs()})
 }
-
-// maxPauseReason is the longest reason a pause may give.
-const maxPauseReason = 1 << 10
 
 // unrecordedControl answers the pause or resume m (verb), which could not
 // be recorded because of err, when its message is given up: err cannot

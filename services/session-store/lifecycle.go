@@ -251,7 +251,7 @@ func (s *Service) timeOut(ctx context.Context, n int64, kind string) error {
 // abort (the rollout had already ended, or is not known, and no arrival of
 // the cancel's role stored before it waits to be recorded), when the
 // cancel could not be recorded, when it cannot be read, or when its reason
-// is over maxCancelReason.
+// is over schema.MaxReason.
 func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed) error {
 	id := m.ID()
 	var c schema.Cancel
@@ -264,12 +264,12 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
 		return s.answerCancel(ctx, p.Rollout, cancelRole(p, &c), id, schema.CancelRefused, err.Error())
 	}
-	if len(c.Reason) > maxCancelReason {
+	if len(c.Reason) > schema.MaxReason {
 		// It is repeated in the session, in each role's result and in
 		// every answer that the rollout had ended (whose message id holds
 		// it): refused as a pause's is, never cut short in silence.
 		err := fmt.Errorf("cancel of rollout %d: reason of %d bytes: want at most %d (planact repeats it in the rollout's results and answers)",
-			c.Rollout, len(c.Reason), maxCancelReason)
+			c.Rollout, len(c.Reason), schema.MaxReason)
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
 		return s.answerCancel(ctx, c.Rollout, c.Role, id, schema.CancelRefused, err.Error())
 	}
@@ -344,10 +344,6 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 	}
 	return s.settle(ctx, sess, rev)
 }
-
-// maxCancelReason is the longest reason a cancel may give, as a pause's
-// (maxPauseReason).
-const maxCancelReason = 1 << 10
 
 // cancelRole is the role of the trainer that sent a cancel that cannot be
 // taken: the one its subject names (only that role's trainer may publish
