@@ -51,6 +51,16 @@ func runParse(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fs.Usage()
 		return errors.New("parse: at most one file")
 	}
+	// The parser takes 0 for "the default": a 0 given was a mistake, and
+	// a negative one no limit.
+	for _, l := range []struct {
+		name string
+		v    int
+	}{{"max-nodes", *maxNodes}, {"max-depth", *maxDepth}, {"max-arg-bytes", *maxArg}} {
+		if l.v < 1 {
+			return fmt.Errorf("parse: --%s %d: want at least 1", l.name, l.v)
+		}
+	}
 	in := stdin
 	if fs.NArg() == 1 {
 		f, err := os.Open(fs.Arg(0))

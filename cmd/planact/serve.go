@@ -21,7 +21,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, _,
 	fs.SetOutput(stderr)
 	var conn bus.ConnOptions
 	conn.AddFlags(fs, "")
-	replicas := fs.Int("replicas", 1, "JetStream replicas for streams and buckets created by this process (3 on a cluster)")
+	replicas := fs.Int("replicas", 1, "checked (1 to 5) and otherwise unused: serve creates no stream or bucket; planact provision --replicas sets their replicas")
 	engineLimit := fs.Int("engine-limit", 64, "generations in flight per engine in each gateway")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address, e.g. :9464")
 	pprofAddr := fs.String("pprof", "", "serve Go's runtime profiles (/debug/pprof/: CPU, heap, goroutines) on this address, e.g. 127.0.0.1:6060 (keep it on loopback)")

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,6 +70,22 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 		roles[*role] = true
 	default:
 		return fmt.Errorf("submit: --role %q: want planner, actor or both", *role)
+	}
+	// The engines are checked before anything is sent: a role refused
+	// for its engine left the other's arrival waiting for it.
+	if !slices.Contains(engine.Protocols, *protocol) {
+		return fmt.Errorf("submit: --protocol %q: want one of %s", *protocol, strings.Join(engine.Protocols, ", "))
+	}
+	for _, e := range []struct{ role, flag, url string }{{schema.RolePlanner, "--planner-engine", *plannerURL}, {schema.RoleActor, "--actor-engine", *actorURL}} {
+		switch {
+		case !roles[e.role]:
+		case e.url == "":
+			return fmt.Errorf("submit: %s is required for the %s", e.flag, e.role)
+		default:
+			if err := checkEngineURL(e.flag, e.url); err != nil {
+				return fmt.Errorf("submit: %w", err)
+			}
+		}
 	}
 	var tasks []schema.Task
 	switch {
@@ -157,24 +174,41 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 	sent := map[string]bool{} // roles whose arrival may have reached planact
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	// A role refused ends the wait of the other: its partner never comes,
+	// and it waited for it until the barrier's time-out (half an hour).
+	wctx, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
+	refused := ""
 	for r, c := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := c.Arrive(ctx, arrivals[r])
+			err := c.Arrive(wctx, arrivals[r])
 			mu.Lock()
-			sent[r] = err == nil || ctx.Err() != nil // an interrupted publish may have been stored
+			sent[r] = err == nil || wctx.Err() != nil // an interrupted publish may have been stored
 			mu.Unlock()
 			var res *schema.Result
 			if err == nil {
-				res, err = c.Result(ctx, *rollout, r)
+				res, err = c.Result(wctx, *rollout, r)
 			}
 			mu.Lock()
 			results[r], errs[r] = res, err
+			if errors.Is(err, client.ErrRejected) && refused == "" {
+				refused = r
+				stopWaiting()
+			}
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
+	if refused != "" && ctx.Err() == nil {
+		for r := range clients {
+			if r == refused || results[r] != nil {
+				continue
+			}
+			errs[r] = cancelPartnerless(ctx, *rollout, r, refused, clients[r], sent[r], progress.known)
+		}
+	}
 	// What answers this submit's arrivals: not the result of a rollout of
 	// the number that ended before them, which Result returns with its
 	// refusal (shown as this submit's, it said "ok — N samples").
@@ -206,6 +240,15 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 		}
 	}
 	var first error
+	if refused != "" {
+		// What the other role's end comes from, then that end.
+		first = fmt.Errorf("%s: %w", refused, errs[refused])
+		for _, r := range []string{schema.RolePlanner, schema.RoleActor} {
+			if r != refused && roles[r] && results[r] == nil && errs[r] != nil {
+				first = errors.Join(first, fmt.Errorf("%s: %w", r, errs[r]))
+			}
+		}
+	}
 	for _, r := range []string{schema.RolePlanner, schema.RoleActor} {
 		if !roles[r] {
 			continue
@@ -371,6 +414,32 @@ func (pw *progressWatch) stop() {
 		fmt.Fprintln(pw.w)
 	}
 	pw.done = true
+}
+
+// cancelPartnerless cancels role's arrival at rollout n, whose partner
+// (the role refused) planact refused: nothing else ends its wait at the
+// barrier. It returns what becomes of role.
+func cancelPartnerless(ctx context.Context, n int64, role, refused string, c *client.Client, sent bool, known <-chan struct{}) error {
+	why := fmt.Errorf("not played: the %s's arrival was refused", refused)
+	if !sent {
+		return why
+	}
+	ctx, cancel := context.WithTimeout(ctx, cancelPatience)
+	defer cancel()
+	// A cancel that planact handled before the arrival it follows would
+	// find no rollout to abort.
+	select {
+	case <-known:
+	case <-ctx.Done():
+	}
+	switch err := c.Cancel(ctx, n, role, "planact submit: the "+refused+"'s arrival was refused"); {
+	case err == nil:
+		return fmt.Errorf("%w; its arrival is cancelled", why)
+	case errors.Is(err, client.ErrNothingToCancel):
+		return fmt.Errorf("%w; %v", why, err)
+	default:
+		return fmt.Errorf("%w; cancelling its arrival: %v (its barrier time-out will end it)", why, err)
+	}
 }
 
 // cancelPatience bounds what an interrupted submit does before it exits:

@@ -9,7 +9,9 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,8 +103,30 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := checkUpFlags(*port, *monitorPort, *ttft, *latency, *metricsAddr); err != nil {
 		return err
 	}
+	cfg := schema.DefaultConfig()
+	cfg.PlanFormat = *format
+	cfg.Mode, cfg.EnsembleK, cfg.EnsemblePick = *modeName, *ensembleK, *ensemblePick
+	cfg = cfg.WithDefaults()
+	// Seeded sampling: the same --seed plays the same demo.
+	cfg.PlannerSampling.Seed, cfg.ActorSampling.Seed = seed, seed
+	if life := schema.Seconds(cfg.BarrierTimeoutS + cfg.RolloutTimeoutS); *runDemo && life >= *keep.history {
+		// The session-store refuses such a rollout (its session would be
+		// gone before it timed out), and refused only the planner's
+		// arrival, which brings the config: the demo's actor waited for
+		// it until the demo's time-out, five minutes a rollout.
+		return fmt.Errorf("up: --history %s: the demo's rollouts may run %s (barrier_timeout_s %g + rollout_timeout_s %g): want a longer history",
+			shortDuration(*keep.history), shortDuration(life), cfg.BarrierTimeoutS, cfg.RolloutTimeoutS)
+	}
 	if (*plannerURL == "") != (*actorURL == "") && *runDemo {
 		return errors.New("up: --planner-url and --actor-url go together (or neither, for simulated engines)")
+	}
+	for _, e := range []struct{ flag, url string }{{"--planner-url", *plannerURL}, {"--actor-url", *actorURL}} {
+		if e.url == "" {
+			continue
+		}
+		if err := checkEngineURL(e.flag, e.url); err != nil {
+			return fmt.Errorf("up: %w", err)
+		}
 	}
 	var names []string
 	if *services != "none" && *services != "" {
@@ -281,12 +305,6 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 
-	cfg := schema.DefaultConfig()
-	cfg.PlanFormat = *format
-	cfg.Mode, cfg.EnsembleK, cfg.EnsemblePick = *modeName, *ensembleK, *ensemblePick
-	cfg = cfg.WithDefaults()
-	// Seeded sampling: the same --seed plays the same demo.
-	cfg.PlannerSampling.Seed, cfg.ActorSampling.Seed = seed, seed
 	say("planact: demo — %d rollouts of %d tasks × %d samples; planner and actor trainers arrive on their own connections\n", *rollouts, *tasks, *group)
 	var progress io.Writer = stdout
 	if *asJSON {
@@ -419,19 +437,46 @@ func checkUpFlags(port, monitorPort int, ttft, perToken time.Duration, metrics s
 	if metrics != "" {
 		// A mistake in the address is refused (serve refuses it too); a
 		// port another process holds is told at start and skipped.
-		if _, p, err := net.SplitHostPort(metrics); err != nil || p == "" {
+		// A port that is no number (":abc") was only warned of, once
+		// everything had started.
+		if _, p, err := net.SplitHostPort(metrics); err != nil || !validPort(p) {
 			return fmt.Errorf("up: --metrics %q: want host:port, or \"\" for none", metrics)
 		}
 	}
-	for _, p := range []struct {
-		name string
-		v    int
-	}{{"port", port}, {"monitor-port", monitorPort}} {
-		if p.v < -1 || p.v > 65535 {
-			return fmt.Errorf("up: --%s %d: want a port from 1 to 65535, or -1 for any free one", p.name, p.v)
-		}
+	// --port 0 is no "off": the embedded server took it for 4222.
+	if port == 0 || port < -1 || port > 65535 {
+		return fmt.Errorf("up: --port %d: want a port from 1 to 65535, or -1 for any free one", port)
+	}
+	if monitorPort < -1 || monitorPort > 65535 {
+		return fmt.Errorf("up: --monitor-port %d: want a port from 1 to 65535, 0 for none or -1 for any free one", monitorPort)
 	}
 	return checkSimTimes("up: --sim-ttft", ttft, "up: --sim-per-token", perToken)
+}
+
+// validPort says whether p is a TCP port number, 0 (any free one) to 65535.
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 0 && n <= 65535
+}
+
+// checkEngineURL refuses an engine URL the gateways could not send to,
+// naming its flag: an absolute http or https URL with a host, as the
+// session-store wants at arrival. Without it, the arrival went out and
+// was refused there (with submit, the other role's waited for its
+// partner until the barrier's time-out).
+func checkEngineURL(flag, raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case (err != nil || u.Scheme != "http" && u.Scheme != "https") && !strings.Contains(raw, "://"):
+		return fmt.Errorf("%s %q: want an http or https URL: %q, say", flag, raw, "http://"+raw)
+	case err != nil:
+		return fmt.Errorf("%s %q: %w", flag, raw, errors.Unwrap(err))
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%s %q: scheme %q: want http or https", flag, raw, u.Scheme)
+	case u.Host == "":
+		return fmt.Errorf("%s %q: the URL names no host", flag, raw)
+	}
+	return nil
 }
 
 // checkSimTimes refuses a simulated time below zero, naming its flag.
