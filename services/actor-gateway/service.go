@@ -203,6 +203,11 @@ func (g *gateway) serve(ctx context.Context, m *nats.Msg) error {
 	if err := schema.Unmarshal(m.Data, &req); err != nil {
 		return g.replyError(m.Reply, CodeInvalid, err.Error())
 	}
+	if req.DeadlineMs <= 0 {
+		// Without it nothing would bound the generation: an engine that
+		// hangs would hold its slot, and this replica's, for good.
+		return g.replyError(m.Reply, CodeInvalid, fmt.Sprintf("deadline_ms %d: want when the caller stops waiting, in unix milliseconds (the act-dispatcher sends its attempt's deadline, act_timeout_s)", req.DeadlineMs))
+	}
 	// The generation's span hangs under the act's attempt that asked for it.
 	ctx, span := telemetry.StartSpan(bus.ExtractSpan(ctx, m.Header), "actor generation")
 	defer span.End()
@@ -262,10 +267,7 @@ func (g *gateway) run(ctx context.Context, m *nats.Msg, req *schema.ActorRequest
 		own = &schema.Retry{By: g.id, From: g.id, AtMs: time.Now().UnixMilli(),
 			Why: fmt.Sprintf("a pause of the actor role aborted try %d on actor-gateway %s, where it may have reached its engine; generated again after the resume", req.Try, g.id)}
 	}
-	gen := &generation{callers: []string{m.Reply}, forget: time.Now().Add(5 * time.Minute)}
-	if req.DeadlineMs > 0 {
-		gen.forget = time.UnixMilli(req.DeadlineMs).Add(time.Minute)
-	}
+	gen := &generation{callers: []string{m.Reply}, forget: time.UnixMilli(req.DeadlineMs).Add(time.Minute)}
 	g.gens[id] = gen
 	g.mu.Unlock()
 	// A new generation of a request that says it is a retry is recorded as
@@ -347,7 +349,17 @@ func (g *gateway) recordRetry(ctx context.Context, m *nats.Msg, req *schema.Acto
 	}
 	turn, _ := subject.TurnOfKey(req.Key)
 	tried := "" // the id of the record last refused
-	for {
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			// A read that stays behind the record that refused the write
+			// (a lagging replica) would otherwise be asked again at once,
+			// as fast as NATS answers, until it catches up.
+			select {
+			case <-ctx.Done():
+				return failureAnswer(CodeUnavailable, fmt.Errorf("the retry of act %s could not be recorded before its generation: %w", req.Key, context.Cause(ctx)))
+			case <-time.After(retryPause(attempt)):
+			}
+		}
 		last, err := g.Bus.LastMsg(ctx, bus.StreamAct, filter)
 		if err != nil {
 			return failureAnswer(CodeUnavailable, fmt.Errorf("the retry of act %s could not be recorded before its generation: %w", req.Key, err))
@@ -383,6 +395,12 @@ func (g *gateway) recordRetry(ctx context.Context, m *nats.Msg, req *schema.Acto
 	}
 }
 
+// retryPause is the wait before the given attempt (from 1) to record a
+// retry whose write was refused: doubling from 10 ms, at most a second.
+func retryPause(attempt int) time.Duration {
+	return min(10*time.Millisecond<<min(attempt-1, 7), time.Second)
+}
+
 // publishRetries publishes an act's retries after its message at seq
 // after (bus.PublishAfter); a test loses its ack.
 var publishRetries = func(ctx context.Context, b *bus.Bus, rec *schema.ActRetries, filter string, after uint64) (bool, error) {
@@ -391,14 +409,14 @@ var publishRetries = func(ctx context.Context, b *bus.Bus, rec *schema.ActRetrie
 }
 
 // generateInSlot runs req, the request of gen, once one of the replica's
-// slots is free.
+// slots is free. A rollout that ends (cancelled, timed out, enough groups)
+// stops its generations at once: those on their engine, and those waiting
+// for a slot.
 func (g *gateway) generateInSlot(ctx context.Context, req *schema.ActorRequest, gen *generation) (*nats.Msg, error) {
-	wctx := ctx
-	if req.DeadlineMs > 0 {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithDeadline(ctx, time.UnixMilli(req.DeadlineMs))
-		defer cancel()
-	}
+	ctx, stop := g.follow.Rollout(ctx, req.Rollout)
+	defer stop()
+	wctx, cancel := context.WithDeadline(ctx, time.UnixMilli(req.DeadlineMs))
+	defer cancel()
 	select {
 	case g.slots <- struct{}{}:
 		defer func() { <-g.slots }()
@@ -500,20 +518,14 @@ func (g *gateway) send(to string, a *nats.Msg) error {
 }
 
 // generate runs req on its engine and returns the answer: the reply, or an
-// error in the NATS service protocol's headers, as serve says.
+// error in the NATS service protocol's headers, as serve says. ctx is the
+// rollout's (generateInSlot).
 func (g *gateway) generate(ctx context.Context, req *schema.ActorRequest) (*nats.Msg, error) {
-	// A rollout that ends (cancelled, timed out, enough groups) stops its
-	// generations on the engine at once.
-	ctx, stop := g.follow.Rollout(ctx, req.Rollout)
-	defer stop()
 	log := g.Log.With().Int64("rollout", req.Rollout).Int("episode", req.Episode).Str("node", req.Key).Str("role", schema.RoleActor).Logger()
-	if req.DeadlineMs > 0 {
-		// The caller has stopped waiting by then: a generation still running
-		// would only hold one of the engine's slots.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, time.UnixMilli(req.DeadlineMs))
-		defer cancel()
-	}
+	// The caller has stopped waiting by then: a generation still running
+	// would only hold one of the engine's slots.
+	ctx, cancel := context.WithDeadline(ctx, time.UnixMilli(req.DeadlineMs))
+	defer cancel()
 	gen, err := Generate(ctx, g.Engines, req, session.Newest(g.Bus, schema.RoleActor))
 	if err != nil {
 		code := CodeUnavailable
