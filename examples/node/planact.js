@@ -139,6 +139,18 @@ export async function arrive(nc, arrival, { inlineTasksLimit = DEFAULT_INLINE_TA
   const deadline = Date.now() + timeoutMs;
   const atMs = arrival.at_ms ?? Date.now();
   const body = omitZero({ schema: ARRIVE_SCHEMA, ...arrival, at_ms: atMs });
+  // One id per arrival call: a retried publish of it is stored once; a
+  // corrected arrival after a rejection, even in the same millisecond, is
+  // a new message with its own answer (planact answers any id, the older
+  // clients' arrive.<N>.<role>.<attempt>.<at_ms> too, up to MAX_CONTROL_ID
+  // bytes: a longer attempt is refused before anything is sent).
+  const id = `arrive.${rollout}.${role}.${arrival.attempt ?? ""}.${atMs}.${randomBytes(8).toString("hex")}`;
+  if (Buffer.byteLength(id) > MAX_CONTROL_ID) {
+    throw new PlanactError(
+      "rejected",
+      `arrival of ${role} for rollout ${rollout}: an attempt of ${Buffer.byteLength(String(arrival.attempt))} bytes makes its Nats-Msg-Id ${Buffer.byteLength(id)}: want at most ${MAX_CONTROL_ID}`,
+    );
+  }
   let tasksObject;
   if (body.tasks) {
     const list = encode({ tasks: body.tasks }, { ignoreUndefined: true });
@@ -159,11 +171,6 @@ export async function arrive(nc, arrival, { inlineTasksLimit = DEFAULT_INLINE_TA
       body.tasks_sha256 = sha;
     }
   }
-  // One id per arrival call: a retried publish of it is stored once; a
-  // corrected arrival after a rejection, even in the same millisecond, is
-  // a new message with its own answer (planact answers any id, the older
-  // clients' arrive.<N>.<role>.<attempt>.<at_ms> too).
-  const id = `arrive.${rollout}.${role}.${arrival.attempt ?? ""}.${atMs}.${randomBytes(8).toString("hex")}`;
   const h = planactHeaders(ARRIVE_SCHEMA, rollout, role);
   h.set("traceparent", traceparent(rollout, id));
   const js = jetstream(nc, { timeout: REQUEST_TIMEOUT_MS });
@@ -316,7 +323,7 @@ export const MAX_PAUSE_TIMEOUT_S = 604_800;
 export const PAUSE_ANSWER_MARGIN_MS = 30_000;
 /** How long a resume waits for planact's answer. */
 export const RESUME_ANSWER_WAIT_MS = 120_000;
-/** The longest Nats-Msg-Id of a pause or resume, and weight_version of a resume, planact takes (bytes). */
+/** The longest Nats-Msg-Id of a trainer's message (an arrival, a cancel, a pause, a resume), and weight_version of a resume, planact takes (bytes). */
 export const MAX_CONTROL_ID = 256;
 export const MAX_WEIGHT_VERSION = 1024;
 /** The longest reason of a pause or cancel planact takes (bytes): it repeats it in its answers. */

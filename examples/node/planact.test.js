@@ -688,6 +688,15 @@ test("two arrivals in one millisecond each have an id of their own, kept when a 
   assert.deepEqual([first.id, second.id], [a, b], "arrive returns the id it sent");
 });
 
+test("an arrival whose attempt makes its Nats-Msg-Id too long is refused before anything is sent", async () => {
+  const conn = { ...standIn({}), options: {} };
+  conn.request = async () => assert.fail("an over-long arrival was sent");
+  await assert.rejects(
+    arrive(conn, { rollout: 5, role: "actor", engine: { url: "http://e" }, attempt: "x".repeat(300) }),
+    refused(/^arrival of actor for rollout 5: an attempt of 300 bytes makes its Nats-Msg-Id \d+: want at most 256$/),
+  );
+});
+
 // controlStandIn takes pauses and resumes as JetStream publishes (each
 // recorded in published: subject, id, headers, body; the first failFirst
 // time out, as when planact's streams are not up yet), and answers each as

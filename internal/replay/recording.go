@@ -364,12 +364,15 @@ func Record(ctx context.Context, nc *nats.Conn, n int64) (*Recording, error) {
 	// Each trainer's arrivals are in its own stream (the streams are split
 	// by writer), the rest of the rollout in ROLLOUT.
 	for _, role := range bus.Roles {
-		err = each(ctx, nc, bus.StreamTrainer(role), subject.Arrive(n, role), func(_ string, h nats.Header, data []byte) error {
+		err = eachMsg(ctx, nc, bus.StreamTrainer(role), subject.Arrive(n, role), func(sm *bus.StoredMsg) error {
 			var a schema.Arrive
-			if err := schema.UnmarshalTrainer(data, h, &a); err != nil || a.Role != role {
+			if err := schema.UnmarshalTrainer(sm.Data, sm.Header, &a); err != nil || schema.CheckRouting(sm.Subject, sm.Header, &a) != nil {
 				return nil // refused when it came: not the rollout's
 			}
-			arrivals = append(arrivals, arrival{h.Get(jetstream.MsgIDHeader), &a})
+			// Named as the session-store names it, so that its refusal,
+			// if it was refused, is matched with it.
+			id := schema.TrainerMsgID(sm.Header.Get(jetstream.MsgIDHeader), sm.Seq)
+			arrivals = append(arrivals, arrival{id, &a})
 			return nil
 		})
 		if err != nil {
@@ -577,6 +580,11 @@ func resultOf(res *schema.Result) *Result {
 // each calls fn with every message of stream on subjects matching filter,
 // in stream order, read with direct gets (no consumer).
 func each(ctx context.Context, nc *nats.Conn, stream, filter string, fn func(subject string, h nats.Header, data []byte) error) error {
+	return eachMsg(ctx, nc, stream, filter, func(sm *bus.StoredMsg) error { return fn(sm.Subject, sm.Header, sm.Data) })
+}
+
+// eachMsg is each, handing fn the whole stored message (its sequence too).
+func eachMsg(ctx context.Context, nc *nats.Conn, stream, filter string, fn func(sm *bus.StoredMsg) error) error {
 	for seq := uint64(1); ; {
 		req, _ := json.Marshal(map[string]any{"seq": seq, "next_by_subj": filter})
 		m, err := nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, req)
@@ -592,7 +600,7 @@ func each(ctx context.Context, nc *nats.Conn, stream, filter string, fn func(sub
 		if sm == nil {
 			return nil
 		}
-		if err := fn(sm.Subject, sm.Header, sm.Data); err != nil {
+		if err := fn(sm); err != nil {
 			return err
 		}
 		seq = sm.Seq + 1

@@ -149,6 +149,12 @@ func (c *Client) arrive(ctx context.Context, a *schema.Arrive) (arrival, error) 
 		// publish tried again (untilUp) keeps it.
 		a.Nonce = nonce()
 	}
+	if id := a.MsgID(); len(id) > schema.MaxControlID {
+		// planact refuses it (and names it seq:<n>, an answer this
+		// client would not know for its own): refused before sending.
+		return arrival{}, fmt.Errorf("%w: arrival of %s for rollout %d: an attempt of %d bytes and a nonce of %d make its Nats-Msg-Id %d bytes: want at most %d",
+			ErrRejected, a.Role, a.Rollout, len(a.Attempt), len(a.Nonce), len(id), schema.MaxControlID)
+	}
 	if err := c.offloadTasks(ctx, a); err != nil {
 		return arrival{}, err
 	}

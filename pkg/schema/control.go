@@ -101,10 +101,11 @@ func (m *Resume) Validate() error {
 	return nil
 }
 
-// The longest Nats-Msg-Id of a pause or resume, and the longest
-// weight_version of a resume, planact takes: its answers repeat them, and
-// the CONTROL stream holds small messages only (a trainer's stream takes
-// a megabyte), a few per subject.
+// The longest Nats-Msg-Id of a trainer's message (a pause, a resume, an
+// arrival, a cancel), and the longest weight_version of a resume, planact
+// takes: its sessions and answers repeat them, and the CONTROL stream
+// holds small messages only (a trainer's stream takes a megabyte), a few
+// per subject.
 const (
 	MaxControlID     = 256
 	MaxWeightVersion = 1024
@@ -119,10 +120,29 @@ const MaxReason = 1 << 10
 // CheckControlID reports a pause's or resume's (verb's) message id that
 // planact will not take: one longer than MaxControlID.
 func CheckControlID(verb, role, id string) error {
+	return CheckMsgID(verb+" of "+role, id)
+}
+
+// CheckMsgID reports the message id of a trainer's message (what names
+// it, "arrival of planner for rollout 7") that planact will not take: one
+// longer than MaxControlID.
+func CheckMsgID(what, id string) error {
 	if len(id) > MaxControlID {
-		return fmt.Errorf("%s of %s: Nats-Msg-Id %s: want at most %d bytes", verb, role, quoteShort(id), MaxControlID)
+		return fmt.Errorf("%s: Nats-Msg-Id %s: want at most %d bytes", what, quoteShort(id), MaxControlID)
 	}
 	return nil
+}
+
+// TrainerMsgID is what planact names a trainer's arrival or cancel by,
+// stored at seq with Nats-Msg-Id id: the id, or seq:<seq> when it has
+// none or one that CheckMsgID refuses (which planact does not repeat).
+// The session-store and replay name an arrival alike, so that a refusal
+// is matched with what it refused.
+func TrainerMsgID(id string, seq uint64) string {
+	if id == "" || len(id) > MaxControlID {
+		return fmt.Sprintf("seq:%d", seq)
+	}
+	return id
 }
 
 func (m *Resume) Kind() string    { return "control.resume/1" }

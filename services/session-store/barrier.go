@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/bus"
@@ -26,7 +27,7 @@ import (
 // duplicated arrivals start it exactly once; the start itself is an effect
 // recorded in the session with that write and published after it.
 func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed) error {
-	id := m.ID()
+	id := trainerID(m)
 	var a schema.Arrive
 	if err := schema.UnmarshalTrainer(m.Data, m.Header, &a); err != nil {
 		return s.rejectUndecodable(ctx, m, p, fmt.Errorf("%s: %w", m.Subject, err))
@@ -35,6 +36,12 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 	if err := schema.CheckRouting(m.Subject, m.Header, &a); err != nil {
 		log.Warn().Err(err).Msg("arrival rejected")
 		return s.reject(ctx, p, &a, id, err)
+	}
+	if err := schema.CheckMsgID(fmt.Sprintf("arrival of %s for rollout %d", a.Role, a.Rollout), m.Header.Get(jetstream.MsgIDHeader)); err != nil {
+		// Repeated in the session and every answer to the arrival: it
+		// is refused (named seq:<n>), as a pause's is.
+		log.Warn().Err(err).Msg("arrival rejected")
+		return s.reject(ctx, p, &a, id, fail.E(fail.Invalid, err))
 	}
 	if err := s.validateArrival(&a); err != nil {
 		log.Warn().Err(err).Msg("arrival rejected")
@@ -510,7 +517,7 @@ func (s *Service) rejectUndecodable(ctx context.Context, m bus.Msg, p subject.Pa
 	}
 	zerolog.Ctx(ctx).Warn().Err(cause).Msg("arrival cannot be decoded")
 	return s.Bus.Publish(ctx, &schema.Result{Rollout: p.Rollout, Role: role, Status: schema.ResultInvalid,
-		Reason: "arrival cannot be decoded: " + cause.Error(), ArrivalID: m.ID(), Rejected: true})
+		Reason: "arrival cannot be decoded: " + cause.Error(), ArrivalID: trainerID(m), Rejected: true})
 }
 
 // reject tells the trainer why its arrival was refused, on the rejection
@@ -528,6 +535,13 @@ func (s *Service) reject(ctx context.Context, p subject.Parsed, a *schema.Arrive
 	return s.Bus.Publish(ctx, &schema.Result{
 		Rollout: p.Rollout, Role: role, Status: schema.ResultInvalid, Reason: cause.Error(), ArrivalID: id, Rejected: true,
 	})
+}
+
+// trainerID is what an arrival or a cancel, m, is named by in the
+// session and the answers to it (schema.TrainerMsgID): its Nats-Msg-Id,
+// or seq:<n> when it has none or one too long to take.
+func trainerID(m bus.Msg) string {
+	return schema.TrainerMsgID(m.Header.Get(jetstream.MsgIDHeader), m.Seq)
 }
 
 // subjectToken reports whether s can be one token of a subject.

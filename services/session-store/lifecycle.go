@@ -251,9 +251,10 @@ func (s *Service) timeOut(ctx context.Context, n int64, kind string) error {
 // abort (the rollout had already ended, or is not known, and no arrival of
 // the cancel's role stored before it waits to be recorded), when the
 // cancel could not be recorded, when it cannot be read, or when its reason
-// is over schema.MaxReason.
+// is over schema.MaxReason or its message id over schema.MaxControlID (it
+// is named seq:<n> then).
 func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed) error {
-	id := m.ID()
+	id := trainerID(m)
 	var c schema.Cancel
 	if err := schema.UnmarshalTrainer(m.Data, m.Header, &c); err != nil {
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
@@ -263,6 +264,12 @@ func (s *Service) handleCancel(ctx context.Context, m bus.Msg, p subject.Parsed)
 		err = fmt.Errorf("cancel refused: %w", err)
 		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
 		return s.answerCancel(ctx, p.Rollout, cancelRole(p, &c), id, schema.CancelRefused, err.Error())
+	}
+	if err := schema.CheckMsgID(fmt.Sprintf("cancel of rollout %d by %s", c.Rollout, c.Role), m.Header.Get(jetstream.MsgIDHeader)); err != nil {
+		// Repeated in the session and the answer's subject, id and
+		// detail: refused (answered as seq:<n>), as a pause's is.
+		zerolog.Ctx(ctx).Warn().Err(err).Msg("cancel rejected")
+		return s.answerCancel(ctx, c.Rollout, c.Role, id, schema.CancelRefused, err.Error())
 	}
 	if len(c.Reason) > schema.MaxReason {
 		// It is repeated in the session, in each role's result and in
@@ -425,7 +432,7 @@ func (s *Service) pendingArrival(ctx context.Context, m bus.Msg, c *schema.Cance
 				break // stored after the cancel, as every later one is
 			}
 			from = am.Seq + 1
-			id := bus.Msg{Subject: am.Subject, Header: am.Header, Seq: am.Seq}.ID()
+			id := trainerID(bus.Msg{Subject: am.Subject, Header: am.Header, Seq: am.Seq})
 			if refused == nil {
 				if refused, err = s.refusedArrivals(ctx, c.Rollout, role); err != nil {
 					return "", err
