@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/schema"
@@ -86,15 +85,7 @@ func TestTruncatedNamesTheLimitThatCutIt(t *testing.T) {
 // says so. It was generated again unrecorded.
 func TestATryAPauseAbortedIsRecordedWhenGeneratedAgain(t *testing.T) {
 	hung := startHungEngine(t)
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "gateway")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: bustest.Logger(), Engines: &engine.Pool{Limit: 4}})
-	}()
-	caller := bustest.Conn(t, url)
+	ctx, b, caller := runGateway(t, actorgateway.Deps{Engines: &engine.Pool{Limit: 4}})
 	body, err := schema.Marshal(&schema.ActorRequest{Rollout: 1, Key: "t1-s1", Try: 1, Engine: schema.Engine{URL: hung.URL}, Prompt: "Tool: search\nInput: x",
 		Sampling: schema.Sampling{MaxNewTokens: 8}, DeadlineMs: time.Now().Add(time.Minute).UnixMilli()})
 	if err != nil {
@@ -176,10 +167,6 @@ func TestATryAPauseAbortedIsRecordedWhenGeneratedAgain(t *testing.T) {
 	if len(rec.Retries) != 1 || rec.Retries[0].From != gateway || !strings.Contains(rec.Retries[0].Why, "pause") || rec.Try != 1 {
 		t.Errorf("recorded %+v, want one retry of try 1 from gateway %s that names the pause", rec, gateway)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestAnAnswerTooLargeForNATSIsAnError: a generation whose answer is
@@ -200,15 +187,7 @@ func TestAnAnswerTooLargeForNATSIsAnError(t *testing.T) {
 		}
 	}))
 	t.Cleanup(eng.Close)
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "gateway")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: bustest.Logger(), Engines: &engine.Pool{Limit: 4}})
-	}()
-	caller := bustest.Conn(t, url)
+	_, _, caller := runGateway(t, actorgateway.Deps{Engines: &engine.Pool{Limit: 4}})
 	body, err := schema.Marshal(&schema.ActorRequest{Rollout: 1, Key: "t1-s1", Try: 1, Engine: schema.Engine{URL: eng.URL}, Prompt: "Tool: search\nInput: x",
 		Sampling: schema.Sampling{MaxNewTokens: 8}, DeadlineMs: time.Now().Add(time.Minute).UnixMilli()})
 	if err != nil {
@@ -252,9 +231,5 @@ func TestAnAnswerTooLargeForNATSIsAnError(t *testing.T) {
 		if code, desc := a.Header.Get(micro.ErrorCodeHeader), a.Header.Get(micro.ErrorHeader); code != actorgateway.CodeInvalid || !strings.Contains(desc, "max_payload") {
 			t.Errorf("answer %d: %q (%s), want %s naming max_payload", i+1, code, desc, actorgateway.CodeInvalid)
 		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 }

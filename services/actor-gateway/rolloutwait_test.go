@@ -1,7 +1,6 @@
 package actorgateway_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +8,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
 	"github.com/planact/planact/pkg/schema"
@@ -22,20 +20,7 @@ import (
 // engine. It waited until a slot came free, or to its deadline.
 func TestARolloutThatEndsStopsItsActsWaitingForASlot(t *testing.T) {
 	hung := startHungEngine(t)
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "gateway")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	for _, n := range []int64{1, 2} {
-		if _, err := bus.Create(ctx, b.Sessions, schema.SessionKey(n), &schema.Session{Rollout: n, State: schema.SessionRunning, Episodes: 1}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done := make(chan error, 1)
-	go func() {
-		done <- actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: bustest.Logger(), Engines: &engine.Pool{Limit: 4}, MaxInFlight: 1})
-	}()
-	caller := bustest.Conn(t, url)
+	ctx, b, caller := runGateway(t, actorgateway.Deps{Engines: &engine.Pool{Limit: 4}, MaxInFlight: 1}, 1, 2)
 	// send asks for an act of rollout n and returns the subscription its
 	// answers come on, once the gateway said it has it.
 	send := func(n int64, within time.Duration) *nats.Subscription {
@@ -97,10 +82,6 @@ func TestARolloutThatEndsStopsItsActsWaitingForASlot(t *testing.T) {
 	if got := hung.started.Load(); got != 1 {
 		t.Errorf("the engine saw %d generations, want 1: none for the rollout that ended", got)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestARequestWithoutADeadlineIsRefused: a request that does not say when
@@ -109,15 +90,7 @@ func TestARolloutThatEndsStopsItsActsWaitingForASlot(t *testing.T) {
 // call. It ran without a bound.
 func TestARequestWithoutADeadlineIsRefused(t *testing.T) {
 	hung := startHungEngine(t)
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "gateway")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: bustest.Logger(), Engines: &engine.Pool{Limit: 4}})
-	}()
-	caller := bustest.Conn(t, url)
+	_, _, caller := runGateway(t, actorgateway.Deps{Engines: &engine.Pool{Limit: 4}})
 	for _, ms := range []int64{0, -1} {
 		body, err := schema.Marshal(&schema.ActorRequest{Rollout: 1, Key: "t1-s1", Try: 1, Engine: schema.Engine{URL: hung.URL}, Prompt: "Tool: search\nInput: x",
 			Sampling: schema.Sampling{MaxNewTokens: 8}, DeadlineMs: ms})
@@ -137,9 +110,5 @@ func TestARequestWithoutADeadlineIsRefused(t *testing.T) {
 	}
 	if got := hung.started.Load(); got != 0 {
 		t.Errorf("the engine saw %d generations, want none", got)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 }

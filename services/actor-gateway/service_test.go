@@ -51,15 +51,8 @@ func TestDeadlineFreesTheEngineSlot(t *testing.T) {
 	hung := startHungEngine(t)
 	started, cancelled := &hung.started, &hung.cancelled
 
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "gateway")
 	pool := &engine.Pool{Limit: 1}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: bustest.Logger(), Engines: pool}) }()
-
-	caller := bustest.Conn(t, url)
+	_, _, caller := runGateway(t, actorgateway.Deps{Engines: pool})
 	req := &schema.ActorRequest{Rollout: 1, Key: "t1-s1", Engine: schema.Engine{URL: hung.URL}, Prompt: "Tool: search\nInput: x",
 		Sampling: schema.Sampling{MaxNewTokens: 8}}
 	deadline := time.Now().Add(10 * time.Second)
@@ -94,10 +87,6 @@ func TestDeadlineFreesTheEngineSlot(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestStartedSaysWhichSend: the acknowledgement of a new generation gives
@@ -106,15 +95,7 @@ func TestDeadlineFreesTheEngineSlot(t *testing.T) {
 // again started.
 func TestStartedSaysWhichSend(t *testing.T) {
 	hung := startHungEngine(t)
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "gateway")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: bustest.Logger(), Engines: &engine.Pool{Limit: 1}})
-	}()
-	caller := bustest.Conn(t, url)
+	_, _, caller := runGateway(t, actorgateway.Deps{Engines: &engine.Pool{Limit: 1}})
 	body, err := schema.Marshal(&schema.ActorRequest{Rollout: 1, Key: "t1-s1", Engine: schema.Engine{URL: hung.URL}, Prompt: "Tool: search\nInput: x",
 		Sampling: schema.Sampling{MaxNewTokens: 8}, DeadlineMs: time.Now().Add(time.Minute).UnixMilli()})
 	if err != nil {
@@ -146,10 +127,6 @@ func TestStartedSaysWhichSend(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestNoGenerationForARolloutOver: an act that reaches the gateway after
@@ -159,19 +136,8 @@ func TestStartedSaysWhichSend(t *testing.T) {
 func TestNoGenerationForARolloutOver(t *testing.T) {
 	hung := startHungEngine(t)
 	started := &hung.started
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "gateway")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	const n = 3
-	if _, err := bus.Create(ctx, b.Sessions, schema.SessionKey(n), &schema.Session{Rollout: n, State: schema.SessionRunning, Episodes: 1}); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		done <- actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: bustest.Logger(), Engines: &engine.Pool{Limit: 4}})
-	}()
-	caller := bustest.Conn(t, url)
+	ctx, b, caller := runGateway(t, actorgateway.Deps{Engines: &engine.Pool{Limit: 4}}, n)
 	ask := func(key string, within time.Duration) (*nats.Msg, error) {
 		body, err := schema.Marshal(&schema.ActorRequest{Rollout: n, Key: key, Engine: schema.Engine{URL: hung.URL}, Prompt: "Tool: search\nInput: x",
 			Sampling: schema.Sampling{MaxNewTokens: 8}, DeadlineMs: time.Now().Add(within).UnixMilli()})
@@ -219,10 +185,6 @@ func TestNoGenerationForARolloutOver(t *testing.T) {
 	if got := started.Load(); got != 1 {
 		t.Errorf("the engine saw %d generations, want 1: none for the act sent after the end", got)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestAPausedAbortIsNotKeptForLaterCallers: a try that a pause in abort
@@ -235,15 +197,7 @@ func TestNoGenerationForARolloutOver(t *testing.T) {
 // and then lost an attempt to "no longer keeps the answer".
 func TestAPausedAbortIsNotKeptForLaterCallers(t *testing.T) {
 	hung := startHungEngine(t)
-	_, url := bustest.Server(t)
-	b := bustest.Bus(t, url, "gateway")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- actorgateway.Run(ctx, actorgateway.Deps{Bus: b, Log: bustest.Logger(), Engines: &engine.Pool{Limit: 4}})
-	}()
-	caller := bustest.Conn(t, url)
+	ctx, b, caller := runGateway(t, actorgateway.Deps{Engines: &engine.Pool{Limit: 4}})
 	request := func(key string) []byte {
 		body, err := schema.Marshal(&schema.ActorRequest{Rollout: 1, Key: key, Try: 1, Engine: schema.Engine{URL: hung.URL}, Prompt: "Tool: search\nInput: x",
 			Sampling: schema.Sampling{MaxNewTokens: 8}, DeadlineMs: time.Now().Add(time.Minute).UnixMilli()})
@@ -327,10 +281,6 @@ func TestAPausedAbortIsNotKeptForLaterCallers(t *testing.T) {
 		t.Errorf("a caller of the aborted try after the resume: code %q (%s), progress %q; want it generated again (started)",
 			m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(micro.ErrorHeader), m.Header.Get(schema.HdrActorProgress))
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 }
 
 // next is the next reply on inbox that is no "running" beat.
@@ -345,4 +295,31 @@ func next(t *testing.T, inbox *nats.Subscription) *nats.Msg {
 			return m
 		}
 	}
+}
+
+// runGateway runs an actor-gateway with deps (its bus and logger filled in)
+// on a fresh server until the test ends, when Run must have returned no
+// error. running, if given, are rollouts whose sessions are running before
+// it starts. It returns a context for the test, the gateway's bus and a
+// connection to call it on.
+func runGateway(t *testing.T, deps actorgateway.Deps, running ...int64) (context.Context, *bus.Bus, *nats.Conn) {
+	t.Helper()
+	_, url := bustest.Server(t)
+	b := bustest.Bus(t, url, "gateway")
+	ctx, cancel := context.WithCancel(context.Background())
+	for _, n := range running {
+		if _, err := bus.Create(ctx, b.Sessions, schema.SessionKey(n), &schema.Session{Rollout: n, State: schema.SessionRunning, Episodes: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deps.Bus, deps.Log = b, bustest.Logger()
+	done := make(chan error, 1)
+	go func() { done <- actorgateway.Run(ctx, deps) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return ctx, b, bustest.Conn(t, url)
 }
