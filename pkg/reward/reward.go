@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -27,7 +28,10 @@ import (
 // ("café"), full-width letters ("ＰＡＲＩＳ") or plain ones, a ligature
 // ("ﬁ") or its letters. Greek's final sigma "ς" is "σ": lower-casing
 // makes every "Σ" a "σ", and "ΟΔΥΣΣΕΥΣ" must compare as "Οδυσσευς" does.
-func Normalize(s string) string {
+func Normalize(s string) string { return normalize(s, true) }
+
+// normalize is Normalize, dropping the articles only when articles is set.
+func normalize(s string, articles bool) string {
 	s = strings.ToLower(norm.NFKC.String(s))
 	var b strings.Builder
 	for _, r := range s {
@@ -40,6 +44,9 @@ func Normalize(s string) string {
 		b.WriteRune(r)
 	}
 	words := strings.Fields(b.String())
+	if !articles {
+		return strings.Join(words, " ")
+	}
 	out := words[:0]
 	for _, w := range words {
 		switch w {
@@ -96,12 +103,27 @@ func jsonAnswers(label string) (out []string, ok bool) {
 	return out, true
 }
 
+// compared is the form of s that ExactMatch and F1 compare: Normalize(s),
+// or, when that drops every word (a multiple-choice "A", the band "The
+// The"), s normalized with its articles kept. Without the fallback such an
+// answer normalizes to nothing, and so does a missing answer: an episode
+// that answered nothing would be right.
+func compared(s string) string {
+	if n := Normalize(s); n != "" {
+		return n
+	}
+	return normalize(s, false)
+}
+
 // ExactMatch is 1 when the normalized prediction equals one of the label's
-// normalized answers, else 0.
+// normalized answers, else 0. A prediction with no words (no answer) is 0.
 func ExactMatch(pred, label string) float64 {
-	p := Normalize(pred)
+	p := compared(pred)
+	if p == "" {
+		return 0
+	}
 	for _, a := range Answers(label) {
-		if Normalize(a) == p {
+		if compared(a) == p {
 			return 1
 		}
 	}
@@ -109,7 +131,8 @@ func ExactMatch(pred, label string) float64 {
 }
 
 // F1 is the best token-overlap F1 between the prediction and any of the
-// label's answers (SQuAD definition: bag of normalized words).
+// label's answers (SQuAD definition: bag of normalized words). A
+// prediction with no words (no answer) is 0.
 func F1(pred, label string) float64 {
 	best := 0.0
 	for _, a := range Answers(label) {
@@ -119,12 +142,9 @@ func F1(pred, label string) float64 {
 }
 
 func f1(pred, gold string) float64 {
-	pt := strings.Fields(Normalize(pred))
-	gt := strings.Fields(Normalize(gold))
+	pt := strings.Fields(compared(pred))
+	gt := strings.Fields(compared(gold))
 	if len(pt) == 0 || len(gt) == 0 {
-		if len(pt) == len(gt) {
-			return 1
-		}
 		return 0
 	}
 	count := make(map[string]int, len(gt))
@@ -149,8 +169,9 @@ func f1(pred, gold string) float64 {
 // Builtin returns the built-in reward function name ("em": ExactMatch,
 // "f1": F1), ok false for another name. Unlike ExactMatch and F1, it
 // refuses a label that holds no answer (empty, only "|", an empty JSON
-// list): there is nothing to compare with, and a task that cannot be
-// scored is a reward error, not a wrong answer worth 0.
+// list, answers of punctuation alone): there is nothing to compare with,
+// and a task that cannot be scored is a reward error, not a wrong answer
+// worth 0.
 func Builtin(name string) (Func, bool) {
 	var score func(pred, label string) float64
 	switch name {
@@ -162,7 +183,7 @@ func Builtin(name string) (Func, bool) {
 		return nil, false
 	}
 	return func(_ context.Context, _, answer, label string) (float64, error) {
-		if len(Answers(label)) == 0 {
+		if !slices.ContainsFunc(Answers(label), func(a string) bool { return compared(a) != "" }) {
 			return 0, fail.Invalidf("reward %s: the task's label %.100q holds no answer to compare with", name, label)
 		}
 		return score(answer, label), nil
@@ -182,7 +203,8 @@ type Remote struct {
 const maxReply = 1 << 20
 
 // Score posts one scoring request. Connection errors, time-outs, 429 and 5xx
-// are transient; other 4xx and unreadable replies are permanent.
+// are transient; other 4xx, redirects elsewhere (see noRedirectAway) and
+// unreadable replies are permanent.
 func (r Remote) Score(ctx context.Context, prompt, response, label string) (float64, error) {
 	body, err := json.Marshal(map[string]string{"prompt": prompt, "response": response, "label": label})
 	if err != nil {
@@ -197,7 +219,7 @@ func (r Remote) Score(ctx context.Context, prompt, response, label string) (floa
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	resp, err := hc.Do(req)
+	resp, err := noRedirectAway(hc).Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("reward: %w", ctx.Err())
@@ -208,6 +230,10 @@ func (r Remote) Score(ctx context.Context, prompt, response, label string) (floa
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxReply+1))
 	if err != nil {
 		return 0, fail.Transientf("reward: read reply: %w", err)
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.Header.Get("Location") != "" {
+		return 0, fail.Permanentf("reward: %s to %q: a reward server answers the POST itself (a redirect is followed only to the same scheme and host, keeping the POST: 307 or 308)",
+			resp.Status, resp.Header.Get("Location"))
 	}
 	if resp.StatusCode != http.StatusOK {
 		// The reply is quoted in part: the error goes into every sample
@@ -224,6 +250,30 @@ func (r Remote) Score(ctx context.Context, prompt, response, label string) (floa
 		return 0, fail.Permanentf("reward: the reply is over %d bytes (%.100q…): want a number or {\"reward\": number}", maxReply, data)
 	}
 	return decodeScore(data)
+}
+
+// noRedirectAway is hc, following only the redirects that keep the
+// request a POST (307, 308) to the same scheme and host: another host
+// would be sent the prompt and label, and a 301, 302 or 303 turns the POST
+// into a GET without its body, whose answer is no score of this episode.
+// Any other redirect is answered by its 3xx response.
+func noRedirectAway(hc *http.Client) *http.Client {
+	c := *hc
+	next := hc.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		first := via[0].URL
+		if req.Method != http.MethodPost || req.URL.Scheme != first.Scheme || req.URL.Host != first.Host {
+			return http.ErrUseLastResponse
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
 }
 
 // decodeScore reads a reward server's reply: a number, or an object whose

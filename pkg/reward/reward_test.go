@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/planact/planact/pkg/fail"
@@ -263,5 +264,94 @@ func TestBuiltinRefusesLabelWithoutAnswer(t *testing.T) {
 	}
 	if _, ok := Builtin("contains"); ok {
 		t.Error("Builtin found a reward that is not built in")
+	}
+}
+
+// TestNoAnswerIsNeverRight: an episode that ended without an answer (out of
+// turns, say) is scored on "". A multiple-choice label "A" normalizes to
+// nothing (the article is dropped), and so did "": the missing answer was
+// an exact match, and F1 1. An answer that normalization empties keeps its
+// articles; no answer scores 0 against any label, and a label of
+// punctuation alone holds no answer to compare with.
+func TestNoAnswerIsNeverRight(t *testing.T) {
+	for _, c := range []struct {
+		pred, label string
+		want        float64
+	}{
+		{"", "A", 0},
+		{"  ", "A|B", 0},
+		{"the", "A", 0},
+		{"?", "A", 0},
+		{"B", "A", 0},
+		{"A", "A", 1},
+		{"a.", "A", 1},
+		{"(B)", "A|B", 1},
+		{"", "The", 0},
+		{"The The", "the the", 1},
+		{"Paris", "Paris", 1},
+		{"", "?", 0},
+	} {
+		if got := ExactMatch(c.pred, c.label); got != c.want {
+			t.Errorf("ExactMatch(%q, %q) = %v, want %v", c.pred, c.label, got, c.want)
+		}
+		if got := F1(c.pred, c.label); got != c.want {
+			t.Errorf("F1(%q, %q) = %v, want %v", c.pred, c.label, got, c.want)
+		}
+	}
+	for _, name := range []string{"em", "f1"} {
+		fn, _ := Builtin(name)
+		if got, err := fn(context.Background(), "q", "", "A"); err != nil || got != 0 {
+			t.Errorf("%s of no answer against label A: %v, %v; want 0", name, got, err)
+		}
+		if got, err := fn(context.Background(), "q", "?", "?|!"); err == nil || fail.KindOf(err) != fail.Invalid || !strings.Contains(err.Error(), "holds no answer") {
+			t.Errorf("%s with label %q: %v, %v; want an invalid-input error saying the label holds no answer", name, "?|!", got, err)
+		}
+	}
+}
+
+// TestRemoteRedirects: a reward server that redirects had its request
+// followed anywhere: to another host, which was sent the prompt and the
+// label and whose answer became the score, and, on a 302, as a GET
+// without the body, whose answer was no score of the episode. Only a
+// redirect that keeps the POST (307, 308) to the same scheme and host is
+// followed; any other is a permanent error naming where it pointed.
+func TestRemoteRedirects(t *testing.T) {
+	var away atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		away.Add(1)
+		w.Write([]byte("1"))
+	}))
+	defer other.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/away":
+			http.Redirect(w, r, other.URL+"/score", http.StatusTemporaryRedirect)
+		case r.URL.Path == "/get":
+			http.Redirect(w, r, "/score", http.StatusFound)
+		case r.URL.Path == "/moved":
+			http.Redirect(w, r, "/score", http.StatusPermanentRedirect)
+		case r.Method != http.MethodPost:
+			w.Write([]byte("1")) // a page for a GET, not a score
+		default:
+			var req map[string]string
+			if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req["label"] != "Paris" {
+				http.Error(w, "no request", http.StatusBadRequest)
+				return
+			}
+			w.Write([]byte("0.25"))
+		}
+	}))
+	defer srv.Close()
+	for _, path := range []string{"/away", "/get"} {
+		got, err := Remote{URL: srv.URL + path}.Score(context.Background(), "q", "Lyon", "Paris")
+		if err == nil || fail.KindOf(err) != fail.Permanent || !strings.Contains(err.Error(), "/score") {
+			t.Errorf("%s: reward %v, error %v; want a permanent error naming where the server redirected", path, got, err)
+		}
+	}
+	if n := away.Load(); n != 0 {
+		t.Errorf("the other host was asked %d times", n)
+	}
+	if got, err := (Remote{URL: srv.URL + "/moved", HTTP: &http.Client{}}).Score(context.Background(), "q", "Lyon", "Paris"); err != nil || got != 0.25 {
+		t.Errorf("a 308 to the same host: %v, %v; want 0.25", got, err)
 	}
 }

@@ -194,10 +194,11 @@ const maxObjectBytes = 1 << 30
 // no session (its messages belong to nothing: a permanent error), or a
 // session that is not running — is decided on a read from the leader: a
 // direct get may be answered by a follower that has not yet seen the start,
-// and would show a running rollout as still waiting. A cached state may be
-// up to Fresh old, which can only make a rollout that just ended look
-// running (its work is then dropped a moment later), never the reverse:
-// only a fresh read puts a state that is not running in the cache.
+// and would show a running rollout as still waiting. A cached running
+// state may be up to Fresh old, which can only make a rollout that just
+// ended look running (its work is then dropped a moment later), never the
+// reverse: a state that is not running is never served from the cache
+// (the number may have been used again since by a rollout that runs).
 func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
 	now := time.Now()
 	fresh, idle := c.Fresh, c.Idle
@@ -229,7 +230,7 @@ func (c *Cache) Get(ctx context.Context, n int64) (*Info, error) {
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.info != nil && now.Sub(e.loaded) < fresh {
+	if e.info != nil && e.info.Active() && now.Sub(e.loaded) < fresh {
 		return e.info, nil
 	}
 	s, _, found, err := readSession(ctx, c.KV, schema.SessionKey(n))

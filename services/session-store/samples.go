@@ -135,6 +135,14 @@ func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample,
 	case "abort":
 		smp.Status = schema.EpisodeAborted
 	}
+	switch ep.end.Status {
+	case schema.EpisodeFailed, schema.EpisodeAborted:
+		// Its reward (0) is no score: the episode's answer was never
+		// scored. Said as its planner sample says it, so that the actor's
+		// trainer, which sees no planner sample, does not take the 0 for
+		// a wrong answer.
+		smp.Status = ep.end.Status
+	}
 	// One version per generated segment, as a planner sample's: "" where
 	// neither the engine nor the trainer said which.
 	smp.WeightVersions = []string{g.WeightVersion}
@@ -154,6 +162,9 @@ func actorSample(n int64, e int, ep *episode, d *schema.ActDone) (schema.Sample,
 	}
 	if g.Truncated != "" {
 		smp.Metadata["truncated"] = g.Truncated // the limit that cut it
+	}
+	if ep.rewardErr != "" {
+		smp.Metadata["reward_error"] = ep.rewardErr // its 0 is no score, as its planner sample says
 	}
 	return smp, true
 }
