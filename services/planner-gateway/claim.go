@@ -27,7 +27,8 @@ import (
 // the holder is gone (it answers nothing for holderPatience: its process
 // died or is stopped) or says it no longer generates the turn does another
 // instance take the turn over, by compare-and-set on the claim, recording
-// who, from whom and why. Every later engine call of the holder itself (an
+// who, from whom and why (a retry, unless the holder said it sent none of
+// the turn's generations). Every later engine call of the holder itself (an
 // attempt after an engine failure, a generation a pause aborted) is
 // recorded there too. Nothing is inferred from a delivery count.
 //
@@ -47,7 +48,11 @@ const awaitPoll = 500 * time.Millisecond
 
 // holdsSubject is where planner-gateway instance id answers whether it
 // generates a turn: the request's body is the turn's claim key, the reply
-// "yes" or "no".
+// "yes", "no", or "none": no, and none of its handlers sent a generation of
+// the turn that the turn did not get (its claim's write lost its ack, or
+// its handler handed the request back before its engine call). An instance
+// that takes the turn over from one that answered none records no retry:
+// nothing was generated before. (Older instances answer only yes or no.)
 func holdsSubject(id string) string { return "planact." + Name + "." + id + ".holds" }
 
 // turn is one handler's hold on a planner turn.
@@ -78,14 +83,26 @@ type leftTurn struct {
 
 // answerHolds answers a holds request.
 func (s *Service) answerHolds(m *nats.Msg) {
-	s.mu.Lock()
-	yes := s.held[string(m.Data)] > 0
-	s.mu.Unlock()
+	yes, none := s.holdsHere(string(m.Data))
 	answer := "no"
-	if yes {
+	switch {
+	case yes:
 		answer = "yes"
+	case none:
+		answer = "none"
 	}
 	_ = m.Respond([]byte(answer))
+}
+
+// holdsHere says whether a handler of this instance holds the turn with
+// claim key key, and, when none does, whether none of them left a
+// generation of it (release keeps what a handler that handed the turn back
+// sent of it).
+func (s *Service) holdsHere(key string) (yes, none bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, left := s.left[key]
+	return s.held[key] > 0, !left
 }
 
 // mark says this instance holds the turn key, before the write that makes
@@ -165,6 +182,14 @@ func (s *Service) takeLeft(t *turn) {
 	}
 }
 
+// dropLeft drops what a handler of this instance left of the turn with
+// claim key key.
+func (s *Service) dropLeft(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.left, key)
+}
+
 // forgetLeft drops what handlers left of rollout n's turns: it ended.
 func (s *Service) forgetLeft(n int64) {
 	s.mu.Lock()
@@ -203,6 +228,7 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 		}
 		if created {
 			t.holding = true
+			s.dropLeft(t.key) // kept from before the claim was removed: of no turn now
 			return false, nil
 		}
 		cur, rev, found, err := bus.GetFresh[schema.Claim](ctx, s.Bus.Runs, t.key)
@@ -251,7 +277,11 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 		}
 		next := cur
 		next.Holder, next.Replica, next.SinceMs = s.id, s.replica, time.Now().UnixMilli()
-		next.Retries = append(next.Retries, schema.Retry{By: s.id, From: cur.Holder, Why: why, AtMs: next.SinceMs})
+		if reason != "" {
+			// (A holder that sent none of the turn's generations gave no
+			// reason: the one this instance sends is no retry.)
+			next.Retries = append(next.Retries, schema.Retry{By: s.id, From: cur.Holder, Why: why, AtMs: next.SinceMs})
+		}
 		s.mark(t.key)
 		_, conflict, err := bus.Update(ctx, s.Bus.Runs, t.key, &next, rev)
 		claimWritten()
@@ -265,6 +295,15 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 			continue // another instance took it over first: its claim is awaited
 		}
 		t.holding = true
+		// What a handler of this instance left of the turn before another
+		// instance took it over is no part of this hold: a copy of the
+		// request that takes on this instance's claim later (this hold
+		// finished) must not take it for a generation still unfinished.
+		s.dropLeft(t.key)
+		if reason == "" {
+			log.Info().Str("from", cur.Holder).Str("from_replica", cur.Replica).Str("why", why).Msg("planner turn taken over from a holder that generated none of it")
+			return false, nil
+		}
 		telemetry.GenerationRetries.WithLabelValues(schema.RolePlanner, reason).Inc()
 		log.Warn().Str("from", cur.Holder).Str("from_replica", cur.Replica).Str("why", why).Msg("planner turn taken over; generated again")
 		return false, nil
@@ -273,12 +312,13 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 
 // await waits while the holder named in c generates req's turn. It returns
 // served when the turn's output (or failure) is there, else why the holder
-// does not generate it any more (reason: a label of GenerationRetries).
+// does not generate it any more (reason: a label of GenerationRetries; ""
+// when it answered that it sent none of the turn's generations).
 func (s *Service) await(ctx context.Context, req *schema.PlanRequest, t *turn, c *schema.Claim) (served bool, reason, why string, err error) {
 	var silentSince time.Time
 	counted := false
 	for {
-		yes, lastErr := s.holds(ctx, c.Holder, t.key)
+		yes, none, lastErr := s.holds(ctx, c.Holder, t.key)
 		switch {
 		case yes:
 			silentSince = time.Time{}
@@ -287,6 +327,8 @@ func (s *Service) await(ctx context.Context, req *schema.PlanRequest, t *turn, c
 				telemetry.GenerationsAwaited.WithLabelValues(schema.RolePlanner).Inc()
 				zerolog.Ctx(ctx).Info().Str("holder", c.Holder).Str("holder_replica", c.Replica).Msg("planner turn asked for again while its holder generates it; waiting for its output")
 			}
+		case lastErr == nil && none:
+			why = fmt.Sprintf("holder %s (%s) let it go before it sent a generation of it", c.Holder, c.Replica)
 		case lastErr == nil:
 			reason, why = "gave_up", fmt.Sprintf("holder %s (%s) no longer generates it", c.Holder, c.Replica)
 		default:
@@ -316,23 +358,23 @@ func (s *Service) await(ctx context.Context, req *schema.PlanRequest, t *turn, c
 }
 
 // holds asks instance id whether it generates the turn with claim key
-// key: yes, or no (err nil: it answered), or no answer (err says why).
-func (s *Service) holds(ctx context.Context, id, key string) (yes bool, err error) {
+// key: yes, or no (err nil: it answered; none: it sent none of the turn's
+// generations), or no answer (err says why).
+func (s *Service) holds(ctx context.Context, id, key string) (yes, none bool, err error) {
 	if id == s.id {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.held[key] > 0, nil
+		yes, none := s.holdsHere(key)
+		return yes, none, nil
 	}
 	qctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	m, err := s.Bus.NC.RequestWithContext(qctx, holdsSubject(id), []byte(key))
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return false, fmt.Errorf("not running: %w", err)
+			return false, false, fmt.Errorf("not running: %w", err)
 		}
-		return false, err
+		return false, false, err
 	}
-	return string(m.Data) == "yes", nil
+	return string(m.Data) == "yes", string(m.Data) == "none", nil
 }
 
 // served reports whether req's turn has its output, or failed for good.
@@ -367,6 +409,27 @@ func (s *Service) recordRetry(ctx context.Context, t *turn) error {
 		return handBack(t, fmt.Errorf("record the retry: %w", err))
 	}
 	telemetry.GenerationRetries.WithLabelValues(schema.RolePlanner, t.retry).Inc()
+	return nil
+}
+
+// checkHeld checks, before the turn's first engine call and before its
+// failure is published, that this instance still holds its claim: another
+// instance takes the turn over from a holder that answered nothing for
+// holderPatience (a NATS restart while it waited at the paused role's gate,
+// for an engine's share, or for its engine), and generates it; the request
+// is handed back, and its redelivery waits for that holder. (A generation
+// sent again checks it in recordRetry.)
+func (s *Service) checkHeld(ctx context.Context, t *turn) error {
+	c, _, found, err := bus.GetFresh[schema.Claim](ctx, s.Bus.Runs, t.key)
+	if err != nil {
+		return handBack(t, fmt.Errorf("read the claim: %w", err))
+	}
+	if !found {
+		return handBack(t, fail.Transientf("its claim is gone"))
+	}
+	if c.Holder != s.id {
+		return handBack(t, fail.Transientf("taken over by %s (%s)", c.Holder, c.Replica))
+	}
 	return nil
 }
 

@@ -130,7 +130,7 @@ func TestATakeOverKeepsItsMarkWhenAnotherHandlerLetsGo(t *testing.T) {
 	case <-bTookOver:
 		t.Error("B took the turn over from A, which generates it: the turn is generated twice")
 	}
-	if yes, _ := s.holds(ctx, s.id, key); !yes {
+	if yes, _, _ := s.holds(ctx, s.id, key); !yes {
 		t.Error("this instance answers that it does not generate the turn A holds")
 	}
 	stopB()

@@ -215,6 +215,16 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) (rerr error) {
 		// the output it keeps: release).
 		return err
 	}
+	if t.holding {
+		// Failed in this instance's hands: the turn fails only while they
+		// still hold it. Another instance that took it over (this one
+		// answered nothing for a while) generates it; its output answers the
+		// turn, and the request is handed back to wait for it.
+		if herr := s.checkHeld(ctx, t); herr != nil {
+			log.Warn().Err(err).AnErr("claim", herr).Msg("planner turn failed after it was taken over; left to its new holder")
+			return herr
+		}
+	}
 	kind := schema.PlanErrPlannerRejected
 	var stale *session.StaleError
 	var drift *engine.DriftError

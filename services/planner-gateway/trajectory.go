@@ -267,6 +267,9 @@ func (s *Service) onEngine(ctx context.Context, lease *engine.Lease, req *schema
 		if err := s.recordRetry(ctx, t); err != nil {
 			return nil, err
 		}
+	} else if err := s.checkHeld(ctx, t); err != nil {
+		// Taken over meanwhile: the new holder generates it.
+		return nil, err
 	}
 	t.calls++
 	start := time.Now()
