@@ -21,15 +21,20 @@ const (
 	tick = time.Second
 )
 
-// events streams what build makes as "data:" events; an error (a bad
-// request, a rollout that does not exist) is one "failure" event whose
-// data is the message, and ends the stream. A stream ends, releasing its
-// subscription, when its client goes away, or takes nothing of one write
-// for writeTimeout (its connection is closed then; an EventSource that
-// is still there connects again).
+// events streams what build makes as "data:" events. An error that stays
+// (a bad request, a rollout that does not exist) is one "failure" event
+// whose data is the message, and ends the stream; one that may pass (the
+// streams did not answer in time: NATS is away, or the view is still
+// reading their history) is a "stalled" event saying so, and build is
+// asked again at the next tick: the page follows again once NATS answers,
+// where an ended stream would leave it stopped for good (an EventSource
+// does not connect again after a failure it is told of). A stream ends,
+// releasing its subscription, when its client goes away, or takes nothing
+// of one write for writeTimeout (its connection is closed then; an
+// EventSource that is still there connects again).
 func (s *Server) events(build builder) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if _, err := build(r); err != nil {
+		if _, err := build(r); err != nil && !passing(err) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status(err))
 			_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
@@ -61,11 +66,13 @@ func (s *Server) events(build builder) http.HandlerFunc {
 			return true
 		}
 		var last []byte
+		var stalled string
 		send := func() bool {
 			v, err := build(r)
 			if err == nil {
 				var b []byte
 				if b, err = json.Marshal(v); err == nil {
+					stalled = ""
 					if bytes.Equal(b, last) {
 						return true
 					}
@@ -74,7 +81,18 @@ func (s *Server) events(build builder) http.HandlerFunc {
 				}
 			}
 			// One line: a newline in the message would end the event early.
-			write("event: failure\ndata: %s\n\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			msg := strings.ReplaceAll(err.Error(), "\n", " ")
+			if passing(err) && r.Context().Err() == nil {
+				// What comes once it passes is sent, even if the same as
+				// before: the page shows it live again.
+				last = nil
+				if msg == stalled {
+					return true
+				}
+				stalled = msg
+				return write("event: stalled\ndata: %s\n\n", msg)
+			}
+			write("event: failure\ndata: %s\n\n", msg)
 			return false
 		}
 		if !send() {
@@ -105,3 +123,7 @@ func (s *Server) events(build builder) http.HandlerFunc {
 		}
 	}
 }
+
+// passing says whether err, a builder's, may pass: not a bad request or
+// something that does not exist, but the streams not answering in time.
+func passing(err error) bool { return status(err) == http.StatusInternalServerError }

@@ -11,3 +11,11 @@ import (
 func NewWithTimeouts(r *view.Reader, writeTimeout, keepAlive time.Duration) *Server {
 	return newServer(r, writeTimeout, keepAlive)
 }
+
+// NewWithReadTimeout is New with its bound on reading from the streams
+// for one request or event set, so that tests of a silent server run fast.
+func NewWithReadTimeout(r *view.Reader, readTimeout time.Duration) *Server {
+	s := New(r)
+	s.readTimeout = readTimeout
+	return s
+}

@@ -39,7 +39,11 @@ type Server struct {
 	// keepAlive is the longest an events stream stays silent: a comment
 	// then, so that proxies do not cut it as idle.
 	keepAlive time.Duration
-	streams   atomic.Int64
+	// readTimeout bounds, for one request or one event, reading a
+	// rollout's episodes again from the streams, or waiting for the view
+	// to read their history.
+	readTimeout time.Duration
+	streams     atomic.Int64
 }
 
 const (
@@ -56,7 +60,7 @@ func New(r *view.Reader) *Server {
 }
 
 func newServer(r *view.Reader, writeTimeout, keepAlive time.Duration) *Server {
-	s := &Server{view: r, mux: http.NewServeMux(), writeTimeout: writeTimeout, keepAlive: keepAlive}
+	s := &Server{view: r, mux: http.NewServeMux(), writeTimeout: writeTimeout, keepAlive: keepAlive, readTimeout: ReadTimeout}
 	assets, _ := fs.Sub(static, "static")
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(assets)))
 
@@ -142,10 +146,11 @@ var errBadRequest = errors.New("bad request")
 // A builder makes what an endpoint answers.
 type builder func(r *http.Request) (any, error)
 
-// readTimeout bounds reading a rollout's episodes again from the streams
-// (a rollout the view dropped from memory) for one request; the read also
-// ends when the request does (its client went away, the server stops).
-const readTimeout = 30 * time.Second
+// ReadTimeout bounds reading a rollout's episodes again from the streams
+// (a rollout the view dropped from memory), or waiting for the view to
+// read the streams' history, for one request; the read also ends when the
+// request does (its client went away, the server stops).
+const ReadTimeout = 30 * time.Second
 
 func (s *Server) rollouts(*http.Request) (any, error) { return s.view.Rollouts(), nil }
 
@@ -158,7 +163,7 @@ func (s *Server) rollout(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadRequest, err)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.readTimeout)
 	defer cancel()
 	return s.view.RolloutContext(ctx, n, f)
 }
@@ -172,7 +177,7 @@ func (s *Server) episode(r *http.Request) (any, error) {
 	if err != nil || e < 0 {
 		return nil, fmt.Errorf("%w: episode %q: want an episode index (0, 1, …)", errBadRequest, r.PathValue("e"))
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.readTimeout)
 	defer cancel()
 	return s.view.EpisodeContext(ctx, n, e)
 }

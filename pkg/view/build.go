@@ -28,11 +28,23 @@ func (r *rolloutState) summary(now time.Time) RolloutSummary {
 		}
 		s.Status, s.Reason = StatusRejected, strings.Join(reasons, "; ")
 	}
+	versions := map[string]map[string]bool{}
 	for role, vs := range r.versions {
-		for v := range vs {
-			s.WeightVersions[role] = append(s.WeightVersions[role], v)
+		versions[role] = maps.Clone(vs)
+	}
+	// The versions the trainers arrived with: of the arrivals planact
+	// took, not of those it refused (a second arrival with other weights).
+	for id, v := range r.arrivedWith {
+		if r.refusedIDs[id] {
+			continue
 		}
-		slices.Sort(s.WeightVersions[role])
+		if versions[id.role] == nil {
+			versions[id.role] = map[string]bool{}
+		}
+		versions[id.role][v] = true
+	}
+	for role, vs := range versions {
+		s.WeightVersions[role] = slices.Sorted(maps.Keys(vs))
 	}
 	c := r.counts
 	if !r.compacted {
@@ -77,7 +89,7 @@ func (r *rolloutState) countEpisodes() rolloutCounts {
 	var c rolloutCounts
 	score := r.scorer()
 	for _, ep := range r.episodes {
-		a := ep.actCounts()
+		a := r.actCounts(ep)
 		c.acts.Running += a.Running
 		c.acts.Done += a.Done
 		c.acts.Failed += a.Failed
@@ -142,17 +154,18 @@ func (r *rolloutState) episodeReward(ep *episodeState, score func(string, string
 	return score(strings.Join(ep.end.Answers, " | "), label), reward.ExactMatch(strings.Join(ep.end.Answers, " "), label) == 1
 }
 
-// actCounts counts an episode's acts: outcomes from ACT, and the acts the
+// actCounts counts episode ep's acts: outcomes from ACT, and the acts the
 // runs bucket says are released without an outcome yet.
-func (ep *episodeState) actCounts() ActCounts {
+func (r *rolloutState) actCounts(ep *episodeState) ActCounts {
 	var c ActCounts
 	for _, a := range ep.acts {
 		c.add(a.Status)
 	}
-	// An episode that ended runs nothing (its outcomes may be read a
-	// moment after its end: the view reads each stream on its own).
+	// An episode that ended, or whose rollout did, runs nothing (its
+	// outcomes, and the runs bucket's removal of its run states, may be
+	// read a moment after: the view reads each stream on its own).
 	for _, ts := range ep.turns {
-		if ts.run == nil || ep.end != nil {
+		if ts.run == nil || ep.end != nil || r.result != nil {
 			continue
 		}
 		for _, n := range ts.run.Nodes {
@@ -166,7 +179,7 @@ func (ep *episodeState) actCounts() ActCounts {
 
 // episodeSummary is episode ep of rollout r at time now.
 func (r *rolloutState) episodeSummary(ep *episodeState, now time.Time) EpisodeSummary {
-	s := EpisodeSummary{Rollout: r.n, Episode: ep.e, Status: EpisodeRunning, Acts: ep.actCounts()}
+	s := EpisodeSummary{Rollout: r.n, Episode: ep.e, Status: EpisodeRunning, Acts: r.actCounts(ep)}
 	if ep.e < len(r.tasks) {
 		s.Question, s.Label = r.tasks[ep.e].Prompt, r.tasks[ep.e].Label
 	}
@@ -181,7 +194,9 @@ func (r *rolloutState) episodeSummary(ep *episodeState, now time.Time) EpisodeSu
 			s.Reward, s.Correct = &rw, correct
 		}
 	} else if r.result != nil {
-		end = r.resultAt // the rollout ended without this episode
+		// The rollout ended without this episode (its deadline, a
+		// cancel): it is not running, and never ends.
+		s.Status, end = EpisodeUnfinished, r.resultAt
 	}
 	if first := ep.turns[1]; first != nil && !first.askedAt.IsZero() {
 		s.WallMs = end.Sub(first.askedAt).Milliseconds()

@@ -12,8 +12,8 @@ import (
 
 // Filter picks episodes of a rollout. The zero Filter picks them all.
 type Filter struct {
-	// Status keeps the episodes in that status (running, completed,
-	// truncated, failed, aborted, quarantined); "" keeps all.
+	// Status keeps the episodes in that status (running, unfinished,
+	// completed, truncated, failed, aborted, quarantined); "" keeps all.
 	Status string `json:"status,omitempty"`
 	// Lowest, when above 0, keeps the Lowest ended episodes with the
 	// lowest rewards, lowest first.
@@ -21,7 +21,7 @@ type Filter struct {
 }
 
 // EpisodeStatuses are the statuses a Filter may name.
-var EpisodeStatuses = []string{EpisodeRunning, schema.EpisodeCompleted, schema.EpisodeTruncated, schema.EpisodeFailed, schema.EpisodeAborted, schema.EpisodeQuarantined}
+var EpisodeStatuses = []string{EpisodeRunning, EpisodeUnfinished, schema.EpisodeCompleted, schema.EpisodeTruncated, schema.EpisodeFailed, schema.EpisodeAborted, schema.EpisodeQuarantined}
 
 // MaxLowest bounds Filter.Lowest.
 const MaxLowest = 100000
@@ -54,7 +54,7 @@ func (f Filter) apply(eps []EpisodeSummary) []EpisodeSummary {
 		if f.Status != "" && e.Status != f.Status {
 			continue
 		}
-		if f.Lowest > 0 && e.Status == EpisodeRunning {
+		if f.Lowest > 0 && (e.Status == EpisodeRunning || e.Status == EpisodeUnfinished) {
 			continue
 		}
 		out = append(out, e)

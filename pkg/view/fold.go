@@ -2,7 +2,6 @@ package view
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -35,13 +34,16 @@ type rolloutState struct {
 	// An id is its trainer's to choose (its Nats-Msg-Id): one role's
 	// refusal never names the other's arrival.
 	refusedIDs map[refusedID]bool
-	tasks      []schema.Task
-	tasksFrom  *arrival       // the arrival the tasks came with
-	config     *schema.Config // from the arrivals not refused (the planner's wins)
-	start      *schema.Start
-	startedAt  time.Time
-	result     *schema.Result // the planner's (else the actor's), without samples
-	resultAt   time.Time
+	// arrivedWith is the weight version each arrival (by role and id)
+	// came with: a refused one's is not the rollout's (see summary).
+	arrivedWith map[refusedID]string
+	tasks       []schema.Task
+	tasksFrom   *arrival       // the arrival the tasks came with
+	config      *schema.Config // from the arrivals not refused (the planner's wins)
+	start       *schema.Start
+	startedAt   time.Time
+	result      *schema.Result // the planner's (else the actor's), without samples
+	resultAt    time.Time
 	// results are each role's result, without samples: each has its own
 	// status (the actor's can be failed where the planner's is ok).
 	results  map[string]*schema.Result
@@ -263,13 +265,11 @@ func (s *state) clock() time.Time {
 	return s.now()
 }
 
-// arrivalID is how the session-store names an arrival (bus.Msg.ID), and
-// with it a refusal (Result.ArrivalID).
+// arrivalID is how the session-store names an arrival, and with it a
+// refusal (Result.ArrivalID): its Nats-Msg-Id, or seq:<sequence> when it
+// has none or one too long to take (schema.TrainerMsgID).
 func arrivalID(m bus.StoredMsg) string {
-	if id := m.Header.Get(jetstream.MsgIDHeader); id != "" {
-		return id
-	}
-	return fmt.Sprintf("seq:%d", m.Seq)
+	return schema.TrainerMsgID(m.Header.Get(jetstream.MsgIDHeader), m.Seq)
 }
 
 // decodeArrival reads an arrival as the session-store does: msgpack, or
@@ -334,7 +334,12 @@ func (s *state) fold(msg bus.StoredMsg) (int64, bool) {
 			// read at the same time: it arrived with its first arrival.
 			r.arrivedAt = at
 		}
-		r.version(m.Role, m.WeightVersion)
+		if m.WeightVersion != "" {
+			if r.arrivedWith == nil {
+				r.arrivedWith = map[refusedID]string{}
+			}
+			r.arrivedWith[refusedID{m.Role, arrivalID(msg)}] = m.WeightVersion
+		}
 		if at.Before(r.arrivalAt[m.Role]) {
 			return m.Rollout, true // a later arrival of the role was read first
 		}

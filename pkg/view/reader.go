@@ -315,10 +315,7 @@ func (r *Reader) Close() {
 func (r *Reader) Synced(ctx context.Context) error {
 	for {
 		r.mu.Lock()
-		done := r.runs
-		for name, last := range r.until {
-			done = done && r.seqs[name] >= last
-		}
+		done := r.historyRead()
 		r.mu.Unlock()
 		if done {
 			return nil
@@ -329,6 +326,32 @@ func (r *Reader) Synced(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// historyRead says whether the Reader has read everything the streams and
+// the runs bucket held when it opened. Its lock is held.
+func (r *Reader) historyRead() bool {
+	done := r.runs
+	for name, last := range r.until {
+		done = done && r.seqs[name] >= last
+	}
+	return done
+}
+
+// unknown answers a question about what the view does not know (what: a
+// rollout or an episode of one): once the view has read the history the
+// streams held when it opened (read), it is not found; until then, it may
+// be one not read yet (a web view just started, and a page in a browser
+// that connects to it again), so unknown waits for that history to be
+// read and asks again (ask).
+func (r *Reader) unknown(ctx context.Context, read bool, what string, ask func() error) error {
+	if read {
+		return fmt.Errorf("%s: %w", what, ErrNotFound)
+	}
+	if err := r.Synced(ctx); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return ask()
 }
 
 // Subscribe returns a channel that receives a signal after the view
@@ -385,12 +408,20 @@ func (r *Reader) Rollout(n int64, f Filter) (*Rollout, error) {
 }
 
 // RolloutContext is Rollout, reading what it reads again until ctx ends.
+// Until the view has read the history the streams held when it opened, a
+// rollout it does not know is waited for (until ctx ends), not not found.
 func (r *Reader) RolloutContext(ctx context.Context, n int64, f Filter) (*Rollout, error) {
 	r.mu.Lock()
 	ro := r.st.rollouts[n]
 	if ro == nil {
+		read := r.historyRead()
 		r.mu.Unlock()
-		return nil, fmt.Errorf("rollout %d: %w", n, ErrNotFound)
+		var out *Rollout
+		err := r.unknown(ctx, read, fmt.Sprintf("rollout %d", n), func() (err error) {
+			out, err = r.RolloutContext(ctx, n, f)
+			return err
+		})
+		return out, err
 	}
 	now := r.now()
 	out := &Rollout{RolloutSummary: ro.summary(now), Filter: f}
@@ -433,19 +464,30 @@ func (r *Reader) Episode(n int64, e int) (*Episode, error) {
 
 // EpisodeContext is Episode, reading what it reads again until ctx ends
 // (a command's deadline, an interrupt, an HTTP request that went away).
+// Until the view has read the history the streams held when it opened, an
+// episode it does not know is waited for (until ctx ends), not not found.
 func (r *Reader) EpisodeContext(ctx context.Context, n int64, e int) (*Episode, error) {
 	r.mu.Lock()
 	ro := r.st.rollouts[n]
-	if ro == nil {
+	var unknown string
+	switch {
+	case ro == nil:
+		unknown = fmt.Sprintf("rollout %d", n)
+	case ro.episodes[e] == nil && (e < 0 || e >= ro.episodeCount()):
+		unknown = fmt.Sprintf("rollout %d episode %d", n, e)
+	}
+	if unknown != "" {
+		read := r.historyRead()
 		r.mu.Unlock()
-		return nil, fmt.Errorf("rollout %d: %w", n, ErrNotFound)
+		var out *Episode
+		err := r.unknown(ctx, read || e < 0, unknown, func() (err error) {
+			out, err = r.EpisodeContext(ctx, n, e)
+			return err
+		})
+		return out, err
 	}
 	ep := ro.episodes[e]
 	if ep == nil {
-		if count := ro.episodeCount(); e < 0 || e >= count {
-			r.mu.Unlock()
-			return nil, fmt.Errorf("rollout %d episode %d: %w", n, e, ErrNotFound)
-		}
 		ep = &episodeState{e: e}
 	}
 	if !ro.compacted {

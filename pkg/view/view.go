@@ -25,8 +25,11 @@ const (
 // Episode and act statuses besides those of schema.
 const (
 	EpisodeRunning = "running" // not ended yet
-	ActRunning     = "running" // released (by the runs bucket) without an outcome yet
-	ActPending     = "pending" // in a plan, waiting for its dependencies
+	// EpisodeUnfinished: the rollout ended (timed out, cancelled) before
+	// the episode did; it never will.
+	EpisodeUnfinished = "unfinished"
+	ActRunning        = "running" // released (by the runs bucket) without an outcome yet
+	ActPending        = "pending" // in a plan, waiting for its dependencies
 )
 
 // ActCounts counts acts by status.
@@ -118,7 +121,7 @@ type Rollout struct {
 type EpisodeSummary struct {
 	Rollout int64  `json:"rollout"`
 	Episode int    `json:"episode"`
-	Status  string `json:"status"` // running, completed, truncated, failed, aborted, quarantined
+	Status  string `json:"status"` // running, unfinished, completed, truncated, failed, aborted, quarantined
 	// Reason says why it ended so; a quarantined episode's says where the
 	// engine's input drifted (token_drift: turn 2: … at token 137 of 412).
 	Reason  string   `json:"reason,omitempty"`

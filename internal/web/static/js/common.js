@@ -73,12 +73,19 @@ function live(url, render) {
       });
     }
   };
+  // The server could not read what the page shows (NATS away, or its
+  // history not read yet): it says why and tries again; the page keeps
+  // what it shows until then.
+  source.addEventListener("stalled", (e) => {
+    state.className = "live off"; state.textContent = "stalled"; state.title = e.data;
+  });
   source.addEventListener("failure", (e) => {
     source.close();
     state.className = "live off"; state.textContent = "stopped";
     document.getElementById("main").replaceChildren(el("p", {class: "error"}, e.data));
   });
   source.onmessage = (e) => {
+    state.className = "live on"; state.textContent = "live"; state.title = "live updates";
     render(JSON.parse(e.data));
     window.planactUpdates++;
     document.body.dataset.updates = window.planactUpdates;

@@ -8,7 +8,7 @@ const query = new URLSearchParams(location.search);
 
 function filters() {
   const status = el("select", {id: "status", onchange: apply},
-    ["", "running", "completed", "truncated", "failed", "aborted", "quarantined"].map((s) => el("option", {value: s}, s || "all")));
+    ["", "running", "unfinished", "completed", "truncated", "failed", "aborted", "quarantined"].map((s) => el("option", {value: s}, s || "all")));
   status.value = query.get("status") || "";
   const lowest = el("input", {id: "lowest", type: "number", min: "1", placeholder: "all", style: "width:5rem", onchange: apply});
   lowest.value = query.get("lowest") || "";
