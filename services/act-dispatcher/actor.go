@@ -67,8 +67,9 @@ func (s *Service) openReplies() (string, <-chan *nats.Msg, func(), error) {
 // sending the request again as the comment above says, and whether a
 // gateway acknowledged it first (it ran, or waited to run). A request sent
 // to any gateway again, or one of an act another runner may have
-// generated already (run.rerun, until an exchange of the act is
-// acknowledged: an answer a gateway kept of a try is no generation) or
+// generated already (run.rerun, until a gateway starts a generation of
+// it: an answer a gateway kept of a try, or a generation running that the
+// request is attached to, is the other runner's) or
 // whose last exchange ended with such a retry outstanding (run.resend),
 // is a retry when a gateway starts a new generation for it (its
 // acknowledgement says started, not attached): that retry is appended to
@@ -92,10 +93,11 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 	var pending *schema.Retry
 	pendingReason, pendingFrom := "", 1
 	if run.rerun != "" {
-		// Outstanding until a gateway acknowledges a generation: a try the
-		// other runner ran is answered from the record a gateway keeps of
-		// it (no acknowledgement, no generation), and the next try may be
-		// one the other runner still generates elsewhere.
+		// Outstanding until a gateway starts a generation from it: a try
+		// the other runner ran is answered from the record a gateway keeps
+		// of it (no acknowledgement, no generation), one it runs is
+		// attached to, and the next try may be one the other runner still
+		// generates elsewhere.
 		pending, pendingReason = &schema.Retry{By: s.replica(), Why: run.rerun}, "rerun"
 	}
 	resent := run.resend != nil
@@ -108,13 +110,21 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 		run.resend = nil
 	}
 	defer func() {
-		// One made here stays outstanding too when the same try is sent
-		// again, no attempt counted: a refusal while paused that no
-		// gateway acknowledged (the gateway that took the first copy may
-		// be generating it). It was dropped, and a generation of the try
-		// after the resume went unrecorded.
-		refused := err == nil && !acked && answer != nil && answer.Header.Get(micro.ErrorCodeHeader) == schema.ActorCodePaused
-		if pending != nil && run.resend == nil && (resent || refused) {
+		// One made here stays outstanding too unless a generation answered
+		// the try (or the act has an outcome): after a refusal (paused, or
+		// a 503: the gateway could not record the retry), another error
+		// with no generation started, the attempt's deadline, a failed
+		// send. The copies sent before may have reached a gateway that
+		// generates the try. It was dropped (after a pause's refusal, then
+		// after a 503), and the next try started unrecorded: a runner that
+		// took the turn over, answered from the first generation, could
+		// publish an outcome explaining one engine call of two.
+		code := ""
+		if answer != nil {
+			code = answer.Header.Get(micro.ErrorCodeHeader)
+		}
+		answered := err == nil && answer != nil && (code == "" || code == schema.ActorCodeDone)
+		if pending != nil && run.resend == nil && (resent || !answered) {
 			run.resend, run.resendReason = pending, pendingReason
 		}
 	}()
@@ -187,7 +197,12 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 					log.Warn().Str("gateway", holder).Str("why", pending.Why).Msg("act generated again")
 					pending, run.rerun = nil, ""
 				case p == schema.ActorAttached:
-					pending, run.rerun = nil, "" // the generation that runs: no second one
+					// The generation that runs: no second one of this
+					// try. A rerun stays outstanding all the same: the
+					// generation attached to is the other runner's, and
+					// its next try may be one the other runner generates
+					// elsewhere too (as after a kept answer).
+					pending = nil
 				}
 				continue
 			}

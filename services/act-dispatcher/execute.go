@@ -547,7 +547,7 @@ func (s *Service) callHTTP(ctx context.Context, tool schema.Tool, input string) 
 		return "", fail.Permanentf("tool %s: %w", tool.Name, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.HTTP.Do(req)
+	resp, err := noRedirectAway(s.HTTP).Do(req)
 	if err != nil {
 		return "", fail.Transientf("tool %s: %w", tool.Name, err)
 	}
@@ -562,14 +562,43 @@ func (s *Service) callHTTP(ctx context.Context, tool schema.Tool, input string) 
 	case resp.StatusCode >= 400:
 		return "", fail.Permanentf("tool %s: HTTP %d: %s", tool.Name, resp.StatusCode, strings.TrimSpace(string(data)))
 	case resp.StatusCode < 200 || resp.StatusCode >= 300:
-		// A redirect the client did not follow (304, 300): no answer.
-		return "", fail.Permanentf("tool %s: HTTP %d %s from %s: want a 2xx answer", tool.Name, resp.StatusCode, http.StatusText(resp.StatusCode), tool.URL)
+		// A redirect the client did not follow (304, 300, one elsewhere):
+		// no answer.
+		where := ""
+		if loc := resp.Header.Get("Location"); loc != "" {
+			where = fmt.Sprintf(" (to %q: a redirect is followed only to the same scheme and host, keeping the POST: 307 or 308)", loc)
+		}
+		return "", fail.Permanentf("tool %s: HTTP %d %s from %s%s: want a 2xx answer", tool.Name, resp.StatusCode, http.StatusText(resp.StatusCode), tool.URL, where)
 	case len(data) > MaxToolAnswer:
 		// Cut, it would be taken for the whole answer: the observation,
 		// and the input of the acts that depend on it.
 		return "", fail.Permanentf("tool %s: its answer is longer than %d bytes, the most an HTTP tool may answer: have it answer less (fewer or shorter passages)", tool.Name, MaxToolAnswer)
 	}
 	return strings.TrimSpace(string(data)), nil
+}
+
+// noRedirectAway is hc, following only the redirects that keep the
+// request a POST (307, 308) to the same scheme and host: another host
+// would be sent the act's input, and a 301, 302 or 303 turns the POST into
+// a GET without its body, whose answer is no answer to the act. Any other
+// redirect is answered by its 3xx response.
+func noRedirectAway(hc *http.Client) *http.Client {
+	c := *hc
+	next := hc.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		first := via[0].URL
+		if req.Method != http.MethodPost || req.URL.Scheme != first.Scheme || req.URL.Host != first.Host {
+			return http.ErrUseLastResponse
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
 }
 
 // MaxToolAnswer bounds the answer of an HTTP tool, in bytes; a longer one

@@ -56,3 +56,48 @@ func TestAnOldHandedOverPlanOfARolloutOverSinceRunsNothing(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// The watchdog's copy that comes fresh, once its turn's rollout ended and
+// its run states were removed (the session cache may show the rollout
+// running a second more, and the copy is too young to be read as old),
+// finds no run to take over: it creates none, and runs no act. Before, it
+// created the run afresh and ran its acts again.
+func TestAHandedOverPlanWhoseRunIsGoneRunsNothing(t *testing.T) {
+	t.Parallel()
+	s, _ := testService(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info := testInfo() // as the cache shows it: running
+	sess := info.Session
+	sess.State = schema.SessionDone
+	if _, err := bus.Create(ctx, s.Bus.Sessions, schema.SessionKey(1), &sess); err != nil {
+		t.Fatal(err)
+	}
+	m := msg(9)
+	m.Header.Set(HdrTakeover, "5") // the watchdog's copy, taking the turn from runner 5
+	handled := make(chan error, 1)
+	go func() { handled <- s.handleDAG(ctx, info, m, planDAG(1, false, 1, search("a", "x"))) }()
+	for {
+		var err error
+		over := false
+		select {
+		case err = <-handled:
+			over = true
+		default:
+		}
+		if err != nil {
+			t.Fatalf("the copy handed over of a run that is gone: %v", err)
+		}
+		_, _, found, rerr := bus.GetFresh[schema.Run](ctx, s.Bus.Runs, schema.RunKey(1, 0, 1))
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		if found {
+			t.Fatal("the copy handed over of a run that is gone created it: its acts would run again")
+		}
+		if over {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -62,13 +62,14 @@ type act struct {
 	retries []schema.Retry // generations sent again beyond its attempts
 	aborted string         // the gateway whose run of the last try a pause aborted
 	// rerun says why another runner may have generated it already: a
-	// retry outstanding until a gateway acknowledges one of its tries
-	// (the tries answered from what a gateway kept of them are the other
-	// runner's generations, not new ones).
+	// retry outstanding until a gateway starts a generation of one of its
+	// tries (the tries answered from what a gateway kept of them, or
+	// attached to a generation running, are the other runner's).
 	rerun string
-	// resend is the retry outstanding when the last exchange ended finding
-	// no gateway at all: the copies sent before may have reached one that
-	// went, so a generation its next exchange starts is that retry.
+	// resend is the retry outstanding when the last exchange ended with no
+	// generation answering it (no gateway at all, a refusal, an error, its
+	// deadline): the copies sent before may have reached one that went, so
+	// a generation its next exchange starts is that retry.
 	resend       *schema.Retry
 	resendReason string
 }
@@ -393,8 +394,20 @@ func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, 
 	if s.runners.get(key) == nil && !handed {
 		mutate = bus.MutateNew[schema.Run]
 	}
+	gone := false
 	run, rev, _, err := mutate(ctx, s.Bus.Runs, key, func(r *schema.Run, exists bool) (bool, error) {
-		mine, finished, conflicts, newly, cached = false, false, nil, nil, nil
+		mine, finished, gone, conflicts, newly, cached = false, false, false, nil, nil, nil
+		if !exists && handed {
+			// The watchdog hands over a run it read: gone since, its
+			// rollout ended (run states are removed then), though the
+			// session cache may show it running for a second more.
+			// Created afresh, its acts would run again, an engine called
+			// twice for an act with no retry recorded. A turn left to no
+			// one is driven on by the watchdog's next look, with no copy
+			// handed over.
+			gone = true
+			return false, nil
+		}
 		if exists && r.Finished {
 			finished = true
 			return false, nil
@@ -422,6 +435,10 @@ func (s *Service) handleDAG(ctx context.Context, info *session.Info, m bus.Msg, 
 		return err
 	}
 	log := zerolog.Ctx(ctx)
+	if gone {
+		log.Info().Uint64("takeover", takeover).Msg("a plan handed over by the watchdog whose run is gone (its rollout ended); dropped")
+		return nil
+	}
 	if len(conflicts) > 0 {
 		log.Warn().Strs("nodes", conflicts).Msg("the final plan differs from nodes already released from a partial plan; kept them as released")
 	}
