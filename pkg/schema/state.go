@@ -942,7 +942,11 @@ func TasksKey(n int64) string { return fmt.Sprintf("%d.tasks", n) }
 // alive and waits for the turn's output instead of calling the engine a
 // second time. Only when the holder is gone (its process dead or stopped,
 // or it gave the turn up) does another instance take the turn over, and
-// the retry is recorded here: who, from whom, and why. Removed with the
+// the retry is recorded here: who, from whom, and why; a holder that
+// answers that it sent none of the turn's generations is taken over
+// without a retry. The holder reads its claim again before the turn's
+// first generation and before it fails the turn: taken over meanwhile, it
+// does neither, and leaves the turn to the new holder. Removed with the
 // rollout's run state.
 type Claim struct {
 	Rollout int64 `json:"rollout"`
@@ -955,8 +959,9 @@ type Claim struct {
 	Replica string `json:"replica,omitempty"`
 	SinceMs int64  `json:"since_ms"`
 	// Retries are the engine calls of the turn beyond the first, oldest
-	// first: a holder that took over, or a holder's own attempt after an
-	// engine failure.
+	// first: a holder that took over from one that had sent a generation,
+	// or a holder's own attempt after an engine failure or a pause's
+	// abort.
 	Retries []Retry `json:"retries,omitempty"`
 }
 

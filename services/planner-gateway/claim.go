@@ -36,7 +36,8 @@ import (
 // the instance holding the turn (the write's ack was lost and the request
 // handed back, or the handler that held it handed it back), takes the turn
 // on as it stands, without a retry: what that handler left of the turn (an
-// output it could not publish, the generations it sent) goes on with it.
+// output it could not publish, a failure it decided and could not publish
+// or confirm, the generations it sent) goes on with it.
 
 // holderPatience is how long a holder may answer nothing before it is
 // taken for gone: a process that died answers "no responders" at once; a
@@ -69,6 +70,10 @@ type turn struct {
 	// until (the rollout's deadline).
 	out   *schema.PlanOutput
 	until time.Time
+	// failed is the turn's failure once decided: published instead of
+	// anything generated, by this handler or, handed back, by the next
+	// one of this instance that takes the turn on.
+	failed *schema.PlanError
 }
 
 // leftTurn is what a handler that handed its turn back had of it, kept for
@@ -79,6 +84,7 @@ type leftTurn struct {
 	retry, retryWhy string
 	out             *schema.PlanOutput
 	until           time.Time
+	failed          *schema.PlanError
 }
 
 // answerHolds answers a holds request.
@@ -97,12 +103,12 @@ func (s *Service) answerHolds(m *nats.Msg) {
 // holdsHere says whether a handler of this instance holds the turn with
 // claim key key, and, when none does, whether none of them left a
 // generation of it (release keeps what a handler that handed the turn back
-// sent of it).
+// had of it: one that decided its failure may have sent none).
 func (s *Service) holdsHere(key string) (yes, none bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, left := s.left[key]
-	return s.held[key] > 0, !left
+	l, left := s.left[key]
+	return s.held[key] > 0, !left || l.calls == 0
 }
 
 // mark says this instance holds the turn key, before the write that makes
@@ -135,17 +141,18 @@ var claimWritten = func() {}
 // finish the turn (done false: it hands the request back) leaves what it
 // had of it to the next handler of this instance that takes the turn on:
 // the output it could not publish is published then, not generated again,
-// and a generation sent again is recorded as the retry it is.
+// as is the failure it decided; a generation sent again is recorded as the
+// retry it is.
 func (s *Service) release(t *turn, done bool) {
 	if !t.holding {
 		return
 	}
 	s.mu.Lock()
-	if !done && (t.calls > 0 || t.out != nil) {
+	if !done && (t.calls > 0 || t.out != nil || t.failed != nil) {
 		if s.left == nil {
 			s.left = map[string]leftTurn{}
 		}
-		s.left[t.key] = leftTurn{rollout: t.rollout, calls: t.calls, retry: t.retry, retryWhy: t.retryWhy, out: t.out, until: t.until}
+		s.left[t.key] = leftTurn{rollout: t.rollout, calls: t.calls, retry: t.retry, retryWhy: t.retryWhy, out: t.out, until: t.until, failed: t.failed}
 	}
 	s.mu.Unlock()
 	s.unmark(t.key)
@@ -174,7 +181,7 @@ func (s *Service) takeLeft(t *turn) {
 	if !ok {
 		return
 	}
-	t.calls, t.retry, t.retryWhy, t.out, t.until = l.calls, l.retry, l.retryWhy, l.out, l.until
+	t.calls, t.retry, t.retryWhy, t.out, t.until, t.failed = l.calls, l.retry, l.retryWhy, l.out, l.until, l.failed
 	if t.calls > 0 && t.retry == "" {
 		// Its generation ended with its handler's context, which said no
 		// more of why.
@@ -258,14 +265,15 @@ func (s *Service) claim(ctx context.Context, req *schema.PlanRequest, t *turn) (
 			t.holding = true
 			s.takeLeft(t)
 			if t.calls == 0 && t.out == nil {
-				// Nothing left of it: the handler that held it may have
-				// finished the turn since this one looked for its output (a
-				// copy of the request that came while it ran).
+				// Nothing generated of it: the handler that held it may have
+				// finished the turn (or published its failure) since this one
+				// looked for its output (a copy of the request that came
+				// while it ran).
 				if served, err := s.served(ctx, req); err != nil || served {
 					return served, err
 				}
 			}
-			log.Info().Int("calls", t.calls).Bool("generated", t.out != nil).Msg("planner turn claimed before by this instance; taken on again")
+			log.Info().Int("calls", t.calls).Bool("generated", t.out != nil).Bool("failed", t.failed != nil).Msg("planner turn claimed before by this instance; taken on again")
 			return false, nil
 		}
 		served, reason, why, err := s.await(ctx, req, t, &cur)
@@ -420,7 +428,7 @@ func (s *Service) recordRetry(ctx context.Context, t *turn) error {
 // is handed back, and its redelivery waits for that holder. (A generation
 // sent again checks it in recordRetry.)
 func (s *Service) checkHeld(ctx context.Context, t *turn) error {
-	c, _, found, err := bus.GetFresh[schema.Claim](ctx, s.Bus.Runs, t.key)
+	c, found, err := readClaim(ctx, s.Bus.Runs, t.key)
 	if err != nil {
 		return handBack(t, fmt.Errorf("read the claim: %w", err))
 	}
@@ -431,6 +439,13 @@ func (s *Service) checkHeld(ctx context.Context, t *turn) error {
 		return handBack(t, fail.Transientf("taken over by %s (%s)", c.Holder, c.Replica))
 	}
 	return nil
+}
+
+// readClaim reads a turn's claim for its holder's check; a test leaves it
+// unanswered.
+var readClaim = func(ctx context.Context, kv *bus.Bucket, key string) (schema.Claim, bool, error) {
+	c, _, found, err := bus.GetFresh[schema.Claim](ctx, kv, key)
+	return c, found, err
 }
 
 // handBack makes an error of the claim's machinery one that hands the plan

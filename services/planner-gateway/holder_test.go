@@ -241,16 +241,19 @@ func TestATurnTakenOverIsNotFailedByItsFormerHolder(t *testing.T) {
 // and recorded a retry (and counted one) of a turn nothing had generated.
 // The holder now says it sent none of the turn's generations: the take-over
 // records no retry. A holder that left a generation of the turn is still
-// taken over with a retry.
+// taken over with a retry; one that kept only the turn's failure, decided
+// before any generation (its publish failed), sent none.
 func TestATakeOverFromAHolderThatSentNothingIsNoRetry(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		n       int64
 		left    bool // the holder's handler sent a generation before it handed the turn back
+		failed  bool // the holder's handler decided the turn's failure, with no generation sent, before it handed the turn back
 		retries int
 	}{
-		{"nothing sent", 44, false, 0},
-		{"a generation sent", 45, true, 1},
+		{"nothing sent", 44, false, false, 0},
+		{"a generation sent", 45, true, false, 1},
+		{"a failure kept, nothing sent", 46, false, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, url := bustest.Server(t)
@@ -270,6 +273,12 @@ func TestATakeOverFromAHolderThatSentNothingIsNoRetry(t *testing.T) {
 			}
 			if tc.left {
 				held := &turn{key: key, rollout: tc.n, holding: true, calls: 1, retry: "failed", retryWhy: "the engine failed: the test's"}
+				holder.mark(key)
+				holder.release(held, false)
+			}
+			if tc.failed {
+				held := &turn{key: key, rollout: tc.n, holding: true,
+					failed: &schema.PlanError{Rollout: tc.n, Episode: 0, Turn: 1, ErrorKind: schema.PlanErrPlannerRejected, Message: "tokenize prompt: the test's refusal"}}
 				holder.mark(key)
 				holder.release(held, false)
 			}

@@ -215,16 +215,35 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) (rerr error) {
 		// the output it keeps: release).
 		return err
 	}
-	if t.holding {
-		// Failed in this instance's hands: the turn fails only while they
-		// still hold it. Another instance that took it over (this one
-		// answered nothing for a while) generates it; its output answers the
-		// turn, and the request is handed back to wait for it.
-		if herr := s.checkHeld(ctx, t); herr != nil {
-			log.Warn().Err(err).AnErr("claim", herr).Msg("planner turn failed after it was taken over; left to its new holder")
-			return herr
+	if t.failed == nil {
+		t.failed = s.failure(ctx, &req, err)
+		if t.holding {
+			// Failed in this instance's hands: the turn fails only while they
+			// still hold it. Another instance that took it over (this one
+			// answered nothing for a while) generates it; its output answers
+			// the turn, and the request is handed back to wait for it. A
+			// claim that could not be read hands the request back too: the
+			// failure decided is kept for the redelivery (release).
+			if herr := s.checkHeld(ctx, t); herr != nil {
+				log.Warn().Err(err).AnErr("claim", herr).Msg("planner turn failed; its claim not confirmed, the request handed back")
+				return herr
+			}
 		}
+	} else {
+		log.Info().Str("kind", t.failed.ErrorKind).Msg("planner turn failed for good before; publishing its failure again")
 	}
+	// Kept on t until it is out: handed back, the request's redelivery
+	// publishes the same failure, and the engine is not asked again for a
+	// turn decided failed.
+	return publishFailure(ctx, s.Bus, t.failed)
+}
+
+// publishFailure publishes a turn's failure; a test makes it fail.
+var publishFailure = func(ctx context.Context, b *bus.Bus, pe *schema.PlanError) error { return b.Publish(ctx, pe) }
+
+// failure decides the plan error of req's turn, which err failed for good.
+func (s *Service) failure(ctx context.Context, req *schema.PlanRequest, err error) *schema.PlanError {
+	log := zerolog.Ctx(ctx)
 	kind := schema.PlanErrPlannerRejected
 	var stale *session.StaleError
 	var drift *engine.DriftError
@@ -236,17 +255,15 @@ func (s *Service) handle(ctx context.Context, m bus.Msg) (rerr error) {
 		// generated is never trained on; the episode is quarantined.
 		telemetry.TokenDrift.WithLabelValues(schema.RolePlanner).Inc()
 		log.Error().Err(err).Str("kind", schema.PlanErrTokenDrift).Msg("planner turn drifted: episode quarantined")
-		return s.Bus.Publish(ctx, &schema.PlanError{
+		return &schema.PlanError{
 			Rollout: req.Rollout, Episode: req.Episode, Turn: req.Turn, ErrorKind: schema.PlanErrTokenDrift,
 			Message: fmt.Sprintf("turn %d: %s", req.Turn, drift.Where()),
-		})
+		}
 	case fail.IsRetryable(err) || errors.Is(err, engine.ErrBusy):
 		// Busy past the turn's deadline (its Retry-After): the engine's
 		// words say why, and nothing tried it again before it said.
 		kind = schema.PlanErrPlannerUnavailable
 	}
 	log.Error().Err(err).Str("kind", kind).Msg("planner turn failed for good")
-	return s.Bus.Publish(ctx, &schema.PlanError{
-		Rollout: req.Rollout, Episode: req.Episode, Turn: req.Turn, ErrorKind: kind, Message: err.Error(),
-	})
+	return &schema.PlanError{Rollout: req.Rollout, Episode: req.Episode, Turn: req.Turn, ErrorKind: kind, Message: err.Error()}
 }
