@@ -133,13 +133,11 @@ func (s *Service) gather(ctx context.Context, sess *schema.Session, tasks []sche
 			markStaleness(&ps, newest[schema.RolePlanner], sess.Config.MaxStaleness)
 			ep.planner = &ps
 		}
-		sort.Slice(ep.acts, func(i, j int) bool {
-			a, b := ep.acts[i], ep.acts[j]
-			if a.Turn != b.Turn {
-				return a.Turn < b.Turn
-			}
-			return a.Key < b.Key
-		})
+		// The actor's samples in the order the acts were planned: by turn,
+		// then as the turn's plan lists its steps, as the end lists them
+		// (readEpisode reads them in that order). Their keys compared as
+		// strings would put t1-s10 before t1-s2.
+		sort.SliceStable(ep.acts, func(i, j int) bool { return ep.acts[i].Turn < ep.acts[j].Turn })
 		for _, d := range ep.acts {
 			if as, ok := actorSample(n, e, ep, d); ok {
 				markStaleness(&as, newest[schema.RoleActor], sess.Config.MaxStaleness)
@@ -606,8 +604,7 @@ func (s *Service) readEpisode(ctx context.Context, n int64, e int, ep *episode, 
 		return err
 	}
 	if m == nil {
-		return fail.Permanentf("rollout %d: the session records episode %d as ended, but its end is not in the %s stream (%s): it cannot be read, and is not taken as not ended",
-			n, e, bus.StreamRollout, subject.EpisodeEnd(n, e))
+		return endMissing(n, e)
 	}
 	var end schema.EpisodeEnd
 	if err := schema.Unmarshal(m.Data, &end); err != nil {
@@ -647,6 +644,13 @@ func (s *Service) readEpisode(ctx context.Context, n int64, e int, ep *episode, 
 		ep.acts = append(ep.acts, &d)
 	}
 	return nil
+}
+
+// endMissing is the error of episode e of rollout n, which the session
+// records as ended, when its end is not in the stream.
+func endMissing(n int64, e int) error {
+	return fail.Permanentf("rollout %d: the session records episode %d as ended, but its end is not in the %s stream (%s): it cannot be read, and is not taken as not ended",
+		n, e, bus.StreamRollout, subject.EpisodeEnd(n, e))
 }
 
 // forEach calls fn for 0..n-1 with at most workers calls at once, and

@@ -232,7 +232,8 @@ func asTrainersRead(t *testing.T, w world, planner, actor result) (*schema.Resul
 // trajectories, act outcomes, groups and filters), every count in each
 // role's stats is a count of what its result holds, a task is trained for
 // a role only when the role's samples of it are in its result, and a
-// result claims ok only when it delivers samples or says why it has none.
+// result claims ok only when it delivers samples to train on or says why
+// it has none.
 func TestResultsTellTheTruth(t *testing.T) {
 	seed := rand.Uint64()
 	r := rand.New(rand.NewPCG(seed, 1))
@@ -452,27 +453,37 @@ func checkTruth(w world, res *schema.Result) error {
 		}
 	}
 	training := !w.sess.Config.Evaluation // an evaluation has no samples, by design
+	// The samples to train on: those of tasks trained for the role (not
+	// those of failed or aborted episodes, which say so in their status).
+	trainable := 0
+	for _, smp := range res.Samples {
+		var e int
+		fmt.Sscanf(smp.RolloutID[strings.LastIndex(smp.RolloutID, "-")+1:], "%d", &e)
+		if res.Tasks[e].State == schema.TaskTrained {
+			trainable++
+		}
+	}
 	switch res.Status {
 	case schema.ResultOK:
-		if len(res.Samples) == 0 && training && (st.TaskStates[schema.TaskFailed] > 0 || st.TaskStates[schema.TaskQuarantined] > 0) {
-			return fmt.Errorf("ok with no sample, %d tasks failed", st.TaskStates[schema.TaskFailed])
+		if trainable == 0 && training && (st.TaskStates[schema.TaskFailed] > 0 || st.TaskStates[schema.TaskQuarantined] > 0) {
+			return fmt.Errorf("ok with no sample to train on (%d samples), %d tasks failed", len(res.Samples), st.TaskStates[schema.TaskFailed])
 		}
 		if len(res.Samples) == 0 && training && res.Reason == "" && len(w.tasks) > 0 {
 			return fmt.Errorf("ok with no sample and no reason")
 		}
-		if len(res.Samples) == 0 && training && episodes[schema.EpisodeAborted] > 0 {
-			return fmt.Errorf("ok with no sample, %d episodes aborted", episodes[schema.EpisodeAborted])
+		if trainable == 0 && training && episodes[schema.EpisodeAborted] > 0 {
+			return fmt.Errorf("ok with no sample to train on (%d samples), %d episodes aborted", len(res.Samples), episodes[schema.EpisodeAborted])
 		}
 		if w.sess.Status != schema.ResultOK {
 			return fmt.Errorf("ok, the rollout ended %s", w.sess.Status)
 		}
 	case schema.ResultPartial:
-		if len(res.Samples) == 0 && training && (st.TaskStates[schema.TaskFailed] > 0 || episodes[schema.EpisodeAborted] > 0) {
-			return fmt.Errorf("partial with no sample, %d tasks failed", st.TaskStates[schema.TaskFailed])
+		if trainable == 0 && training && (st.TaskStates[schema.TaskFailed] > 0 || episodes[schema.EpisodeAborted] > 0) {
+			return fmt.Errorf("partial with no sample to train on (%d samples), %d tasks failed", len(res.Samples), st.TaskStates[schema.TaskFailed])
 		}
 	case schema.ResultFailed:
-		if len(res.Samples) > 0 && episodes[schema.EpisodeFailed] != len(w.tasks) {
-			return fmt.Errorf("failed with %d samples, and not every episode failed", len(res.Samples))
+		if trainable > 0 && episodes[schema.EpisodeFailed] != len(w.tasks) {
+			return fmt.Errorf("failed with %d samples to train on, and not every episode failed", trainable)
 		}
 		if res.Reason == "" {
 			return fmt.Errorf("failed, saying nothing")

@@ -251,14 +251,18 @@ func (s *Service) publishSamples(ctx context.Context, m *schema.Group, name stri
 }
 
 // groupSamples reads back the samples of a delivered group, as they were
-// delivered.
+// delivered. It is called for a group the session records delivered, whose
+// message went out to both roles (a rollout starts only once both
+// arrived): one that is not in the stream is an error, never a group that
+// left the role no sample.
 func (s *Service) groupSamples(ctx context.Context, n int64, role string, g int) ([]heldSample, error) {
 	m, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.Group(n, role, g))
 	if err != nil {
 		return nil, err
 	}
 	if m == nil {
-		return nil, nil // the role did not arrive
+		return nil, fail.Permanentf("rollout %d: the session records group %d as delivered, but its %s message is not in the %s stream (%s): its samples cannot be read, and are not taken as none",
+			n, g, role, bus.StreamRollout, subject.Group(n, role, g))
 	}
 	var grp groupBody
 	if err := schema.UnmarshalPart(m.Data, &schema.Group{}, &grp); err != nil {

@@ -318,7 +318,9 @@ func (s *Service) tasksOnly(ctx context.Context, sess *schema.Session, why, lost
 
 // episodeEnds reads the end of every episode the session records ended,
 // and nothing else of it (its acts' outcomes and its trajectory may be
-// what cannot be read).
+// what cannot be read). An end that is not in the stream is an error, as
+// it is to readEpisode: the episode ended, and its task is not reported
+// unfinished or aborted.
 func (s *Service) episodeEnds(ctx context.Context, sess *schema.Session, tasks []schema.Task) (map[int]*episode, error) {
 	eps := make(map[int]*episode, len(tasks))
 	for e, t := range tasks {
@@ -329,8 +331,11 @@ func (s *Service) episodeEnds(ctx context.Context, sess *schema.Session, tasks [
 			return nil
 		}
 		m, err := s.Bus.LastMsg(ctx, bus.StreamRollout, subject.EpisodeEnd(sess.Rollout, e))
-		if err != nil || m == nil {
+		if err != nil {
 			return err
+		}
+		if m == nil {
+			return endMissing(sess.Rollout, e)
 		}
 		var end schema.EpisodeEnd
 		if err := schema.Unmarshal(m.Data, &end); err != nil {

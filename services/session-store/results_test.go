@@ -11,13 +11,21 @@ import (
 	"github.com/planact/planact/pkg/schema"
 )
 
-// unpublishable stores rollout n, finished, its group 0 streamed and its
-// results still to publish, on a session-store whose actor results cannot
+// unpublishable stores rollout n, finished, its group 0 streamed (its
+// messages out) and its results still to publish, on a session-store whose actor results cannot
 // be stored: every result goes to the object store (an inline limit of one
 // byte), and the actor has none.
 func unpublishable(t *testing.T, s *Service, n int64) schema.Session {
 	t.Helper()
 	ctx := context.Background()
+	// Group 0's messages, as delivered (its episode left no sample): the
+	// session records it delivered.
+	for _, role := range []string{schema.RolePlanner, schema.RoleActor} {
+		m := &schema.Group{Rollout: n, Role: role, GroupIndex: 0, Delivered: []int{0}, Groups: 1}
+		if _, err := s.publishSamples(ctx, m, "unused"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s.InlineLimit = 1
 	delete(s.Bus.Results, schema.RoleActor)
 	cfg := schema.DefaultConfig()

@@ -101,7 +101,10 @@ func (c *causes) most() (string, int) {
 // failed, not ok), the tasks the role got no sample of although their
 // episode did not fail (lost: an actor whose every act failed), and a
 // result without samples says why; one that claims ok or partial with no
-// sample while tasks failed for its role is failed.
+// sample to train on while tasks failed for its role is failed. A sample
+// to train on is one of a task trained for the role: the samples of a
+// failed or aborted episode (their status says so, their reward of 0 is
+// no score) are in the result, but do not make it ok.
 func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, string) {
 	status, reason := r.Status, r.Reason
 	failed, aborted, quarantined, ended := causes{}, causes{}, causes{}, 0
@@ -145,13 +148,16 @@ func truth(r *schema.Result, eps map[int]*episode, lost lostTasks) (string, stri
 			what = append(what, fmt.Sprintf("the %s got no sample of %d of %d tasks whose episode did not fail (%d: %s)", r.Role, lost.tasks, len(eps), most, cause))
 		}
 	}
-	trainable := r.SampleCount + r.GroupSamples // those of delivered groups a result leaves out count: the trainer has them
+	held := r.SampleCount + r.GroupSamples // those of delivered groups a result leaves out count: the trainer has them
+	trainable := r.Stats.TaskStates[schema.TaskTrained]
 	if r.Evaluation {
 		// No samples, by design: nothing to say of them.
-	} else if trainable == 0 && r.Stats.TaskStates[schema.TaskEmpty] > 0 && lost.tasks == 0 && failed.total == 0 {
+	} else if held == 0 && r.Stats.TaskStates[schema.TaskEmpty] > 0 && lost.tasks == 0 && failed.total == 0 {
 		what = append(what, fmt.Sprintf("no %s sample: no act of the %d tasks ran the actor model", r.Role, r.Stats.TaskStates[schema.TaskEmpty]))
+	} else if held > 0 && trainable == 0 {
+		what = append(what, fmt.Sprintf("no %s sample to train on: its %d are all of failed or aborted episodes", r.Role, held))
 	}
-	if !r.Evaluation && trainable == 0 && len(what) == 0 && len(eps) > 0 && (status == schema.ResultOK || status == schema.ResultPartial) {
+	if !r.Evaluation && held == 0 && len(what) == 0 && len(eps) > 0 && (status == schema.ResultOK || status == schema.ResultPartial) {
 		// Filtered groups, say: nothing to train on, and the result says why.
 		what = append(what, fmt.Sprintf("no %s sample: tasks %s", r.Role, statesText(r.Stats.TaskStates)))
 	}
