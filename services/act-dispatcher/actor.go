@@ -156,7 +156,6 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 	}
 	log := zerolog.Ctx(ctx)
 	holder, heard, sent := "", time.Now(), time.Now()
-	everHeard := false
 	tick := time.NewTicker(silence / 6)
 	defer tick.Stop()
 	for {
@@ -167,15 +166,21 @@ func (s *Service) exchange(ctx context.Context, run *act, msg *nats.Msg) (answer
 			if m.Header.Get("Status") == "503" {
 				// No responders: no gateway at all, or the one that has the
 				// act is not there (gone, or reconnecting).
-				if holder == "" && !everHeard {
-					// A retry outstanding stays one: the act's next exchange
+				if holder == "" {
+					// Sent to any gateway, and there is none: the act waits
+					// for one (execute's patience), with no attempt spent,
+					// though a gateway was heard before (it took the try and
+					// went). Sending again until the attempt's deadline spent
+					// an attempt, and the act failed at its last as timed
+					// out, however long its patience for a gateway. A retry
+					// outstanding stays one: the act's next exchange
 					// records it if a gateway starts a generation then.
 					run.resend, run.resendReason = pending, pendingReason
-					return nil, false, errNoActorGateway
+					return nil, acked, errNoActorGateway
 				}
 				continue
 			}
-			heard, everHeard = time.Now(), true
+			heard = time.Now()
 			if g := m.Header.Get(schema.HdrActorGateway); g != "" {
 				holder = g
 			}

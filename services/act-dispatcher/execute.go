@@ -77,6 +77,10 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 	// than its budget failed at once when the engine asked for a short
 	// wait after the resume, "past the act's deadline".
 	var held time.Duration
+	// superseded: a gateway refused the act's retry because another run's
+	// outcome stands (runAct reads it). This run's outcome is no act's:
+	// the metrics of acts count the one that stands, counted by its run.
+	superseded := false
 	md, err := mode.For(cfg)
 	if err != nil {
 		return nil, fail.E(fail.Invalid, err)
@@ -138,6 +142,11 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 		}
 		if err == nil {
 			done.Status, done.Output, done.Generation, done.Error, done.ErrorKind = schema.ActDoneOK, out, gen, "", ""
+			break
+		}
+		if errors.Is(err, errActHasOutcome) {
+			done.Status, done.Error, done.ErrorKind = schema.ActFailed, err.Error(), schema.ActErrInvalid
+			superseded = true
 			break
 		}
 		kind := schema.ActErrTransient
@@ -211,11 +220,15 @@ func (s *Service) execute(ctx context.Context, info *session.Info, run *act) (*s
 		}
 	}
 	done.EndedMs, done.Retries = nowMs(), run.retries
-	telemetry.Acts.WithLabelValues(done.Status).Inc()
-	telemetry.ActSeconds.WithLabelValues(done.Status).Observe(s.clock().Sub(began).Seconds())
-	if done.Status == schema.ActFailed {
-		telemetry.ActFailures.WithLabelValues(done.ErrorKind).Inc()
-		log.Warn().Str("error", done.Error).Int("attempts", done.Attempts).Msg("act failed")
+	if superseded {
+		log.Info().Str("error", done.Error).Int("attempts", done.Attempts).Msg("act not generated again: another run's outcome stands")
+	} else {
+		telemetry.Acts.WithLabelValues(done.Status).Inc()
+		telemetry.ActSeconds.WithLabelValues(done.Status).Observe(s.clock().Sub(began).Seconds())
+		if done.Status == schema.ActFailed {
+			telemetry.ActFailures.WithLabelValues(done.ErrorKind).Inc()
+			log.Warn().Str("error", done.Error).Int("attempts", done.Attempts).Msg("act failed")
+		}
 	}
 	if span.IsRecording() {
 		span.SetAttributes(telemetry.KeyStatus.String(done.Status), attribute.Int("planact.attempts", done.Attempts))
@@ -448,7 +461,7 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 		// The last try was aborted by a pause while it ran: this one is
 		// its generation again, a retry once a gateway starts it (the
 		// gateway records it, and so does the exchange).
-		run.resend, run.resendReason = &schema.Retry{By: s.replica(), From: run.aborted, Why: "aborted by a pause of the actor role; generated again after the resume"}, "paused"
+		run.resendAlso(schema.Retry{By: s.replica(), From: run.aborted, Why: "aborted by a pause of the actor role; generated again after the resume"}, "paused")
 		run.aborted = ""
 	}
 	// A new try only after one a gateway took: the tries of an act are
@@ -508,7 +521,7 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 		// keeps it: the next attempt is a new generation, and says why.
 		g := reply.Header.Get(schema.HdrActorGateway)
 		why := fmt.Sprintf("actor-gateway %s no longer keeps the answer of try %d: %s", g, req.Try, reply.Header.Get(micro.ErrorHeader))
-		run.resend, run.resendReason = &schema.Retry{By: s.replica(), From: g, Why: why}, "" // no reason of the metric's
+		run.resendAlso(schema.Retry{By: s.replica(), From: g, Why: why}, "") // no reason of the metric's
 		return nil, fail.Transientf("%s", why)
 	} else if code == schema.ActorCodeDone {
 		// A retry asked of an act whose outcome another runner published
@@ -537,6 +550,27 @@ func (s *Service) callActor(ctx context.Context, info *session.Info, run *act, t
 		r.Generation.WeightVersion = cmp.Or(s.follow.Gate(schema.RoleActor).State().WeightVersion, version)
 	}
 	return &r.Generation, nil
+}
+
+// resendAlso makes r the retry the act's next exchange is, or, with one
+// outstanding already, adds r's reason to it: still one retry (one more
+// generation at most), keeping what made it first (the gateway whose
+// generation may have reached the engine), as a send again in an exchange
+// does. It was overwritten, the earlier gateway and reason lost from the
+// act's record.
+func (run *act) resendAlso(r schema.Retry, reason string) {
+	if run.resend == nil {
+		run.resend, run.resendReason = &r, reason
+		return
+	}
+	merged := *run.resend
+	why := r.Why
+	if r.From != "" && r.From != merged.From && !strings.Contains(why, r.From) {
+		why = fmt.Sprintf("actor-gateway %s: %s", r.From, why)
+	}
+	merged.From = cmp.Or(merged.From, r.From)
+	merged.Why += "; then " + why
+	run.resend, run.resendReason = &merged, cmp.Or(run.resendReason, reason)
 }
 
 // callHTTP calls a retrieval-style HTTP tool: POST {"queries":[input],"topk":3}.
