@@ -42,7 +42,7 @@ func Listen(addr string) (net.Listener, error) {
 // nc, until ctx ends. It closes ln.
 func Run(ctx context.Context, nc *nats.Conn, ln net.Listener, log zerolog.Logger) error {
 	defer ln.Close()
-	r, err := view.Open(ctx, nc)
+	r, err := view.Open(log.WithContext(ctx), nc)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/fail"
 )
@@ -129,20 +130,38 @@ func LastSeqUntil(ctx context.Context, nc *nats.Conn, stream, filter string) (ui
 // fails (a server restarting, a leader moving) is tried again. caughtUp,
 // if not nil, is called after each read that found nothing more: every
 // message the replica that answered held is read (a batch whose end did
-// not come says nothing of that: the next read does).
+// not come says nothing of that: the next read does). A stream made anew
+// (a server restarted without its store), whose sequences started again
+// below what was read, is read again from its start, which Follow logs
+// (to zerolog.Ctx(ctx)).
 func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint64, interval time.Duration, fn func(StoredMsg), caughtUp func()) error {
 	next := max(from, 1)
+	var last *StoredMsg // the last message read: what tells a stream made anew
+	var checked time.Time
 	for {
 		b, err := ReadBatch(ctx, nc, stream, filter, next, 256)
 		for _, m := range b.Msgs {
 			fn(m)
 			next = m.Seq + 1
 		}
+		if n := len(b.Msgs); n > 0 {
+			m := b.Msgs[n-1] // not its body: the batch is let go of
+			last = &StoredMsg{Subject: m.Subject, Seq: m.Seq, Time: m.Time}
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if err == nil && len(b.Msgs) > 0 && (b.Pending > 0 || !b.Ended) {
 			continue // more already there, or maybe: read on
+		}
+		if err == nil && len(b.Msgs) == 0 && last != nil && time.Since(checked) >= remadeEvery {
+			checked = time.Now()
+			if again, err := remade(ctx, nc, stream, filter, *last); err == nil && again {
+				zerolog.Ctx(ctx).Warn().Str("stream", stream).Str("filter", filter).Uint64("read_to", last.Seq).
+					Msg("the stream's sequences started again below what was read (it was made anew: a server restarted without its store?); reading it again from its start")
+				next, last = 1, nil
+				continue
+			}
 		}
 		if err == nil && caughtUp != nil {
 			caughtUp()
@@ -153,6 +172,28 @@ func Follow(ctx context.Context, nc *nats.Conn, stream, filter string, from uint
 		case <-time.After(interval):
 		}
 	}
+}
+
+// remadeEvery is how often at most Follow, with nothing new to read, asks
+// whether its stream was made anew (a variable for tests).
+var remadeEvery = time.Second
+
+// remade says whether stream was made anew since last, the last message
+// on filter Follow read, was read: another message is at its sequence, or
+// none is and the last one on filter is below it (messages leave a stream
+// oldest first, by age or by count: last gone with a message on filter
+// after it left, which Follow would have read). A message deleted by hand
+// (nats stream rmm) with none after it reads so too.
+func remade(ctx context.Context, nc *nats.Conn, stream, filter string, last StoredMsg) (bool, error) {
+	m, err := getMsg(ctx, nc, stream, map[string]any{"seq": last.Seq}, true)
+	if err != nil {
+		return false, err
+	}
+	if m != nil {
+		return m.Subject != last.Subject || !m.Time.Equal(last.Time), nil
+	}
+	now, err := LastSeq(ctx, nc, stream, filter)
+	return err == nil && now > 0 && now < last.Seq, err
 }
 
 // String is for logs.

@@ -84,7 +84,9 @@ type arrival struct {
 	object string        // the list's object in tasks_<role>
 	sha    string        // its SHA-256
 	loaded bool          // the object was read (tasks holds it, or nil if gone)
-	config *schema.Config
+	// fetching: the object is being read (see state.fetches).
+	fetching bool
+	config   *schema.Config
 }
 
 // hasTasks says whether the arrival brought a task list.
@@ -192,7 +194,8 @@ func (r *rolloutState) version(role, v string) {
 }
 
 // pick takes the rollout's task list and config from the arrivals not
-// refused, as the session-store does: the first task list stored is the
+// refused, as the session-store does (a task list in the object store is
+// read later, see takeFetches): the first task list stored is the
 // rollout's (an arrival that brings another is refused), and the config is
 // the planner's, else the actor's, each from the role's first arrival. An
 // arrival read before its refusal counts until the refusal is read.
@@ -228,10 +231,42 @@ func (s *state) pick(r *rolloutState) {
 	if tasks == nil || r.compacted {
 		return // a compacted rollout's tasks are read again when asked for
 	}
-	if tasks.object != "" && !tasks.loaded && s.loadTasks != nil {
-		tasks.tasks, tasks.loaded = s.loadTasks(context.Background(), tasks.role, tasks.object, tasks.sha), true
+	if tasks.object != "" && !tasks.loaded && !tasks.fetching && s.loadTasks != nil {
+		// Read by whoever folded this, without the Reader's lock (see
+		// fetches): until then the rollout shows no tasks.
+		tasks.fetching = true
+		s.fetches = append(s.fetches, fetch{r, tasks})
 	}
 	r.tasks = tasks.tasks
+}
+
+// fetch is a task list to read from the object store: arrival a's, of
+// rollout r.
+type fetch struct {
+	r *rolloutState
+	a *arrival
+}
+
+// takeFetches returns the task lists pick asked for since the last call.
+// The caller reads them without the Reader's lock (an object store can be
+// slow, or cut off, for seconds) and hands each to fetched under it.
+func (s *state) takeFetches() []fetch {
+	fs := s.fetches
+	s.fetches = nil
+	return fs
+}
+
+// fetched takes the task list read for f (nil: gone, or not the one its
+// arrival named), and the rollout's tasks again: what was read meanwhile
+// (a refusal of the arrival, a compaction) decides whether they show.
+func (s *state) fetched(f fetch, tasks []schema.Task) {
+	a, r := f.a, f.r
+	a.fetching, a.loaded = false, true
+	if r.dropped || r.compacted || r.refusedIDs[refusedID{a.role, a.id}] {
+		return
+	}
+	a.tasks = tasks
+	s.pick(r)
 }
 
 // state is everything the Reader has read.
@@ -240,6 +275,9 @@ type state struct {
 	// loadTasks fetches the task list an arrival of role names in its
 	// object store; nil in tests that need none.
 	loadTasks func(ctx context.Context, role, object, sha string) []schema.Task
+	// fetches are the task lists pick asked for, not read yet (see
+	// takeFetches).
+	fetches []fetch
 	// keepFull is how many finished rollouts keep their episodes (0: all).
 	keepFull int
 	// finished are the finished rollouts not compacted yet, in the order

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
@@ -89,12 +90,16 @@ type Options struct {
 	// unanswered, if set, is told of each of Open's requests that went
 	// unanswered within its time-out and is asked again (tests).
 	unanswered func(error)
+	// fetchTasks, if set, reads a task list from the object store in
+	// place of loadTasks (tests: a slow object store).
+	fetchTasks func(ctx context.Context, role, object, sha string) ([]schema.Task, error)
 }
 
 // Open starts reading planact's history and live traffic over nc, from the
 // first message the streams hold. The streams and the runs bucket must
 // exist (planact has been provisioned on the server). Close stops the
-// reading.
+// reading. What the reading has to say (a stream made anew, read again
+// from its start) goes to ctx's logger (zerolog.Ctx).
 func Open(ctx context.Context, nc *nats.Conn) (*Reader, error) {
 	return OpenWith(ctx, nc, Options{})
 }
@@ -126,10 +131,16 @@ func OpenWith(ctx context.Context, nc *nats.Conn, o Options) (*Reader, error) {
 		now:       time.Now,
 	}
 	r.st.now = func() time.Time { return r.now() }
+	fetch := o.fetchTasks
+	if fetch == nil {
+		fetch = func(ctx context.Context, role, object, sha string) ([]schema.Task, error) {
+			return loadTasks(ctx, nc, role, object, sha)
+		}
+	}
 	r.st.loadTasks = func(ctx context.Context, role, object, sha string) []schema.Task {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		tasks, _ := loadTasks(ctx, nc, role, object, sha)
+		tasks, _ := fetch(ctx, role, object, sha)
 		return tasks
 	}
 	// What "read up to now" means: the last message each stream holds on
@@ -163,7 +174,8 @@ func OpenWith(ctx context.Context, nc *nats.Conn, o Options) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("view: stream %s: how long the history is kept: %w", bus.StreamRollout, hint(err))
 	}
-	fctx, cancel := context.WithCancel(context.Background())
+	// The follows outlive ctx, and log to its logger (a stream made anew).
+	fctx, cancel := context.WithCancel(zerolog.Ctx(ctx).WithContext(context.Background()))
 	var wg sync.WaitGroup
 	r.stop = append(r.stop, func() { cancel(); wg.Wait() })
 	for name, f := range followed {
@@ -176,6 +188,15 @@ func OpenWith(ctx context.Context, nc *nats.Conn, o Options) (*Reader, error) {
 				r.st.mark(name, m.Time)
 				if !skipped(m.Subject, f.skip) {
 					_, changed = r.st.apply(m)
+				}
+				// Read once its task lists are, which are read without
+				// the lock: Synced means they show.
+				fetches := r.st.takeFetches()
+				if len(fetches) > 0 {
+					r.mu.Unlock()
+					r.fetch(fctx, fetches)
+					changed = true
+					r.mu.Lock()
 				}
 				r.seqs[name] = m.Seq
 				r.mu.Unlock()
@@ -210,6 +231,18 @@ func OpenWith(ctx context.Context, nc *nats.Conn, o Options) (*Reader, error) {
 		}, runsRead)
 	}()
 	return r, nil
+}
+
+// fetch reads the task lists fs from the object store without the lock,
+// one after the other, so that the stream that asked for them is read on
+// in order, and hands each to the state under the lock.
+func (r *Reader) fetch(ctx context.Context, fs []fetch) {
+	for _, f := range fs {
+		tasks := r.st.loadTasks(ctx, f.a.role, f.a.object, f.a.sha)
+		r.mu.Lock()
+		r.st.fetched(f, tasks)
+		r.mu.Unlock()
+	}
 }
 
 // skipped says whether subj matches one of the filters.
