@@ -103,7 +103,11 @@ func (e *Env) Begin(t *testing.T, n int64, tasks []schema.Task, cfg *schema.Conf
 	}
 }
 
-// Wait waits for the planner's result of rollout n.
+// Wait waits for both roles' results of rollout n and returns the
+// planner's: once it returns, both are stored, and a reader of the streams
+// opened after it sees them. (It waited for the planner's alone, and a view
+// opened after it sometimes read the actor's result and one opened before
+// did not: TestOldRolloutsAreReadAgain, once in about ten runs.)
 func (e *Env) Wait(t *testing.T, n int64) *schema.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -111,6 +115,9 @@ func (e *Env) Wait(t *testing.T, n int64) *schema.Result {
 	res, err := e.trainer.Result(ctx, n, schema.RolePlanner)
 	if err != nil {
 		t.Fatalf("rollout %d: %v", n, err)
+	}
+	if _, err := e.trainer.Result(ctx, n, schema.RoleActor); err != nil {
+		t.Fatalf("rollout %d, the actor's result: %v", n, err)
 	}
 	return res
 }
