@@ -16,12 +16,12 @@ import (
 var (
 	MessagesHandled = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "planact_messages_handled_total",
-		Help: "Messages handled by a consumer, by outcome (ack, nak, term).",
+		Help: "Messages handled by a consumer, by outcome (ack, nak, later: asked again after a wait, term).",
 	}, []string{"consumer", "outcome"})
 	HandlerSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "planact_handler_seconds",
-		Help:    "Time a consumer's handler took per message.",
-		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		Help:    "Time a consumer's handler took per message (buckets 0.5 ms to 524 s: a planner turn's planner_timeout_s, 300 s by default, fits).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 11),
 	}, []string{"consumer"})
 	RolloutsStarted = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "planact_rollouts_started_total",
@@ -41,7 +41,7 @@ var (
 	}, []string{"status"})
 	Recoveries = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "planact_recoveries_total",
-		Help: "Work finished or handed out again because no message did (a crash, a lost message, a bug): the session-store's sweep and the act-dispatcher's watchdog, by service and action.",
+		Help: "Work finished or handed out again because no message did (a crash, a lost message, a bug): the session-store's sweep and the act-dispatcher's watchdog, by service and action; a try that failed counts once it is tried again and works.",
 	}, []string{"service", "action"})
 	KVOps = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "planact_kv_ops_total",
@@ -49,7 +49,7 @@ var (
 	}, []string{"bucket", "op"})
 	StreamRefusals = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "planact_stream_refusals_total",
-		Help: "Publishes of planact's own a stream refused for its limits (full: max_bytes; too large: max_msg_size), by stream and reason: planact drops none of its messages to make room, so a full stream stops the work that writes it until its history ages out or its limit is raised (docs/security.md, Limits).",
+		Help: "Publishes of planact's own a stream refused for its limits (full: max_bytes; message too large: max_msg_size), by stream and reason: planact drops none of its messages to make room, so a full stream stops the work that writes it until its history ages out or its limit is raised (docs/security.md, Limits).",
 	}, []string{"stream", "reason"})
 	KVConflicts = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "planact_kv_conflicts_total",
@@ -57,13 +57,13 @@ var (
 	}, []string{"bucket"})
 	EngineSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "planact_engine_request_seconds",
-		Help:    "Engine generation latency, by role.",
-		Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
+		Help:    "Engine generation latency, by role (buckets 1 ms to 531 s: planner_timeout_s, 300 s by default, fits).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 3, 13),
 	}, []string{"role"})
 	ActSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "planact_act_seconds",
-		Help:    "Time an act took from its first attempt to its outcome, retries and back-offs included, by outcome (done, failed).",
-		Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
+		Help:    "Time an act took from its first attempt to its outcome, retries and back-offs included, by outcome (done, failed) (buckets 1 ms to 531 s: the default act_retries+1 attempts of act_timeout_s, 240 s, fit).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 3, 13),
 	}, []string{"status"})
 	ActRetries = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "planact_act_retries_total",
@@ -79,7 +79,7 @@ var (
 	}, []string{"role"})
 	ActFailures = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "planact_act_failures_total",
-		Help: "Acts that failed for good, after their last attempt, by error kind (error, invalid, timeout, unavailable, paused, stale).",
+		Help: "Acts that failed for good, after their last attempt, by error kind (error, invalid, timeout, unavailable, paused, stale, token_drift).",
 	}, []string{"kind"})
 	PauseWaits = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "planact_pause_waits",

@@ -184,9 +184,14 @@ func (s *Service) probe(ctx context.Context, sess *schema.Session, e int) error 
 		return err
 	}
 	action, err := s.driveOn(ctx, info, e, last, end, tag)
-	if action != "" {
+	if action != "" && err == nil {
+		// A try that failed drove nothing on: the next sweep tries again
+		// (the same tag), and counts it when it does.
 		telemetry.Recoveries.WithLabelValues(Name, action).Inc()
-		log.Warn().Str("action", action).Dur("stalled", stalled.Round(time.Second)).Err(err).Msg("watchdog: episode made no progress; driven on")
+		log.Warn().Str("action", action).Dur("stalled", stalled.Round(time.Second)).Msg("watchdog: episode made no progress; driven on")
+	}
+	if err != nil && action != "" {
+		return fmt.Errorf("%s: %w", action, err)
 	}
 	return err
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/planact/planact/pkg/mode"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/subject"
-	"github.com/planact/planact/pkg/telemetry"
 )
 
 // handleArrive records a role's arrival. The compare-and-set write that
@@ -222,8 +221,6 @@ func (s *Service) handleArrive(ctx context.Context, m bus.Msg, p subject.Parsed)
 		_ = s.status(ctx, a.Rollout, "arrived", -1, a.Role)
 	case wrote && sess.State == schema.SessionRunning:
 		log.Info().Int("episodes", sess.Episodes).Msg("both roles arrived, rollout starts")
-		telemetry.RolloutsStarted.Inc()
-		telemetry.BarrierWaitSeconds.WithLabelValues(a.Role).Observe(float64(sess.StartedMs-sess.CreatedMs) / 1000)
 	case !wrote:
 		log.Info().Str("state", sess.State).Msg("arrival delivered again")
 	}
@@ -547,6 +544,15 @@ func trainerID(m bus.Msg) string {
 // subjectToken reports whether s can be one token of a subject.
 func subjectToken(s string) bool {
 	return s != "" && s == subject.Token(s)
+}
+
+// lastArrived is the role whose arrival completed sess's barrier (the
+// later of the two; the planner's at the same millisecond).
+func lastArrived(sess *schema.Session) string {
+	if sess.Roles[schema.RoleActor].ArrivedMs > sess.Roles[schema.RolePlanner].ArrivedMs {
+		return schema.RoleActor
+	}
+	return schema.RolePlanner
 }
 
 // start fans out the rollout: its deadline, the start event and the first

@@ -636,13 +636,15 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 		done = append(done, effect)
 	}
 	var ended bool                    // this write settles the results: the rollout is over
+	var started bool                  // this write settles the start: the rollout runs
 	var announced []schema.GroupState // the groups whose effects this write settles
 	final, finalRev, _, err := bus.MutateFrom(ctx, s.Bus.Sessions, schema.SessionKey(sess.Rollout), sess, rev, func(v *schema.Session, exists bool) (bool, error) {
-		ended, announced = false, nil
+		ended, started, announced = false, false, nil
 		if !exists {
 			return false, nil
 		}
 		ended = v.Owes(schema.EffectResults) && slices.Contains(done, schema.EffectResults)
+		started = v.Owes(schema.EffectStart) && slices.Contains(done, schema.EffectStart)
 		for _, gs := range groups {
 			if v.Owes(schema.EffectGroup(gs.Index)) {
 				announced = append(announced, gs)
@@ -684,6 +686,13 @@ func (s *Service) settleOnce(ctx context.Context, sess schema.Session, rev uint6
 	for _, gs := range announced {
 		_ = s.Bus.Publish(ctx, &schema.Status{Rollout: sess.Rollout, Event: "group-" + gs.State, Episode: -1,
 			Detail: fmt.Sprintf("group %d %s", gs.Index, gs.Reason), AtMs: s.nowMs()})
+	}
+	if started {
+		// Counted where the start is settled, once: the handling that wrote
+		// it may have failed to settle it, and a redelivery or the sweep
+		// settled it instead.
+		telemetry.RolloutsStarted.Inc()
+		telemetry.BarrierWaitSeconds.WithLabelValues(lastArrived(&final)).Observe(float64(final.StartedMs-final.CreatedMs) / 1000)
 	}
 	if ended {
 		recordRollout(&final)

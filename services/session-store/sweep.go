@@ -218,12 +218,14 @@ func (s *Service) sweepOnce(ctx context.Context) {
 		default:
 			continue
 		}
-		telemetry.Recoveries.WithLabelValues(Name, action).Inc()
 		log := s.Log.With().Int64("rollout", n).Str("action", action).Logger()
 		if err != nil {
+			// Nothing recovered yet: the next sweep tries again, and counts
+			// it when it does.
 			log.Warn().Err(err).Msg("sweep could not finish the rollout's pending work; will try again")
 			continue
 		}
+		telemetry.Recoveries.WithLabelValues(Name, action).Inc()
 		log.Info().Msg("sweep finished pending work")
 	}
 }
