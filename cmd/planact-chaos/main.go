@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -100,6 +101,39 @@ func (c *common) register(fs *flag.FlagSet, duration time.Duration, rollouts int
 	fs.StringVar(&c.logLevel, "log-level", "", "PLANACT_LOG_LEVEL of the services (debug shows why a message was dropped)")
 }
 
+// check refuses the numbers a run cannot take: the services would
+// otherwise run with a default the user did not ask for.
+func (c *common) check(fs *flag.FlagSet) error {
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"concurrency", c.concurrency}, {"tasks", c.tasks}, {"samples-per-prompt", c.perPrompt}} {
+		if f.n <= 0 {
+			return fmt.Errorf("--%s %d: want at least 1", f.name, f.n)
+		}
+	}
+	if fs.Lookup("rollouts") != nil && c.rollouts <= 0 {
+		return fmt.Errorf("--rollouts %d: want at least 1", c.rollouts)
+	}
+	if c.duration <= 0 {
+		return fmt.Errorf("--duration %s: want more than 0", c.duration)
+	}
+	if c.history < 0 || c.results < 0 {
+		return fmt.Errorf("--history %s, --result-retention %s: want 0 (the services' defaults) or more", c.history, c.results)
+	}
+	return nil
+}
+
+// positive refuses a duration flag that is not above 0.
+func positive(flags map[string]time.Duration) error {
+	for _, name := range slices.Sorted(maps.Keys(flags)) {
+		if d := flags[name]; d <= 0 {
+			return fmt.Errorf("--%s %s: want more than 0", name, d)
+		}
+	}
+	return nil
+}
+
 func (c *common) topologies() ([]string, error) {
 	switch c.topology {
 	case chaos.Cluster, chaos.Single:
@@ -161,6 +195,15 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return fmt.Errorf("chaos: unexpected arguments %q", fs.Args())
 	}
+	if err := c.check(fs); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	if err := positive(map[string]time.Duration{"rollout-timeout": *rolloutTimeout, "barrier-timeout": *barrierTimeout, "act-timeout": *actTimeout}); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	if *faults < 0 {
+		return fmt.Errorf("chaos: --faults %d: want 0 (each kind of the topology once) or more", *faults)
+	}
 	if !slices.Contains(schema.Modes, *mode) {
 		return fmt.Errorf("chaos: --mode %q: want one of %s", *mode, strings.Join(schema.Modes, ", "))
 	}
@@ -176,6 +219,14 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		for _, k := range strings.Split(*kinds, ",") {
 			if !slices.Contains(all, k) {
 				return fmt.Errorf("--kinds: no fault %q (faults: %s)", k, strings.Join(slices.Compact(slices.Sorted(slices.Values(all))), ", "))
+			}
+		}
+		// A topology none of the kinds applies to would run with no fault
+		// at all (or, with --faults, with every kind): a pass that proves
+		// nothing asked for.
+		for _, top := range tops {
+			if len(topologyKinds(top, *kinds)) == 0 {
+				return fmt.Errorf("--kinds %s: none is a fault of the %s topology (its faults: %s)", *kinds, top, strings.Join(chaos.FaultKinds(top), ", "))
 			}
 		}
 	}
@@ -199,12 +250,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		o.Kinds = chaos.FaultKinds(top)
 		if *kinds != "" {
-			o.Kinds = nil
-			for _, k := range strings.Split(*kinds, ",") {
-				if slices.Contains(chaos.FaultKinds(top), k) {
-					o.Kinds = append(o.Kinds, k)
-				}
-			}
+			o.Kinds = topologyKinds(top, *kinds)
 		}
 		if o.Faults == 0 {
 			o.Faults = len(o.Kinds)
@@ -239,6 +285,18 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
+// topologyKinds returns the kinds of the comma-separated list that are
+// faults of topology.
+func topologyKinds(topology, kinds string) []string {
+	var out []string
+	for _, k := range strings.Split(kinds, ",") {
+		if slices.Contains(chaos.FaultKinds(topology), k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -254,6 +312,12 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("soak: unexpected arguments %q", fs.Args())
+	}
+	if err := c.check(fs); err != nil {
+		return fmt.Errorf("soak: %w", err)
+	}
+	if err := positive(map[string]time.Duration{"interval": *interval, "rollout-timeout": *rolloutTimeout, "barrier-timeout": *barrierTimeout}); err != nil {
+		return fmt.Errorf("soak: %w", err)
 	}
 	tops, err := c.topologies()
 	if err != nil {

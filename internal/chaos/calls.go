@@ -36,7 +36,9 @@ func NewEngineCalls(urls ...string) *EngineCalls {
 	return &EngineCalls{urls: urls, hc: &http.Client{Timeout: 10 * time.Second}, acts: map[int64]map[string]sim.GenerationCalls{}}
 }
 
-// Run takes the counts every interval until ctx ends.
+// Run takes the counts every interval until ctx ends. A take under way
+// when ctx ends is finished, not cut off: the engine may have handed its
+// counts over already, and they would be lost.
 func (c *EngineCalls) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -45,23 +47,22 @@ func (c *EngineCalls) Run(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			c.Take(ctx)
+			c.Take(context.WithoutCancel(ctx))
 		}
 	}
 }
 
-// Take takes every engine's counts now and adds them. A take that fails
-// may have lost counts (the engine may have handed them over): it is
-// noted, and the ledger's call counts are incomplete.
+// Take takes every engine's counts now and adds them. A take that fails,
+// whatever the cause (ctx ending too), may have lost counts (the engine may
+// have handed them over): it is noted, and the ledger's call counts are
+// incomplete.
 func (c *EngineCalls) Take(ctx context.Context) {
 	c.take.Lock()
 	defer c.take.Unlock()
 	for _, u := range c.urls {
 		l, err := c.takeOne(ctx, u)
 		if err != nil {
-			if ctx.Err() == nil {
-				c.note("take %s: %v", u, err)
-			}
+			c.note("take %s: %v", u, err)
 			continue
 		}
 		c.Add(l)
@@ -186,13 +187,23 @@ type CallsSummary struct {
 
 // JoinCalls joins one rollout's act outcomes (by ActKey, Observer.Outcomes)
 // with the calls the engines took for its acts (EngineCalls.Acts), for
-// Check: every act the engines took a call of, sorted.
+// Check: every act the engines took a call of, and every executed act
+// (whose generation was a call the engines took, counted or not), sorted.
 func JoinCalls(outcomes map[string]ActOutcome, calls map[string]sim.GenerationCalls) []ActCalls {
-	out := make([]ActCalls, 0, len(calls))
-	for _, k := range sortedKeys(calls) {
+	keys := map[string]bool{}
+	for k := range calls {
+		keys[k] = true
+	}
+	for k, o := range outcomes {
+		if o.Executed() {
+			keys[k] = true
+		}
+	}
+	out := make([]ActCalls, 0, len(keys))
+	for _, k := range sortedKeys(keys) {
 		a := ActCalls{Act: k, Calls: calls[k].Calls, Aborted: calls[k].Aborted}
 		if o, ok := outcomes[k]; ok {
-			a.Outcome, a.Attempts, a.Retries = true, o.Attempts, o.Retries
+			a.Outcome, a.Executed, a.Attempts, a.Retries = true, o.Executed(), o.Attempts, o.Retries
 		}
 		out = append(out, a)
 	}

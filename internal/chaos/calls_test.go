@@ -129,8 +129,8 @@ func TestLedgerCountsTheEnginesCalls(t *testing.T) {
 	}
 	joined := chaos.JoinCalls(outcomes, calls.Acts()[n])
 	want := []chaos.ActCalls{
-		{Act: "0/t1-s1", Outcome: true, Attempts: 1, Calls: 2},
-		{Act: "1/t1-s1", Outcome: true, Attempts: 1, Retries: 1, Calls: 2},
+		{Act: "0/t1-s1", Outcome: true, Executed: true, Attempts: 1, Calls: 2},
+		{Act: "1/t1-s1", Outcome: true, Executed: true, Attempts: 1, Retries: 1, Calls: 2},
 	}
 	if !reflect.DeepEqual(joined, want) {
 		t.Fatalf("joined %+v, want %+v", joined, want)

@@ -263,10 +263,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	say("%d rollouts finished; checking the ledger", started)
 
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = obs.CaughtUp(cctx)
-	cancel()
-	if err != nil {
+	caughtUp := func() error {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		return obs.CaughtUp(cctx)
+	}
+	if err := caughtUp(); err != nil {
+		return fail(err)
+	}
+	// The services go on after the trainers stop: a message delivered
+	// again can run an act once its rollout has ended. The engines' calls
+	// and the outcomes are taken once the retention has passed, when the
+	// rollouts' states are gone, so that such a call counts too.
+	rep.Leftovers = checkLeftovers(ctx, js, o, obs.Last(), say)
+	if err := caughtUp(); err != nil {
 		return fail(err)
 	}
 	stopCalls()
@@ -288,12 +298,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for i := range rep.Faults {
 		f := &rep.Faults[i]
 		f.Recovery = RecoveryOf(f.At, recs, obs.Events)
-		say("%s at %s: first progress after %s, next rollout completed after %s, all in-flight episodes moved after %s",
-			f.Kind, f.At.Format("15:04:05.000"), secs(f.Recovery.FirstProgress), secs(f.Recovery.NextCompletion), secs(f.Recovery.Full))
+		moved := "all in-flight episodes moved after " + secs(f.Recovery.Full)
+		if f.Recovery.Unrecovered > 0 {
+			moved = fmt.Sprintf("%d in-flight episodes never moved", f.Recovery.Unrecovered)
+		}
+		say("%s at %s: first progress after %s, next rollout completed after %s, %s",
+			f.Kind, f.At.Format("15:04:05.000"), secs(f.Recovery.FirstProgress), secs(f.Recovery.NextCompletion), moved)
 	}
 	rep.Recovery = SumRecovery(rep.Faults)
-
-	rep.Leftovers = checkLeftovers(ctx, js, o, obs.Last(), say)
 	rep.Exits = top.Exits()
 	if o.Auth {
 		rep.Violations = top.Violations()

@@ -70,6 +70,9 @@ type RoleOutcome struct {
 	// BadSamples say what is wrong with each sample that is not token-exact
 	// or not what its engine generated (SampleProblems).
 	BadSamples []string `json:"bad_samples,omitempty"`
+	// Claims are the counts the result gives of itself (ClaimsOf), held
+	// against what it holds and what ran; nil when no result came.
+	Claims *ResultClaims `json:"-"`
 }
 
 // Drive plays both trainers until Rollouts have been started (and Until is
@@ -237,7 +240,7 @@ func outcome(res *schema.Result, err error, role string, seed int64) RoleOutcome
 		o.Hung = errors.Is(err, client.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
 		return o
 	}
-	o.Status, o.Reason = res.Status, res.Reason
+	o.Status, o.Reason, o.Claims = res.Status, res.Reason, ClaimsOf(res)
 	for _, s := range res.Samples {
 		o.BadSamples = append(o.BadSamples, SampleProblems(s, seed)...)
 		if role == schema.RolePlanner {

@@ -34,6 +34,8 @@ type RolloutCheck struct {
 	MissingSamples   int      `json:"missing_samples"`   // executed acts (or episodes) without a sample
 	ExtraSamples     int      `json:"extra_samples"`     // samples of nothing executed
 	BadSamples       int      `json:"bad_samples"`       // samples not token-exact, or not what the engines generated
+	BadCounts        int      `json:"bad_counts"`        // counts of an ok result not true of what it holds or of what ran (ResultClaims)
+	UncountedActs    int      `json:"uncounted_acts"`    // executed acts of which the engines counted no call
 	ResultMessages   int      `json:"result_messages"`   // both roles; 2 is right
 	DuplicateResults int      `json:"duplicate_results"` // result messages beyond one per role
 	UnseenResults    int      `json:"unseen_results"`    // ok results a trainer got that the bus does not hold
@@ -90,6 +92,20 @@ func Check(rec RolloutRecord, results map[string]int, executed map[string]bool, 
 			c.BadSamples += len(r.out.BadSamples)
 			for _, b := range first(r.out.BadSamples, 3) {
 				problem("%s: %s", r.role, b)
+			}
+			if cl := r.out.Claims; cl != nil {
+				var bad []string
+				if cl.Episodes != rec.Episodes {
+					bad = append(bad, fmt.Sprintf("the result counts %d episodes; the rollout has %d", cl.Episodes, rec.Episodes))
+				}
+				if cl.Acts != len(executed) {
+					bad = append(bad, fmt.Sprintf("the result counts %d executed acts; the ACT stream shows %d", cl.Acts, len(executed)))
+				}
+				bad = append(bad, cl.Problems...)
+				c.BadCounts += len(bad)
+				for _, b := range bad {
+					problem("%s: %s", r.role, b)
+				}
 			}
 		}
 	}
@@ -149,6 +165,12 @@ func Check(rec RolloutRecord, results map[string]int, executed map[string]bool, 
 	// sample, and only the engines' count of calls shows it.
 	for _, a := range calls {
 		c.ActCalls += a.Calls
+		if a.Executed && a.Calls == 0 {
+			// Its sample came from a generation the engines did not
+			// count: the counts that would show a second one are missing.
+			c.UncountedActs++
+			problem("actor: act %s was executed (its outcome carries a generation), and the engines counted no call of it", a.Act)
+		}
 		u := a.Unexplained()
 		if u == 0 {
 			continue
@@ -193,6 +215,7 @@ func (c RolloutCheck) duplicated() bool {
 type ActCalls struct {
 	Act      string // ActKey: episode and node key
 	Outcome  bool   // the ACT stream holds an outcome of it
+	Executed bool   // its last outcome is done and carries a generation: the engines took a call of it
 	Attempts int    // its last outcome's attempts
 	Retries  int    // its last outcome's recorded retries (schema.ActDone.Retries)
 	Calls    int    // generation calls the engines took for it
@@ -213,7 +236,92 @@ func (a ActCalls) Unexplained() int {
 
 // mismatched: samples or results that do not match what ran.
 func (c RolloutCheck) mismatched() bool {
-	return c.MissingSamples > 0 || c.ExtraSamples > 0 || c.BadSamples > 0 || c.UnseenResults > 0
+	return c.MissingSamples > 0 || c.ExtraSamples > 0 || c.BadSamples > 0 || c.BadCounts > 0 || c.UncountedActs > 0 || c.UnseenResults > 0
+}
+
+// ResultClaims are the counts an ok result gives of itself, in its stats
+// and tasks. Check holds Episodes against the rollout's and Acts against
+// the executed acts the ACT stream shows; Problems are the counts that are
+// not true of what the result holds (ClaimsOf).
+type ResultClaims struct {
+	Episodes int // stats.episodes
+	Acts     int // stats.acts: executed acts, one actor sample each
+	Problems []string
+}
+
+// ClaimsOf reads res's counts and holds them against what it holds: one
+// task per episode, each episode once; task_states counts the tasks'
+// states; episode_status adds up to the episodes, ended and completed count
+// them; and tokens[role] sums the tokens of its samples.
+func ClaimsOf(res *schema.Result) *ResultClaims {
+	st := res.Stats
+	cl := &ResultClaims{Episodes: st.Episodes, Acts: st.Acts}
+	problem := func(format string, a ...any) { cl.Problems = append(cl.Problems, fmt.Sprintf(format, a...)) }
+	if len(res.Tasks) != st.Episodes {
+		problem("%d tasks for %d episodes (stats.episodes)", len(res.Tasks), st.Episodes)
+	}
+	listed, states := map[int]int{}, map[string]int{}
+	for _, t := range res.Tasks {
+		listed[t.Episode]++
+		states[t.State]++
+	}
+	for e := range st.Episodes {
+		if listed[e] != 1 {
+			problem("episode %d in %d tasks", e, listed[e])
+		}
+	}
+	for _, e := range sortedInts(listed) {
+		if e < 0 || e >= st.Episodes {
+			problem("a task of episode %d, of %d episodes", e, st.Episodes)
+		}
+	}
+	for _, k := range sortedKeys(mergeKeys(states, st.TaskStates)) {
+		if states[k] != st.TaskStates[k] {
+			problem("stats.task_states counts %d tasks %s, its tasks %d", st.TaskStates[k], k, states[k])
+		}
+	}
+	statuses := 0
+	for _, n := range st.EpisodeStatus {
+		statuses += n
+	}
+	if statuses != st.Episodes {
+		problem("stats.episode_status adds up to %d episodes, of %d", statuses, st.Episodes)
+	}
+	if want := st.Episodes - st.EpisodeStatus[schema.TaskUnfinished]; st.Ended != want {
+		problem("stats.ended %d, stats.episode_status says %d", st.Ended, want)
+	}
+	if want := st.EpisodeStatus[schema.EpisodeCompleted]; st.Completed != want {
+		problem("stats.completed %d, stats.episode_status says %d", st.Completed, want)
+	}
+	tokens := 0
+	for _, s := range res.Samples {
+		tokens += len(s.Tokens)
+	}
+	if st.Tokens[res.Role] != tokens {
+		problem("stats.tokens counts %d %s tokens, its samples hold %d", st.Tokens[res.Role], res.Role, tokens)
+	}
+	return cl
+}
+
+// mergeKeys returns a map with the keys of a and b.
+func mergeKeys(a, b map[string]int) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
+}
+
+func sortedInts(m map[int]int) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
 }
 
 // SampleProblems holds one sample against what the simulated engines
@@ -314,6 +422,8 @@ type Tally struct {
 	MissingSamples   int `json:"missing_samples"`
 	ExtraSamples     int `json:"extra_samples"`
 	BadSamples       int `json:"bad_samples"`
+	BadCounts        int `json:"bad_counts"`     // counts in ok results not true of what they hold or of what ran
+	UncountedActs    int `json:"uncounted_acts"` // executed acts of which the engines counted no call
 	Episodes         int `json:"episodes"`
 	PlannerSamples   int `json:"planner_samples"`
 	ActorSamples     int `json:"actor_samples"`
@@ -352,6 +462,8 @@ func (t *Tally) Add(c RolloutCheck) {
 	t.MissingSamples += c.MissingSamples
 	t.ExtraSamples += c.ExtraSamples
 	t.BadSamples += c.BadSamples
+	t.BadCounts += c.BadCounts
+	t.UncountedActs += c.UncountedActs
 	t.Episodes += c.Episodes
 	t.PlannerSamples += c.PlannerSamples
 	t.ActorSamples += c.ActorSamples

@@ -142,9 +142,9 @@ type RecoveryStats struct {
 	MedianFirst       time.Duration `json:"median_first_progress_ns"`
 	MedianNext        time.Duration `json:"median_next_completion_ns"`
 	MaxNext           time.Duration `json:"max_next_completion_ns"`
-	MedianFull        time.Duration `json:"median_full_ns"`
+	MedianFull        time.Duration `json:"median_full_ns"` // over the faults after which every episode in flight moved
 	MaxFull           time.Duration `json:"max_full_ns"`
-	Unrecovered       int           `json:"unrecovered_episodes"`
+	Unrecovered       int           `json:"unrecovered_episodes"` // in flight at a fault, never moved again: no time by which all had
 	Stuck             int           `json:"stuck_before_episodes"`
 	MedianTargetReady time.Duration `json:"median_target_ready_ns"` // from the fault until the target was ready again
 }
@@ -177,10 +177,15 @@ func SumRecovery(faults []FaultRecord) map[string]RecoveryStats {
 			if !f.Recovery.Measured {
 				continue
 			}
-			fulls = append(fulls, f.Recovery.Full)
-			s.MaxFull = max(s.MaxFull, f.Recovery.Full)
 			s.Unrecovered += f.Recovery.Unrecovered
 			s.Stuck += f.Recovery.Stuck
+			if f.Recovery.Unrecovered > 0 {
+				// Not every episode moved: its Full is the slowest that did,
+				// no time by which all had.
+				continue
+			}
+			fulls = append(fulls, f.Recovery.Full)
+			s.MaxFull = max(s.MaxFull, f.Recovery.Full)
 		}
 		s.MedianFirst, s.MedianNext, s.MedianFull, s.MedianTargetReady = median(firsts), median(nexts), median(fulls), median(ready)
 		out[kind] = s

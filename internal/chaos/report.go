@@ -171,7 +171,7 @@ func (r *Report) Failures() []string {
 		{t.Hung, "rollouts hung (no result by their deadline)"},
 		{t.WrongStatus, "rollouts ended with a wrong status"},
 		{t.Duplicated, "rollouts with duplicated samples or results, or acts generated more often than recorded"},
-		{t.Mismatched, "rollouts whose samples do not match what ran (acts executed, the engines' tokens)"},
+		{t.Mismatched, "rollouts whose samples or results' counts do not match what ran (acts executed, the engines' tokens and calls)"},
 		{t.ClientGaveUp, "rollouts where pkg/client gave up waiting before the deadline (the trainer asked again)"},
 	} {
 		if c.n > 0 {
@@ -230,10 +230,10 @@ func Markdown(reports []*Report) string {
 			s.Seed, r.Seconds, r.Tally.Rollouts, s.Concurrency, s.Tasks, s.PerPrompt, s.BarrierTimeout, s.RolloutTimeout, s.ActTimeout,
 			formatCounts(s.AckWaits), strings.Join(s.ServeArgs, " "))
 		t := r.Tally
-		fmt.Fprintf(&b, "episodes %d, planner samples %d; executed acts (ACT stream) %d, actor samples %d; duplicate samples %d, missing %d, extra %d, not what the engines generated %d\n\n",
-			t.Episodes, t.PlannerSamples, t.ExecutedActs, t.ActorSamples, t.DuplicateSamples, t.MissingSamples, t.ExtraSamples, t.BadSamples)
-		fmt.Fprintf(&b, "engine calls: %d for %d acts, %d beyond what the acts' outcomes record (attempts, retries, pause aborts); %d for planner turns\n\n",
-			r.EngineCalls.ActCalls, r.EngineCalls.Acts, t.UnexplainedCalls, r.EngineCalls.TurnCalls)
+		fmt.Fprintf(&b, "episodes %d, planner samples %d; executed acts (ACT stream) %d, actor samples %d; duplicate samples %d, missing %d, extra %d, not what the engines generated %d; results' counts not true of them %d\n\n",
+			t.Episodes, t.PlannerSamples, t.ExecutedActs, t.ActorSamples, t.DuplicateSamples, t.MissingSamples, t.ExtraSamples, t.BadSamples, t.BadCounts)
+		fmt.Fprintf(&b, "engine calls: %d for %d acts, %d beyond what the acts' outcomes record (attempts, retries, pause aborts), %d executed acts with no call counted; %d for planner turns\n\n",
+			r.EngineCalls.ActCalls, r.EngineCalls.Acts, t.UnexplainedCalls, t.UncountedActs, r.EngineCalls.TurnCalls)
 		fmt.Fprintf(&b, "trainers got their results after the bus stored them: median %s, p99 %s, max %s\n\n",
 			secs(r.Pickup.Median), secs(r.Pickup.P99), secs(r.Pickup.Max))
 		if len(r.Faults) > 0 {
@@ -246,7 +246,11 @@ func Markdown(reports []*Report) string {
 				if st.Failed > 0 {
 					inj += fmt.Sprintf(" (%d failed)", st.Failed)
 				}
-				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s / %s | %s / %s | %d | %d |\n", k, inj, secs(st.MedianTargetReady), secs(st.MedianFirst), secs(st.MedianNext), secs(st.MaxNext), secs(st.MedianFull), secs(st.MaxFull), st.Unrecovered, st.Stuck)
+				maxFull := secs(st.MaxFull)
+				if st.Unrecovered > 0 {
+					maxFull = "never"
+				}
+				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s / %s | %s / %s | %d | %d |\n", k, inj, secs(st.MedianTargetReady), secs(st.MedianFirst), secs(st.MedianNext), secs(st.MaxNext), secs(st.MedianFull), maxFull, st.Unrecovered, st.Stuck)
 			}
 			b.WriteString("\n")
 		}
@@ -288,7 +292,7 @@ had started and neither the episode's end nor the rollout's result was stored by
 JetStream stores an act outcome, a planner output or the end of that episode, or a result of its
 rollout. "first progress" is F to the first such message of any rollout; "next rollout completed" is F
 until the first rollout completed after it (both roles' results stored); "all moved" is F until every
-episode in flight at F had moved; "never moved" counts episodes that did not move again. Episodes that
+episode in flight at F had moved ("never" when one never did: its median is over the other faults); "never moved" counts episodes that did not move again. Episodes that
 had not moved for 45s before F were stuck already and are counted apart ("stuck before"), not timed;
 "–" means nothing was in flight at F (for instance, every trainer was still waiting for a result already published).
 "target ready" is F until the killed process (or node, after /healthz) was ready again.
