@@ -7,6 +7,7 @@ import (
 
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/schema"
+	"github.com/planact/planact/pkg/session"
 )
 
 // The copy of a plan that the watchdog publishes to hand a turn over
@@ -30,31 +31,7 @@ func TestAnOldHandedOverPlanOfARolloutOverSinceRunsNothing(t *testing.T) {
 	m := msg(9)
 	m.Header.Set(HdrTakeover, "5")        // the watchdog's copy, taking the turn from runner 5
 	m.Time = time.Now().Add(-time.Minute) // stored before its ack was lost
-	handled := make(chan error, 1)
-	go func() { handled <- s.handleDAG(ctx, info, m, planDAG(1, false, 1, search("a", "x"))) }()
-	for {
-		var err error
-		over := false
-		select {
-		case err = <-handled:
-			over = true
-		default:
-		}
-		if err != nil {
-			t.Fatalf("the old copy of a plan of a rollout over: %v", err)
-		}
-		_, _, found, rerr := bus.GetFresh[schema.Run](ctx, s.Bus.Runs, schema.RunKey(1, 0, 1))
-		if rerr != nil {
-			t.Fatal(rerr)
-		}
-		if found {
-			t.Fatal("the old copy of a plan of a rollout over created its run: its acts would run again")
-		}
-		if over {
-			return // handled, and no run: nothing ran
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	createsNoRun(t, ctx, s, info, m, "the old copy of a plan of a rollout over")
 }
 
 // The watchdog's copy that comes fresh, once its turn's rollout ended and
@@ -75,6 +52,14 @@ func TestAHandedOverPlanWhoseRunIsGoneRunsNothing(t *testing.T) {
 	}
 	m := msg(9)
 	m.Header.Set(HdrTakeover, "5") // the watchdog's copy, taking the turn from runner 5
+	createsNoRun(t, ctx, s, info, m, "the copy handed over of a run that is gone")
+}
+
+// createsNoRun handles m, a plan message of turn 1 of episode 0 of rollout
+// 1 (what it is), and checks, as it runs and once it is handled, that it
+// creates no run: its acts would run again.
+func createsNoRun(t *testing.T, ctx context.Context, s *Service, info *session.Info, m bus.Msg, what string) {
+	t.Helper()
 	handled := make(chan error, 1)
 	go func() { handled <- s.handleDAG(ctx, info, m, planDAG(1, false, 1, search("a", "x"))) }()
 	for {
@@ -86,17 +71,17 @@ func TestAHandedOverPlanWhoseRunIsGoneRunsNothing(t *testing.T) {
 		default:
 		}
 		if err != nil {
-			t.Fatalf("the copy handed over of a run that is gone: %v", err)
+			t.Fatalf("%s: %v", what, err)
 		}
 		_, _, found, rerr := bus.GetFresh[schema.Run](ctx, s.Bus.Runs, schema.RunKey(1, 0, 1))
 		if rerr != nil {
 			t.Fatal(rerr)
 		}
 		if found {
-			t.Fatal("the copy handed over of a run that is gone created it: its acts would run again")
+			t.Fatalf("%s created its run: its acts would run again", what)
 		}
 		if over {
-			return
+			return // handled, and no run: nothing ran
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

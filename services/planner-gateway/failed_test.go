@@ -2,14 +2,11 @@ package plannergateway
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/planact/planact/internal/bustest"
 	"github.com/planact/planact/internal/enginetest"
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/engine"
@@ -142,34 +139,5 @@ func TestAFailedTurnIsNotGeneratedAgain(t *testing.T) {
 // returns the failure.
 func runFailedTurn(t *testing.T, ctx context.Context, b *bus.Bus, n int64) schema.PlanError {
 	t.Helper()
-	ctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Deps{Bus: b, Log: bustest.TestLogger(t, "debug"), Engines: &engine.Pool{}, RetryBase: 10 * time.Millisecond})
-	}()
-	if err := b.Publish(ctx, &schema.PlanRequest{Rollout: n, Episode: 0, Turn: 1, WeightVersion: "planner-v1"}); err != nil {
-		t.Fatal(err)
-	}
-	var pe schema.PlanError
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		m, err := b.LastMsg(ctx, bus.StreamPlan, subject.PlanError(n, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m != nil {
-			if err := schema.Unmarshal(m.Data, &pe); err != nil {
-				t.Fatal(err)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			bustest.DumpGoroutines(t)
-			t.Fatal("no planner failure")
-		}
-	}
-	stop()
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatal(err)
-	}
-	return pe
+	return runTurnUntil[schema.PlanError](t, ctx, b, n, subject.PlanError(n, 0))
 }

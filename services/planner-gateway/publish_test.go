@@ -48,6 +48,14 @@ func oneEpisode(t *testing.T, n int64) (*bus.Bus, *enginetest.Engine, context.Co
 // returns the output.
 func runTurn(t *testing.T, ctx context.Context, b *bus.Bus, n int64) schema.PlanOutput {
 	t.Helper()
+	return runTurnUntil[schema.PlanOutput](t, ctx, b, n, subject.PlanOut(n, 0))
+}
+
+// runTurnUntil runs a planner-gateway on b, asks it for turn 1 of episode 0
+// of rollout n, waits for a message on subj (the turn's output, its
+// failure) and stops the service; it returns that message.
+func runTurnUntil[T any](t *testing.T, ctx context.Context, b *bus.Bus, n int64, subj string) T {
+	t.Helper()
 	ctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -56,28 +64,28 @@ func runTurn(t *testing.T, ctx context.Context, b *bus.Bus, n int64) schema.Plan
 	if err := b.Publish(ctx, &schema.PlanRequest{Rollout: n, Episode: 0, Turn: 1, WeightVersion: "planner-v1"}); err != nil {
 		t.Fatal(err)
 	}
-	var out schema.PlanOutput
+	var got T
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		m, err := b.LastMsg(ctx, bus.StreamPlan, subject.PlanOut(n, 0))
+		m, err := b.LastMsg(ctx, bus.StreamPlan, subj)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if m != nil {
-			if err := schema.Unmarshal(m.Data, &out); err != nil {
+			if err := schema.Unmarshal(m.Data, &got); err != nil {
 				t.Fatal(err)
 			}
 			break
 		}
 		if time.Now().After(deadline) {
 			bustest.DumpGoroutines(t)
-			t.Fatal("no planner output")
+			t.Fatalf("nothing on %s", subj)
 		}
 	}
 	stop()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
-	return out
+	return got
 }
 
 // TestAnOutputNotPublishedIsNotGeneratedAgain: when the PLAN stream
