@@ -209,7 +209,7 @@ func TestMessagesOnTheirWayAreNotLostWithTheRequests(t *testing.T) {
 	// Holding p.mu keeps the subscription from handing the messages on:
 	// they wait in the client, as messages on their way do.
 	p.mu.Lock()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		n, _, err := p.sub.Pending()
 		if err != nil || n == 3 {

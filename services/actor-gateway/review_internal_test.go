@@ -73,7 +73,7 @@ func TestAPauseWhileARetryIsRecordedAnswersPaused(t *testing.T) {
 	}
 	h, _ := json.Marshal(schema.Retry{By: "replica-A", Why: "no actor-gateway acknowledged the request for 3s", AtMs: 2})
 	var got *nats.Msg
-	for deadline := time.Now().Add(10 * time.Second); got == nil; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); got == nil; time.Sleep(20 * time.Millisecond) {
 		inbox := nc.NewRespInbox()
 		sub, err := nc.SubscribeSync(inbox)
 		if err != nil {

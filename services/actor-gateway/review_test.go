@@ -117,7 +117,7 @@ func TestATryAPauseAbortedIsRecordedWhenGeneratedAgain(t *testing.T) {
 		}
 	}
 	first := inbox()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		publish(first)
 		m, err := first.NextMsg(5 * time.Second)
 		if err == nil && m.Header.Get(schema.HdrActorProgress) == schema.ActorStarted {
@@ -127,7 +127,7 @@ func TestATryAPauseAbortedIsRecordedWhenGeneratedAgain(t *testing.T) {
 			t.Fatalf("no acknowledgement: %v", err)
 		}
 	}
-	for deadline := time.Now().Add(10 * time.Second); hung.started.Load() == 0; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); hung.started.Load() == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the generation never reached the engine")
 		}
@@ -138,7 +138,7 @@ func TestATryAPauseAbortedIsRecordedWhenGeneratedAgain(t *testing.T) {
 	}
 	setRole(false, 2)
 	var gateway string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		again := inbox()
 		publish(again)
 		m := next(t, again)
@@ -151,7 +151,7 @@ func TestATryAPauseAbortedIsRecordedWhenGeneratedAgain(t *testing.T) {
 				m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(micro.ErrorHeader), m.Header.Get(schema.HdrActorProgress))
 		}
 	}
-	for deadline := time.Now().Add(10 * time.Second); hung.started.Load() < 2; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); hung.started.Load() < 2; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the try generated again never reached the engine")
 		}
@@ -219,7 +219,7 @@ func TestAnAnswerTooLargeForNATSIsAnError(t *testing.T) {
 		}
 	}
 	var got *nats.Msg
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		if got = ask(); got != nil {
 			break
 		}

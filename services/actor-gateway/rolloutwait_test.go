@@ -30,7 +30,7 @@ func TestARolloutThatEndsStopsItsActsWaitingForASlot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 			inbox := caller.NewRespInbox()
 			sub, err := caller.SubscribeSync(inbox)
 			if err != nil {
@@ -98,7 +98,7 @@ func TestARequestWithoutADeadlineIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		var reply *nats.Msg
-		for deadline := time.Now().Add(10 * time.Second); reply == nil; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(time.Minute); reply == nil; time.Sleep(20 * time.Millisecond) {
 			if reply, err = caller.Request(schema.ActorSubject, body, 5*time.Second); err != nil && time.Now().After(deadline) {
 				t.Fatalf("deadline_ms %d: no answer: %v", ms, err)
 			}
