@@ -11,12 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/planact/planact/internal/bustest"
-	"github.com/planact/planact/internal/stack"
-	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/client"
 	"github.com/planact/planact/pkg/schema"
-	"github.com/planact/planact/pkg/sim"
 )
 
 // TestUpPortsRefused: --port 0 is no port (the embedded server took it
@@ -93,26 +89,7 @@ func TestEngineFlagsRefused(t *testing.T) {
 // arrival (here the planner's tasks), submit cancels the other's, which
 // would wait for its partner until the barrier's time-out, and says so.
 func TestSubmitRefusedRoleEndsTheOther(t *testing.T) {
-	_, url := bustest.Server(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	planner, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RolePlanner, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	actor, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RoleActor, Seed: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	sctx, stop := context.WithCancel(ctx)
-	go func() {
-		served <- stack.Serve(sctx, stack.Services, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
-	}()
-	defer func() { stop(); <-served }()
-	if err := stack.WaitReady(ctx, bus.ConnOptions{URL: url}, stack.Services); err != nil {
-		t.Fatal(err)
-	}
+	ctx, url, planner, actor := servedStack(t)
 	// One group, two labels: the session-store refuses the planner's
 	// arrival, which alone brings the tasks.
 	tasks := filepath.Join(t.TempDir(), "tasks.jsonl")
@@ -120,7 +97,7 @@ func TestSubmitRefusedRoleEndsTheOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errOut syncBuffer
-	err = run(ctx, []string{"submit", "--nats", url, "--rollout", "4", "--planner-engine", planner, "--actor-engine", actor,
+	err := run(ctx, []string{"submit", "--nats", url, "--rollout", "4", "--planner-engine", planner, "--actor-engine", actor,
 		"--tasks", tasks, "--timeout", "1m"}, noenv, nil, &out, &errOut)
 	if err == nil || !strings.Contains(err.Error(), "planner: ") || !strings.Contains(err.Error(), "group_index 0") {
 		t.Fatalf("submit: %v, want the planner's refusal\n%s%s", err, out.String(), errOut.String())

@@ -20,26 +20,7 @@ import (
 )
 
 func TestSubmit(t *testing.T) {
-	_, url := bustest.Server(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	planner, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RolePlanner, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	actor, err := sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RoleActor, Seed: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	sctx, stop := context.WithCancel(ctx)
-	go func() {
-		served <- stack.Serve(sctx, stack.Services, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
-	}()
-	defer func() { stop(); <-served }()
-	if err := stack.WaitReady(ctx, bus.ConnOptions{URL: url}, stack.Services); err != nil {
-		t.Fatal(err)
-	}
+	ctx, url, planner, actor := servedStack(t)
 
 	dir := t.TempDir()
 	tasks := filepath.Join(dir, "tasks.jsonl")
@@ -49,7 +30,7 @@ func TestSubmit(t *testing.T) {
 	os.WriteFile(config, []byte(`{"max_turns": 3, "plan_format": "numbered"}`), 0o644)
 
 	var out, errOut syncBuffer
-	err = run(ctx, []string{"submit", "--nats", url, "--rollout", "5", "--planner-engine", planner, "--actor-engine", actor,
+	err := run(ctx, []string{"submit", "--nats", url, "--rollout", "5", "--planner-engine", planner, "--actor-engine", actor,
 		"--tasks", tasks, "--config", config, "--json"}, noenv, nil, &out, &errOut)
 	if err != nil {
 		t.Fatalf("submit: %v\n%s", err, errOut.String())
@@ -214,4 +195,31 @@ func TestSubmitProgressApply(t *testing.T) {
 			t.Errorf("after %+v: shown %q, want %q", c.st, got, c.want)
 		}
 	}
+}
+
+// servedStack serves planact's services on a fresh server, with a
+// simulated planner and actor engine, until the test ends; it returns a
+// context for the test (two minutes), the server's url and the engines'.
+func servedStack(t *testing.T) (ctx context.Context, url, planner, actor string) {
+	t.Helper()
+	_, url = bustest.Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	var err error
+	if planner, err = sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RolePlanner, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if actor, err = sim.Serve(ctx, "127.0.0.1:0", sim.Config{Role: schema.RoleActor, Seed: 2}); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	sctx, stop := context.WithCancel(ctx)
+	go func() {
+		served <- stack.Serve(sctx, stack.Services, stack.Options{Provision: true, Conn: bus.ConnOptions{URL: url}, Log: bustest.Logger()})
+	}()
+	t.Cleanup(func() { stop(); <-served })
+	if err := stack.WaitReady(ctx, bus.ConnOptions{URL: url}, stack.Services); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, url, planner, actor
 }
