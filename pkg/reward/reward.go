@@ -17,6 +17,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/planact/planact/pkg/fail"
+	"github.com/planact/planact/pkg/redirect"
 )
 
 // Normalize lowers s, removes punctuation and the articles a, an and the,
@@ -203,7 +204,7 @@ type Remote struct {
 const maxReply = 1 << 20
 
 // Score posts one scoring request. Connection errors, time-outs, 429 and 5xx
-// are transient; other 4xx, redirects elsewhere (see noRedirectAway) and
+// are transient; other 4xx, redirects elsewhere (see redirect.SameHostPOST) and
 // unreadable replies are permanent.
 func (r Remote) Score(ctx context.Context, prompt, response, label string) (float64, error) {
 	body, err := json.Marshal(map[string]string{"prompt": prompt, "response": response, "label": label})
@@ -219,7 +220,7 @@ func (r Remote) Score(ctx context.Context, prompt, response, label string) (floa
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	resp, err := noRedirectAway(hc).Do(req)
+	resp, err := redirect.SameHostPOST(hc).Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("reward: %w", ctx.Err())
@@ -250,30 +251,6 @@ func (r Remote) Score(ctx context.Context, prompt, response, label string) (floa
 		return 0, fail.Permanentf("reward: the reply is over %d bytes (%.100q…): want a number or {\"reward\": number}", maxReply, data)
 	}
 	return decodeScore(data)
-}
-
-// noRedirectAway is hc, following only the redirects that keep the
-// request a POST (307, 308) to the same scheme and host: another host
-// would be sent the prompt and label, and a 301, 302 or 303 turns the POST
-// into a GET without its body, whose answer is no score of this episode.
-// Any other redirect is answered by its 3xx response.
-func noRedirectAway(hc *http.Client) *http.Client {
-	c := *hc
-	next := hc.CheckRedirect
-	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		first := via[0].URL
-		if req.Method != http.MethodPost || req.URL.Scheme != first.Scheme || req.URL.Host != first.Host {
-			return http.ErrUseLastResponse
-		}
-		if next != nil {
-			return next(req, via)
-		}
-		if len(via) >= 10 {
-			return errors.New("stopped after 10 redirects")
-		}
-		return nil
-	}
-	return &c
 }
 
 // decodeScore reads a reward server's reply: a number, or an object whose

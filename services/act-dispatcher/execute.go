@@ -25,6 +25,7 @@ import (
 	"github.com/planact/planact/pkg/bus"
 	"github.com/planact/planact/pkg/fail"
 	"github.com/planact/planact/pkg/mode"
+	"github.com/planact/planact/pkg/redirect"
 	"github.com/planact/planact/pkg/schema"
 	"github.com/planact/planact/pkg/session"
 	"github.com/planact/planact/pkg/subject"
@@ -581,7 +582,7 @@ func (s *Service) callHTTP(ctx context.Context, tool schema.Tool, input string) 
 		return "", fail.Permanentf("tool %s: %w", tool.Name, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := noRedirectAway(s.HTTP).Do(req)
+	resp, err := redirect.SameHostPOST(s.HTTP).Do(req)
 	if err != nil {
 		return "", fail.Transientf("tool %s: %w", tool.Name, err)
 	}
@@ -609,30 +610,6 @@ func (s *Service) callHTTP(ctx context.Context, tool schema.Tool, input string) 
 		return "", fail.Permanentf("tool %s: its answer is longer than %d bytes, the most an HTTP tool may answer: have it answer less (fewer or shorter passages)", tool.Name, MaxToolAnswer)
 	}
 	return strings.TrimSpace(string(data)), nil
-}
-
-// noRedirectAway is hc, following only the redirects that keep the
-// request a POST (307, 308) to the same scheme and host: another host
-// would be sent the act's input, and a 301, 302 or 303 turns the POST into
-// a GET without its body, whose answer is no answer to the act. Any other
-// redirect is answered by its 3xx response.
-func noRedirectAway(hc *http.Client) *http.Client {
-	c := *hc
-	next := hc.CheckRedirect
-	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		first := via[0].URL
-		if req.Method != http.MethodPost || req.URL.Scheme != first.Scheme || req.URL.Host != first.Host {
-			return http.ErrUseLastResponse
-		}
-		if next != nil {
-			return next(req, via)
-		}
-		if len(via) >= 10 {
-			return errors.New("stopped after 10 redirects")
-		}
-		return nil
-	}
-	return &c
 }
 
 // MaxToolAnswer bounds the answer of an HTTP tool, in bytes; a longer one
